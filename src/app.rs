@@ -1,0 +1,222 @@
+//! Composition root: bind every listener, then run them.
+//!
+//! Binding and running are separate steps so that tests (and the demo) can
+//! bind port 0 and temporary sockets, read the real addresses, and then
+//! serve. [`Bound::spawn`] runs the gateway in the background and returns a
+//! [`Running`] handle whose [`shutdown`](Running::shutdown) performs the same
+//! graceful shutdown as SIGTERM.
+//!
+//! Shutdown order: stop accepting → let requests in flight finish within the
+//! grace period → answer what is left with `unavailable` → close client
+//! connections (WebSocket 1001) → close upstream connections.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::{Config, ListenAddr};
+use crate::router::Route;
+use crate::telemetry::metrics::Metrics;
+use crate::transport::{ws, Serve};
+use crate::upstream::Upstream;
+
+/// Extra time, beyond the grace period, for connections to send their
+/// closing frames before shutdown stops waiting for them.
+const CLOSE_SLACK: Duration = Duration::from_secs(2);
+
+/// Every listener bound, nothing served yet.
+#[derive(Debug)]
+pub struct Bound {
+    cfg: Config,
+    metrics: Metrics,
+    /// One TCP listener per distinct address, with the listener names on it.
+    ws: Vec<(TcpListener, Vec<String>)>,
+    /// Actual local address of each WebSocket listener, by name.
+    addrs: BTreeMap<String, SocketAddr>,
+}
+
+/// A gateway running in the background.
+#[derive(Debug)]
+pub struct Running {
+    shutdown: CancellationToken,
+    task: JoinHandle<()>,
+    metrics: Metrics,
+    upstreams: HashMap<String, Arc<Upstream>>,
+}
+
+/// Binding failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    /// A TCP address could not be bound.
+    #[error("listener {listener}: cannot bind {addr}: {source}")]
+    Tcp {
+        /// Listener name.
+        listener: String,
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A listener kind this build cannot serve yet.
+    #[error("listener {0}: this listener kind is not supported yet")]
+    Unsupported(String),
+    /// Metrics registry setup failed.
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// Binds every listener of `cfg`. No traffic is served until [`Bound::run`].
+pub async fn bind(cfg: Config) -> Result<Bound, BindError> {
+    let metrics = Metrics::new()?;
+    let mut groups: BTreeMap<SocketAddr, Vec<String>> = BTreeMap::new();
+    for l in &cfg.listeners {
+        match &l.addr {
+            ListenAddr::Ws { addr, .. } => groups.entry(*addr).or_default().push(l.name.clone()),
+            ListenAddr::Unix { .. } => return Err(BindError::Unsupported(l.name.clone())),
+        }
+    }
+    let mut ws = Vec::new();
+    let mut addrs = BTreeMap::new();
+    for (addr, names) in groups {
+        let listener = TcpListener::bind(addr).await.map_err(|source| BindError::Tcp {
+            listener: names.join(","),
+            addr,
+            source,
+        })?;
+        let local = listener.local_addr().map_err(|source| BindError::Tcp {
+            listener: names.join(","),
+            addr,
+            source,
+        })?;
+        for name in &names {
+            addrs.insert(name.clone(), local);
+        }
+        ws.push((listener, names));
+    }
+    Ok(Bound { cfg, metrics, ws, addrs })
+}
+
+// === impl Bound ===
+
+impl Bound {
+    /// The bound address of a WebSocket listener.
+    pub fn ws_addr(&self, listener: &str) -> Option<SocketAddr> {
+        self.addrs.get(listener).copied()
+    }
+
+    /// `ws://host:port/path` of a WebSocket listener.
+    pub fn ws_url(&self, listener: &str) -> Option<String> {
+        let addr = self.ws_addr(listener)?;
+        let l = self.cfg.listeners.iter().find(|l| l.name == listener)?;
+        match &l.addr {
+            ListenAddr::Ws { path, .. } => Some(format!("ws://{addr}{path}")),
+            ListenAddr::Unix { .. } => None,
+        }
+    }
+
+    /// The metrics every component reports to.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Runs in the background; see [`Running`].
+    pub fn spawn(self) -> Running {
+        let shutdown = CancellationToken::new();
+        let metrics = self.metrics.clone();
+        let upstream_stop = CancellationToken::new();
+        let upstreams: HashMap<String, Arc<Upstream>> = self
+            .cfg
+            .upstreams
+            .iter()
+            .map(|u| (u.name.clone(), Upstream::start(u.clone(), metrics.clone(), upstream_stop.clone())))
+            .collect();
+        let task = tokio::spawn(self.serve(upstreams.clone(), shutdown.clone(), upstream_stop));
+        Running { shutdown, task, metrics, upstreams }
+    }
+
+    /// Runs until `shutdown` is cancelled, then shuts down gracefully.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let running = self.spawn();
+        shutdown.cancelled().await;
+        running.shutdown().await;
+    }
+
+    async fn serve(
+        self,
+        upstreams: HashMap<String, Arc<Upstream>>,
+        shutdown: CancellationToken,
+        upstream_stop: CancellationToken,
+    ) {
+        let ctx = Serve {
+            shutdown: shutdown.clone(),
+            grace_over: CancellationToken::new(),
+            sessions: TaskTracker::new(),
+        };
+        let routes: HashMap<String, Arc<Route>> = self
+            .cfg
+            .listeners
+            .iter()
+            .map(|l| (l.name.clone(), Arc::new(Route::new(l.clone(), &upstreams, self.metrics.clone()))))
+            .collect();
+        let servers = TaskTracker::new();
+        for (listener, names) in self.ws {
+            let group = names.iter().filter_map(|n| routes.get(n).cloned()).collect();
+            let ctx = ctx.clone();
+            servers.spawn(async move {
+                if let Err(e) = ws::serve(listener, group, ctx).await {
+                    tracing::error!(error = %e, "WebSocket server failed");
+                }
+            });
+        }
+        servers.close();
+        shutdown.cancelled().await;
+        tracing::info!("shutting down: no new connections; draining requests in flight");
+        let grace = self.cfg.gateway.shutdown_grace;
+        let grace_over = ctx.grace_over.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            grace_over.cancel();
+        });
+        ctx.sessions.close();
+        let all_done = async {
+            ctx.sessions.wait().await;
+            servers.wait().await;
+        };
+        if tokio::time::timeout(grace + CLOSE_SLACK, all_done).await.is_err() {
+            tracing::warn!("some connections did not close within the grace period");
+        }
+        upstream_stop.cancel();
+    }
+}
+
+// === impl Running ===
+
+impl Running {
+    /// Graceful shutdown; returns when it is complete.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        // A panicked serve task has nothing left to wait for.
+        let _ = self.task.await;
+    }
+
+    /// The token that triggers shutdown.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// The metrics every component reports to.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// A started upstream, by name.
+    pub fn upstream(&self, name: &str) -> Option<&Arc<Upstream>> {
+        self.upstreams.get(name)
+    }
+}

@@ -1,0 +1,408 @@
+//! A tiny one-shot client for `switchyard call URL METHOD [PARAMS]`.
+//!
+//! It sends exactly one request and returns the reply text exactly as
+//! received, so the CLI can show what a listener really puts on the wire. It
+//! is a diagnostic tool, not part of the gateway's data path: one connection
+//! per call, no pooling, no retries.
+//!
+//! - `ws://host:port/path`: JSON-RPC 2.0 (or holon-rpc, via [`call_holon`])
+//!   in WebSocket text frames. `wss://` is refused: this build has no TLS.
+//! - `unix:///abs/path.sock` or `/abs/path.sock`: NDJSON over a Unix socket.
+
+use std::path::Path;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::value::RawValue;
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+
+use crate::error::{ErrorKind, Side};
+
+/// Why a [`call`] or [`call_holon`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// PARAMS is not valid JSON, or not of the shape the dialect allows.
+    #[error("invalid params: {0}")]
+    InvalidParams(String),
+    /// The URL is neither `ws://`, `unix:///…` nor an absolute path.
+    #[error("unsupported URL {0:?}: expected ws://host:port/path, unix:///abs/path.sock or /abs/path.sock")]
+    UnsupportedUrl(String),
+    /// `wss://` URLs need TLS, which this build does not include.
+    #[error("wss:// is not supported: this build has no TLS support; use ws:// (e.g. behind a TLS-terminating proxy)")]
+    TlsUnsupported,
+    /// The Unix socket could not be reached.
+    #[error("cannot connect to {path}: {source}")]
+    Connect {
+        /// The socket path.
+        path: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The WebSocket handshake or connection failed.
+    #[error("WebSocket error: {0}")]
+    WebSocket(#[source] Box<tungstenite::Error>),
+    /// Reading or writing the Unix socket failed.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    /// A reply line exceeded the client's limit.
+    #[error("reply exceeds {MAX_REPLY_BYTES} bytes")]
+    ReplyTooLarge,
+    /// The peer closed the connection before replying.
+    #[error("connection closed before a reply arrived")]
+    Closed,
+    /// No reply within the timeout.
+    #[error("no reply within {0:?}")]
+    Timeout(Duration),
+}
+
+/// Where a URL points.
+#[derive(Debug, PartialEq, Eq)]
+enum Target<'a> {
+    Ws(&'a str),
+    Unix(&'a Path),
+}
+
+/// Which lines or frames count as the reply to our request.
+#[derive(Debug, Clone, Copy)]
+enum Expect {
+    /// JSON-RPC over WebSocket: id `1`, or an `id:null` error.
+    WsNumber,
+    /// NDJSON: id `1`, or any `id:null` response (hld answers its
+    /// Subscribe confirmation and undecodable lines with `id:null`).
+    NdjsonNumber,
+    /// holon-rpc: id `"1"`.
+    HolonString,
+}
+
+/// Largest reply accepted, in bytes (the daemon's line limit).
+const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
+
+/// Sends one JSON-RPC request and returns the reply text exactly as received.
+pub async fn call(
+    url: &str,
+    method: &str,
+    params: Option<&str>,
+    timeout: Duration,
+) -> Result<String, ClientError> {
+    let params = params.map(|p| checked_params(p, false)).transpose()?;
+    let target = parse_url(url)?;
+    let mut request = format!("{{\"jsonrpc\":\"2.0\",\"method\":{}", json_string(method));
+    if let Some(params) = &params {
+        request.push_str(",\"params\":");
+        request.push_str(params);
+    }
+    request.push_str(",\"id\":1}");
+    let exchange = async {
+        match target {
+            Target::Ws(url) => ws_exchange(url, None, request, Expect::WsNumber).await,
+            Target::Unix(path) => unix_exchange(path, request).await,
+        }
+    };
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .map_err(|_| ClientError::Timeout(timeout))?
+}
+
+/// Sends one holon-rpc request (subprotocol `holon-rpc`, string id `"1"`,
+/// object params, `{}` when omitted) and returns the reply text exactly as
+/// received. Only `ws://` URLs apply.
+pub async fn call_holon(
+    url: &str,
+    method: &str,
+    params: Option<&str>,
+    timeout: Duration,
+) -> Result<String, ClientError> {
+    let params = params.map(|p| checked_params(p, true)).transpose()?;
+    let Target::Ws(url) = parse_url(url)? else {
+        return Err(ClientError::UnsupportedUrl(url.to_owned()));
+    };
+    let request = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":\"1\",\"method\":{},\"params\":{}}}",
+        json_string(method),
+        params.as_deref().unwrap_or("{}")
+    );
+    let exchange = ws_exchange(url, Some("holon-rpc"), request, Expect::HolonString);
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .map_err(|_| ClientError::Timeout(timeout))?
+}
+
+// === impl ClientError ===
+
+impl ClientError {
+    /// The closest switchyard error kind, for uniform reporting.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ClientError::InvalidParams(_) => ErrorKind::InvalidParams,
+            ClientError::UnsupportedUrl(_) | ClientError::TlsUnsupported => {
+                ErrorKind::InvalidRequest
+            }
+            ClientError::ReplyTooLarge => ErrorKind::ResourceExhausted,
+            ClientError::Timeout(_) => ErrorKind::Timeout,
+            ClientError::Connect { .. }
+            | ClientError::WebSocket(_)
+            | ClientError::Io(_)
+            | ClientError::Closed => ErrorKind::Unavailable,
+        }
+    }
+
+    /// Who is at fault: the caller's input, or the peer called.
+    pub fn side(&self) -> Side {
+        match self.kind() {
+            ErrorKind::InvalidParams | ErrorKind::InvalidRequest => Side::Client,
+            _ => Side::Upstream,
+        }
+    }
+}
+
+impl From<tungstenite::Error> for ClientError {
+    fn from(e: tungstenite::Error) -> Self {
+        ClientError::WebSocket(Box::new(e))
+    }
+}
+
+/// Classifies a URL; refuses `wss://` and relative paths.
+fn parse_url(url: &str) -> Result<Target<'_>, ClientError> {
+    if url.starts_with("ws://") {
+        Ok(Target::Ws(url))
+    } else if url.starts_with("wss://") {
+        Err(ClientError::TlsUnsupported)
+    } else if let Some(path) = url
+        .strip_prefix("unix://")
+        .or(Some(url))
+        .filter(|p| p.starts_with('/'))
+    {
+        Ok(Target::Unix(Path::new(path)))
+    } else {
+        Err(ClientError::UnsupportedUrl(url.to_owned()))
+    }
+}
+
+/// Checks that PARAMS is one JSON array or object (only an object for
+/// holon-rpc) and returns it minified, so it fits on one NDJSON line.
+fn checked_params(params: &str, object_only: bool) -> Result<String, ClientError> {
+    let raw: &RawValue = serde_json::from_str(params)
+        .map_err(|e| ClientError::InvalidParams(format!("not valid JSON: {e}")))?;
+    match raw.get().as_bytes().first() {
+        Some(b'{') => {}
+        Some(b'[') if !object_only => {}
+        _ if object_only => {
+            return Err(ClientError::InvalidParams(
+                "holon-rpc params must be a JSON object".into(),
+            ))
+        }
+        _ => {
+            return Err(ClientError::InvalidParams(
+                "params must be a JSON array or object".into(),
+            ))
+        }
+    }
+    Ok(minify(raw.get()))
+}
+
+/// Drops insignificant whitespace from valid JSON; string contents are kept
+/// byte for byte.
+fn minify(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    let (mut in_string, mut escaped) = (false, false);
+    for c in json.chars() {
+        if in_string {
+            out.push(c);
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
+            in_string = c == '"';
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn json_string(s: &str) -> String {
+    Value::from(s).to_string()
+}
+
+/// Connects, sends `request` in one text frame and waits for the reply frame.
+async fn ws_exchange(
+    url: &str,
+    subprotocol: Option<&'static str>,
+    request: String,
+    expect: Expect,
+) -> Result<String, ClientError> {
+    let mut req = url.into_client_request()?;
+    if let Some(protocol) = subprotocol {
+        // tungstenite then fails the handshake unless the server selects it.
+        req.headers_mut()
+            .insert("Sec-WebSocket-Protocol", HeaderValue::from_static(protocol));
+    }
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(MAX_REPLY_BYTES))
+        .max_frame_size(Some(MAX_REPLY_BYTES));
+    let (mut ws, _response) =
+        tokio_tungstenite::connect_async_with_config(req, Some(config), true).await?;
+    ws.send(Message::text(request)).await?;
+    while let Some(message) = ws.next().await {
+        match message? {
+            Message::Text(text) if is_reply(text.as_str(), expect) => {
+                // The reply is in hand; a failed close changes nothing for the caller.
+                let _ = ws.close(None).await;
+                return Ok(text.as_str().to_owned());
+            }
+            Message::Close(_) => return Err(ClientError::Closed),
+            _ => {}
+        }
+    }
+    Err(ClientError::Closed)
+}
+
+/// Connects, writes `request` as one line and waits for the reply line. The
+/// write side stays open: hld ends a Subscribe on half-close.
+async fn unix_exchange(path: &Path, request: String) -> Result<String, ClientError> {
+    let stream = UnixStream::connect(path)
+        .await
+        .map_err(|source| ClientError::Connect {
+            path: path.display().to_string(),
+            source,
+        })?;
+    let (rd, mut wr) = stream.into_split();
+    let mut line = request.into_bytes();
+    line.push(b'\n');
+    wr.write_all(&line).await?;
+    let mut lines = FramedRead::new(rd, LinesCodec::new_with_max_length(MAX_REPLY_BYTES));
+    while let Some(next) = lines.next().await {
+        let mut text = next.map_err(|e| match e {
+            LinesCodecError::MaxLineLengthExceeded => ClientError::ReplyTooLarge,
+            LinesCodecError::Io(e) => ClientError::Io(e),
+        })?;
+        if text.ends_with('\r') {
+            text.pop();
+        }
+        if is_reply(&text, Expect::NdjsonNumber) {
+            return Ok(text);
+        }
+    }
+    Err(ClientError::Closed)
+}
+
+/// True if `text` is a response to our request rather than a notification,
+/// a server request or a reply to someone else.
+fn is_reply(text: &str, expect: Expect) -> bool {
+    let Ok(Value::Object(msg)) = serde_json::from_str::<Value>(text) else {
+        return false;
+    };
+    if msg.contains_key("method") || !(msg.contains_key("result") || msg.contains_key("error")) {
+        return false;
+    }
+    let id = msg.get("id").unwrap_or(&Value::Null);
+    match expect {
+        Expect::HolonString => id.as_str() == Some("1"),
+        Expect::WsNumber => id.as_f64() == Some(1.0) || (id.is_null() && msg.contains_key("error")),
+        Expect::NdjsonNumber => id.as_f64() == Some(1.0) || id.is_null(),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // in tests a panic is the failure report
+mod tests {
+    use super::*;
+    use crate::daemon::{Daemon, DaemonOptions};
+    use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+
+    const T: Duration = Duration::from_secs(5);
+
+    #[tokio::test]
+    async fn call_over_unix_against_the_daemon() {
+        let dir = tempfile::tempdir().unwrap();
+        let daemon = Daemon::start(&dir.path().join("d.sock"), DaemonOptions::default())
+            .await
+            .unwrap();
+        let path = daemon.path().display().to_string();
+        let url = format!("unix://{path}");
+        let reply = call(&url, "subtract", Some("[42,\n 23]"), T).await.unwrap();
+        assert_eq!(reply, r#"{"jsonrpc":"2.0","result":19,"id":1}"#);
+        let reply = call(&path, "echo", Some(r#"{ "a b" : [ 1 ] }"#), T)
+            .await
+            .unwrap();
+        assert_eq!(reply, r#"{"jsonrpc":"2.0","result":{"a b":[1]},"id":1}"#);
+        let reply = call(&path, "Subscribe", None, T).await.unwrap();
+        assert!(reply.contains("\"subscription_id\""), "{reply}");
+        let slow = call(&path, "sleep", Some("[5000]"), Duration::from_millis(50)).await;
+        assert!(matches!(slow, Err(ClientError::Timeout(_))));
+        daemon.stop().await;
+        let gone = call(&url, "echo", None, T).await;
+        assert!(matches!(gone, Err(ClientError::Connect { .. })));
+    }
+
+    #[tokio::test]
+    async fn params_and_urls_are_checked_before_connecting() {
+        let sock = "unix:///nonexistent/d.sock";
+        for bad in ["1", "\"x\"", "{", "[1] [2]", "null"] {
+            let err = call(sock, "m", Some(bad), T).await.unwrap_err();
+            assert!(matches!(err, ClientError::InvalidParams(_)), "{bad}: {err}");
+            assert_eq!(err.side(), Side::Client);
+        }
+        let holon = call_holon("ws://127.0.0.1:1/", "m", Some("[1]"), T).await;
+        assert!(matches!(holon, Err(ClientError::InvalidParams(_))));
+        let wss = call("wss://h/", "m", None, T).await;
+        assert!(matches!(wss, Err(ClientError::TlsUnsupported)));
+        for url in ["d.sock", "unix://d.sock", "http://h/"] {
+            let err = call(url, "m", None, T).await.unwrap_err();
+            assert!(matches!(err, ClientError::UnsupportedUrl(_)), "{url}");
+        }
+        assert_eq!(minify("{ \"a \\\" b\" :\n[1, 2] }"), "{\"a \\\" b\":[1,2]}");
+    }
+
+    /// A one-shot WS server: a notification, someone else's reply, then ours.
+    async fn ws_server(protocol: Option<&'static str>, reply: &'static str) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            // The callback's signature, Err variant included, is tungstenite's.
+            #[allow(clippy::result_large_err)]
+            let pick = |req: &Request, mut resp: Response| {
+                let offered = req.headers().get("Sec-WebSocket-Protocol").cloned();
+                assert_eq!(offered.as_ref().map(|v| v.to_str().unwrap()), protocol);
+                if let Some(v) = offered {
+                    resp.headers_mut().insert("Sec-WebSocket-Protocol", v);
+                }
+                Ok(resp)
+            };
+            let mut ws = tokio_tungstenite::accept_hdr_async(tcp, pick)
+                .await
+                .unwrap();
+            let request = ws.next().await.unwrap().unwrap().into_text().unwrap();
+            assert!(request.contains("\"method\":\"m\""), "{request}");
+            for text in [
+                r#"{"jsonrpc":"2.0","method":"tick","params":{}}"#,
+                r#"{"jsonrpc":"2.0","result":0,"id":2}"#,
+                reply,
+            ] {
+                ws.send(Message::text(text)).await.unwrap();
+            }
+        });
+        format!("ws://{addr}/")
+    }
+
+    #[tokio::test]
+    async fn call_over_websocket() {
+        let reply = r#"{"jsonrpc":"2.0","result":{"ok":true},"id":1}"#;
+        let url = ws_server(None, reply).await;
+        assert_eq!(call(&url, "m", Some("[1]"), T).await.unwrap(), reply);
+        let reply = r#"{"jsonrpc":"2.0","id":"1","result":{}}"#;
+        let url = ws_server(Some("holon-rpc"), reply).await;
+        assert_eq!(call_holon(&url, "m", None, T).await.unwrap(), reply);
+    }
+}

@@ -1,0 +1,235 @@
+//! Validated, typed configuration.
+//!
+//! Loading goes: built-in defaults ← TOML file ← `SWITCHYARD_*` environment
+//! (figment), into the serde mirror [`raw::RawConfig`], which
+//! [`validate::validate`] turns into this typed [`Config`] while collecting
+//! *every* problem into one [`ConfigError`]. Nothing here opens a socket: the
+//! binary checks the whole configuration before binding anything and exits
+//! with code 64 (`EX_USAGE`) when it is invalid.
+
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub mod raw;
+pub mod validate;
+
+pub use validate::ConfigError;
+
+use crate::dialect::Dialect;
+
+/// Exit code for an invalid configuration (sysexits `EX_USAGE`).
+pub const EXIT_CONFIG: i32 = 64;
+
+/// The whole, validated configuration of one switchyard process.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Process-wide settings (timeouts, shutdown).
+    pub gateway: GatewayConfig,
+    /// Logging output.
+    pub log: LogConfig,
+    /// Listeners in name order.
+    pub listeners: Vec<ListenerConfig>,
+    /// Upstreams in name order.
+    pub upstreams: Vec<UpstreamConfig>,
+}
+
+/// Process-wide settings.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// How long in-flight requests may take to finish after a shutdown signal
+    /// before they are answered with `unavailable`.
+    pub shutdown_grace: Duration,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Logging settings.
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    /// Text or JSON lines.
+    pub format: LogFormat,
+    /// An `EnvFilter` directive such as `info` or `switchyard=debug`.
+    pub level: String,
+}
+
+/// Where a listener accepts connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenAddr {
+    /// A WebSocket endpoint: TCP address plus HTTP path.
+    Ws {
+        /// Address to bind (port 0 picks a free port).
+        addr: SocketAddr,
+        /// HTTP path that upgrades to this listener's dialect.
+        path: String,
+    },
+    /// A Unix stream socket (NDJSON).
+    Unix {
+        /// Socket file path.
+        path: PathBuf,
+        /// File mode of the socket (default 0o600).
+        mode: u32,
+    },
+}
+
+/// One named listener.
+#[derive(Debug, Clone)]
+pub struct ListenerConfig {
+    /// Config name, used in logs and metric labels.
+    pub name: String,
+    /// Dialect spoken by clients of this listener.
+    pub dialect: Dialect,
+    /// Where it listens.
+    pub addr: ListenAddr,
+    /// Largest inbound message (WebSocket message or NDJSON line) accepted.
+    pub max_message_bytes: usize,
+    /// Largest JSON-RPC batch accepted (items).
+    pub max_batch_items: usize,
+    /// Requests one client connection may have in flight; above it the
+    /// client gets `resource_exhausted`.
+    pub max_in_flight: usize,
+    /// Outbound messages queued for one client before its writer applies
+    /// backpressure.
+    pub outbox_capacity: usize,
+    /// WebSocket ping period on idle connections.
+    pub ping_interval: Duration,
+    /// How long a WebSocket peer may stay silent after a ping before it is
+    /// dropped.
+    pub pong_timeout: Duration,
+    /// Client request timeout (receipt → upstream reply).
+    pub request_timeout: Duration,
+    /// Answer the JSON-RPC `ping` notification with a `pong` notification.
+    pub answer_ping_notification: bool,
+    /// Where this listener's methods go.
+    pub routes: RouteTable,
+}
+
+/// Method routing of one listener: longest matching prefix wins, else the
+/// default upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteTable {
+    /// Upstream for every method no prefix route matches; `None` answers
+    /// such methods with `method_not_found`.
+    pub default: Option<String>,
+    /// `(method prefix, upstream name)`, longest prefix first.
+    pub prefixes: Vec<(String, String)>,
+}
+
+/// How client messages share upstream connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamMode {
+    /// One pool of connections multiplexed for all clients.
+    Shared,
+    /// One upstream connection per client connection.
+    PerClient,
+}
+
+/// What a client notification becomes on an NDJSON upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotificationPolicy {
+    /// Sent as a true JSON-RPC notification (no id).
+    Forward,
+    /// Sent as a request with a gateway id; the reply is read and discarded
+    /// (for daemons such as hld that answer notifications).
+    AsRequest,
+}
+
+/// Where an upstream is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamTarget {
+    /// A Unix stream socket (NDJSON).
+    Unix(PathBuf),
+    /// A WebSocket URL (`ws://` or `wss://`).
+    Ws(String),
+}
+
+/// One named upstream.
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// Config name, used in logs and metric labels.
+    pub name: String,
+    /// Dialect the upstream speaks.
+    pub dialect: Dialect,
+    /// Where it is.
+    pub target: UpstreamTarget,
+    /// Connection sharing mode.
+    pub mode: UpstreamMode,
+    /// Persistent connections in the shared pool.
+    pub pool_size: NonZeroUsize,
+    /// Requests in flight on one upstream connection.
+    pub max_in_flight_per_connection: NonZeroUsize,
+    /// Requests in flight on the whole upstream; above it (and the wait
+    /// queue) calls fail with `resource_exhausted`.
+    pub max_pending: NonZeroUsize,
+    /// Requests allowed to wait for a free slot when the upstream is at
+    /// `max_pending`.
+    pub max_queued: usize,
+    /// Largest message switchyard sends (what the upstream accepts,
+    /// including the NDJSON `\n`).
+    pub max_request_bytes: usize,
+    /// Largest message switchyard reads from the upstream.
+    pub max_response_bytes: usize,
+    /// Time allowed to establish a connection when none is up.
+    pub connect_timeout: Duration,
+    /// First reconnect delay after a failure.
+    pub backoff_initial: Duration,
+    /// Upper bound of the reconnect delay.
+    pub backoff_max: Duration,
+    /// NDJSON: what client notifications become.
+    pub notifications: NotificationPolicy,
+    /// NDJSON: replies come in request order (hld); check it, and attribute
+    /// `id:null` errors to the oldest call.
+    pub ordered_replies: bool,
+    /// NDJSON: send `"params":{}` when the client omitted params.
+    pub fill_empty_params: bool,
+    /// The upstream accepts JSON-RPC batches; otherwise they are fanned out.
+    pub accepts_batches: bool,
+    /// Methods that stream (hld `Subscribe`): dedicated connection per call.
+    pub streaming_methods: Vec<String>,
+    /// The readiness probe waits for this upstream to be connected.
+    pub required: bool,
+}
+
+// === impl Config ===
+
+impl Config {
+    /// Loads and validates the configuration: defaults ← `file` (if any) ←
+    /// `SWITCHYARD_*` environment.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let raw = raw::RawConfig::load(file)?;
+        validate::validate(raw)
+    }
+
+    /// Parses and validates a TOML document (no environment), for tests and
+    /// the embedded demo.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let raw = raw::RawConfig::from_toml(text)?;
+        validate::validate(raw)
+    }
+
+    /// Looks an upstream up by name.
+    pub fn upstream(&self, name: &str) -> Option<&UpstreamConfig> {
+        self.upstreams.iter().find(|u| u.name == name)
+    }
+}
+
+// === impl RouteTable ===
+
+impl RouteTable {
+    /// The upstream serving `method`, if any.
+    pub fn upstream_for(&self, method: &str) -> Option<&str> {
+        self.prefixes
+            .iter()
+            .find(|(prefix, _)| method.starts_with(prefix.as_str()))
+            .map(|(_, up)| up.as_str())
+            .or(self.default.as_deref())
+    }
+}

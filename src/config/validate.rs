@@ -1,0 +1,480 @@
+//! Turns a [`RawConfig`] into the typed [`Config`], collecting every problem.
+//!
+//! Each check pushes a message naming the key path (`listeners.public.address:
+//! required for dialect jsonrpc-ws`) and carries on, so one run of `switchyard
+//! check` lists everything that is wrong; only at the end does [`validate`]
+//! fail if anything was found. This module does no I/O besides reading
+//! `$HOME` for `~` expansion: it never opens, binds or stats a socket.
+
+use std::collections::BTreeMap;
+use std::fmt::Display;
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::raw::{RawConfig, RawListener, RawLog, RawUpstream};
+use super::{
+    Config, GatewayConfig, ListenAddr, ListenerConfig, LogConfig, LogFormat, NotificationPolicy,
+    RouteTable, UpstreamConfig, UpstreamMode, UpstreamTarget,
+};
+use crate::dialect::Dialect;
+
+/// Longest Unix socket path: `sun_path` is 108 bytes including the NUL.
+const MAX_SOCKET_PATH_BYTES: usize = 107;
+
+/// Accepted `log.format` values.
+const FORMATS: [(&str, LogFormat); 2] = [("text", LogFormat::Text), ("json", LogFormat::Json)];
+
+/// Accepted upstream `mode` values.
+const MODES: [(&str, UpstreamMode); 2] = [
+    ("shared", UpstreamMode::Shared),
+    ("per-client", UpstreamMode::PerClient),
+];
+
+/// Accepted upstream `profile` values (`true`: hld).
+const PROFILES: [(&str, bool); 2] = [("none", false), ("hld", true)];
+
+/// Accepted `notifications` values.
+const POLICIES: [(&str, NotificationPolicy); 3] = [
+    ("forward", NotificationPolicy::Forward),
+    ("as-request", NotificationPolicy::AsRequest),
+    ("request", NotificationPolicy::AsRequest),
+];
+
+/// Why a configuration could not be used. Each variant holds one message per
+/// problem, and `Display` prints them one per line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The configuration could not be read or deserialized: missing file,
+    /// TOML syntax, unknown key, wrongly typed value.
+    #[error("{}", .0.join("\n"))]
+    Load(Vec<String>),
+    /// The configuration was read but its values are inconsistent or out of
+    /// range.
+    #[error("{}", .0.join("\n"))]
+    Invalid(Vec<String>),
+}
+
+/// Collects problem messages, each prefixed with the key path it is about.
+#[derive(Debug, Default)]
+struct Problems(Vec<String>);
+
+/// `validate` checks everything and only fails at the end with all problems.
+///
+/// # Errors
+///
+/// [`ConfigError::Invalid`] listing every problem found.
+pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+    let mut p = Problems::default();
+    let gateway = GatewayConfig {
+        shutdown_grace: Duration::from_millis(raw.gateway.shutdown_grace_ms),
+    };
+    let log = log_config(&raw.log, &mut p);
+    if raw.listeners.is_empty() {
+        p.push("listeners", "at least one listener is required");
+    }
+    let mut tables = route_tables(&raw, &mut p);
+    let listeners: Vec<_> = raw
+        .listeners
+        .iter()
+        .filter_map(|(name, l)| {
+            let routes = tables.remove(name).unwrap_or_else(empty_routes);
+            listener(name, l, routes, &mut p)
+        })
+        .collect();
+    let upstreams: Vec<_> = raw
+        .upstreams
+        .iter()
+        .filter_map(|(name, u)| upstream(name, u, &mut p))
+        .collect();
+    check_conflicts(&listeners, &upstreams, &mut p);
+    if p.0.is_empty() {
+        Ok(Config {
+            gateway,
+            log,
+            listeners,
+            upstreams,
+        })
+    } else {
+        Err(ConfigError::Invalid(p.0))
+    }
+}
+
+fn log_config(raw: &RawLog, p: &mut Problems) -> LogConfig {
+    let format = p.choice("log", "format", &raw.format, &FORMATS);
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&raw.level) {
+        let msg = format!("invalid filter directive {:?}: {e}", raw.level);
+        p.at("log", "level", msg);
+    }
+    let level = raw.level.clone();
+    LogConfig {
+        format: format.unwrap_or(LogFormat::Text),
+        level,
+    }
+}
+
+fn empty_routes() -> RouteTable {
+    RouteTable {
+        default: None,
+        prefixes: Vec::new(),
+    }
+}
+
+/// Builds each listener's route table; listeners without routes are absent.
+fn route_tables(raw: &RawConfig, p: &mut Problems) -> BTreeMap<String, RouteTable> {
+    let mut tables: BTreeMap<String, RouteTable> = BTreeMap::new();
+    for (i, route) in raw.routes.iter().enumerate() {
+        let key = format!("routes[{i}]");
+        let listener = route_ref(&key, "listener", route.listener.as_ref(), &raw.listeners, p);
+        let upstream = route_ref(&key, "upstream", route.upstream.as_ref(), &raw.upstreams, p);
+        let (Some(listener), Some(upstream)) = (listener, upstream) else {
+            continue;
+        };
+        let table = tables.entry(listener.clone()).or_insert_with(empty_routes);
+        let upstream = upstream.clone();
+        match route.method_prefix.as_deref() {
+            None if table.default.is_some() => {
+                let msg = format!("listener {listener:?} already has a default route; give this one a method_prefix");
+                p.push(&key, msg);
+            }
+            None => table.default = Some(upstream),
+            Some("") => p.at(&key, "method_prefix", "must not be empty"),
+            Some(prefix) if table.prefixes.iter().any(|(seen, _)| seen == prefix) => {
+                let msg = format!("duplicate prefix {prefix:?} for listener {listener:?}");
+                p.at(&key, "method_prefix", msg);
+            }
+            Some(prefix) => table.prefixes.push((prefix.to_owned(), upstream)),
+        }
+    }
+    for table in tables.values_mut() {
+        // Longest first so the first match in `upstream_for` is the longest.
+        table
+            .prefixes
+            .sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+    }
+    tables
+}
+
+/// A route's reference to a listener or upstream, which must exist.
+fn route_ref<'a, T>(
+    key: &str,
+    field: &str,
+    name: Option<&'a String>,
+    known: &BTreeMap<String, T>,
+    p: &mut Problems,
+) -> Option<&'a String> {
+    match name {
+        None => p.at(key, field, "required"),
+        Some(name) if known.contains_key(name) => return Some(name),
+        Some(name) => {
+            let names: Vec<&str> = known.keys().map(String::as_str).collect();
+            let msg = format!("unknown {field} {name:?} (known: {})", names.join(", "));
+            p.at(key, field, msg);
+        }
+    }
+    None
+}
+
+fn listener(
+    name: &str,
+    raw: &RawListener,
+    routes: RouteTable,
+    p: &mut Problems,
+) -> Option<ListenerConfig> {
+    let key = format!("listeners.{name}");
+    check_name(&key, name, p);
+    let dialect = dialect(&key, raw.dialect.as_deref(), p);
+    let addr = dialect.and_then(|d| match d.is_websocket() {
+        true => ws_listen(&key, d, raw, p),
+        false => unix_listen(&key, raw, p),
+    });
+    p.nonzero(&key, "max_message_bytes", raw.max_message_bytes);
+    p.nonzero(&key, "max_batch_items", raw.max_batch_items);
+    p.nonzero(&key, "max_in_flight", raw.max_in_flight);
+    p.nonzero(&key, "outbox_capacity", raw.outbox_capacity);
+    let ping_interval = p.millis(&key, "ping_interval_ms", raw.ping_interval_ms);
+    let pong_timeout = p.millis(&key, "pong_timeout_ms", raw.pong_timeout_ms);
+    let request_timeout = p.millis(&key, "request_timeout_ms", raw.request_timeout_ms);
+    Some(ListenerConfig {
+        name: name.to_owned(),
+        dialect: dialect?,
+        addr: addr?,
+        max_message_bytes: raw.max_message_bytes,
+        max_batch_items: raw.max_batch_items,
+        max_in_flight: raw.max_in_flight,
+        outbox_capacity: raw.outbox_capacity,
+        ping_interval,
+        pong_timeout,
+        request_timeout,
+        answer_ping_notification: raw.answer_ping_notification,
+        routes,
+    })
+}
+
+fn ws_listen(key: &str, d: Dialect, raw: &RawListener, p: &mut Problems) -> Option<ListenAddr> {
+    p.not_allowed(key, "socket", raw.socket.is_some(), d);
+    p.not_allowed(key, "socket_mode", raw.socket_mode.is_some(), d);
+    let path = raw.path.clone().unwrap_or_else(|| "/".to_owned());
+    if !path.starts_with('/') {
+        p.at(key, "path", format!("must start with \"/\" (got {path:?})"));
+    }
+    match raw.address.as_deref().map(|a| (a, a.parse::<SocketAddr>())) {
+        None => p.at(key, "address", format!("required for dialect {d}")),
+        Some((_, Ok(addr))) => return Some(ListenAddr::Ws { addr, path }),
+        Some((text, Err(e))) => p.at(key, "address", format!("invalid IP:port {text:?}: {e}")),
+    }
+    None
+}
+
+fn unix_listen(key: &str, raw: &RawListener, p: &mut Problems) -> Option<ListenAddr> {
+    p.not_allowed(key, "address", raw.address.is_some(), Dialect::Ndjson);
+    p.not_allowed(key, "path", raw.path.is_some(), Dialect::Ndjson);
+    let mode_text = raw.socket_mode.as_deref().unwrap_or("0600");
+    let digits = mode_text.strip_prefix("0o").unwrap_or(mode_text);
+    let mode = match u32::from_str_radix(digits, 8) {
+        Ok(mode) if mode <= 0o7777 => Some(mode),
+        _ => {
+            let msg = format!("expected an octal mode such as \"0600\" (got {mode_text:?})");
+            p.at(key, "socket_mode", msg);
+            None
+        }
+    };
+    let path = socket_path(key, raw.socket.as_deref(), p);
+    Some(ListenAddr::Unix {
+        path: path?,
+        mode: mode?,
+    })
+}
+
+fn upstream(name: &str, raw: &RawUpstream, p: &mut Problems) -> Option<UpstreamConfig> {
+    let key = format!("upstreams.{name}");
+    check_name(&key, name, p);
+    let dialect = dialect(&key, raw.dialect.as_deref(), p);
+    let ws = dialect.is_some_and(Dialect::is_websocket);
+    if p.choice(&key, "profile", &raw.profile, &PROFILES) == Some(true) && ws {
+        p.at(&key, "profile", "\"hld\" applies to ndjson upstreams only");
+    }
+    let raw = &raw.with_profile_defaults();
+    let target = dialect.and_then(|d| target(&key, d, raw, p));
+    let mode = p.choice(&key, "mode", &raw.mode, &MODES);
+    let notifications = p.choice(&key, "notifications", &raw.notifications, &POLICIES);
+    check_upstream_keys(&key, raw, dialect.filter(|_| ws), notifications, p);
+    let pool_size = p.nonzero(&key, "pool_size", raw.pool_size);
+    let per_conn = raw.max_in_flight_per_connection;
+    let per_conn = p.nonzero(&key, "max_in_flight_per_connection", per_conn);
+    let max_pending = p.nonzero(&key, "max_pending", raw.max_pending);
+    p.nonzero(&key, "max_request_bytes", raw.max_request_bytes);
+    p.nonzero(&key, "max_response_bytes", raw.max_response_bytes);
+    Some(UpstreamConfig {
+        connect_timeout: p.millis(&key, "connect_timeout_ms", raw.connect_timeout_ms),
+        backoff_initial: p.millis(&key, "backoff_initial_ms", raw.backoff_initial_ms),
+        backoff_max: Duration::from_millis(raw.backoff_max_ms),
+        name: name.to_owned(),
+        dialect: dialect?,
+        target: target?,
+        mode: mode?,
+        pool_size: pool_size?,
+        max_in_flight_per_connection: per_conn?,
+        max_pending: max_pending?,
+        max_queued: raw.max_queued,
+        max_request_bytes: raw.max_request_bytes,
+        max_response_bytes: raw.max_response_bytes,
+        notifications: notifications?,
+        ordered_replies: raw.ordered_replies,
+        fill_empty_params: raw.fill_empty_params,
+        accepts_batches: raw.accepts_batches,
+        streaming_methods: raw.streaming_methods.clone(),
+        required: raw.required,
+    })
+}
+
+/// Cross-key checks of one upstream; `ws` is its dialect if WebSocket.
+fn check_upstream_keys(
+    key: &str,
+    raw: &RawUpstream,
+    ws: Option<Dialect>,
+    policy: Option<NotificationPolicy>,
+    p: &mut Problems,
+) {
+    if policy == Some(NotificationPolicy::Forward) && raw.ordered_replies {
+        let msg = "notifications = \"forward\" cannot be combined with ordered_replies = true: a daemon that replies in order also answers notifications, which would desynchronise replies; use notifications = \"as-request\"";
+        p.push(key, msg);
+    }
+    if let Some(d) = ws {
+        let as_request = policy == Some(NotificationPolicy::AsRequest);
+        p.not_allowed(key, "notifications", as_request, d);
+        p.not_allowed(key, "ordered_replies", raw.ordered_replies, d);
+        p.not_allowed(key, "fill_empty_params", raw.fill_empty_params, d);
+    }
+    if raw.backoff_max_ms < raw.backoff_initial_ms {
+        p.at(key, "backoff_max_ms", "must be >= backoff_initial_ms");
+    }
+    for (i, method) in raw.streaming_methods.iter().enumerate() {
+        if method.is_empty() {
+            p.at(key, &format!("streaming_methods[{i}]"), "must not be empty");
+        }
+    }
+}
+
+fn target(key: &str, d: Dialect, raw: &RawUpstream, p: &mut Problems) -> Option<UpstreamTarget> {
+    if !d.is_websocket() {
+        p.not_allowed(key, "url", raw.url.is_some(), d);
+        return socket_path(key, raw.socket.as_deref(), p).map(UpstreamTarget::Unix);
+    }
+    p.not_allowed(key, "socket", raw.socket.is_some(), d);
+    match raw.url.as_deref() {
+        None => p.at(key, "url", format!("required for dialect {d}")),
+        Some(url) if url.starts_with("ws://") || url.starts_with("wss://") => {
+            return Some(UpstreamTarget::Ws(url.to_owned()));
+        }
+        Some(url) => {
+            let msg = format!("must start with ws:// or wss:// (got {url:?})");
+            p.at(key, "url", msg);
+        }
+    }
+    None
+}
+
+/// A required `socket` key: `~` expanded and checked against `sun_path`.
+fn socket_path(key: &str, socket: Option<&str>, p: &mut Problems) -> Option<PathBuf> {
+    let Some(text) = socket else {
+        p.at(key, "socket", "required for dialect ndjson");
+        return None;
+    };
+    let path = match text.strip_prefix('~') {
+        Some(rest) if rest.is_empty() || rest.starts_with('/') => match std::env::var_os("HOME") {
+            Some(mut home) => {
+                home.push(rest);
+                PathBuf::from(home)
+            }
+            None => {
+                p.at(key, "socket", "starts with ~ but $HOME is not set");
+                return None;
+            }
+        },
+        _ => PathBuf::from(text),
+    };
+    let len = path.as_os_str().len();
+    if text.is_empty() {
+        p.at(key, "socket", "must not be empty");
+    } else if len > MAX_SOCKET_PATH_BYTES {
+        let max = MAX_SOCKET_PATH_BYTES;
+        let msg = format!("{len} bytes after ~ expansion; at most {max} fit in sun_path");
+        p.at(key, "socket", msg);
+    } else {
+        return Some(path);
+    }
+    None
+}
+
+fn dialect(key: &str, name: Option<&str>, p: &mut Problems) -> Option<Dialect> {
+    match name.map(str::parse::<Dialect>) {
+        None => p.at(key, "dialect", "required"),
+        Some(Err(e)) => p.at(key, "dialect", e),
+        Some(Ok(d)) => return Some(d),
+    }
+    None
+}
+
+/// Names appear in logs, metric labels and env variable names.
+fn check_name(key: &str, name: &str, p: &mut Problems) {
+    let ok = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    if name.is_empty() || !name.chars().all(ok) {
+        p.push(key, "name must be ASCII letters, digits, '-' or '_'");
+    }
+}
+
+/// Two listeners on one socket, or an upstream that is one of our listeners.
+fn check_conflicts(listeners: &[ListenerConfig], upstreams: &[UpstreamConfig], p: &mut Problems) {
+    for (i, l) in listeners.iter().enumerate() {
+        let ephemeral = matches!(&l.addr, ListenAddr::Ws { addr, .. } if addr.port() == 0);
+        let earlier = listeners[..i].iter().find(|other| other.addr == l.addr);
+        if let Some(other) = earlier.filter(|_| !ephemeral) {
+            let msg = format!("listens on the same address as listeners.{}", other.name);
+            p.push(format!("listeners.{}", l.name), msg);
+        }
+    }
+    for u in upstreams {
+        let UpstreamTarget::Unix(path) = &u.target else {
+            continue;
+        };
+        let loops = listeners
+            .iter()
+            .find(|l| matches!(&l.addr, ListenAddr::Unix { path: lp, .. } if lp == path));
+        if let Some(l) = loops {
+            let msg = format!("is listeners.{}'s own socket (a forwarding loop)", l.name);
+            p.at(&format!("upstreams.{}", u.name), "socket", msg);
+        }
+    }
+}
+
+// === impl ConfigError ===
+
+impl ConfigError {
+    /// A load error with a single message (e.g. an unreadable file).
+    pub fn load(message: impl Into<String>) -> Self {
+        Self::Load(vec![message.into()])
+    }
+
+    /// Every problem, one message each.
+    pub fn problems(&self) -> &[String] {
+        match self {
+            Self::Load(problems) | Self::Invalid(problems) => problems,
+        }
+    }
+}
+
+impl From<figment::Error> for ConfigError {
+    /// Lists every error figment collected, not just the first.
+    fn from(error: figment::Error) -> Self {
+        Self::Load(error.into_iter().map(|e| e.to_string()).collect())
+    }
+}
+
+// === impl Problems ===
+
+impl Problems {
+    fn push(&mut self, key: impl Display, message: impl Display) {
+        self.0.push(format!("{key}: {message}"));
+    }
+
+    fn at(&mut self, key: &str, field: &str, message: impl Display) {
+        self.0.push(format!("{key}.{field}: {message}"));
+    }
+
+    /// One of a closed set of names.
+    fn choice<T: Copy>(&mut self, key: &str, field: &str, v: &str, of: &[(&str, T)]) -> Option<T> {
+        let found = of.iter().find(|(name, _)| *name == v).map(|(_, t)| *t);
+        if found.is_none() {
+            let names: Vec<String> = of.iter().map(|(name, _)| format!("{name:?}")).collect();
+            let msg = format!(
+                "unknown value {v:?} (expected one of: {})",
+                names.join(", ")
+            );
+            self.at(key, field, msg);
+        }
+        found
+    }
+
+    fn nonzero(&mut self, key: &str, field: &str, value: usize) -> Option<NonZeroUsize> {
+        let nz = NonZeroUsize::new(value);
+        if nz.is_none() {
+            self.at(key, field, "must be greater than 0");
+        }
+        nz
+    }
+
+    fn millis(&mut self, key: &str, field: &str, value: u64) -> Duration {
+        if value == 0 {
+            self.at(key, field, "must be greater than 0");
+        }
+        Duration::from_millis(value)
+    }
+
+    fn not_allowed(&mut self, key: &str, field: &str, set: bool, d: Dialect) {
+        if set {
+            self.at(key, field, format!("not allowed for dialect {d}"));
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! hld-style `Subscribe`: the connection becomes an event stream.
+//!
+//! After the confirmation line the daemon emits a synthetic `new_approval`
+//! event every `interval_ms` and a heartbeat after `heartbeat_ms` without an
+//! event (`ndjson-unix.md` §6). Whatever the client writes afterwards is read
+//! and discarded; EOF or a half-close ends the stream. Events and heartbeats
+//! are dropped, not queued, when the client stops reading, as in hld.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::OwnedReadHalf;
+use tokio::sync::mpsc::{self, error::TrySendError};
+use tokio::time::{self, Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+/// `Subscribe` params; hld's filters (`event_types`, `session_id`, `run_id`)
+/// and other members are accepted and ignored.
+#[derive(Debug, Deserialize)]
+#[serde(default)]
+struct Params {
+    /// Milliseconds between events.
+    interval_ms: u64,
+    /// Events to send before only heartbeats follow; unlimited if absent.
+    count: Option<u64>,
+    /// Milliseconds without an event before a heartbeat.
+    heartbeat_ms: u64,
+}
+
+const HEARTBEAT: &[u8] =
+    b"{\"jsonrpc\":\"2.0\",\"result\":{\"message\":\"Connection alive\",\"type\":\"heartbeat\"},\"id\":null}\n";
+
+/// Runs a subscription on a connection until the client goes, the outbox
+/// closes or the daemon stops. `params` are the raw request params.
+pub(super) async fn run(
+    rd: OwnedReadHalf,
+    tx: mpsc::Sender<Vec<u8>>,
+    params: Option<&RawValue>,
+    cancel: &CancellationToken,
+) {
+    let params = match parse(params) {
+        Ok(params) => params,
+        Err(message) => {
+            let line = format!(
+                "{{\"jsonrpc\":\"2.0\",\"error\":{{\"code\":-32602,\"message\":{}}},\"id\":null}}\n",
+                serde_json::Value::from(format!("invalid request: {message}"))
+            );
+            // The connection closes right after, delivered or not.
+            let _ = tx.send(line.into_bytes()).await;
+            return;
+        }
+    };
+    let confirmation = format!(
+        "{{\"jsonrpc\":\"2.0\",\"result\":{{\"subscription_id\":\"{}\",\"message\":\"Subscription established. Waiting for events...\"}},\"id\":null}}\n",
+        subscription_id()
+    );
+    if tx.send(confirmation.into_bytes()).await.is_err() {
+        return;
+    }
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => {}
+        () = discard(rd) => {}
+        () = emit(&tx, &params) => {}
+    }
+}
+
+/// Absent or `null` params mean the defaults; anything but an object fails.
+fn parse(raw: Option<&RawValue>) -> Result<Params, String> {
+    let params = match raw {
+        None => Params::default(),
+        Some(raw) if raw.get() == "null" => Params::default(),
+        // serde would also take a sequence of the fields in order; Go would not.
+        Some(raw) if !raw.get().starts_with('{') => {
+            let kind = match raw.get().as_bytes().first() {
+                Some(b'[') => "array",
+                Some(b'"') => "string",
+                Some(b't' | b'f') => "bool",
+                _ => "number",
+            };
+            return Err(format!(
+                "json: cannot unmarshal {kind} into Go value of type rpc.SubscribeRequest"
+            ));
+        }
+        Some(raw) => serde_json::from_str(raw.get()).map_err(|e| e.to_string())?,
+    };
+    if params.interval_ms == 0 || params.heartbeat_ms == 0 {
+        return Err("interval_ms and heartbeat_ms must be at least 1".to_owned());
+    }
+    Ok(params)
+}
+
+/// Reads and drops client bytes until EOF (including a half-close) or error.
+async fn discard(mut rd: OwnedReadHalf) {
+    let mut scratch = [0u8; 4096];
+    while let Ok(n) = rd.read(&mut scratch).await {
+        if n == 0 {
+            return;
+        }
+    }
+}
+
+/// Emits events and heartbeats; returns only when the outbox is closed.
+async fn emit(tx: &mpsc::Sender<Vec<u8>>, params: &Params) {
+    let interval = Duration::from_millis(params.interval_ms);
+    let heartbeat = Duration::from_millis(params.heartbeat_ms);
+    let mut ticks = time::interval_at(Instant::now() + interval, interval);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let idle = time::sleep(heartbeat);
+    tokio::pin!(idle);
+    let mut seq: u64 = 0;
+    loop {
+        let events_left = params.count.is_none_or(|count| seq < count);
+        let line = tokio::select! {
+            _ = ticks.tick(), if events_left => {
+                seq += 1;
+                event_line(seq)
+            }
+            () = &mut idle => HEARTBEAT.to_vec(),
+        };
+        // The heartbeat timer restarts after every line, events included.
+        idle.as_mut().reset(Instant::now() + heartbeat);
+        if let Err(TrySendError::Closed(_)) = tx.try_send(line) {
+            return;
+        }
+    }
+}
+
+fn event_line(seq: u64) -> Vec<u8> {
+    format!(
+        "{{\"jsonrpc\":\"2.0\",\"result\":{{\"event\":{{\"type\":\"new_approval\",\"timestamp\":\"{}\",\"data\":{{\"seq\":{seq}}}}}}},\"id\":null}}\n",
+        rfc3339(SystemTime::now())
+    )
+    .into_bytes()
+}
+
+/// `YYYYMMDDhhmmss-<16 hex>`, the shape of hld's subscription ids.
+fn subscription_id() -> String {
+    let (date, time, _) = civil(SystemTime::now());
+    let compact: String = format!("{date}{time}")
+        .chars()
+        .filter(char::is_ascii_digit)
+        .collect();
+    format!("{compact}-{:016x}", rand::random::<u64>())
+}
+
+/// RFC 3339 in UTC with nanoseconds: `2025-07-15T12:00:00.123456789Z`.
+fn rfc3339(at: SystemTime) -> String {
+    let (date, time, nanos) = civil(at);
+    format!("{date}T{time}.{nanos:09}Z")
+}
+
+/// (`YYYY-MM-DD`, `hh:mm:ss`, nanoseconds) in UTC.
+fn civil(at: SystemTime) -> (String, String, u32) {
+    // Clocks before 1970 are not worth a failure path for a demo timestamp.
+    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's civil_from_days, for days since 1970-01-01.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    let date = format!("{year:04}-{month:02}-{day:02}");
+    let time = format!("{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60);
+    (date, time, since.subsec_nanos())
+}
+
+// === impl Params ===
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            interval_ms: 100,
+            count: None,
+            heartbeat_ms: 30_000,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // in tests a panic is the failure report
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        let at = UNIX_EPOCH + Duration::new(1_752_580_800, 123_456_789);
+        assert_eq!(rfc3339(at), "2025-07-15T12:00:00.123456789Z");
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "2000-02-29T00:00:00.000000000Z"
+        );
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000000000Z");
+    }
+
+    #[test]
+    fn params() {
+        assert!(parse(None).is_ok());
+        let raw = serde_json::from_str::<&RawValue>("[1]").unwrap();
+        assert!(parse(Some(raw)).is_err());
+        let raw = serde_json::from_str::<&RawValue>("{\"interval_ms\":0}").unwrap();
+        assert!(parse(Some(raw)).is_err());
+        let raw =
+            serde_json::from_str::<&RawValue>("{\"interval_ms\":5,\"count\":2,\"event_types\":[]}")
+                .unwrap();
+        assert_eq!(
+            parse(Some(raw)).map(|p| (p.interval_ms, p.count)).ok(),
+            Some((5, Some(2)))
+        );
+    }
+}

@@ -1,0 +1,227 @@
+//! JSON-RPC 2.0 text ⇄ [`Message`]: requests, notifications, responses and
+//! batches, validated in the order jsonrpc-ws.md §4 prescribes.
+//!
+//! Shared by the JSON-RPC WebSocket dialect and NDJSON (which frames the same
+//! texts one per line). Ids and payloads are borrowed as raw JSON and copied
+//! out untouched; nothing below `params`/`result`/`error.data` is parsed.
+
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+
+use crate::envelope::{ErrorObject, Message, Outcome, Payload, WireId};
+use crate::error::{ErrorKind, GatewayError};
+
+use super::Dialect;
+
+/// A decoded inbound text.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Inbound {
+    /// One message (or one invalid item).
+    Single(Item),
+    /// A batch of items, in order.
+    Batch(Vec<Item>),
+    /// The whole text is rejected with this single error reply (parse error,
+    /// empty batch, over-limit batch). The connection stays open.
+    Rejected(Message),
+}
+
+/// One item of an inbound text.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Item {
+    /// A well-formed message.
+    Valid(Message),
+    /// An invalid item, answered in place with this error reply.
+    Invalid(Message),
+}
+
+/// Why an upstream reply could not be decoded as a JSON-RPC message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplyError {
+    /// Not JSON, or not a single JSON object.
+    #[error("not a JSON-RPC object: {0}")]
+    NotJson(String),
+    /// A JSON object that is no valid JSON-RPC message.
+    #[error("invalid JSON-RPC message: {0}")]
+    Invalid(&'static str),
+}
+
+/// The members of one JSON-RPC object, borrowed. `Some` means present, even
+/// when the value is `null`.
+#[derive(Deserialize)]
+struct RawItem<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    jsonrpc: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    method: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    params: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    error: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct RawError<'a> {
+    code: serde_json::Number,
+    message: String,
+    #[serde(borrow, default, deserialize_with = "present")]
+    data: Option<&'a RawValue>,
+}
+
+/// Keeps a present member, `null` included, as `Some(raw)`.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+/// Decodes one client text (a WebSocket frame or an NDJSON line).
+pub fn decode(text: &str, max_batch_items: usize) -> Inbound {
+    let trimmed = text.trim_start_matches([' ', '\t', '\n', '\r']);
+    if !trimmed.starts_with('[') {
+        return Inbound::Single(decode_item(text));
+    }
+    let items: Vec<&RawValue> = match serde_json::from_str(text) {
+        Ok(items) => items,
+        Err(_) => return Inbound::Rejected(reject(ErrorKind::ParseError, None)),
+    };
+    if items.is_empty() {
+        return Inbound::Rejected(reject(ErrorKind::InvalidRequest, None));
+    }
+    if items.len() > max_batch_items {
+        let detail = format!("Batch size exceeds maximum of {max_batch_items}");
+        return Inbound::Rejected(reject(ErrorKind::InvalidRequest, Some(detail)));
+    }
+    Inbound::Batch(items.iter().map(|raw| decode_item(raw.get())).collect())
+}
+
+/// Decodes one JSON-RPC object, validating it as a client item.
+fn decode_item(text: &str) -> Item {
+    let raw: RawItem<'_> = match serde_json::from_str(text) {
+        Ok(raw) => raw,
+        Err(e) if e.is_syntax() || e.is_eof() || e.is_io() => {
+            return Item::Invalid(reject(ErrorKind::ParseError, None))
+        }
+        // Valid JSON that is no object (or has duplicate members).
+        Err(_) => return Item::Invalid(reject(ErrorKind::InvalidRequest, None)),
+    };
+    let id = match raw.id {
+        None => None,
+        Some(id) if is_valid_id(id) => Some(WireId::Json(id.to_owned())),
+        Some(_) => return Item::Invalid(reject(ErrorKind::InvalidRequest, None)),
+    };
+    let invalid = |id: Option<WireId>| Item::Invalid(invalid_request(id));
+    if !raw.jsonrpc.is_some_and(is_version_2) {
+        return invalid(id);
+    }
+    if raw.method.is_none() && (raw.result.is_some() || raw.error.is_some()) {
+        return match reply_from_raw(&raw, id) {
+            Ok(msg) => Item::Valid(msg),
+            Err((id, _)) => invalid(id),
+        };
+    }
+    let Some(method) = raw.method.and_then(json_str) else {
+        return invalid(id);
+    };
+    let params = match raw.params {
+        None => None,
+        Some(p) if matches!(p.get().as_bytes().first(), Some(b'[' | b'{')) => {
+            Some(Payload::Json(p.to_owned()))
+        }
+        Some(_) => return invalid(id),
+    };
+    Item::Valid(match id {
+        Some(id) => Message::Request { id, method, params },
+        None => Message::Notification { method, params },
+    })
+}
+
+/// Decodes one message sent by an upstream: a reply to switchyard, or a
+/// request/notification of the upstream's own. Lenient about `jsonrpc`.
+pub fn decode_upstream(text: &str) -> Result<Message, ReplyError> {
+    let raw: RawItem<'_> =
+        serde_json::from_str(text).map_err(|e| ReplyError::NotJson(e.to_string()))?;
+    let id = match raw.id {
+        Some(id) if is_valid_id(id) => Some(WireId::Json(id.to_owned())),
+        Some(_) => return Err(ReplyError::Invalid("id must be a string, number or null")),
+        None => None,
+    };
+    if let Some(method) = raw.method {
+        let method = json_str(method).ok_or(ReplyError::Invalid("method must be a string"))?;
+        let params = raw.params.map(|p| Payload::Json(p.to_owned()));
+        return Ok(match id {
+            Some(id) if id.as_json() != Some("null") => Message::Request { id, method, params },
+            _ => Message::Notification { method, params },
+        });
+    }
+    reply_from_raw(&raw, id).map_err(|(_, why)| ReplyError::Invalid(why))
+}
+
+/// Builds a response or error from a reply-shaped item.
+fn reply_from_raw(
+    raw: &RawItem<'_>,
+    id: Option<WireId>,
+) -> Result<Message, (Option<WireId>, &'static str)> {
+    match (raw.result, raw.error) {
+        (Some(result), None) => {
+            let id = id.ok_or((None, "a response needs an id"))?;
+            Ok(Message::Response {
+                id,
+                result: Outcome::Value(Payload::Json(result.to_owned())),
+            })
+        }
+        (None, Some(error)) => match parse_error_object(error) {
+            Some(error) => Ok(Message::Error { id, error }),
+            None => Err((id, "error must be an object with integer code and string message")),
+        },
+        _ => Err((id, "exactly one of result and error is required")),
+    }
+}
+
+/// Parses an error object; `None` when it breaks the JSON-RPC rules.
+pub fn parse_error_object(raw: &RawValue) -> Option<ErrorObject> {
+    let err: RawError<'_> = serde_json::from_str(raw.get()).ok()?;
+    let code = err.code.as_i64().or_else(|| {
+        let f = err.code.as_f64()?;
+        (f.fract() == 0.0 && f.abs() < 9.0e15).then_some(f as i64)
+    })?;
+    Some(ErrorObject {
+        code,
+        message: err.message,
+        data: err.data.map(|d| Payload::Json(d.to_owned())),
+    })
+}
+
+/// `id` may be a string, a number or `null`.
+fn is_valid_id(id: &RawValue) -> bool {
+    matches!(
+        id.get().as_bytes().first(),
+        Some(b'"' | b'-' | b'0'..=b'9' | b'n')
+    )
+}
+
+fn is_version_2(v: &RawValue) -> bool {
+    v.get() == "\"2.0\"" || json_str(v).as_deref() == Some("2.0")
+}
+
+/// The string value of a raw JSON string, or `None` if it is no string.
+fn json_str(v: &RawValue) -> Option<String> {
+    if !v.get().starts_with('"') {
+        return None;
+    }
+    serde_json::from_str(v.get()).ok()
+}
+
+fn reject(kind: ErrorKind, detail: Option<String>) -> Message {
+    let err = GatewayError { kind, detail };
+    Message::error(Some(WireId::null()), err.to_object(Dialect::JsonRpc))
+}
+
+fn invalid_request(id: Option<WireId>) -> Message {
+    let err = GatewayError::new(ErrorKind::InvalidRequest).to_object(Dialect::JsonRpc);
+    Message::error(Some(id.unwrap_or_else(WireId::null)), err)
+}
+
+#[cfg(test)]
+mod tests;

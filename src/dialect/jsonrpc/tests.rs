@@ -1,0 +1,142 @@
+//! Golden tests for the JSON-RPC 2.0 codec, from jsonrpc-ws.md §4.
+
+use super::*;
+use crate::dialect::render::{render, render_batch, Style};
+
+fn reply_text(inbound: Inbound) -> String {
+    match inbound {
+        Inbound::Rejected(msg) | Inbound::Single(Item::Invalid(msg)) => {
+            render(&msg, Style::Frame).expect("json")
+        }
+        Inbound::Batch(items) => {
+            let msgs: Vec<Message> = items
+                .into_iter()
+                .map(|i| match i {
+                    Item::Invalid(m) => m,
+                    Item::Valid(m) => panic!("expected invalid item, got {m:?}"),
+                })
+                .collect();
+            render_batch(&msgs, Style::Frame).expect("json")
+        }
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+const PARSE: &str = r#"{"jsonrpc":"2.0","error":{"code":-32700,"message":"Parse error"},"id":null}"#;
+const INVALID_NULL: &str =
+    r#"{"jsonrpc":"2.0","error":{"code":-32600,"message":"Invalid Request"},"id":null}"#;
+
+#[test]
+fn parse_errors() {
+    assert_eq!(reply_text(decode(r#"{"jsonrpc":"2.0","method":"foobar, "params":"bar","baz]"#, 100)), PARSE);
+    assert_eq!(
+        reply_text(decode(r#"[{"jsonrpc":"2.0","method":"sum","params":[1,2,4],"id":"1"},{"jsonrpc":"2.0","method"]"#, 100)),
+        PARSE
+    );
+    assert_eq!(reply_text(decode("{} x", 100)), PARSE);
+    assert_eq!(reply_text(decode("   ", 100)), PARSE);
+}
+
+#[test]
+fn invalid_shapes_get_id_null() {
+    assert_eq!(reply_text(decode("[]", 100)), INVALID_NULL);
+    for text in ["1", "\"x\"", "true", "null", r#"{"jsonrpc":"2.0","method":1,"params":"bar"}"#, r#"{"jsonrpc":"2.0","method":"m","id":{"a":1}}"#, r#"{"jsonrpc":"2.0","method":"m","id":true}"#] {
+        assert_eq!(reply_text(decode(text, 100)), INVALID_NULL, "{text}");
+    }
+    assert_eq!(reply_text(decode("[1]", 100)), format!("[{INVALID_NULL}]"));
+    assert_eq!(reply_text(decode("[1,2,3]", 100)), format!("[{INVALID_NULL},{INVALID_NULL},{INVALID_NULL}]"));
+}
+
+#[test]
+fn invalid_with_usable_id_echoes_it() {
+    let want = r#"{"jsonrpc":"2.0","error":{"code":-32600,"message":"Invalid Request"},"id":7}"#;
+    for text in [
+        r#"{"jsonrpc":"2.1","method":"m","id":7}"#,
+        r#"{"method":"m","id":7}"#,
+        r#"{"jsonrpc":2.0,"method":"m","id":7}"#,
+        r#"{"jsonrpc":"2.0","id":7}"#,
+        r#"{"jsonrpc":"2.0","method":"m","params":"x","id":7}"#,
+        r#"{"jsonrpc":"2.0","method":"m","params":null,"id":7}"#,
+    ] {
+        assert_eq!(reply_text(decode(text, 100)), want, "{text}");
+    }
+}
+
+#[test]
+fn batch_limit_error_is_exact() {
+    let items = vec![r#"{"jsonrpc":"2.0","method":"m","id":1}"#; 3].join(",");
+    let text = format!("[{items}]");
+    assert_eq!(
+        reply_text(decode(&text, 2)),
+        r#"{"jsonrpc":"2.0","error":{"code":-32600,"message":"Invalid Request","data":"Batch size exceeds maximum of 2"},"id":null}"#
+    );
+    assert!(matches!(decode(&text, 3), Inbound::Batch(items) if items.len() == 3));
+}
+
+#[test]
+fn ids_are_kept_byte_for_byte() {
+    for id in ["1", "1.0", "-0", "1e3", "\"1\"", "\"\\u0031\"", "12345678901234567890", "null"] {
+        let text = format!(r#"{{"jsonrpc":"2.0","method":"echo","params":[1],"id":{id}}}"#);
+        match decode(&text, 100) {
+            Inbound::Single(Item::Valid(Message::Request { id: got, method, params })) => {
+                assert_eq!(got.as_json(), Some(id));
+                assert_eq!(method, "echo");
+                assert_eq!(params.and_then(|p| p.as_json().map(str::to_owned)).as_deref(), Some("[1]"));
+            }
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn notifications_and_replies() {
+    assert!(matches!(
+        decode(r#"{"jsonrpc":"2.0","method":"update","params":[1,2,3]}"#, 100),
+        Inbound::Single(Item::Valid(Message::Notification { .. }))
+    ));
+    assert!(matches!(
+        decode(r#"{"jsonrpc":"2.0","result":19,"id":"s1"}"#, 100),
+        Inbound::Single(Item::Valid(Message::Response { .. }))
+    ));
+    assert!(matches!(
+        decode(r#"{"jsonrpc":"2.0","error":{"code":-1,"message":"x"},"id":"s1"}"#, 100),
+        Inbound::Single(Item::Valid(Message::Error { .. }))
+    ));
+}
+
+#[test]
+fn render_round_trips_exact_bytes() {
+    let text = r#"{"jsonrpc":"2.0","method":"subtract","params":{"minuend": 42, "subtrahend":23},"id":1.0}"#;
+    let Inbound::Single(Item::Valid(msg)) = decode(text, 100) else { panic!() };
+    assert_eq!(
+        render(&msg, Style::Frame).expect("json"),
+        r#"{"jsonrpc":"2.0","method":"subtract","params":{"minuend": 42, "subtrahend":23},"id":1.0}"#
+    );
+}
+
+#[test]
+fn line_style_minifies_only_multiline_payloads() {
+    let text = "{\"jsonrpc\":\"2.0\",\"method\":\"echo\",\"params\":{\n  \"a b\": \"x\\n y\",\n  \"c\": [1, 2]\n},\"id\":1}";
+    let Inbound::Single(Item::Valid(msg)) = decode(text, 100) else { panic!() };
+    assert_eq!(
+        render(&msg, Style::Line).expect("json"),
+        r#"{"jsonrpc":"2.0","method":"echo","params":{"a b":"x\n y","c":[1,2]},"id":1}"#
+    );
+}
+
+#[test]
+fn upstream_replies_decode() {
+    let ok = decode_upstream(r#"{"jsonrpc":"2.0","result":{"a":1},"id":3}"#).expect("reply");
+    assert!(matches!(ok, Message::Response { .. }));
+    let err = decode_upstream(r#"{"jsonrpc":"2.0","error":{"code":-32603,"message":"session_id is required"},"id":null}"#).expect("reply");
+    match err {
+        Message::Error { id, error } => {
+            assert_eq!(id.and_then(|i| i.as_json().map(str::to_owned)).as_deref(), Some("null"));
+            assert_eq!(error.code, -32603);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(decode_upstream(r#"{"jsonrpc":"2.0","error":{"code":"x","message":"m"},"id":1}"#).is_err());
+    assert!(decode_upstream("nope").is_err());
+    assert!(matches!(decode_upstream(r#"{"jsonrpc":"2.0","method":"tick"}"#), Ok(Message::Notification { .. })));
+}

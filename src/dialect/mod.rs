@@ -1,0 +1,76 @@
+//! Pure, synchronous wire codecs: bytes ⇄ [`Message`](crate::envelope::Message).
+//!
+//! Nothing in this module touches a socket or tokio: every codec can be
+//! tested with byte literals alone. Transports (`crate::transport`,
+//! `crate::upstream`) own the I/O and call in here.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// The RPC dialects switchyard speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    /// JSON-RPC 2.0 in WebSocket text frames.
+    JsonRpc,
+    /// JSON-RPC 2.0, one compact JSON text per line, over a Unix socket.
+    Ndjson,
+    /// holon-rpc envelopes over WebSocket (subprotocol `holon-rpc`).
+    Holon,
+    /// Sideband binary frames over WebSocket.
+    Sideband,
+}
+
+// === impl Dialect ===
+
+impl Dialect {
+    /// Every dialect, for exhaustive tests and config messages.
+    pub const ALL: [Dialect; 4] = [
+        Dialect::JsonRpc,
+        Dialect::Ndjson,
+        Dialect::Holon,
+        Dialect::Sideband,
+    ];
+
+    /// Stable name, used in config and metric labels.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Dialect::JsonRpc => "jsonrpc-ws",
+            Dialect::Ndjson => "ndjson",
+            Dialect::Holon => "holon-rpc",
+            Dialect::Sideband => "sideband",
+        }
+    }
+
+    /// True for dialects carried over WebSocket.
+    pub const fn is_websocket(self) -> bool {
+        !matches!(self, Dialect::Ndjson)
+    }
+}
+
+impl fmt::Display for Dialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An unknown dialect name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown dialect {0:?} (expected one of: jsonrpc-ws, ndjson, holon-rpc, sideband)")]
+pub struct UnknownDialect(pub String);
+
+impl FromStr for Dialect {
+    type Err = UnknownDialect;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "jsonrpc-ws" | "jsonrpc" => Ok(Dialect::JsonRpc),
+            "ndjson" => Ok(Dialect::Ndjson),
+            "holon-rpc" | "holon" => Ok(Dialect::Holon),
+            "sideband" => Ok(Dialect::Sideband),
+            other => Err(UnknownDialect(other.to_owned())),
+        }
+    }
+}
+
+pub mod jsonrpc;
+pub mod render;

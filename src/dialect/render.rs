@@ -1,0 +1,183 @@
+//! Rendering [`Message`]s as JSON-RPC 2.0 text.
+//!
+//! Raw ids and payloads are copied as they are. With [`Style::Line`] (NDJSON)
+//! raw values that contain line breaks are minified, because a pretty-printed
+//! client message would otherwise split the line; string contents are never
+//! re-escaped.
+
+use std::fmt::Write as _;
+
+use crate::envelope::{ErrorObject, Message, Outcome, Payload, WireId};
+
+/// How a text is framed on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// One WebSocket text frame: raw values copied verbatim.
+    Frame,
+    /// One NDJSON line: raw values containing line breaks are minified.
+    Line,
+}
+
+/// A payload that cannot be rendered as JSON (CBOR needs transcoding first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("payload is not JSON")]
+pub struct NotJson;
+
+/// Renders one message as compact JSON-RPC 2.0 text.
+pub fn render(msg: &Message, style: Style) -> Result<String, NotJson> {
+    let mut out = String::with_capacity(64 + approx_len(msg));
+    render_into(msg, style, &mut out)?;
+    Ok(out)
+}
+
+/// Renders a batch reply (a JSON array of messages).
+pub fn render_batch(msgs: &[Message], style: Style) -> Result<String, NotJson> {
+    let mut out = String::with_capacity(64 * msgs.len() + 2);
+    out.push('[');
+    for (i, msg) in msgs.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        render_into(msg, style, &mut out)?;
+    }
+    out.push(']');
+    Ok(out)
+}
+
+/// Appends one message to `out`.
+pub fn render_into(msg: &Message, style: Style, out: &mut String) -> Result<(), NotJson> {
+    out.push_str("{\"jsonrpc\":\"2.0\",");
+    match msg {
+        Message::Request { id, method, params } => {
+            push_method(out, method, params.as_ref(), style)?;
+            out.push_str(",\"id\":");
+            push_id(out, id);
+        }
+        Message::Notification { method, params } => {
+            push_method(out, method, params.as_ref(), style)?;
+        }
+        Message::Response { id, result } => {
+            out.push_str("\"result\":");
+            match result {
+                Outcome::Value(p) => push_payload(out, p, style)?,
+                Outcome::Void => out.push_str("null"),
+            }
+            out.push_str(",\"id\":");
+            push_id(out, id);
+        }
+        Message::Error { id, error } => {
+            out.push_str("\"error\":");
+            push_error(out, error, style)?;
+            out.push_str(",\"id\":");
+            match id {
+                Some(id) => push_id(out, id),
+                None => out.push_str("null"),
+            }
+        }
+    }
+    out.push('}');
+    Ok(())
+}
+
+fn push_method(
+    out: &mut String,
+    method: &str,
+    params: Option<&Payload>,
+    style: Style,
+) -> Result<(), NotJson> {
+    out.push_str("\"method\":");
+    push_str(out, method);
+    if let Some(p) = params {
+        out.push_str(",\"params\":");
+        push_payload(out, p, style)?;
+    }
+    Ok(())
+}
+
+fn push_error(out: &mut String, error: &ErrorObject, style: Style) -> Result<(), NotJson> {
+    // Writing to a String cannot fail.
+    let _ = write!(out, "{{\"code\":{},\"message\":", error.code);
+    push_str(out, &error.message);
+    if let Some(data) = &error.data {
+        out.push_str(",\"data\":");
+        push_payload(out, data, style)?;
+    }
+    out.push('}');
+    Ok(())
+}
+
+fn push_id(out: &mut String, id: &WireId) {
+    match id {
+        WireId::Json(raw) => out.push_str(raw.get()),
+        WireId::Cid(cid) => {
+            out.push('"');
+            for b in cid {
+                // Writing to a String cannot fail.
+                let _ = write!(out, "{b:02x}");
+            }
+            out.push('"');
+        }
+    }
+}
+
+fn push_payload(out: &mut String, payload: &Payload, style: Style) -> Result<(), NotJson> {
+    let Payload::Json(raw) = payload else {
+        return Err(NotJson);
+    };
+    let text = raw.get();
+    if style == Style::Line && text.contains(['\n', '\r']) {
+        minify_into(text, out);
+    } else {
+        out.push_str(text);
+    }
+    Ok(())
+}
+
+fn push_str(out: &mut String, s: &str) {
+    match serde_json::to_string(s) {
+        Ok(quoted) => out.push_str(&quoted),
+        // Serializing a &str cannot fail; keep the output valid regardless.
+        Err(_) => out.push_str("\"\""),
+    }
+}
+
+/// Removes insignificant whitespace from valid JSON, leaving strings untouched.
+pub fn minify_into(json: &str, out: &mut String) {
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in json.chars() {
+        if in_string {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+            out.push(c);
+        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
+            out.push(c);
+        }
+    }
+}
+
+fn approx_len(msg: &Message) -> usize {
+    let payload = |p: Option<&Payload>| match p {
+        Some(Payload::Json(raw)) => raw.get().len(),
+        Some(Payload::Cbor(b)) => b.len(),
+        None => 0,
+    };
+    match msg {
+        Message::Request { params, .. } | Message::Notification { params, .. } => {
+            payload(params.as_ref())
+        }
+        Message::Response {
+            result: Outcome::Value(p),
+            ..
+        } => payload(Some(p)),
+        _ => 32,
+    }
+}

@@ -1,0 +1,165 @@
+//! The `switchyard` binary: CLI → config → bind → run.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use switchyard::config::{Config, EXIT_CONFIG};
+use switchyard::daemon::DaemonOptions;
+use switchyard::{app, client, demo, shutdown, telemetry};
+
+/// switchyard: a sidecar RPC gateway.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Run {
+        /// TOML configuration file (SWITCHYARD_* environment variables override it).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+    /// Validate a configuration and print the effective result.
+    Check {
+        /// TOML configuration file.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+    /// Run the gateway with the bundled reference daemon: nothing to set up.
+    Demo {
+        /// Address for the demo's WebSocket listener (a free port is used if taken).
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+    },
+    /// Call a method on a switchyard listener (ws://… or unix://…) and print the reply.
+    Call {
+        /// ws://host:port/path, or unix:///path/to.sock
+        url: String,
+        /// Method name.
+        method: String,
+        /// Params as JSON (an array or an object).
+        params: Option<String>,
+        /// Speak holon-rpc instead of JSON-RPC 2.0 (WebSocket only).
+        #[arg(long)]
+        holon: bool,
+        /// Seconds to wait for the reply.
+        #[arg(long, default_value_t = 10)]
+        timeout: u64,
+    },
+    /// Run the reference NDJSON daemon alone.
+    Daemon {
+        /// Socket path.
+        #[arg(long)]
+        socket: PathBuf,
+        /// Mimic the HumanLayer daemon's quirks.
+        #[arg(long)]
+        hld_quirks: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("switchyard: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(cli.command))
+}
+
+async fn run(command: Command) -> ExitCode {
+    match command {
+        Command::Run { config } => {
+            let cfg = match load(config) {
+                Ok(cfg) => cfg,
+                Err(code) => return code,
+            };
+            telemetry::init_logging(&cfg.log);
+            let bound = match app::bind(cfg).await {
+                Ok(b) => b,
+                Err(e) => {
+                    eprintln!("switchyard: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let running = bound.spawn();
+            tracing::info!("switchyard is running");
+            shutdown::signal().await;
+            running.shutdown().await;
+            ExitCode::SUCCESS
+        }
+        Command::Check { config } => check(config),
+        Command::Demo { listen } => report(demo::run(listen).await),
+        Command::Call { url, method, params, holon, timeout } => {
+            let timeout = Duration::from_secs(timeout);
+            let reply = if holon {
+                client::call_holon(&url, &method, params.as_deref(), timeout).await
+            } else {
+                client::call(&url, &method, params.as_deref(), timeout).await
+            };
+            match reply {
+                Ok(text) => {
+                    println!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("switchyard call: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Daemon { socket, hld_quirks } => {
+            let opts = DaemonOptions { hld_quirks };
+            report(switchyard::daemon::run_until_signal(&socket, opts).await.map_err(Into::into))
+        }
+    }
+}
+
+fn load(config: Option<PathBuf>) -> Result<Config, ExitCode> {
+    Config::load(config.as_deref()).map_err(|e| {
+        eprintln!("switchyard: invalid configuration:\n{e}");
+        ExitCode::from(EXIT_CONFIG as u8)
+    })
+}
+
+fn check(config: Option<PathBuf>) -> ExitCode {
+    match switchyard::config::raw::RawConfig::load(config.as_deref()) {
+        Ok(raw) => {
+            let text = raw.to_toml_string();
+            match switchyard::config::validate::validate(raw) {
+                Ok(_) => {
+                    println!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("switchyard: invalid configuration:\n{e}");
+                    ExitCode::from(EXIT_CONFIG as u8)
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("switchyard: invalid configuration:\n{e}");
+            ExitCode::from(EXIT_CONFIG as u8)
+        }
+    }
+}
+
+fn report(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("switchyard: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

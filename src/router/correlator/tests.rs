@@ -1,0 +1,107 @@
+use proptest::prelude::*;
+
+use super::*;
+
+#[test]
+fn ids_start_at_one_and_resolve_once() {
+    let mut c = Correlator::new(false);
+    assert_eq!(c.insert("a"), Ok(1));
+    assert_eq!(c.insert("b"), Ok(2));
+    assert_eq!(c.resolve(2), Resolution::Pending("b"));
+    assert_eq!(c.resolve(2), Resolution::Duplicate);
+    assert_eq!(c.resolve(99), Resolution::Unknown);
+    assert_eq!(c.abandon(1), Some("a"));
+    assert_eq!(c.resolve(1), Resolution::Stale);
+    assert!(c.is_empty());
+}
+
+#[test]
+fn closed_table_refuses_and_drains() {
+    let mut c = Correlator::new(false);
+    c.insert(1).expect("open");
+    c.insert(2).expect("open");
+    let mut drained = c.close();
+    drained.sort();
+    assert_eq!(drained, vec![1, 2]);
+    assert_eq!(c.insert(3), Err(3));
+}
+
+#[test]
+fn ordered_mode_checks_fifo_and_attributes_null() {
+    let mut c = Correlator::new(true);
+    let a = c.insert("a").expect("open");
+    let b = c.insert("b").expect("open");
+    let d = c.insert("d").expect("open");
+    assert_eq!(c.resolve_ordered(Some(a)), Ok(Resolution::Pending("a")));
+    // An id:null error line answers the oldest call.
+    assert_eq!(c.resolve_ordered(None), Ok(Resolution::Pending("b")));
+    // An abandoned call keeps its place; its late reply is stale.
+    assert_eq!(c.abandon(d), Some("d"));
+    assert_eq!(c.unanswered(), 1);
+    assert_eq!(c.resolve_ordered(Some(d)), Ok(Resolution::Stale));
+    assert!(c.resolve_ordered(Some(b)).is_err());
+}
+
+#[test]
+fn ordered_mode_detects_reordering() {
+    let mut c = Correlator::new(true);
+    let _a = c.insert(()).expect("open");
+    let b = c.insert(()).expect("open");
+    assert_eq!(
+        c.resolve_ordered(Some(b)),
+        Err(OutOfSync { expected: Some(1), got: Some(2) })
+    );
+}
+
+#[test]
+fn cancel_removes_from_order() {
+    let mut c = Correlator::new(true);
+    let a = c.insert("a").expect("open");
+    let b = c.insert("b").expect("open");
+    assert_eq!(c.cancel(b), Some("b"));
+    assert_eq!(c.resolve_ordered(Some(a)), Ok(Resolution::Pending("a")));
+    assert_eq!(c.unanswered(), 0);
+}
+
+#[test]
+fn wraps_below_two_to_the_53() {
+    let mut c = Correlator::new(false);
+    c.next_id = MAX_GATEWAY_ID;
+    assert_eq!(c.insert(()), Ok(MAX_GATEWAY_ID));
+    assert_eq!(c.insert(()), Ok(1));
+}
+
+#[test]
+fn parses_float_spellings() {
+    assert_eq!(parse_gateway_id("3"), Some(3));
+    assert_eq!(parse_gateway_id("3.0"), Some(3));
+    assert_eq!(parse_gateway_id("3e0"), Some(3));
+    assert_eq!(parse_gateway_id("3.5"), None);
+    assert_eq!(parse_gateway_id("\"3\""), None);
+    assert_eq!(parse_gateway_id("0"), Some(0));
+}
+
+proptest! {
+    /// Every issued id is unique among pending ones and maps back to its waiter.
+    #[test]
+    fn insert_resolve_round_trip(ops in proptest::collection::vec(0u8..3, 1..200)) {
+        let mut c = Correlator::new(false);
+        let mut live: Vec<(u64, usize)> = Vec::new();
+        for (n, op) in ops.into_iter().enumerate() {
+            match op {
+                0 | 1 => {
+                    let id = c.insert(n).expect("open");
+                    prop_assert!(id >= 1 && id <= MAX_GATEWAY_ID);
+                    prop_assert!(live.iter().all(|(l, _)| *l != id));
+                    live.push((id, n));
+                }
+                _ => {
+                    if let Some((id, waiter)) = live.pop() {
+                        prop_assert_eq!(c.resolve(id), Resolution::Pending(waiter));
+                    }
+                }
+            }
+        }
+        prop_assert_eq!(c.len(), live.len());
+    }
+}

@@ -1,0 +1,256 @@
+//! Routing and reply delivery: the core between listeners and upstreams.
+//!
+//! A [`Route`] is one listener's view of the world: its config and the
+//! upstreams its methods map to. [`Route::handle`] takes one decoded client
+//! item and produces the reply to send back (if any), with the client's
+//! original id restored. Correlation itself lives in [`correlator`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::future::join_all;
+use tokio::time::Instant as TokioInstant;
+
+use crate::config::ListenerConfig;
+use crate::dialect::jsonrpc::Item;
+use crate::envelope::{Message, Payload, WireId};
+use crate::error::{ErrorKind, GatewayError};
+use crate::telemetry::metrics::Metrics;
+use crate::upstream::Upstream;
+
+pub mod correlator;
+
+/// Batch items bound for one upstream: (position, request id, method, params).
+type Group = (Arc<Upstream>, Vec<(usize, Option<WireId>, String, Option<Payload>)>);
+
+fn push_group(groups: &mut Vec<Group>, up: Arc<Upstream>, call: (usize, Option<WireId>, String, Option<Payload>)) {
+    match groups.iter_mut().find(|(u, _)| Arc::ptr_eq(u, &up)) {
+        Some((_, calls)) => calls.push(call),
+        None => groups.push((up, vec![call])),
+    }
+}
+
+/// One listener's routing table with the upstreams resolved.
+#[derive(Debug)]
+pub struct Route {
+    /// The listener's configuration.
+    pub cfg: ListenerConfig,
+    default: Option<Arc<Upstream>>,
+    prefixes: Vec<(String, Arc<Upstream>)>,
+    metrics: Metrics,
+}
+
+// === impl Route ===
+
+impl Route {
+    /// Resolves the listener's route table against the started upstreams.
+    /// Config validation guarantees every name exists; a missing one is
+    /// treated as "no route".
+    pub fn new(cfg: ListenerConfig, upstreams: &HashMap<String, Arc<Upstream>>, metrics: Metrics) -> Self {
+        let default = cfg.routes.default.as_ref().and_then(|n| upstreams.get(n).cloned());
+        let prefixes = cfg
+            .routes
+            .prefixes
+            .iter()
+            .filter_map(|(p, n)| upstreams.get(n).map(|u| (p.clone(), u.clone())))
+            .collect();
+        Route { cfg, default, prefixes, metrics }
+    }
+
+    /// The upstream serving `method`, if any.
+    pub fn upstream_for(&self, method: &str) -> Option<&Arc<Upstream>> {
+        self.prefixes
+            .iter()
+            .find(|(p, _)| method.starts_with(p.as_str()))
+            .map(|(_, u)| u)
+            .or(self.default.as_ref())
+    }
+
+    /// Handles one client item and returns the reply to send, if any.
+    pub async fn handle(&self, item: Item) -> Option<Message> {
+        match item {
+            Item::Invalid(reply) => {
+                self.count_protocol_error("invalid_request");
+                Some(reply)
+            }
+            Item::Valid(Message::Request { id, method, params }) => {
+                Some(self.request(id, &method, params.as_ref()).await)
+            }
+            Item::Valid(Message::Notification { method, params }) => {
+                self.notification(&method, params.as_ref()).await
+            }
+            Item::Valid(Message::Response { .. } | Message::Error { .. }) => {
+                // No gateway-originated requests are pending towards this
+                // kind of client yet: the reply matches nothing.
+                self.metrics
+                    .unmatched_responses
+                    .with_label_values(&[self.cfg.dialect.as_str(), "client", "unknown"])
+                    .inc();
+                None
+            }
+        }
+    }
+
+    /// Handles the items of one client batch and returns their replies in
+    /// request order. Items routed to an upstream that accepts batches go to
+    /// it as one batch; all others are handled one by one, concurrently.
+    pub async fn handle_batch(&self, items: Vec<Item>) -> Vec<Message> {
+        let mut grouped: Vec<Group> = Vec::new();
+        let mut single = Vec::new();
+        for (i, item) in items.into_iter().enumerate() {
+            let target = match &item {
+                Item::Valid(Message::Request { method, .. } | Message::Notification { method, .. }) => self
+                    .routed(method)
+                    .filter(|u| u.config().accepts_batches && !u.config().streaming_methods.contains(method))
+                    .cloned(),
+                _ => None,
+            };
+            match (target, item) {
+                (Some(up), Item::Valid(Message::Request { id, method, params })) => {
+                    push_group(&mut grouped, up, (i, Some(id), method, params));
+                }
+                (Some(up), Item::Valid(Message::Notification { method, params })) => {
+                    push_group(&mut grouped, up, (i, None, method, params));
+                }
+                (_, item) => single.push((i, item)),
+            }
+        }
+        let singles = join_all(single.into_iter().map(|(i, item)| async move { vec![(i, self.handle(item).await)] }));
+        let groups = join_all(grouped.into_iter().map(|(up, calls)| self.forward_batch(up, calls)));
+        let (singles, groups) = tokio::join!(singles, groups);
+        let mut replies: Vec<(usize, Option<Message>)> = singles.into_iter().chain(groups).flatten().collect();
+        replies.sort_by_key(|(i, _)| *i);
+        replies.into_iter().filter_map(|(_, m)| m).collect()
+    }
+
+    async fn forward_batch(
+        &self,
+        upstream: Arc<Upstream>,
+        calls: Vec<(usize, Option<WireId>, String, Option<Payload>)>,
+    ) -> Vec<(usize, Option<Message>)> {
+        let deadline = TokioInstant::now() + self.cfg.request_timeout;
+        let wire: Vec<(&str, Option<&Payload>, bool)> =
+            calls.iter().map(|(_, id, m, p)| (m.as_str(), p.as_ref(), id.is_some())).collect();
+        let replies = upstream.call_batch(&wire, deadline).await;
+        calls
+            .into_iter()
+            .zip(replies)
+            .map(|((i, id, _, _), reply)| {
+                let msg = match (id, reply) {
+                    (Some(id), Some(reply)) => Some(self.reply_for(id, upstream.name(), reply)),
+                    _ => None,
+                };
+                (i, msg)
+            })
+            .collect()
+    }
+
+    /// An error reply to `id` in the listener's dialect.
+    pub fn error_reply(&self, id: WireId, err: &GatewayError) -> Message {
+        Message::error(Some(id), err.to_object(self.cfg.dialect))
+    }
+
+    async fn request(&self, id: WireId, method: &str, params: Option<&Payload>) -> Message {
+        let Some(upstream) = self.routed(method) else {
+            self.count_request("none", ErrorKind::MethodNotFound.as_str());
+            return self.error_reply(id, &GatewayError::new(ErrorKind::MethodNotFound));
+        };
+        if upstream.config().streaming_methods.iter().any(|m| m == method) {
+            // A streaming method would take a pooled connection over.
+            let err = GatewayError::with_detail(
+                ErrorKind::MethodNotFound,
+                "streaming methods are not served on this route",
+            );
+            return self.error_reply(id, &err);
+        }
+        let started = Instant::now();
+        let deadline = TokioInstant::now() + self.cfg.request_timeout;
+        let result = upstream.call_until(method, params, deadline).await;
+        let labels = [self.cfg.name.as_str(), upstream.name()];
+        self.metrics
+            .request_duration
+            .with_label_values(&labels)
+            .observe(started.elapsed().as_secs_f64());
+        self.reply_for(id, upstream.name(), result)
+    }
+
+    /// The client's reply for an upstream outcome, with the client's id.
+    fn reply_for(&self, id: WireId, upstream: &str, result: Result<Message, GatewayError>) -> Message {
+        match result {
+            Ok(Message::Response { result, .. }) => {
+                self.count_request(upstream, "ok");
+                Message::Response { id, result }
+            }
+            Ok(Message::Error { error, .. }) => {
+                self.count_request(upstream, "upstream_error");
+                Message::Error { id: Some(id), error }
+            }
+            Ok(_) => {
+                self.count_request(upstream, ErrorKind::Internal.as_str());
+                self.error_reply(id, &GatewayError::new(ErrorKind::Internal))
+            }
+            Err(mut err) => {
+                self.count_request(upstream, err.kind.as_str());
+                if err.kind == ErrorKind::Timeout {
+                    let ms = self.cfg.request_timeout.as_millis();
+                    err.detail = Some(format!("no reply from upstream within {ms} ms"));
+                }
+                self.error_reply(id, &err)
+            }
+        }
+    }
+
+    async fn notification(&self, method: &str, params: Option<&Payload>) -> Option<Message> {
+        if method == "ping" && self.cfg.answer_ping_notification {
+            return Some(Message::Notification {
+                method: "pong".to_owned(),
+                params: None,
+            });
+        }
+        let Some(upstream) = self.routed(method) else {
+            self.count_dropped("no_route");
+            return None;
+        };
+        if let Err(e) = upstream.notify(method, params).await {
+            tracing::debug!(listener = %self.cfg.name, upstream = upstream.name(), error = %e, "notification not delivered");
+            self.count_dropped(e.kind.as_str());
+        }
+        None
+    }
+
+    /// The upstream for a method; `rpc.*` methods are never forwarded.
+    fn routed(&self, method: &str) -> Option<&Arc<Upstream>> {
+        if method.starts_with("rpc.") {
+            return None;
+        }
+        self.upstream_for(method)
+    }
+
+    fn count_request(&self, upstream: &str, outcome: &str) {
+        self.metrics
+            .requests
+            .with_label_values(&[self.cfg.name.as_str(), upstream, outcome])
+            .inc();
+    }
+
+    fn count_dropped(&self, reason: &str) {
+        self.metrics
+            .dropped_messages
+            .with_label_values(&[self.cfg.dialect.as_str(), "client", reason])
+            .inc();
+    }
+
+    /// Counts a malformed client message.
+    pub fn count_protocol_error(&self, reason: &str) {
+        self.metrics
+            .protocol_errors
+            .with_label_values(&[self.cfg.dialect.as_str(), "client", reason])
+            .inc();
+    }
+
+    /// The metrics handle.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+}

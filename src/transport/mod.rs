@@ -1,0 +1,21 @@
+//! I/O only: accepting client connections, framing, per-connection tasks.
+//!
+//! [`ws`] serves the WebSocket dialects through axum; [`session`] is the
+//! transport-independent request handling every connection shares.
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub mod session;
+pub(crate) mod ws;
+
+/// What every listener task needs to serve and to shut down.
+#[derive(Debug, Clone)]
+pub(crate) struct Serve {
+    /// Cancelled on shutdown: stop accepting, stop reading.
+    pub(crate) shutdown: CancellationToken,
+    /// Cancelled when the grace period is over: answer what is left.
+    pub(crate) grace_over: CancellationToken,
+    /// Every connection task, so shutdown can wait for them.
+    pub(crate) sessions: TaskTracker,
+}

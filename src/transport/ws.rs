@@ -1,0 +1,220 @@
+//! WebSocket listeners (axum): upgrade routes and the per-connection driver.
+//!
+//! Listeners that share an address are served by one HTTP server, each on
+//! its own path; the path picks the dialect, never the offered subprotocol,
+//! and an unknown path gets 404. Each connection runs one reader loop (this
+//! task) and one writer task joined by the session's bounded outbox.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket, WebSocketUpgrade};
+use axum::response::Response;
+use axum::routing::get;
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::session::{Outgoing, Session};
+use super::Serve;
+use crate::dialect::render::{render, Style};
+use crate::dialect::Dialect;
+use crate::envelope::{Message, WireId};
+use crate::error::{ErrorKind, GatewayError};
+use crate::router::Route;
+
+/// Room above the configured message limit given to the WebSocket library,
+/// so that switchyard sees an oversize message first and can answer it in
+/// the dialect before closing with 1009.
+const LIBRARY_HEADROOM: usize = 64 * 1024;
+
+/// How the reader loop ended.
+enum End {
+    /// The client left or the link failed.
+    Gone,
+    /// switchyard closes the connection (the close frame is queued).
+    Closing,
+    /// Graceful shutdown.
+    Shutdown,
+}
+
+/// Serves every WebSocket listener bound to `listener` until shutdown.
+pub(crate) async fn serve(listener: TcpListener, routes: Vec<Arc<Route>>, ctx: Serve) -> std::io::Result<()> {
+    let mut app = axum::Router::new();
+    for route in routes {
+        let ListenAddrPath(path) = ListenAddrPath::of(&route);
+        let ctx = ctx.clone();
+        app = app.route(
+            &path,
+            get(move |ws: WebSocketUpgrade| {
+                let (route, ctx) = (route.clone(), ctx.clone());
+                async move { upgrade(ws, route, ctx) }
+            }),
+        );
+    }
+    let stop = ctx.shutdown.clone();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await
+}
+
+struct ListenAddrPath(String);
+
+impl ListenAddrPath {
+    fn of(route: &Route) -> Self {
+        match &route.cfg.addr {
+            crate::config::ListenAddr::Ws { path, .. } => ListenAddrPath(path.clone()),
+            crate::config::ListenAddr::Unix { .. } => ListenAddrPath(String::from("/")),
+        }
+    }
+}
+
+fn upgrade(ws: WebSocketUpgrade, route: Arc<Route>, ctx: Serve) -> Response {
+    let limit = route.cfg.max_message_bytes.saturating_add(LIBRARY_HEADROOM);
+    let ws = ws.max_message_size(limit).max_frame_size(limit);
+    let ws = match route.cfg.dialect {
+        Dialect::JsonRpc => ws.protocols(["jsonrpc"]),
+        Dialect::Holon => ws.protocols(["holon-rpc"]),
+        Dialect::Ndjson | Dialect::Sideband => ws,
+    };
+    let sessions = ctx.sessions.clone();
+    ws.on_upgrade(move |socket| sessions.track_future(run(socket, route, ctx)))
+}
+
+/// Drives one client connection to its end.
+async fn run(socket: WebSocket, route: Arc<Route>, ctx: Serve) {
+    let name = route.cfg.name.clone();
+    let metrics = route.metrics().clone();
+    metrics.connections_accepted.with_label_values(&[&name]).inc();
+    let open = metrics.connections_open.with_label_values(&[&name]);
+    open.inc();
+    let (sink, stream) = socket.split();
+    let (tx, rx) = mpsc::channel(route.cfg.outbox_capacity);
+    let writer = tokio::spawn(write_loop(sink, rx));
+    let session = Session::new(route.clone(), Style::Frame, tx.clone(), ctx.grace_over.clone());
+    let end = read_loop(stream, &session, &route, &tx, &ctx).await;
+    match end {
+        End::Gone | End::Closing => session.abort(),
+        End::Shutdown => {
+            session.drain().await;
+            // The writer may already be gone with the client.
+            let _ = tx.send(Outgoing::Close(1001, "going away")).await;
+        }
+    }
+    drop(session);
+    drop(tx);
+    if matches!(end, End::Gone) {
+        writer.abort();
+    } else if tokio::time::timeout(Duration::from_secs(2), writer).await.is_err() {
+        tracing::debug!(listener = %name, "writer did not finish closing in time");
+    }
+    open.dec();
+}
+
+async fn read_loop(
+    mut stream: futures_util::stream::SplitStream<WebSocket>,
+    session: &Session,
+    route: &Route,
+    tx: &mpsc::Sender<Outgoing>,
+    ctx: &Serve,
+) -> End {
+    let cfg = &route.cfg;
+    let period = cfg.ping_interval.min(cfg.pong_timeout) / 4;
+    let mut tick = tokio::time::interval(period.max(Duration::from_millis(10)));
+    let mut last_rx = Instant::now();
+    let mut ping_sent: Option<Instant> = None;
+    loop {
+        let frame = tokio::select! {
+            frame = stream.next() => frame,
+            _ = tick.tick() => {
+                if ping_sent.is_some_and(|t| t.elapsed() >= cfg.pong_timeout) {
+                    tracing::debug!(listener = %cfg.name, "peer missed its pong; dropping it");
+                    return End::Gone;
+                }
+                if ping_sent.is_none() && last_rx.elapsed() >= cfg.ping_interval {
+                    // A full outbox already shows the peer is slow; skip this ping.
+                    let _ = tx.try_send(Outgoing::Ping);
+                    ping_sent = Some(Instant::now());
+                }
+                continue;
+            }
+            () = ctx.shutdown.cancelled() => return End::Shutdown,
+        };
+        last_rx = Instant::now();
+        ping_sent = None;
+        match frame {
+            Some(Ok(WsMessage::Text(text))) => {
+                if text.len() > cfg.max_message_bytes {
+                    too_large(route, tx).await;
+                    return End::Closing;
+                }
+                session.on_text(text.as_str()).await;
+            }
+            Some(Ok(WsMessage::Binary(_))) => {
+                route.count_protocol_error("binary_frame");
+                let _ = tx.send(Outgoing::Close(1003, "binary frames are not supported")).await;
+                return End::Closing;
+            }
+            Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => {}
+            Some(Ok(WsMessage::Close(_))) | None => return End::Gone,
+            Some(Err(e)) => {
+                tracing::debug!(listener = %cfg.name, error = %e, "websocket read failed");
+                too_large_or_gone(route, tx, &e).await;
+                return End::Gone;
+            }
+        }
+    }
+}
+
+/// The dialect's answer to an oversize message, then close 1009.
+async fn too_large(route: &Route, tx: &mpsc::Sender<Outgoing>) {
+    route.count_protocol_error("message_too_large");
+    let limit = route.cfg.max_message_bytes;
+    if matches!(route.cfg.dialect, Dialect::JsonRpc) {
+        let err = GatewayError::with_detail(
+            ErrorKind::InvalidRequest,
+            format!("Message size exceeds maximum of {limit} bytes"),
+        );
+        let reply = Message::error(Some(WireId::null()), err.to_object(route.cfg.dialect));
+        if let Ok(text) = render(&reply, Style::Frame) {
+            // Closing anyway; a gone writer changes nothing.
+            let _ = tx.send(Outgoing::Text(text)).await;
+        }
+    }
+    let _ = tx.send(Outgoing::Close(1009, "message too large")).await;
+}
+
+/// The library refused a message above even its (larger) limit.
+async fn too_large_or_gone(route: &Route, tx: &mpsc::Sender<Outgoing>, e: &axum::Error) {
+    let text = e.to_string();
+    if text.contains("too long") || text.contains("too big") || text.contains("Space limit") {
+        too_large(route, tx).await;
+    }
+}
+
+/// Drains the outbox into the socket until a close is sent or the outbox
+/// is dropped.
+async fn write_loop(
+    mut sink: futures_util::stream::SplitSink<WebSocket, WsMessage>,
+    mut rx: mpsc::Receiver<Outgoing>,
+) {
+    while let Some(out) = rx.recv().await {
+        let result = match out {
+            Outgoing::Text(text) => sink.feed(WsMessage::Text(text.into())).await,
+            Outgoing::Ping => sink.feed(WsMessage::Ping(Default::default())).await,
+            Outgoing::Close(code, reason) => {
+                let frame = CloseFrame { code, reason: reason.into() };
+                // The peer may be gone already; we are closing either way.
+                let _ = sink.send(WsMessage::Close(Some(frame))).await;
+                break;
+            }
+        };
+        if result.is_err() {
+            break;
+        }
+        if rx.is_empty() && sink.flush().await.is_err() {
+            break;
+        }
+    }
+}

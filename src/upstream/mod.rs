@@ -1,0 +1,346 @@
+//! Upstreams: the services switchyard connects to.
+//!
+//! An [`Upstream`] is a pool of persistent, pipelined connections
+//! ([`link::Link`]) kept up by one supervisor task per slot, reconnecting
+//! with exponential backoff and jitter. Calls are admitted against the
+//! upstream-wide pending cap (with a bounded wait queue), placed on the
+//! least-loaded live connection, and settled by id. The transport-specific
+//! parts (dialing, framing) live in [`ndjson`].
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use prometheus::IntGauge;
+use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{NotificationPolicy, UpstreamConfig};
+use crate::envelope::{Message, Payload};
+use crate::error::{ErrorKind, GatewayError};
+use crate::telemetry::metrics::Metrics;
+
+pub(crate) mod link;
+mod ndjson;
+mod pool;
+
+use link::Link;
+
+/// A named upstream and its connection pool.
+#[derive(Debug)]
+pub struct Upstream {
+    shared: Arc<UpstreamShared>,
+    /// One entry per pool slot: the live link, if any.
+    slots: Vec<watch::Receiver<Option<Arc<Link>>>>,
+    /// Bumped whenever any slot changes, so callers can wait for a link.
+    changed: watch::Receiver<u64>,
+    /// Upstream-wide cap on calls in flight (`max_pending`).
+    pending: Arc<Semaphore>,
+    /// Calls waiting for a pending slot (bounded by `max_queued`).
+    queued: AtomicUsize,
+}
+
+/// Settings and metrics shared by an upstream's links.
+#[derive(Debug)]
+pub(crate) struct UpstreamShared {
+    pub(crate) cfg: UpstreamConfig,
+    pub(crate) metrics: Metrics,
+    entries: IntGauge,
+}
+
+/// Gives a call's gateway id up if the caller stops waiting before the reply.
+struct AbandonGuard {
+    link: Option<(Arc<Link>, u64)>,
+    timed_out: bool,
+}
+
+// === impl Upstream ===
+
+impl Upstream {
+    /// Starts the pool's supervisors; connections come up in the background.
+    pub fn start(cfg: UpstreamConfig, metrics: Metrics, shutdown: CancellationToken) -> Arc<Self> {
+        let entries = metrics.correlator_entries.with_label_values(&[&cfg.name]);
+        let pending = Arc::new(Semaphore::new(cfg.max_pending.get()));
+        let shared = Arc::new(UpstreamShared { cfg, metrics, entries });
+        let (changed_tx, changed) = watch::channel(0u64);
+        let changed_tx = Arc::new(changed_tx);
+        let slots = (0..shared.cfg.pool_size.get())
+            .map(|slot| pool::spawn_slot(slot, shared.clone(), changed_tx.clone(), shutdown.clone()))
+            .collect();
+        Arc::new(Upstream {
+            shared,
+            slots,
+            changed,
+            pending,
+            queued: AtomicUsize::new(0),
+        })
+    }
+
+    /// The upstream's config name.
+    pub fn name(&self) -> &str {
+        &self.shared.cfg.name
+    }
+
+    /// The upstream's configuration.
+    pub fn config(&self) -> &UpstreamConfig {
+        &self.shared.cfg
+    }
+
+    /// Live connections right now.
+    pub fn connected(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.borrow().as_ref().is_some_and(|l| l.usable()))
+            .count()
+    }
+
+    /// Calls one method and returns the upstream's reply (a response or an
+    /// error, still carrying the gateway id). Cancel-safe: dropping the
+    /// future abandons the call and a late reply is counted as stale.
+    pub async fn call(&self, method: &str, params: Option<&Payload>) -> Result<Message, GatewayError> {
+        self.call_inner(method, params, &mut AbandonGuard { link: None, timed_out: false }).await
+    }
+
+    /// Like [`call`](Self::call), but marks an abandoned call as timed out
+    /// (which retires ordered connections) when `deadline` passes.
+    pub async fn call_until(
+        &self,
+        method: &str,
+        params: Option<&Payload>,
+        deadline: tokio::time::Instant,
+    ) -> Result<Message, GatewayError> {
+        let mut guard = AbandonGuard { link: None, timed_out: false };
+        let result = tokio::time::timeout_at(deadline, self.call_inner(method, params, &mut guard)).await;
+        match result {
+            Ok(r) => r,
+            Err(_) => {
+                guard.timed_out = true;
+                Err(GatewayError::new(ErrorKind::Timeout))
+            }
+        }
+    }
+
+    /// Sends several calls as one batch (for upstreams that accept batches).
+    /// `calls[i].2` tells whether call `i` is a request (expects a reply).
+    /// Returns one entry per call: the reply for requests, `None` for
+    /// notifications. Requests unanswered at `deadline` get `timeout`.
+    pub async fn call_batch(
+        &self,
+        calls: &[(&str, Option<&Payload>, bool)],
+        deadline: tokio::time::Instant,
+    ) -> Vec<Option<Result<Message, GatewayError>>> {
+        let requests = calls.iter().filter(|c| c.2).count();
+        let fail_all = |err: GatewayError| calls.iter().map(|c| c.2.then(|| Err(err.clone()))).collect();
+        let started = tokio::time::timeout_at(deadline, self.start_batch(calls, requests)).await;
+        let (receivers, mut guard, _permits) = match started {
+            Ok(Ok(started)) => started,
+            Ok(Err(e)) => return fail_all(e),
+            Err(_) => return fail_all(GatewayError::new(ErrorKind::Timeout)),
+        };
+        let mut out = Vec::with_capacity(calls.len());
+        for (i, rx) in receivers.into_iter().enumerate() {
+            let Some(rx) = rx else {
+                out.push(None);
+                continue;
+            };
+            let reply = match tokio::time::timeout_at(deadline, rx).await {
+                Ok(Ok(reply)) => {
+                    guard.settled(i);
+                    reply
+                }
+                Ok(Err(_)) => {
+                    guard.settled(i);
+                    Err(GatewayError::new(ErrorKind::Unavailable))
+                }
+                Err(_) => Err(GatewayError::new(ErrorKind::Timeout)),
+            };
+            out.push(Some(reply));
+        }
+        guard.timed_out = true;
+        out
+    }
+
+    /// Admits, places and sends a batch; returns the reply receivers.
+    async fn start_batch(
+        &self,
+        calls: &[(&str, Option<&Payload>, bool)],
+        requests: usize,
+    ) -> Result<(Vec<Option<oneshot::Receiver<link::ReplyResult>>>, BatchGuard, Vec<OwnedSemaphorePermit>), GatewayError> {
+        let depth = self.shared.cfg.max_in_flight_per_connection.get();
+        if requests > depth.min(self.shared.cfg.max_pending.get()) {
+            return Err(GatewayError::with_detail(
+                ErrorKind::ResourceExhausted,
+                "batch larger than the upstream's in-flight limit",
+            ));
+        }
+        let mut permits = Vec::with_capacity(2);
+        if requests > 0 {
+            permits.push(self.admit_many(requests as u32).await?);
+        }
+        let link = self.pick_link().await?;
+        if requests > 0 {
+            let slot = link.depth.clone().acquire_many_owned(requests as u32).await;
+            permits.push(slot.map_err(|_| GatewayError::new(ErrorKind::Unavailable))?);
+        }
+        let (waiters, receivers): (Vec<_>, Vec<_>) = calls
+            .iter()
+            .map(|c| {
+                if c.2 {
+                    let (tx, rx) = oneshot::channel();
+                    (Some(tx), Some(rx))
+                } else {
+                    (None, None)
+                }
+            })
+            .unzip();
+        let pairs: Vec<(&str, Option<&Payload>)> = calls.iter().map(|c| (c.0, c.1)).collect();
+        let ids = link.send_batch(&pairs, waiters)?;
+        let guard = BatchGuard { link, ids, timed_out: false };
+        Ok((receivers, guard, permits))
+    }
+
+    /// Forwards a client notification according to the upstream's policy.
+    pub async fn notify(&self, method: &str, params: Option<&Payload>) -> Result<(), GatewayError> {
+        match self.shared.cfg.notifications {
+            NotificationPolicy::Forward => {
+                let link = self.pick_link().await?;
+                link.send_notification(method, params)
+            }
+            NotificationPolicy::AsRequest => match self.call(method, params).await? {
+                Message::Error { .. } => {
+                    self.shared.count_dropped("notification_error");
+                    Ok(())
+                }
+                _ => Ok(()),
+            },
+        }
+    }
+
+    async fn call_inner(
+        &self,
+        method: &str,
+        params: Option<&Payload>,
+        guard: &mut AbandonGuard,
+    ) -> Result<Message, GatewayError> {
+        let _admitted = self.admit().await?;
+        let link = self.pick_link().await?;
+        let _slot = link
+            .depth
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| GatewayError::new(ErrorKind::Unavailable))?;
+        let (tx, rx) = oneshot::channel();
+        let gid = link.send_request(method, params, tx)?;
+        guard.link = Some((link, gid));
+        let reply = rx.await;
+        guard.link = None;
+        reply.unwrap_or_else(|_| Err(GatewayError::new(ErrorKind::Unavailable)))
+    }
+
+    /// Takes a slot under the upstream-wide pending cap, waiting in the
+    /// bounded queue when the cap is reached.
+    async fn admit(&self) -> Result<OwnedSemaphorePermit, GatewayError> {
+        self.admit_many(1).await
+    }
+
+    async fn admit_many(&self, n: u32) -> Result<OwnedSemaphorePermit, GatewayError> {
+        if let Ok(permit) = self.pending.clone().try_acquire_many_owned(n) {
+            return Ok(permit);
+        }
+        let exhausted = || {
+            GatewayError::with_detail(ErrorKind::ResourceExhausted, "upstream pending limit reached")
+        };
+        if self.queued.fetch_add(1, Ordering::AcqRel) >= self.shared.cfg.max_queued {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(exhausted());
+        }
+        let permit = self.pending.clone().acquire_many_owned(n).await;
+        self.queued.fetch_sub(1, Ordering::AcqRel);
+        permit.map_err(|_| exhausted())
+    }
+
+    /// The least-loaded live link, waiting up to the connect timeout for one.
+    async fn pick_link(&self) -> Result<Arc<Link>, GatewayError> {
+        let deadline = tokio::time::Instant::now() + self.shared.cfg.connect_timeout;
+        let mut changed = self.changed.clone();
+        loop {
+            let best = self
+                .slots
+                .iter()
+                .filter_map(|s| s.borrow().as_ref().filter(|l| l.usable()).cloned())
+                .min_by_key(|l| l.in_flight());
+            if let Some(link) = best {
+                return Ok(link);
+            }
+            let wait = tokio::time::timeout_at(deadline, changed.changed()).await;
+            if !matches!(wait, Ok(Ok(()))) {
+                return Err(GatewayError::with_detail(
+                    ErrorKind::Unavailable,
+                    format!("upstream {} is not connected", self.shared.cfg.name),
+                ));
+            }
+        }
+    }
+}
+
+// === impl UpstreamShared ===
+
+impl UpstreamShared {
+    pub(crate) fn entries_gauge(&self) -> &IntGauge {
+        &self.entries
+    }
+
+    pub(crate) fn count_unmatched(&self, kind: &str) {
+        self.metrics
+            .unmatched_responses
+            .with_label_values(&[self.cfg.dialect.as_str(), "upstream", kind])
+            .inc();
+    }
+
+    pub(crate) fn count_dropped(&self, reason: &str) {
+        self.metrics
+            .dropped_messages
+            .with_label_values(&[self.cfg.dialect.as_str(), "upstream", reason])
+            .inc();
+    }
+
+    pub(crate) fn count_protocol_error(&self, reason: &str) {
+        self.metrics
+            .protocol_errors
+            .with_label_values(&[self.cfg.dialect.as_str(), "upstream", reason])
+            .inc();
+    }
+}
+
+/// Gives a batch's unsettled gateway ids up when the caller stops waiting.
+struct BatchGuard {
+    link: Arc<Link>,
+    ids: Vec<Option<u64>>,
+    timed_out: bool,
+}
+
+impl BatchGuard {
+    fn settled(&mut self, i: usize) {
+        if let Some(id) = self.ids.get_mut(i) {
+            *id = None;
+        }
+    }
+}
+
+impl Drop for BatchGuard {
+    fn drop(&mut self) {
+        for gid in self.ids.iter().flatten() {
+            self.link.abandon(*gid, self.timed_out);
+        }
+    }
+}
+
+// === impl AbandonGuard ===
+
+impl Drop for AbandonGuard {
+    fn drop(&mut self) {
+        if let Some((link, gid)) = self.link.take() {
+            link.abandon(gid, self.timed_out);
+        }
+    }
+}

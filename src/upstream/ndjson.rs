@@ -1,0 +1,75 @@
+//! NDJSON over a Unix socket: dialing and line framing for a [`Link`].
+//!
+//! Reads are framed by `LinesCodec` with the upstream's response limit (a
+//! longer line closes the connection and fails its calls); writes go through
+//! one writer task per connection, so lines never interleave, and are
+//! flushed when the queue runs empty.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+use tokio_util::codec::{FramedRead, LinesCodec};
+use tokio_util::sync::CancellationToken;
+
+use super::link::Link;
+use super::UpstreamShared;
+
+/// Room in the write queue beyond the in-flight cap, for notifications and
+/// refusals of upstream-originated requests.
+const EXTRA_QUEUE: usize = 64;
+
+/// Connects and starts the reader and writer tasks of a new link.
+pub(super) async fn connect(
+    path: &Path,
+    shared: Arc<UpstreamShared>,
+    shutdown: CancellationToken,
+) -> std::io::Result<Arc<Link>> {
+    let stream = UnixStream::connect(path).await?;
+    let (read, write) = stream.into_split();
+    let capacity = shared.cfg.max_in_flight_per_connection.get() + EXTRA_QUEUE;
+    let (tx, rx) = mpsc::channel(capacity);
+    let codec = LinesCodec::new_with_max_length(shared.cfg.max_response_bytes);
+    let lines = FramedRead::new(read, codec)
+        .filter(|line| std::future::ready(!matches!(line, Ok(l) if l.trim().is_empty())));
+    let link = Link::new(tx, shared);
+    tokio::spawn(write_lines(write, rx, link.clone()));
+    tokio::spawn(link.clone().run_reader(lines, shutdown));
+    Ok(link)
+}
+
+/// Writes queued lines until the link closes or the queue is dropped.
+async fn write_lines(write: OwnedWriteHalf, mut rx: mpsc::Receiver<String>, link: Arc<Link>) {
+    let mut out = BufWriter::new(write);
+    loop {
+        let line = tokio::select! {
+            line = rx.recv() => line,
+            () = link.closed.cancelled() => break,
+        };
+        let Some(line) = line else { break };
+        if let Err(e) = write_one(&mut out, &line).await {
+            tracing::debug!(error = %e, "upstream write failed");
+            link.fail_all("upstream write failed");
+            break;
+        }
+        if rx.is_empty() {
+            if let Err(e) = out.flush().await {
+                tracing::debug!(error = %e, "upstream flush failed");
+                link.fail_all("upstream write failed");
+                break;
+            }
+        }
+    }
+    // Closing the write half ends the connection for the daemon too; the
+    // error (if the peer is already gone) changes nothing.
+    let _ = out.shutdown().await;
+}
+
+async fn write_one(out: &mut BufWriter<OwnedWriteHalf>, line: &str) -> std::io::Result<()> {
+    out.write_all(line.as_bytes()).await?;
+    out.write_all(b"\n").await
+}

@@ -1,0 +1,167 @@
+//! Pool slot supervisors: keep one connection per slot up, reconnecting
+//! with exponential backoff (doubling, capped) and +0–10 % jitter.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::link::Link;
+use super::{ndjson, UpstreamShared};
+use crate::config::UpstreamTarget;
+
+/// How long a retired connection may wait for its late replies.
+const RETIRED_LINGER: Duration = Duration::from_secs(60);
+
+/// Spawns the supervisor of one slot and returns the slot's receiver.
+pub(super) fn spawn_slot(
+    slot: usize,
+    shared: Arc<UpstreamShared>,
+    changed: Arc<watch::Sender<u64>>,
+    shutdown: CancellationToken,
+) -> watch::Receiver<Option<Arc<Link>>> {
+    let (tx, rx) = watch::channel(None);
+    tokio::spawn(supervise(slot, shared, tx, changed, shutdown));
+    rx
+}
+
+async fn supervise(
+    slot: usize,
+    shared: Arc<UpstreamShared>,
+    tx: watch::Sender<Option<Arc<Link>>>,
+    changed: Arc<watch::Sender<u64>>,
+    shutdown: CancellationToken,
+) {
+    let name = shared.cfg.name.clone();
+    let up_gauge = shared.metrics.upstream_connections.with_label_values(&[&name]);
+    let reconnects = shared.metrics.upstream_reconnects.with_label_values(&[&name]);
+    let mut backoff = Backoff::new(shared.cfg.backoff_initial, shared.cfg.backoff_max);
+    let mut ever_connected = false;
+    while !shutdown.is_cancelled() {
+        let link = tokio::select! {
+            link = connect(&shared, &shutdown) => link,
+            () = shutdown.cancelled() => break,
+        };
+        let link = match link {
+            Ok(link) => link,
+            Err(e) => {
+                let delay = backoff.next_delay();
+                tracing::debug!(upstream = %name, slot, error = %e, ?delay, "upstream connect failed");
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => continue,
+                    () = shutdown.cancelled() => break,
+                }
+            }
+        };
+        if ever_connected {
+            reconnects.inc();
+        }
+        ever_connected = true;
+        backoff.reset();
+        tracing::debug!(upstream = %name, slot, "upstream connected");
+        up_gauge.inc();
+        publish(&tx, &changed, Some(link.clone()));
+        wait_until_unusable(&link, &shutdown).await;
+        up_gauge.dec();
+        publish(&tx, &changed, None);
+        if link.is_retiring() && !link.closed.is_cancelled() {
+            // Let the old connection drain its late replies, but not forever.
+            let old = link.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = tokio::time::sleep(RETIRED_LINGER) => old.fail_all("retired connection closed"),
+                    () = old.closed.cancelled() => {}
+                }
+            });
+        } else if !shutdown.is_cancelled() {
+            // The connection died: back off before dialing again.
+            let delay = backoff.next_delay();
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = shutdown.cancelled() => break,
+            }
+        }
+    }
+    publish(&tx, &changed, None);
+}
+
+async fn connect(
+    shared: &Arc<UpstreamShared>,
+    shutdown: &CancellationToken,
+) -> std::io::Result<Arc<Link>> {
+    let timeout = shared.cfg.connect_timeout;
+    let fut = async {
+        match &shared.cfg.target {
+            UpstreamTarget::Unix(path) => ndjson::connect(path, shared.clone(), shutdown.clone()).await,
+            UpstreamTarget::Ws(url) => Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                format!("WebSocket upstreams are not supported yet ({url})"),
+            )),
+        }
+    };
+    tokio::time::timeout(timeout, fut)
+        .await
+        .unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")))
+}
+
+async fn wait_until_unusable(link: &Link, shutdown: &CancellationToken) {
+    tokio::select! {
+        () = link.closed.cancelled() => {}
+        () = link.retired.cancelled() => {}
+        () = shutdown.cancelled() => {}
+    }
+}
+
+fn publish(
+    tx: &watch::Sender<Option<Arc<Link>>>,
+    changed: &watch::Sender<u64>,
+    link: Option<Arc<Link>>,
+) {
+    tx.send_replace(link);
+    changed.send_modify(|n| *n = n.wrapping_add(1));
+}
+
+/// Exponential backoff with +0–10 % jitter.
+#[derive(Debug)]
+struct Backoff {
+    initial: Duration,
+    max: Duration,
+    current: Duration,
+}
+
+impl Backoff {
+    fn new(initial: Duration, max: Duration) -> Self {
+        Backoff { initial, max, current: initial }
+    }
+
+    fn next_delay(&mut self) -> Duration {
+        let base = self.current;
+        self.current = (self.current * 2).min(self.max);
+        let jitter = rand::rng().random_range(0.0..0.1);
+        base.mul_f64(1.0 + jitter)
+    }
+
+    fn reset(&mut self) {
+        self.current = self.initial;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_the_cap_with_bounded_jitter() {
+        let mut b = Backoff::new(Duration::from_millis(500), Duration::from_secs(4));
+        let delays: Vec<Duration> = (0..6).map(|_| b.next_delay()).collect();
+        let bases = [500, 1000, 2000, 4000, 4000, 4000];
+        for (d, base) in delays.iter().zip(bases) {
+            let base = Duration::from_millis(base);
+            assert!(*d >= base && *d <= base.mul_f64(1.1), "{d:?} vs {base:?}");
+        }
+        b.reset();
+        assert!(b.next_delay() < Duration::from_millis(551));
+    }
+}

@@ -1,0 +1,135 @@
+//! The binary: the demo prints working endpoints, `call` reaches them, and
+//! an invalid configuration exits 64 listing every problem, before any
+//! socket is opened.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
+
+#[test]
+fn demo_prints_endpoints_that_work_and_stops_on_sigterm() {
+    let mut demo = Command::new(BIN)
+        .args(["demo", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn demo");
+    let started = Instant::now();
+    let stdout = demo.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let mut ws_url = None;
+    let mut unix_url = None;
+    for line in lines.by_ref() {
+        let line = line.expect("line");
+        for word in line.split_whitespace() {
+            if word.starts_with("ws://") && ws_url.is_none() {
+                ws_url = Some(word.to_owned());
+            }
+            if word.starts_with("unix://") && unix_url.is_none() {
+                unix_url = Some(word.to_owned());
+            }
+        }
+        if line.contains("Ctrl-C") {
+            break;
+        }
+    }
+    assert!(started.elapsed() < Duration::from_secs(10), "demo too slow to start");
+    let ws_url = ws_url.expect("demo printed a ws:// endpoint");
+    let unix_url = unix_url.expect("demo printed the daemon socket");
+
+    let out = Command::new(BIN).args(["call", &ws_url, "subtract", "[42,23]"]).output().expect("call");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), r#"{"jsonrpc":"2.0","result":19,"id":1}"#);
+    let out = Command::new(BIN).args(["call", &unix_url, "get_data"]).output().expect("call");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), r#"{"jsonrpc":"2.0","result":["hello",5],"id":1}"#);
+
+    let status = Command::new("kill").args(["-TERM", &demo.id().to_string()]).status().expect("kill");
+    assert!(status.success());
+    let exit = wait_with_timeout(&mut demo, Duration::from_secs(10)).expect("demo exits on SIGTERM");
+    assert!(exit.success(), "{exit:?}");
+}
+
+fn wait_with_timeout(child: &mut std::process::Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Do not leave a stray process behind a failed assertion.
+    let _ = child.kill();
+    None
+}
+
+#[test]
+fn invalid_config_exits_64_listing_every_problem_without_binding() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("never.sock");
+    let file = dir.path().join("bad.toml");
+    std::fs::write(
+        &file,
+        format!(
+            r#"
+[listeners.public]
+dialect = "jsonrpc-ws"
+address = "127.0.0.1:0"
+bogus_key = 1
+
+[listeners.local]
+dialect = "ndjson"
+socket = "{}"
+
+[upstreams.daemon]
+dialect = "smoke-signals"
+socket = "/tmp/x.sock"
+"#,
+            sock.display()
+        ),
+    )
+    .expect("write");
+    for sub in ["check", "run"] {
+        let out = Command::new(BIN).args([sub, "--config"]).arg(&file).output().expect("run");
+        assert_eq!(out.status.code(), Some(64), "{sub}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("bogus_key"), "{sub}: {stderr}");
+        assert!(!sock.exists(), "{sub} created a socket before validating");
+    }
+
+    // Semantic problems are all listed together.
+    std::fs::write(
+        &file,
+        r#"
+[listeners.public]
+dialect = "jsonrpc-ws"
+max_batch_items = 0
+
+[upstreams.daemon]
+dialect = "smoke-signals"
+
+[[routes]]
+listener = "public"
+upstream = "nowhere"
+"#,
+    )
+    .expect("write");
+    let out = Command::new(BIN).args(["check", "--config"]).arg(&file).output().expect("run");
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for needle in ["listeners.public.address", "max_batch_items", "smoke-signals", "nowhere"] {
+        assert!(stderr.contains(needle), "missing {needle:?} in:\n{stderr}");
+    }
+}
+
+#[test]
+fn check_prints_the_effective_config() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/switchyard.example.toml");
+    let out = Command::new(BIN).args(["check", "--config", example]).output().expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let parsed: toml::Value = toml::from_str(&stdout).expect("check prints TOML");
+    assert!(parsed.get("listeners").is_some(), "{stdout}");
+}

@@ -1,0 +1,496 @@
+//! Configuration loading and validation, through the public API only.
+
+use std::num::NonZeroUsize;
+use std::path::Path;
+use std::time::Duration;
+
+use switchyard::config::raw::RawConfig;
+use switchyard::config::{
+    Config, ConfigError, ListenAddr, LogFormat, NotificationPolicy, UpstreamMode, UpstreamTarget,
+};
+use switchyard::dialect::Dialect;
+
+const EXAMPLE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/config/switchyard.example.toml"
+);
+
+const MINIMAL: &str = r#"
+[listeners.public]
+dialect = "jsonrpc-ws"
+address = "127.0.0.1:0"
+
+[upstreams.daemon]
+dialect = "ndjson"
+socket = "/tmp/d.sock"
+
+[[routes]]
+listener = "public"
+upstream = "daemon"
+"#;
+
+fn problems(text: &str) -> Vec<String> {
+    match Config::from_toml(text) {
+        Ok(_) => panic!("expected an invalid configuration:\n{text}"),
+        Err(e) => e.problems().to_vec(),
+    }
+}
+
+fn assert_has(problems: &[String], needle: &str) {
+    assert!(
+        problems.iter().any(|p| p.contains(needle)),
+        "no problem mentions {needle:?}; got:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn example_file_loads_and_validates() {
+    let text = std::fs::read_to_string(EXAMPLE).expect("example file is readable");
+    let config = Config::from_toml(&text).expect("example config is valid");
+
+    let names: Vec<_> = config.listeners.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["local", "public"], "listeners come in name order");
+    let public = &config.listeners[1];
+    assert_eq!(public.dialect, Dialect::JsonRpc);
+    assert_eq!(
+        public.addr,
+        ListenAddr::Ws {
+            addr: "127.0.0.1:8080".parse().expect("valid address"),
+            path: "/rpc".to_owned(),
+        }
+    );
+    assert_eq!(public.routes.default.as_deref(), Some("daemon"));
+    assert_eq!(public.routes.upstream_for("admin.reload"), Some("admin"));
+    assert_eq!(public.routes.upstream_for("Status"), Some("daemon"));
+
+    let local = &config.listeners[0];
+    assert_eq!(
+        local.addr,
+        ListenAddr::Unix {
+            path: "/tmp/switchyard.sock".into(),
+            mode: 0o600,
+        }
+    );
+    let daemon = config.upstream("daemon").expect("daemon upstream");
+    assert_eq!(daemon.notifications, NotificationPolicy::AsRequest);
+    assert!(daemon.ordered_replies);
+    assert_eq!(
+        config.upstream("admin").map(|u| &u.target),
+        Some(&UpstreamTarget::Ws("ws://127.0.0.1:9000/rpc".to_owned()))
+    );
+}
+
+#[test]
+fn example_file_round_trips_through_to_toml_string() {
+    let text = std::fs::read_to_string(EXAMPLE).expect("example file is readable");
+    let raw = RawConfig::from_toml(&text).expect("example parses");
+    let printed = raw.to_toml_string();
+    let again = RawConfig::from_toml(&printed).expect("printed config parses");
+    assert_eq!(raw, again, "printed:\n{printed}");
+    assert!(printed.contains("[[routes]]"), "printed:\n{printed}");
+}
+
+#[test]
+fn defaults_are_as_documented() {
+    let config = Config::from_toml(MINIMAL).expect("minimal config is valid");
+    assert_eq!(config.gateway.shutdown_grace, Duration::from_millis(5000));
+    assert_eq!(config.log.format, LogFormat::Text);
+    assert_eq!(config.log.level, "info");
+
+    let l = &config.listeners[0];
+    assert_eq!(
+        l.addr,
+        ListenAddr::Ws {
+            addr: "127.0.0.1:0".parse().expect("valid address"),
+            path: "/".to_owned(),
+        }
+    );
+    assert_eq!(l.max_message_bytes, 1_048_576);
+    assert_eq!(l.max_batch_items, 100);
+    assert_eq!(l.max_in_flight, 256);
+    assert_eq!(l.outbox_capacity, 1024);
+    assert_eq!(l.ping_interval, Duration::from_secs(30));
+    assert_eq!(l.pong_timeout, Duration::from_secs(30));
+    assert_eq!(l.request_timeout, Duration::from_secs(30));
+    assert!(l.answer_ping_notification);
+
+    let u = &config.upstreams[0];
+    assert_eq!(u.target, UpstreamTarget::Unix("/tmp/d.sock".into()));
+    assert_eq!(u.mode, UpstreamMode::Shared);
+    assert_eq!(u.pool_size, NonZeroUsize::new(4).expect("4 > 0"));
+    assert_eq!(u.max_in_flight_per_connection.get(), 32);
+    assert_eq!(u.max_pending.get(), 256);
+    assert_eq!(u.max_queued, 1024);
+    assert_eq!(u.max_request_bytes, 1_048_576);
+    assert_eq!(u.max_response_bytes, 16_777_216);
+    assert_eq!(u.connect_timeout, Duration::from_millis(2000));
+    assert_eq!(u.backoff_initial, Duration::from_millis(500));
+    assert_eq!(u.backoff_max, Duration::from_millis(30_000));
+    assert_eq!(u.notifications, NotificationPolicy::Forward);
+    assert!(!u.ordered_replies && !u.fill_empty_params && !u.accepts_batches && !u.required);
+    assert!(u.streaming_methods.is_empty());
+}
+
+#[test]
+fn ndjson_listener_defaults_mode_0600_and_parses_octal() {
+    let text = r#"
+        [listeners.a]
+        dialect = "ndjson"
+        socket = "/tmp/a.sock"
+        [listeners.b]
+        dialect = "ndjson"
+        socket = "/tmp/b.sock"
+        socket_mode = "0660"
+    "#;
+    let config = Config::from_toml(text).expect("valid");
+    let modes: Vec<_> = config
+        .listeners
+        .iter()
+        .map(|l| match &l.addr {
+            ListenAddr::Unix { mode, .. } => *mode,
+            other => panic!("unexpected address {other:?}"),
+        })
+        .collect();
+    assert_eq!(modes, [0o600, 0o660]);
+    assert_eq!(config.listeners[0].routes.default, None);
+    assert!(config.listeners[0].routes.prefixes.is_empty());
+}
+
+#[test]
+fn unknown_keys_are_rejected_top_level_and_nested() {
+    let top = format!("bogus = 1\n{MINIMAL}");
+    let err = Config::from_toml(&top).expect_err("unknown top-level key");
+    assert!(matches!(err, ConfigError::Load(_)), "{err:?}");
+    assert!(err.to_string().contains("bogus"), "{err}");
+
+    let nested = MINIMAL.replace(
+        "address = \"127.0.0.1:0\"",
+        "address = \"127.0.0.1:0\"\nmax_mesage_bytes = 10",
+    );
+    let err = Config::from_toml(&nested).expect_err("unknown listener key");
+    assert!(err.to_string().contains("max_mesage_bytes"), "{err}");
+
+    let section = format!("{MINIMAL}\n[gateway]\nshutdown_grace = 1\n");
+    let err = Config::from_toml(&section).expect_err("unknown gateway key");
+    assert!(err.to_string().contains("shutdown_grace"), "{err}");
+
+    let route = format!(
+        "{MINIMAL}\n[[routes]]\nlistener = \"public\"\nupstream = \"daemon\"\nprefix = \"a.\"\n"
+    );
+    let err = Config::from_toml(&route).expect_err("unknown route key");
+    assert!(err.to_string().contains("prefix"), "{err}");
+}
+
+#[test]
+fn load_errors_in_different_sections_are_all_reported() {
+    let text = r#"
+        [log]
+        format = 1
+        [listeners.a]
+        dialect = "ndjson"
+        foo = 1
+        [listeners.b]
+        max_in_flight = "many"
+        [upstreams.u]
+        pool_size = -3
+        [[routes]]
+        listener = "a"
+        via = "x"
+    "#;
+    let err = Config::from_toml(text).expect_err("invalid");
+    assert!(matches!(err, ConfigError::Load(_)), "{err:?}");
+    let p = err.problems();
+    for needle in [
+        "log.format",
+        "listeners.a.foo",
+        "listeners.b.max_in_flight",
+        "upstreams.u.pool_size",
+        "via",
+    ] {
+        assert_has(p, needle);
+    }
+}
+
+#[test]
+fn wrong_types_are_load_errors() {
+    let text = MINIMAL.replace(
+        "address = \"127.0.0.1:0\"",
+        "address = \"127.0.0.1:0\"\nmax_in_flight = -1",
+    );
+    let err = Config::from_toml(&text).expect_err("negative size");
+    assert!(matches!(err, ConfigError::Load(_)), "{err:?}");
+    assert!(err.to_string().contains("max_in_flight"), "{err}");
+}
+
+#[test]
+fn every_problem_is_reported() {
+    let long = format!("/tmp/{}.sock", "x".repeat(120));
+    let text = format!(
+        r#"
+        [log]
+        format = "xml"
+
+        [listeners.public]
+        dialect = "jsonrpc-ws"
+        socket = "/tmp/p.sock"
+        path = "rpc"
+        max_in_flight = 0
+
+        [listeners.local]
+        dialect = "ndjson"
+        socket = "{long}"
+        socket_mode = "999"
+
+        [listeners.weird]
+        dialect = "grpc"
+
+        [upstreams.daemon]
+        dialect = "ndjson"
+        pool_size = 0
+        connect_timeout_ms = 0
+        mode = "sometimes"
+
+        [upstreams.remote]
+        dialect = "sideband"
+
+        [upstreams.web]
+        dialect = "holon-rpc"
+        url = "http://127.0.0.1:9000/"
+
+        [[routes]]
+        listener = "public"
+        upstream = "nowhere"
+
+        [[routes]]
+        listener = "ghost"
+        upstream = "daemon"
+
+        [[routes]]
+        listener = "local"
+        upstream = "remote"
+
+        [[routes]]
+        listener = "local"
+        upstream = "web"
+
+        [[routes]]
+        listener = "local"
+        upstream = "web"
+        method_prefix = "a."
+
+        [[routes]]
+        listener = "local"
+        upstream = "remote"
+        method_prefix = "a."
+    "#
+    );
+    let err = Config::from_toml(&text).expect_err("invalid");
+    assert!(matches!(err, ConfigError::Invalid(_)), "{err:?}");
+    let p = err.problems();
+    for needle in [
+        "log.format: unknown value \"xml\"",
+        "listeners.public.address: required for dialect jsonrpc-ws",
+        "listeners.public.socket: not allowed for dialect jsonrpc-ws",
+        "listeners.public.path: must start with \"/\"",
+        "listeners.public.max_in_flight: must be greater than 0",
+        "listeners.local.socket: ",
+        "sun_path",
+        "listeners.local.socket_mode: expected an octal mode",
+        "listeners.weird.dialect: unknown dialect \"grpc\"",
+        "upstreams.daemon.socket: required for dialect ndjson",
+        "upstreams.daemon.pool_size: must be greater than 0",
+        "upstreams.daemon.connect_timeout_ms: must be greater than 0",
+        "upstreams.daemon.mode: unknown value \"sometimes\"",
+        "upstreams.remote.url: required for dialect sideband",
+        "upstreams.web.url: must start with ws:// or wss://",
+        "routes[0].upstream: unknown upstream \"nowhere\"",
+        "routes[1].listener: unknown listener \"ghost\"",
+        "routes[3]: listener \"local\" already has a default route",
+        "routes[5].method_prefix: duplicate prefix \"a.\"",
+    ] {
+        assert_has(p, needle);
+    }
+    // Display lists them one per line.
+    assert_eq!(err.to_string().lines().count(), p.len());
+}
+
+#[test]
+fn at_least_one_listener_is_required() {
+    assert_has(
+        &problems(""),
+        "listeners: at least one listener is required",
+    );
+}
+
+#[test]
+fn listener_keys_must_fit_the_dialect() {
+    let text = r#"
+        [listeners.local]
+        dialect = "ndjson"
+        address = "127.0.0.1:1"
+        path = "/x"
+    "#;
+    let p = problems(text);
+    assert_has(
+        &p,
+        "listeners.local.address: not allowed for dialect ndjson",
+    );
+    assert_has(&p, "listeners.local.path: not allowed for dialect ndjson");
+    assert_has(&p, "listeners.local.socket: required for dialect ndjson");
+}
+
+#[test]
+fn forward_notifications_with_ordered_replies_are_rejected() {
+    let text = MINIMAL.replace(
+        "socket = \"/tmp/d.sock\"",
+        "socket = \"/tmp/d.sock\"\nordered_replies = true",
+    );
+    assert_has(&problems(&text), "upstreams.daemon: notifications = \"forward\" cannot be combined with ordered_replies = true");
+
+    let ok = text.replace(
+        "ordered_replies = true",
+        "ordered_replies = true\nnotifications = \"request\"",
+    );
+    let config = Config::from_toml(&ok).expect("as-request + ordered is fine");
+    assert_eq!(
+        config.upstreams[0].notifications,
+        NotificationPolicy::AsRequest
+    );
+}
+
+#[test]
+fn hld_profile_fills_defaults_but_keeps_explicit_values() {
+    let text = MINIMAL.replace(
+        "socket = \"/tmp/d.sock\"",
+        "socket = \"/tmp/d.sock\"\nprofile = \"hld\"",
+    );
+    let config = Config::from_toml(&text).expect("valid");
+    let u = &config.upstreams[0];
+    assert_eq!(u.notifications, NotificationPolicy::AsRequest);
+    assert!(u.ordered_replies && u.fill_empty_params);
+    assert_eq!(u.streaming_methods, ["Subscribe"]);
+    assert_eq!(u.max_request_bytes, 10 * 1024 * 1024);
+
+    let explicit = text.replace(
+        "profile = \"hld\"",
+        "profile = \"hld\"\nmax_request_bytes = 4096\nstreaming_methods = [\"Watch\"]",
+    );
+    let config = Config::from_toml(&explicit).expect("valid");
+    let u = &config.upstreams[0];
+    assert_eq!(u.max_request_bytes, 4096);
+    assert_eq!(u.streaming_methods, ["Watch"]);
+
+    let ws = r#"
+        [listeners.l]
+        dialect = "ndjson"
+        socket = "/tmp/l.sock"
+        [upstreams.u]
+        dialect = "jsonrpc-ws"
+        url = "ws://127.0.0.1:1/"
+        profile = "hld"
+    "#;
+    assert_has(
+        &problems(ws),
+        "upstreams.u.profile: \"hld\" applies to ndjson upstreams only",
+    );
+}
+
+#[test]
+fn longest_prefix_wins() {
+    let text = r#"
+        [listeners.public]
+        dialect = "jsonrpc-ws"
+        address = "127.0.0.1:0"
+        [upstreams.a]
+        dialect = "ndjson"
+        socket = "/tmp/a.sock"
+        [upstreams.b]
+        dialect = "ndjson"
+        socket = "/tmp/b.sock"
+        [upstreams.c]
+        dialect = "ndjson"
+        socket = "/tmp/c.sock"
+        [[routes]]
+        listener = "public"
+        upstream = "a"
+        method_prefix = "admin."
+        [[routes]]
+        listener = "public"
+        upstream = "b"
+        method_prefix = "admin.users."
+        [[routes]]
+        listener = "public"
+        upstream = "c"
+    "#;
+    let config = Config::from_toml(text).expect("valid");
+    let routes = &config.listeners[0].routes;
+    assert_eq!(routes.prefixes[0].0, "admin.users.", "longest first");
+    assert_eq!(routes.upstream_for("admin.users.list"), Some("b"));
+    assert_eq!(routes.upstream_for("admin.reload"), Some("a"));
+    assert_eq!(routes.upstream_for("status"), Some("c"));
+
+    let no_default = text.replace(
+        "upstream = \"c\"\n",
+        "upstream = \"c\"\nmethod_prefix = \"x\"\n",
+    );
+    let config = Config::from_toml(&no_default).expect("valid");
+    assert_eq!(config.listeners[0].routes.default, None);
+    assert_eq!(config.listeners[0].routes.upstream_for("status"), None);
+}
+
+#[test]
+fn missing_file_is_an_error() {
+    let err =
+        Config::load(Some(Path::new("/nonexistent/switchyard.toml"))).expect_err("missing file");
+    assert!(matches!(err, ConfigError::Load(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("/nonexistent/switchyard.toml"),
+        "{err}"
+    );
+}
+
+/// The only test in this binary that sets `SWITCHYARD_*` variables or merges
+/// the environment (`missing_file_is_an_error` fails before reading it; all
+/// others use `from_toml`), so tests running in parallel cannot observe them.
+#[test]
+fn environment_overrides_the_file() {
+    let vars = [
+        ("SWITCHYARD_GATEWAY__SHUTDOWN_GRACE_MS", "100"),
+        ("SWITCHYARD_LISTENERS__PUBLIC__ADDRESS", "127.0.0.1:9999"),
+        ("SWITCHYARD_UPSTREAMS__DAEMON__POOL_SIZE", "7"),
+    ];
+    for (k, v) in vars {
+        std::env::set_var(k, v);
+    }
+    let loaded = Config::load(Some(Path::new(EXAMPLE)));
+    let bad = {
+        std::env::set_var("SWITCHYARD_LISTENERS__PUBLIC__NOPE", "1");
+        let r = Config::load(Some(Path::new(EXAMPLE)));
+        std::env::remove_var("SWITCHYARD_LISTENERS__PUBLIC__NOPE");
+        r
+    };
+    for (k, _) in vars {
+        std::env::remove_var(k);
+    }
+
+    let config = loaded.expect("example + env is valid");
+    assert_eq!(config.gateway.shutdown_grace, Duration::from_millis(100));
+    let public = config
+        .listeners
+        .iter()
+        .find(|l| l.name == "public")
+        .expect("public listener");
+    assert_eq!(
+        public.addr,
+        ListenAddr::Ws {
+            addr: "127.0.0.1:9999".parse().expect("valid address"),
+            path: "/rpc".to_owned(),
+        }
+    );
+    let daemon = config.upstream("daemon").expect("daemon");
+    assert_eq!(daemon.pool_size.get(), 7);
+
+    let err = bad.expect_err("unknown key from the environment");
+    assert!(err.to_string().contains("nope"), "{err}");
+}
