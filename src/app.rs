@@ -84,11 +84,13 @@ pub async fn bind(cfg: Config) -> Result<Bound, BindError> {
     let mut ws = Vec::new();
     let mut addrs = BTreeMap::new();
     for (addr, names) in groups {
-        let listener = TcpListener::bind(addr).await.map_err(|source| BindError::Tcp {
-            listener: names.join(","),
-            addr,
-            source,
-        })?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| BindError::Tcp {
+                listener: names.join(","),
+                addr,
+                source,
+            })?;
         let local = listener.local_addr().map_err(|source| BindError::Tcp {
             listener: names.join(","),
             addr,
@@ -99,7 +101,12 @@ pub async fn bind(cfg: Config) -> Result<Bound, BindError> {
         }
         ws.push((listener, names));
     }
-    Ok(Bound { cfg, metrics, ws, addrs })
+    Ok(Bound {
+        cfg,
+        metrics,
+        ws,
+        addrs,
+    })
 }
 
 // === impl Bound ===
@@ -134,10 +141,20 @@ impl Bound {
             .cfg
             .upstreams
             .iter()
-            .map(|u| (u.name.clone(), Upstream::start(u.clone(), metrics.clone(), upstream_stop.clone())))
+            .map(|u| {
+                (
+                    u.name.clone(),
+                    Upstream::start(u.clone(), metrics.clone(), upstream_stop.clone()),
+                )
+            })
             .collect();
         let task = tokio::spawn(self.serve(upstreams.clone(), shutdown.clone(), upstream_stop));
-        Running { shutdown, task, metrics, upstreams }
+        Running {
+            shutdown,
+            task,
+            metrics,
+            upstreams,
+        }
     }
 
     /// Runs until `shutdown` is cancelled, then shuts down gracefully.
@@ -162,11 +179,19 @@ impl Bound {
             .cfg
             .listeners
             .iter()
-            .map(|l| (l.name.clone(), Arc::new(Route::new(l.clone(), &upstreams, self.metrics.clone()))))
+            .map(|l| {
+                (
+                    l.name.clone(),
+                    Arc::new(Route::new(l.clone(), &upstreams, self.metrics.clone())),
+                )
+            })
             .collect();
         let servers = TaskTracker::new();
         for (listener, names) in self.ws {
-            let group = names.iter().filter_map(|n| routes.get(n).cloned()).collect();
+            let group = names
+                .iter()
+                .filter_map(|n| routes.get(n).cloned())
+                .collect();
             let ctx = ctx.clone();
             servers.spawn(async move {
                 if let Err(e) = ws::serve(listener, group, ctx).await {
@@ -188,7 +213,10 @@ impl Bound {
             ctx.sessions.wait().await;
             servers.wait().await;
         };
-        if tokio::time::timeout(grace + CLOSE_SLACK, all_done).await.is_err() {
+        if tokio::time::timeout(grace + CLOSE_SLACK, all_done)
+            .await
+            .is_err()
+        {
             tracing::warn!("some connections did not close within the grace period");
         }
         upstream_stop.cancel();

@@ -35,7 +35,9 @@ pub fn config(addr: SocketAddr, socket: &Path) -> Result<Config, crate::config::
 
 /// Runs the demo until SIGINT/SIGTERM. Tries `addr`, then any free port.
 pub async fn run(addr: SocketAddr) -> anyhow::Result<()> {
-    let dir = tempfile::Builder::new().prefix("switchyard-demo-").tempdir()?;
+    let dir = tempfile::Builder::new()
+        .prefix("switchyard-demo-")
+        .tempdir()?;
     let socket = dir.path().join("daemon.sock");
     let daemon = Daemon::start(&socket, DaemonOptions::default()).await?;
     let bound = match app::bind(config(addr, &socket)?).await {

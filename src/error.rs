@@ -227,16 +227,39 @@ mod tests {
         let obj = e.to_object(Dialect::JsonRpc);
         assert_eq!(obj.code, -32008);
         assert_eq!(obj.message, "Timeout");
-        assert_eq!(obj.data.and_then(|d| d.as_json().map(str::to_owned)).as_deref(), Some("\"no reply\""));
-        assert_eq!(GatewayError::new(ErrorKind::Unavailable).to_object(Dialect::Ndjson).code, -32009);
+        assert_eq!(
+            obj.data
+                .and_then(|d| d.as_json().map(str::to_owned))
+                .as_deref(),
+            Some("\"no reply\"")
+        );
+        assert_eq!(
+            GatewayError::new(ErrorKind::Unavailable)
+                .to_object(Dialect::Ndjson)
+                .code,
+            -32009
+        );
     }
 
     #[test]
     fn holon_and_sideband_rendering() {
-        assert_eq!(GatewayError::new(ErrorKind::Timeout).to_object(Dialect::Holon).code, 4);
-        assert_eq!(GatewayError::new(ErrorKind::Unavailable).to_object(Dialect::Holon).code, 14);
+        assert_eq!(
+            GatewayError::new(ErrorKind::Timeout)
+                .to_object(Dialect::Holon)
+                .code,
+            4
+        );
+        assert_eq!(
+            GatewayError::new(ErrorKind::Unavailable)
+                .to_object(Dialect::Holon)
+                .code,
+            14
+        );
         let sb = GatewayError::new(ErrorKind::Unavailable).to_object(Dialect::Sideband);
         assert_eq!(sb.code, 2000);
-        assert!(sb.data.and_then(|d| d.as_json().map(str::to_owned)).is_some_and(|d| d.contains("unavailable")));
+        assert!(sb
+            .data
+            .and_then(|d| d.as_json().map(str::to_owned))
+            .is_some_and(|d| d.contains("unavailable")));
     }
 }

@@ -2,12 +2,26 @@
 //!
 //! # Layout
 //!
+//! A client frame flows: [`transport`] (accept, framing, per-connection
+//! reader and writer) → [`dialect`] (pure decode into a neutral
+//! [`envelope::Message`]) → [`transport::session`] (one task per request,
+//! in-flight permit) → [`router`] (method → upstream) → [`upstream`] (pooled
+//! links, gateway ids in a [`router::correlator::Correlator`]) → and the reply
+//! back the same way, with the client's original id restored.
+//!
+//! - [`app`]: composition root; bind every listener, then run; shutdown order.
 //! - [`config`]: typed, validated configuration (figment: defaults ← TOML ← env).
-//! - [`envelope`]: the protocol-neutral [`envelope::Message`] every dialect maps to.
+//! - [`envelope`]: the protocol-neutral message every dialect maps to.
 //! - [`dialect`]: pure wire codecs, bytes ⇄ neutral message. No sockets, no tokio.
 //! - [`error`]: switchyard's own error kinds and their rendering per dialect.
+//! - [`router`]: routes and reply delivery; [`router::correlator`] keeps gateway ids.
+//! - [`upstream`]: connection pools to the services behind switchyard.
+//! - [`transport`]: client-facing I/O: WebSocket listeners, sessions, outboxes.
+//! - [`telemetry`]: logging and Prometheus metrics.
+//! - [`shutdown`]: SIGINT/SIGTERM as one future.
 //! - [`daemon`]: the bundled reference NDJSON daemon (demo, tests, benches).
 //! - [`client`]: a tiny client for `switchyard call`, speaking each listener dialect.
+//! - [`demo`]: `switchyard demo`, the gateway plus the reference daemon.
 
 pub mod app;
 pub mod client;

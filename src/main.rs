@@ -100,7 +100,13 @@ async fn run(command: Command) -> ExitCode {
         }
         Command::Check { config } => check(config),
         Command::Demo { listen } => report(demo::run(listen).await),
-        Command::Call { url, method, params, holon, timeout } => {
+        Command::Call {
+            url,
+            method,
+            params,
+            holon,
+            timeout,
+        } => {
             let timeout = Duration::from_secs(timeout);
             let reply = if holon {
                 client::call_holon(&url, &method, params.as_deref(), timeout).await
@@ -120,7 +126,11 @@ async fn run(command: Command) -> ExitCode {
         }
         Command::Daemon { socket, hld_quirks } => {
             let opts = DaemonOptions { hld_quirks };
-            report(switchyard::daemon::run_until_signal(&socket, opts).await.map_err(Into::into))
+            report(
+                switchyard::daemon::run_until_signal(&socket, opts)
+                    .await
+                    .map_err(Into::into),
+            )
         }
     }
 }

@@ -35,24 +35,54 @@ fn demo_prints_endpoints_that_work_and_stops_on_sigterm() {
             break;
         }
     }
-    assert!(started.elapsed() < Duration::from_secs(10), "demo too slow to start");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "demo too slow to start"
+    );
     let ws_url = ws_url.expect("demo printed a ws:// endpoint");
     let unix_url = unix_url.expect("demo printed the daemon socket");
 
-    let out = Command::new(BIN).args(["call", &ws_url, "subtract", "[42,23]"]).output().expect("call");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), r#"{"jsonrpc":"2.0","result":19,"id":1}"#);
-    let out = Command::new(BIN).args(["call", &unix_url, "get_data"]).output().expect("call");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), r#"{"jsonrpc":"2.0","result":["hello",5],"id":1}"#);
+    let out = Command::new(BIN)
+        .args(["call", &ws_url, "subtract", "[42,23]"])
+        .output()
+        .expect("call");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        r#"{"jsonrpc":"2.0","result":19,"id":1}"#
+    );
+    let out = Command::new(BIN)
+        .args(["call", &unix_url, "get_data"])
+        .output()
+        .expect("call");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        r#"{"jsonrpc":"2.0","result":["hello",5],"id":1}"#
+    );
 
-    let status = Command::new("kill").args(["-TERM", &demo.id().to_string()]).status().expect("kill");
+    let status = Command::new("kill")
+        .args(["-TERM", &demo.id().to_string()])
+        .status()
+        .expect("kill");
     assert!(status.success());
-    let exit = wait_with_timeout(&mut demo, Duration::from_secs(10)).expect("demo exits on SIGTERM");
+    let exit =
+        wait_with_timeout(&mut demo, Duration::from_secs(10)).expect("demo exits on SIGTERM");
     assert!(exit.success(), "{exit:?}");
 }
 
-fn wait_with_timeout(child: &mut std::process::Child, within: Duration) -> Option<std::process::ExitStatus> {
+fn wait_with_timeout(
+    child: &mut std::process::Child,
+    within: Duration,
+) -> Option<std::process::ExitStatus> {
     let deadline = Instant::now() + within;
     while Instant::now() < deadline {
         if let Ok(Some(status)) = child.try_wait() {
@@ -92,7 +122,11 @@ socket = "/tmp/x.sock"
     )
     .expect("write");
     for sub in ["check", "run"] {
-        let out = Command::new(BIN).args([sub, "--config"]).arg(&file).output().expect("run");
+        let out = Command::new(BIN)
+            .args([sub, "--config"])
+            .arg(&file)
+            .output()
+            .expect("run");
         assert_eq!(out.status.code(), Some(64), "{sub}: {out:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("bogus_key"), "{sub}: {stderr}");
@@ -116,19 +150,38 @@ upstream = "nowhere"
 "#,
     )
     .expect("write");
-    let out = Command::new(BIN).args(["check", "--config"]).arg(&file).output().expect("run");
+    let out = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&file)
+        .output()
+        .expect("run");
     assert_eq!(out.status.code(), Some(64));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    for needle in ["listeners.public.address", "max_batch_items", "smoke-signals", "nowhere"] {
+    for needle in [
+        "listeners.public.address",
+        "max_batch_items",
+        "smoke-signals",
+        "nowhere",
+    ] {
         assert!(stderr.contains(needle), "missing {needle:?} in:\n{stderr}");
     }
 }
 
 #[test]
 fn check_prints_the_effective_config() {
-    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/switchyard.example.toml");
-    let out = Command::new(BIN).args(["check", "--config", example]).output().expect("run");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/switchyard.example.toml"
+    );
+    let out = Command::new(BIN)
+        .args(["check", "--config", example])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let parsed: toml::Value = toml::from_str(&stdout).expect("check prints TOML");
     assert!(parsed.get("listeners").is_some(), "{stdout}");

@@ -82,13 +82,21 @@ fn example_file_loads_and_validates() {
 }
 
 #[test]
-fn example_file_round_trips_through_to_toml_string() {
+fn effective_config_prints_and_reloads() {
     let text = std::fs::read_to_string(EXAMPLE).expect("example file is readable");
-    let raw = RawConfig::from_toml(&text).expect("example parses");
-    let printed = raw.to_toml_string();
-    let again = RawConfig::from_toml(&printed).expect("printed config parses");
-    assert_eq!(raw, again, "printed:\n{printed}");
+    let printed = RawConfig::from_toml(&text)
+        .expect("example parses")
+        .to_toml_string();
     assert!(printed.contains("[[routes]]"), "printed:\n{printed}");
+    assert!(
+        printed.contains("ordered_replies = true"),
+        "hld applied:\n{printed}"
+    );
+    let again = RawConfig::from_toml(&printed).expect("printed config parses");
+    assert_eq!(again.to_toml_string(), printed, "printing is idempotent");
+    let config = Config::from_toml(&printed).expect("printed config is valid");
+    let daemon = config.upstream("daemon").expect("daemon upstream");
+    assert_eq!(daemon.streaming_methods, ["Subscribe"]);
 }
 
 #[test]
@@ -493,4 +501,16 @@ fn environment_overrides_the_file() {
 
     let err = bad.expect_err("unknown key from the environment");
     assert!(err.to_string().contains("nope"), "{err}");
+}
+
+#[test]
+fn batches_with_ordered_replies_are_rejected() {
+    let text = MINIMAL.replace(
+        "socket = \"/tmp/d.sock\"",
+        "socket = \"/tmp/d.sock\"\nordered_replies = true\nnotifications = \"as-request\"\naccepts_batches = true",
+    );
+    assert_has(
+        &problems(&text),
+        "upstreams.daemon: accepts_batches = true cannot be combined with ordered_replies = true",
+    );
 }

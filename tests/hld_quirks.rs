@@ -26,8 +26,16 @@ async fn hld_profile_serves_batches_notifications_and_errors() {
 
     // hld answers notifications with id:null; switchyard sends them as
     // requests and discards the reply, so the client sees nothing.
-    send(&mut ws, r#"{"jsonrpc":"2.0","method":"notify_hello","params":[7]}"#).await;
-    send(&mut ws, r#"{"jsonrpc":"2.0","method":"nosuch","params":{},"id":5}"#).await;
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"notify_hello","params":[7]}"#,
+    )
+    .await;
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"nosuch","params":{},"id":5}"#,
+    )
+    .await;
     let reply = json(&recv(&mut ws).await);
     assert_eq!(reply["id"], 5, "notification leaked a reply: {reply}");
     // hld's own error text passes through unchanged.
@@ -36,27 +44,60 @@ async fn hld_profile_serves_batches_notifications_and_errors() {
 
     // Absent params are filled with {} for hld.
     send(&mut ws, r#"{"jsonrpc":"2.0","method":"echo","id":6}"#).await;
-    assert_eq!(recv(&mut ws).await, r#"{"jsonrpc":"2.0","result":{},"id":6}"#);
+    assert_eq!(
+        recv(&mut ws).await,
+        r#"{"jsonrpc":"2.0","result":{},"id":6}"#
+    );
 
     // No reply was unmatched and the connection never fell out of sync.
     expect_silence(&mut ws, Duration::from_millis(100)).await;
-    assert_eq!(stack.counter("switchyard_unmatched_responses_total", &[]), 0.0);
-    assert_eq!(stack.counter("switchyard_protocol_errors_total", &[("side", "upstream")]), 0.0);
-    assert_eq!(stack.counter("switchyard_upstream_reconnects_total", &[]), 0.0);
+    assert_eq!(
+        stack.counter("switchyard_unmatched_responses_total", &[]),
+        0.0
+    );
+    assert_eq!(
+        stack.counter("switchyard_protocol_errors_total", &[("side", "upstream")]),
+        0.0
+    );
+    assert_eq!(
+        stack.counter("switchyard_upstream_reconnects_total", &[]),
+        0.0
+    );
     stack.gateway.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_timeout_on_an_ordered_connection_retires_it() {
-    let stack = Stack::start("request_timeout_ms = 150", "profile = \"hld\"\npool_size = 1", HLD).await;
+    let stack = Stack::start(
+        "request_timeout_ms = 150",
+        "profile = \"hld\"\npool_size = 1",
+        HLD,
+    )
+    .await;
     let mut ws = stack.client().await;
-    send(&mut ws, r#"{"jsonrpc":"2.0","method":"sleep","params":{"ms":400},"id":1}"#).await;
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"sleep","params":{"ms":400},"id":1}"#,
+    )
+    .await;
     assert_eq!(json(&recv(&mut ws).await)["error"]["code"], -32008);
     // The sequential daemon is still busy on the old connection; a new call
     // goes over a fresh connection and is not stuck behind the slow one.
-    send(&mut ws, r#"{"jsonrpc":"2.0","method":"echo","params":[2],"id":2}"#).await;
-    assert_eq!(recv(&mut ws).await, r#"{"jsonrpc":"2.0","result":[2],"id":2}"#);
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"echo","params":[2],"id":2}"#,
+    )
+    .await;
+    assert_eq!(
+        recv(&mut ws).await,
+        r#"{"jsonrpc":"2.0","result":[2],"id":2}"#
+    );
     let stale = [("kind", "stale")];
-    assert!(eventually(Duration::from_secs(2), || stack.counter("switchyard_unmatched_responses_total", &stale) == 1.0).await);
+    assert!(
+        eventually(Duration::from_secs(2), || stack
+            .counter("switchyard_unmatched_responses_total", &stale)
+            == 1.0)
+        .await
+    );
     stack.gateway.shutdown().await;
 }

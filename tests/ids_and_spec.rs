@@ -13,10 +13,29 @@ use switchyard::daemon::DaemonOptions;
 async fn every_id_form_round_trips_byte_identical() {
     let stack = Stack::start("", "", DaemonOptions::default()).await;
     let mut ws = stack.client().await;
-    for id in ["1", "1.0", "-0", "1e3", "\"1\"", "\"\\u0031\"", "12345678901234567890", "null", "\"\"", "-5.25"] {
-        send(&mut ws, &format!(r#"{{"jsonrpc":"2.0","method":"echo","params":[{id}],"id":{id}}}"#)).await;
+    for id in [
+        "1",
+        "1.0",
+        "-0",
+        "1e3",
+        "\"1\"",
+        "\"\\u0031\"",
+        "12345678901234567890",
+        "null",
+        "\"\"",
+        "-5.25",
+    ] {
+        send(
+            &mut ws,
+            &format!(r#"{{"jsonrpc":"2.0","method":"echo","params":[{id}],"id":{id}}}"#),
+        )
+        .await;
         let reply = recv(&mut ws).await;
-        assert_eq!(reply, format!(r#"{{"jsonrpc":"2.0","result":[{id}],"id":{id}}}"#), "id {id}");
+        assert_eq!(
+            reply,
+            format!(r#"{{"jsonrpc":"2.0","result":[{id}],"id":{id}}}"#),
+            "id {id}"
+        );
     }
     stack.gateway.shutdown().await;
 }
@@ -24,44 +43,102 @@ async fn every_id_form_round_trips_byte_identical() {
 /// (request, expected reply or None for no frame at all). From the
 /// "Examples" section of the JSON-RPC 2.0 specification.
 const SPEC_EXAMPLES: &[(&str, Option<&str>)] = &[
-    (r#"{"jsonrpc": "2.0", "method": "subtract", "params": [42, 23], "id": 1}"#, Some(r#"{"jsonrpc": "2.0", "result": 19, "id": 1}"#)),
-    (r#"{"jsonrpc": "2.0", "method": "subtract", "params": [23, 42], "id": 2}"#, Some(r#"{"jsonrpc": "2.0", "result": -19, "id": 2}"#)),
-    (r#"{"jsonrpc": "2.0", "method": "subtract", "params": {"subtrahend": 23, "minuend": 42}, "id": 3}"#, Some(r#"{"jsonrpc": "2.0", "result": 19, "id": 3}"#)),
-    (r#"{"jsonrpc": "2.0", "method": "subtract", "params": {"minuend": 42, "subtrahend": 23}, "id": 4}"#, Some(r#"{"jsonrpc": "2.0", "result": 19, "id": 4}"#)),
-    (r#"{"jsonrpc": "2.0", "method": "update", "params": [1,2,3,4,5]}"#, None),
+    (
+        r#"{"jsonrpc": "2.0", "method": "subtract", "params": [42, 23], "id": 1}"#,
+        Some(r#"{"jsonrpc": "2.0", "result": 19, "id": 1}"#),
+    ),
+    (
+        r#"{"jsonrpc": "2.0", "method": "subtract", "params": [23, 42], "id": 2}"#,
+        Some(r#"{"jsonrpc": "2.0", "result": -19, "id": 2}"#),
+    ),
+    (
+        r#"{"jsonrpc": "2.0", "method": "subtract", "params": {"subtrahend": 23, "minuend": 42}, "id": 3}"#,
+        Some(r#"{"jsonrpc": "2.0", "result": 19, "id": 3}"#),
+    ),
+    (
+        r#"{"jsonrpc": "2.0", "method": "subtract", "params": {"minuend": 42, "subtrahend": 23}, "id": 4}"#,
+        Some(r#"{"jsonrpc": "2.0", "result": 19, "id": 4}"#),
+    ),
+    (
+        r#"{"jsonrpc": "2.0", "method": "update", "params": [1,2,3,4,5]}"#,
+        None,
+    ),
     (r#"{"jsonrpc": "2.0", "method": "foobar"}"#, None),
-    (r#"{"jsonrpc": "2.0", "method": "foobar", "id": "1"}"#, Some(r#"{"jsonrpc": "2.0", "error": {"code": -32601, "message": "Method not found"}, "id": "1"}"#)),
-    (r#"{"jsonrpc": "2.0", "method": "foobar, "params": "bar", "baz]"#, Some(r#"{"jsonrpc": "2.0", "error": {"code": -32700, "message": "Parse error"}, "id": null}"#)),
-    (r#"{"jsonrpc": "2.0", "method": 1, "params": "bar"}"#, Some(r#"{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": null}"#)),
-    (r#"[
+    (
+        r#"{"jsonrpc": "2.0", "method": "foobar", "id": "1"}"#,
+        Some(
+            r#"{"jsonrpc": "2.0", "error": {"code": -32601, "message": "Method not found"}, "id": "1"}"#,
+        ),
+    ),
+    (
+        r#"{"jsonrpc": "2.0", "method": "foobar, "params": "bar", "baz]"#,
+        Some(
+            r#"{"jsonrpc": "2.0", "error": {"code": -32700, "message": "Parse error"}, "id": null}"#,
+        ),
+    ),
+    (
+        r#"{"jsonrpc": "2.0", "method": 1, "params": "bar"}"#,
+        Some(
+            r#"{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": null}"#,
+        ),
+    ),
+    (
+        r#"[
   {"jsonrpc": "2.0", "method": "sum", "params": [1,2,4], "id": "1"},
   {"jsonrpc": "2.0", "method"
-]"#, Some(r#"{"jsonrpc": "2.0", "error": {"code": -32700, "message": "Parse error"}, "id": null}"#)),
-    ("[]", Some(r#"{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": null}"#)),
-    ("[1]", Some(r#"[{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": null}]"#)),
-    ("[1,2,3]", Some(r#"[
+]"#,
+        Some(
+            r#"{"jsonrpc": "2.0", "error": {"code": -32700, "message": "Parse error"}, "id": null}"#,
+        ),
+    ),
+    (
+        "[]",
+        Some(
+            r#"{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": null}"#,
+        ),
+    ),
+    (
+        "[1]",
+        Some(
+            r#"[{"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": null}]"#,
+        ),
+    ),
+    (
+        "[1,2,3]",
+        Some(
+            r#"[
   {"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": null},
   {"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": null},
   {"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": null}
-]"#)),
-    (r#"[
+]"#,
+        ),
+    ),
+    (
+        r#"[
   {"jsonrpc": "2.0", "method": "sum", "params": [1,2,4], "id": "1"},
   {"jsonrpc": "2.0", "method": "notify_hello", "params": [7]},
   {"jsonrpc": "2.0", "method": "subtract", "params": [42,23], "id": "2"},
   {"foo": "boo"},
   {"jsonrpc": "2.0", "method": "foo.get", "params": {"name": "myself"}, "id": "5"},
   {"jsonrpc": "2.0", "method": "get_data", "id": "9"}
-]"#, Some(r#"[
+]"#,
+        Some(
+            r#"[
   {"jsonrpc": "2.0", "result": 7, "id": "1"},
   {"jsonrpc": "2.0", "result": 19, "id": "2"},
   {"jsonrpc": "2.0", "error": {"code": -32600, "message": "Invalid Request"}, "id": null},
   {"jsonrpc": "2.0", "error": {"code": -32601, "message": "Method not found"}, "id": "5"},
   {"jsonrpc": "2.0", "result": ["hello", 5], "id": "9"}
-]"#)),
-    (r#"[
+]"#,
+        ),
+    ),
+    (
+        r#"[
   {"jsonrpc": "2.0", "method": "notify_sum", "params": [1,2,4]},
   {"jsonrpc": "2.0", "method": "notify_hello", "params": [7]}
-]"#, None),
+]"#,
+        None,
+    ),
 ];
 
 /// Batch replies may come in any order: compare them as multisets.
@@ -83,15 +160,27 @@ async fn jsonrpc_spec_examples_through_the_gateway() {
         send(&mut ws, request).await;
         // A marker request after each example proves what came (or did not
         // come) for the example itself.
-        send(&mut ws, r#"{"jsonrpc":"2.0","method":"echo","params":["marker"],"id":"marker"}"#).await;
+        send(
+            &mut ws,
+            r#"{"jsonrpc":"2.0","method":"echo","params":["marker"],"id":"marker"}"#,
+        )
+        .await;
         let first = recv(&mut ws).await;
         match expected {
             Some(want) => {
-                assert_eq!(normalize(json(&first)), normalize(json(want)), "example {request}");
+                assert_eq!(
+                    normalize(json(&first)),
+                    normalize(json(want)),
+                    "example {request}"
+                );
                 let marker = recv(&mut ws).await;
                 assert_eq!(json(&marker)["id"], "marker");
             }
-            None => assert_eq!(json(&first)["id"], "marker", "example {request} produced {first}"),
+            None => assert_eq!(
+                json(&first)["id"],
+                "marker",
+                "example {request} produced {first}"
+            ),
         }
     }
     stack.gateway.shutdown().await;
@@ -103,10 +192,18 @@ async fn binary_frame_closes_1003_and_parse_error_keeps_the_connection() {
     let mut ws = stack.client().await;
     send(&mut ws, "{not json").await;
     assert_eq!(json(&recv(&mut ws).await)["error"]["code"], -32700);
-    send(&mut ws, r#"{"jsonrpc":"2.0","method":"echo","params":[1],"id":1}"#).await;
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"echo","params":[1],"id":1}"#,
+    )
+    .await;
     assert_eq!(json(&recv(&mut ws).await)["result"], serde_json::json!([1]));
     use futures_util::SinkExt;
-    ws.send(tokio_tungstenite::tungstenite::Message::Binary(vec![1u8, 2, 3].into())).await.expect("send");
+    ws.send(tokio_tungstenite::tungstenite::Message::Binary(
+        vec![1u8, 2, 3].into(),
+    ))
+    .await
+    .expect("send");
     let (code, reason) = expect_close(&mut ws).await;
     assert_eq!(code, 1003);
     assert_eq!(reason, "binary frames are not supported");
@@ -118,11 +215,17 @@ async fn oversize_message_gets_the_error_then_close_1009() {
     let stack = Stack::start("max_message_bytes = 1024", "", DaemonOptions::default()).await;
     let mut ws = stack.client().await;
     let overhead = r#"{"jsonrpc":"2.0","method":"echo","params":[""],"id":1}"#.len();
-    let at_limit = format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{}"],"id":1}}"#, "x".repeat(1024 - overhead));
+    let at_limit = format!(
+        r#"{{"jsonrpc":"2.0","method":"echo","params":["{}"],"id":1}}"#,
+        "x".repeat(1024 - overhead)
+    );
     assert_eq!(at_limit.len(), 1024);
     send(&mut ws, &at_limit).await;
     assert_eq!(json(&recv(&mut ws).await)["id"], 1);
-    let over = format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{}"],"id":2}}"#, "x".repeat(2000));
+    let over = format!(
+        r#"{{"jsonrpc":"2.0","method":"echo","params":["{}"],"id":2}}"#,
+        "x".repeat(2000)
+    );
     send(&mut ws, &over).await;
     assert_eq!(
         recv(&mut ws).await,

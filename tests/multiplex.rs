@@ -54,10 +54,19 @@ async fn fifty_clients_share_one_upstream_connection() {
         assert_eq!(t.await.expect("client task"), REQUESTS);
     }
     // Exactly one upstream connection carried everything.
-    assert_eq!(stack.counter("switchyard_upstream_connections", &[("upstream", "daemon")]), 1.0);
-    assert_eq!(stack.counter("switchyard_upstream_reconnects_total", &[]), 0.0);
+    assert_eq!(
+        stack.counter("switchyard_upstream_connections", &[("upstream", "daemon")]),
+        1.0
+    );
+    assert_eq!(
+        stack.counter("switchyard_upstream_reconnects_total", &[]),
+        0.0
+    );
     let ok = stack.counter("switchyard_requests_total", &[("outcome", "ok")]);
     assert_eq!(ok, (CLIENTS * REQUESTS) as f64);
-    assert_eq!(stack.counter("switchyard_unmatched_responses_total", &[]), 0.0);
+    assert_eq!(
+        stack.counter("switchyard_unmatched_responses_total", &[]),
+        0.0
+    );
     stack.gateway.shutdown().await;
 }

@@ -20,14 +20,24 @@ async fn shutdown_drains_then_fails_the_rest_and_closes_1001() {
     let gateway = bound.spawn();
     wait_connected(&gateway, "daemon").await;
     let mut ws = connect(&url).await;
-    send(&mut ws, r#"{"jsonrpc":"2.0","method":"sleep","params":{"ms":200},"id":"fast"}"#).await;
-    send(&mut ws, r#"{"jsonrpc":"2.0","method":"sleep","params":{"ms":5000},"id":"slow"}"#).await;
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"sleep","params":{"ms":200},"id":"fast"}"#,
+    )
+    .await;
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"sleep","params":{"ms":5000},"id":"slow"}"#,
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let started = Instant::now();
     let stopping = tokio::spawn(gateway.shutdown());
     // New connections are refused at once.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(tokio_tungstenite::connect_async(url.as_str()).await.is_err());
+    assert!(tokio_tungstenite::connect_async(url.as_str())
+        .await
+        .is_err());
     // The fast call completes within the grace period.
     assert_eq!(json(&recv(&mut ws).await)["id"], "fast");
     // The slow one is answered -32009 when the grace period ends.
@@ -35,7 +45,10 @@ async fn shutdown_drains_then_fails_the_rest_and_closes_1001() {
     assert_eq!(slow["id"], "slow");
     assert_eq!(slow["error"]["code"], -32009);
     let elapsed = started.elapsed();
-    assert!(elapsed >= Duration::from_millis(400) && elapsed < Duration::from_millis(2000), "{elapsed:?}");
+    assert!(
+        elapsed >= Duration::from_millis(400) && elapsed < Duration::from_millis(2000),
+        "{elapsed:?}"
+    );
     assert_eq!(expect_close(&mut ws).await.0, 1001);
     stopping.await.expect("shutdown");
     stack.daemon.take().expect("daemon").stop().await;
@@ -43,7 +56,12 @@ async fn shutdown_drains_then_fails_the_rest_and_closes_1001() {
 
 #[tokio::test]
 async fn idle_peer_that_never_answers_pings_is_dropped() {
-    let stack = Stack::start("ping_interval_ms = 100\npong_timeout_ms = 200", "", DaemonOptions::default()).await;
+    let stack = Stack::start(
+        "ping_interval_ms = 100\npong_timeout_ms = 200",
+        "",
+        DaemonOptions::default(),
+    )
+    .await;
     let mut live = stack.client().await;
     let mut dead = stack.client().await;
     // `live` keeps reading (tungstenite answers pings while reading);
@@ -51,7 +69,11 @@ async fn idle_peer_that_never_answers_pings_is_dropped() {
     let open = || stack.counter("switchyard_connections_open", &[("listener", "public")]);
     assert!(eventually(Duration::from_secs(1), || open() == 2.0).await);
     expect_silence(&mut live, Duration::from_millis(700)).await;
-    assert!(eventually(Duration::from_secs(2), || open() == 1.0).await, "open = {}", open());
+    assert!(
+        eventually(Duration::from_secs(2), || open() == 1.0).await,
+        "open = {}",
+        open()
+    );
     use futures_util::StreamExt;
     let end = tokio::time::timeout(STEP, async {
         loop {
@@ -63,8 +85,21 @@ async fn idle_peer_that_never_answers_pings_is_dropped() {
     })
     .await
     .expect("dead peer noticed");
-    assert!(!matches!(end, Some(Ok(tokio_tungstenite::tungstenite::Message::Text(_)))), "{end:?}");
-    send(&mut live, r#"{"jsonrpc":"2.0","method":"echo","params":[1],"id":1}"#).await;
-    assert_eq!(json(&recv(&mut live).await)["result"], serde_json::json!([1]));
+    assert!(
+        !matches!(
+            end,
+            Some(Ok(tokio_tungstenite::tungstenite::Message::Text(_)))
+        ),
+        "{end:?}"
+    );
+    send(
+        &mut live,
+        r#"{"jsonrpc":"2.0","method":"echo","params":[1],"id":1}"#,
+    )
+    .await;
+    assert_eq!(
+        json(&recv(&mut live).await)["result"],
+        serde_json::json!([1])
+    );
     stack.gateway.shutdown().await;
 }

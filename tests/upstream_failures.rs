@@ -15,7 +15,11 @@ async fn upstream_killed_mid_flight_fails_pending_at_once_then_recovers() {
     let mut stack = Stack::start("", "pool_size = 2", DaemonOptions::default()).await;
     let mut ws = stack.client().await;
     for i in 0..10 {
-        send(&mut ws, &format!(r#"{{"jsonrpc":"2.0","method":"sleep","params":{{"ms":10000}},"id":{i}}}"#)).await;
+        send(
+            &mut ws,
+            &format!(r#"{{"jsonrpc":"2.0","method":"sleep","params":{{"ms":10000}},"id":{i}}}"#),
+        )
+        .await;
     }
     // Let the requests reach the daemon.
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -27,20 +31,34 @@ async fn upstream_killed_mid_flight_fails_pending_at_once_then_recovers() {
         assert_eq!(v["error"]["code"], -32009, "{v}");
         ids.push(v["id"].as_u64().expect("id"));
     }
-    assert!(killed.elapsed() < Duration::from_secs(1), "took {:?}", killed.elapsed());
+    assert!(
+        killed.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        killed.elapsed()
+    );
     ids.sort_unstable();
     assert_eq!(ids, (0..10).collect::<Vec<u64>>());
 
     // While the daemon is down, calls fail fast with -32009.
-    send(&mut ws, r#"{"jsonrpc":"2.0","method":"echo","params":[1],"id":"down"}"#).await;
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"echo","params":[1],"id":"down"}"#,
+    )
+    .await;
     assert_eq!(json(&recv(&mut ws).await)["error"]["code"], -32009);
 
     // Restart the daemon on the same path: switchyard reconnects by itself.
-    let daemon = Daemon::start(&stack.socket, DaemonOptions::default()).await.expect("restart");
+    let daemon = Daemon::start(&stack.socket, DaemonOptions::default())
+        .await
+        .expect("restart");
     stack.daemon = Some(daemon);
     let mut recovered = false;
     for attempt in 0..100 {
-        send(&mut ws, &format!(r#"{{"jsonrpc":"2.0","method":"echo","params":[{attempt}],"id":{attempt}}}"#)).await;
+        send(
+            &mut ws,
+            &format!(r#"{{"jsonrpc":"2.0","method":"echo","params":[{attempt}],"id":{attempt}}}"#),
+        )
+        .await;
         let v = json(&recv(&mut ws).await);
         if v.get("result").is_some() {
             recovered = true;
@@ -48,7 +66,10 @@ async fn upstream_killed_mid_flight_fails_pending_at_once_then_recovers() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(recovered, "requests never succeeded after the daemon restarted");
+    assert!(
+        recovered,
+        "requests never succeeded after the daemon restarted"
+    );
     stack.gateway.shutdown().await;
 }
 
@@ -56,7 +77,11 @@ async fn upstream_killed_mid_flight_fails_pending_at_once_then_recovers() {
 async fn timeout_answers_32008_and_the_late_reply_is_dropped_and_counted() {
     let stack = Stack::start("request_timeout_ms = 200", "", DaemonOptions::default()).await;
     let mut ws = stack.client().await;
-    send(&mut ws, r#"{"jsonrpc":"2.0","method":"sleep","params":{"ms":600},"id":"slow"}"#).await;
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"sleep","params":{"ms":600},"id":"slow"}"#,
+    )
+    .await;
     let started = Instant::now();
     assert_eq!(
         recv(&mut ws).await,
@@ -65,7 +90,12 @@ async fn timeout_answers_32008_and_the_late_reply_is_dropped_and_counted() {
     assert!(started.elapsed() < Duration::from_millis(500));
     // The daemon's late reply arrives and is counted as stale, not delivered.
     let stale = [("kind", "stale")];
-    assert!(eventually(Duration::from_secs(3), || stack.counter("switchyard_unmatched_responses_total", &stale) == 1.0).await);
+    assert!(
+        eventually(Duration::from_secs(3), || stack
+            .counter("switchyard_unmatched_responses_total", &stale)
+            == 1.0)
+        .await
+    );
     expect_silence(&mut ws, Duration::from_millis(100)).await;
     assert_eq!(stack.counter("switchyard_correlator_entries", &[]), 0.0);
     stack.gateway.shutdown().await;
@@ -76,19 +106,43 @@ async fn a_client_that_disconnects_has_its_pending_entries_purged() {
     let stack = Stack::start("", "", DaemonOptions::default()).await;
     let mut ws = stack.client().await;
     for i in 0..5 {
-        send(&mut ws, &format!(r#"{{"jsonrpc":"2.0","method":"sleep","params":[800],"id":{i}}}"#)).await;
+        send(
+            &mut ws,
+            &format!(r#"{{"jsonrpc":"2.0","method":"sleep","params":[800],"id":{i}}}"#),
+        )
+        .await;
     }
     let entries = || stack.counter("switchyard_correlator_entries", &[("upstream", "daemon")]);
-    assert!(eventually(Duration::from_secs(2), || entries() == 5.0).await, "entries {}", entries());
+    assert!(
+        eventually(Duration::from_secs(2), || entries() == 5.0).await,
+        "entries {}",
+        entries()
+    );
     drop(ws);
-    assert!(eventually(Duration::from_millis(500), || entries() == 0.0).await, "entries {}", entries());
+    assert!(
+        eventually(Duration::from_millis(500), || entries() == 0.0).await,
+        "entries {}",
+        entries()
+    );
     // The daemon still answers later; those replies are stale and go nowhere.
     let stale = [("kind", "stale")];
-    assert!(eventually(Duration::from_secs(3), || stack.counter("switchyard_unmatched_responses_total", &stale) == 5.0).await);
+    assert!(
+        eventually(Duration::from_secs(3), || stack
+            .counter("switchyard_unmatched_responses_total", &stale)
+            == 5.0)
+        .await
+    );
     // Another client is unaffected.
     let mut other = stack.client().await;
-    send(&mut other, r#"{"jsonrpc":"2.0","method":"echo","params":[1],"id":1}"#).await;
-    assert_eq!(recv(&mut other).await, r#"{"jsonrpc":"2.0","result":[1],"id":1}"#);
+    send(
+        &mut other,
+        r#"{"jsonrpc":"2.0","method":"echo","params":[1],"id":1}"#,
+    )
+    .await;
+    assert_eq!(
+        recv(&mut other).await,
+        r#"{"jsonrpc":"2.0","result":[1],"id":1}"#
+    );
     stack.gateway.shutdown().await;
 }
 
@@ -101,7 +155,10 @@ async fn rogue_upstream(listener: UnixListener) {
     while let Ok(Some(line)) = lines.next_line().await {
         let v: serde_json::Value = serde_json::from_str(&line).expect("json line");
         let id = v["id"].as_u64().expect("gateway ids are integers");
-        let bogus = format!("{{\"jsonrpc\":\"2.0\",\"result\":\"not yours\",\"id\":{}}}\n", id + 1000);
+        let bogus = format!(
+            "{{\"jsonrpc\":\"2.0\",\"result\":\"not yours\",\"id\":{}}}\n",
+            id + 1000
+        );
         let real = format!("{{\"jsonrpc\":\"2.0\",\"result\":\"yours\",\"id\":{id}}}\n");
         write.write_all(bogus.as_bytes()).await.expect("write");
         write.write_all(real.as_bytes()).await.expect("write");
@@ -114,17 +171,29 @@ async fn replies_for_unknown_ids_are_dropped_and_counted() {
     let socket = dir.path().join("rogue.sock");
     let listener = UnixListener::bind(&socket).expect("bind");
     tokio::spawn(rogue_upstream(listener));
-    let cfg = switchyard::config::Config::from_toml(&stack_toml(&socket, "", "pool_size = 1")).expect("config");
+    let cfg = switchyard::config::Config::from_toml(&stack_toml(&socket, "", "pool_size = 1"))
+        .expect("config");
     let bound = switchyard::app::bind(cfg).await.expect("bind");
     let url = bound.ws_url("public").expect("url");
     let gateway = bound.spawn();
     let mut ws = connect(&url).await;
     for i in 0..3 {
-        send(&mut ws, &format!(r#"{{"jsonrpc":"2.0","method":"m","id":{i}}}"#)).await;
-        assert_eq!(recv(&mut ws).await, format!(r#"{{"jsonrpc":"2.0","result":"yours","id":{i}}}"#));
+        send(
+            &mut ws,
+            &format!(r#"{{"jsonrpc":"2.0","method":"m","id":{i}}}"#),
+        )
+        .await;
+        assert_eq!(
+            recv(&mut ws).await,
+            format!(r#"{{"jsonrpc":"2.0","result":"yours","id":{i}}}"#)
+        );
     }
     expect_silence(&mut ws, Duration::from_millis(100)).await;
-    let unknown = metric_value(&gateway, "switchyard_unmatched_responses_total", &[("kind", "unknown")]);
+    let unknown = metric_value(
+        &gateway,
+        "switchyard_unmatched_responses_total",
+        &[("kind", "unknown")],
+    );
     assert_eq!(unknown, 3.0);
     gateway.shutdown().await;
 }

@@ -238,11 +238,16 @@ impl RawConfig {
         extract(&Figment::from(Serialized::defaults(Self::default())).merge(Toml::string(text)))
     }
 
-    /// Renders the configuration (defaults filled in) as TOML, for
-    /// `switchyard check`.
+    /// Renders the effective configuration as TOML for `switchyard check`:
+    /// defaults filled in and each upstream's profile applied.
     pub fn to_toml_string(&self) -> String {
-        toml::to_string(self)
-            .expect("RawConfig holds only strings, integers, bools, arrays and string-keyed tables, which TOML can represent; qed")
+        let mut effective = self.clone();
+        for upstream in effective.upstreams.values_mut() {
+            *upstream = upstream.with_profile_defaults();
+        }
+        toml::to_string(&effective).expect(
+            "RawConfig holds only strings, integers, bools, arrays and string-keyed tables, which TOML can represent; qed",
+        )
     }
 }
 

@@ -301,6 +301,10 @@ fn check_upstream_keys(
         let msg = "notifications = \"forward\" cannot be combined with ordered_replies = true: a daemon that replies in order also answers notifications, which would desynchronise replies; use notifications = \"as-request\"";
         p.push(key, msg);
     }
+    if raw.accepts_batches && raw.ordered_replies {
+        let msg = "accepts_batches = true cannot be combined with ordered_replies = true: a batch reply is one line whose items may come in any order";
+        p.push(key, msg);
+    }
     if let Some(d) = ws {
         let as_request = policy == Some(NotificationPolicy::AsRequest);
         p.not_allowed(key, "notifications", as_request, d);

@@ -422,3 +422,79 @@ fn too_long_line_reply() {
         b"{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32600,\"message\":\"Invalid Request\",\"data\":\"Line exceeds maximum of 1048576 bytes\"},\"id\":null}\n"
     );
 }
+
+#[tokio::test]
+async fn oversized_line_gets_error_then_close() {
+    let fx = start(false).await;
+    let mut c = fx.client().await;
+    let mut wr = c.wr;
+    // The daemon may close before the whole line is written; that is the point.
+    let writer = tokio::spawn(async move {
+        let chunk = vec![b'a'; 1 << 20];
+        for _ in 0..=super::conn::MAX_LINE >> 20 {
+            if wr.write_all(&chunk).await.is_err() {
+                break;
+            }
+        }
+        wr
+    });
+    let reply = c.lines.next_line().await.unwrap().unwrap();
+    assert!(
+        reply.contains("\"data\":\"Line exceeds maximum of 16777216 bytes\""),
+        "{reply}"
+    );
+    assert_eq!(
+        tokio::time::timeout(WAIT, c.lines.next_line())
+            .await
+            .unwrap()
+            .unwrap(),
+        None
+    );
+    drop(writer.await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn perf_pipelined() {
+    let fx = start(false).await;
+    let c = fx.client().await;
+    let (mut lines, mut wr) = (c.lines, c.wr);
+    let n = 200_000;
+    let t = std::time::Instant::now();
+    let w = tokio::spawn(async move {
+        let mut buf = Vec::new();
+        for i in 0..n {
+            buf.extend_from_slice(
+                format!(
+                    "{{\"jsonrpc\":\"2.0\",\"method\":\"echo\",\"params\":[{i}],\"id\":{i}}}\n"
+                )
+                .as_bytes(),
+            );
+            if buf.len() > 65536 {
+                wr.write_all(&buf).await.unwrap();
+                buf.clear();
+            }
+        }
+        wr.write_all(&buf).await.unwrap();
+        wr
+    });
+    for _ in 0..n {
+        lines.next_line().await.unwrap().unwrap();
+    }
+    eprintln!("{n} pipelined in {:?}", t.elapsed());
+    let _w = w.await.unwrap();
+    // lock-step
+    let c = fx.client().await;
+    let (mut lines, mut wr) = (c.lines, c.wr);
+    let t = std::time::Instant::now();
+    for i in 0..20000 {
+        wr.write_all(
+            format!("{{\"jsonrpc\":\"2.0\",\"method\":\"echo\",\"params\":[{i}],\"id\":{i}}}\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+        lines.next_line().await.unwrap().unwrap();
+    }
+    eprintln!("20000 lock-step in {:?}", t.elapsed());
+}

@@ -173,7 +173,10 @@ fn reply_from_raw(
         }
         (None, Some(error)) => match parse_error_object(error) {
             Some(error) => Ok(Message::Error { id, error }),
-            None => Err((id, "error must be an object with integer code and string message")),
+            None => Err((
+                id,
+                "error must be an object with integer code and string message",
+            )),
         },
         _ => Err((id, "exactly one of result and error is required")),
     }

@@ -22,9 +22,16 @@ use crate::upstream::Upstream;
 pub mod correlator;
 
 /// Batch items bound for one upstream: (position, request id, method, params).
-type Group = (Arc<Upstream>, Vec<(usize, Option<WireId>, String, Option<Payload>)>);
+type Group = (
+    Arc<Upstream>,
+    Vec<(usize, Option<WireId>, String, Option<Payload>)>,
+);
 
-fn push_group(groups: &mut Vec<Group>, up: Arc<Upstream>, call: (usize, Option<WireId>, String, Option<Payload>)) {
+fn push_group(
+    groups: &mut Vec<Group>,
+    up: Arc<Upstream>,
+    call: (usize, Option<WireId>, String, Option<Payload>),
+) {
     match groups.iter_mut().find(|(u, _)| Arc::ptr_eq(u, &up)) {
         Some((_, calls)) => calls.push(call),
         None => groups.push((up, vec![call])),
@@ -47,15 +54,28 @@ impl Route {
     /// Resolves the listener's route table against the started upstreams.
     /// Config validation guarantees every name exists; a missing one is
     /// treated as "no route".
-    pub fn new(cfg: ListenerConfig, upstreams: &HashMap<String, Arc<Upstream>>, metrics: Metrics) -> Self {
-        let default = cfg.routes.default.as_ref().and_then(|n| upstreams.get(n).cloned());
+    pub fn new(
+        cfg: ListenerConfig,
+        upstreams: &HashMap<String, Arc<Upstream>>,
+        metrics: Metrics,
+    ) -> Self {
+        let default = cfg
+            .routes
+            .default
+            .as_ref()
+            .and_then(|n| upstreams.get(n).cloned());
         let prefixes = cfg
             .routes
             .prefixes
             .iter()
             .filter_map(|(p, n)| upstreams.get(n).map(|u| (p.clone(), u.clone())))
             .collect();
-        Route { cfg, default, prefixes, metrics }
+        Route {
+            cfg,
+            default,
+            prefixes,
+            metrics,
+        }
     }
 
     /// The upstream serving `method`, if any.
@@ -100,9 +120,13 @@ impl Route {
         let mut single = Vec::new();
         for (i, item) in items.into_iter().enumerate() {
             let target = match &item {
-                Item::Valid(Message::Request { method, .. } | Message::Notification { method, .. }) => self
+                Item::Valid(
+                    Message::Request { method, .. } | Message::Notification { method, .. },
+                ) => self
                     .routed(method)
-                    .filter(|u| u.config().accepts_batches && !u.config().streaming_methods.contains(method))
+                    .filter(|u| {
+                        u.config().accepts_batches && !u.config().streaming_methods.contains(method)
+                    })
                     .cloned(),
                 _ => None,
             };
@@ -116,10 +140,19 @@ impl Route {
                 (_, item) => single.push((i, item)),
             }
         }
-        let singles = join_all(single.into_iter().map(|(i, item)| async move { vec![(i, self.handle(item).await)] }));
-        let groups = join_all(grouped.into_iter().map(|(up, calls)| self.forward_batch(up, calls)));
+        let singles = join_all(
+            single
+                .into_iter()
+                .map(|(i, item)| async move { vec![(i, self.handle(item).await)] }),
+        );
+        let groups = join_all(
+            grouped
+                .into_iter()
+                .map(|(up, calls)| self.forward_batch(up, calls)),
+        );
         let (singles, groups) = tokio::join!(singles, groups);
-        let mut replies: Vec<(usize, Option<Message>)> = singles.into_iter().chain(groups).flatten().collect();
+        let mut replies: Vec<(usize, Option<Message>)> =
+            singles.into_iter().chain(groups).flatten().collect();
         replies.sort_by_key(|(i, _)| *i);
         replies.into_iter().filter_map(|(_, m)| m).collect()
     }
@@ -130,8 +163,10 @@ impl Route {
         calls: Vec<(usize, Option<WireId>, String, Option<Payload>)>,
     ) -> Vec<(usize, Option<Message>)> {
         let deadline = TokioInstant::now() + self.cfg.request_timeout;
-        let wire: Vec<(&str, Option<&Payload>, bool)> =
-            calls.iter().map(|(_, id, m, p)| (m.as_str(), p.as_ref(), id.is_some())).collect();
+        let wire: Vec<(&str, Option<&Payload>, bool)> = calls
+            .iter()
+            .map(|(_, id, m, p)| (m.as_str(), p.as_ref(), id.is_some()))
+            .collect();
         let replies = upstream.call_batch(&wire, deadline).await;
         calls
             .into_iter()
@@ -156,7 +191,12 @@ impl Route {
             self.count_request("none", ErrorKind::MethodNotFound.as_str());
             return self.error_reply(id, &GatewayError::new(ErrorKind::MethodNotFound));
         };
-        if upstream.config().streaming_methods.iter().any(|m| m == method) {
+        if upstream
+            .config()
+            .streaming_methods
+            .iter()
+            .any(|m| m == method)
+        {
             // A streaming method would take a pooled connection over.
             let err = GatewayError::with_detail(
                 ErrorKind::MethodNotFound,
@@ -176,7 +216,12 @@ impl Route {
     }
 
     /// The client's reply for an upstream outcome, with the client's id.
-    fn reply_for(&self, id: WireId, upstream: &str, result: Result<Message, GatewayError>) -> Message {
+    fn reply_for(
+        &self,
+        id: WireId,
+        upstream: &str,
+        result: Result<Message, GatewayError>,
+    ) -> Message {
         match result {
             Ok(Message::Response { result, .. }) => {
                 self.count_request(upstream, "ok");
@@ -184,7 +229,10 @@ impl Route {
             }
             Ok(Message::Error { error, .. }) => {
                 self.count_request(upstream, "upstream_error");
-                Message::Error { id: Some(id), error }
+                Message::Error {
+                    id: Some(id),
+                    error,
+                }
             }
             Ok(_) => {
                 self.count_request(upstream, ErrorKind::Internal.as_str());

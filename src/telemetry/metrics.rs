@@ -4,9 +4,7 @@
 //! and config names (listener, upstream): never ids, client method names or
 //! addresses. `dashboards/` may reference only names declared here.
 
-use prometheus::{
-    HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
-};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
 /// Request latency buckets, seconds.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -48,22 +46,70 @@ impl Metrics {
     pub fn new() -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
         let m = Metrics {
-            connections_open: gauge(&registry, "connections_open", "Client connections open", &["listener"])?,
-            connections_accepted: counter(&registry, "connections_accepted_total", "Client connections accepted", &["listener"])?,
-            requests: counter(&registry, "requests_total", "Requests settled", &["listener", "upstream", "outcome"])?,
+            connections_open: gauge(
+                &registry,
+                "connections_open",
+                "Client connections open",
+                &["listener"],
+            )?,
+            connections_accepted: counter(
+                &registry,
+                "connections_accepted_total",
+                "Client connections accepted",
+                &["listener"],
+            )?,
+            requests: counter(
+                &registry,
+                "requests_total",
+                "Requests settled",
+                &["listener", "upstream", "outcome"],
+            )?,
             request_duration: {
-                let opts = HistogramOpts::new("switchyard_request_duration_seconds", "Client-observed request duration")
-                    .buckets(LATENCY_BUCKETS.to_vec());
+                let opts = HistogramOpts::new(
+                    "switchyard_request_duration_seconds",
+                    "Client-observed request duration",
+                )
+                .buckets(LATENCY_BUCKETS.to_vec());
                 let h = HistogramVec::new(opts, &["listener", "upstream"])?;
                 registry.register(Box::new(h.clone()))?;
                 h
             },
-            unmatched_responses: counter(&registry, "unmatched_responses_total", "Replies whose id was not pending", &["dialect", "side", "kind"])?,
-            protocol_errors: counter(&registry, "protocol_errors_total", "Malformed input, answered and fatal", &["dialect", "side", "reason"])?,
-            dropped_messages: counter(&registry, "dropped_messages_total", "Messages dropped", &["dialect", "side", "reason"])?,
-            correlator_entries: gauge(&registry, "correlator_entries", "Pending gateway ids", &["upstream"])?,
-            upstream_connections: gauge(&registry, "upstream_connections", "Upstream connections up", &["upstream"])?,
-            upstream_reconnects: counter(&registry, "upstream_reconnects_total", "Upstream reconnections", &["upstream"])?,
+            unmatched_responses: counter(
+                &registry,
+                "unmatched_responses_total",
+                "Replies whose id was not pending",
+                &["dialect", "side", "kind"],
+            )?,
+            protocol_errors: counter(
+                &registry,
+                "protocol_errors_total",
+                "Malformed input, answered and fatal",
+                &["dialect", "side", "reason"],
+            )?,
+            dropped_messages: counter(
+                &registry,
+                "dropped_messages_total",
+                "Messages dropped",
+                &["dialect", "side", "reason"],
+            )?,
+            correlator_entries: gauge(
+                &registry,
+                "correlator_entries",
+                "Pending gateway ids",
+                &["upstream"],
+            )?,
+            upstream_connections: gauge(
+                &registry,
+                "upstream_connections",
+                "Upstream connections up",
+                &["upstream"],
+            )?,
+            upstream_reconnects: counter(
+                &registry,
+                "upstream_reconnects_total",
+                "Upstream reconnections",
+                &["upstream"],
+            )?,
             registry,
         };
         Ok(m)
@@ -77,17 +123,28 @@ impl Metrics {
     /// The current value of a counter family member, for tests and the
     /// status page.
     pub fn counter_value(vec: &IntCounterVec, labels: &[&str]) -> u64 {
-        vec.get_metric_with_label_values(labels).map_or(0, |c| c.get())
+        vec.get_metric_with_label_values(labels)
+            .map_or(0, |c| c.get())
     }
 }
 
-fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<IntCounterVec, prometheus::Error> {
+fn counter(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<IntCounterVec, prometheus::Error> {
     let c = IntCounterVec::new(Opts::new(format!("switchyard_{name}"), help), labels)?;
     registry.register(Box::new(c.clone()))?;
     Ok(c)
 }
 
-fn gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<IntGaugeVec, prometheus::Error> {
+fn gauge(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<IntGaugeVec, prometheus::Error> {
     let g = IntGaugeVec::new(Opts::new(format!("switchyard_{name}"), help), labels)?;
     registry.register(Box::new(g.clone()))?;
     Ok(g)

@@ -40,7 +40,11 @@ enum End {
 }
 
 /// Serves every WebSocket listener bound to `listener` until shutdown.
-pub(crate) async fn serve(listener: TcpListener, routes: Vec<Arc<Route>>, ctx: Serve) -> std::io::Result<()> {
+pub(crate) async fn serve(
+    listener: TcpListener,
+    routes: Vec<Arc<Route>>,
+    ctx: Serve,
+) -> std::io::Result<()> {
     let mut app = axum::Router::new();
     for route in routes {
         let ListenAddrPath(path) = ListenAddrPath::of(&route);
@@ -86,13 +90,21 @@ fn upgrade(ws: WebSocketUpgrade, route: Arc<Route>, ctx: Serve) -> Response {
 async fn run(socket: WebSocket, route: Arc<Route>, ctx: Serve) {
     let name = route.cfg.name.clone();
     let metrics = route.metrics().clone();
-    metrics.connections_accepted.with_label_values(&[&name]).inc();
+    metrics
+        .connections_accepted
+        .with_label_values(&[&name])
+        .inc();
     let open = metrics.connections_open.with_label_values(&[&name]);
     open.inc();
     let (sink, stream) = socket.split();
     let (tx, rx) = mpsc::channel(route.cfg.outbox_capacity);
     let writer = tokio::spawn(write_loop(sink, rx));
-    let session = Session::new(route.clone(), Style::Frame, tx.clone(), ctx.grace_over.clone());
+    let session = Session::new(
+        route.clone(),
+        Style::Frame,
+        tx.clone(),
+        ctx.grace_over.clone(),
+    );
     let end = read_loop(stream, &session, &route, &tx, &ctx).await;
     match end {
         End::Gone | End::Closing => session.abort(),
@@ -106,7 +118,10 @@ async fn run(socket: WebSocket, route: Arc<Route>, ctx: Serve) {
     drop(tx);
     if matches!(end, End::Gone) {
         writer.abort();
-    } else if tokio::time::timeout(Duration::from_secs(2), writer).await.is_err() {
+    } else if tokio::time::timeout(Duration::from_secs(2), writer)
+        .await
+        .is_err()
+    {
         tracing::debug!(listener = %name, "writer did not finish closing in time");
     }
     open.dec();
@@ -153,7 +168,9 @@ async fn read_loop(
             }
             Some(Ok(WsMessage::Binary(_))) => {
                 route.count_protocol_error("binary_frame");
-                let _ = tx.send(Outgoing::Close(1003, "binary frames are not supported")).await;
+                let _ = tx
+                    .send(Outgoing::Close(1003, "binary frames are not supported"))
+                    .await;
                 return End::Closing;
             }
             Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => {}
@@ -204,7 +221,10 @@ async fn write_loop(
             Outgoing::Text(text) => sink.feed(WsMessage::Text(text.into())).await,
             Outgoing::Ping => sink.feed(WsMessage::Ping(Default::default())).await,
             Outgoing::Close(code, reason) => {
-                let frame = CloseFrame { code, reason: reason.into() };
+                let frame = CloseFrame {
+                    code,
+                    reason: reason.into(),
+                };
                 // The peer may be gone already; we are closing either way.
                 let _ = sink.send(WsMessage::Close(Some(frame))).await;
                 break;

@@ -155,7 +155,11 @@ impl Link {
                         return Err(GatewayError::new(ErrorKind::Unavailable));
                     };
                     ids.push(Some(gid));
-                    msgs.push(Message::Request { id: WireId::number(gid), method, params });
+                    msgs.push(Message::Request {
+                        id: WireId::number(gid),
+                        method,
+                        params,
+                    });
                 }
                 None => {
                     ids.push(None);
@@ -218,8 +222,11 @@ impl Link {
 
     /// Reads inbound texts until the stream ends or the link is closed,
     /// then fails every call still in flight.
-    pub(crate) async fn run_reader<S, E>(self: Arc<Self>, mut inbound: S, shutdown: CancellationToken)
-    where
+    pub(crate) async fn run_reader<S, E>(
+        self: Arc<Self>,
+        mut inbound: S,
+        shutdown: CancellationToken,
+    ) where
         S: Stream<Item = Result<String, E>> + Unpin,
         E: std::fmt::Display,
     {
@@ -284,9 +291,10 @@ impl Link {
             }
         };
         match msg {
-            Message::Response { ref id, .. } | Message::Error { id: Some(ref id), .. }
-                if id.as_json() != Some("null") =>
-            {
+            Message::Response { ref id, .. }
+            | Message::Error {
+                id: Some(ref id), ..
+            } if id.as_json() != Some("null") => {
                 let gid = id.as_json().and_then(parse_gateway_id);
                 self.settle(gid, msg)
             }
@@ -355,17 +363,23 @@ impl Link {
         let mut batches = self.batches.lock();
         let mut table = self.correlator.lock();
         while let Some(ids) = batches.pop_front() {
-            let waiters: Vec<Waiter> = ids.iter().filter_map(|id| match table.resolve(*id) {
-                Resolution::Pending(w) => Some(w),
-                _ => None,
-            }).collect();
+            let waiters: Vec<Waiter> = ids
+                .iter()
+                .filter_map(|id| match table.resolve(*id) {
+                    Resolution::Pending(w) => Some(w),
+                    _ => None,
+                })
+                .collect();
             if waiters.is_empty() {
                 continue;
             }
             drop(table);
             self.shared.entries_gauge().sub(waiters.len() as i64);
             for w in waiters {
-                let reply = Message::Error { id: None, error: error.clone() };
+                let reply = Message::Error {
+                    id: None,
+                    error: error.clone(),
+                };
                 if w.send(Ok(reply)).is_err() {
                     self.shared.count_dropped("client_gone");
                 }
@@ -391,9 +405,9 @@ impl Link {
     fn fill(&self, params: Option<&Payload>) -> Option<Payload> {
         match params {
             Some(p) => Some(p.clone()),
-            None if self.shared.cfg.fill_empty_params => {
-                Some(Payload::Json(crate::envelope::raw_from_string(String::from("{}"))))
-            }
+            None if self.shared.cfg.fill_empty_params => Some(Payload::Json(
+                crate::envelope::raw_from_string(String::from("{}")),
+            )),
             None => None,
         }
     }

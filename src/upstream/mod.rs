@@ -60,11 +60,17 @@ impl Upstream {
     pub fn start(cfg: UpstreamConfig, metrics: Metrics, shutdown: CancellationToken) -> Arc<Self> {
         let entries = metrics.correlator_entries.with_label_values(&[&cfg.name]);
         let pending = Arc::new(Semaphore::new(cfg.max_pending.get()));
-        let shared = Arc::new(UpstreamShared { cfg, metrics, entries });
+        let shared = Arc::new(UpstreamShared {
+            cfg,
+            metrics,
+            entries,
+        });
         let (changed_tx, changed) = watch::channel(0u64);
         let changed_tx = Arc::new(changed_tx);
         let slots = (0..shared.cfg.pool_size.get())
-            .map(|slot| pool::spawn_slot(slot, shared.clone(), changed_tx.clone(), shutdown.clone()))
+            .map(|slot| {
+                pool::spawn_slot(slot, shared.clone(), changed_tx.clone(), shutdown.clone())
+            })
             .collect();
         Arc::new(Upstream {
             shared,
@@ -96,8 +102,20 @@ impl Upstream {
     /// Calls one method and returns the upstream's reply (a response or an
     /// error, still carrying the gateway id). Cancel-safe: dropping the
     /// future abandons the call and a late reply is counted as stale.
-    pub async fn call(&self, method: &str, params: Option<&Payload>) -> Result<Message, GatewayError> {
-        self.call_inner(method, params, &mut AbandonGuard { link: None, timed_out: false }).await
+    pub async fn call(
+        &self,
+        method: &str,
+        params: Option<&Payload>,
+    ) -> Result<Message, GatewayError> {
+        self.call_inner(
+            method,
+            params,
+            &mut AbandonGuard {
+                link: None,
+                timed_out: false,
+            },
+        )
+        .await
     }
 
     /// Like [`call`](Self::call), but marks an abandoned call as timed out
@@ -108,8 +126,12 @@ impl Upstream {
         params: Option<&Payload>,
         deadline: tokio::time::Instant,
     ) -> Result<Message, GatewayError> {
-        let mut guard = AbandonGuard { link: None, timed_out: false };
-        let result = tokio::time::timeout_at(deadline, self.call_inner(method, params, &mut guard)).await;
+        let mut guard = AbandonGuard {
+            link: None,
+            timed_out: false,
+        };
+        let result =
+            tokio::time::timeout_at(deadline, self.call_inner(method, params, &mut guard)).await;
         match result {
             Ok(r) => r,
             Err(_) => {
@@ -129,7 +151,12 @@ impl Upstream {
         deadline: tokio::time::Instant,
     ) -> Vec<Option<Result<Message, GatewayError>>> {
         let requests = calls.iter().filter(|c| c.2).count();
-        let fail_all = |err: GatewayError| calls.iter().map(|c| c.2.then(|| Err(err.clone()))).collect();
+        let fail_all = |err: GatewayError| {
+            calls
+                .iter()
+                .map(|c| c.2.then(|| Err(err.clone())))
+                .collect()
+        };
         let started = tokio::time::timeout_at(deadline, self.start_batch(calls, requests)).await;
         let (receivers, mut guard, _permits) = match started {
             Ok(Ok(started)) => started,
@@ -164,7 +191,14 @@ impl Upstream {
         &self,
         calls: &[(&str, Option<&Payload>, bool)],
         requests: usize,
-    ) -> Result<(Vec<Option<oneshot::Receiver<link::ReplyResult>>>, BatchGuard, Vec<OwnedSemaphorePermit>), GatewayError> {
+    ) -> Result<
+        (
+            Vec<Option<oneshot::Receiver<link::ReplyResult>>>,
+            BatchGuard,
+            Vec<OwnedSemaphorePermit>,
+        ),
+        GatewayError,
+    > {
         let depth = self.shared.cfg.max_in_flight_per_connection.get();
         if requests > depth.min(self.shared.cfg.max_pending.get()) {
             return Err(GatewayError::with_detail(
@@ -194,7 +228,11 @@ impl Upstream {
             .unzip();
         let pairs: Vec<(&str, Option<&Payload>)> = calls.iter().map(|c| (c.0, c.1)).collect();
         let ids = link.send_batch(&pairs, waiters)?;
-        let guard = BatchGuard { link, ids, timed_out: false };
+        let guard = BatchGuard {
+            link,
+            ids,
+            timed_out: false,
+        };
         Ok((receivers, guard, permits))
     }
 
@@ -248,7 +286,10 @@ impl Upstream {
             return Ok(permit);
         }
         let exhausted = || {
-            GatewayError::with_detail(ErrorKind::ResourceExhausted, "upstream pending limit reached")
+            GatewayError::with_detail(
+                ErrorKind::ResourceExhausted,
+                "upstream pending limit reached",
+            )
         };
         if self.queued.fetch_add(1, Ordering::AcqRel) >= self.shared.cfg.max_queued {
             self.queued.fetch_sub(1, Ordering::AcqRel);

@@ -35,8 +35,14 @@ async fn supervise(
     shutdown: CancellationToken,
 ) {
     let name = shared.cfg.name.clone();
-    let up_gauge = shared.metrics.upstream_connections.with_label_values(&[&name]);
-    let reconnects = shared.metrics.upstream_reconnects.with_label_values(&[&name]);
+    let up_gauge = shared
+        .metrics
+        .upstream_connections
+        .with_label_values(&[&name]);
+    let reconnects = shared
+        .metrics
+        .upstream_reconnects
+        .with_label_values(&[&name]);
     let mut backoff = Backoff::new(shared.cfg.backoff_initial, shared.cfg.backoff_max);
     let mut ever_connected = false;
     while !shutdown.is_cancelled() {
@@ -94,7 +100,9 @@ async fn connect(
     let timeout = shared.cfg.connect_timeout;
     let fut = async {
         match &shared.cfg.target {
-            UpstreamTarget::Unix(path) => ndjson::connect(path, shared.clone(), shutdown.clone()).await,
+            UpstreamTarget::Unix(path) => {
+                ndjson::connect(path, shared.clone(), shutdown.clone()).await
+            }
             UpstreamTarget::Ws(url) => Err(std::io::Error::new(
                 std::io::ErrorKind::Unsupported,
                 format!("WebSocket upstreams are not supported yet ({url})"),
@@ -103,7 +111,12 @@ async fn connect(
     };
     tokio::time::timeout(timeout, fut)
         .await
-        .unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")))
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "connect timed out",
+            ))
+        })
 }
 
 async fn wait_until_unusable(link: &Link, shutdown: &CancellationToken) {
@@ -133,7 +146,11 @@ struct Backoff {
 
 impl Backoff {
     fn new(initial: Duration, max: Duration) -> Self {
-        Backoff { initial, max, current: initial }
+        Backoff {
+            initial,
+            max,
+            current: initial,
+        }
     }
 
     fn next_delay(&mut self) -> Duration {

@@ -42,7 +42,13 @@ impl Stack {
         let url = bound.ws_url("public").expect("url");
         let gateway = bound.spawn();
         wait_connected(&gateway, "daemon").await;
-        Stack { dir, daemon: Some(daemon), socket, url, gateway }
+        Stack {
+            dir,
+            daemon: Some(daemon),
+            socket,
+            url,
+            gateway,
+        }
     }
 
     pub async fn client(&self) -> Ws {
@@ -91,7 +97,9 @@ pub async fn wait_connected(gateway: &Running, upstream: &str) {
 }
 
 pub async fn connect(url: &str) -> Ws {
-    let (ws, _) = tokio_tungstenite::connect_async(url).await.expect("connect");
+    let (ws, _) = tokio_tungstenite::connect_async(url)
+        .await
+        .expect("connect");
     ws
 }
 
@@ -131,7 +139,9 @@ pub async fn expect_silence(ws: &mut Ws, wait: Duration) {
 /// Waits for a close frame and returns its code.
 pub async fn expect_close(ws: &mut Ws) -> (u16, String) {
     loop {
-        let frame = tokio::time::timeout(STEP, ws.next()).await.expect("timed out waiting for close");
+        let frame = tokio::time::timeout(STEP, ws.next())
+            .await
+            .expect("timed out waiting for close");
         match frame {
             Some(Ok(Message::Close(Some(f)))) => return (u16::from(f.code), f.reason.to_string()),
             Some(Ok(Message::Close(None))) => return (u16::from(CloseCode::Status), String::new()),
@@ -153,7 +163,9 @@ pub fn metric_value(gateway: &Running, name: &str, labels: &[(&str, &str)]) -> f
     for family in families.iter().filter(|f| f.name() == name) {
         for m in family.get_metric() {
             let matches = labels.iter().all(|(k, v)| {
-                m.get_label().iter().any(|l| l.name() == *k && l.value() == *v)
+                m.get_label()
+                    .iter()
+                    .any(|l| l.name() == *k && l.value() == *v)
             });
             if matches {
                 total += match family.get_field_type() {

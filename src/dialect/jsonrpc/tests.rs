@@ -22,15 +22,25 @@ fn reply_text(inbound: Inbound) -> String {
     }
 }
 
-const PARSE: &str = r#"{"jsonrpc":"2.0","error":{"code":-32700,"message":"Parse error"},"id":null}"#;
+const PARSE: &str =
+    r#"{"jsonrpc":"2.0","error":{"code":-32700,"message":"Parse error"},"id":null}"#;
 const INVALID_NULL: &str =
     r#"{"jsonrpc":"2.0","error":{"code":-32600,"message":"Invalid Request"},"id":null}"#;
 
 #[test]
 fn parse_errors() {
-    assert_eq!(reply_text(decode(r#"{"jsonrpc":"2.0","method":"foobar, "params":"bar","baz]"#, 100)), PARSE);
     assert_eq!(
-        reply_text(decode(r#"[{"jsonrpc":"2.0","method":"sum","params":[1,2,4],"id":"1"},{"jsonrpc":"2.0","method"]"#, 100)),
+        reply_text(decode(
+            r#"{"jsonrpc":"2.0","method":"foobar, "params":"bar","baz]"#,
+            100
+        )),
+        PARSE
+    );
+    assert_eq!(
+        reply_text(decode(
+            r#"[{"jsonrpc":"2.0","method":"sum","params":[1,2,4],"id":"1"},{"jsonrpc":"2.0","method"]"#,
+            100
+        )),
         PARSE
     );
     assert_eq!(reply_text(decode("{} x", 100)), PARSE);
@@ -40,11 +50,22 @@ fn parse_errors() {
 #[test]
 fn invalid_shapes_get_id_null() {
     assert_eq!(reply_text(decode("[]", 100)), INVALID_NULL);
-    for text in ["1", "\"x\"", "true", "null", r#"{"jsonrpc":"2.0","method":1,"params":"bar"}"#, r#"{"jsonrpc":"2.0","method":"m","id":{"a":1}}"#, r#"{"jsonrpc":"2.0","method":"m","id":true}"#] {
+    for text in [
+        "1",
+        "\"x\"",
+        "true",
+        "null",
+        r#"{"jsonrpc":"2.0","method":1,"params":"bar"}"#,
+        r#"{"jsonrpc":"2.0","method":"m","id":{"a":1}}"#,
+        r#"{"jsonrpc":"2.0","method":"m","id":true}"#,
+    ] {
         assert_eq!(reply_text(decode(text, 100)), INVALID_NULL, "{text}");
     }
     assert_eq!(reply_text(decode("[1]", 100)), format!("[{INVALID_NULL}]"));
-    assert_eq!(reply_text(decode("[1,2,3]", 100)), format!("[{INVALID_NULL},{INVALID_NULL},{INVALID_NULL}]"));
+    assert_eq!(
+        reply_text(decode("[1,2,3]", 100)),
+        format!("[{INVALID_NULL},{INVALID_NULL},{INVALID_NULL}]")
+    );
 }
 
 #[test]
@@ -64,7 +85,7 @@ fn invalid_with_usable_id_echoes_it() {
 
 #[test]
 fn batch_limit_error_is_exact() {
-    let items = vec![r#"{"jsonrpc":"2.0","method":"m","id":1}"#; 3].join(",");
+    let items = [r#"{"jsonrpc":"2.0","method":"m","id":1}"#; 3].join(",");
     let text = format!("[{items}]");
     assert_eq!(
         reply_text(decode(&text, 2)),
@@ -75,13 +96,31 @@ fn batch_limit_error_is_exact() {
 
 #[test]
 fn ids_are_kept_byte_for_byte() {
-    for id in ["1", "1.0", "-0", "1e3", "\"1\"", "\"\\u0031\"", "12345678901234567890", "null"] {
+    for id in [
+        "1",
+        "1.0",
+        "-0",
+        "1e3",
+        "\"1\"",
+        "\"\\u0031\"",
+        "12345678901234567890",
+        "null",
+    ] {
         let text = format!(r#"{{"jsonrpc":"2.0","method":"echo","params":[1],"id":{id}}}"#);
         match decode(&text, 100) {
-            Inbound::Single(Item::Valid(Message::Request { id: got, method, params })) => {
+            Inbound::Single(Item::Valid(Message::Request {
+                id: got,
+                method,
+                params,
+            })) => {
                 assert_eq!(got.as_json(), Some(id));
                 assert_eq!(method, "echo");
-                assert_eq!(params.and_then(|p| p.as_json().map(str::to_owned)).as_deref(), Some("[1]"));
+                assert_eq!(
+                    params
+                        .and_then(|p| p.as_json().map(str::to_owned))
+                        .as_deref(),
+                    Some("[1]")
+                );
             }
             other => panic!("{id}: {other:?}"),
         }
@@ -91,7 +130,10 @@ fn ids_are_kept_byte_for_byte() {
 #[test]
 fn notifications_and_replies() {
     assert!(matches!(
-        decode(r#"{"jsonrpc":"2.0","method":"update","params":[1,2,3]}"#, 100),
+        decode(
+            r#"{"jsonrpc":"2.0","method":"update","params":[1,2,3]}"#,
+            100
+        ),
         Inbound::Single(Item::Valid(Message::Notification { .. }))
     ));
     assert!(matches!(
@@ -99,7 +141,10 @@ fn notifications_and_replies() {
         Inbound::Single(Item::Valid(Message::Response { .. }))
     ));
     assert!(matches!(
-        decode(r#"{"jsonrpc":"2.0","error":{"code":-1,"message":"x"},"id":"s1"}"#, 100),
+        decode(
+            r#"{"jsonrpc":"2.0","error":{"code":-1,"message":"x"},"id":"s1"}"#,
+            100
+        ),
         Inbound::Single(Item::Valid(Message::Error { .. }))
     ));
 }
@@ -107,7 +152,9 @@ fn notifications_and_replies() {
 #[test]
 fn render_round_trips_exact_bytes() {
     let text = r#"{"jsonrpc":"2.0","method":"subtract","params":{"minuend": 42, "subtrahend":23},"id":1.0}"#;
-    let Inbound::Single(Item::Valid(msg)) = decode(text, 100) else { panic!() };
+    let Inbound::Single(Item::Valid(msg)) = decode(text, 100) else {
+        panic!()
+    };
     assert_eq!(
         render(&msg, Style::Frame).expect("json"),
         r#"{"jsonrpc":"2.0","method":"subtract","params":{"minuend": 42, "subtrahend":23},"id":1.0}"#
@@ -117,7 +164,9 @@ fn render_round_trips_exact_bytes() {
 #[test]
 fn line_style_minifies_only_multiline_payloads() {
     let text = "{\"jsonrpc\":\"2.0\",\"method\":\"echo\",\"params\":{\n  \"a b\": \"x\\n y\",\n  \"c\": [1, 2]\n},\"id\":1}";
-    let Inbound::Single(Item::Valid(msg)) = decode(text, 100) else { panic!() };
+    let Inbound::Single(Item::Valid(msg)) = decode(text, 100) else {
+        panic!()
+    };
     assert_eq!(
         render(&msg, Style::Line).expect("json"),
         r#"{"jsonrpc":"2.0","method":"echo","params":{"a b":"x\n y","c":[1,2]},"id":1}"#
@@ -128,15 +177,26 @@ fn line_style_minifies_only_multiline_payloads() {
 fn upstream_replies_decode() {
     let ok = decode_upstream(r#"{"jsonrpc":"2.0","result":{"a":1},"id":3}"#).expect("reply");
     assert!(matches!(ok, Message::Response { .. }));
-    let err = decode_upstream(r#"{"jsonrpc":"2.0","error":{"code":-32603,"message":"session_id is required"},"id":null}"#).expect("reply");
+    let err = decode_upstream(
+        r#"{"jsonrpc":"2.0","error":{"code":-32603,"message":"session_id is required"},"id":null}"#,
+    )
+    .expect("reply");
     match err {
         Message::Error { id, error } => {
-            assert_eq!(id.and_then(|i| i.as_json().map(str::to_owned)).as_deref(), Some("null"));
+            assert_eq!(
+                id.and_then(|i| i.as_json().map(str::to_owned)).as_deref(),
+                Some("null")
+            );
             assert_eq!(error.code, -32603);
         }
         other => panic!("{other:?}"),
     }
-    assert!(decode_upstream(r#"{"jsonrpc":"2.0","error":{"code":"x","message":"m"},"id":1}"#).is_err());
+    assert!(
+        decode_upstream(r#"{"jsonrpc":"2.0","error":{"code":"x","message":"m"},"id":1}"#).is_err()
+    );
     assert!(decode_upstream("nope").is_err());
-    assert!(matches!(decode_upstream(r#"{"jsonrpc":"2.0","method":"tick"}"#), Ok(Message::Notification { .. })));
+    assert!(matches!(
+        decode_upstream(r#"{"jsonrpc":"2.0","method":"tick"}"#),
+        Ok(Message::Notification { .. })
+    ));
 }

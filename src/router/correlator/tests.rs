@@ -49,7 +49,10 @@ fn ordered_mode_detects_reordering() {
     let b = c.insert(()).expect("open");
     assert_eq!(
         c.resolve_ordered(Some(b)),
-        Err(OutOfSync { expected: Some(1), got: Some(2) })
+        Err(OutOfSync {
+            expected: Some(1),
+            got: Some(2)
+        })
     );
 }
 
@@ -91,7 +94,7 @@ proptest! {
             match op {
                 0 | 1 => {
                     let id = c.insert(n).expect("open");
-                    prop_assert!(id >= 1 && id <= MAX_GATEWAY_ID);
+                    prop_assert!((1..=MAX_GATEWAY_ID).contains(&id));
                     prop_assert!(live.iter().all(|(l, _)| *l != id));
                     live.push((id, n));
                 }
