@@ -15,7 +15,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use std::path::PathBuf;
+
+use tokio::net::{TcpListener, UnixListener};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -39,6 +41,8 @@ pub struct Bound {
     ws: Vec<(TcpListener, Vec<String>)>,
     /// Actual local address of each WebSocket listener, by name.
     addrs: BTreeMap<String, SocketAddr>,
+    /// Unix listeners (NDJSON), with their names and socket paths.
+    unix: Vec<(UnixListener, String, PathBuf)>,
 }
 
 /// A gateway running in the background.
@@ -63,9 +67,16 @@ pub enum BindError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// A listener kind this build cannot serve yet.
-    #[error("listener {0}: this listener kind is not supported yet")]
-    Unsupported(String),
+    /// A Unix socket could not be bound.
+    #[error("listener {listener}: cannot bind {path}: {source}")]
+    Unix {
+        /// Listener name.
+        listener: String,
+        /// The socket path.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// Metrics registry setup failed.
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
@@ -75,10 +86,20 @@ pub enum BindError {
 pub async fn bind(cfg: Config) -> Result<Bound, BindError> {
     let metrics = Metrics::new()?;
     let mut groups: BTreeMap<SocketAddr, Vec<String>> = BTreeMap::new();
+    let mut unix = Vec::new();
     for l in &cfg.listeners {
         match &l.addr {
             ListenAddr::Ws { addr, .. } => groups.entry(*addr).or_default().push(l.name.clone()),
-            ListenAddr::Unix { .. } => return Err(BindError::Unsupported(l.name.clone())),
+            ListenAddr::Unix { path, mode } => {
+                let listener = crate::transport::unix::bind(path, *mode).map_err(|source| {
+                    BindError::Unix {
+                        listener: l.name.clone(),
+                        path: path.display().to_string(),
+                        source,
+                    }
+                })?;
+                unix.push((listener, l.name.clone(), path.clone()));
+            }
         }
     }
     let mut ws = Vec::new();
@@ -106,6 +127,7 @@ pub async fn bind(cfg: Config) -> Result<Bound, BindError> {
         metrics,
         ws,
         addrs,
+        unix,
     })
 }
 
@@ -130,6 +152,14 @@ impl Bound {
     /// The metrics every component reports to.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// The socket path of a Unix (NDJSON) listener.
+    pub fn unix_path(&self, listener: &str) -> Option<PathBuf> {
+        self.unix
+            .iter()
+            .find(|(_, n, _)| n == listener)
+            .map(|(_, _, p)| p.clone())
     }
 
     /// Runs in the background; see [`Running`].
@@ -198,6 +228,16 @@ impl Bound {
                     tracing::error!(error = %e, "WebSocket server failed");
                 }
             });
+        }
+        for (listener, name, path) in self.unix {
+            if let Some(route) = routes.get(&name).cloned() {
+                servers.spawn(crate::transport::unix::serve(
+                    listener,
+                    path,
+                    route,
+                    ctx.clone(),
+                ));
+            }
         }
         servers.close();
         shutdown.cancelled().await;

@@ -161,8 +161,18 @@ impl GatewayError {
         }
     }
 
-    /// Renders this error as the error object `dialect` expects.
+    /// `method_not_found` for `method` (rendered per dialect: no data for
+    /// JSON-RPC, `method "M" not registered` for holon-rpc).
+    pub fn no_route(method: &str) -> Self {
+        GatewayError::with_detail(ErrorKind::MethodNotFound, method)
+    }
+
+    /// Renders this error as the error object `dialect` expects. For
+    /// `method_not_found` the detail is the method name.
     pub fn to_object(&self, dialect: Dialect) -> ErrorObject {
+        if self.kind == ErrorKind::MethodNotFound {
+            return self.no_route_object(dialect);
+        }
         let data = self.detail.as_deref().map(json_string);
         match dialect {
             Dialect::JsonRpc | Dialect::Ndjson => {
@@ -207,6 +217,23 @@ impl GatewayError {
                     data,
                 }
             }
+        }
+    }
+}
+
+impl GatewayError {
+    fn no_route_object(&self, dialect: Dialect) -> ErrorObject {
+        let method = self.detail.as_deref();
+        let (code, message) = match (dialect, method) {
+            (Dialect::Holon, Some(m)) => (-32601, format!("method {m:?} not registered")),
+            (Dialect::Sideband, Some(m)) => (1101, format!("Method not found: {m}")),
+            (Dialect::Sideband, None) => (1101, String::from("Method not found")),
+            _ => (-32601, String::from("Method not found")),
+        };
+        ErrorObject {
+            code,
+            message,
+            data: None,
         }
     }
 }

@@ -108,6 +108,9 @@ pub struct ListenerConfig {
     pub request_timeout: Duration,
     /// Answer the JSON-RPC `ping` notification with a `pong` notification.
     pub answer_ping_notification: bool,
+    /// Requests switchyard may have pushed to one client and not yet seen
+    /// answered (`s<N>` ids); further notifications are dropped, counted.
+    pub max_unanswered_pushes: usize,
     /// Where this listener's methods go.
     pub routes: RouteTable,
 }
@@ -183,6 +186,18 @@ pub struct UpstreamConfig {
     pub backoff_initial: Duration,
     /// Upper bound of the reconnect delay.
     pub backoff_max: Duration,
+    /// WebSocket ping period (JSON-RPC, Sideband upstreams).
+    pub ping_interval: Duration,
+    /// Silence allowed after a ping before the link is closed.
+    pub pong_timeout: Duration,
+    /// holon-rpc heartbeat period.
+    pub heartbeat_interval: Duration,
+    /// Time a holon heartbeat may go unanswered (then close 4000).
+    pub heartbeat_timeout: Duration,
+    /// `Origin` header sent to WebSocket upstreams.
+    pub origin: Option<String>,
+    /// Offer the `jsonrpc` subprotocol to JSON-RPC upstreams.
+    pub offer_subprotocol: bool,
     /// NDJSON: what client notifications become.
     pub notifications: NotificationPolicy,
     /// NDJSON: replies come in request order (hld); check it, and attribute

@@ -113,6 +113,9 @@ pub struct RawListener {
     /// Answer the JSON-RPC `ping` notification with a `pong` notification.
     /// Default `true`.
     pub answer_ping_notification: bool,
+    /// Requests pushed to one client and not yet answered (holon `s<N>`).
+    /// Default `64`.
+    pub max_unanswered_pushes: usize,
 }
 
 /// `[upstreams.<name>]`: one backend switchyard forwards to.
@@ -155,6 +158,21 @@ pub struct RawUpstream {
     pub backoff_initial_ms: u64,
     /// Upper bound of the reconnect delay. Default `30000`.
     pub backoff_max_ms: u64,
+    /// `jsonrpc-ws`/`sideband`: WebSocket ping period. Default `30000`.
+    pub ping_interval_ms: u64,
+    /// `jsonrpc-ws`/`sideband`: how long the link may stay silent after a
+    /// ping before it is closed. Default `30000`.
+    pub pong_timeout_ms: u64,
+    /// `holon-rpc`: `rpc.heartbeat` period. Default `15000`.
+    pub heartbeat_interval_ms: u64,
+    /// `holon-rpc`: time a heartbeat may go unanswered before the link is
+    /// closed with 4000. Default `5000`.
+    pub heartbeat_timeout_ms: u64,
+    /// WebSocket upstreams: `Origin` header to send (some servers refuse
+    /// upgrades without one). Default: none.
+    pub origin: Option<String>,
+    /// `jsonrpc-ws`: offer the `jsonrpc` subprotocol. Default `false`.
+    pub offer_subprotocol: bool,
     /// `ndjson`: what client notifications become: `"forward"` (true
     /// notifications) or `"as-request"` (alias `"request"`: sent with a
     /// gateway id, reply discarded). Default `"forward"`.
@@ -336,6 +354,7 @@ impl Default for RawListener {
             pong_timeout_ms: 30_000,
             request_timeout_ms: 30_000,
             answer_ping_notification: true,
+            max_unanswered_pushes: 64,
         }
     }
 }
@@ -383,6 +402,12 @@ impl Default for RawUpstream {
             max_response_bytes: 16 << 20,
             connect_timeout_ms: 2_000,
             backoff_initial_ms: 500,
+            ping_interval_ms: 30_000,
+            pong_timeout_ms: 30_000,
+            heartbeat_interval_ms: 15_000,
+            heartbeat_timeout_ms: 5_000,
+            origin: None,
+            offer_subprotocol: false,
             backoff_max_ms: 30_000,
             notifications: "forward".to_owned(),
             ordered_replies: false,

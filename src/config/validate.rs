@@ -208,6 +208,9 @@ fn listener(
         pong_timeout,
         request_timeout,
         answer_ping_notification: raw.answer_ping_notification,
+        max_unanswered_pushes: p
+            .nonzero(&key, "max_unanswered_pushes", raw.max_unanswered_pushes)
+            .map_or(1, |n| n.get()),
         routes,
     })
 }
@@ -269,6 +272,12 @@ fn upstream(name: &str, raw: &RawUpstream, p: &mut Problems) -> Option<UpstreamC
     Some(UpstreamConfig {
         connect_timeout: p.millis(&key, "connect_timeout_ms", raw.connect_timeout_ms),
         backoff_initial: p.millis(&key, "backoff_initial_ms", raw.backoff_initial_ms),
+        ping_interval: p.millis(&key, "ping_interval_ms", raw.ping_interval_ms),
+        pong_timeout: p.millis(&key, "pong_timeout_ms", raw.pong_timeout_ms),
+        heartbeat_interval: p.millis(&key, "heartbeat_interval_ms", raw.heartbeat_interval_ms),
+        heartbeat_timeout: p.millis(&key, "heartbeat_timeout_ms", raw.heartbeat_timeout_ms),
+        origin: raw.origin.clone(),
+        offer_subprotocol: raw.offer_subprotocol,
         backoff_max: Duration::from_millis(raw.backoff_max_ms),
         name: name.to_owned(),
         dialect: dialect?,

@@ -13,26 +13,7 @@ use crate::error::{ErrorKind, GatewayError};
 
 use super::Dialect;
 
-/// A decoded inbound text.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Inbound {
-    /// One message (or one invalid item).
-    Single(Item),
-    /// A batch of items, in order.
-    Batch(Vec<Item>),
-    /// The whole text is rejected with this single error reply (parse error,
-    /// empty batch, over-limit batch). The connection stays open.
-    Rejected(Message),
-}
-
-/// One item of an inbound text.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Item {
-    /// A well-formed message.
-    Valid(Message),
-    /// An invalid item, answered in place with this error reply.
-    Invalid(Message),
-}
+pub use super::{Inbound, Item};
 
 /// Why an upstream reply could not be decoded as a JSON-RPC message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -154,6 +135,15 @@ pub fn decode_upstream(text: &str) -> Result<Message, ReplyError> {
             Some(id) if id.as_json() != Some("null") => Message::Request { id, method, params },
             _ => Message::Notification { method, params },
         });
+    }
+    if raw.result.is_none() && raw.error.is_none() {
+        // An id-only frame: a void result (WebBridge's nil result quirk).
+        if let Some(id) = id.clone().filter(|id| id.as_json() != Some("null")) {
+            return Ok(Message::Response {
+                id,
+                result: Outcome::Void,
+            });
+        }
     }
     reply_from_raw(&raw, id).map_err(|(_, why)| ReplyError::Invalid(why))
 }

@@ -7,6 +7,35 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::envelope::Message;
+
+/// A decoded inbound client text.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Inbound {
+    /// One message (or one invalid item).
+    Single(Item),
+    /// A batch of items, in order (JSON-RPC and NDJSON only).
+    Batch(Vec<Item>),
+    /// The whole text is rejected with this single error reply (parse error,
+    /// empty batch, over-limit batch). The connection stays open.
+    Rejected(Message),
+    /// The text is fatal: close the connection with this code and reason
+    /// (holon-rpc: malformed JSON, no usable id).
+    Close(u16, &'static str),
+}
+
+/// One item of an inbound text.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Item {
+    /// A well-formed message.
+    Valid(Message),
+    /// An invalid item, answered in place with this error reply.
+    Invalid(Message),
+    /// A reply-shaped item that breaks the dialect's rules (holon-rpc): it
+    /// settles the pending push with this id, and is counted.
+    BadReply(crate::envelope::WireId),
+}
+
 /// The RPC dialects switchyard speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Dialect {
@@ -72,5 +101,6 @@ impl FromStr for Dialect {
     }
 }
 
+pub mod holon;
 pub mod jsonrpc;
 pub mod render;

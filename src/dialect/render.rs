@@ -16,6 +16,8 @@ pub enum Style {
     Frame,
     /// One NDJSON line: raw values containing line breaks are minified.
     Line,
+    /// One holon-rpc text frame: like `Frame`, with a void result as `{}`.
+    Holon,
 }
 
 /// A payload that cannot be rendered as JSON (CBOR needs transcoding first).
@@ -60,6 +62,7 @@ pub fn render_into(msg: &Message, style: Style, out: &mut String) -> Result<(), 
             out.push_str("\"result\":");
             match result {
                 Outcome::Value(p) => push_payload(out, p, style)?,
+                Outcome::Void if style == Style::Holon => out.push_str("{}"),
                 Outcome::Void => out.push_str("null"),
             }
             out.push_str(",\"id\":");

@@ -12,14 +12,18 @@ use std::time::Instant;
 use futures_util::future::join_all;
 use tokio::time::Instant as TokioInstant;
 
-use crate::config::ListenerConfig;
+use crate::config::{ListenerConfig, UpstreamMode};
 use crate::dialect::jsonrpc::Item;
-use crate::envelope::{Message, Payload, WireId};
+use crate::dialect::Dialect;
+use crate::envelope::{Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::telemetry::metrics::Metrics;
 use crate::upstream::Upstream;
 
+pub mod client;
 pub mod correlator;
+
+pub use client::{ClientLinks, Pusher};
 
 /// Batch items bound for one upstream: (position, request id, method, params).
 type Group = (
@@ -88,34 +92,49 @@ impl Route {
     }
 
     /// Handles one client item and returns the reply to send, if any.
-    pub async fn handle(&self, item: Item) -> Option<Message> {
+    pub async fn handle(&self, item: Item, client: &ClientLinks) -> Option<Message> {
         match item {
             Item::Invalid(reply) => {
                 self.count_protocol_error("invalid_request");
                 Some(reply)
             }
             Item::Valid(Message::Request { id, method, params }) => {
-                Some(self.request(id, &method, params.as_ref()).await)
+                Some(self.request(id, &method, params.as_ref(), client).await)
             }
             Item::Valid(Message::Notification { method, params }) => {
-                self.notification(&method, params.as_ref()).await
+                self.notification(&method, params.as_ref(), client).await
             }
-            Item::Valid(Message::Response { .. } | Message::Error { .. }) => {
-                // No gateway-originated requests are pending towards this
-                // kind of client yet: the reply matches nothing.
-                self.metrics
-                    .unmatched_responses
-                    .with_label_values(&[self.cfg.dialect.as_str(), "client", "unknown"])
-                    .inc();
+            Item::Valid(reply @ (Message::Response { .. } | Message::Error { .. })) => {
+                self.client_reply(reply, client)
+            }
+            Item::BadReply(id) => {
+                self.count_protocol_error("invalid_response");
+                let err =
+                    GatewayError::with_detail(ErrorKind::Internal, "invalid reply from the client");
+                client.pusher().settle(&id, Err(err));
                 None
             }
         }
     }
 
+    /// A client's reply to a request switchyard pushed to it.
+    fn client_reply(&self, reply: Message, client: &ClientLinks) -> Option<Message> {
+        let (id, void) = match &reply {
+            Message::Response { id, result } => (id.clone(), *result == Outcome::Void),
+            Message::Error { id: Some(id), .. } => (id.clone(), false),
+            _ => return None,
+        };
+        if client.pusher().settle(&id, Ok(reply)) || !void {
+            return None;
+        }
+        // holon-rpc row 9: an id-only frame that answers nothing.
+        Some(self.error_reply(id, &GatewayError::new(ErrorKind::InvalidRequest)))
+    }
+
     /// Handles the items of one client batch and returns their replies in
     /// request order. Items routed to an upstream that accepts batches go to
     /// it as one batch; all others are handled one by one, concurrently.
-    pub async fn handle_batch(&self, items: Vec<Item>) -> Vec<Message> {
+    pub async fn handle_batch(&self, items: Vec<Item>, client: &ClientLinks) -> Vec<Message> {
         let mut grouped: Vec<Group> = Vec::new();
         let mut single = Vec::new();
         for (i, item) in items.into_iter().enumerate() {
@@ -143,7 +162,7 @@ impl Route {
         let singles = join_all(
             single
                 .into_iter()
-                .map(|(i, item)| async move { vec![(i, self.handle(item).await)] }),
+                .map(|(i, item)| async move { vec![(i, self.handle(item, client).await)] }),
         );
         let groups = join_all(
             grouped
@@ -186,10 +205,16 @@ impl Route {
         Message::error(Some(id), err.to_object(self.cfg.dialect))
     }
 
-    async fn request(&self, id: WireId, method: &str, params: Option<&Payload>) -> Message {
+    async fn request(
+        &self,
+        id: WireId,
+        method: &str,
+        params: Option<&Payload>,
+        client: &ClientLinks,
+    ) -> Message {
         let Some(upstream) = self.routed(method) else {
             self.count_request("none", ErrorKind::MethodNotFound.as_str());
-            return self.error_reply(id, &GatewayError::new(ErrorKind::MethodNotFound));
+            return self.error_reply(id, &GatewayError::no_route(method));
         };
         if upstream
             .config()
@@ -198,15 +223,22 @@ impl Route {
             .any(|m| m == method)
         {
             // A streaming method would take a pooled connection over.
-            let err = GatewayError::with_detail(
-                ErrorKind::MethodNotFound,
-                "streaming methods are not served on this route",
-            );
-            return self.error_reply(id, &err);
+            self.count_request(upstream.name(), ErrorKind::MethodNotFound.as_str());
+            return self.error_reply(id, &GatewayError::no_route(method));
         }
         let started = Instant::now();
         let deadline = TokioInstant::now() + self.cfg.request_timeout;
-        let result = upstream.call_until(method, params, deadline).await;
+        let result = match upstream.config().mode {
+            UpstreamMode::Shared => upstream.call_until(method, params, deadline).await,
+            UpstreamMode::PerClient => match client.link(upstream).await {
+                Ok(link) => {
+                    upstream
+                        .call_dedicated(link, method, params, deadline)
+                        .await
+                }
+                Err(e) => Err(e),
+            },
+        };
         let labels = [self.cfg.name.as_str(), upstream.name()];
         self.metrics
             .request_duration
@@ -249,8 +281,16 @@ impl Route {
         }
     }
 
-    async fn notification(&self, method: &str, params: Option<&Payload>) -> Option<Message> {
-        if method == "ping" && self.cfg.answer_ping_notification {
+    async fn notification(
+        &self,
+        method: &str,
+        params: Option<&Payload>,
+        client: &ClientLinks,
+    ) -> Option<Message> {
+        if method == "ping"
+            && self.cfg.answer_ping_notification
+            && self.cfg.dialect != Dialect::Holon
+        {
             return Some(Message::Notification {
                 method: "pong".to_owned(),
                 params: None,
@@ -260,7 +300,23 @@ impl Route {
             self.count_dropped("no_route");
             return None;
         };
-        if let Err(e) = upstream.notify(method, params).await {
+        let sent = match upstream.config().mode {
+            UpstreamMode::Shared => upstream.notify(method, params).await,
+            UpstreamMode::PerClient => match client.link(upstream).await {
+                Ok(link) => {
+                    upstream
+                        .notify_dedicated(
+                            link,
+                            method,
+                            params,
+                            TokioInstant::now() + self.cfg.request_timeout,
+                        )
+                        .await
+                }
+                Err(e) => Err(e),
+            },
+        };
+        if let Err(e) = sent {
             tracing::debug!(listener = %self.cfg.name, upstream = upstream.name(), error = %e, "notification not delivered");
             self.count_dropped(e.kind.as_str());
         }

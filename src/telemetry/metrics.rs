@@ -31,6 +31,10 @@ pub struct Metrics {
     pub protocol_errors: IntCounterVec,
     /// Messages dropped, by dialect, side and reason.
     pub dropped_messages: IntCounterVec,
+    /// Tolerated deviations of real peers, by dialect and quirk.
+    pub peer_quirks: IntCounterVec,
+    /// WebSocket closes, by dialect, side and code.
+    pub ws_closes: IntCounterVec,
     /// Pending gateway ids, by upstream.
     pub correlator_entries: IntGaugeVec,
     /// Upstream connections currently up, by upstream.
@@ -91,6 +95,18 @@ impl Metrics {
                 "dropped_messages_total",
                 "Messages dropped",
                 &["dialect", "side", "reason"],
+            )?,
+            peer_quirks: counter(
+                &registry,
+                "peer_quirks_total",
+                "Tolerated deviations of real peers",
+                &["dialect", "quirk"],
+            )?,
+            ws_closes: counter(
+                &registry,
+                "ws_closes_total",
+                "WebSocket closes",
+                &["dialect", "side", "code"],
             )?,
             correlator_entries: gauge(
                 &registry,

@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub mod session;
+pub(crate) mod unix;
 pub(crate) mod ws;
 
 /// What every listener task needs to serve and to shut down.
@@ -18,4 +19,15 @@ pub(crate) struct Serve {
     pub(crate) grace_over: CancellationToken,
     /// Every connection task, so shutdown can wait for them.
     pub(crate) sessions: TaskTracker,
+}
+
+/// What the writer of a connection sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outgoing {
+    /// One text frame / NDJSON line.
+    Text(String),
+    /// A WebSocket ping (liveness check).
+    Ping,
+    /// Close the connection with this code and reason.
+    Close(u16, &'static str),
 }

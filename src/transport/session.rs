@@ -15,22 +15,12 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::dialect::jsonrpc::{decode, Inbound, Item};
+use super::Outgoing;
 use crate::dialect::render::{render, render_batch, Style};
-use crate::envelope::Message;
+use crate::dialect::{holon, jsonrpc, Dialect, Inbound, Item};
+use crate::envelope::{raw_from_string, Message, Outcome, Payload};
 use crate::error::{ErrorKind, GatewayError};
-use crate::router::Route;
-
-/// What the writer of a connection sends.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outgoing {
-    /// One text frame / NDJSON line.
-    Text(String),
-    /// A WebSocket ping (liveness check).
-    Ping,
-    /// Close the connection with this code and reason.
-    Close(u16, &'static str),
-}
+use crate::router::{ClientLinks, Pusher, Route};
 
 /// Request handling state of one client connection.
 #[derive(Debug)]
@@ -45,6 +35,17 @@ pub struct Session {
     gone: CancellationToken,
     /// Cancelled when the shutdown grace period is over.
     grace_over: CancellationToken,
+    /// Dedicated upstream links and pushes of this client.
+    client: Arc<ClientLinks>,
+}
+
+/// What the transport must do after an inbound text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Keep reading.
+    Continue,
+    /// Close the connection with this code and reason (already queued).
+    Close(u16, &'static str),
 }
 
 // === impl Session ===
@@ -53,32 +54,55 @@ impl Session {
     /// A session replying through `outbox`.
     pub fn new(
         route: Arc<Route>,
-        style: Style,
         outbox: mpsc::Sender<Outgoing>,
         grace_over: CancellationToken,
     ) -> Self {
-        let in_flight = Arc::new(Semaphore::new(route.cfg.max_in_flight));
+        let style = match route.cfg.dialect {
+            Dialect::Ndjson => Style::Line,
+            Dialect::Holon => Style::Holon,
+            Dialect::JsonRpc | Dialect::Sideband => Style::Frame,
+        };
+        let pusher = Pusher::new(
+            route.cfg.dialect,
+            style,
+            outbox.clone(),
+            route.cfg.max_unanswered_pushes,
+            route.cfg.request_timeout,
+            route.metrics().clone(),
+        );
         Session {
+            in_flight: Arc::new(Semaphore::new(route.cfg.max_in_flight)),
             route,
             style,
             outbox,
-            in_flight,
             tasks: TaskTracker::new(),
             gone: CancellationToken::new(),
             grace_over,
+            client: Arc::new(ClientLinks::new(pusher)),
         }
     }
 
     /// Handles one inbound text frame or line.
-    pub async fn on_text(&self, text: &str) {
-        match decode(text, self.route.cfg.max_batch_items) {
+    pub async fn on_text(&self, text: &str) -> Verdict {
+        let inbound = match self.route.cfg.dialect {
+            Dialect::Holon => holon::decode(text),
+            _ => jsonrpc::decode(text, self.route.cfg.max_batch_items),
+        };
+        match inbound {
             Inbound::Rejected(reply) => {
                 self.route.count_protocol_error("rejected_message");
                 self.send(&reply).await;
             }
+            Inbound::Close(code, reason) => {
+                self.route.count_protocol_error("fatal_message");
+                // The writer is gone only when the connection is closing.
+                let _ = self.outbox.send(Outgoing::Close(code, reason)).await;
+                return Verdict::Close(code, reason);
+            }
             Inbound::Single(item) => self.single(item).await,
             Inbound::Batch(items) => self.batch(items),
         }
+        Verdict::Continue
     }
 
     /// Queues a reply rendered by the session's style.
@@ -89,17 +113,24 @@ impl Session {
         }
     }
 
+    /// Fires when a dedicated upstream link dropped: close the client.
+    pub fn upstream_lost(&self) -> CancellationToken {
+        self.client.lost().clone()
+    }
+
     /// The client is gone: stop every task without replying.
-    pub fn abort(&self) {
+    pub async fn abort(&self) {
         self.gone.cancel();
         self.tasks.close();
+        self.client.close().await;
     }
 
     /// Waits for the tasks in flight (they answer `unavailable` once the
-    /// grace period is over).
+    /// grace period is over), then closes dedicated links.
     pub async fn drain(&self) {
         self.tasks.close();
         self.tasks.wait().await;
+        self.client.close().await;
     }
 
     /// Requests in flight right now.
@@ -109,21 +140,33 @@ impl Session {
 
     async fn single(&self, item: Item) {
         let permit = match &item {
-            Item::Valid(Message::Request { id, .. }) => match self.permit() {
-                Some(p) => Some(p),
-                None => {
-                    let reply = self.route.error_reply(id.clone(), &busy());
+            Item::Valid(Message::Request { id, method, .. }) => {
+                if self.route.cfg.dialect == Dialect::Holon && method == "rpc.heartbeat" {
+                    // Answered at once, never routed, never queued.
+                    let ok = Payload::Json(raw_from_string(String::from("{}")));
+                    let reply = Message::Response {
+                        id: id.clone(),
+                        result: Outcome::Value(ok),
+                    };
                     self.send(&reply).await;
                     return;
                 }
-            },
+                match self.permit() {
+                    Some(p) => Some(p),
+                    None => {
+                        let reply = self.route.error_reply(id.clone(), &busy());
+                        self.send(&reply).await;
+                        return;
+                    }
+                }
+            }
             _ => None,
         };
         let route = self.route.clone();
-        let (outbox, style) = (self.outbox.clone(), self.style);
+        let (outbox, style, client) = (self.outbox.clone(), self.style, self.client.clone());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
         self.tasks.spawn(async move {
-            let Some(reply) = settle(&route, item, &gone, &grace_over).await else {
+            let Some(reply) = settle(&route, item, &client, &gone, &grace_over).await else {
                 return;
             };
             drop(permit);
@@ -152,11 +195,11 @@ impl Session {
             })
             .collect();
         let route = self.route.clone();
-        let (outbox, style) = (self.outbox.clone(), self.style);
+        let (outbox, style, client) = (self.outbox.clone(), self.style, self.client.clone());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
         self.tasks.spawn(async move {
             let replies = tokio::select! {
-                replies = route.handle_batch(items) => replies,
+                replies = route.handle_batch(items, &client) => replies,
                 () = gone.cancelled() => return,
                 () = grace_over.cancelled() => {
                     let err = GatewayError::with_detail(ErrorKind::Unavailable, "switchyard is shutting down");
@@ -184,6 +227,7 @@ impl Session {
 async fn settle(
     route: &Route,
     item: Item,
+    client: &ClientLinks,
     gone: &CancellationToken,
     grace_over: &CancellationToken,
 ) -> Option<Message> {
@@ -192,7 +236,7 @@ async fn settle(
         _ => None,
     };
     tokio::select! {
-        reply = route.handle(item) => reply,
+        reply = route.handle(item, client) => reply,
         () = gone.cancelled() => None,
         () = grace_over.cancelled() => {
             let err = GatewayError::with_detail(ErrorKind::Unavailable, "switchyard is shutting down");

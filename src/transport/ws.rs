@@ -16,8 +16,8 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::session::{Outgoing, Session};
-use super::Serve;
+use super::session::{Session, Verdict};
+use super::{Outgoing, Serve};
 use crate::dialect::render::{render, Style};
 use crate::dialect::Dialect;
 use crate::envelope::{Message, WireId};
@@ -99,15 +99,10 @@ async fn run(socket: WebSocket, route: Arc<Route>, ctx: Serve) {
     let (sink, stream) = socket.split();
     let (tx, rx) = mpsc::channel(route.cfg.outbox_capacity);
     let writer = tokio::spawn(write_loop(sink, rx));
-    let session = Session::new(
-        route.clone(),
-        Style::Frame,
-        tx.clone(),
-        ctx.grace_over.clone(),
-    );
+    let session = Session::new(route.clone(), tx.clone(), ctx.grace_over.clone());
     let end = read_loop(stream, &session, &route, &tx, &ctx).await;
     match end {
-        End::Gone | End::Closing => session.abort(),
+        End::Gone | End::Closing => session.abort().await,
         End::Shutdown => {
             session.drain().await;
             // The writer may already be gone with the client.
@@ -139,8 +134,14 @@ async fn read_loop(
     let mut tick = tokio::time::interval(period.max(Duration::from_millis(10)));
     let mut last_rx = Instant::now();
     let mut ping_sent: Option<Instant> = None;
+    let lost = session.upstream_lost();
     loop {
         let frame = tokio::select! {
+            () = lost.cancelled() => {
+                // Closed anyway; a gone writer changes nothing.
+                let _ = tx.send(Outgoing::Close(1001, "upstream connection lost")).await;
+                return End::Closing;
+            }
             frame = stream.next() => frame,
             _ = tick.tick() => {
                 if ping_sent.is_some_and(|t| t.elapsed() >= cfg.pong_timeout) {
@@ -164,7 +165,9 @@ async fn read_loop(
                     too_large(route, tx).await;
                     return End::Closing;
                 }
-                session.on_text(text.as_str()).await;
+                if let Verdict::Close(..) = session.on_text(text.as_str()).await {
+                    return End::Closing;
+                }
             }
             Some(Ok(WsMessage::Binary(_))) => {
                 route.count_protocol_error("binary_frame");
@@ -188,7 +191,7 @@ async fn read_loop(
 async fn too_large(route: &Route, tx: &mpsc::Sender<Outgoing>) {
     route.count_protocol_error("message_too_large");
     let limit = route.cfg.max_message_bytes;
-    if matches!(route.cfg.dialect, Dialect::JsonRpc) {
+    if route.cfg.dialect == Dialect::JsonRpc {
         let err = GatewayError::with_detail(
             ErrorKind::InvalidRequest,
             format!("Message size exceeds maximum of {limit} bytes"),

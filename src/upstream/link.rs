@@ -10,19 +10,16 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures_util::{Stream, StreamExt};
 use parking_lot::Mutex;
-use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::dialect::jsonrpc::decode_upstream;
-use crate::dialect::render::{render, render_batch, Style};
-use crate::dialect::Dialect;
-use crate::envelope::{ErrorObject, Message, Payload, WireId};
+use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
-use crate::router::correlator::{parse_gateway_id, Correlator, Resolution};
+use crate::router::correlator::Correlator;
 
 use super::UpstreamShared;
 
@@ -36,24 +33,55 @@ pub(crate) type Waiter = oneshot::Sender<ReplyResult>;
 #[derive(Debug)]
 pub(crate) struct Link {
     /// Gateway ids in flight on this connection.
-    correlator: Mutex<Correlator<Waiter>>,
+    pub(super) correlator: Mutex<Correlator<Waiter>>,
     /// Lines/frames to write, in order. Bounded: the in-flight semaphore
     /// keeps requests below its capacity.
-    out: mpsc::Sender<String>,
+    pub(super) out: mpsc::Sender<String>,
     /// Requests in flight on this connection (`max_in_flight_per_connection`).
     pub(crate) depth: Arc<Semaphore>,
     /// Cancelled when the connection is gone (or must go).
     pub(crate) closed: CancellationToken,
     /// Set when the connection must take no new calls (a call timed out on
     /// an ordered connection: the daemon is still busy with it).
-    retiring: AtomicBool,
+    pub(super) retiring: AtomicBool,
     /// Cancelled when `retiring` is set, so the supervisor replaces the link.
     pub(crate) retired: CancellationToken,
     /// Gateway ids of recent batches, to apply a batch-wide error reply.
-    batches: Mutex<VecDeque<Vec<u64>>>,
+    pub(super) batches: Mutex<VecDeque<Vec<u64>>>,
+    /// The client session that owns this link (per-client mode): it gets
+    /// upstream-originated requests and notifications. `None` when shared.
+    pub(super) owner: Option<Owner>,
+    /// The holon heartbeat in flight: its number and when it was sent.
+    pub(super) heartbeat: Mutex<Option<(u64, Instant)>>,
     /// Upstream-wide settings and metrics.
-    shared: Arc<UpstreamShared>,
+    pub(super) shared: Arc<UpstreamShared>,
 }
+
+/// A message the upstream originated, for the client owning the link.
+#[derive(Debug)]
+pub(crate) enum Upstreamed {
+    /// A request: the client's reply goes back under the upstream's `id`.
+    Request {
+        /// The upstream's own id.
+        id: WireId,
+        /// Method name.
+        method: String,
+        /// Parameters.
+        params: Option<Payload>,
+    },
+    /// A notification.
+    Notification {
+        /// Method name.
+        method: String,
+        /// Parameters.
+        params: Option<Payload>,
+    },
+}
+
+/// Where a per-client link sends what its upstream originates. Bounded:
+/// a client that does not keep up loses notifications (counted), and
+/// upstream requests are refused with `resource_exhausted`.
+pub(crate) type Owner = mpsc::Sender<Upstreamed>;
 
 /// How many recent batches are remembered for batch-wide error replies.
 const BATCHES_REMEMBERED: usize = 64;
@@ -69,7 +97,11 @@ fn cancel_all(table: &mut Correlator<Waiter>, ids: &[Option<u64>]) {
 
 impl Link {
     /// A link writing to `out`. Capacity of `out` must exceed `depth`.
-    pub(crate) fn new(out: mpsc::Sender<String>, shared: Arc<UpstreamShared>) -> Arc<Self> {
+    pub(crate) fn new(
+        out: mpsc::Sender<String>,
+        shared: Arc<UpstreamShared>,
+        owner: Option<Owner>,
+    ) -> Arc<Self> {
         let depth = shared.cfg.max_in_flight_per_connection.get();
         Arc::new(Link {
             correlator: Mutex::new(Correlator::new(shared.cfg.ordered_replies)),
@@ -79,6 +111,8 @@ impl Link {
             retiring: AtomicBool::new(false),
             retired: CancellationToken::new(),
             batches: Mutex::new(VecDeque::new()),
+            owner,
+            heartbeat: Mutex::new(None),
             shared,
         })
     }
@@ -106,13 +140,14 @@ impl Link {
         waiter: Waiter,
     ) -> Result<u64, GatewayError> {
         let mut table = self.correlator.lock();
+        let params = self.params(params)?;
         let gid = table
             .insert(waiter)
             .map_err(|_| GatewayError::new(ErrorKind::Unavailable))?;
         let msg = Message::Request {
-            id: WireId::number(gid),
+            id: self.wire_id(gid),
             method: method.to_owned(),
-            params: self.fill(params),
+            params,
         };
         let line = match self.encode(&msg) {
             Ok(line) => line,
@@ -146,7 +181,13 @@ impl Link {
         let mut ids = Vec::with_capacity(calls.len());
         let mut msgs = Vec::with_capacity(calls.len());
         for ((method, params), waiter) in calls.iter().zip(waiters) {
-            let params = self.fill(*params);
+            let params = match self.params(*params) {
+                Ok(p) => p,
+                Err(e) => {
+                    cancel_all(&mut table, &ids);
+                    return Err(e);
+                }
+            };
             let method = (*method).to_owned();
             match waiter {
                 Some(w) => {
@@ -196,7 +237,7 @@ impl Link {
     ) -> Result<(), GatewayError> {
         let msg = Message::Notification {
             method: method.to_owned(),
-            params: self.fill(params),
+            params: self.params(params)?,
         };
         let line = self.encode(&msg)?;
         self.out.try_send(line).map_err(|_| {
@@ -218,6 +259,44 @@ impl Link {
         if self.is_retiring() && table.is_empty() && table.unanswered() == 0 {
             self.closed.cancel();
         }
+    }
+
+    /// The next holon heartbeat frame `h<n>`, or `None` while one is still
+    /// in flight (a beat is skipped then).
+    pub(crate) fn heartbeat_frame(&self, n: u64) -> Option<String> {
+        let mut hb = self.heartbeat.lock();
+        if hb.is_some() {
+            return None;
+        }
+        *hb = Some((n, Instant::now()));
+        Some(format!(
+            r#"{{"jsonrpc":"2.0","id":"h{n}","method":"rpc.heartbeat","params":{{}}}}"#
+        ))
+    }
+
+    /// True when the heartbeat in flight has waited longer than `timeout`.
+    pub(crate) fn heartbeat_overdue(&self, timeout: std::time::Duration) -> bool {
+        self.heartbeat
+            .lock()
+            .is_some_and(|(_, sent)| sent.elapsed() > timeout)
+    }
+
+    /// Settles the heartbeat in flight if `token` is its raw id (`"h<n>"`);
+    /// any reply, result or error, proves liveness.
+    pub(super) fn heartbeat_acked(&self, token: &str) -> bool {
+        let mut hb = self.heartbeat.lock();
+        match *hb {
+            Some((n, _)) if token == format!("\"h{n}\"") => {
+                *hb = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Closes the link on purpose (client gone, heartbeat missed).
+    pub(crate) fn close(&self, detail: &str) {
+        self.fail_all(detail);
     }
 
     /// Reads inbound texts until the stream ends or the link is closed,
@@ -265,188 +344,5 @@ impl Link {
             // The caller may have gone away meanwhile; nothing to tell then.
             let _ = waiter.send(Err(err));
         }
-    }
-
-    /// Handles one inbound text (a message or a batch reply). Returns false
-    /// when the link must close.
-    fn on_text(&self, text: &str) -> bool {
-        if text.trim_start().starts_with('[') {
-            let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(text) else {
-                self.shared.count_protocol_error("invalid_message");
-                return true;
-            };
-            return items.iter().all(|item| self.on_message(item.get(), true));
-        }
-        self.on_message(text, false)
-    }
-
-    /// Handles one inbound message. Returns false when the link must close.
-    fn on_message(&self, text: &str, in_batch: bool) -> bool {
-        let msg = match decode_upstream(text) {
-            Ok(msg) => msg,
-            Err(e) => {
-                tracing::debug!(upstream = %self.shared.cfg.name, error = %e, "invalid message from upstream");
-                self.shared.count_protocol_error("invalid_message");
-                return true;
-            }
-        };
-        match msg {
-            Message::Response { ref id, .. }
-            | Message::Error {
-                id: Some(ref id), ..
-            } if id.as_json() != Some("null") => {
-                let gid = id.as_json().and_then(parse_gateway_id);
-                self.settle(gid, msg)
-            }
-            Message::Error { error, .. } => {
-                if self.shared.cfg.ordered_replies {
-                    self.settle(None, Message::Error { id: None, error })
-                } else if !in_batch && self.fail_oldest_batch(&error) {
-                    true
-                } else {
-                    self.shared.count_unmatched("no_id");
-                    true
-                }
-            }
-            Message::Request { id, method, .. } => {
-                self.refuse_upstream_request(id, &method);
-                true
-            }
-            Message::Notification { .. } => {
-                self.shared.count_dropped("no_subscriber");
-                true
-            }
-            Message::Response { .. } => {
-                self.shared.count_unmatched("no_id");
-                true
-            }
-        }
-    }
-
-    /// Delivers a reply to its waiter. Returns false when the connection is
-    /// out of sync and must close.
-    fn settle(&self, gid: Option<u64>, reply: Message) -> bool {
-        let mut table = self.correlator.lock();
-        let resolution = if self.shared.cfg.ordered_replies {
-            match table.resolve_ordered(gid) {
-                Ok(r) => r,
-                Err(e) => {
-                    drop(table);
-                    tracing::warn!(upstream = %self.shared.cfg.name, error = %e, "upstream replies out of order; closing the connection");
-                    self.shared.count_protocol_error("out_of_order");
-                    return false;
-                }
-            }
-        } else {
-            gid.map_or(Resolution::Unknown, |gid| table.resolve(gid))
-        };
-        let drained = self.is_retiring() && table.is_empty() && table.unanswered() == 0;
-        drop(table);
-        match resolution {
-            Resolution::Pending(waiter) => {
-                self.shared.entries_gauge().dec();
-                if waiter.send(Ok(reply)).is_err() {
-                    self.shared.count_dropped("client_gone");
-                }
-            }
-            Resolution::Stale => self.shared.count_unmatched("stale"),
-            Resolution::Duplicate => self.shared.count_unmatched("duplicate"),
-            Resolution::Unknown => self.shared.count_unmatched("unknown"),
-        }
-        !drained
-    }
-
-    /// A single error without id in reply to a batch applies to every
-    /// request of the oldest batch still waiting. Returns false if no batch
-    /// was waiting.
-    fn fail_oldest_batch(&self, error: &ErrorObject) -> bool {
-        let mut batches = self.batches.lock();
-        let mut table = self.correlator.lock();
-        while let Some(ids) = batches.pop_front() {
-            let waiters: Vec<Waiter> = ids
-                .iter()
-                .filter_map(|id| match table.resolve(*id) {
-                    Resolution::Pending(w) => Some(w),
-                    _ => None,
-                })
-                .collect();
-            if waiters.is_empty() {
-                continue;
-            }
-            drop(table);
-            self.shared.entries_gauge().sub(waiters.len() as i64);
-            for w in waiters {
-                let reply = Message::Error {
-                    id: None,
-                    error: error.clone(),
-                };
-                if w.send(Ok(reply)).is_err() {
-                    self.shared.count_dropped("client_gone");
-                }
-            }
-            return true;
-        }
-        false
-    }
-
-    /// Shared mode: an upstream-originated request has no owner.
-    fn refuse_upstream_request(&self, id: WireId, method: &str) {
-        tracing::debug!(upstream = %self.shared.cfg.name, method, "refusing upstream-originated request");
-        self.shared.count_dropped("upstream_request");
-        let err = GatewayError::new(ErrorKind::MethodNotFound).to_object(Dialect::JsonRpc);
-        if let Ok(line) = self.encode(&Message::error(Some(id), err)) {
-            // A full queue means the upstream is not reading; the refusal can go.
-            let _ = self.out.try_send(line);
-        }
-    }
-
-    /// The params to send: `{}` for absent params when the upstream needs
-    /// them (`fill_empty_params`, hld).
-    fn fill(&self, params: Option<&Payload>) -> Option<Payload> {
-        match params {
-            Some(p) => Some(p.clone()),
-            None if self.shared.cfg.fill_empty_params => Some(Payload::Json(
-                crate::envelope::raw_from_string(String::from("{}")),
-            )),
-            None => None,
-        }
-    }
-
-    /// Renders a batch for this upstream, enforcing its size limit.
-    fn encode_batch(&self, msgs: &[Message]) -> Result<String, GatewayError> {
-        let text = render_batch(msgs, self.style()).map_err(|_| {
-            GatewayError::with_detail(ErrorKind::InvalidParams, "params cannot be carried as JSON")
-        })?;
-        self.check_size(text)
-    }
-
-    fn style(&self) -> Style {
-        match self.shared.cfg.dialect {
-            Dialect::Ndjson => Style::Line,
-            _ => Style::Frame,
-        }
-    }
-
-    /// Renders a message for this upstream, enforcing its size limit.
-    fn encode(&self, msg: &Message) -> Result<String, GatewayError> {
-        let text = render(msg, self.style()).map_err(|_| {
-            GatewayError::with_detail(ErrorKind::InvalidParams, "params cannot be carried as JSON")
-        })?;
-        self.check_size(text)
-    }
-
-    /// Refuses a text the upstream would not accept.
-    fn check_size(&self, text: String) -> Result<String, GatewayError> {
-        let framed_len = text.len() + usize::from(self.style() == Style::Line);
-        if framed_len > self.shared.cfg.max_request_bytes {
-            return Err(GatewayError::with_detail(
-                ErrorKind::ResourceExhausted,
-                format!(
-                    "message of {framed_len} bytes exceeds the upstream limit of {} bytes",
-                    self.shared.cfg.max_request_bytes
-                ),
-            ));
-        }
-        Ok(text)
     }
 }

@@ -15,13 +15,17 @@ use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{NotificationPolicy, UpstreamConfig};
+use crate::dialect::Dialect;
 use crate::envelope::{Message, Payload};
 use crate::error::{ErrorKind, GatewayError};
 use crate::telemetry::metrics::Metrics;
 
+mod encode;
+mod inbound;
 pub(crate) mod link;
 mod ndjson;
 mod pool;
+mod ws;
 
 use link::Link;
 
@@ -238,6 +242,11 @@ impl Upstream {
 
     /// Forwards a client notification according to the upstream's policy.
     pub async fn notify(&self, method: &str, params: Option<&Payload>) -> Result<(), GatewayError> {
+        if self.shared.cfg.dialect == Dialect::Holon {
+            // holon-rpc has no notifications: send a request, drop its reply.
+            let wrapped = self.holon_params(params);
+            return self.call(method, wrapped.as_ref()).await.map(|_| ());
+        }
         match self.shared.cfg.notifications {
             NotificationPolicy::Forward => {
                 let link = self.pick_link().await?;
@@ -253,6 +262,41 @@ impl Upstream {
         }
     }
 
+    /// Params for a holon notification: non-object params are wrapped as
+    /// `{"value": …}` (counted), absent params stay absent (sent as `{}`).
+    pub(crate) fn holon_params(&self, params: Option<&Payload>) -> Option<Payload> {
+        match params {
+            Some(p) if crate::dialect::holon::object_params(Some(p)).is_none() => {
+                self.shared.count_quirk("params_wrapped");
+                crate::dialect::holon::wrap_params(p)
+            }
+            other => other.cloned(),
+        }
+    }
+
+    /// Forwards a client notification on a dedicated (per-client) link.
+    pub(crate) async fn notify_dedicated(
+        &self,
+        link: Arc<Link>,
+        method: &str,
+        params: Option<&Payload>,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), GatewayError> {
+        let as_request = self.shared.cfg.dialect == Dialect::Holon
+            || self.shared.cfg.notifications == NotificationPolicy::AsRequest;
+        if !as_request {
+            return link.send_notification(method, params);
+        }
+        let params = if self.shared.cfg.dialect == Dialect::Holon {
+            self.holon_params(params)
+        } else {
+            params.cloned()
+        };
+        self.call_dedicated(link, method, params.as_ref(), deadline)
+            .await
+            .map(|_| ())
+    }
+
     async fn call_inner(
         &self,
         method: &str,
@@ -261,18 +305,60 @@ impl Upstream {
     ) -> Result<Message, GatewayError> {
         let _admitted = self.admit().await?;
         let link = self.pick_link().await?;
-        let _slot = link
-            .depth
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| GatewayError::new(ErrorKind::Unavailable))?;
-        let (tx, rx) = oneshot::channel();
-        let gid = link.send_request(method, params, tx)?;
-        guard.link = Some((link, gid));
-        let reply = rx.await;
-        guard.link = None;
-        reply.unwrap_or_else(|_| Err(GatewayError::new(ErrorKind::Unavailable)))
+        call_on(link, method, params, guard).await
+    }
+
+    /// Calls `method` on a dedicated (per-client) link, until `deadline`.
+    pub(crate) async fn call_dedicated(
+        &self,
+        link: Arc<Link>,
+        method: &str,
+        params: Option<&Payload>,
+        deadline: tokio::time::Instant,
+    ) -> Result<Message, GatewayError> {
+        let mut guard = AbandonGuard {
+            link: None,
+            timed_out: false,
+        };
+        let call = async {
+            let _admitted = self.admit().await?;
+            call_on(link, method, params, &mut guard).await
+        };
+        match tokio::time::timeout_at(deadline, call).await {
+            Ok(r) => r,
+            Err(_) => {
+                guard.timed_out = true;
+                Err(GatewayError::new(ErrorKind::Timeout))
+            }
+        }
+    }
+
+    /// Opens a connection owned by one client (per-client mode): what the
+    /// upstream originates on it goes to `owner`.
+    pub(crate) async fn connect_dedicated(
+        &self,
+        owner: link::Owner,
+        shutdown: CancellationToken,
+    ) -> Result<Arc<Link>, GatewayError> {
+        let connected = tokio::time::timeout(
+            self.shared.cfg.connect_timeout,
+            pool::dial(&self.shared, Some(owner), shutdown),
+        )
+        .await;
+        match connected {
+            Ok(Ok(link)) => Ok(link),
+            Ok(Err(e)) => Err(GatewayError::with_detail(
+                ErrorKind::Unavailable,
+                format!("upstream {} is not reachable: {e}", self.shared.cfg.name),
+            )),
+            Err(_) => Err(GatewayError::with_detail(
+                ErrorKind::Unavailable,
+                format!(
+                    "upstream {} did not accept a connection in time",
+                    self.shared.cfg.name
+                ),
+            )),
+        }
     }
 
     /// Takes a slot under the upstream-wide pending cap, waiting in the
@@ -324,6 +410,28 @@ impl Upstream {
     }
 }
 
+/// Sends one request on `link` and waits for its reply; the guard abandons
+/// the gateway id if the caller stops waiting.
+async fn call_on(
+    link: Arc<Link>,
+    method: &str,
+    params: Option<&Payload>,
+    guard: &mut AbandonGuard,
+) -> Result<Message, GatewayError> {
+    let _slot = link
+        .depth
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|_| GatewayError::new(ErrorKind::Unavailable))?;
+    let (tx, rx) = oneshot::channel();
+    let gid = link.send_request(method, params, tx)?;
+    guard.link = Some((link, gid));
+    let reply = rx.await;
+    guard.link = None;
+    reply.unwrap_or_else(|_| Err(GatewayError::new(ErrorKind::Unavailable)))
+}
+
 // === impl UpstreamShared ===
 
 impl UpstreamShared {
@@ -342,6 +450,20 @@ impl UpstreamShared {
         self.metrics
             .dropped_messages
             .with_label_values(&[self.cfg.dialect.as_str(), "upstream", reason])
+            .inc();
+    }
+
+    pub(crate) fn count_close(&self, code: u16) {
+        self.metrics
+            .ws_closes
+            .with_label_values(&[self.cfg.dialect.as_str(), "upstream", close_label(code)])
+            .inc();
+    }
+
+    pub(crate) fn count_quirk(&self, quirk: &str) {
+        self.metrics
+            .peer_quirks
+            .with_label_values(&[self.cfg.dialect.as_str(), quirk])
             .inc();
     }
 
@@ -373,6 +495,25 @@ impl Drop for BatchGuard {
         for gid in self.ids.iter().flatten() {
             self.link.abandon(*gid, self.timed_out);
         }
+    }
+}
+
+/// A close code as a label from a closed set.
+pub(crate) fn close_label(code: u16) -> &'static str {
+    match code {
+        1000 => "1000",
+        1001 => "1001",
+        1002 => "1002",
+        1003 => "1003",
+        1005 => "1005",
+        1006 => "1006",
+        1007 => "1007",
+        1008 => "1008",
+        1009 => "1009",
+        1011 => "1011",
+        1012 => "1012",
+        4000 => "4000",
+        _ => "other",
     }
 }
 

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, LinesCodec};
 use tokio_util::sync::CancellationToken;
 
-use super::link::Link;
+use super::link::{Link, Owner};
 use super::UpstreamShared;
 
 /// Room in the write queue beyond the in-flight cap, for notifications and
@@ -27,6 +27,7 @@ const EXTRA_QUEUE: usize = 64;
 pub(super) async fn connect(
     path: &Path,
     shared: Arc<UpstreamShared>,
+    owner: Option<Owner>,
     shutdown: CancellationToken,
 ) -> std::io::Result<Arc<Link>> {
     let stream = UnixStream::connect(path).await?;
@@ -36,7 +37,7 @@ pub(super) async fn connect(
     let codec = LinesCodec::new_with_max_length(shared.cfg.max_response_bytes);
     let lines = FramedRead::new(read, codec)
         .filter(|line| std::future::ready(!matches!(line, Ok(l) if l.trim().is_empty())));
-    let link = Link::new(tx, shared);
+    let link = Link::new(tx, shared, owner);
     tokio::spawn(write_lines(write, rx, link.clone()));
     tokio::spawn(link.clone().run_reader(lines, shutdown));
     Ok(link)

@@ -8,8 +8,8 @@ use rand::Rng;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::link::Link;
-use super::{ndjson, UpstreamShared};
+use super::link::{Link, Owner};
+use super::{ndjson, ws, UpstreamShared};
 use crate::config::UpstreamTarget;
 
 /// How long a retired connection may wait for its late replies.
@@ -97,26 +97,29 @@ async fn connect(
     shared: &Arc<UpstreamShared>,
     shutdown: &CancellationToken,
 ) -> std::io::Result<Arc<Link>> {
-    let timeout = shared.cfg.connect_timeout;
-    let fut = async {
-        match &shared.cfg.target {
-            UpstreamTarget::Unix(path) => {
-                ndjson::connect(path, shared.clone(), shutdown.clone()).await
-            }
-            UpstreamTarget::Ws(url) => Err(std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                format!("WebSocket upstreams are not supported yet ({url})"),
-            )),
-        }
-    };
-    tokio::time::timeout(timeout, fut)
-        .await
-        .unwrap_or_else(|_| {
-            Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "connect timed out",
-            ))
-        })
+    tokio::time::timeout(
+        shared.cfg.connect_timeout,
+        dial(shared, None, shutdown.clone()),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "connect timed out",
+        ))
+    })
+}
+
+/// Opens one connection to the upstream, whatever its transport.
+pub(super) async fn dial(
+    shared: &Arc<UpstreamShared>,
+    owner: Option<Owner>,
+    shutdown: CancellationToken,
+) -> std::io::Result<Arc<Link>> {
+    match &shared.cfg.target {
+        UpstreamTarget::Unix(path) => ndjson::connect(path, shared.clone(), owner, shutdown).await,
+        UpstreamTarget::Ws(url) => ws::connect(url, shared.clone(), owner, shutdown).await,
+    }
 }
 
 async fn wait_until_unusable(link: &Link, shutdown: &CancellationToken) {

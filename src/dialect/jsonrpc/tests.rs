@@ -13,7 +13,7 @@ fn reply_text(inbound: Inbound) -> String {
                 .into_iter()
                 .map(|i| match i {
                     Item::Invalid(m) => m,
-                    Item::Valid(m) => panic!("expected invalid item, got {m:?}"),
+                    other => panic!("expected invalid item, got {other:?}"),
                 })
                 .collect();
             render_batch(&msgs, Style::Frame).expect("json")

@@ -1,0 +1,146 @@
+//! holon-rpc envelopes ⇄ [`Message`], switchyard facing holon clients.
+//!
+//! Checks follow holon-rpc.md §10 in order: malformed JSON, a non-object and
+//! an unusable id are fatal (close 1002, because no answer could be
+//! correlated); a request whose id is usable but whose envelope is otherwise
+//! invalid is answered -32600 with that id. Rendering towards holon peers
+//! is [`render`](super::render) with [`Style::Holon`](super::render::Style):
+//! the same JSON-RPC 2.0 shapes with string ids and a void result as `{}`.
+
+use std::collections::BTreeMap;
+
+use serde_json::value::RawValue;
+
+use super::jsonrpc::parse_error_object;
+use super::{Dialect, Inbound, Item};
+use crate::envelope::{raw_from_string, Message, Outcome, Payload, WireId};
+use crate::error::{ErrorKind, GatewayError};
+
+/// The six top-level keys a holon envelope may carry.
+const KEYS: [&str; 6] = ["jsonrpc", "id", "method", "params", "result", "error"];
+
+/// Close reasons (at most 123 bytes each).
+pub const MALFORMED: &str = "malformed JSON";
+/// Close reason for a non-object message.
+pub const NOT_OBJECT: &str = "invalid envelope: message must be an object";
+/// Close reason for a message without a usable id.
+pub const NO_ID: &str = "invalid envelope: id must be a non-empty string";
+
+/// Decodes one text frame from a holon client.
+pub fn decode(text: &str) -> Inbound {
+    let Ok(raw) = serde_json::from_str::<&RawValue>(text) else {
+        return Inbound::Close(1002, MALFORMED);
+    };
+    if !raw.get().starts_with('{') {
+        return Inbound::Close(1002, NOT_OBJECT);
+    }
+    let Ok(map) = serde_json::from_str::<BTreeMap<String, &RawValue>>(raw.get()) else {
+        return Inbound::Close(1002, MALFORMED);
+    };
+    let Some(id) = map.get("id").copied().filter(|id| is_usable_id(id)) else {
+        return Inbound::Close(1002, NO_ID);
+    };
+    let id = WireId::Json(id.to_owned());
+    if map.contains_key("method") {
+        return Inbound::Single(request(&map, id));
+    }
+    Inbound::Single(reply(&map, id))
+}
+
+/// A request: valid, or answered -32600 with the reason in `data`.
+fn request(map: &BTreeMap<String, &RawValue>, id: WireId) -> Item {
+    let invalid = |reason: String| {
+        let err = GatewayError::with_detail(ErrorKind::InvalidRequest, reason);
+        Item::Invalid(Message::error(
+            Some(id.clone()),
+            err.to_object(Dialect::Holon),
+        ))
+    };
+    if let Some(key) = unknown_key(map) {
+        return invalid(format!("unknown key {key:?}"));
+    }
+    if map.get("jsonrpc").is_none_or(|v| v.get() != "\"2.0\"") {
+        return invalid(String::from("jsonrpc must be \"2.0\""));
+    }
+    let method = map.get("method").and_then(|m| json_string(m));
+    let Some(method) = method.filter(|m| !m.trim().is_empty()) else {
+        return invalid(String::from("method must be a non-empty string"));
+    };
+    if map.contains_key("result") || map.contains_key("error") {
+        return invalid(String::from("a request cannot carry result or error"));
+    }
+    let params = match map.get("params") {
+        None => None,
+        // HolonClient sends null when the caller passes null: same as {}.
+        Some(p) if p.get() == "null" => Some(Payload::Json(raw_from_string(String::from("{}")))),
+        Some(p) if p.get().starts_with('{') => Some(Payload::Json((*p).to_owned())),
+        Some(_) => return invalid(String::from("params must be an object")),
+    };
+    Item::Valid(Message::Request { id, method, params })
+}
+
+/// A reply to one of switchyard's pushes (or a frame with none of method,
+/// result and error: a void reply, as browsers send for `undefined`).
+fn reply(map: &BTreeMap<String, &RawValue>, id: WireId) -> Item {
+    let well_formed = unknown_key(map).is_none()
+        && map.get("jsonrpc").is_some_and(|v| v.get() == "\"2.0\"")
+        && !map.contains_key("params");
+    match (map.get("result"), map.get("error")) {
+        (None, None) if well_formed => Item::Valid(Message::Response {
+            id,
+            result: Outcome::Void,
+        }),
+        (Some(result), None) if well_formed => Item::Valid(Message::Response {
+            id,
+            result: Outcome::Value(Payload::Json((*result).to_owned())),
+        }),
+        (None, Some(error)) if well_formed => match parse_error_object(error) {
+            Some(error) => Item::Valid(Message::Error {
+                id: Some(id),
+                error,
+            }),
+            None => Item::BadReply(id),
+        },
+        _ => Item::BadReply(id),
+    }
+}
+
+/// A string id that is not blank after trimming.
+fn is_usable_id(id: &RawValue) -> bool {
+    json_string(id).is_some_and(|s| !s.trim().is_empty())
+}
+
+fn unknown_key<'m>(map: &'m BTreeMap<String, &RawValue>) -> Option<&'m str> {
+    map.keys().map(String::as_str).find(|k| !KEYS.contains(k))
+}
+
+fn json_string(v: &RawValue) -> Option<String> {
+    if !v.get().starts_with('"') {
+        return None;
+    }
+    serde_json::from_str(v.get()).ok()
+}
+
+/// The `params` a holon peer accepts: an object. Absent params become `{}`;
+/// anything else is `None` (the caller refuses or wraps it).
+pub fn object_params(params: Option<&Payload>) -> Option<Payload> {
+    match params {
+        None => Some(Payload::Json(raw_from_string(String::from("{}")))),
+        Some(p @ Payload::Json(raw)) if raw.get().starts_with('{') => Some(p.clone()),
+        Some(_) => None,
+    }
+}
+
+/// Wraps params a holon peer cannot carry as `{"value": …}` (notifications).
+pub fn wrap_params(params: &Payload) -> Option<Payload> {
+    let Payload::Json(raw) = params else {
+        return None;
+    };
+    Some(Payload::Json(raw_from_string(format!(
+        "{{\"value\":{}}}",
+        raw.get()
+    ))))
+}
+
+#[cfg(test)]
+mod tests;

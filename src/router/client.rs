@@ -1,0 +1,306 @@
+//! Per-client routing state: dedicated upstream links (per-client mode) and
+//! requests switchyard pushes to the client (`s1`, `s2`, …).
+//!
+//! In per-client mode each client connection gets its own upstream
+//! connection, opened with its first routed message and closed with the
+//! client. What that upstream originates is pushed to the client: requests
+//! get a fresh client-side id and the client's reply goes back under the
+//! upstream's id; notifications arrive as notifications (JSON dialects) or
+//! as `s<N>` requests whose replies switchyard consumes (holon-rpc). If the
+//! upstream link drops, [`ClientLinks::lost`] fires and the transport closes
+//! the client (WebSocket 1001).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::dialect::holon::{object_params, wrap_params};
+use crate::dialect::render::{render, Style};
+use crate::dialect::Dialect;
+use crate::envelope::{Message, Payload, WireId};
+use crate::error::{ErrorKind, GatewayError};
+use crate::router::correlator::{Correlator, Resolution};
+use crate::telemetry::metrics::Metrics;
+use crate::transport::Outgoing;
+use crate::upstream::link::{Link, ReplyResult, Upstreamed};
+use crate::upstream::Upstream;
+
+/// Messages a dedicated link may queue for its client before the upstream's
+/// requests are refused and its notifications dropped.
+const OWNER_QUEUE: usize = 64;
+
+/// Dedicated upstream links of one client connection.
+#[derive(Debug)]
+pub struct ClientLinks {
+    links: tokio::sync::Mutex<HashMap<String, Arc<Link>>>,
+    pusher: Pusher,
+    /// Cancelled when a dedicated link drops: the client must be closed.
+    lost: CancellationToken,
+    /// Cancelled when the client is gone: links and push tasks stop.
+    gone: CancellationToken,
+}
+
+/// Sends switchyard-originated requests and notifications to one client.
+#[derive(Debug, Clone)]
+pub struct Pusher {
+    dialect: Dialect,
+    style: Style,
+    outbox: mpsc::Sender<Outgoing>,
+    pushes: Arc<Mutex<Correlator<Option<oneshot::Sender<ReplyResult>>>>>,
+    max_unanswered: usize,
+    timeout: Duration,
+    metrics: Metrics,
+}
+
+// === impl ClientLinks ===
+
+impl ClientLinks {
+    /// State for a client speaking `dialect` through `outbox`.
+    pub fn new(pusher: Pusher) -> Self {
+        ClientLinks {
+            links: tokio::sync::Mutex::new(HashMap::new()),
+            pusher,
+            lost: CancellationToken::new(),
+            gone: CancellationToken::new(),
+        }
+    }
+
+    /// Fires when a dedicated upstream link of this client dropped.
+    pub fn lost(&self) -> &CancellationToken {
+        &self.lost
+    }
+
+    /// The pusher for this client.
+    pub fn pusher(&self) -> &Pusher {
+        &self.pusher
+    }
+
+    /// The client's dedicated link to `upstream`, opened on first use.
+    pub(crate) async fn link(&self, upstream: &Upstream) -> Result<Arc<Link>, GatewayError> {
+        let mut links = self.links.lock().await;
+        if let Some(link) = links.get(upstream.name()) {
+            if link.closed.is_cancelled() {
+                return Err(GatewayError::with_detail(
+                    ErrorKind::Unavailable,
+                    "upstream connection lost",
+                ));
+            }
+            return Ok(link.clone());
+        }
+        let (tx, rx) = mpsc::channel(OWNER_QUEUE);
+        let link = upstream.connect_dedicated(tx, self.gone.clone()).await?;
+        tokio::spawn(forward(
+            rx,
+            link.clone(),
+            self.pusher.clone(),
+            self.gone.clone(),
+        ));
+        let (closed, lost, gone) = (link.closed.clone(), self.lost.clone(), self.gone.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = closed.cancelled() => lost.cancel(),
+                () = gone.cancelled() => {}
+            }
+        });
+        links.insert(upstream.name().to_owned(), link.clone());
+        Ok(link)
+    }
+
+    /// The client is gone: close its dedicated links.
+    pub async fn close(&self) {
+        self.gone.cancel();
+        for link in self.links.lock().await.values() {
+            link.close("client gone");
+        }
+    }
+}
+
+/// Relays what a dedicated link's upstream originates to its client.
+async fn forward(
+    mut rx: mpsc::Receiver<Upstreamed>,
+    link: Arc<Link>,
+    pusher: Pusher,
+    gone: CancellationToken,
+) {
+    loop {
+        let next = tokio::select! {
+            next = rx.recv() => next,
+            () = gone.cancelled() => return,
+        };
+        match next {
+            Some(Upstreamed::Request { id, method, params }) => {
+                let (link, pusher) = (link.clone(), pusher.clone());
+                tokio::spawn(async move {
+                    let reply = pusher.request(&method, params).await;
+                    link.send_reply(id, reply);
+                });
+            }
+            Some(Upstreamed::Notification { method, params }) => {
+                pusher.notification(&method, params)
+            }
+            None => return,
+        }
+    }
+}
+
+// === impl Pusher ===
+
+impl Pusher {
+    /// A pusher writing to a client's outbox.
+    pub fn new(
+        dialect: Dialect,
+        style: Style,
+        outbox: mpsc::Sender<Outgoing>,
+        max_unanswered: usize,
+        timeout: Duration,
+        metrics: Metrics,
+    ) -> Self {
+        Pusher {
+            dialect,
+            style,
+            outbox,
+            pushes: Arc::new(Mutex::new(Correlator::new(false))),
+            max_unanswered,
+            timeout,
+            metrics,
+        }
+    }
+
+    /// Sends the client a request and waits for its reply.
+    pub async fn request(&self, method: &str, params: Option<Payload>) -> ReplyResult {
+        if self.dialect == Dialect::Ndjson {
+            // switchyard sends no requests to NDJSON clients.
+            return Err(GatewayError::no_route(method));
+        }
+        let params = match self.dialect {
+            Dialect::Holon => Some(object_params(params.as_ref()).ok_or_else(|| {
+                GatewayError::with_detail(
+                    ErrorKind::InvalidParams,
+                    "params must be an object for holon-rpc clients",
+                )
+            })?),
+            _ => params,
+        };
+        self.send_request(method, params).await
+    }
+
+    /// Sends the client a notification (a consumed `s<N>` request for
+    /// holon-rpc clients). Never waits: a full outbox or push window drops
+    /// it, counted.
+    pub fn notification(&self, method: &str, params: Option<Payload>) {
+        if self.dialect != Dialect::Holon {
+            let msg = Message::Notification {
+                method: method.to_owned(),
+                params,
+            };
+            if let Ok(text) = render(&msg, self.style) {
+                if self.outbox.try_send(Outgoing::Text(text)).is_err() {
+                    self.count_dropped("slow_consumer");
+                }
+            }
+            return;
+        }
+        let params = match &params {
+            Some(p) if object_params(Some(p)).is_none() => {
+                self.count_quirk("params_wrapped");
+                wrap_params(p)
+            }
+            other => object_params(other.as_ref()),
+        };
+        let this = self.clone();
+        let method = method.to_owned();
+        tokio::spawn(async move {
+            if let Ok(Message::Error { .. }) = this.send_request(&method, params).await {
+                this.count_dropped("push_rejected");
+            }
+        });
+    }
+
+    async fn send_request(&self, method: &str, params: Option<Payload>) -> ReplyResult {
+        let (tx, rx) = oneshot::channel();
+        let gid = {
+            let mut table = self.pushes.lock();
+            if table.len() >= self.max_unanswered {
+                self.count_dropped("push_window");
+                return Err(GatewayError::with_detail(
+                    ErrorKind::ResourceExhausted,
+                    "client push window full",
+                ));
+            }
+            table
+                .insert(Some(tx))
+                .map_err(|_| GatewayError::new(ErrorKind::Unavailable))?
+        };
+        let msg = Message::Request {
+            id: WireId::string(&format!("s{gid}")),
+            method: method.to_owned(),
+            params,
+        };
+        let sent = match render(&msg, self.style) {
+            Ok(text) => self.outbox.try_send(Outgoing::Text(text)).is_ok(),
+            Err(_) => false,
+        };
+        if !sent {
+            self.pushes.lock().cancel(gid);
+            self.count_dropped("slow_consumer");
+            return Err(GatewayError::with_detail(
+                ErrorKind::ResourceExhausted,
+                "client outbox full",
+            ));
+        }
+        match tokio::time::timeout(self.timeout, rx).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(_)) => Err(GatewayError::new(ErrorKind::Unavailable)),
+            Err(_) => {
+                self.pushes.lock().abandon(gid);
+                Err(GatewayError::new(ErrorKind::Timeout))
+            }
+        }
+    }
+
+    /// Settles a push with the client's reply. Returns false (and counts)
+    /// when the id was not pending.
+    pub fn settle(&self, id: &WireId, reply: ReplyResult) -> bool {
+        let gid = id
+            .as_json()
+            .and_then(|t| t.strip_prefix("\"s"))
+            .and_then(|t| t.strip_suffix('"'))
+            .and_then(|n| n.parse::<u64>().ok());
+        let resolution = gid.map_or(Resolution::Unknown, |gid| self.pushes.lock().resolve(gid));
+        let kind = match resolution {
+            Resolution::Pending(waiter) => {
+                if let Some(waiter) = waiter {
+                    // The pushing task may have given up meanwhile.
+                    let _ = waiter.send(reply);
+                }
+                return true;
+            }
+            Resolution::Stale => "stale",
+            Resolution::Duplicate => "duplicate",
+            Resolution::Unknown => "unknown",
+        };
+        self.metrics
+            .unmatched_responses
+            .with_label_values(&[self.dialect.as_str(), "client", kind])
+            .inc();
+        false
+    }
+
+    fn count_dropped(&self, reason: &str) {
+        self.metrics
+            .dropped_messages
+            .with_label_values(&[self.dialect.as_str(), "client", reason])
+            .inc();
+    }
+
+    fn count_quirk(&self, quirk: &str) {
+        self.metrics
+            .peer_quirks
+            .with_label_values(&[self.dialect.as_str(), quirk])
+            .inc();
+    }
+}

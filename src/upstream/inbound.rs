@@ -1,0 +1,227 @@
+//! What a [`Link`] reads: replies settled by gateway id, batch replies,
+//! heartbeat acknowledgements, and upstream-originated requests and
+//! notifications (to the owning client in per-client mode; answered or
+//! counted here in shared mode).
+
+use serde_json::value::RawValue;
+
+use crate::dialect::jsonrpc::decode_upstream;
+use crate::envelope::{raw_from_string, ErrorObject, Message, Outcome, Payload, WireId};
+use crate::error::{ErrorKind, GatewayError};
+use crate::router::correlator::Resolution;
+
+use super::link::{Link, Upstreamed, Waiter};
+
+// === impl Link ===
+
+impl Link {
+    /// Handles one inbound text (a message or a batch reply). Returns false
+    /// when the link must close.
+    pub(super) fn on_text(&self, text: &str) -> bool {
+        if text.trim_start().starts_with('[') {
+            let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(text) else {
+                self.shared.count_protocol_error("invalid_message");
+                return true;
+            };
+            return items.iter().all(|item| self.on_message(item.get(), true));
+        }
+        self.on_message(text, false)
+    }
+
+    /// Handles one inbound message. Returns false when the link must close.
+    fn on_message(&self, text: &str, in_batch: bool) -> bool {
+        let msg = match decode_upstream(text) {
+            Ok(msg) => msg,
+            Err(e) => {
+                tracing::debug!(upstream = %self.shared.cfg.name, error = %e, "invalid message from upstream");
+                self.shared.count_protocol_error("invalid_message");
+                return true;
+            }
+        };
+        match msg {
+            Message::Response { ref id, .. }
+            | Message::Error {
+                id: Some(ref id), ..
+            } if id.as_json() != Some("null") => {
+                let token = id.as_json().unwrap_or_default();
+                if self.heartbeat_acked(token) {
+                    return true;
+                }
+                let gid = self.parse_id(token);
+                self.settle(gid, msg)
+            }
+            Message::Error { error, .. } => {
+                if self.shared.cfg.ordered_replies {
+                    self.settle(None, Message::Error { id: None, error })
+                } else if !in_batch && self.fail_oldest_batch(&error) {
+                    true
+                } else {
+                    self.shared.count_unmatched("no_id");
+                    true
+                }
+            }
+            Message::Request { id, method, params } => {
+                self.upstream_request(id, method, params);
+                true
+            }
+            Message::Notification { method, params } => {
+                self.upstream_notification(method, params);
+                true
+            }
+            Message::Response { .. } => {
+                self.shared.count_unmatched("no_id");
+                true
+            }
+        }
+    }
+
+    /// Delivers a reply to its waiter. Returns false when the connection is
+    /// out of sync and must close.
+    fn settle(&self, gid: Option<u64>, reply: Message) -> bool {
+        let mut table = self.correlator.lock();
+        let resolution = if self.shared.cfg.ordered_replies {
+            match table.resolve_ordered(gid) {
+                Ok(r) => r,
+                Err(e) => {
+                    drop(table);
+                    tracing::warn!(upstream = %self.shared.cfg.name, error = %e, "upstream replies out of order; closing the connection");
+                    self.shared.count_protocol_error("out_of_order");
+                    return false;
+                }
+            }
+        } else {
+            gid.map_or(Resolution::Unknown, |gid| table.resolve(gid))
+        };
+        let drained = self.is_retiring() && table.is_empty() && table.unanswered() == 0;
+        drop(table);
+        match resolution {
+            Resolution::Pending(waiter) => {
+                self.shared.entries_gauge().dec();
+                if waiter.send(Ok(reply)).is_err() {
+                    self.shared.count_dropped("client_gone");
+                }
+            }
+            Resolution::Stale => self.shared.count_unmatched("stale"),
+            Resolution::Duplicate => self.shared.count_unmatched("duplicate"),
+            Resolution::Unknown => self.shared.count_unmatched("unknown"),
+        }
+        !drained
+    }
+
+    /// A single error without id in reply to a batch applies to every
+    /// request of the oldest batch still waiting. Returns false if no batch
+    /// was waiting.
+    fn fail_oldest_batch(&self, error: &ErrorObject) -> bool {
+        let mut batches = self.batches.lock();
+        let mut table = self.correlator.lock();
+        while let Some(ids) = batches.pop_front() {
+            let waiters: Vec<Waiter> = ids
+                .iter()
+                .filter_map(|id| match table.resolve(*id) {
+                    Resolution::Pending(w) => Some(w),
+                    _ => None,
+                })
+                .collect();
+            if waiters.is_empty() {
+                continue;
+            }
+            drop(table);
+            self.shared.entries_gauge().sub(waiters.len() as i64);
+            for w in waiters {
+                let reply = Message::Error {
+                    id: None,
+                    error: error.clone(),
+                };
+                if w.send(Ok(reply)).is_err() {
+                    self.shared.count_dropped("client_gone");
+                }
+            }
+            return true;
+        }
+        false
+    }
+
+    /// An upstream-originated request: to the owning client (per-client
+    /// mode), or answered here (shared mode has no owner).
+    fn upstream_request(&self, id: WireId, method: String, params: Option<Payload>) {
+        if method == "rpc.heartbeat" {
+            let ok = Message::Response {
+                id,
+                result: Outcome::Value(Payload::Json(raw_from_string(String::from("{}")))),
+            };
+            self.send_reply_message(&ok);
+            return;
+        }
+        if let Some(owner) = &self.owner {
+            let pushed = Upstreamed::Request {
+                id: id.clone(),
+                method,
+                params,
+            };
+            if owner.try_send(pushed).is_ok() {
+                return;
+            }
+            self.shared.count_dropped("push_window");
+            let err =
+                GatewayError::with_detail(ErrorKind::ResourceExhausted, "client push queue full");
+            self.send_reply(id, Err(err));
+            return;
+        }
+        tracing::debug!(upstream = %self.shared.cfg.name, method, "refusing upstream-originated request");
+        self.shared.count_dropped("upstream_request");
+        self.send_reply(id, Err(not_registered(&method)));
+    }
+
+    /// An upstream notification: to the owning client, or (shared mode)
+    /// to the topic broker, which does not exist yet: counted and dropped.
+    fn upstream_notification(&self, method: String, params: Option<Payload>) {
+        match &self.owner {
+            Some(owner) => {
+                if owner
+                    .try_send(Upstreamed::Notification { method, params })
+                    .is_err()
+                {
+                    self.shared.count_dropped("push_window");
+                }
+            }
+            None => self.shared.count_dropped("no_subscriber"),
+        }
+    }
+
+    /// Answers an upstream-originated request with its upstream id.
+    pub(crate) fn send_reply(&self, id: WireId, reply: Result<Message, GatewayError>) {
+        let msg = match reply {
+            Ok(Message::Response { result, .. }) => Message::Response { id, result },
+            Ok(Message::Error { error, .. }) => Message::Error {
+                id: Some(id),
+                error,
+            },
+            Ok(_) => Message::error(
+                Some(id),
+                GatewayError::new(ErrorKind::Internal).to_object(self.shared.cfg.dialect),
+            ),
+            Err(e) => Message::error(Some(id), e.to_object(self.shared.cfg.dialect)),
+        };
+        self.send_reply_message(&msg);
+    }
+
+    fn send_reply_message(&self, msg: &Message) {
+        match self.encode(msg) {
+            // A full queue means the upstream is not reading; the reply can go.
+            Ok(text) => {
+                if self.out.try_send(text).is_err() {
+                    self.shared.count_dropped("upstream_queue_full");
+                }
+            }
+            Err(e) => {
+                tracing::debug!(upstream = %self.shared.cfg.name, error = %e, "reply to upstream not sent")
+            }
+        }
+    }
+}
+
+/// The no-route error for an upstream-originated request (rendered
+/// `method "M" not registered` for holon peers).
+fn not_registered(method: &str) -> GatewayError {
+    GatewayError::with_detail(ErrorKind::MethodNotFound, method)
+}

@@ -1,0 +1,207 @@
+//! WebSocket upstreams (JSON-RPC 2.0 and holon-rpc): dialing, framing and
+//! liveness for a [`Link`].
+//!
+//! - holon-rpc: offers exactly `holon-rpc` and refuses a 101 without it
+//!   (close 1002 `missing holon-rpc subprotocol`); liveness by `rpc.heartbeat`
+//!   requests `h<N>`, a missed one closes 4000 `heartbeat timeout`.
+//! - JSON-RPC: offers `jsonrpc` only when configured; liveness by WebSocket
+//!   pings, a link silent for a ping interval plus the pong timeout is closed.
+//!
+//! Text frames only: a binary frame from the upstream closes the link (1003).
+//! Every close fails the calls in flight on the link with `unavailable`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
+use parking_lot::Mutex;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::header::{ORIGIN, SEC_WEBSOCKET_PROTOCOL};
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio_util::sync::CancellationToken;
+
+use super::link::{Link, Owner};
+use super::UpstreamShared;
+use crate::dialect::Dialect;
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// Room in the write queue beyond the in-flight cap (notifications, replies).
+const EXTRA_QUEUE: usize = 64;
+
+/// The holon-rpc subprotocol token.
+const HOLON: &str = "holon-rpc";
+
+/// Connects and starts the reader and writer tasks of a new link.
+pub(super) async fn connect(
+    url: &str,
+    shared: Arc<UpstreamShared>,
+    owner: Option<Owner>,
+    shutdown: CancellationToken,
+) -> std::io::Result<Arc<Link>> {
+    let mut request = url.into_client_request().map_err(io_err)?;
+    let offer = match shared.cfg.dialect {
+        Dialect::Holon => Some(HOLON),
+        Dialect::JsonRpc if shared.cfg.offer_subprotocol => Some("jsonrpc"),
+        _ => None,
+    };
+    if let Some(token) = offer {
+        request
+            .headers_mut()
+            .insert(SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(token));
+    }
+    if let Some(origin) = &shared.cfg.origin {
+        let value = HeaderValue::from_str(origin).map_err(io_err)?;
+        request.headers_mut().insert(ORIGIN, value);
+    }
+    let limit = shared.cfg.max_response_bytes;
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(limit))
+        .max_frame_size(Some(limit));
+    let (mut ws, response) =
+        tokio_tungstenite::connect_async_with_config(request, Some(config), true)
+            .await
+            .map_err(io_err)?;
+    let echoed = response
+        .headers()
+        .get(SEC_WEBSOCKET_PROTOCOL)
+        .and_then(|v| v.to_str().ok());
+    if shared.cfg.dialect == Dialect::Holon
+        && !echoed.is_some_and(|p| p.eq_ignore_ascii_case(HOLON))
+    {
+        let frame = CloseFrame {
+            code: CloseCode::Protocol,
+            reason: "missing holon-rpc subprotocol".into(),
+        };
+        // The link is refused either way; the close frame is a courtesy.
+        let _ = ws.close(Some(frame)).await;
+        return Err(std::io::Error::other(
+            "upstream did not select the holon-rpc subprotocol",
+        ));
+    }
+    let (sink, stream) = ws.split();
+    let capacity = shared.cfg.max_in_flight_per_connection.get() + EXTRA_QUEUE;
+    let (tx, rx) = mpsc::channel(capacity);
+    let last_rx = Arc::new(Mutex::new(Instant::now()));
+    let link = Link::new(tx, shared, owner);
+    tokio::spawn(write_loop(sink, rx, link.clone(), last_rx.clone()));
+    tokio::spawn(
+        link.clone()
+            .run_reader(texts(stream, link.clone(), last_rx), shutdown),
+    );
+    Ok(link)
+}
+
+/// The upstream's text frames; a binary frame or a close ends the stream.
+fn texts(
+    stream: SplitStream<Ws>,
+    link: Arc<Link>,
+    last_rx: Arc<Mutex<Instant>>,
+) -> impl futures_util::Stream<Item = Result<String, String>> + Unpin {
+    stream
+        .map(move |frame| {
+            *last_rx.lock() = Instant::now();
+            match frame {
+                Ok(WsMessage::Text(text)) => Some(Ok(text.to_string())),
+                Ok(WsMessage::Binary(_)) => {
+                    link.shared.count_protocol_error("binary_frame");
+                    Some(Err(String::from("binary frame from upstream")))
+                }
+                Ok(WsMessage::Close(frame)) => {
+                    let code = frame.map_or(1005, |f| u16::from(f.code));
+                    link.shared.count_close(code);
+                    Some(Err(format!("upstream closed the WebSocket ({code})")))
+                }
+                Ok(_) => None,
+                Err(e) => Some(Err(e.to_string())),
+            }
+        })
+        .filter_map(std::future::ready)
+        .boxed()
+}
+
+/// Writes queued texts; sends pings (JSON-RPC) or heartbeats (holon) and
+/// closes the link when the upstream stops answering.
+async fn write_loop(
+    mut sink: SplitSink<Ws, WsMessage>,
+    mut rx: mpsc::Receiver<String>,
+    link: Arc<Link>,
+    last_rx: Arc<Mutex<Instant>>,
+) {
+    let cfg = &link.shared.cfg;
+    let holon = cfg.dialect == Dialect::Holon;
+    let (interval, timeout) = if holon {
+        (cfg.heartbeat_interval, cfg.heartbeat_timeout)
+    } else {
+        (cfg.ping_interval, cfg.pong_timeout)
+    };
+    let mut tick =
+        tokio::time::interval((interval.min(timeout) / 4).max(Duration::from_millis(10)));
+    let mut next_beat = Instant::now() + interval;
+    let mut beats = 0u64;
+    let close = loop {
+        tokio::select! {
+            text = rx.recv() => {
+                let Some(text) = text else { break None };
+                if sink.feed(WsMessage::Text(text.into())).await.is_err() {
+                    break None;
+                }
+                if rx.is_empty() && sink.flush().await.is_err() {
+                    break None;
+                }
+            }
+            _ = tick.tick() => {
+                if holon && link.heartbeat_overdue(timeout) {
+                    break Some((4000, "heartbeat timeout"));
+                }
+                if !holon && last_rx.lock().elapsed() > interval + timeout {
+                    break Some((1001, "pong timeout"));
+                }
+                if Instant::now() < next_beat {
+                    continue;
+                }
+                next_beat = Instant::now() + interval;
+                let frame = if holon {
+                    beats += 1;
+                    link.heartbeat_frame(beats).map(|t| WsMessage::Text(t.into()))
+                } else {
+                    Some(WsMessage::Ping(Default::default()))
+                };
+                if let Some(frame) = frame {
+                    if sink.send(frame).await.is_err() {
+                        break None;
+                    }
+                }
+            }
+            () = link.closed.cancelled() => break Some((1000, "closing")),
+        }
+    };
+    let detail = match close {
+        Some((code, reason)) => {
+            if code != 1000 {
+                tracing::warn!(upstream = %cfg.name, code, reason, "closing upstream link");
+            }
+            let frame = CloseFrame {
+                code: CloseCode::from(code),
+                reason: reason.into(),
+            };
+            // The upstream may be gone already; we are closing either way.
+            let _ = sink.send(WsMessage::Close(Some(frame))).await;
+            reason
+        }
+        None => "upstream write failed",
+    };
+    link.fail_all(detail);
+}
+
+fn io_err(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}
