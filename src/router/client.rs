@@ -26,12 +26,8 @@ use crate::error::{ErrorKind, GatewayError};
 use crate::router::correlator::{Correlator, Resolution};
 use crate::telemetry::metrics::Metrics;
 use crate::transport::Outgoing;
-use crate::upstream::link::{Link, ReplyResult, Upstreamed};
+use crate::upstream::link::{Link, Owner, OwnerRef, PendingPush, ReplyResult};
 use crate::upstream::Upstream;
-
-/// Messages a dedicated link may queue for its client before the upstream's
-/// requests are refused and its notifications dropped.
-const OWNER_QUEUE: usize = 64;
 
 /// Dedicated upstream links of one client connection.
 #[derive(Debug)]
@@ -91,14 +87,8 @@ impl ClientLinks {
             }
             return Ok(link.clone());
         }
-        let (tx, rx) = mpsc::channel(OWNER_QUEUE);
-        let link = upstream.connect_dedicated(tx, self.gone.clone()).await?;
-        tokio::spawn(forward(
-            rx,
-            link.clone(),
-            self.pusher.clone(),
-            self.gone.clone(),
-        ));
+        let owner: OwnerRef = Arc::new(self.pusher.clone());
+        let link = upstream.connect_dedicated(owner, self.gone.clone()).await?;
         let (closed, lost, gone) = (link.closed.clone(), self.lost.clone(), self.gone.clone());
         tokio::spawn(async move {
             tokio::select! {
@@ -119,35 +109,23 @@ impl ClientLinks {
     }
 }
 
-/// Relays what a dedicated link's upstream originates to its client.
-async fn forward(
-    mut rx: mpsc::Receiver<Upstreamed>,
-    link: Arc<Link>,
-    pusher: Pusher,
-    gone: CancellationToken,
-) {
-    loop {
-        let next = tokio::select! {
-            next = rx.recv() => next,
-            () = gone.cancelled() => return,
-        };
-        match next {
-            Some(Upstreamed::Request { id, method, params }) => {
-                let (link, pusher) = (link.clone(), pusher.clone());
-                tokio::spawn(async move {
-                    let reply = pusher.request(&method, params).await;
-                    link.send_reply(id, reply);
-                });
-            }
-            Some(Upstreamed::Notification { method, params }) => {
-                pusher.notification(&method, params)
-            }
-            None => return,
-        }
+// === impl Pusher ===
+
+impl Owner for Pusher {
+    fn push_request(
+        &self,
+        method: &str,
+        params: Option<Payload>,
+    ) -> Result<PendingPush, GatewayError> {
+        let (gid, rx) = self.start(method, params)?;
+        let this = self.clone();
+        Ok(Box::pin(async move { this.wait(gid, rx).await }))
+    }
+
+    fn push_notification(&self, method: &str, params: Option<Payload>) {
+        self.notification(method, params);
     }
 }
-
-// === impl Pusher ===
 
 impl Pusher {
     /// A pusher writing to a client's outbox.
@@ -172,20 +150,8 @@ impl Pusher {
 
     /// Sends the client a request and waits for its reply.
     pub async fn request(&self, method: &str, params: Option<Payload>) -> ReplyResult {
-        if self.dialect == Dialect::Ndjson {
-            // switchyard sends no requests to NDJSON clients.
-            return Err(GatewayError::no_route(method));
-        }
-        let params = match self.dialect {
-            Dialect::Holon => Some(object_params(params.as_ref()).ok_or_else(|| {
-                GatewayError::with_detail(
-                    ErrorKind::InvalidParams,
-                    "params must be an object for holon-rpc clients",
-                )
-            })?),
-            _ => params,
-        };
-        self.send_request(method, params).await
+        let (gid, rx) = self.start(method, params)?;
+        self.wait(gid, rx).await
     }
 
     /// Sends the client a notification (a consumed `s<N>` request for
@@ -209,49 +175,71 @@ impl Pusher {
                 self.count_quirk("params_wrapped");
                 wrap_params(p)
             }
-            other => object_params(other.as_ref()),
+            other => other.clone(),
+        };
+        // A full window or outbox was counted by start().
+        let Ok((gid, rx)) = self.start(method, params) else {
+            return;
         };
         let this = self.clone();
-        let method = method.to_owned();
         tokio::spawn(async move {
-            if let Ok(Message::Error { .. }) = this.send_request(&method, params).await {
+            if let Ok(Message::Error { .. }) = this.wait(gid, rx).await {
                 this.count_dropped("push_rejected");
             }
         });
     }
 
-    async fn send_request(&self, method: &str, params: Option<Payload>) -> ReplyResult {
-        let (tx, rx) = oneshot::channel();
-        let gid = {
-            let mut table = self.pushes.lock();
-            if table.len() >= self.max_unanswered {
-                self.count_dropped("push_window");
-                return Err(GatewayError::with_detail(
-                    ErrorKind::ResourceExhausted,
-                    "client push window full",
-                ));
-            }
-            table
-                .insert(Some(tx))
-                .map_err(|_| GatewayError::new(ErrorKind::Unavailable))?
+    /// Queues a request to the client now: checks the push window, takes
+    /// an `s<N>` id, and puts the frame in the outbox.
+    fn start(
+        &self,
+        method: &str,
+        params: Option<Payload>,
+    ) -> Result<(u64, oneshot::Receiver<ReplyResult>), GatewayError> {
+        let params = match self.dialect {
+            // switchyard sends no requests to NDJSON clients.
+            Dialect::Ndjson => return Err(GatewayError::no_route(method)),
+            Dialect::Holon => Some(object_params(params.as_ref()).ok_or_else(|| {
+                GatewayError::with_detail(
+                    ErrorKind::InvalidParams,
+                    "params must be an object for holon-rpc clients",
+                )
+            })?),
+            _ => params,
         };
+        let (tx, rx) = oneshot::channel();
+        let mut table = self.pushes.lock();
+        if table.len() >= self.max_unanswered {
+            self.count_dropped("push_window");
+            return Err(GatewayError::with_detail(
+                ErrorKind::ResourceExhausted,
+                "client push window full",
+            ));
+        }
+        let gid = table
+            .insert(Some(tx))
+            .map_err(|_| GatewayError::new(ErrorKind::Unavailable))?;
         let msg = Message::Request {
             id: WireId::string(&format!("s{gid}")),
             method: method.to_owned(),
             params,
         };
-        let sent = match render(&msg, self.style) {
-            Ok(text) => self.outbox.try_send(Outgoing::Text(text)).is_ok(),
-            Err(_) => false,
-        };
+        let sent = render(&msg, self.style)
+            .is_ok_and(|text| self.outbox.try_send(Outgoing::Text(text)).is_ok());
         if !sent {
-            self.pushes.lock().cancel(gid);
+            table.cancel(gid);
             self.count_dropped("slow_consumer");
             return Err(GatewayError::with_detail(
                 ErrorKind::ResourceExhausted,
                 "client outbox full",
             ));
         }
+        Ok((gid, rx))
+    }
+
+    /// Waits for the reply to push `gid`; after the push timeout its id is
+    /// abandoned (a late reply is then stale).
+    async fn wait(&self, gid: u64, rx: oneshot::Receiver<ReplyResult>) -> ReplyResult {
         match tokio::time::timeout(self.timeout, rx).await {
             Ok(Ok(reply)) => reply,
             Ok(Err(_)) => Err(GatewayError::new(ErrorKind::Unavailable)),

@@ -138,7 +138,8 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
     let end = loop {
         let next = tokio::select! {
             next = lines.next() => next,
-            () = lost.cancelled() => break End::Closing,
+            // Pending calls on the lost link fail at once; answer, then close.
+            () = lost.cancelled() => break End::Eof,
             () = ctx.shutdown.cancelled() => break End::Shutdown,
         };
         match next {

@@ -37,6 +37,9 @@ enum End {
     Closing,
     /// Graceful shutdown.
     Shutdown,
+    /// A dedicated upstream link dropped: finish what is pending (it fails
+    /// with `unavailable` at once), then close 1001.
+    UpstreamLost,
 }
 
 /// Serves every WebSocket listener bound to `listener` until shutdown.
@@ -108,6 +111,13 @@ async fn run(socket: WebSocket, route: Arc<Route>, ctx: Serve) {
             // The writer may already be gone with the client.
             let _ = tx.send(Outgoing::Close(1001, "going away")).await;
         }
+        End::UpstreamLost => {
+            session.drain().await;
+            // The writer may already be gone with the client.
+            let _ = tx
+                .send(Outgoing::Close(1001, "upstream connection lost"))
+                .await;
+        }
     }
     drop(session);
     drop(tx);
@@ -137,11 +147,7 @@ async fn read_loop(
     let lost = session.upstream_lost();
     loop {
         let frame = tokio::select! {
-            () = lost.cancelled() => {
-                // Closed anyway; a gone writer changes nothing.
-                let _ = tx.send(Outgoing::Close(1001, "upstream connection lost")).await;
-                return End::Closing;
-            }
+            () = lost.cancelled() => return End::UpstreamLost,
             frame = stream.next() => frame,
             _ = tick.tick() => {
                 if ping_sent.is_some_and(|t| t.elapsed() >= cfg.pong_timeout) {

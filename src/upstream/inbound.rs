@@ -10,14 +10,16 @@ use crate::envelope::{raw_from_string, ErrorObject, Message, Outcome, Payload, W
 use crate::error::{ErrorKind, GatewayError};
 use crate::router::correlator::Resolution;
 
-use super::link::{Link, Upstreamed, Waiter};
+use std::sync::Arc;
+
+use super::link::{Link, Waiter};
 
 // === impl Link ===
 
 impl Link {
     /// Handles one inbound text (a message or a batch reply). Returns false
     /// when the link must close.
-    pub(super) fn on_text(&self, text: &str) -> bool {
+    pub(super) fn on_text(self: &Arc<Self>, text: &str) -> bool {
         if text.trim_start().starts_with('[') {
             let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(text) else {
                 self.shared.count_protocol_error("invalid_message");
@@ -29,7 +31,7 @@ impl Link {
     }
 
     /// Handles one inbound message. Returns false when the link must close.
-    fn on_message(&self, text: &str, in_batch: bool) -> bool {
+    fn on_message(self: &Arc<Self>, text: &str, in_batch: bool) -> bool {
         let msg = match decode_upstream(text) {
             Ok(msg) => msg,
             Err(e) => {
@@ -143,7 +145,7 @@ impl Link {
 
     /// An upstream-originated request: to the owning client (per-client
     /// mode), or answered here (shared mode has no owner).
-    fn upstream_request(&self, id: WireId, method: String, params: Option<Payload>) {
+    fn upstream_request(self: &Arc<Self>, id: WireId, method: String, params: Option<Payload>) {
         if method == "rpc.heartbeat" {
             let ok = Message::Response {
                 id,
@@ -152,38 +154,29 @@ impl Link {
             self.send_reply_message(&ok);
             return;
         }
-        if let Some(owner) = &self.owner {
-            let pushed = Upstreamed::Request {
-                id: id.clone(),
-                method,
-                params,
-            };
-            if owner.try_send(pushed).is_ok() {
-                return;
-            }
-            self.shared.count_dropped("push_window");
-            let err =
-                GatewayError::with_detail(ErrorKind::ResourceExhausted, "client push queue full");
-            self.send_reply(id, Err(err));
+        let Some(owner) = &self.owner else {
+            tracing::debug!(upstream = %self.shared.cfg.name, method, "refusing upstream-originated request");
+            self.shared.count_dropped("upstream_request");
+            self.send_reply(id, Err(GatewayError::no_route(&method)));
             return;
+        };
+        match owner.push_request(&method, params) {
+            Ok(pending) => {
+                let link = self.clone();
+                tokio::spawn(async move {
+                    let reply = pending.await;
+                    link.send_reply(id, reply);
+                });
+            }
+            Err(e) => self.send_reply(id, Err(e)),
         }
-        tracing::debug!(upstream = %self.shared.cfg.name, method, "refusing upstream-originated request");
-        self.shared.count_dropped("upstream_request");
-        self.send_reply(id, Err(not_registered(&method)));
     }
 
     /// An upstream notification: to the owning client, or (shared mode)
     /// to the topic broker, which does not exist yet: counted and dropped.
     fn upstream_notification(&self, method: String, params: Option<Payload>) {
         match &self.owner {
-            Some(owner) => {
-                if owner
-                    .try_send(Upstreamed::Notification { method, params })
-                    .is_err()
-                {
-                    self.shared.count_dropped("push_window");
-                }
-            }
+            Some(owner) => owner.push_notification(&method, params),
             None => self.shared.count_dropped("no_subscriber"),
         }
     }
@@ -218,10 +211,4 @@ impl Link {
             }
         }
     }
-}
-
-/// The no-route error for an upstream-originated request (rendered
-/// `method "M" not registered` for holon peers).
-fn not_registered(method: &str) -> GatewayError {
-    GatewayError::with_detail(ErrorKind::MethodNotFound, method)
 }

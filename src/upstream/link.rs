@@ -50,38 +50,34 @@ pub(crate) struct Link {
     pub(super) batches: Mutex<VecDeque<Vec<u64>>>,
     /// The client session that owns this link (per-client mode): it gets
     /// upstream-originated requests and notifications. `None` when shared.
-    pub(super) owner: Option<Owner>,
+    pub(super) owner: Option<OwnerRef>,
     /// The holon heartbeat in flight: its number and when it was sent.
     pub(super) heartbeat: Mutex<Option<(u64, Instant)>>,
     /// Upstream-wide settings and metrics.
     pub(super) shared: Arc<UpstreamShared>,
 }
 
-/// A message the upstream originated, for the client owning the link.
-#[derive(Debug)]
-pub(crate) enum Upstreamed {
-    /// A request: the client's reply goes back under the upstream's `id`.
-    Request {
-        /// The upstream's own id.
-        id: WireId,
-        /// Method name.
-        method: String,
-        /// Parameters.
+/// The client session owning a per-client link. What the upstream
+/// originates is handed over synchronously, in the order it arrived, so a
+/// push the upstream sent before a reply reaches the client before it.
+pub(crate) trait Owner: Send + Sync + std::fmt::Debug {
+    /// Sends the client a request now; the future resolves to its reply.
+    fn push_request(
+        &self,
+        method: &str,
         params: Option<Payload>,
-    },
-    /// A notification.
-    Notification {
-        /// Method name.
-        method: String,
-        /// Parameters.
-        params: Option<Payload>,
-    },
+    ) -> Result<PendingPush, GatewayError>;
+    /// Sends the client a notification now (dropped and counted if it
+    /// cannot be queued).
+    fn push_notification(&self, method: &str, params: Option<Payload>);
 }
 
-/// Where a per-client link sends what its upstream originates. Bounded:
-/// a client that does not keep up loses notifications (counted), and
-/// upstream requests are refused with `resource_exhausted`.
-pub(crate) type Owner = mpsc::Sender<Upstreamed>;
+/// The client's reply to a pushed request, still to come.
+pub(crate) type PendingPush =
+    std::pin::Pin<Box<dyn std::future::Future<Output = ReplyResult> + Send>>;
+
+/// A shared handle to a link's owner.
+pub(crate) type OwnerRef = Arc<dyn Owner>;
 
 /// How many recent batches are remembered for batch-wide error replies.
 const BATCHES_REMEMBERED: usize = 64;
@@ -100,7 +96,7 @@ impl Link {
     pub(crate) fn new(
         out: mpsc::Sender<String>,
         shared: Arc<UpstreamShared>,
-        owner: Option<Owner>,
+        owner: Option<OwnerRef>,
     ) -> Arc<Self> {
         let depth = shared.cfg.max_in_flight_per_connection.get();
         Arc::new(Link {

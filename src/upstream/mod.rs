@@ -337,7 +337,7 @@ impl Upstream {
     /// upstream originates on it goes to `owner`.
     pub(crate) async fn connect_dedicated(
         &self,
-        owner: link::Owner,
+        owner: link::OwnerRef,
         shutdown: CancellationToken,
     ) -> Result<Arc<Link>, GatewayError> {
         let connected = tokio::time::timeout(

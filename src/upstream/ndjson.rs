@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, LinesCodec};
 use tokio_util::sync::CancellationToken;
 
-use super::link::{Link, Owner};
+use super::link::{Link, OwnerRef};
 use super::UpstreamShared;
 
 /// Room in the write queue beyond the in-flight cap, for notifications and
@@ -27,7 +27,7 @@ const EXTRA_QUEUE: usize = 64;
 pub(super) async fn connect(
     path: &Path,
     shared: Arc<UpstreamShared>,
-    owner: Option<Owner>,
+    owner: Option<OwnerRef>,
     shutdown: CancellationToken,
 ) -> std::io::Result<Arc<Link>> {
     let stream = UnixStream::connect(path).await?;

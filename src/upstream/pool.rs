@@ -8,7 +8,7 @@ use rand::Rng;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::link::{Link, Owner};
+use super::link::{Link, OwnerRef};
 use super::{ndjson, ws, UpstreamShared};
 use crate::config::UpstreamTarget;
 
@@ -113,7 +113,7 @@ async fn connect(
 /// Opens one connection to the upstream, whatever its transport.
 pub(super) async fn dial(
     shared: &Arc<UpstreamShared>,
-    owner: Option<Owner>,
+    owner: Option<OwnerRef>,
     shutdown: CancellationToken,
 ) -> std::io::Result<Arc<Link>> {
     match &shared.cfg.target {

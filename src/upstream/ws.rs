@@ -28,7 +28,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 
-use super::link::{Link, Owner};
+use super::link::{Link, OwnerRef};
 use super::UpstreamShared;
 use crate::dialect::Dialect;
 
@@ -44,7 +44,7 @@ const HOLON: &str = "holon-rpc";
 pub(super) async fn connect(
     url: &str,
     shared: Arc<UpstreamShared>,
-    owner: Option<Owner>,
+    owner: Option<OwnerRef>,
     shutdown: CancellationToken,
 ) -> std::io::Result<Arc<Link>> {
     let mut request = url.into_client_request().map_err(io_err)?;

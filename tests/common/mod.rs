@@ -2,6 +2,8 @@
 //! dir, a gateway bound to port 0, and a raw WebSocket client.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod clients;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
