@@ -26,6 +26,7 @@ mod item;
 mod methods;
 mod request;
 mod subscribe;
+pub mod ws;
 
 #[cfg(test)]
 mod tests;

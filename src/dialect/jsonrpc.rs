@@ -24,6 +24,16 @@ pub enum ReplyError {
     /// A JSON object that is no valid JSON-RPC message.
     #[error("invalid JSON-RPC message: {0}")]
     Invalid(&'static str),
+    /// A reply with a usable id that breaks the dialect's rules (such as an
+    /// error object with a non-integer code): it settles that call as
+    /// `internal`.
+    #[error("invalid reply for id {id:?}: {why}")]
+    InvalidReply {
+        /// The reply's id.
+        id: WireId,
+        /// What is wrong with it.
+        why: &'static str,
+    },
 }
 
 /// The members of one JSON-RPC object, borrowed. `Some` means present, even
@@ -145,7 +155,10 @@ pub fn decode_upstream(text: &str) -> Result<Message, ReplyError> {
             });
         }
     }
-    reply_from_raw(&raw, id).map_err(|(_, why)| ReplyError::Invalid(why))
+    reply_from_raw(&raw, id).map_err(|(id, why)| match id {
+        Some(id) if id.as_json() != Some("null") => ReplyError::InvalidReply { id, why },
+        _ => ReplyError::Invalid(why),
+    })
 }
 
 /// Builds a response or error from a reply-shaped item.

@@ -5,14 +5,14 @@
 
 use serde_json::value::RawValue;
 
-use crate::dialect::jsonrpc::decode_upstream;
+use crate::dialect::jsonrpc::{decode_upstream, ReplyError};
 use crate::envelope::{raw_from_string, ErrorObject, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::router::correlator::Resolution;
 
 use std::sync::Arc;
 
-use super::link::{Link, Waiter};
+use super::link::{Link, ReplyResult, Waiter};
 
 // === impl Link ===
 
@@ -34,6 +34,13 @@ impl Link {
     fn on_message(self: &Arc<Self>, text: &str, in_batch: bool) -> bool {
         let msg = match decode_upstream(text) {
             Ok(msg) => msg,
+            Err(ReplyError::InvalidReply { id, why }) => {
+                // The call gets `internal`, with the raw reply as detail.
+                self.shared.count_protocol_error("invalid_reply");
+                let gid = id.as_json().and_then(|t| self.parse_id(t));
+                let detail = format!("invalid reply from upstream ({why}): {}", truncate(text, 512));
+                return self.settle(gid, Err(GatewayError::with_detail(ErrorKind::Internal, detail)));
+            }
             Err(e) => {
                 tracing::debug!(upstream = %self.shared.cfg.name, error = %e, "invalid message from upstream");
                 self.shared.count_protocol_error("invalid_message");
@@ -50,11 +57,11 @@ impl Link {
                     return true;
                 }
                 let gid = self.parse_id(token);
-                self.settle(gid, msg)
+                self.settle(gid, Ok(msg))
             }
             Message::Error { error, .. } => {
                 if self.shared.cfg.ordered_replies {
-                    self.settle(None, Message::Error { id: None, error })
+                    self.settle(None, Ok(Message::Error { id: None, error }))
                 } else if !in_batch && self.fail_oldest_batch(&error) {
                     true
                 } else {
@@ -79,7 +86,7 @@ impl Link {
 
     /// Delivers a reply to its waiter. Returns false when the connection is
     /// out of sync and must close.
-    fn settle(&self, gid: Option<u64>, reply: Message) -> bool {
+    fn settle(&self, gid: Option<u64>, reply: ReplyResult) -> bool {
         let mut table = self.correlator.lock();
         let resolution = if self.shared.cfg.ordered_replies {
             match table.resolve_ordered(gid) {
@@ -99,7 +106,7 @@ impl Link {
         match resolution {
             Resolution::Pending(waiter) => {
                 self.shared.entries_gauge().dec();
-                if waiter.send(Ok(reply)).is_err() {
+                if waiter.send(reply).is_err() {
                     self.shared.count_dropped("client_gone");
                 }
             }
@@ -211,4 +218,16 @@ impl Link {
             }
         }
     }
+}
+
+/// At most `max` bytes of `text`, cut at a character boundary.
+fn truncate(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }

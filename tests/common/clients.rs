@@ -33,7 +33,7 @@ pub enum Ended {
 }
 
 pub enum TestClient {
-    Ws(Speak, Ws),
+    Ws(Speak, Box<Ws>),
     Unix(Lines<BufReader<OwnedReadHalf>>, OwnedWriteHalf),
 }
 
@@ -52,7 +52,7 @@ impl TestClient {
                 let (ws, _) = tokio_tungstenite::connect_async(endpoint)
                     .await
                     .expect("ws connect");
-                TestClient::Ws(speak, ws)
+                TestClient::Ws(speak, Box::new(ws))
             }
             Speak::Holon => {
                 let mut request = endpoint.into_client_request().expect("request");
@@ -71,7 +71,7 @@ impl TestClient {
                     Some("holon-rpc"),
                     "switchyard must select holon-rpc"
                 );
-                TestClient::Ws(speak, ws)
+                TestClient::Ws(speak, Box::new(ws))
             }
         }
     }
