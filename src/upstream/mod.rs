@@ -14,7 +14,7 @@ use prometheus::IntGauge;
 use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{NotificationPolicy, UpstreamConfig};
+use crate::config::{NotificationPolicy, UpstreamConfig, UpstreamMode};
 use crate::dialect::Dialect;
 use crate::envelope::{Message, Payload};
 use crate::error::{ErrorKind, GatewayError};
@@ -71,7 +71,12 @@ impl Upstream {
         });
         let (changed_tx, changed) = watch::channel(0u64);
         let changed_tx = Arc::new(changed_tx);
-        let slots = (0..shared.cfg.pool_size.get())
+        // Per-client upstreams have no shared pool: each client dials its own.
+        let pooled = match shared.cfg.mode {
+            UpstreamMode::Shared => shared.cfg.pool_size.get(),
+            UpstreamMode::PerClient => 0,
+        };
+        let slots = (0..pooled)
             .map(|slot| {
                 pool::spawn_slot(slot, shared.clone(), changed_tx.clone(), shutdown.clone())
             })
