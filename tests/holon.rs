@@ -78,6 +78,20 @@ async fn thirty_two_holon_clients_each_get_their_own_callbacks() {
     upstream.stop().await;
 }
 
+/// Selects the holon-rpc subprotocol, as every holon server does.
+// The callback's signature is tungstenite's; its error type is large.
+#[allow(clippy::result_large_err)]
+fn select_holon(
+    _: &Request,
+    mut resp: Response,
+) -> Result<Response, tokio_tungstenite::tungstenite::handshake::server::ErrorResponse> {
+    resp.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        HeaderValue::from_static("holon-rpc"),
+    );
+    Ok(resp)
+}
+
 /// A holon upstream that completes the handshake, records what it reads
 /// and never answers anything.
 async fn silent_holon_upstream() -> (String, tokio::sync::mpsc::UnboundedReceiver<Message>) {
@@ -88,14 +102,8 @@ async fn silent_holon_upstream() -> (String, tokio::sync::mpsc::UnboundedReceive
         while let Ok((tcp, _)) = listener.accept().await {
             let tx = tx.clone();
             tokio::spawn(async move {
-                let select = |_: &Request, mut resp: Response| {
-                    resp.headers_mut().insert(
-                        "Sec-WebSocket-Protocol",
-                        HeaderValue::from_static("holon-rpc"),
-                    );
-                    Ok(resp)
-                };
-                let Ok(mut ws) = tokio_tungstenite::accept_hdr_async(tcp, select).await else {
+                let Ok(mut ws) = tokio_tungstenite::accept_hdr_async(tcp, select_holon).await
+                else {
                     return;
                 };
                 while let Some(Ok(msg)) = ws.next().await {
@@ -159,14 +167,7 @@ async fn noisy_holon_upstream() -> String {
         let Ok((tcp, _)) = listener.accept().await else {
             return;
         };
-        let select = |_: &Request, mut resp: Response| {
-            resp.headers_mut().insert(
-                "Sec-WebSocket-Protocol",
-                HeaderValue::from_static("holon-rpc"),
-            );
-            Ok(resp)
-        };
-        let Ok(ws) = tokio_tungstenite::accept_hdr_async(tcp, select).await else {
+        let Ok(ws) = tokio_tungstenite::accept_hdr_async(tcp, select_holon).await else {
             return;
         };
         let (mut tx, mut rx) = ws.split();
