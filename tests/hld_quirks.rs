@@ -101,3 +101,41 @@ async fn a_timeout_on_an_ordered_connection_retires_it() {
     );
     stack.gateway.shutdown().await;
 }
+
+#[tokio::test]
+async fn subscribe_streams_on_its_own_connection_and_ends_with_the_daemon() {
+    let mut stack = Stack::start("", "profile = \"hld\"\npool_size = 1", HLD).await;
+    let mut ws = stack.client().await;
+    send(&mut ws, r#"{"jsonrpc":"2.0","method":"Subscribe","params":{"interval_ms":30,"count":3,"heartbeat_ms":20},"id":"sub-1"}"#).await;
+    let confirm = json(&recv(&mut ws).await);
+    assert_eq!(confirm["id"], "sub-1", "{confirm}");
+    assert!(
+        confirm["result"]["subscription_id"].is_string(),
+        "{confirm}"
+    );
+    for seq in 1..=3 {
+        let event = json(&recv(&mut ws).await);
+        assert_eq!(event["method"], "Subscribe.event", "{event}");
+        assert_eq!(event["params"]["subscription"], "sub-1", "{event}");
+        assert_eq!(
+            event["params"]["result"]["event"]["data"]["seq"], seq,
+            "{event}"
+        );
+        assert!(event.get("id").is_none());
+    }
+    // The pooled connection is untouched: ordinary calls still work, and
+    // heartbeat lines are consumed, never forwarded.
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"echo","params":{"x":1},"id":2}"#,
+    )
+    .await;
+    assert_eq!(json(&recv(&mut ws).await)["id"], 2);
+    expect_silence(&mut ws, Duration::from_millis(150)).await;
+    // The daemon goes away: the client is told the stream ended.
+    stack.daemon.take().expect("daemon").stop().await;
+    let end = json(&recv(&mut ws).await);
+    assert_eq!(end["method"], "Subscribe.end", "{end}");
+    assert_eq!(end["params"]["subscription"], "sub-1", "{end}");
+    stack.gateway.shutdown().await;
+}

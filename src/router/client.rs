@@ -100,6 +100,21 @@ impl ClientLinks {
         Ok(link)
     }
 
+    /// Calls a streaming method for this client (per-stream mode): its
+    /// events come to this client until it leaves.
+    pub(crate) async fn stream(
+        &self,
+        upstream: &Upstream,
+        id: &WireId,
+        method: &str,
+        params: Option<&Payload>,
+    ) -> ReplyResult {
+        let owner: OwnerRef = Arc::new(self.pusher.clone());
+        upstream
+            .stream_call(method, params, id, owner, self.gone.clone())
+            .await
+    }
+
     /// The client is gone: close its dedicated links.
     pub async fn close(&self) {
         self.gone.cancel();

@@ -144,7 +144,10 @@ impl Route {
                 ) => self
                     .routed(method)
                     .filter(|u| {
-                        u.config().accepts_batches && !u.config().streaming_methods.contains(method)
+                        let cfg = u.config();
+                        cfg.accepts_batches
+                            && cfg.mode == UpstreamMode::Shared
+                            && !u.is_streaming(method)
                     })
                     .cloned(),
                 _ => None,
@@ -216,19 +219,14 @@ impl Route {
             self.count_request("none", ErrorKind::MethodNotFound.as_str());
             return self.error_reply(id, &GatewayError::no_route(method));
         };
-        if upstream
-            .config()
-            .streaming_methods
-            .iter()
-            .any(|m| m == method)
-        {
-            // A streaming method would take a pooled connection over.
-            self.count_request(upstream.name(), ErrorKind::MethodNotFound.as_str());
-            return self.error_reply(id, &GatewayError::no_route(method));
-        }
         let started = Instant::now();
         let deadline = TokioInstant::now() + self.cfg.request_timeout;
         let result = match upstream.config().mode {
+            // A streaming method gets its own connection: on a pooled one it
+            // would take the connection over.
+            _ if upstream.is_streaming(method) => {
+                client.stream(upstream, &id, method, params).await
+            }
             UpstreamMode::Shared => upstream.call_until(method, params, deadline).await,
             UpstreamMode::PerClient => match client.link(upstream).await {
                 Ok(link) => {

@@ -38,8 +38,14 @@ impl Link {
                 // The call gets `internal`, with the raw reply as detail.
                 self.shared.count_protocol_error("invalid_reply");
                 let gid = id.as_json().and_then(|t| self.parse_id(t));
-                let detail = format!("invalid reply from upstream ({why}): {}", truncate(text, 512));
-                return self.settle(gid, Err(GatewayError::with_detail(ErrorKind::Internal, detail)));
+                let detail = format!(
+                    "invalid reply from upstream ({why}): {}",
+                    truncate(text, 512)
+                );
+                return self.settle(
+                    gid,
+                    Err(GatewayError::with_detail(ErrorKind::Internal, detail)),
+                );
             }
             Err(e) => {
                 tracing::debug!(upstream = %self.shared.cfg.name, error = %e, "invalid message from upstream");

@@ -25,6 +25,7 @@ mod inbound;
 pub(crate) mod link;
 mod ndjson;
 mod pool;
+mod stream;
 mod ws;
 
 use link::Link;
@@ -277,6 +278,28 @@ impl Upstream {
             }
             other => other.cloned(),
         }
+    }
+
+    /// Calls a streaming method (per-stream mode) on a dedicated
+    /// connection; its events go to `owner` until `gone` fires.
+    pub(crate) async fn stream_call(
+        &self,
+        method: &str,
+        params: Option<&Payload>,
+        client_id: &crate::envelope::WireId,
+        owner: link::OwnerRef,
+        gone: CancellationToken,
+    ) -> Result<Message, GatewayError> {
+        stream::open(self.shared.clone(), method, params, client_id, owner, gone).await
+    }
+
+    /// True when `method` streams on this upstream (per-stream mode).
+    pub fn is_streaming(&self, method: &str) -> bool {
+        self.shared
+            .cfg
+            .streaming_methods
+            .iter()
+            .any(|m| m == method)
     }
 
     /// Forwards a client notification on a dedicated (per-client) link.
