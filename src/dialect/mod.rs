@@ -70,6 +70,15 @@ impl Dialect {
         }
     }
 
+    /// The OpenTelemetry `rpc.system` value.
+    pub const fn rpc_system(self) -> &'static str {
+        match self {
+            Dialect::JsonRpc | Dialect::Ndjson => "jsonrpc",
+            Dialect::Holon => "holon-rpc",
+            Dialect::Sideband => "sideband",
+        }
+    }
+
     /// True for dialects carried over WebSocket.
     pub const fn is_websocket(self) -> bool {
         !matches!(self, Dialect::Ndjson)
@@ -104,3 +113,4 @@ impl FromStr for Dialect {
 pub mod holon;
 pub mod jsonrpc;
 pub mod render;
+pub mod sideband;

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use futures_util::future::join_all;
 use tokio::time::Instant as TokioInstant;
+use tracing::Instrument;
 
 use crate::config::{ListenerConfig, UpstreamMode};
 use crate::dialect::jsonrpc::Item;
@@ -24,6 +25,19 @@ pub mod client;
 pub mod correlator;
 
 pub use client::{ClientLinks, Pusher};
+
+/// Records the outcome of a request on its span.
+fn record_outcome(span: &tracing::Span, reply: &Message) {
+    match reply {
+        Message::Error { error, .. } => {
+            span.record("otel.status_code", "ERROR");
+            span.record("rpc.jsonrpc.error_code", error.code);
+        }
+        _ => {
+            span.record("otel.status_code", "OK");
+        }
+    }
+}
 
 /// Batch items bound for one upstream: (position, request id, method, params).
 type Group = (
@@ -99,7 +113,13 @@ impl Route {
                 Some(reply)
             }
             Item::Valid(Message::Request { id, method, params }) => {
-                Some(self.request(id, &method, params.as_ref(), client).await)
+                let span = self.server_span(&id, &method);
+                let reply = self
+                    .request(id, &method, params.as_ref(), client)
+                    .instrument(span.clone())
+                    .await;
+                record_outcome(&span, &reply);
+                Some(reply)
             }
             Item::Valid(Message::Notification { method, params }) => {
                 self.notification(&method, params.as_ref(), client).await
@@ -115,6 +135,31 @@ impl Route {
                 None
             }
         }
+    }
+
+    /// The server span of one client request (OpenTelemetry RPC
+    /// conventions; ids are recorded only when enabled).
+    fn server_span(&self, id: &WireId, method: &str) -> tracing::Span {
+        let span = tracing::info_span!(
+            "rpc.server",
+            otel.name = %format_args!("{} {method}", self.cfg.dialect.rpc_system()),
+            otel.kind = "server",
+            otel.status_code = tracing::field::Empty,
+            rpc.system = self.cfg.dialect.rpc_system(),
+            rpc.method = %method,
+            rpc.jsonrpc.version = "2.0",
+            rpc.jsonrpc.request_id = tracing::field::Empty,
+            rpc.jsonrpc.error_code = tracing::field::Empty,
+            switchyard.dialect = self.cfg.dialect.as_str(),
+            switchyard.listener = %self.cfg.name,
+            switchyard.upstream = tracing::field::Empty,
+        );
+        if crate::telemetry::record_ids() {
+            if let Some(token) = id.as_json() {
+                span.record("rpc.jsonrpc.request_id", token);
+            }
+        }
+        span
     }
 
     /// A client's reply to a request switchyard pushed to it.
@@ -219,6 +264,7 @@ impl Route {
             self.count_request("none", ErrorKind::MethodNotFound.as_str());
             return self.error_reply(id, &GatewayError::no_route(method));
         };
+        tracing::Span::current().record("switchyard.upstream", upstream.name());
         let started = Instant::now();
         let deadline = TokioInstant::now() + self.cfg.request_timeout;
         let result = match upstream.config().mode {

@@ -4,7 +4,23 @@
 //! [`metrics::Metrics`] holds every Prometheus collector on an explicit
 //! registry that the composition root creates and passes down.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use crate::config::{LogConfig, LogFormat};
+
+/// Whether request ids are recorded on spans (off by default: ids are
+/// client data).
+static RECORD_IDS: AtomicBool = AtomicBool::new(false);
+
+/// True when spans record request ids (`rpc.jsonrpc.request_id`).
+pub fn record_ids() -> bool {
+    RECORD_IDS.load(Ordering::Relaxed)
+}
+
+/// Turns recording of request ids on spans on or off.
+pub fn set_record_ids(on: bool) {
+    RECORD_IDS.store(on, Ordering::Relaxed);
+}
 
 pub mod metrics;
 

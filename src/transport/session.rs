@@ -14,6 +14,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use super::Outgoing;
 use crate::dialect::render::{render, render_batch, Style};
@@ -37,6 +38,9 @@ pub struct Session {
     grace_over: CancellationToken,
     /// Dedicated upstream links and pushes of this client.
     client: Arc<ClientLinks>,
+    /// The connection's span (it may carry a `traceparent` from the
+    /// upgrade request): the parent of every request span.
+    parent: tracing::Span,
 }
 
 /// What the transport must do after an inbound text.
@@ -79,6 +83,7 @@ impl Session {
             gone: CancellationToken::new(),
             grace_over,
             client: Arc::new(ClientLinks::new(pusher)),
+            parent: tracing::Span::current(),
         }
     }
 
@@ -165,7 +170,7 @@ impl Session {
         let route = self.route.clone();
         let (outbox, style, client) = (self.outbox.clone(), self.style, self.client.clone());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
-        self.tasks.spawn(async move {
+        let task = async move {
             let Some(reply) = settle(&route, item, &client, &gone, &grace_over).await else {
                 return;
             };
@@ -174,7 +179,8 @@ impl Session {
                 // Closed outbox: the client left while we worked.
                 let _ = outbox.send(Outgoing::Text(text)).await;
             }
-        });
+        };
+        self.tasks.spawn(task.instrument(self.parent.clone()));
     }
 
     fn batch(&self, items: Vec<Item>) {
@@ -197,7 +203,8 @@ impl Session {
         let route = self.route.clone();
         let (outbox, style, client) = (self.outbox.clone(), self.style, self.client.clone());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
-        self.tasks.spawn(async move {
+        let span = tracing::info_span!(parent: &self.parent, "rpc.batch", otel.kind = "server", rpc.batch.size = request_ids.len());
+        let task = async move {
             let replies = tokio::select! {
                 replies = route.handle_batch(items, &client) => replies,
                 () = gone.cancelled() => return,
@@ -214,7 +221,8 @@ impl Session {
                 // Closed outbox: the client left while we worked.
                 let _ = outbox.send(Outgoing::Text(text)).await;
             }
-        });
+        };
+        self.tasks.spawn(task.instrument(span));
     }
 
     fn permit(&self) -> Option<OwnedSemaphorePermit> {

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use prometheus::IntGauge;
 use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::config::{NotificationPolicy, UpstreamConfig, UpstreamMode};
 use crate::dialect::Dialect;
@@ -140,8 +141,9 @@ impl Upstream {
             link: None,
             timed_out: false,
         };
-        let result =
-            tokio::time::timeout_at(deadline, self.call_inner(method, params, &mut guard)).await;
+        let span = self.client_span(method);
+        let call = self.call_inner(method, params, &mut guard).instrument(span);
+        let result = tokio::time::timeout_at(deadline, call).await;
         match result {
             Ok(r) => r,
             Err(_) => {
@@ -334,6 +336,19 @@ impl Upstream {
         let _admitted = self.admit().await?;
         let link = self.pick_link().await?;
         call_on(link, method, params, guard).await
+    }
+
+    /// The client span of one upstream call (child of the server span).
+    fn client_span(&self, method: &str) -> tracing::Span {
+        tracing::info_span!(
+            "rpc.client",
+            otel.name = %format_args!("{} {method}", self.shared.cfg.dialect.rpc_system()),
+            otel.kind = "client",
+            rpc.system = self.shared.cfg.dialect.rpc_system(),
+            rpc.method = %method,
+            switchyard.dialect = self.shared.cfg.dialect.as_str(),
+            switchyard.upstream = %self.shared.cfg.name,
+        )
     }
 
     /// Calls `method` on a dedicated (per-client) link, until `deadline`.

@@ -82,6 +82,10 @@ impl Handshake {
     pub fn parse(data: &[u8]) -> Result<Self, HandshakeError> {
         let text = std::str::from_utf8(data)
             .map_err(|_| HandshakeError::Decode("payload is not valid UTF-8".to_owned()))?;
+        // serde would also read a struct from a JSON array, positionally.
+        if !text.trim_start().starts_with('{') {
+            return Err(HandshakeError::Decode("not a JSON object".to_owned()));
+        }
         let raw: RawHandshake<'_> =
             serde_json::from_str(text).map_err(|e| HandshakeError::Decode(e.to_string()))?;
         let protocol = required_string(raw.protocol, "protocol")?;

@@ -1,0 +1,233 @@
+//! `loadgen`: end-to-end load generator for switchyard.
+//!
+//! Runs each scenario (`latency`, `throughput`, `large`, `fixed-rate`,
+//! `idle`, `fan-in`) against fresh instances of its targets: floor A (the
+//! reference daemon over NDJSON, no gateway), floor B (a bare in-process
+//! WebSocket echo) and switchyard's JSON-RPC WebSocket listener in front of
+//! the daemon. Every reply is checked (id and nonce); the report is a
+//! Markdown table per scenario plus a pass/fail line per target of the
+//! performance issue. See `benches/README.md`.
+//!
+//! Exit status: 0 when every run completed with no mismatched and no lost
+//! reply; 1 otherwise; 2 for bad arguments; with `--strict`, 3 when a
+//! performance target was missed.
+//!
+//! Layout: `target` starts what is measured (processes via `procs`, the
+//! echo in `echo`), `conn` and `wire` speak to it, `drive` and `idle` apply
+//! the load, `scenario` ties a run together, `report` prints it. They live
+//! in `src/bin/loadgen/` (a binary crate root has no module directory of its
+//! own, hence the `#[path]` attributes).
+
+#[path = "loadgen/conn.rs"]
+mod conn;
+#[path = "loadgen/drive.rs"]
+mod drive;
+#[path = "loadgen/echo.rs"]
+mod echo;
+#[path = "loadgen/idle.rs"]
+mod idle;
+#[path = "loadgen/procs.rs"]
+mod procs;
+#[path = "loadgen/report.rs"]
+mod report;
+#[path = "loadgen/scenario.rs"]
+mod scenario;
+#[path = "loadgen/target.rs"]
+mod target;
+#[path = "loadgen/wire.rs"]
+mod wire;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+use self::report::Status;
+use self::scenario::{Options, ScenarioResult};
+use self::target::StartOpts;
+
+/// Measured seconds per run by default (after a warm-up of up to 1 s).
+const DEFAULT_DURATION_MS: u64 = 5000;
+/// Measured time per run in `--smoke` mode.
+const SMOKE_DURATION_MS: u64 = 300;
+/// Idle connections in `--smoke` mode.
+const SMOKE_IDLE_CONNS: usize = 50;
+
+/// End-to-end load generator for switchyard.
+#[derive(Debug, Parser)]
+#[command(about)]
+struct Cli {
+    /// Measured time per target per scenario, in ms [default: 5000; 300 with --smoke].
+    #[arg(long)]
+    duration_ms: Option<u64>,
+    /// Scenarios to run: all, or a comma-separated list of latency,
+    /// throughput, large, fixed-rate, idle, fan-in.
+    #[arg(long, value_delimiter = ',', default_value = "all")]
+    scenario: Vec<String>,
+    /// Tiny loads and durations, 50 idle connections: a quick correctness run.
+    #[arg(long)]
+    smoke: bool,
+    /// Print the results as one JSON document instead of Markdown.
+    #[arg(long)]
+    json: bool,
+    /// The switchyard binary (runs both the gateway and the daemon)
+    /// [default: `switchyard` next to this executable].
+    #[arg(long)]
+    switchyard: Option<PathBuf>,
+    /// switchyard's upstream connections to the daemon (1-4); fan-in always uses 1.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=4))]
+    pool_size: u16,
+    /// WebSocket connections held open in the idle scenario [default: 10000; 50 with --smoke].
+    #[arg(long)]
+    idle_connections: Option<usize>,
+    /// Exit with status 3 when a performance target is missed.
+    #[arg(long)]
+    strict: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("loadgen: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(async {
+        tokio::select! {
+            code = run(cli) => code,
+            // Dropping `run` drops every live target, which kills its processes.
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("loadgen: interrupted");
+                ExitCode::from(130)
+            }
+        }
+    });
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    code
+}
+
+async fn run(cli: Cli) -> ExitCode {
+    let (opts, start) = match setup(&cli) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("loadgen: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let plan = match scenario::plan(&cli.scenario, &opts) {
+        Ok(plan) => plan,
+        Err(e) => {
+            eprintln!("loadgen: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    if !cli.json {
+        print_header(&opts, &start);
+    }
+    let mut results = Vec::new();
+    for sc in &plan {
+        let result = scenario::run(sc, &start, &opts).await;
+        if !cli.json {
+            emit(&report::table(&result));
+        }
+        results.push(result);
+    }
+    finish(&results, &cli)
+}
+
+/// Options from the command line; locates switchyard; raises the fd limit.
+fn setup(cli: &Cli) -> anyhow::Result<(Options, StartOpts)> {
+    let default_ms = if cli.smoke {
+        SMOKE_DURATION_MS
+    } else {
+        DEFAULT_DURATION_MS
+    };
+    let idle_default = if cli.smoke { SMOKE_IDLE_CONNS } else { 10_000 };
+    let opts = Options {
+        duration: Duration::from_millis(cli.duration_ms.unwrap_or(default_ms).max(1)),
+        smoke: cli.smoke,
+        pool_size: usize::from(cli.pool_size),
+        idle_conns: cap_idle(cli.idle_connections.unwrap_or(idle_default)),
+    };
+    let start = StartOpts {
+        switchyard: procs::locate_switchyard(cli.switchyard.clone())?,
+        pool_size: opts.pool_size,
+    };
+    Ok((opts, start))
+}
+
+/// Raises the open-file limit and caps the idle connections to fit it:
+/// loadgen and switchyard each need one descriptor per connection.
+fn cap_idle(wanted: usize) -> usize {
+    let Some(limit) = procs::raise_fd_limit() else {
+        eprintln!("loadgen: cannot read the open-file limit; idle uses {wanted} connections");
+        return wanted;
+    };
+    let room = usize::try_from(limit.soft.saturating_sub(procs::FD_MARGIN)).unwrap_or(usize::MAX);
+    if wanted > room {
+        eprintln!(
+            "loadgen: the open-file limit is {} (hard {}): idle capped at {room} connections \
+             instead of {wanted}; raise it with `ulimit -n` to measure more",
+            limit.soft, limit.hard
+        );
+        return room;
+    }
+    wanted
+}
+
+fn print_header(opts: &Options, start: &StartOpts) {
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    let age = procs::age(&start.switchyard)
+        .map_or_else(String::new, |a| format!(" (built {} s ago)", a.as_secs()));
+    emit(&format!(
+        "## switchyard loadgen\n\n{} ms per run (plus warm-up), pool_size {}, idle N {}, \
+         {cores} cores, switchyard binary {}{age}{}\n",
+        opts.duration.as_millis(),
+        opts.pool_size,
+        opts.idle_conns,
+        start.switchyard.display(),
+        if opts.smoke { ", SMOKE" } else { "" },
+    ));
+}
+
+/// Prints the verdicts and the correctness summary; picks the exit status.
+fn finish(results: &[ScenarioResult], cli: &Cli) -> ExitCode {
+    let verdicts = report::verdicts(results, cli.smoke);
+    let (checked, mismatched, lost, failed) = report::correctness(results);
+    if cli.json {
+        let doc = serde_json::json!({
+            "scenarios": results,
+            "verdicts": verdicts,
+            "replies_checked": checked,
+            "mismatched": mismatched,
+            "lost": lost,
+            "failed_runs": failed,
+        });
+        emit(&doc.to_string());
+    } else {
+        emit(&report::verdict_lines(&verdicts));
+        emit(&format!(
+            "correctness: {checked} replies checked, {mismatched} mismatched, {lost} lost, \
+             {failed} failed runs\n"
+        ));
+    }
+    if mismatched > 0 || lost > 0 || failed > 0 {
+        return ExitCode::FAILURE;
+    }
+    if cli.strict && verdicts.iter().any(|v| v.status == Status::Fail) {
+        return ExitCode::from(3);
+    }
+    ExitCode::SUCCESS
+}
+
+/// Writes a block to stdout right away (runs are long; show progress).
+fn emit(text: &str) {
+    let mut out = std::io::stdout().lock();
+    // stdout closed (e.g. piped into `head`): nothing left to report to.
+    let _ = writeln!(out, "{text}");
+    let _ = out.flush();
+}

@@ -1,0 +1,117 @@
+//! The idle scenario: hold N WebSocket connections open to a gateway and
+//! measure what each costs it in resident memory, then check that every one
+//! of them still answers.
+
+use std::time::Duration;
+
+use futures_util::stream::{self, StreamExt};
+use tokio::time::Instant;
+
+use super::conn::{Buffers, Endpoint, Rx, Tx};
+use super::procs;
+use super::wire::{Reply, Wire};
+
+/// Connections opened at once.
+const CONNECT_CONCURRENCY: usize = 64;
+/// Time for the gateway to finish setting up the last connections before
+/// its memory is read.
+const SETTLE: Duration = Duration::from_millis(500);
+/// How long one check request may take.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the idle run measured.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub(crate) struct Idle {
+    /// Connections asked for.
+    pub(crate) requested: usize,
+    /// Connections that opened.
+    pub(crate) open: usize,
+    /// Gateway RSS before opening any, in KiB.
+    pub(crate) rss_before_kib: u64,
+    /// Gateway RSS with all of them open, in KiB.
+    pub(crate) rss_open_kib: u64,
+    /// Seconds it took to open them.
+    pub(crate) connect_secs: f64,
+    /// Connections checked with one request each.
+    pub(crate) checked: u64,
+    /// Failed connects, error replies, closed connections.
+    pub(crate) errors: u64,
+    /// Replies with the wrong id or nonce.
+    pub(crate) mismatches: u64,
+    /// Check requests without a reply.
+    pub(crate) lost: u64,
+}
+
+/// Opens `n` connections to `endpoint`, reads the gateway's RSS, checks each.
+pub(crate) async fn run(endpoint: &Endpoint, gateway_pid: u32, wire: Wire, n: usize) -> Idle {
+    let mut idle = Idle {
+        requested: n,
+        rss_before_kib: procs::vm_kib(gateway_pid, "VmRSS").unwrap_or(0),
+        ..Idle::default()
+    };
+    let started = Instant::now();
+    let opened: Vec<_> = stream::iter(0..n)
+        .map(|_| endpoint.connect(Buffers::Small))
+        .buffer_unordered(CONNECT_CONCURRENCY)
+        .collect()
+        .await;
+    idle.connect_secs = started.elapsed().as_secs_f64();
+    let conns: Vec<(Tx, Rx)> = opened.into_iter().filter_map(Result::ok).collect();
+    idle.open = conns.len();
+    idle.errors = (n - conns.len()) as u64;
+    tokio::time::sleep(SETTLE).await;
+    idle.rss_open_kib = procs::vm_kib(gateway_pid, "VmRSS").unwrap_or(0);
+    let checks: Vec<Check> = stream::iter(conns.into_iter().enumerate())
+        .map(|(i, conn)| check(conn, wire, i as u64))
+        .buffer_unordered(CONNECT_CONCURRENCY)
+        .collect()
+        .await;
+    for c in checks {
+        idle.checked += 1;
+        match c {
+            Check::Ok => {}
+            Check::Error => idle.errors += 1,
+            Check::Mismatch => idle.mismatches += 1,
+            Check::Lost => idle.lost += 1,
+        }
+    }
+    idle
+}
+
+// === impl Idle ===
+
+impl Idle {
+    /// Gateway memory per open connection, in bytes.
+    pub(crate) fn bytes_per_conn(&self) -> Option<f64> {
+        let grown = self.rss_open_kib.saturating_sub(self.rss_before_kib) as f64 * 1024.0;
+        (self.open > 0 && self.rss_open_kib > 0).then(|| grown / self.open as f64)
+    }
+}
+
+/// The outcome of one check request.
+enum Check {
+    Ok,
+    Error,
+    Mismatch,
+    Lost,
+}
+
+/// Sends one request on an idle connection and checks its reply.
+async fn check((mut tx, mut rx): (Tx, Rx), wire: Wire, nonce: u64) -> Check {
+    let sent = async {
+        tx.feed(wire.request(1, nonce, "")).await?;
+        tx.flush().await
+    };
+    if sent.await.is_err() {
+        return Check::Error;
+    }
+    match tokio::time::timeout(CHECK_TIMEOUT, rx.recv()).await {
+        Err(_) => Check::Lost,
+        Ok(None | Some(Err(_))) => Check::Error,
+        Ok(Some(Ok(text))) => match wire.parse(text.as_str()) {
+            Reply::Echo { id: 1, nonce: n } if n == nonce => Check::Ok,
+            Reply::Echo { .. } => Check::Mismatch,
+            Reply::Error(_) | Reply::Malformed => Check::Error,
+        },
+    }
+}

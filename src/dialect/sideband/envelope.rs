@@ -1,0 +1,351 @@
+//! The RPC envelope carried in Message data on `rpc` and `event`
+//! (sideband.md §6 JSON v1, §7 CBOR v2) ⇄ the neutral [`Message`].
+//!
+//! | `t` | neutral message |
+//! |---|---|
+//! | `r` | [`Message::Request`], id [`WireId::Cid`], method `m`, params `p` |
+//! | `R` | [`Message::Response`]; no `result` is [`Outcome::Void`] |
+//! | `E` | [`Message::Error`] with `code`, `message`, `data` |
+//! | `N` | [`Message::Notification`], method `e`, params `d` |
+//!
+//! Decoding keeps payloads raw in their source encoding
+//! ([`Payload::Json`] for v1, [`Payload::Cbor`] with the item's own bytes
+//! for v2). Encoding passes payloads of the same encoding through and
+//! transcodes the others by §7. Both encodings share one set of member
+//! rules ([`build`]); only the reading of members differs.
+
+use crate::envelope::{ErrorObject, Message, Outcome, Payload, WireId};
+
+use super::handshake::Handshake;
+use super::subject::{Channel, Subject};
+use super::transcode::TranscodeError;
+
+mod cbor;
+mod json;
+
+/// A Sideband correlation id: 16 bytes (32 hex characters in JSON).
+pub type Cid = [u8; 16];
+
+/// SBP code 1100 InvalidEnvelope: every envelope decode failure.
+pub const INVALID_ENVELOPE: i64 = 1100;
+
+/// How an envelope is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Encoding {
+    /// v1: compact JSON text.
+    Json,
+    /// v2: one CBOR map (defined by switchyard, §7).
+    Cbor,
+}
+
+/// The envelope members, named as on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Member {
+    /// `t`: the envelope type.
+    T,
+    /// `m`: the request's method.
+    M,
+    /// `cid`: the correlation id.
+    Cid,
+    /// `p`: request params.
+    P,
+    /// `result`: a success result.
+    Result,
+    /// `code`: an error code.
+    Code,
+    /// `message`: an error message.
+    Message,
+    /// `data`: error data.
+    Data,
+    /// `e`: the notification's event name.
+    E,
+    /// `d`: the notification's data.
+    D,
+}
+
+/// Why an envelope could not be decoded (code 1100) or encoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvelopeError {
+    /// Not UTF-8 JSON / well-formed CBOR, or not a JSON object / CBOR map
+    /// with text keys. No cid can be extracted.
+    #[error("Malformed RPC envelope: {0}")]
+    Malformed(String),
+    /// A required member is absent.
+    #[error("Invalid envelope: missing {}", .member.as_str())]
+    Missing {
+        /// The absent member.
+        member: Member,
+        /// The envelope's cid, if it could be read.
+        cid: Option<Cid>,
+    },
+    /// A member has the wrong type.
+    #[error("Invalid envelope: {} has the wrong type", .member.as_str())]
+    WrongType {
+        /// The offending member.
+        member: Member,
+        /// The envelope's cid, if it could be read.
+        cid: Option<Cid>,
+    },
+    /// `t` is not `r`, `R`, `E` or `N`.
+    #[error("Invalid envelope: unknown type {t:?}")]
+    UnknownType {
+        /// The `t` received.
+        t: String,
+        /// The envelope's cid, if it could be read.
+        cid: Option<Cid>,
+    },
+    /// `cid` is not 32 lowercase hex characters (JSON) or a 16-byte byte
+    /// string (CBOR).
+    #[error("Invalid envelope: cid must be 16 bytes (32 lowercase hex characters in JSON)")]
+    BadCid,
+    /// `code` is a number but not an integer in the i64 range, which the
+    /// neutral [`ErrorObject`] cannot carry.
+    #[error("Invalid envelope: code {raw} is not an integer")]
+    BadCode {
+        /// The code as received (JSON token or float text).
+        raw: String,
+        /// The envelope's cid.
+        cid: Cid,
+    },
+    /// Encoding: a request, response or error whose id is not a cid (ids
+    /// are rewritten per hop before encoding).
+    #[error("cannot encode envelope: id is not a Sideband cid")]
+    NotCid,
+    /// Encoding: an error about no particular request has no `E` form.
+    #[error("cannot encode envelope: error without an id")]
+    NoId,
+    /// Encoding: a payload could not be transcoded (§7). `p` means
+    /// `invalid_params` for the caller, `result`/`data` mean `internal`,
+    /// `d` means drop and count.
+    #[error("cannot transcode {}: {source}", .member.as_str())]
+    Transcode {
+        /// The member whose payload failed.
+        member: Member,
+        /// Why.
+        #[source]
+        source: TranscodeError,
+    },
+}
+
+/// Decodes one envelope from Message data.
+pub fn decode_envelope(data: &[u8], enc: Encoding) -> Result<Message, EnvelopeError> {
+    match enc {
+        Encoding::Json => json::decode(data),
+        Encoding::Cbor => cbor::decode(data),
+    }
+}
+
+/// Encodes one message as an envelope. A [`Payload`] in the other
+/// encoding is transcoded; one in the same encoding is copied as is.
+pub fn encode_envelope(msg: &Message, enc: Encoding) -> Result<Vec<u8>, EnvelopeError> {
+    match enc {
+        Encoding::Json => json::encode(msg),
+        Encoding::Cbor => cbor::encode(msg),
+    }
+}
+
+/// Whether an envelope belongs on a subject (§6): `rpc` carries `r`, `R`
+/// and `E`, `event` carries `N`. A mismatch is dropped, non-fatally.
+pub fn fits_subject(msg: &Message, subject: &Subject) -> bool {
+    match subject.channel() {
+        Channel::Rpc => !matches!(msg, Message::Notification { .. }),
+        Channel::Event => matches!(msg, Message::Notification { .. }),
+        Channel::Stream | Channel::App => false,
+    }
+}
+
+// === impl Encoding ===
+
+impl Encoding {
+    /// The encoding of received data, by its first byte (§7): 0xA0–0xBF (a
+    /// CBOR map) is CBOR, anything else JSON.
+    pub fn detect(data: &[u8]) -> Self {
+        match data.first() {
+            Some(0xa0..=0xbf) => Encoding::Cbor,
+            _ => Encoding::Json,
+        }
+    }
+
+    /// The encoding to send on a link (§7): CBOR only when both handshakes
+    /// list `encoding/cbor` or `encoding:cbor`.
+    pub fn negotiate(local: &Handshake, remote: &Handshake) -> Self {
+        if local.offers_cbor() && remote.offers_cbor() {
+            Encoding::Cbor
+        } else {
+            Encoding::Json
+        }
+    }
+
+    /// Stable label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Encoding::Json => "json",
+            Encoding::Cbor => "cbor",
+        }
+    }
+}
+
+// === impl Member ===
+
+impl Member {
+    /// The key on the wire.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Member::T => "t",
+            Member::M => "m",
+            Member::Cid => "cid",
+            Member::P => "p",
+            Member::Result => "result",
+            Member::Code => "code",
+            Member::Message => "message",
+            Member::Data => "data",
+            Member::E => "e",
+            Member::D => "d",
+        }
+    }
+}
+
+// === impl EnvelopeError ===
+
+impl EnvelopeError {
+    /// The cid of an envelope that failed to decode, when it could be read
+    /// (§6: reply `E` 1100 with it; otherwise ErrorFrame 1002
+    /// `Malformed RPC envelope`). Always `None` on `N`, whose cid is
+    /// meaningless.
+    pub fn cid(&self) -> Option<Cid> {
+        match self {
+            EnvelopeError::Missing { cid, .. }
+            | EnvelopeError::WrongType { cid, .. }
+            | EnvelopeError::UnknownType { cid, .. } => *cid,
+            EnvelopeError::BadCode { cid, .. } => Some(*cid),
+            _ => None,
+        }
+    }
+
+    /// True for decode failures (answered with code 1100), false for
+    /// failures to encode switchyard's own message.
+    pub fn is_decode(&self) -> bool {
+        !matches!(
+            self,
+            EnvelopeError::NotCid | EnvelopeError::NoId | EnvelopeError::Transcode { .. }
+        )
+    }
+
+    /// The code to answer a decode failure with: 1100 InvalidEnvelope.
+    pub fn code(&self) -> i64 {
+        INVALID_ENVELOPE
+    }
+
+    /// Always true: an RPC error never closes the transport (§4).
+    pub fn can_continue(&self) -> bool {
+        true
+    }
+}
+
+/// An `E` error about a failed code: not an integer.
+enum CodeError {
+    WrongType,
+    NotInteger(String),
+}
+
+/// How one encoding reads the members of a parsed envelope. `Err(())`
+/// means the member is present with the wrong type.
+trait Fields {
+    fn text(&self, member: Member) -> Result<Option<String>, ()>;
+    fn cid(&self) -> Result<Option<Cid>, ()>;
+    fn code(&self) -> Result<Option<i64>, CodeError>;
+    fn payload(&self, member: Member) -> Option<Payload>;
+}
+
+/// §6's member rules, shared by both encodings.
+fn build(f: &impl Fields) -> Result<Message, EnvelopeError> {
+    let cid = f.cid();
+    let known = cid.ok().flatten();
+    let t = required_text(f, Member::T, known)?;
+    if t == "N" {
+        // A cid on `N` is meaningless and ignored, even a malformed one.
+        return Ok(Message::Notification {
+            method: required_text(f, Member::E, None)?,
+            params: f.payload(Member::D),
+        });
+    }
+    if !matches!(t.as_str(), "r" | "R" | "E") {
+        return Err(EnvelopeError::UnknownType { t, cid: known });
+    }
+    let cid = match cid {
+        Ok(Some(cid)) => cid,
+        Ok(None) => return Err(missing(Member::Cid, None)),
+        Err(()) => return Err(EnvelopeError::BadCid),
+    };
+    let id = WireId::Cid(cid);
+    Ok(match t.as_str() {
+        "r" => Message::Request {
+            id,
+            method: required_text(f, Member::M, Some(cid))?,
+            params: f.payload(Member::P),
+        },
+        "R" => Message::Response {
+            id,
+            result: f
+                .payload(Member::Result)
+                .map_or(Outcome::Void, Outcome::Value),
+        },
+        _ => {
+            let code = match f.code() {
+                Ok(Some(code)) => code,
+                Ok(None) => return Err(missing(Member::Code, Some(cid))),
+                Err(CodeError::WrongType) => return Err(wrong(Member::Code, Some(cid))),
+                Err(CodeError::NotInteger(raw)) => return Err(EnvelopeError::BadCode { raw, cid }),
+            };
+            let message = required_text(f, Member::Message, Some(cid))?;
+            Message::Error {
+                id: Some(id),
+                error: ErrorObject {
+                    code,
+                    message,
+                    data: f.payload(Member::Data),
+                },
+            }
+        }
+    })
+}
+
+fn required_text(
+    f: &impl Fields,
+    member: Member,
+    cid: Option<Cid>,
+) -> Result<String, EnvelopeError> {
+    match f.text(member) {
+        Ok(Some(text)) => Ok(text),
+        Ok(None) => Err(missing(member, cid)),
+        Err(()) => Err(wrong(member, cid)),
+    }
+}
+
+fn missing(member: Member, cid: Option<Cid>) -> EnvelopeError {
+    EnvelopeError::Missing { member, cid }
+}
+
+fn wrong(member: Member, cid: Option<Cid>) -> EnvelopeError {
+    EnvelopeError::WrongType { member, cid }
+}
+
+/// The cid of an outbound request, response or error.
+fn outbound_cid(id: Option<&WireId>) -> Result<Cid, EnvelopeError> {
+    match id {
+        Some(WireId::Cid(cid)) => Ok(*cid),
+        Some(WireId::Json(_)) => Err(EnvelopeError::NotCid),
+        None => Err(EnvelopeError::NoId),
+    }
+}
+
+/// An integral float as an i64 code, if it is one.
+fn integral_code(value: f64) -> Option<i64> {
+    // -2⁶³ is exact as f64; the half-open range keeps the cast lossless.
+    let min = i64::MIN as f64;
+    let in_range = (min..-min).contains(&value);
+    (value.fract() == 0.0 && in_range).then_some(value as i64)
+}
+
+#[cfg(test)]
+mod tests;

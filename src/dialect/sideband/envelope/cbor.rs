@@ -1,0 +1,198 @@
+//! CBOR v2 envelopes (sideband.md §7): one map with text keys named as in
+//! v1, `cid` as a 16-byte byte string, `undefined` meaning absent.
+//!
+//! The whole data is validated first (one item, no trailing bytes, no
+//! duplicate keys in any map, nesting ≤ 128, UTF-8 text); payload members
+//! are then kept as the raw bytes of their item.
+
+use crate::envelope::{Message, Outcome, Payload};
+
+use super::{build, integral_code, outbound_cid, Cid, CodeError, EnvelopeError, Fields, Member};
+use crate::dialect::sideband::cbor::{self as wire, Reader};
+use crate::dialect::sideband::transcode;
+
+/// The raw item of each known member; `undefined` is left out.
+#[derive(Default)]
+struct RawEnvelope<'a> {
+    members: [Option<&'a [u8]>; 10],
+}
+
+const ORDER: [Member; 10] = [
+    Member::T,
+    Member::M,
+    Member::Cid,
+    Member::P,
+    Member::Result,
+    Member::Code,
+    Member::Message,
+    Member::Data,
+    Member::E,
+    Member::D,
+];
+
+pub(super) fn decode(data: &[u8]) -> Result<Message, EnvelopeError> {
+    let malformed = |e: wire::CborError| EnvelopeError::Malformed(e.to_string());
+    wire::validate(data, wire::MAX_DEPTH).map_err(malformed)?;
+    let mut reader = Reader::new(data);
+    let head = reader.head().map_err(malformed)?;
+    if head.major != wire::MAJOR_MAP {
+        return Err(EnvelopeError::Malformed(
+            "envelope is not a CBOR map".to_owned(),
+        ));
+    }
+    let mut raw = RawEnvelope::default();
+    let mut left = head.arg;
+    while reader.more(head, &mut left).map_err(malformed)? {
+        let key = reader.head().map_err(malformed)?;
+        if key.major != wire::MAJOR_TEXT {
+            return Err(EnvelopeError::Malformed(
+                "envelope map key is not a text string".to_owned(),
+            ));
+        }
+        let key = reader.string(key).map_err(malformed)?;
+        let value = reader.skip(1, wire::MAX_DEPTH).map_err(malformed)?;
+        let slot = ORDER.iter().position(|m| m.as_str().as_bytes() == &*key);
+        if let (Some(slot), false) = (slot, value == [wire::UNDEFINED]) {
+            raw.members[slot] = Some(value);
+        }
+    }
+    build(&raw)
+}
+
+pub(super) fn encode(msg: &Message) -> Result<Vec<u8>, EnvelopeError> {
+    let mut out = Vec::with_capacity(128);
+    match msg {
+        Message::Request { id, method, params } => {
+            let cid = outbound_cid(Some(id))?;
+            wire::write_head(&mut out, wire::MAJOR_MAP, 3 + u64::from(params.is_some()));
+            pair_text(&mut out, Member::T, "r");
+            pair_text(&mut out, Member::M, method);
+            pair_cid(&mut out, &cid);
+            pair_payload(&mut out, Member::P, params.as_ref())?;
+        }
+        Message::Response { id, result } => {
+            let cid = outbound_cid(Some(id))?;
+            let result = match result {
+                Outcome::Value(result) => Some(result),
+                Outcome::Void => None,
+            };
+            wire::write_head(&mut out, wire::MAJOR_MAP, 2 + u64::from(result.is_some()));
+            pair_text(&mut out, Member::T, "R");
+            pair_cid(&mut out, &cid);
+            pair_payload(&mut out, Member::Result, result)?;
+        }
+        Message::Error { id, error } => {
+            let cid = outbound_cid(id.as_ref())?;
+            let len = 4 + u64::from(error.data.is_some());
+            wire::write_head(&mut out, wire::MAJOR_MAP, len);
+            pair_text(&mut out, Member::T, "E");
+            pair_cid(&mut out, &cid);
+            wire::write_text(&mut out, Member::Code.as_str());
+            wire::write_int(&mut out, error.code);
+            pair_text(&mut out, Member::Message, &error.message);
+            pair_payload(&mut out, Member::Data, error.data.as_ref())?;
+        }
+        Message::Notification { method, params } => {
+            wire::write_head(&mut out, wire::MAJOR_MAP, 2 + u64::from(params.is_some()));
+            pair_text(&mut out, Member::T, "N");
+            pair_text(&mut out, Member::E, method);
+            pair_payload(&mut out, Member::D, params.as_ref())?;
+        }
+    }
+    Ok(out)
+}
+
+fn pair_text(out: &mut Vec<u8>, member: Member, text: &str) {
+    wire::write_text(out, member.as_str());
+    wire::write_text(out, text);
+}
+
+fn pair_cid(out: &mut Vec<u8>, cid: &Cid) {
+    wire::write_text(out, Member::Cid.as_str());
+    wire::write_bytes(out, cid);
+}
+
+/// Writes a present payload: CBOR bytes are checked to be one valid item
+/// and copied; JSON is transcoded.
+fn pair_payload(
+    out: &mut Vec<u8>,
+    member: Member,
+    payload: Option<&Payload>,
+) -> Result<(), EnvelopeError> {
+    let Some(payload) = payload else {
+        return Ok(());
+    };
+    let fail = |source| EnvelopeError::Transcode { member, source };
+    wire::write_text(out, member.as_str());
+    match payload {
+        Payload::Cbor(bytes) => {
+            wire::validate(bytes, transcode::MAX_PAYLOAD_DEPTH).map_err(|e| fail(e.into()))?;
+            out.extend_from_slice(bytes);
+        }
+        Payload::Json(raw) => out.extend_from_slice(&transcode::json_to_cbor(raw).map_err(fail)?),
+    }
+    Ok(())
+}
+
+// === impl RawEnvelope ===
+
+impl<'a> RawEnvelope<'a> {
+    /// The member's item, read from its head.
+    fn item(&self, member: Member) -> Option<(wire::Head, Reader<'a>)> {
+        let slot = ORDER.iter().position(|m| *m == member)?;
+        let mut reader = Reader::new(self.members[slot]?);
+        let head = reader.head().ok()?;
+        Some((head, reader))
+    }
+}
+
+impl Fields for RawEnvelope<'_> {
+    fn text(&self, member: Member) -> Result<Option<String>, ()> {
+        let Some((head, mut reader)) = self.item(member) else {
+            return Ok(None);
+        };
+        if head.major != wire::MAJOR_TEXT {
+            return Err(());
+        }
+        let bytes = reader.string(head).map_err(|_| ())?;
+        String::from_utf8(bytes.into_owned())
+            .map(Some)
+            .map_err(|_| ())
+    }
+
+    fn cid(&self) -> Result<Option<Cid>, ()> {
+        let Some((head, mut reader)) = self.item(Member::Cid) else {
+            return Ok(None);
+        };
+        if head.major != wire::MAJOR_BYTES {
+            return Err(());
+        }
+        let bytes = reader.string(head).map_err(|_| ())?;
+        Cid::try_from(&*bytes).map(Some).map_err(|_| ())
+    }
+
+    fn code(&self) -> Result<Option<i64>, CodeError> {
+        let Some((head, _)) = self.item(Member::Code) else {
+            return Ok(None);
+        };
+        let code = match head.major {
+            wire::MAJOR_UINT => i64::try_from(head.arg).ok(),
+            wire::MAJOR_NINT => i64::try_from(-1 - i128::from(head.arg)).ok(),
+            _ => match head.float() {
+                Some(value) => integral_code(value),
+                None => return Err(CodeError::WrongType),
+            },
+        };
+        let raw = || match head.float() {
+            Some(value) => value.to_string(),
+            None if head.major == wire::MAJOR_NINT => (-1 - i128::from(head.arg)).to_string(),
+            None => head.arg.to_string(),
+        };
+        code.map(Some).ok_or_else(|| CodeError::NotInteger(raw()))
+    }
+
+    fn payload(&self, member: Member) -> Option<Payload> {
+        let slot = ORDER.iter().position(|m| *m == member)?;
+        self.members[slot].map(|raw| Payload::Cbor(raw.to_vec()))
+    }
+}

@@ -1,0 +1,182 @@
+//! JSON v1 envelopes (sideband.md §6): compact JSON, absent members
+//! omitted, keys in switchyard's order, `cid` as 32 lowercase hex.
+//!
+//! Members are borrowed as raw JSON and only the scalar ones (`t`, `m`,
+//! `cid`, `code`, `message`, `e`) are parsed; payloads are copied verbatim.
+
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+
+use crate::envelope::{Message, Outcome, Payload};
+
+use super::{build, integral_code, outbound_cid, Cid, CodeError, EnvelopeError, Fields, Member};
+use crate::dialect::sideband::{hex, scalar, transcode};
+
+/// The members of one envelope object, borrowed. `Some` means present,
+/// `null` included. Unknown keys are ignored.
+#[derive(Deserialize)]
+struct RawEnvelope<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    t: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    m: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    cid: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    p: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    code: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    message: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    data: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    e: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    d: Option<&'a RawValue>,
+}
+
+/// Keeps a present member, `null` included, as `Some(raw)`.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+pub(super) fn decode(data: &[u8]) -> Result<Message, EnvelopeError> {
+    // Strict UTF-8 first (§10): serde_json does not check skipped strings.
+    let text = std::str::from_utf8(data)
+        .map_err(|_| EnvelopeError::Malformed("envelope is not valid UTF-8".to_owned()))?;
+    // serde would also read a struct from a JSON array, positionally.
+    if !text.trim_start().starts_with('{') {
+        return Err(EnvelopeError::Malformed(
+            "envelope is not a JSON object".to_owned(),
+        ));
+    }
+    let raw: RawEnvelope<'_> =
+        serde_json::from_str(text).map_err(|e| EnvelopeError::Malformed(e.to_string()))?;
+    build(&raw)
+}
+
+pub(super) fn encode(msg: &Message) -> Result<Vec<u8>, EnvelopeError> {
+    let mut out = String::with_capacity(128);
+    match msg {
+        Message::Request { id, method, params } => {
+            let cid = outbound_cid(Some(id))?;
+            out.push_str(r#"{"t":"r","m":"#);
+            scalar::push_json_string(&mut out, method);
+            push_cid(&mut out, &cid);
+            push_payload(&mut out, Member::P, params.as_ref())?;
+        }
+        Message::Response { id, result } => {
+            let cid = outbound_cid(Some(id))?;
+            out.push_str(r#"{"t":"R""#);
+            push_cid(&mut out, &cid);
+            if let Outcome::Value(result) = result {
+                push_payload(&mut out, Member::Result, Some(result))?;
+            }
+        }
+        Message::Error { id, error } => {
+            let cid = outbound_cid(id.as_ref())?;
+            out.push_str(r#"{"t":"E""#);
+            push_cid(&mut out, &cid);
+            out.push_str(r#","code":"#);
+            out.push_str(&error.code.to_string());
+            out.push_str(r#","message":"#);
+            scalar::push_json_string(&mut out, &error.message);
+            push_payload(&mut out, Member::Data, error.data.as_ref())?;
+        }
+        Message::Notification { method, params } => {
+            out.push_str(r#"{"t":"N","e":"#);
+            scalar::push_json_string(&mut out, method);
+            push_payload(&mut out, Member::D, params.as_ref())?;
+        }
+    }
+    out.push('}');
+    Ok(out.into_bytes())
+}
+
+fn push_cid(out: &mut String, cid: &Cid) {
+    out.push_str(r#","cid":""#);
+    out.push_str(&hex::encode(cid));
+    out.push('"');
+}
+
+/// Appends `,"key":value` for a present payload, transcoding CBOR.
+fn push_payload(
+    out: &mut String,
+    member: Member,
+    payload: Option<&Payload>,
+) -> Result<(), EnvelopeError> {
+    let Some(payload) = payload else {
+        return Ok(());
+    };
+    out.push_str(",\"");
+    out.push_str(member.as_str());
+    out.push_str("\":");
+    match payload {
+        Payload::Json(raw) => out.push_str(raw.get()),
+        Payload::Cbor(bytes) => {
+            let raw = transcode::cbor_to_json(bytes)
+                .map_err(|source| EnvelopeError::Transcode { member, source })?;
+            out.push_str(raw.get());
+        }
+    }
+    Ok(())
+}
+
+// === impl RawEnvelope ===
+
+impl RawEnvelope<'_> {
+    fn get(&self, member: Member) -> Option<&RawValue> {
+        match member {
+            Member::T => self.t,
+            Member::M => self.m,
+            Member::Cid => self.cid,
+            Member::P => self.p,
+            Member::Result => self.result,
+            Member::Code => self.code,
+            Member::Message => self.message,
+            Member::Data => self.data,
+            Member::E => self.e,
+            Member::D => self.d,
+        }
+    }
+}
+
+impl Fields for RawEnvelope<'_> {
+    fn text(&self, member: Member) -> Result<Option<String>, ()> {
+        self.get(member)
+            .map(|raw| serde_json::from_str::<String>(raw.get()).map_err(|_| ()))
+            .transpose()
+    }
+
+    fn cid(&self) -> Result<Option<Cid>, ()> {
+        match self.text(Member::Cid)? {
+            Some(text) => hex::decode_cid(&text).map(Some).ok_or(()),
+            None => Ok(None),
+        }
+    }
+
+    fn code(&self) -> Result<Option<i64>, CodeError> {
+        let Some(raw) = self.code else {
+            return Ok(None);
+        };
+        let token = raw.get();
+        if !token.starts_with(|c: char| c == '-' || c.is_ascii_digit()) {
+            return Err(CodeError::WrongType);
+        }
+        let integer = if token.contains(['.', 'e', 'E']) {
+            token.parse::<f64>().ok().and_then(integral_code)
+        } else {
+            token.parse::<i64>().ok()
+        };
+        integer
+            .map(Some)
+            .ok_or_else(|| CodeError::NotInteger(token.to_owned()))
+    }
+
+    fn payload(&self, member: Member) -> Option<Payload> {
+        self.get(member).map(|raw| Payload::Json(raw.to_owned()))
+    }
+}

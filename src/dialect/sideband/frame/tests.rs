@@ -1,0 +1,489 @@
+//! Golden-byte tests for the SBP frame codec, from sideband.md §2 and the
+//! §9 test vectors (hex copied verbatim), plus every decoder error path.
+
+use proptest::collection::vec;
+use proptest::prelude::*;
+
+use super::*;
+use crate::dialect::sideband::subject::{Channel, SubjectError};
+use crate::dialect::sideband::testutil::{id, tohex, unhex, CID_HEX};
+
+const HANDSHAKE_JSON: &str =
+    r#"{"protocol":"sideband","version":"1","peerId":"peer-a","caps":[],"metadata":{}}"#;
+
+/// Decodes `hex` (legacy subjects refused), checks it equals `frame`, and
+/// checks `frame` encodes back to exactly `hex`.
+fn golden(hex: &str, frame: Frame) {
+    let bytes = unhex(hex);
+    assert_eq!(decode(&bytes), Ok(frame.clone()), "decode {hex}");
+    assert_eq!(tohex(&encode(&frame)), hex, "encode {frame:?}");
+}
+
+fn message(id_base: u8, subject: Subject, data: &str) -> Frame {
+    Frame::message(id(id_base), subject, data.as_bytes().to_vec())
+}
+
+fn err(hex: &str) -> FrameError {
+    match decode(&unhex(hex)) {
+        Err(e) => e,
+        Ok(frame) => panic!("{hex} decoded as {frame:?}"),
+    }
+}
+
+/// `kind flags` + id A + `rest`, all hex.
+fn with_a(head: &str, rest: &str) -> String {
+    format!("{head}{}{rest}", tohex(&id(0x00)))
+}
+
+#[test]
+fn p1_handshake() {
+    golden(
+        "0000000102030405060708090a0b0c0d0e0f007b2270726f746f636f6c223a227369646562616e64222c2276657273696f6e223a2231222c22706565724964223a22706565722d61222c2263617073223a5b5d2c226d65746164617461223a7b7d7d",
+        Frame::control(id(0x00), Control::Handshake(HANDSHAKE_JSON.as_bytes().to_vec())),
+    );
+}
+
+#[test]
+fn p3_p4_ping_with_and_without_timestamp() {
+    golden(
+        "0000000102030405060708090a0b0c0d0e0f01",
+        Frame::control(id(0x00), Control::Ping),
+    );
+    let mut ping = Frame::control(id(0x00), Control::Ping);
+    ping.ts = Some(1_700_000_000_000);
+    golden(
+        "0001000102030405060708090a0b0c0d0e0f0068e5cf8b01000001",
+        ping,
+    );
+    golden(
+        &with_a("0000", "02"),
+        Frame::control(id(0x00), Control::Pong),
+    );
+}
+
+#[test]
+fn p7_close_with_and_without_reason() {
+    golden(
+        "0000202122232425262728292a2b2c2d2e2f03627965",
+        Frame::control(id(0x20), Control::Close("bye".to_owned())),
+    );
+    golden(
+        &with_a("0000", "03"),
+        Frame::control(id(0x00), Control::Close(String::new())),
+    );
+}
+
+#[test]
+fn p8_p9_p11_p12_json_envelopes() {
+    golden(
+        "0100202122232425262728292a2b2c2d2e2f030000007270637b2274223a2272222c226d223a226563686f222c22636964223a223230323132323233323432353236323732383239326132623263326432653266222c2270223a7b2274657874223a226869227d7d",
+        message(0x20, Subject::Rpc, &format!(r#"{{"t":"r","m":"echo","cid":"{CID_HEX}","p":{{"text":"hi"}}}}"#)),
+    );
+    golden(
+        "0100303132333435363738393a3b3c3d3e3f030000007270637b2274223a2252222c22636964223a223230323132323233323432353236323732383239326132623263326432653266222c22726573756c74223a7b2274657874223a226869227d7d",
+        message(0x30, Subject::Rpc, &format!(r#"{{"t":"R","cid":"{CID_HEX}","result":{{"text":"hi"}}}}"#)),
+    );
+    golden(
+        "0100404142434445464748494a4b4c4d4e4f030000007270637b2274223a2245222c22636964223a223230323132323233323432353236323732383239326132623263326432653266222c22636f6465223a313130312c226d657373616765223a224d6574686f64206e6f7420666f756e643a206563686f227d",
+        message(0x40, Subject::Rpc, &format!(r#"{{"t":"E","cid":"{CID_HEX}","code":1101,"message":"Method not found: echo"}}"#)),
+    );
+    golden(
+        "0100505152535455565758595a5b5c5d5e5f050000006576656e747b2274223a224e222c2265223a22757365722e6a6f696e6564222c2264223a7b226964223a317d7d",
+        message(0x50, Subject::Event, r#"{"t":"N","e":"user.joined","d":{"id":1}}"#),
+    );
+}
+
+#[test]
+fn c1_to_c4_cbor_envelopes_frame_alike() {
+    let cases = [
+        ("0100202122232425262728292a2b2c2d2e2f03000000727063", 0x20, Subject::Rpc, "a461746172616d646563686f6363696450202122232425262728292a2b2c2d2e2f6170a16474657874626869"),
+        ("0100303132333435363738393a3b3c3d3e3f03000000727063", 0x30, Subject::Rpc, "a3617461526363696450202122232425262728292a2b2c2d2e2f66726573756c74a16474657874626869"),
+        ("0100404142434445464748494a4b4c4d4e4f03000000727063", 0x40, Subject::Rpc, "a4617461456363696450202122232425262728292a2b2c2d2e2f64636f646519044d676d657373616765764d6574686f64206e6f7420666f756e643a206563686f"),
+        ("0100505152535455565758595a5b5c5d5e5f050000006576656e74", 0x50, Subject::Event, "a36174614e61656b757365722e6a6f696e65646164a162696401"),
+    ];
+    for (head, base, subject, data) in cases {
+        golden(
+            &format!("{head}{data}"),
+            Frame::message(id(base), subject, unhex(data)),
+        );
+    }
+}
+
+#[test]
+fn p15_ack() {
+    golden(
+        "0200101112131415161718191a1b1c1d1e1f000102030405060708090a0b0c0d0e0f",
+        Frame {
+            id: id(0x10),
+            ts: None,
+            body: Body::Ack { of: id(0x00) },
+        },
+    );
+}
+
+#[test]
+fn p16_p17_error_frames() {
+    golden(
+        "0300202122232425262728292a2b2c2d2e2fea0319000000496e76616c6964207375626a656374206e616d657370616365",
+        Frame::error(id(0x20), 1002, "Invalid subject namespace"),
+    );
+    let mut p17 = Frame::error(id(0x20), 1003, "Unsupported feature: stream");
+    if let Body::Error { details, .. } = &mut p17.body {
+        details.extend_from_slice(b"{}");
+    }
+    golden(
+        "0300202122232425262728292a2b2c2d2e2feb031b000000556e737570706f7274656420666561747572653a2073747265616d7b7d",
+        p17,
+    );
+}
+
+#[test]
+fn empty_message_data_and_app_subjects() {
+    golden(
+        &with_a("0100", "03000000727063"),
+        message(0x00, Subject::Rpc, ""),
+    );
+    golden(
+        &with_a("0100", "090000006170702f782e792f7a01"),
+        Frame::message(id(0x00), Subject::App("x.y/z".to_owned()), vec![1]),
+    );
+    golden(
+        &with_a("0100", "040000006170702f"),
+        message(0x00, Subject::App(String::new()), ""),
+    );
+    golden(
+        &with_a("0100", "0600000073747265616d"),
+        message(0x00, Subject::Stream, ""),
+    );
+}
+
+/// Header errors: fatal, in the reference order, with the reference text.
+#[test]
+fn header_errors_are_fatal() {
+    let a = id(0x00);
+    let cases = [
+        (
+            "",
+            FrameError::TooShort { kind: None },
+            "Invalid frame: too short",
+        ),
+        (
+            "0100000102030405060708090a0b0c0d0e",
+            FrameError::TooShort { kind: Some(1) },
+            "Invalid frame: too short",
+        ),
+        (
+            "0002000102030405060708090a0b0c0d0e0f01",
+            FrameError::ReservedFlags { id: a, kind: 0 },
+            "Invalid frame: reserved flag bits must be zero",
+        ),
+        (
+            "0001000102030405060708090a0b0c0d0e0f01",
+            FrameError::IncompleteTimestamp { id: a, kind: 0 },
+            "Invalid frame: incomplete timestamp",
+        ),
+        (
+            "0400000102030405060708090a0b0c0d0e0f",
+            FrameError::UnknownKind { id: a, kind: 4 },
+            "Unknown frame kind",
+        ),
+        // Order: reserved flags before timestamp before kind.
+        (
+            "ff83000102030405060708090a0b0c0d0e0f",
+            FrameError::ReservedFlags { id: a, kind: 0xff },
+            "Invalid frame: reserved flag bits must be zero",
+        ),
+        (
+            "ff01000102030405060708090a0b0c0d0e0f",
+            FrameError::IncompleteTimestamp { id: a, kind: 0xff },
+            "Invalid frame: incomplete timestamp",
+        ),
+    ];
+    for (hex, expected, text) in cases {
+        let e = err(hex);
+        assert_eq!(e, expected, "{hex}");
+        assert_eq!(e.to_string(), text);
+        assert!(!e.can_continue(), "{hex} must be fatal");
+        assert_eq!(e.code(), 1002);
+    }
+    assert_eq!(err("").frame_id(), None);
+    assert_eq!(
+        err("0400000102030405060708090a0b0c0d0e0f").frame_id(),
+        Some(a)
+    );
+}
+
+/// Payload errors: non-fatal, carrying the offending frame's id.
+#[test]
+fn payload_errors_continue_with_the_frame_id() {
+    let a = id(0x00);
+    let cases: Vec<(String, FrameError, &str)> = vec![
+        (
+            with_a("0000", ""),
+            FrameError::NoControlOp { id: a },
+            "Invalid control frame: no operation",
+        ),
+        (
+            with_a("0000", "04"),
+            FrameError::UnknownControlOp { id: a, op: 4 },
+            "Unknown control op",
+        ),
+        (
+            with_a("0000", "00"),
+            FrameError::HandshakeWithoutData { id: a },
+            "Invalid handshake frame: data is required",
+        ),
+        (
+            with_a("0000", "0100"),
+            FrameError::PingPongWithPayload { id: a },
+            "Invalid ping/pong frame: must not have payload",
+        ),
+        (
+            with_a("0000", "02ff"),
+            FrameError::PingPongWithPayload { id: a },
+            "Invalid ping/pong frame: must not have payload",
+        ),
+        (
+            with_a("0000", "03ff"),
+            FrameError::CloseReasonNotUtf8 { id: a },
+            "Invalid control frame: close reason is not valid UTF-8",
+        ),
+        (
+            with_a("0100", "030000"),
+            FrameError::NoSubject { id: a },
+            "Invalid message frame: no subject",
+        ),
+        (
+            with_a("0100", "04000000727063"),
+            FrameError::IncompleteSubject { id: a },
+            "Invalid message frame: incomplete subject",
+        ),
+        (
+            with_a("0100", "ffffffff727063"),
+            FrameError::IncompleteSubject { id: a },
+            "Invalid message frame: incomplete subject",
+        ),
+        (
+            with_a("0200", "000102030405060708090a0b0c0d0e"),
+            FrameError::AckWithoutId { id: a },
+            "Invalid ack frame: no frame ID",
+        ),
+        (
+            with_a("0200", "000102030405060708090a0b0c0d0e0f10"),
+            FrameError::AckTrailingData { id: a },
+            "Invalid ack frame: unexpected trailing data",
+        ),
+        (
+            with_a("0300", "ea03190000"),
+            FrameError::ErrorWithoutCode { id: a },
+            "Invalid error frame: no code or message",
+        ),
+        (
+            with_a("0300", "ea"),
+            FrameError::ErrorWithoutCode { id: a },
+            "Invalid error frame: no code or message",
+        ),
+        (
+            with_a("0300", "ea031900000049"),
+            FrameError::ErrorIncompleteMessage { id: a },
+            "Invalid error frame: incomplete message",
+        ),
+        (
+            with_a("0300", "ea0301000000ff"),
+            FrameError::ErrorMessageNotUtf8 { id: a },
+            "Invalid error frame: message is not valid UTF-8",
+        ),
+    ];
+    for (hex, expected, text) in cases {
+        let e = err(&hex);
+        assert_eq!(e, expected, "{hex}");
+        assert_eq!(e.to_string(), text);
+        assert!(e.can_continue(), "{hex} must not be fatal");
+        assert_eq!(e.frame_id(), Some(a));
+        assert_eq!(e.code(), 1002);
+    }
+}
+
+fn subject_error(subject_hex: &str, rules: SubjectRules) -> FrameError {
+    let len = subject_hex.len() / 2;
+    let hex = with_a(
+        "0100",
+        &format!("{}{subject_hex}", tohex(&(len as u32).to_le_bytes())),
+    );
+    match decode_with(&unhex(&hex), rules) {
+        Err(e) => e,
+        Ok(frame) => panic!("{subject_hex} decoded as {frame:?}"),
+    }
+}
+
+#[test]
+fn n11_to_n16_and_l1_invalid_subjects() {
+    let n11 = unhex("0100000102030405060708090a0b0c0d0e0f080000007270632f6563686f");
+    let e = decode(&n11).expect_err("legacy subject refused by default");
+    assert_eq!(
+        e,
+        FrameError::InvalidSubject {
+            id: id(0x00),
+            reason: SubjectError::Legacy
+        }
+    );
+    assert_eq!(e.to_string(), "Invalid subject namespace");
+    assert!(e.can_continue());
+    assert_eq!(e.frame_id(), Some(id(0x00)));
+    let legacy = decode_with(&n11, SubjectRules::AcceptLegacy).expect("legacy accepted");
+    assert_eq!(
+        legacy.body,
+        Body::Message {
+            subject: Subject::LegacyRpc("echo".to_owned()),
+            data: vec![]
+        }
+    );
+
+    let x = |n: usize| tohex(&vec![b'x'; n]);
+    let cases = [
+        (tohex(b"app"), SubjectError::UnknownNamespace),
+        (tohex(b"RPC"), SubjectError::UnknownNamespace),
+        (String::new(), SubjectError::Empty),
+        (
+            format!("{}{}", tohex(b"app/"), x(253)),
+            SubjectError::TooLong(257),
+        ),
+        (format!("{}fffe", tohex(b"app/")), SubjectError::NotUtf8),
+        (format!("{}00", tohex(b"app/")), SubjectError::ContainsNul),
+        (tohex(b"rpc "), SubjectError::UnknownNamespace),
+    ];
+    for (subject, reason) in cases {
+        for rules in [SubjectRules::Current, SubjectRules::AcceptLegacy] {
+            let e = subject_error(&subject, rules);
+            assert_eq!(
+                e,
+                FrameError::InvalidSubject {
+                    id: id(0x00),
+                    reason
+                },
+                "{subject}"
+            );
+            assert!(e.can_continue());
+        }
+    }
+    // The 256-byte version of N16 is valid.
+    let ok = format!("{}{}", tohex(b"app/"), x(252));
+    let hex = with_a("0100", &format!("00010000{ok}"));
+    assert!(matches!(
+        decode(&unhex(&hex)),
+        Ok(Frame {
+            body: Body::Message {
+                subject: Subject::App(_),
+                ..
+            },
+            ..
+        })
+    ));
+}
+
+#[test]
+fn legacy_subjects_classify_when_accepted() {
+    let parse = |s: &str| Subject::parse(s.as_bytes(), SubjectRules::AcceptLegacy);
+    assert_eq!(
+        parse("event/user.joined"),
+        Ok(Subject::LegacyEvent("user.joined".to_owned()))
+    );
+    assert_eq!(
+        parse("stream/abc/chunk"),
+        Ok(Subject::LegacyStream("abc/chunk".to_owned()))
+    );
+    assert_eq!(parse("rpc/"), Ok(Subject::LegacyRpc(String::new())));
+    assert_eq!(parse("app/rpc/x"), Ok(Subject::App("rpc/x".to_owned())));
+    assert!(parse("rpc/x").is_ok_and(|s| s.is_legacy() && s.channel() == Channel::Rpc));
+    assert_eq!(
+        Subject::legacy_event(&"y".repeat(251)),
+        Err(SubjectError::TooLong(257))
+    );
+    assert_eq!(
+        Subject::legacy_event(&"y".repeat(250)).map(|s| s.wire_len()),
+        Ok(256)
+    );
+    assert_eq!(Subject::app("a\0b"), Err(SubjectError::ContainsNul));
+    assert_eq!(
+        Subject::legacy_rpc("echo").map(|s| s.to_string()),
+        Ok("rpc/echo".to_owned())
+    );
+}
+
+#[test]
+fn replies_to_bad_frames() {
+    let fresh = id(0x90);
+    // A payload error is answered with the offending frame's id.
+    let reply = err(&with_a("0000", "04")).reply(fresh).expect("answered");
+    assert_eq!(reply, Frame::error(id(0x00), 1002, "Unknown control op"));
+    // Too short: no id to echo, so a fresh one.
+    let reply = err("00").reply(fresh).expect("answered");
+    assert_eq!(reply, Frame::error(fresh, 1002, "Invalid frame: too short"));
+    // ErrorFrames are never answered, malformed or not.
+    for hex in [with_a("0300", "ea"), with_a("0302", ""), "03".to_owned()] {
+        let e = err(&hex);
+        assert!(e.about_error_frame(), "{hex}");
+        assert_eq!(e.reply(fresh), None);
+    }
+}
+
+#[test]
+fn random_ids_differ() {
+    assert_ne!(random_id(), random_id());
+}
+
+fn subject_strategy() -> impl Strategy<Value = Subject> {
+    prop_oneof![
+        Just(Subject::Rpc),
+        Just(Subject::Event),
+        Just(Subject::Stream),
+        "[a-zA-Z0-9./_-]{0,40}".prop_map(Subject::App),
+        "\\PC{0,20}".prop_map(Subject::LegacyRpc),
+        "[a-z.]{0,20}".prop_map(Subject::LegacyEvent),
+        "[a-z/]{0,20}".prop_map(Subject::LegacyStream),
+    ]
+}
+
+fn body_strategy() -> impl Strategy<Value = Body> {
+    prop_oneof![
+        vec(any::<u8>(), 1..64).prop_map(|d| Body::Control(Control::Handshake(d))),
+        Just(Body::Control(Control::Ping)),
+        Just(Body::Control(Control::Pong)),
+        "\\PC{0,20}".prop_map(|r| Body::Control(Control::Close(r))),
+        (subject_strategy(), vec(any::<u8>(), 0..64))
+            .prop_map(|(subject, data)| Body::Message { subject, data }),
+        any::<[u8; 16]>().prop_map(|of| Body::Ack { of }),
+        (any::<u16>(), "\\PC{0,30}", vec(any::<u8>(), 0..32)).prop_map(
+            |(code, message, details)| Body::Error {
+                code,
+                message,
+                details
+            }
+        ),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn frames_round_trip(id in any::<[u8; 16]>(), ts in any::<Option<i64>>(), body in body_strategy()) {
+        let frame = Frame { id, ts, body };
+        let bytes = encode(&frame);
+        prop_assert_eq!(decode_with(&bytes, SubjectRules::AcceptLegacy), Ok(frame));
+    }
+
+    #[test]
+    fn decode_never_panics(bytes in vec(any::<u8>(), 0..300)) {
+        let _ = decode_with(&bytes, SubjectRules::AcceptLegacy);
+        let _ = decode(&bytes);
+    }
+
+    #[test]
+    fn decode_never_panics_near_valid_headers(kind in 0u8..5, flags in 0u8..3, rest in vec(any::<u8>(), 16..120)) {
+        let mut bytes = vec![kind, flags];
+        bytes.extend(rest);
+        if let Err(e) = decode(&bytes) {
+            // Every error past the header names the frame.
+            prop_assert_eq!(e.frame_id(), Some(bytes[2..18].try_into().expect("16 bytes")));
+        }
+    }
+}

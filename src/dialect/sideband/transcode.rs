@@ -1,0 +1,314 @@
+//! Payload transcoding between JSON and CBOR, by sideband.md §7's tables.
+//!
+//! Used only when the source and target encodings differ; otherwise
+//! payload bytes pass through untouched. Anything that has no faithful
+//! form in the target (NaN, non-text map keys, unknown tags, simple values,
+//! float overflow) is a [`TranscodeError`], never a silent change.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+use super::cbor::{self, CborError, Head, Reader};
+use super::scalar;
+
+/// The deepest nesting of arrays, maps and tags in one payload: one less
+/// than [`cbor::MAX_DEPTH`], so a payload always fits inside an envelope.
+pub const MAX_PAYLOAD_DEPTH: usize = cbor::MAX_DEPTH - 1;
+
+/// A payload value with no faithful form in the target encoding.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TranscodeError {
+    /// The CBOR payload is not one valid item (§7 decoding rules).
+    #[error(transparent)]
+    Cbor(#[from] CborError),
+    /// NaN or ±Infinity: JSON has none.
+    #[error("non-finite float has no JSON form")]
+    NonFinite,
+    /// A CBOR map with a key that is not a text string.
+    #[error("CBOR map key is not a text string")]
+    NonTextKey,
+    /// A CBOR simple value other than false, true, null and undefined.
+    #[error("CBOR simple value {0} has no JSON form")]
+    SimpleValue(u64),
+    /// A CBOR tag outside §7's table.
+    #[error("CBOR tag {0} has no JSON form")]
+    UnsupportedTag(u64),
+    /// A known tag around the wrong kind of item.
+    #[error("CBOR tag {tag} must enclose {expected}")]
+    BadTagContent {
+        /// The tag number.
+        tag: u64,
+        /// What it must enclose.
+        expected: &'static str,
+    },
+    /// A JSON number whose nearest float64 is infinite.
+    #[error("JSON number {0} overflows float64")]
+    FloatOverflow(String),
+    /// An integer beyond the bignum cap ([`scalar::MAX_BIGNUM_BYTES`]).
+    #[error("integer too large to transcode")]
+    BignumTooLarge,
+    /// A JSON payload nested deeper than [`MAX_PAYLOAD_DEPTH`].
+    #[error("JSON nesting deeper than {MAX_PAYLOAD_DEPTH}")]
+    TooDeep,
+    /// JSON that serde_json refused while re-reading a raw value.
+    #[error("invalid JSON: {0}")]
+    Json(String),
+}
+
+/// Transcodes a JSON payload to one CBOR item (§7, JSON → CBOR): integers
+/// as integers or tag 2/3 bignums, other numbers as float64, objects as
+/// text-keyed maps in source order (the last duplicate wins, at the first
+/// one's position).
+pub fn json_to_cbor(json: &RawValue) -> Result<Vec<u8>, TranscodeError> {
+    let mut out = Vec::with_capacity(json.get().len());
+    json_value(json.get().trim(), &mut out, 0)?;
+    Ok(out)
+}
+
+/// Transcodes one CBOR item to JSON (§7, CBOR → JSON). The whole input
+/// must be one valid item.
+pub fn cbor_to_json(cbor: &[u8]) -> Result<Box<RawValue>, TranscodeError> {
+    cbor::validate(cbor, MAX_PAYLOAD_DEPTH)?;
+    let mut out = String::with_capacity(cbor.len() * 2);
+    cbor_value(&mut Reader::new(cbor), &mut out)?;
+    RawValue::from_string(out).map_err(|e| TranscodeError::Json(e.to_string()))
+}
+
+fn json_value(text: &str, out: &mut Vec<u8>, depth: usize) -> Result<(), TranscodeError> {
+    let json_err = |e: serde_json::Error| TranscodeError::Json(e.to_string());
+    match text.as_bytes().first() {
+        Some(b'{') => {
+            let depth = nest(depth)?;
+            let Entries(entries) = serde_json::from_str(text).map_err(json_err)?;
+            let mut at: HashMap<&str, usize> = HashMap::with_capacity(entries.len());
+            let mut kept: Vec<(&str, &RawValue)> = Vec::with_capacity(entries.len());
+            for (key, value) in &entries {
+                match at.get(key.as_str()).and_then(|&i| kept.get_mut(i)) {
+                    Some(slot) => slot.1 = value,
+                    None => {
+                        at.insert(key, kept.len());
+                        kept.push((key, value));
+                    }
+                }
+            }
+            cbor::write_head(out, cbor::MAJOR_MAP, kept.len() as u64);
+            for (key, value) in kept {
+                cbor::write_text(out, key);
+                json_value(value.get(), out, depth)?;
+            }
+        }
+        Some(b'[') => {
+            let depth = nest(depth)?;
+            let items: Vec<&RawValue> = serde_json::from_str(text).map_err(json_err)?;
+            cbor::write_head(out, cbor::MAJOR_ARRAY, items.len() as u64);
+            for item in items {
+                json_value(item.get(), out, depth)?;
+            }
+        }
+        Some(b'"') => {
+            let s: String = serde_json::from_str(text).map_err(json_err)?;
+            cbor::write_text(out, &s);
+        }
+        Some(b't') => out.push(0xf5),
+        Some(b'f') => out.push(0xf4),
+        Some(b'n') => out.push(0xf6),
+        _ => json_number(text, out)?,
+    }
+    Ok(())
+}
+
+fn json_number(token: &str, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
+    if token.contains(['.', 'e', 'E']) {
+        let value: f64 = token
+            .parse()
+            .map_err(|_| TranscodeError::Json(format!("bad number {token}")))?;
+        if !value.is_finite() {
+            return Err(TranscodeError::FloatOverflow(token.to_owned()));
+        }
+        cbor::write_f64(out, value);
+        return Ok(());
+    }
+    let (negative, digits) = match token.strip_prefix('-') {
+        Some(digits) => (true, digits),
+        None => (false, token),
+    };
+    if !negative {
+        if let Ok(n) = digits.parse::<u64>() {
+            cbor::write_head(out, cbor::MAJOR_UINT, n);
+            return Ok(());
+        }
+    } else if let Ok(m) = digits.parse::<u128>() {
+        // -m with 1 ≤ m ≤ 2⁶⁴ is a CBOR negative integer -1 - (m - 1).
+        match m.checked_sub(1).map(u64::try_from) {
+            None => {
+                // "-0": integer zero.
+                cbor::write_head(out, cbor::MAJOR_UINT, 0);
+                return Ok(());
+            }
+            Some(Ok(n)) => {
+                cbor::write_head(out, cbor::MAJOR_NINT, n);
+                return Ok(());
+            }
+            Some(Err(_)) => {}
+        }
+    }
+    let magnitude =
+        scalar::decimal_to_bignum(digits, negative).ok_or(TranscodeError::BignumTooLarge)?;
+    cbor::write_head(out, cbor::MAJOR_TAG, if negative { 3 } else { 2 });
+    cbor::write_bytes(out, &magnitude);
+    Ok(())
+}
+
+fn nest(depth: usize) -> Result<usize, TranscodeError> {
+    if depth >= MAX_PAYLOAD_DEPTH {
+        Err(TranscodeError::TooDeep)
+    } else {
+        Ok(depth + 1)
+    }
+}
+
+/// Converts one item already checked by [`cbor::validate`].
+fn cbor_value(r: &mut Reader<'_>, out: &mut String) -> Result<(), TranscodeError> {
+    let head = r.head()?;
+    match head.major {
+        cbor::MAJOR_UINT => out.push_str(&head.arg.to_string()),
+        cbor::MAJOR_NINT => out.push_str(&(-1 - i128::from(head.arg)).to_string()),
+        cbor::MAJOR_BYTES => {
+            scalar::push_json_string(out, &scalar::base64(&r.string(head)?, true));
+        }
+        cbor::MAJOR_TEXT => push_text(r, head, out)?,
+        cbor::MAJOR_ARRAY => {
+            out.push('[');
+            let mut left = head.arg;
+            let mut first = true;
+            while r.more(head, &mut left)? {
+                if !std::mem::take(&mut first) {
+                    out.push(',');
+                }
+                cbor_value(r, out)?;
+            }
+            out.push(']');
+        }
+        cbor::MAJOR_MAP => {
+            out.push('{');
+            let mut left = head.arg;
+            let mut first = true;
+            while r.more(head, &mut left)? {
+                if !std::mem::take(&mut first) {
+                    out.push(',');
+                }
+                let key = r.head()?;
+                if key.major != cbor::MAJOR_TEXT {
+                    return Err(TranscodeError::NonTextKey);
+                }
+                push_text(r, key, out)?;
+                out.push(':');
+                cbor_value(r, out)?;
+            }
+            out.push('}');
+        }
+        cbor::MAJOR_TAG => cbor_tag(r, head.arg, out)?,
+        _ => match head.info {
+            20 => out.push_str("false"),
+            21 => out.push_str("true"),
+            22 | 23 => out.push_str("null"),
+            25..=27 => out.push_str(&finite(head)?),
+            _ => return Err(TranscodeError::SimpleValue(head.arg)),
+        },
+    }
+    Ok(())
+}
+
+/// Tags of §7's table; any other tag is an error.
+fn cbor_tag(r: &mut Reader<'_>, tag: u64, out: &mut String) -> Result<(), TranscodeError> {
+    let bad = |expected| TranscodeError::BadTagContent { tag, expected };
+    match tag {
+        55799 => cbor_value(r, out),
+        0 | 32 => {
+            let head = r.head()?;
+            if head.major != cbor::MAJOR_TEXT {
+                return Err(bad("a text string"));
+            }
+            push_text(r, head, out)
+        }
+        1 => {
+            let head = r.head()?;
+            match head.major {
+                cbor::MAJOR_UINT => out.push_str(&head.arg.to_string()),
+                cbor::MAJOR_NINT => out.push_str(&(-1 - i128::from(head.arg)).to_string()),
+                _ if head.float().is_some() => out.push_str(&finite(head)?),
+                _ => return Err(bad("a number")),
+            }
+            Ok(())
+        }
+        2 | 3 | 21..=23 => {
+            let head = r.head()?;
+            if head.major != cbor::MAJOR_BYTES {
+                return Err(bad("a byte string"));
+            }
+            let bytes = r.string(head)?;
+            match tag {
+                2 | 3 => {
+                    let digits = scalar::bignum_to_decimal(&bytes, tag == 3)
+                        .ok_or(TranscodeError::BignumTooLarge)?;
+                    if tag == 3 {
+                        out.push('-');
+                    }
+                    out.push_str(&digits);
+                }
+                21 => scalar::push_json_string(out, &scalar::base64(&bytes, true)),
+                22 => scalar::push_json_string(out, &scalar::base64(&bytes, false)),
+                _ => scalar::push_json_string(out, &super::hex::encode(&bytes)),
+            }
+            Ok(())
+        }
+        other => Err(TranscodeError::UnsupportedTag(other)),
+    }
+}
+
+fn push_text(r: &mut Reader<'_>, head: Head, out: &mut String) -> Result<(), TranscodeError> {
+    let bytes = r.string(head)?;
+    let text = std::str::from_utf8(&bytes).map_err(|_| CborError::InvalidUtf8)?;
+    scalar::push_json_string(out, text);
+    Ok(())
+}
+
+fn finite(head: Head) -> Result<String, TranscodeError> {
+    match head.float() {
+        Some(v) if v.is_finite() => Ok(scalar::format_f64(v)),
+        _ => Err(TranscodeError::NonFinite),
+    }
+}
+
+/// A JSON object's members in source order, duplicates included.
+struct Entries<'a>(Vec<(String, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for Entries<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(EntriesVisitor)
+    }
+}
+
+struct EntriesVisitor;
+
+impl<'de> Visitor<'de> for EntriesVisitor {
+    type Value = Entries<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(entry) = map.next_entry::<String, &'de RawValue>()? {
+            entries.push(entry);
+        }
+        Ok(Entries(entries))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,335 @@
+//! §7's transcoding tables, row by row, with the C5 and C6 vectors.
+
+use proptest::collection::vec;
+use proptest::prelude::*;
+use serde_json::Value;
+
+use super::*;
+use crate::dialect::sideband::scalar::{base64, format_f64};
+use crate::dialect::sideband::testutil::{tohex, unhex};
+
+fn to_cbor(json: &str) -> Result<String, TranscodeError> {
+    let raw = RawValue::from_string(json.to_owned()).expect("valid JSON");
+    json_to_cbor(&raw).map(|b| tohex(&b))
+}
+
+fn to_json(hex: &str) -> Result<String, TranscodeError> {
+    cbor_to_json(&unhex(hex)).map(|raw| raw.get().to_owned())
+}
+
+#[test]
+fn c5_and_c6() {
+    let c5_json = r#"{"n":1,"f":1.0,"big":18446744073709551616,"s":"hi"}"#;
+    let c5 = "a4616e016166fb3ff000000000000063626967c2490100000000000000006173626869";
+    assert_eq!(to_cbor(c5_json).as_deref(), Ok(c5));
+    assert_eq!(to_json(c5).as_deref(), Ok(c5_json));
+    assert_eq!(to_json("a161624300fffe").as_deref(), Ok(r#"{"b":"AP_-"}"#));
+}
+
+#[test]
+fn cbor_to_json_rows() {
+    let ok = [
+        // Integers, full range.
+        ("00", "0"),
+        ("17", "23"),
+        ("1bffffffffffffffff", "18446744073709551615"),
+        ("20", "-1"),
+        ("3bffffffffffffffff", "-18446744073709551616"),
+        // Floats of every width: shortest round trip, always `.` or exponent.
+        ("f93c00", "1.0"),
+        ("f98000", "-0.0"),
+        ("fa3fc00000", "1.5"),
+        ("fb3fb999999999999a", "0.1"),
+        ("fb7e37e43c8800759c", "1e+300"),
+        ("f90001", "5.960464477539063e-8"),
+        // Byte strings as base64url without padding; text; arrays; literals.
+        ("4100", r#""AA""#),
+        ("43fbff00", r#""-_8A""#),
+        ("62c3a9", r#""é""#),
+        ("63220a5c", r#""\"\n\\""#),
+        ("83f4f5f6", "[false,true,null]"),
+        ("f7", "null"),
+        ("a26162016161 02", r#"{"b":1,"a":2}"#),
+        // Indefinite lengths.
+        ("5f4100410fff", r#""AA8""#),
+        ("7f61616162ff", r#""ab""#),
+        ("9f01ff", "[1]"),
+        ("bf616101ff", r#"{"a":1}"#),
+        // Tags of the table.
+        (
+            "c074323031332d30332d32315432303a30343a30305a",
+            r#""2013-03-21T20:04:00Z""#,
+        ),
+        ("d8206161", r#""a""#),
+        ("c11a514b67b0", "1363896240"),
+        ("c1fb41d452d9ec200000", "1363896240.5"),
+        ("c249010000000000000000", "18446744073709551616"),
+        ("c349010000000000000000", "-18446744073709551617"),
+        ("c24100", "0"),
+        ("c34100", "-1"),
+        ("d54300fffe", r#""AP_-""#),
+        ("d64200ff", r#""AP8=""#),
+        ("d74200ff", r#""00ff""#),
+        ("d9d9f7a1616101", r#"{"a":1}"#),
+    ];
+    for (cbor, json) in ok {
+        assert_eq!(
+            to_json(&cbor.replace(' ', "")).as_deref(),
+            Ok(json),
+            "{cbor}"
+        );
+    }
+}
+
+#[test]
+fn cbor_to_json_errors() {
+    let errors = [
+        ("f97e00", TranscodeError::NonFinite),
+        ("f97c00", TranscodeError::NonFinite),
+        ("f9fc00", TranscodeError::NonFinite),
+        ("fb7ff8000000000000", TranscodeError::NonFinite),
+        ("a10101", TranscodeError::NonTextKey),
+        ("a1f500", TranscodeError::NonTextKey),
+        ("e0", TranscodeError::SimpleValue(0)),
+        ("f3", TranscodeError::SimpleValue(19)),
+        ("f8ff", TranscodeError::SimpleValue(255)),
+        ("c401", TranscodeError::UnsupportedTag(4)),
+        ("d8254100", TranscodeError::UnsupportedTag(37)),
+        (
+            "c001",
+            TranscodeError::BadTagContent {
+                tag: 0,
+                expected: "a text string",
+            },
+        ),
+        (
+            "c16161",
+            TranscodeError::BadTagContent {
+                tag: 1,
+                expected: "a number",
+            },
+        ),
+        ("c1f97e00", TranscodeError::NonFinite),
+        (
+            "c201",
+            TranscodeError::BadTagContent {
+                tag: 2,
+                expected: "a byte string",
+            },
+        ),
+        (
+            "d56161",
+            TranscodeError::BadTagContent {
+                tag: 21,
+                expected: "a byte string",
+            },
+        ),
+    ];
+    for (cbor, expected) in errors {
+        assert_eq!(to_json(cbor), Err(expected), "{cbor}");
+    }
+    let malformed = [
+        ("", CborError::Truncated),
+        ("0100", CborError::Trailing),
+        (
+            "1c",
+            CborError::Malformed("reserved additional information"),
+        ),
+        (
+            "1f",
+            CborError::Malformed("indefinite length on an integer or tag"),
+        ),
+        (
+            "df01",
+            CborError::Malformed("indefinite length on an integer or tag"),
+        ),
+        (
+            "f800",
+            CborError::Malformed("two-byte simple value below 32"),
+        ),
+        (
+            "ff",
+            CborError::Malformed("break outside an indefinite-length item"),
+        ),
+        (
+            "5f6161ff",
+            CborError::Malformed("bad chunk in an indefinite-length string"),
+        ),
+        (
+            "7f7f6161ffff",
+            CborError::Malformed("bad chunk in an indefinite-length string"),
+        ),
+        ("62c3", CborError::Truncated),
+        ("5bffffffffffffffff00", CborError::Truncated),
+        ("9bffffffffffffffff", CborError::Truncated),
+        ("61ff", CborError::InvalidUtf8),
+        ("7f61c361a9ff", CborError::InvalidUtf8),
+        ("a2616101616102", CborError::DuplicateKey),
+        ("a2f93c00 01 fb3ff0000000000000 02", CborError::DuplicateKey),
+        ("a201011801 02", CborError::DuplicateKey),
+    ];
+    for (cbor, expected) in malformed {
+        assert_eq!(
+            to_json(&cbor.replace(' ', "")),
+            Err(TranscodeError::Cbor(expected)),
+            "{cbor}"
+        );
+    }
+    // 1 and 1.0 are different keys; both are non-text, so still refused.
+    assert_eq!(
+        to_json("a201 01 f93c00 02".replace(' ', "").as_str()),
+        Err(TranscodeError::NonTextKey)
+    );
+}
+
+#[test]
+fn nesting_limits() {
+    let arrays = |n: usize| format!("{}80", "81".repeat(n - 1));
+    assert!(to_json(&arrays(MAX_PAYLOAD_DEPTH)).is_ok());
+    assert_eq!(
+        to_json(&arrays(MAX_PAYLOAD_DEPTH + 1)),
+        Err(TranscodeError::Cbor(CborError::TooDeep(MAX_PAYLOAD_DEPTH)))
+    );
+    let tags = |n: usize| format!("{}00", "d9d9f7".repeat(n));
+    assert!(to_json(&tags(MAX_PAYLOAD_DEPTH)).is_ok());
+    assert!(
+        to_json(&tags(100_000)).is_err(),
+        "deep tags must not overflow the stack"
+    );
+    let json = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+    assert!(to_cbor(&json(MAX_PAYLOAD_DEPTH)).is_ok());
+    assert_eq!(
+        to_cbor(&json(MAX_PAYLOAD_DEPTH + 1)),
+        Err(TranscodeError::TooDeep)
+    );
+}
+
+#[test]
+fn json_to_cbor_rows() {
+    let ok = [
+        ("0", "00"),
+        ("-0", "00"),
+        ("24", "1818"),
+        ("-1", "20"),
+        ("18446744073709551615", "1bffffffffffffffff"),
+        ("-18446744073709551616", "3bffffffffffffffff"),
+        ("18446744073709551616", "c249010000000000000000"),
+        ("-18446744073709551617", "c349010000000000000000"),
+        ("1.0", "fb3ff0000000000000"),
+        ("1e2", "fb4059000000000000"),
+        ("-0.0", "fb8000000000000000"),
+        ("1E-400", "fb0000000000000000"),
+        ("0.1", "fb3fb999999999999a"),
+        (r#""a\u00e9\"""#, "6461c3a922"),
+        (r#""AP_-""#, "6441505f2d"),
+        ("[true,false,null]", "83f5f4f6"),
+        (r#"{"b":1,"a":2}"#, "a2616201616102"),
+        // Duplicate keys: the last value wins, at the first key's position.
+        (r#"{"a":1,"b":2,"a":3}"#, "a2616103616202"),
+        (" [ 1 , { } ] ", "8201a0"),
+    ];
+    for (json, cbor) in ok {
+        assert_eq!(to_cbor(json).as_deref(), Ok(cbor), "{json}");
+    }
+    assert_eq!(
+        to_cbor("1e400"),
+        Err(TranscodeError::FloatOverflow("1e400".to_owned()))
+    );
+    assert_eq!(
+        to_cbor("[-1.8e308]"),
+        Err(TranscodeError::FloatOverflow("-1.8e308".to_owned()))
+    );
+    assert!(matches!(
+        to_cbor(r#""\ud800""#),
+        Err(TranscodeError::Json(_))
+    ));
+}
+
+#[test]
+fn bignum_cap() {
+    let at_cap = format!("1{}", "0".repeat(2465));
+    assert!(to_cbor(&at_cap).is_ok());
+    let over = "9".repeat(2467);
+    assert_eq!(to_cbor(&over), Err(TranscodeError::BignumTooLarge));
+    let max = format!("c25904 00{}", "ff".repeat(1024)).replace(' ', "");
+    let digits = to_json(&max).expect("at the cap");
+    assert_eq!(to_cbor(&digits).as_deref(), Ok(max.as_str()));
+    let over = format!("c25904 01{}", "ff".repeat(1025)).replace(' ', "");
+    assert_eq!(to_json(&over), Err(TranscodeError::BignumTooLarge));
+}
+
+#[test]
+fn float_text() {
+    let cases = [
+        (1.0, "1.0"),
+        (-0.0, "-0.0"),
+        (1e300, "1e+300"),
+        (1e21, "1e+21"),
+        (1e20, "100000000000000000000.0"),
+        (123.456, "123.456"),
+        (1.5e-6, "0.0000015"),
+        (1e-7, "1e-7"),
+        (-2.5e-10, "-2.5e-10"),
+        (5e-324, "5e-324"),
+        (f64::MAX, "1.7976931348623157e+308"),
+    ];
+    for (value, text) in cases {
+        assert_eq!(format_f64(value), text);
+        assert_eq!(text.parse::<f64>(), Ok(value));
+    }
+    assert_eq!(base64(b"", true), "");
+    assert_eq!(base64(b"f", false), "Zg==");
+    assert_eq!(base64(b"fo", false), "Zm8=");
+    assert_eq!(base64(b"foobar", true), "Zm9vYmFy");
+}
+
+fn json_value(floats: bool) -> impl Strategy<Value = Value> {
+    let scalar = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        "\\PC{0,8}".prop_map(Value::String),
+    ];
+    let float = any::<f64>()
+        .prop_filter("finite", |f| f.is_finite())
+        .prop_map(Value::from);
+    let leaf = if floats {
+        prop_oneof![4 => scalar, 1 => float].boxed()
+    } else {
+        scalar.boxed()
+    };
+    leaf.prop_recursive(4, 32, 4, |inner| {
+        prop_oneof![
+            vec(inner.clone(), 0..4).prop_map(Value::Array),
+            vec(("\\PC{0,4}", inner), 0..4).prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #[test]
+    fn json_cbor_json_keeps_the_value(value in json_value(false)) {
+        let raw = serde_json::value::to_raw_value(&value).expect("serializable");
+        let cbor = json_to_cbor(&raw).expect("transcodes");
+        let back: Value = serde_json::from_str(cbor_to_json(&cbor).expect("transcodes").get()).expect("JSON");
+        prop_assert_eq!(back, value);
+    }
+
+    #[test]
+    fn cbor_output_is_standard_and_stable(value in json_value(true)) {
+        let raw = serde_json::value::to_raw_value(&value).expect("serializable");
+        let cbor = json_to_cbor(&raw).expect("transcodes");
+        // An independent decoder reads the same value.
+        let oracle: ciborium::Value = ciborium::from_reader(&cbor[..]).expect("ciborium reads it");
+        prop_assert_eq!(oracle, ciborium::Value::serialized(&value).expect("serializable"));
+        // CBOR → JSON → CBOR is byte-stable (floats included).
+        let again = json_to_cbor(&cbor_to_json(&cbor).expect("transcodes")).expect("transcodes");
+        prop_assert_eq!(again, cbor);
+    }
+
+    #[test]
+    fn cbor_to_json_never_panics(bytes in vec(any::<u8>(), 0..200)) {
+        let _ = cbor_to_json(&bytes);
+    }
+}
