@@ -89,14 +89,12 @@ pub(super) async fn open(
             ))
         }
     };
-    let reply = match decode_upstream(&first) {
-        Ok(msg @ (Message::Response { .. } | Message::Error { .. })) => msg,
-        _ => {
-            return Err(GatewayError::with_detail(
-                ErrorKind::Internal,
-                "invalid first line from the stream",
-            ))
-        }
+    let Ok(reply @ (Message::Response { .. } | Message::Error { .. })) = decode_upstream(&first)
+    else {
+        return Err(GatewayError::with_detail(
+            ErrorKind::Internal,
+            "invalid first line from the stream",
+        ));
     };
     if let Message::Response { .. } = reply {
         let sub = StreamRelay {
