@@ -33,6 +33,19 @@ pub struct Config {
     pub listeners: Vec<ListenerConfig>,
     /// Upstreams in name order.
     pub upstreams: Vec<UpstreamConfig>,
+    /// Trace export (OpenTelemetry over OTLP); off by default.
+    pub tracing: TracingConfig,
+    /// The admin listener (metrics, probes, status page).
+    pub admin: AdminConfig,
+}
+
+/// The admin listener: `/metrics`, `/livez`, `/readyz` and a status page, on
+/// its own address and never on a client port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminConfig {
+    /// Address to bind (port 0 picks a free port); `None` disables the admin
+    /// listener.
+    pub addr: Option<SocketAddr>,
 }
 
 /// Process-wide settings.
@@ -59,6 +72,32 @@ pub struct LogConfig {
     pub format: LogFormat,
     /// An `EnvFilter` directive such as `info` or `switchyard=debug`.
     pub level: String,
+}
+
+/// How spans travel to the OTLP collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// Protobuf over HTTP POST (`http/protobuf`, the collector's port 4318).
+    HttpProtobuf,
+}
+
+/// Trace export settings (`[tracing]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracingConfig {
+    /// Export spans. Off by default: nothing is sent anywhere unless asked.
+    pub enabled: bool,
+    /// The collector's URL for traces, e.g. `http://127.0.0.1:4318/v1/traces`.
+    pub endpoint: String,
+    /// Wire protocol to the collector.
+    pub protocol: OtlpProtocol,
+    /// Share of new traces (those without a sampled parent) that are
+    /// exported, in `0.0..=1.0`.
+    pub sampling_ratio: f64,
+    /// Record client request ids on spans (`rpc.jsonrpc.request_id`); ids
+    /// are client data, so this is opt-in.
+    pub record_ids: bool,
+    /// `service.name` of the exported resource.
+    pub service_name: String,
 }
 
 /// Where a listener accepts connections.
@@ -111,6 +150,9 @@ pub struct ListenerConfig {
     /// Requests switchyard may have pushed to one client and not yet seen
     /// answered (`s<N>` ids); further notifications are dropped, counted.
     pub max_unanswered_pushes: usize,
+    /// Sideband: advertise CBOR envelopes (`encoding/cbor`); they are used
+    /// when the peer advertises them too.
+    pub sideband_cbor: bool,
     /// Where this listener's methods go.
     pub routes: RouteTable,
 }
@@ -233,6 +275,22 @@ impl Config {
     /// Looks an upstream up by name.
     pub fn upstream(&self, name: &str) -> Option<&UpstreamConfig> {
         self.upstreams.iter().find(|u| u.name == name)
+    }
+}
+
+// === impl TracingConfig ===
+
+impl Default for TracingConfig {
+    /// The built-in defaults: export off, a local collector, every trace.
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            endpoint: raw::DEFAULT_OTLP_ENDPOINT.to_owned(),
+            protocol: OtlpProtocol::HttpProtobuf,
+            sampling_ratio: 1.0,
+            record_ids: false,
+            service_name: raw::DEFAULT_SERVICE_NAME.to_owned(),
+        }
     }
 }
 

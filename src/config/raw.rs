@@ -28,8 +28,15 @@ pub const ENV_PREFIX: &str = "SWITCHYARD_";
 /// `SWITCHYARD_LISTENERS__PUBLIC__ADDRESS` sets `listeners.public.address`.
 pub const ENV_SEPARATOR: &str = "__";
 
+/// Default `tracing.endpoint`: an OpenTelemetry Collector on this host.
+pub const DEFAULT_OTLP_ENDPOINT: &str = "http://127.0.0.1:4318/v1/traces";
+
+/// Default `tracing.service_name`.
+pub const DEFAULT_SERVICE_NAME: &str = "switchyard";
+
 /// The whole configuration file, as written.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+// Not `Eq`: `tracing.sampling_ratio` is a float.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawConfig {
     /// `[gateway]`: process-wide settings (all keys have defaults).
@@ -44,6 +51,42 @@ pub struct RawConfig {
     /// `[[routes]]`: which upstream serves which listener's methods.
     /// Default: none.
     pub routes: Vec<RawRoute>,
+    /// `[admin]`: the admin listener (metrics, probes, status page).
+    pub admin: RawAdmin,
+    /// `[tracing]`: span export over OTLP (all keys have defaults; off).
+    pub tracing: RawTracing,
+}
+
+/// `[tracing]`: span export (OpenTelemetry, OTLP).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawTracing {
+    /// Export spans. Default `false`.
+    pub enabled: bool,
+    /// `http://` URL the spans are POSTed to. Default
+    /// `"http://127.0.0.1:4318/v1/traces"`.
+    pub endpoint: String,
+    /// `"http/protobuf"` (the only one supported). Default `"http/protobuf"`.
+    pub protocol: String,
+    /// Share of new traces exported, `0.0` to `1.0`; a sampled `traceparent`
+    /// is always followed. Default `1.0`.
+    pub sampling_ratio: f64,
+    /// Record client request ids on spans (`rpc.jsonrpc.request_id`).
+    /// Default `false`: ids are client data.
+    pub record_ids: bool,
+    /// `service.name` of the exported spans. Default `"switchyard"`.
+    pub service_name: String,
+}
+
+/// `[admin]`: the admin listener.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawAdmin {
+    /// `IP:port` serving `/metrics`, `/livez`, `/readyz` and the status page
+    /// (port 0 picks a free port). Default `""`: no admin listener, so two
+    /// gateways (or test runs) on one host never fight over a fixed port;
+    /// deployments set it, e.g. `"127.0.0.1:9090"`.
+    pub address: String,
 }
 
 /// `[gateway]`: process-wide settings.
@@ -116,6 +159,8 @@ pub struct RawListener {
     /// Requests pushed to one client and not yet answered (holon `s<N>`).
     /// Default `64`.
     pub max_unanswered_pushes: usize,
+    /// `sideband`: advertise CBOR envelopes (`encoding/cbor`). Default `true`.
+    pub sideband_cbor: bool,
 }
 
 /// `[upstreams.<name>]`: one backend switchyard forwards to.
@@ -208,6 +253,8 @@ struct Sections {
     listeners: BTreeMap<String, IgnoredAny>,
     upstreams: BTreeMap<String, IgnoredAny>,
     routes: Vec<figment::value::Value>,
+    admin: IgnoredAny,
+    tracing: IgnoredAny,
 }
 
 /// Request size the `hld` profile allows (hld's own line limit is 10 MiB).
@@ -281,6 +328,8 @@ fn extract(figment: &Figment) -> Result<RawConfig, ConfigError> {
     let mut errors = Vec::new();
     errors.extend(section::<RawGateway>(figment, "gateway".into()));
     errors.extend(section::<RawLog>(figment, "log".into()));
+    errors.extend(section::<RawAdmin>(figment, "admin".into()));
+    errors.extend(section::<RawTracing>(figment, "tracing".into()));
     // A name containing '.' cannot be addressed by a figment path; such a
     // section is only checked as part of the whole.
     for name in sections.listeners.keys().filter(|n| !n.contains('.')) {
@@ -336,6 +385,21 @@ impl Default for RawLog {
     }
 }
 
+// === impl RawTracing ===
+
+impl Default for RawTracing {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            endpoint: DEFAULT_OTLP_ENDPOINT.to_owned(),
+            protocol: "http/protobuf".to_owned(),
+            sampling_ratio: 1.0,
+            record_ids: false,
+            service_name: DEFAULT_SERVICE_NAME.to_owned(),
+        }
+    }
+}
+
 // === impl RawListener ===
 
 impl Default for RawListener {
@@ -355,6 +419,7 @@ impl Default for RawListener {
             request_timeout_ms: 30_000,
             answer_ping_notification: true,
             max_unanswered_pushes: 64,
+            sideband_cbor: true,
         }
     }
 }

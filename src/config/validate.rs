@@ -13,10 +13,11 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::raw::{RawConfig, RawListener, RawLog, RawUpstream};
+use super::raw::{RawAdmin, RawConfig, RawListener, RawLog, RawTracing, RawUpstream};
 use super::{
-    Config, GatewayConfig, ListenAddr, ListenerConfig, LogConfig, LogFormat, NotificationPolicy,
-    RouteTable, UpstreamConfig, UpstreamMode, UpstreamTarget,
+    AdminConfig, Config, GatewayConfig, ListenAddr, ListenerConfig, LogConfig, LogFormat,
+    NotificationPolicy, OtlpProtocol, RouteTable, TracingConfig, UpstreamConfig, UpstreamMode,
+    UpstreamTarget,
 };
 use crate::dialect::Dialect;
 
@@ -25,6 +26,9 @@ const MAX_SOCKET_PATH_BYTES: usize = 107;
 
 /// Accepted `log.format` values.
 const FORMATS: [(&str, LogFormat); 2] = [("text", LogFormat::Text), ("json", LogFormat::Json)];
+
+/// Accepted `tracing.protocol` values.
+const PROTOCOLS: [(&str, OtlpProtocol); 1] = [("http/protobuf", OtlpProtocol::HttpProtobuf)];
 
 /// Accepted upstream `mode` values.
 const MODES: [(&str, UpstreamMode); 2] = [
@@ -89,12 +93,16 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         .filter_map(|(name, u)| upstream(name, u, &mut p))
         .collect();
     check_conflicts(&listeners, &upstreams, &mut p);
+    let admin = admin_config(&raw.admin, &listeners, &mut p);
+    let tracing = tracing_config(&raw.tracing, &mut p);
     if p.0.is_empty() {
         Ok(Config {
             gateway,
             log,
             listeners,
             upstreams,
+            admin,
+            tracing,
         })
     } else {
         Err(ConfigError::Invalid(p.0))
@@ -111,6 +119,71 @@ fn log_config(raw: &RawLog, p: &mut Problems) -> LogConfig {
     LogConfig {
         format: format.unwrap_or(LogFormat::Text),
         level,
+    }
+}
+
+/// `admin.address`: empty disables; otherwise an `IP:port` that is not a
+/// client listener's (metrics and probes never share a client port).
+fn admin_config(raw: &RawAdmin, listeners: &[ListenerConfig], p: &mut Problems) -> AdminConfig {
+    if raw.address.is_empty() {
+        return AdminConfig { addr: None };
+    }
+    let addr = match raw.address.parse::<SocketAddr>() {
+        Ok(addr) => addr,
+        Err(e) => {
+            let msg = format!("invalid IP:port {:?}: {e}", raw.address);
+            p.at("admin", "address", msg);
+            return AdminConfig { addr: None };
+        }
+    };
+    let overlaps = |l: &&ListenerConfig| match &l.addr {
+        ListenAddr::Ws { addr: a, .. } => a.port() != 0 && same_socket(*a, addr),
+        ListenAddr::Unix { .. } => false,
+    };
+    if let Some(l) = listeners.iter().find(overlaps) {
+        let msg = format!(
+            "same port as listeners.{}; the admin listener needs its own",
+            l.name
+        );
+        p.at("admin", "address", msg);
+    }
+    AdminConfig { addr: Some(addr) }
+}
+
+/// Both addresses would bind the same port on a common interface.
+fn same_socket(a: SocketAddr, b: SocketAddr) -> bool {
+    let any = a.ip().is_unspecified() || b.ip().is_unspecified();
+    a.port() == b.port() && (any || a.ip() == b.ip())
+}
+
+/// `[tracing]`: checked even when export is off, so turning it on later
+/// cannot surface an old mistake.
+fn tracing_config(raw: &RawTracing, p: &mut Problems) -> TracingConfig {
+    let protocol = p.choice("tracing", "protocol", &raw.protocol, &PROTOCOLS);
+    let endpoint = &raw.endpoint;
+    let problem = match endpoint.parse::<axum::http::Uri>() {
+        Ok(uri) if uri.scheme_str() == Some("http") && uri.host().is_some() => None,
+        Ok(uri) if uri.scheme_str() == Some("https") => Some("https is not supported (this build has no TLS); use an http:// collector such as a local OpenTelemetry Collector".to_owned()),
+        Ok(_) => Some(format!("expected an http:// URL with a host (got {endpoint:?})")),
+        Err(e) => Some(format!("invalid URL {endpoint:?}: {e}")),
+    };
+    if let Some(msg) = problem {
+        p.at("tracing", "endpoint", msg);
+    }
+    if !(0.0..=1.0).contains(&raw.sampling_ratio) {
+        let msg = format!("must be between 0.0 and 1.0 (got {})", raw.sampling_ratio);
+        p.at("tracing", "sampling_ratio", msg);
+    }
+    if raw.service_name.trim().is_empty() {
+        p.at("tracing", "service_name", "must not be empty");
+    }
+    TracingConfig {
+        enabled: raw.enabled,
+        endpoint: raw.endpoint.clone(),
+        protocol: protocol.unwrap_or(OtlpProtocol::HttpProtobuf),
+        sampling_ratio: raw.sampling_ratio,
+        record_ids: raw.record_ids,
+        service_name: raw.service_name.clone(),
     }
 }
 
@@ -211,6 +284,7 @@ fn listener(
         max_unanswered_pushes: p
             .nonzero(&key, "max_unanswered_pushes", raw.max_unanswered_pushes)
             .map_or(1, |n| n.get()),
+        sideband_cbor: raw.sideband_cbor,
         routes,
     })
 }

@@ -126,15 +126,33 @@ fn json_string(v: &RawValue) -> Option<String> {
 pub fn object_params(params: Option<&Payload>) -> Option<Payload> {
     match params {
         None => Some(Payload::Json(raw_from_string(String::from("{}")))),
-        Some(p @ Payload::Json(raw)) if raw.get().starts_with('{') => Some(p.clone()),
+        Some(p) if is_object(p) => Some(p.clone()),
         Some(_) => None,
+    }
+}
+
+/// True for a JSON object or a CBOR map.
+pub fn is_object(p: &Payload) -> bool {
+    match p {
+        Payload::Json(raw) => raw.get().starts_with('{'),
+        Payload::Cbor(bytes) => matches!(bytes.first(), Some(0xa0..=0xbf)),
+    }
+}
+
+/// True for a JSON array or object, or a CBOR array or map: what JSON-RPC
+/// `params` may be.
+pub fn is_structured(p: &Payload) -> bool {
+    match p {
+        Payload::Json(raw) => matches!(raw.get().as_bytes().first(), Some(b'[' | b'{')),
+        Payload::Cbor(bytes) => matches!(bytes.first(), Some(0x80..=0xbf)),
     }
 }
 
 /// Wraps params a holon peer cannot carry as `{"value": …}` (notifications).
 pub fn wrap_params(params: &Payload) -> Option<Payload> {
-    let Payload::Json(raw) = params else {
-        return None;
+    let raw = match params {
+        Payload::Json(raw) => raw.clone(),
+        Payload::Cbor(bytes) => crate::dialect::sideband::cbor_to_json(bytes).ok()?,
     };
     Some(Payload::Json(raw_from_string(format!(
         "{{\"value\":{}}}",

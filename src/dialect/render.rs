@@ -20,7 +20,7 @@ pub enum Style {
     Holon,
 }
 
-/// A payload that cannot be rendered as JSON (CBOR needs transcoding first).
+/// A payload that cannot be rendered as JSON (CBOR that JSON cannot carry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("payload is not JSON")]
 pub struct NotJson;
@@ -124,8 +124,14 @@ fn push_id(out: &mut String, id: &WireId) {
 }
 
 fn push_payload(out: &mut String, payload: &Payload, style: Style) -> Result<(), NotJson> {
-    let Payload::Json(raw) = payload else {
-        return Err(NotJson);
+    let transcoded;
+    let raw = match payload {
+        Payload::Json(raw) => raw,
+        Payload::Cbor(bytes) => {
+            // Sideband v2 payloads: transcoded by sideband.md §7's rules.
+            transcoded = crate::dialect::sideband::cbor_to_json(bytes).map_err(|_| NotJson)?;
+            &transcoded
+        }
     };
     let text = raw.get();
     if style == Style::Line && text.contains(['\n', '\r']) {

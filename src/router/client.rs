@@ -19,12 +19,12 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::dialect::holon::{object_params, wrap_params};
-use crate::dialect::render::{render, Style};
 use crate::dialect::Dialect;
 use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::router::correlator::{Correlator, Resolution};
 use crate::telemetry::metrics::Metrics;
+use crate::transport::codec::OutCodec;
 use crate::transport::Outgoing;
 use crate::upstream::link::{Link, Owner, OwnerRef, PendingPush, ReplyResult};
 use crate::upstream::Upstream;
@@ -44,7 +44,9 @@ pub struct ClientLinks {
 #[derive(Debug, Clone)]
 pub struct Pusher {
     dialect: Dialect,
-    style: Style,
+    codec: OutCodec,
+    /// Sideband clients: cid of each push → its `s<N>` number.
+    cids: Arc<Mutex<HashMap<[u8; 16], u64>>>,
     outbox: mpsc::Sender<Outgoing>,
     pushes: Arc<Mutex<Correlator<Option<oneshot::Sender<ReplyResult>>>>>,
     max_unanswered: usize,
@@ -144,17 +146,17 @@ impl Owner for Pusher {
 
 impl Pusher {
     /// A pusher writing to a client's outbox.
-    pub fn new(
-        dialect: Dialect,
-        style: Style,
+    pub(crate) fn new(
+        codec: OutCodec,
         outbox: mpsc::Sender<Outgoing>,
         max_unanswered: usize,
         timeout: Duration,
         metrics: Metrics,
     ) -> Self {
         Pusher {
-            dialect,
-            style,
+            dialect: codec.dialect(),
+            codec,
+            cids: Arc::new(Mutex::new(HashMap::new())),
             outbox,
             pushes: Arc::new(Mutex::new(Correlator::new(false))),
             max_unanswered,
@@ -178,10 +180,13 @@ impl Pusher {
                 method: method.to_owned(),
                 params,
             };
-            if let Ok(text) = render(&msg, self.style) {
-                if self.outbox.try_send(Outgoing::Text(text)).is_err() {
-                    self.count_dropped("slow_consumer");
+            match self.codec.encode(&msg) {
+                Some(out) => {
+                    if self.outbox.try_send(out).is_err() {
+                        self.count_dropped("slow_consumer");
+                    }
                 }
+                None => self.count_dropped("untranslatable"),
             }
             return;
         }
@@ -234,13 +239,24 @@ impl Pusher {
         let gid = table
             .insert(Some(tx))
             .map_err(|_| GatewayError::new(ErrorKind::Unavailable))?;
+        let id = match self.dialect {
+            Dialect::Sideband => {
+                // A fresh random cid, which is also the request frame's id.
+                let cid: [u8; 16] = rand::random();
+                self.cids.lock().insert(cid, gid);
+                WireId::Cid(cid)
+            }
+            _ => WireId::string(&format!("s{gid}")),
+        };
         let msg = Message::Request {
-            id: WireId::string(&format!("s{gid}")),
+            id,
             method: method.to_owned(),
             params,
         };
-        let sent = render(&msg, self.style)
-            .is_ok_and(|text| self.outbox.try_send(Outgoing::Text(text)).is_ok());
+        let sent = match self.codec.encode(&msg) {
+            Some(out) => self.outbox.try_send(out).is_ok(),
+            None => false,
+        };
         if !sent {
             table.cancel(gid);
             self.count_dropped("slow_consumer");
@@ -260,6 +276,7 @@ impl Pusher {
             Ok(Err(_)) => Err(GatewayError::new(ErrorKind::Unavailable)),
             Err(_) => {
                 self.pushes.lock().abandon(gid);
+                self.cids.lock().retain(|_, g| *g != gid);
                 Err(GatewayError::new(ErrorKind::Timeout))
             }
         }
@@ -268,11 +285,14 @@ impl Pusher {
     /// Settles a push with the client's reply. Returns false (and counts)
     /// when the id was not pending.
     pub fn settle(&self, id: &WireId, reply: ReplyResult) -> bool {
-        let gid = id
-            .as_json()
-            .and_then(|t| t.strip_prefix("\"s"))
-            .and_then(|t| t.strip_suffix('"'))
-            .and_then(|n| n.parse::<u64>().ok());
+        let gid = match id {
+            WireId::Cid(cid) => self.cids.lock().remove(cid),
+            WireId::Json(_) => id
+                .as_json()
+                .and_then(|t| t.strip_prefix("\"s"))
+                .and_then(|t| t.strip_suffix('"'))
+                .and_then(|n| n.parse::<u64>().ok()),
+        };
         let resolution = gid.map_or(Resolution::Unknown, |gid| self.pushes.lock().resolve(gid));
         let kind = match resolution {
             Resolution::Pending(waiter) => {

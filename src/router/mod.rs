@@ -15,8 +15,9 @@ use tracing::Instrument;
 
 use crate::config::{ListenerConfig, UpstreamMode};
 use crate::dialect::jsonrpc::Item;
+use crate::dialect::sideband;
 use crate::dialect::Dialect;
-use crate::envelope::{Message, Outcome, Payload, WireId};
+use crate::envelope::{ErrorObject, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::telemetry::metrics::Metrics;
 use crate::upstream::Upstream;
@@ -25,6 +26,20 @@ pub mod client;
 pub mod correlator;
 
 pub use client::{ClientLinks, Pusher};
+
+/// An upstream error as the client's dialect carries it (error-codes.md
+/// §3): unchanged between JSON dialects, mapped by table to and from
+/// Sideband, with the original kept under `data.origin` when lossy.
+pub fn translate_error(error: &ErrorObject, from: Dialect, to: Dialect) -> ErrorObject {
+    match (from, to) {
+        (Dialect::Sideband, Dialect::Sideband) => error.clone(),
+        (Dialect::Sideband, target) => {
+            sideband::error_to_json_dialect(error.code, &error.message, error.data.as_ref(), target)
+        }
+        (source, Dialect::Sideband) => sideband::error_from_json_dialect(error, source),
+        _ => error.clone(),
+    }
+}
 
 /// Records the outcome of a request on its span.
 fn record_outcome(span: &tracing::Span, reply: &Message) {
@@ -240,7 +255,7 @@ impl Route {
             .zip(replies)
             .map(|((i, id, _, _), reply)| {
                 let msg = match (id, reply) {
-                    (Some(id), Some(reply)) => Some(self.reply_for(id, upstream.name(), reply)),
+                    (Some(id), Some(reply)) => Some(self.reply_for(id, &upstream, reply)),
                     _ => None,
                 };
                 (i, msg)
@@ -288,16 +303,17 @@ impl Route {
             .request_duration
             .with_label_values(&labels)
             .observe(started.elapsed().as_secs_f64());
-        self.reply_for(id, upstream.name(), result)
+        self.reply_for(id, upstream, result)
     }
 
     /// The client's reply for an upstream outcome, with the client's id.
     fn reply_for(
         &self,
         id: WireId,
-        upstream: &str,
+        up: &Upstream,
         result: Result<Message, GatewayError>,
     ) -> Message {
+        let upstream = up.name();
         match result {
             Ok(Message::Response { result, .. }) => {
                 self.count_request(upstream, "ok");
@@ -305,6 +321,7 @@ impl Route {
             }
             Ok(Message::Error { error, .. }) => {
                 self.count_request(upstream, "upstream_error");
+                let error = translate_error(&error, up.config().dialect, self.cfg.dialect);
                 Message::Error {
                     id: Some(id),
                     error,

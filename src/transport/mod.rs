@@ -6,6 +6,8 @@
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub(crate) mod codec;
+pub(crate) mod sbp;
 pub mod session;
 pub(crate) mod unix;
 pub(crate) mod ws;
@@ -26,6 +28,8 @@ pub(crate) struct Serve {
 pub enum Outgoing {
     /// One text frame / NDJSON line.
     Text(String),
+    /// One binary frame (Sideband).
+    Binary(Vec<u8>),
     /// A WebSocket ping (liveness check).
     Ping,
     /// Close the connection with this code and reason.

@@ -17,7 +17,11 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::Outgoing;
-use crate::dialect::render::{render, render_batch, Style};
+use parking_lot::Mutex;
+
+use super::codec::OutCodec;
+use super::sbp::{Sbp, SbpEvent};
+use crate::dialect::render::Style;
 use crate::dialect::{holon, jsonrpc, Dialect, Inbound, Item};
 use crate::envelope::{raw_from_string, Message, Outcome, Payload};
 use crate::error::{ErrorKind, GatewayError};
@@ -27,7 +31,7 @@ use crate::router::{ClientLinks, Pusher, Route};
 #[derive(Debug)]
 pub struct Session {
     route: Arc<Route>,
-    style: Style,
+    codec: OutCodec,
     outbox: mpsc::Sender<Outgoing>,
     /// Requests in flight for this client (`max_in_flight`).
     in_flight: Arc<Semaphore>,
@@ -61,14 +65,17 @@ impl Session {
         outbox: mpsc::Sender<Outgoing>,
         grace_over: CancellationToken,
     ) -> Self {
-        let style = match route.cfg.dialect {
-            Dialect::Ndjson => Style::Line,
-            Dialect::Holon => Style::Holon,
-            Dialect::JsonRpc | Dialect::Sideband => Style::Frame,
+        let d = route.cfg.dialect;
+        let codec = match d {
+            Dialect::Ndjson => OutCodec::Text(d, Style::Line),
+            Dialect::Holon => OutCodec::Text(d, Style::Holon),
+            Dialect::JsonRpc => OutCodec::Text(d, Style::Frame),
+            Dialect::Sideband => {
+                OutCodec::Sideband(Arc::new(Mutex::new(Sbp::new(route.cfg.sideband_cbor))))
+            }
         };
         let pusher = Pusher::new(
-            route.cfg.dialect,
-            style,
+            codec.clone(),
             outbox.clone(),
             route.cfg.max_unanswered_pushes,
             route.cfg.request_timeout,
@@ -77,7 +84,7 @@ impl Session {
         Session {
             in_flight: Arc::new(Semaphore::new(route.cfg.max_in_flight)),
             route,
-            style,
+            codec,
             outbox,
             tasks: TaskTracker::new(),
             gone: CancellationToken::new(),
@@ -110,12 +117,58 @@ impl Session {
         Verdict::Continue
     }
 
-    /// Queues a reply rendered by the session's style.
+    /// Queues a reply rendered by the session's codec.
     pub async fn send(&self, msg: &Message) {
-        if let Ok(text) = render(msg, self.style) {
+        if let Some(out) = self.codec.encode(msg) {
             // The writer is gone only when the connection is closing.
-            let _ = self.outbox.send(Outgoing::Text(text)).await;
+            let _ = self.outbox.send(out).await;
         }
+    }
+
+    /// The frames to send when the connection opens (Sideband handshake).
+    pub fn greeting(&self) -> Option<Outgoing> {
+        match &self.codec {
+            OutCodec::Sideband(sbp) => Some(Outgoing::Binary(sbp.lock().hello())),
+            OutCodec::Text(..) => None,
+        }
+    }
+
+    /// True while a Sideband peer has not sent its handshake.
+    pub fn negotiating(&self) -> bool {
+        matches!(&self.codec, OutCodec::Sideband(sbp) if !sbp.lock().ready())
+    }
+
+    /// Handles one inbound binary frame (Sideband).
+    pub async fn on_binary(&self, bytes: &[u8]) -> Verdict {
+        let OutCodec::Sideband(sbp) = &self.codec else {
+            return Verdict::Close(1003, "binary frames are not supported");
+        };
+        let event = sbp.lock().on_frame(bytes);
+        match event {
+            SbpEvent::Nothing | SbpEvent::Ready => {}
+            SbpEvent::Send(frame) => {
+                // The writer is gone only when the connection is closing.
+                let _ = self.outbox.send(Outgoing::Binary(frame)).await;
+            }
+            SbpEvent::Rpc(msg) => self.single(Item::Valid(msg)).await,
+            SbpEvent::PeerError { code, message, .. } => {
+                tracing::debug!(listener = %self.route.cfg.name, code, message, "ErrorFrame from client");
+                self.route.count_protocol_error("peer_error_frame");
+            }
+            SbpEvent::Close {
+                frame,
+                code,
+                reason,
+            } => {
+                self.route.count_protocol_error("fatal_frame");
+                if let Some(frame) = frame {
+                    let _ = self.outbox.send(Outgoing::Binary(frame)).await;
+                }
+                let _ = self.outbox.send(Outgoing::Close(code, reason)).await;
+                return Verdict::Close(code, reason);
+            }
+        }
+        Verdict::Continue
     }
 
     /// Fires when a dedicated upstream link dropped: close the client.
@@ -168,16 +221,17 @@ impl Session {
             _ => None,
         };
         let route = self.route.clone();
-        let (outbox, style, client) = (self.outbox.clone(), self.style, self.client.clone());
+        let (outbox, codec, client) =
+            (self.outbox.clone(), self.codec.clone(), self.client.clone());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
         let task = async move {
             let Some(reply) = settle(&route, item, &client, &gone, &grace_over).await else {
                 return;
             };
             drop(permit);
-            if let Ok(text) = render(&reply, style) {
+            if let Some(out) = codec.encode(&reply) {
                 // Closed outbox: the client left while we worked.
-                let _ = outbox.send(Outgoing::Text(text)).await;
+                let _ = outbox.send(out).await;
             }
         };
         self.tasks.spawn(task.instrument(self.parent.clone()));
@@ -201,7 +255,8 @@ impl Session {
             })
             .collect();
         let route = self.route.clone();
-        let (outbox, style, client) = (self.outbox.clone(), self.style, self.client.clone());
+        let (outbox, codec, client) =
+            (self.outbox.clone(), self.codec.clone(), self.client.clone());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
         let span = tracing::info_span!(parent: &self.parent, "rpc.batch", otel.kind = "server", rpc.batch.size = request_ids.len());
         let task = async move {
@@ -217,9 +272,9 @@ impl Session {
             if replies.is_empty() {
                 return;
             }
-            if let Ok(text) = render_batch(&replies, style) {
+            if let Some(out) = codec.encode_batch(&replies) {
                 // Closed outbox: the client left while we worked.
-                let _ = outbox.send(Outgoing::Text(text)).await;
+                let _ = outbox.send(out).await;
             }
         };
         self.tasks.spawn(task.instrument(span));

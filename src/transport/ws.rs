@@ -9,12 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket, WebSocketUpgrade};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::routing::get;
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::session::{Session, Verdict};
 use super::{Outgoing, Serve};
@@ -23,11 +25,15 @@ use crate::dialect::Dialect;
 use crate::envelope::{Message, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::router::Route;
+use crate::telemetry::trace::connection_span;
 
 /// Room above the configured message limit given to the WebSocket library,
 /// so that switchyard sees an oversize message first and can answer it in
 /// the dialect before closing with 1009.
 const LIBRARY_HEADROOM: usize = 64 * 1024;
+
+/// How long a Sideband client has to send its handshake.
+const SIDEBAND_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How the reader loop ended.
 enum End {
@@ -54,9 +60,9 @@ pub(crate) async fn serve(
         let ctx = ctx.clone();
         app = app.route(
             &path,
-            get(move |ws: WebSocketUpgrade| {
+            get(move |headers: HeaderMap, ws: WebSocketUpgrade| {
                 let (route, ctx) = (route.clone(), ctx.clone());
-                async move { upgrade(ws, route, ctx) }
+                async move { upgrade(ws, &headers, route, ctx) }
             }),
         );
     }
@@ -77,16 +83,20 @@ impl ListenAddrPath {
     }
 }
 
-fn upgrade(ws: WebSocketUpgrade, route: Arc<Route>, ctx: Serve) -> Response {
+/// Accepts the upgrade; the connection runs in a span whose OpenTelemetry
+/// parent is the request's `traceparent`, if any (see `telemetry::trace`).
+fn upgrade(ws: WebSocketUpgrade, headers: &HeaderMap, route: Arc<Route>, ctx: Serve) -> Response {
     let limit = route.cfg.max_message_bytes.saturating_add(LIBRARY_HEADROOM);
     let ws = ws.max_message_size(limit).max_frame_size(limit);
     let ws = match route.cfg.dialect {
         Dialect::JsonRpc => ws.protocols(["jsonrpc"]),
         Dialect::Holon => ws.protocols(["holon-rpc"]),
-        Dialect::Ndjson | Dialect::Sideband => ws,
+        Dialect::Sideband => ws.protocols(["sideband.v1"]),
+        Dialect::Ndjson => ws,
     };
+    let span = connection_span(headers, &route.cfg.name, route.cfg.dialect.as_str());
     let sessions = ctx.sessions.clone();
-    ws.on_upgrade(move |socket| sessions.track_future(run(socket, route, ctx)))
+    ws.on_upgrade(move |socket| sessions.track_future(run(socket, route, ctx).instrument(span)))
 }
 
 /// Drives one client connection to its end.
@@ -103,11 +113,22 @@ async fn run(socket: WebSocket, route: Arc<Route>, ctx: Serve) {
     let (tx, rx) = mpsc::channel(route.cfg.outbox_capacity);
     let writer = tokio::spawn(write_loop(sink, rx));
     let session = Session::new(route.clone(), tx.clone(), ctx.grace_over.clone());
+    if let Some(hello) = session.greeting() {
+        // Sideband: both sides send their handshake at once.
+        let _ = tx.send(hello).await;
+    }
     let end = read_loop(stream, &session, &route, &tx, &ctx).await;
     match end {
         End::Gone | End::Closing => session.abort().await,
         End::Shutdown => {
             session.drain().await;
+            if route.cfg.dialect == Dialect::Sideband {
+                let _ = tx
+                    .send(Outgoing::Binary(crate::transport::sbp::Sbp::close_frame(
+                        "shutdown",
+                    )))
+                    .await;
+            }
             // The writer may already be gone with the client.
             let _ = tx.send(Outgoing::Close(1001, "going away")).await;
         }
@@ -144,12 +165,17 @@ async fn read_loop(
     let mut tick = tokio::time::interval(period.max(Duration::from_millis(10)));
     let mut last_rx = Instant::now();
     let mut ping_sent: Option<Instant> = None;
+    let opened = Instant::now();
     let lost = session.upstream_lost();
     loop {
         let frame = tokio::select! {
             () = lost.cancelled() => return End::UpstreamLost,
             frame = stream.next() => frame,
             _ = tick.tick() => {
+                if session.negotiating() && opened.elapsed() >= SIDEBAND_HANDSHAKE_TIMEOUT {
+                    let _ = tx.send(Outgoing::Close(1000, "negotiation_failed")).await;
+                    return End::Closing;
+                }
                 if ping_sent.is_some_and(|t| t.elapsed() >= cfg.pong_timeout) {
                     tracing::debug!(listener = %cfg.name, "peer missed its pong; dropping it");
                     return End::Gone;
@@ -166,12 +192,28 @@ async fn read_loop(
         last_rx = Instant::now();
         ping_sent = None;
         match frame {
+            Some(Ok(WsMessage::Text(_))) if cfg.dialect == Dialect::Sideband => {
+                route.count_protocol_error("text_frame");
+                let _ = tx
+                    .send(Outgoing::Close(1003, "Text frames not supported"))
+                    .await;
+                return End::Closing;
+            }
             Some(Ok(WsMessage::Text(text))) => {
                 if text.len() > cfg.max_message_bytes {
                     too_large(route, tx).await;
                     return End::Closing;
                 }
                 if let Verdict::Close(..) = session.on_text(text.as_str()).await {
+                    return End::Closing;
+                }
+            }
+            Some(Ok(WsMessage::Binary(bytes))) if cfg.dialect == Dialect::Sideband => {
+                if bytes.len() > cfg.max_message_bytes {
+                    too_large(route, tx).await;
+                    return End::Closing;
+                }
+                if let Verdict::Close(..) = session.on_binary(&bytes).await {
                     return End::Closing;
                 }
             }
@@ -208,7 +250,12 @@ async fn too_large(route: &Route, tx: &mpsc::Sender<Outgoing>) {
             let _ = tx.send(Outgoing::Text(text)).await;
         }
     }
-    let _ = tx.send(Outgoing::Close(1009, "message too large")).await;
+    let reason = if route.cfg.dialect == Dialect::Sideband {
+        "Message too large"
+    } else {
+        "message too large"
+    };
+    let _ = tx.send(Outgoing::Close(1009, reason)).await;
 }
 
 /// The library refused a message above even its (larger) limit.
@@ -228,6 +275,7 @@ async fn write_loop(
     while let Some(out) = rx.recv().await {
         let result = match out {
             Outgoing::Text(text) => sink.feed(WsMessage::Text(text.into())).await,
+            Outgoing::Binary(bytes) => sink.feed(WsMessage::Binary(bytes.into())).await,
             Outgoing::Ping => sink.feed(WsMessage::Ping(Default::default())).await,
             Outgoing::Close(code, reason) => {
                 let frame = CloseFrame {

@@ -8,21 +8,49 @@
 
 use crate::dialect::holon::object_params;
 use crate::dialect::render::{render, render_batch, Style};
+use crate::dialect::sideband::{EnvelopeError, Member};
 use crate::dialect::Dialect;
 use crate::envelope::{raw_from_string, Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::router::correlator::parse_gateway_id;
 
-use super::link::Link;
+use super::link::{Link, Wire};
 
 // === impl Link ===
 
 impl Link {
-    /// The wire id for gateway id `gid` in the upstream's dialect.
+    /// The wire id for gateway id `gid` in the upstream's dialect: a
+    /// number, a decimal string (holon), or a fresh random cid (Sideband,
+    /// which is also the request frame's id).
     pub(super) fn wire_id(&self, gid: u64) -> WireId {
+        if let Some(sb) = &self.sideband {
+            let cid: [u8; 16] = rand::random();
+            let mut sb = sb.lock();
+            sb.by_cid.insert(cid, gid);
+            sb.by_gid.insert(gid, cid);
+            return WireId::Cid(cid);
+        }
         match self.shared.cfg.dialect {
             Dialect::Holon => WireId::string(&gid.to_string()),
             _ => WireId::number(gid),
+        }
+    }
+
+    /// The gateway id a reply's cid stands for (Sideband); forgets it.
+    pub(super) fn gid_of_cid(&self, cid: &[u8; 16]) -> Option<u64> {
+        let mut sb = self.sideband.as_ref()?.lock();
+        let gid = sb.by_cid.remove(cid)?;
+        sb.by_gid.remove(&gid);
+        Some(gid)
+    }
+
+    /// Forgets the cid of an abandoned or cancelled gateway id.
+    pub(super) fn forget_gid(&self, gid: u64) {
+        if let Some(sb) = &self.sideband {
+            let mut sb = sb.lock();
+            if let Some(cid) = sb.by_gid.remove(&gid) {
+                sb.by_cid.remove(&cid);
+            }
         }
     }
 
@@ -52,6 +80,13 @@ impl Link {
             });
         }
         Ok(match params {
+            Some(p) if self.shared.cfg.dialect == Dialect::Sideband => Some(p.clone()),
+            Some(p) if !crate::dialect::holon::is_structured(p) => {
+                return Err(GatewayError::with_detail(
+                    ErrorKind::InvalidParams,
+                    "params must be an array or an object for this upstream",
+                ))
+            }
             Some(p) => Some(p.clone()),
             // Most hld handlers fail on absent params.
             None if self.shared.cfg.fill_empty_params => {
@@ -62,15 +97,24 @@ impl Link {
     }
 
     /// Renders a batch for this upstream, enforcing its size limit.
-    pub(super) fn encode_batch(&self, msgs: &[Message]) -> Result<String, GatewayError> {
+    pub(super) fn encode_batch(&self, msgs: &[Message]) -> Result<Wire, GatewayError> {
         let text = render_batch(msgs, self.style()).map_err(|_| not_json())?;
-        self.check_size(text)
+        self.check_size(Wire::Text(text))
     }
 
     /// Renders a message for this upstream, enforcing its size limit.
-    pub(super) fn encode(&self, msg: &Message) -> Result<String, GatewayError> {
+    pub(super) fn encode(&self, msg: &Message) -> Result<Wire, GatewayError> {
+        if let Some(sb) = &self.sideband {
+            let frame = sb.lock().sbp.encode(msg).map_err(|e| match e {
+                EnvelopeError::Transcode {
+                    member: Member::P, ..
+                } => GatewayError::with_detail(ErrorKind::InvalidParams, e.to_string()),
+                other => GatewayError::with_detail(ErrorKind::Internal, other.to_string()),
+            })?;
+            return self.check_size(Wire::Binary(frame));
+        }
         let text = render(msg, self.style()).map_err(|_| not_json())?;
-        self.check_size(text)
+        self.check_size(Wire::Text(text))
     }
 
     fn style(&self) -> Style {
@@ -82,7 +126,7 @@ impl Link {
     }
 
     /// Refuses a text the upstream would not accept.
-    fn check_size(&self, text: String) -> Result<String, GatewayError> {
+    fn check_size(&self, text: Wire) -> Result<Wire, GatewayError> {
         let framed_len = text.len() + usize::from(self.style() == Style::Line);
         if framed_len > self.shared.cfg.max_request_bytes {
             return Err(GatewayError::with_detail(

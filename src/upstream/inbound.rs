@@ -12,7 +12,8 @@ use crate::router::correlator::Resolution;
 
 use std::sync::Arc;
 
-use super::link::{Link, ReplyResult, Waiter};
+use super::link::{Link, ReplyResult, Waiter, Wire};
+use crate::transport::sbp::SbpEvent;
 
 // === impl Link ===
 
@@ -53,7 +54,72 @@ impl Link {
                 return true;
             }
         };
+        self.on_decoded(msg, in_batch)
+    }
+
+    /// Handles one inbound binary frame (Sideband). Returns false when the
+    /// link must close.
+    pub(super) fn on_frame(self: &Arc<Self>, bytes: &[u8]) -> bool {
+        let Some(sb) = &self.sideband else {
+            return false;
+        };
+        let event = sb.lock().sbp.on_frame(bytes);
+        match event {
+            SbpEvent::Nothing | SbpEvent::Ready => true,
+            SbpEvent::Send(frame) => {
+                if self.out.try_send(Wire::Binary(frame)).is_err() {
+                    self.shared.count_dropped("upstream_queue_full");
+                }
+                true
+            }
+            SbpEvent::Rpc(msg) => self.on_decoded(msg, false),
+            SbpEvent::PeerError { id, code, message } => match self.gid_of_cid(&id) {
+                // An ErrorFrame about one of our requests settles it.
+                Some(gid) => {
+                    let detail = format!("upstream ErrorFrame {code}: {message}");
+                    self.settle(
+                        Some(gid),
+                        Err(GatewayError::with_detail(ErrorKind::Internal, detail)),
+                    )
+                }
+                None => {
+                    tracing::debug!(upstream = %self.shared.cfg.name, code, message, "ErrorFrame from upstream");
+                    self.shared.count_protocol_error("peer_error_frame");
+                    true
+                }
+            },
+            SbpEvent::Close {
+                frame,
+                code,
+                reason,
+            } => {
+                tracing::warn!(upstream = %self.shared.cfg.name, code, reason, "closing Sideband upstream link");
+                if let Some(frame) = frame {
+                    // Closing anyway; a full queue changes nothing.
+                    let _ = self.out.try_send(Wire::Binary(frame));
+                }
+                false
+            }
+        }
+    }
+
+    /// Dispatches one decoded message. Returns false when the link must close.
+    fn on_decoded(self: &Arc<Self>, msg: Message, in_batch: bool) -> bool {
         match msg {
+            Message::Response {
+                id: WireId::Cid(cid),
+                ..
+            }
+            | Message::Error {
+                id: Some(WireId::Cid(cid)),
+                ..
+            } => match self.gid_of_cid(&cid) {
+                Some(gid) => self.settle(Some(gid), Ok(msg)),
+                None => {
+                    self.shared.count_unmatched("unknown");
+                    true
+                }
+            },
             Message::Response { ref id, .. }
             | Message::Error {
                 id: Some(ref id), ..

@@ -36,7 +36,7 @@ pub(crate) struct Link {
     pub(super) correlator: Mutex<Correlator<Waiter>>,
     /// Lines/frames to write, in order. Bounded: the in-flight semaphore
     /// keeps requests below its capacity.
-    pub(super) out: mpsc::Sender<String>,
+    pub(super) out: mpsc::Sender<Wire>,
     /// Requests in flight on this connection (`max_in_flight_per_connection`).
     pub(crate) depth: Arc<Semaphore>,
     /// Cancelled when the connection is gone (or must go).
@@ -51,10 +51,42 @@ pub(crate) struct Link {
     /// The client session that owns this link (per-client mode): it gets
     /// upstream-originated requests and notifications. `None` when shared.
     pub(super) owner: Option<OwnerRef>,
+    /// Sideband session and cid map (Sideband upstreams only).
+    pub(super) sideband: Option<Mutex<SidebandState>>,
     /// The holon heartbeat in flight: its number and when it was sent.
     pub(super) heartbeat: Mutex<Option<(u64, Instant)>>,
     /// Upstream-wide settings and metrics.
     pub(super) shared: Arc<UpstreamShared>,
+}
+
+/// One message for the upstream, in its transport's kind of frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Wire {
+    /// An NDJSON line (without `\n`) or a WebSocket text frame.
+    Text(String),
+    /// A WebSocket binary frame (Sideband).
+    Binary(Vec<u8>),
+}
+
+impl Wire {
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Wire::Text(t) => t.len(),
+            Wire::Binary(b) => b.len(),
+        }
+    }
+}
+
+/// Sideband links: the session state and the cid of each gateway id.
+#[derive(Debug)]
+pub(crate) struct SidebandState {
+    /// SBP session (handshake done before the link is published).
+    pub(crate) sbp: crate::transport::sbp::Sbp,
+    /// cid → gateway id.
+    pub(crate) by_cid: std::collections::HashMap<[u8; 16], u64>,
+    /// gateway id → cid, to forget abandoned calls.
+    pub(crate) by_gid: std::collections::HashMap<u64, [u8; 16]>,
 }
 
 /// The client session owning a per-client link. What the upstream
@@ -94,11 +126,28 @@ fn cancel_all(table: &mut Correlator<Waiter>, ids: &[Option<u64>]) {
 impl Link {
     /// A link writing to `out`. Capacity of `out` must exceed `depth`.
     pub(crate) fn new(
-        out: mpsc::Sender<String>,
+        out: mpsc::Sender<Wire>,
         shared: Arc<UpstreamShared>,
         owner: Option<OwnerRef>,
     ) -> Arc<Self> {
+        Self::with_sideband(out, shared, owner, None)
+    }
+
+    /// A link carrying Sideband frames, after the handshake in `sbp`.
+    pub(crate) fn with_sideband(
+        out: mpsc::Sender<Wire>,
+        shared: Arc<UpstreamShared>,
+        owner: Option<OwnerRef>,
+        sbp: Option<crate::transport::sbp::Sbp>,
+    ) -> Arc<Self> {
         let depth = shared.cfg.max_in_flight_per_connection.get();
+        let sideband = sbp.map(|sbp| {
+            Mutex::new(SidebandState {
+                sbp,
+                by_cid: Default::default(),
+                by_gid: Default::default(),
+            })
+        });
         Arc::new(Link {
             correlator: Mutex::new(Correlator::new(shared.cfg.ordered_replies)),
             out,
@@ -108,6 +157,7 @@ impl Link {
             retired: CancellationToken::new(),
             batches: Mutex::new(VecDeque::new()),
             owner,
+            sideband,
             heartbeat: Mutex::new(None),
             shared,
         })
@@ -244,6 +294,7 @@ impl Link {
     /// Gives up on a call that timed out or whose client left. On ordered
     /// connections the link is retired: the daemon is still working on it.
     pub(crate) fn abandon(&self, gid: u64, timed_out: bool) {
+        self.forget_gid(gid);
         let mut table = self.correlator.lock();
         if table.abandon(gid).is_some() {
             self.shared.entries_gauge().dec();

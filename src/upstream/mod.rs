@@ -255,6 +255,19 @@ impl Upstream {
             let wrapped = self.holon_params(params);
             return self.call(method, wrapped.as_ref()).await.map(|_| ());
         }
+        // JSON-RPC params are an array or an object: wrap anything else.
+        let wrapped;
+        let params = match params {
+            Some(p)
+                if self.shared.cfg.dialect != Dialect::Sideband
+                    && !crate::dialect::holon::is_structured(p) =>
+            {
+                self.shared.count_quirk("params_wrapped");
+                wrapped = crate::dialect::holon::wrap_params(p);
+                wrapped.as_ref()
+            }
+            other => other,
+        };
         match self.shared.cfg.notifications {
             NotificationPolicy::Forward => {
                 let link = self.pick_link().await?;

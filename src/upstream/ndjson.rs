@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, LinesCodec};
 use tokio_util::sync::CancellationToken;
 
-use super::link::{Link, OwnerRef};
+use super::link::{Link, OwnerRef, Wire};
 use super::UpstreamShared;
 
 /// Room in the write queue beyond the in-flight cap, for notifications and
@@ -44,14 +44,14 @@ pub(super) async fn connect(
 }
 
 /// Writes queued lines until the link closes or the queue is dropped.
-async fn write_lines(write: OwnedWriteHalf, mut rx: mpsc::Receiver<String>, link: Arc<Link>) {
+async fn write_lines(write: OwnedWriteHalf, mut rx: mpsc::Receiver<Wire>, link: Arc<Link>) {
     let mut out = BufWriter::new(write);
     loop {
         let line = tokio::select! {
             line = rx.recv() => line,
             () = link.closed.cancelled() => break,
         };
-        let Some(line) = line else { break };
+        let Some(Wire::Text(line)) = line else { break };
         if let Err(e) = write_one(&mut out, &line).await {
             tracing::debug!(error = %e, "upstream write failed");
             link.fail_all("upstream write failed");

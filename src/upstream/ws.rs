@@ -28,9 +28,10 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 
-use super::link::{Link, OwnerRef};
+use super::link::{Link, OwnerRef, Wire};
 use super::UpstreamShared;
 use crate::dialect::Dialect;
+use crate::transport::sbp::{Sbp, SbpEvent};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -87,17 +88,113 @@ pub(super) async fn connect(
             "upstream did not select the holon-rpc subprotocol",
         ));
     }
+    let sbp = match shared.cfg.dialect {
+        Dialect::Sideband => Some(sideband_handshake(&mut ws).await?),
+        _ => None,
+    };
     let (sink, stream) = ws.split();
     let capacity = shared.cfg.max_in_flight_per_connection.get() + EXTRA_QUEUE;
     let (tx, rx) = mpsc::channel(capacity);
     let last_rx = Arc::new(Mutex::new(Instant::now()));
-    let link = Link::new(tx, shared, owner);
+    let sideband = sbp.is_some();
+    let link = Link::with_sideband(tx, shared, owner, sbp);
     tokio::spawn(write_loop(sink, rx, link.clone(), last_rx.clone()));
-    tokio::spawn(
-        link.clone()
-            .run_reader(texts(stream, link.clone(), last_rx), shutdown),
-    );
+    if sideband {
+        tokio::spawn(read_frames(stream, link.clone(), last_rx, shutdown));
+    } else {
+        tokio::spawn(
+            link.clone()
+                .run_reader(texts(stream, link.clone(), last_rx), shutdown),
+        );
+    }
     Ok(link)
+}
+
+/// Sends our SBP handshake and waits for the upstream's: no Message frame
+/// may go out before it, because the envelope encoding depends on it.
+async fn sideband_handshake(ws: &mut Ws) -> std::io::Result<Sbp> {
+    let mut sbp = Sbp::new(true);
+    ws.send(WsMessage::Binary(sbp.hello().into()))
+        .await
+        .map_err(io_err)?;
+    loop {
+        let frame = ws.next().await;
+        match frame {
+            Some(Ok(WsMessage::Binary(bytes))) => match sbp.on_frame(&bytes) {
+                SbpEvent::Ready => return Ok(sbp),
+                SbpEvent::Close {
+                    frame,
+                    code,
+                    reason,
+                } => {
+                    if let Some(frame) = frame {
+                        // Failing anyway; the ErrorFrame is a courtesy.
+                        let _ = ws.send(WsMessage::Binary(frame.into())).await;
+                    }
+                    let close = CloseFrame {
+                        code: CloseCode::from(code),
+                        reason: reason.into(),
+                    };
+                    let _ = ws.close(Some(close)).await;
+                    return Err(std::io::Error::other(format!(
+                        "Sideband negotiation failed: {reason}"
+                    )));
+                }
+                _ => continue,
+            },
+            Some(Ok(WsMessage::Text(_))) => {
+                let close = CloseFrame {
+                    code: CloseCode::Unsupported,
+                    reason: "Text frames not supported".into(),
+                };
+                let _ = ws.close(Some(close)).await;
+                return Err(std::io::Error::other("text frame from a Sideband upstream"));
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(io_err(e)),
+            None => {
+                return Err(std::io::Error::other(
+                    "upstream closed during the Sideband handshake",
+                ))
+            }
+        }
+    }
+}
+
+/// Reads Sideband frames until the link closes, then fails what is pending.
+async fn read_frames(
+    mut stream: SplitStream<Ws>,
+    link: Arc<Link>,
+    last_rx: Arc<Mutex<Instant>>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let frame = tokio::select! {
+            frame = stream.next() => frame,
+            () = link.closed.cancelled() => break,
+            () = shutdown.cancelled() => break,
+        };
+        *last_rx.lock() = Instant::now();
+        match frame {
+            Some(Ok(WsMessage::Binary(bytes))) => {
+                if !link.on_frame(&bytes) {
+                    break;
+                }
+            }
+            Some(Ok(WsMessage::Text(_))) => {
+                link.shared.count_protocol_error("text_frame");
+                break;
+            }
+            Some(Ok(WsMessage::Close(frame))) => {
+                link.shared
+                    .count_close(frame.map_or(1005, |f| u16::from(f.code)));
+                break;
+            }
+            Some(Ok(_)) => {}
+            Some(Err(_)) | None => break,
+        }
+    }
+    link.fail_all("upstream connection lost");
 }
 
 /// The upstream's text frames; a binary frame or a close ends the stream.
@@ -132,7 +229,7 @@ fn texts(
 /// closes the link when the upstream stops answering.
 async fn write_loop(
     mut sink: SplitSink<Ws, WsMessage>,
-    mut rx: mpsc::Receiver<String>,
+    mut rx: mpsc::Receiver<Wire>,
     link: Arc<Link>,
     last_rx: Arc<Mutex<Instant>>,
 ) {
@@ -149,9 +246,13 @@ async fn write_loop(
     let mut beats = 0u64;
     let close = loop {
         tokio::select! {
-            text = rx.recv() => {
-                let Some(text) = text else { break None };
-                if sink.feed(WsMessage::Text(text.into())).await.is_err() {
+            wire = rx.recv() => {
+                let frame = match wire {
+                    Some(Wire::Text(text)) => WsMessage::Text(text.into()),
+                    Some(Wire::Binary(bytes)) => WsMessage::Binary(bytes.into()),
+                    None => break None,
+                };
+                if sink.feed(frame).await.is_err() {
                     break None;
                 }
                 if rx.is_empty() && sink.flush().await.is_err() {
@@ -181,7 +282,13 @@ async fn write_loop(
                     }
                 }
             }
-            () = link.closed.cancelled() => break Some((1000, "closing")),
+            () = link.closed.cancelled() => {
+                if link.sideband.is_some() {
+                    // Sideband's graceful goodbye precedes the close.
+                    let _ = sink.send(WsMessage::Binary(Sbp::close_frame("disconnect").into())).await;
+                }
+                break Some((1000, "closing"));
+            }
         }
     };
     let detail = match close {

@@ -1,0 +1,78 @@
+//! How replies and pushes are written for one client: JSON text (JSON-RPC,
+//! NDJSON, holon-rpc) or Sideband frames with the negotiated envelope
+//! encoding. A reply that cannot be rendered (a payload that cannot be
+//! transcoded) becomes the dialect's `internal` error, never a silent drop.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::sbp::Sbp;
+use super::Outgoing;
+use crate::dialect::render::{render, render_batch, Style};
+use crate::dialect::Dialect;
+use crate::envelope::Message;
+use crate::error::{ErrorKind, GatewayError};
+
+/// The output side of a client connection's dialect.
+#[derive(Debug, Clone)]
+pub(crate) enum OutCodec {
+    /// JSON-RPC 2.0 or holon-rpc text.
+    Text(Dialect, Style),
+    /// Sideband frames; the session holds the negotiated encoding.
+    Sideband(Arc<Mutex<Sbp>>),
+}
+
+// === impl OutCodec ===
+
+impl OutCodec {
+    /// The dialect written.
+    pub(crate) fn dialect(&self) -> Dialect {
+        match self {
+            OutCodec::Text(d, _) => *d,
+            OutCodec::Sideband(_) => Dialect::Sideband,
+        }
+    }
+
+    /// Encodes one message; an unrenderable reply becomes `internal`.
+    pub(crate) fn encode(&self, msg: &Message) -> Option<Outgoing> {
+        if let Some(out) = self.try_encode(msg) {
+            return Some(out);
+        }
+        let id = match msg {
+            Message::Response { id, .. } | Message::Error { id: Some(id), .. } => id.clone(),
+            _ => return None,
+        };
+        let err = GatewayError::with_detail(
+            ErrorKind::Internal,
+            "the reply cannot be carried in this dialect",
+        );
+        self.try_encode(&Message::error(Some(id), err.to_object(self.dialect())))
+    }
+
+    /// Encodes a batch reply (JSON dialects only).
+    pub(crate) fn encode_batch(&self, msgs: &[Message]) -> Option<Outgoing> {
+        let OutCodec::Text(_, style) = self else {
+            return None;
+        };
+        if let Ok(text) = render_batch(msgs, *style) {
+            return Some(Outgoing::Text(text));
+        }
+        // One item could not be rendered: render item by item, replacing it.
+        let parts: Vec<String> = msgs
+            .iter()
+            .filter_map(|m| match self.encode(m) {
+                Some(Outgoing::Text(t)) => Some(t),
+                _ => None,
+            })
+            .collect();
+        Some(Outgoing::Text(format!("[{}]", parts.join(","))))
+    }
+
+    fn try_encode(&self, msg: &Message) -> Option<Outgoing> {
+        match self {
+            OutCodec::Text(_, style) => render(msg, *style).ok().map(Outgoing::Text),
+            OutCodec::Sideband(sbp) => sbp.lock().encode(msg).ok().map(Outgoing::Binary),
+        }
+    }
+}
