@@ -6,14 +6,15 @@
 //! [`Running`] handle whose [`shutdown`](Running::shutdown) performs the same
 //! graceful shutdown as SIGTERM.
 //!
-//! Shutdown order: stop accepting → let requests in flight finish within the
-//! grace period → answer what is left with `unavailable` → close client
-//! connections (WebSocket 1001) → close upstream connections.
+//! Shutdown order: stop accepting (readiness turns `503` at once) → let
+//! requests in flight finish within the grace period → answer what is left
+//! with `unavailable` → close client connections (WebSocket 1001) → close
+//! upstream connections → stop the admin listener, which serves throughout.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use std::path::PathBuf;
 
@@ -22,6 +23,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::admin::{self, AdminState, Health};
 use crate::config::{Config, ListenAddr};
 use crate::router::Route;
 use crate::telemetry::metrics::Metrics;
@@ -43,6 +45,8 @@ pub struct Bound {
     addrs: BTreeMap<String, SocketAddr>,
     /// Unix listeners (NDJSON), with their names and socket paths.
     unix: Vec<(UnixListener, String, PathBuf)>,
+    /// The admin listener and its actual address, if `[admin]` enables it.
+    admin: Option<(TcpListener, SocketAddr)>,
 }
 
 /// A gateway running in the background.
@@ -52,6 +56,7 @@ pub struct Running {
     task: JoinHandle<()>,
     metrics: Metrics,
     upstreams: HashMap<String, Arc<Upstream>>,
+    admin_addr: Option<SocketAddr>,
 }
 
 /// Binding failed.
@@ -77,6 +82,14 @@ pub enum BindError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The admin listener's address could not be bound.
+    #[error("admin listener: cannot bind {addr}: {source}")]
+    Admin {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// Metrics registry setup failed.
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
@@ -85,6 +98,7 @@ pub enum BindError {
 /// Binds every listener of `cfg`. No traffic is served until [`Bound::run`].
 pub async fn bind(cfg: Config) -> Result<Bound, BindError> {
     let metrics = Metrics::new()?;
+    metrics.init_labels(&cfg);
     let mut groups: BTreeMap<SocketAddr, Vec<String>> = BTreeMap::new();
     let mut unix = Vec::new();
     for l in &cfg.listeners {
@@ -122,13 +136,26 @@ pub async fn bind(cfg: Config) -> Result<Bound, BindError> {
         }
         ws.push((listener, names));
     }
+    let admin = match cfg.admin.addr {
+        Some(addr) => Some(bind_admin(addr).await?),
+        None => None,
+    };
     Ok(Bound {
         cfg,
         metrics,
         ws,
         addrs,
         unix,
+        admin,
     })
+}
+
+/// Binds the admin listener and reads back its actual address.
+async fn bind_admin(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), BindError> {
+    let error = |source| BindError::Admin { addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(error)?;
+    let local = listener.local_addr().map_err(error)?;
+    Ok((listener, local))
 }
 
 // === impl Bound ===
@@ -152,6 +179,12 @@ impl Bound {
     /// The metrics every component reports to.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// The bound address of the admin listener (`/metrics`, `/livez`,
+    /// `/readyz`, status page), if `[admin] address` enables it.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(|(_, addr)| *addr)
     }
 
     /// The socket path of a Unix (NDJSON) listener.
@@ -178,12 +211,14 @@ impl Bound {
                 )
             })
             .collect();
+        let admin_addr = self.admin_addr();
         let task = tokio::spawn(self.serve(upstreams.clone(), shutdown.clone(), upstream_stop));
         Running {
             shutdown,
             task,
             metrics,
             upstreams,
+            admin_addr,
         }
     }
 
@@ -195,11 +230,14 @@ impl Bound {
     }
 
     async fn serve(
-        self,
+        mut self,
         upstreams: HashMap<String, Arc<Upstream>>,
         shutdown: CancellationToken,
         upstream_stop: CancellationToken,
     ) {
+        let health = Health::new(&self.cfg.listeners, shutdown.clone());
+        let admin_stop = CancellationToken::new();
+        let admin = self.spawn_admin(&upstreams, &health, admin_stop.clone());
         let ctx = Serve {
             shutdown: shutdown.clone(),
             grace_over: CancellationToken::new(),
@@ -223,7 +261,9 @@ impl Bound {
                 .filter_map(|n| routes.get(n).cloned())
                 .collect();
             let ctx = ctx.clone();
+            let serving = health.serving(names);
             servers.spawn(async move {
+                let _serving = serving;
                 if let Err(e) = ws::serve(listener, group, ctx).await {
                     tracing::error!(error = %e, "WebSocket server failed");
                 }
@@ -231,12 +271,12 @@ impl Bound {
         }
         for (listener, name, path) in self.unix {
             if let Some(route) = routes.get(&name).cloned() {
-                servers.spawn(crate::transport::unix::serve(
-                    listener,
-                    path,
-                    route,
-                    ctx.clone(),
-                ));
+                let serving = health.serving(vec![name]);
+                let serve = crate::transport::unix::serve(listener, path, route, ctx.clone());
+                servers.spawn(async move {
+                    let _serving = serving;
+                    serve.await;
+                });
             }
         }
         servers.close();
@@ -260,6 +300,37 @@ impl Bound {
             tracing::warn!("some connections did not close within the grace period");
         }
         upstream_stop.cancel();
+        admin_stop.cancel();
+        if let Some(task) = admin {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(CLOSE_SLACK, task).await.is_err() {
+                // A scraper holding a request open must not delay exit.
+                abort.abort();
+            }
+        }
+    }
+
+    /// Starts serving the admin listener, if any; it runs until `stop`.
+    fn spawn_admin(
+        &mut self,
+        upstreams: &HashMap<String, Arc<Upstream>>,
+        health: &Arc<Health>,
+        stop: CancellationToken,
+    ) -> Option<JoinHandle<()>> {
+        let (listener, addr) = self.admin.take()?;
+        let state = AdminState::new(admin::Gateway {
+            cfg: self.cfg.clone(),
+            metrics: self.metrics.clone(),
+            upstreams: upstreams
+                .iter()
+                .map(|(n, u)| (n.clone(), u.clone()))
+                .collect(),
+            addrs: self.addrs.clone(),
+            health: health.clone(),
+            started: Instant::now(),
+        });
+        tracing::info!(%addr, "admin listener serving /metrics, /livez, /readyz and /");
+        Some(tokio::spawn(admin::serve(listener, state, stop)))
     }
 }
 
@@ -286,5 +357,10 @@ impl Running {
     /// A started upstream, by name.
     pub fn upstream(&self, name: &str) -> Option<&Arc<Upstream>> {
         self.upstreams.get(name)
+    }
+
+    /// The bound address of the admin listener, if enabled.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
     }
 }

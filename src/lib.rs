@@ -10,10 +10,12 @@
 //! back the same way, with the client's original id restored.
 //!
 //! - [`app`]: composition root; bind every listener, then run; shutdown order.
+//! - [`admin`]: the admin listener: `/metrics`, `/livez`, `/readyz`, status page.
 //! - [`config`]: typed, validated configuration (figment: defaults ← TOML ← env).
 //! - [`envelope`]: the protocol-neutral message every dialect maps to.
 //! - [`dialect`]: pure wire codecs, bytes ⇄ neutral message. No sockets, no tokio.
 //! - [`error`]: switchyard's own error kinds and their rendering per dialect.
+//! - [`limits`]: rate limits and browser-safety checks (Host, Origin, token).
 //! - [`router`]: routes and reply delivery; [`router::correlator`] keeps gateway ids.
 //! - [`upstream`]: connection pools to the services behind switchyard.
 //! - [`transport`]: client-facing I/O: WebSocket listeners, sessions, outboxes.
@@ -23,6 +25,7 @@
 //! - [`client`]: a tiny client for `switchyard call`, speaking each listener dialect.
 //! - [`demo`]: `switchyard demo`, the gateway plus the reference daemon.
 
+pub mod admin;
 pub mod app;
 pub mod client;
 pub mod config;
@@ -31,6 +34,7 @@ pub mod demo;
 pub mod dialect;
 pub mod envelope;
 pub mod error;
+pub mod limits;
 pub mod router;
 pub mod shutdown;
 pub mod telemetry;

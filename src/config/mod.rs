@@ -12,6 +12,7 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod protection;
 pub mod raw;
 pub mod validate;
 
@@ -153,8 +154,34 @@ pub struct ListenerConfig {
     /// Sideband: advertise CBOR envelopes (`encoding/cbor`); they are used
     /// when the peer advertises them too.
     pub sideband_cbor: bool,
+    /// Upgrade checks and rate limits.
+    pub protection: Protection,
     /// Where this listener's methods go.
     pub routes: RouteTable,
+}
+
+/// Browser safety and rate limits of one listener.
+#[derive(Debug, Clone, Default)]
+pub struct Protection {
+    /// Allowed `Host` names; empty = loopback names when bound to loopback,
+    /// else any.
+    pub allowed_hosts: Vec<String>,
+    /// Allowed origins (parsed); empty = loopback origins when bound to
+    /// loopback, else any. `null` is always refused.
+    pub allowed_origins: Vec<crate::limits::origin::Origin>,
+    /// Bearer token required on the upgrade, if any.
+    pub auth_token: Option<String>,
+    /// Per-connection message rate.
+    pub rate: Option<crate::limits::rate::Rate>,
+    /// Per-client-IP message rate.
+    pub ip_rate: Option<crate::limits::rate::Rate>,
+    /// Listener-wide message rate.
+    pub global_rate: Option<crate::limits::rate::Rate>,
+    /// Per-method weights (default 1).
+    pub method_weights: std::collections::HashMap<String, std::num::NonZeroU32>,
+    /// Rate-limited messages in a row before the connection is closed
+    /// (1008); 0 = never.
+    pub abuse_threshold: u32,
 }
 
 /// Method routing of one listener: longest matching prefix wins, else the

@@ -161,6 +161,32 @@ pub struct RawListener {
     pub max_unanswered_pushes: usize,
     /// `sideband`: advertise CBOR envelopes (`encoding/cbor`). Default `true`.
     pub sideband_cbor: bool,
+    /// WebSocket: allowed `Host` names. Default `[]`: loopback names when
+    /// bound to a loopback address, any otherwise.
+    pub allowed_hosts: Vec<String>,
+    /// WebSocket: allowed origins (`scheme://host[:port]`). Default `[]`:
+    /// loopback origins (or none) when bound to loopback, any otherwise.
+    pub allowed_origins: Vec<String>,
+    /// WebSocket: bearer token required on the upgrade (`Authorization:
+    /// Bearer …` or `?token=`). Default: none.
+    pub auth_token: Option<String>,
+    /// Messages per second per connection; 0 = off. Default `0`.
+    pub rate_per_second: u32,
+    /// Burst per connection; 0 = same as the rate. Default `0`.
+    pub rate_burst: u32,
+    /// Messages per second per client IP; 0 = off. Default `0`.
+    pub ip_rate_per_second: u32,
+    /// Burst per client IP; 0 = same as the rate. Default `0`.
+    pub ip_rate_burst: u32,
+    /// Messages per second for the whole listener; 0 = off. Default `0`.
+    pub global_rate_per_second: u32,
+    /// Listener-wide burst; 0 = same as the rate. Default `0`.
+    pub global_rate_burst: u32,
+    /// Weight of a method against the rates (default 1 each). Default `{}`.
+    pub method_weights: BTreeMap<String, u32>,
+    /// Rate-limited messages in a row before the connection is closed
+    /// with 1008; 0 = never. Default `100`.
+    pub abuse_threshold: u32,
 }
 
 /// `[upstreams.<name>]`: one backend switchyard forwards to.
@@ -420,6 +446,17 @@ impl Default for RawListener {
             answer_ping_notification: true,
             max_unanswered_pushes: 64,
             sideband_cbor: true,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            auth_token: None,
+            rate_per_second: 0,
+            rate_burst: 0,
+            ip_rate_per_second: 0,
+            ip_rate_burst: 0,
+            global_rate_per_second: 0,
+            global_rate_burst: 0,
+            method_weights: BTreeMap::new(),
+            abuse_threshold: 100,
         }
     }
 }

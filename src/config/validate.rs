@@ -62,7 +62,7 @@ pub enum ConfigError {
 
 /// Collects problem messages, each prefixed with the key path it is about.
 #[derive(Debug, Default)]
-struct Problems(Vec<String>);
+pub(super) struct Problems(Vec<String>);
 
 /// `validate` checks everything and only fails at the end with all problems.
 ///
@@ -285,6 +285,7 @@ fn listener(
             .nonzero(&key, "max_unanswered_pushes", raw.max_unanswered_pushes)
             .map_or(1, |n| n.get()),
         sideband_cbor: raw.sideband_cbor,
+        protection: super::protection::protection(&key, raw, p),
         routes,
     })
 }
@@ -526,7 +527,7 @@ impl Problems {
         self.0.push(format!("{key}: {message}"));
     }
 
-    fn at(&mut self, key: &str, field: &str, message: impl Display) {
+    pub(super) fn at(&mut self, key: &str, field: &str, message: impl Display) {
         self.0.push(format!("{key}.{field}: {message}"));
     }
 

@@ -3,14 +3,66 @@
 //! Labels come only from closed sets (dialect, kind, outcome, reason, side)
 //! and config names (listener, upstream): never ids, client method names or
 //! addresses. `dashboards/` may reference only names declared here.
+//!
+//! Families with labels appear in the Prometheus text output only once a
+//! label set has been touched, so [`Metrics::init_labels`] touches every
+//! label set that is known from the configuration and the closed label sets
+//! ([`Direction`], [`RejectReason`], [`Limit`])
+//! when the gateway binds: dashboards and alerts then see zero-valued series
+//! from the first scrape instead of "no data".
+//!
+//! Who increments what (the data path owns the calls; this file owns the
+//! names):
+//!
+//! - transport (`transport::ws`, `transport::unix`) and upstream links
+//!   (`upstream::ndjson`, `upstream::ws`): [`Metrics::count_frame`] per frame
+//!   or line read or written; [`Metrics::count_rejected_connection`] when an
+//!   accept or upgrade is refused.
+//! - sessions and the router: [`Metrics::count_message`] per decoded or
+//!   encoded item; [`Metrics::observe_batch`] per client batch;
+//!   [`Metrics::count_limit`] whenever a configured limit refuses something.
+//! - upstream admission (`upstream::Upstream::call*`):
+//!   [`Metrics::start_upstream_call`] when a call is written to a link, and
+//!   [`UpstreamCall::settled`] when its reply arrives.
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
+use std::time::Instant;
+
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
+
+use crate::dialect::Dialect;
+use crate::envelope::Kind;
+use crate::error::Side;
+
+mod init;
+mod labels;
+
+pub use labels::{Direction, Limit, RejectReason};
 
 /// Request latency buckets, seconds.
 const LATENCY_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
     5.0, 10.0, 30.0,
 ];
+
+/// Message size buckets, bytes: 64 B to 16 MiB in powers of four.
+const SIZE_BUCKETS: &[f64] = &[
+    64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0,
+];
+
+/// Batch size buckets, items.
+const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
+
+/// One call in flight on an upstream: holds the in-flight gauge up until
+/// dropped. See [`Metrics::start_upstream_call`].
+#[derive(Debug)]
+#[must_use = "the call counts as in flight only while this guard lives"]
+pub struct UpstreamCall {
+    in_flight: IntGauge,
+    duration: Histogram,
+    started: Instant,
+}
 
 /// The collectors, registered on one registry.
 #[derive(Debug, Clone)]
@@ -41,6 +93,31 @@ pub struct Metrics {
     pub upstream_connections: IntGaugeVec,
     /// Upstream connections established after the first, by upstream.
     pub upstream_reconnects: IntCounterVec,
+    /// Messages (single items; a batch counts each item), by dialect, side,
+    /// direction and kind. See [`Metrics::count_message`].
+    pub messages: IntCounterVec,
+    /// Bytes of frames or lines, by dialect, side and direction. See
+    /// [`Metrics::count_frame`].
+    pub bytes: IntCounterVec,
+    /// Size of frames or lines, by dialect, side and direction.
+    pub message_size: HistogramVec,
+    /// Client connections refused, by listener and [`RejectReason`].
+    pub connections_rejected: IntCounterVec,
+    /// Things a configured [`Limit`] refused, by listener and limit.
+    pub limit_rejections: IntCounterVec,
+    /// Items per client batch, by listener.
+    pub batch_size: HistogramVec,
+    /// Calls written to an upstream and not yet settled, by upstream.
+    pub upstream_in_flight: IntGaugeVec,
+    /// Upstream-only duration (written to the link → reply read), by
+    /// upstream; `request_duration` minus this is switchyard's own time.
+    pub upstream_request_duration: HistogramVec,
+    /// Always 1; labels describe each configured upstream (`upstream`,
+    /// `dialect`, `mode`, `required`), for joins in alert rules.
+    pub upstream_info: IntGaugeVec,
+    /// 1 while the readiness check passes, 0 otherwise; refreshed by the
+    /// admin listener on every `/readyz` and `/metrics` request.
+    pub ready: IntGauge,
 }
 
 // === impl Metrics ===
@@ -126,6 +203,68 @@ impl Metrics {
                 "Upstream reconnections",
                 &["upstream"],
             )?,
+            messages: counter(
+                &registry,
+                "messages_total",
+                "Messages read and written",
+                &["dialect", "side", "direction", "kind"],
+            )?,
+            bytes: counter(
+                &registry,
+                "bytes_total",
+                "Bytes of frames and lines read and written",
+                &["dialect", "side", "direction"],
+            )?,
+            message_size: histogram(
+                &registry,
+                ("message_size_bytes", "Size of frames and lines"),
+                SIZE_BUCKETS,
+                &["dialect", "side", "direction"],
+            )?,
+            connections_rejected: counter(
+                &registry,
+                "connections_rejected_total",
+                "Client connections refused",
+                &["listener", "reason"],
+            )?,
+            limit_rejections: counter(
+                &registry,
+                "limit_rejections_total",
+                "Messages, requests and connections refused by a configured limit",
+                &["listener", "limit"],
+            )?,
+            batch_size: histogram(
+                &registry,
+                ("batch_size", "Items per client batch"),
+                BATCH_BUCKETS,
+                &["listener"],
+            )?,
+            upstream_in_flight: gauge(
+                &registry,
+                "upstream_in_flight",
+                "Calls in flight on the upstream",
+                &["upstream"],
+            )?,
+            upstream_request_duration: histogram(
+                &registry,
+                (
+                    "upstream_request_duration_seconds",
+                    "Upstream-only call duration, written to reply read",
+                ),
+                LATENCY_BUCKETS,
+                &["upstream"],
+            )?,
+            upstream_info: gauge(
+                &registry,
+                "upstream_info",
+                "Configured upstreams (always 1)",
+                &["upstream", "dialect", "mode", "required"],
+            )?,
+            ready: {
+                let g = IntGauge::new("switchyard_ready", "1 while the readiness check passes")?;
+                registry.register(Box::new(g.clone()))?;
+                g
+            },
             registry,
         };
         Ok(m)
@@ -142,6 +281,81 @@ impl Metrics {
         vec.get_metric_with_label_values(labels)
             .map_or(0, |c| c.get())
     }
+
+    /// Counts one message (a single item) of `kind`. Called by whoever
+    /// decodes (`In`) or encodes (`Out`) it: sessions for clients, upstream
+    /// links for upstreams.
+    pub fn count_message(&self, dialect: Dialect, side: Side, direction: Direction, kind: Kind) {
+        let labels = [
+            dialect.as_str(),
+            side.as_str(),
+            direction.as_str(),
+            kind.as_str(),
+        ];
+        self.messages.with_label_values(&labels).inc();
+    }
+
+    /// Counts one frame or line of `bytes` (payload bytes, without the
+    /// NDJSON `\n`). Called by the transport and upstream framing layers.
+    pub fn count_frame(&self, dialect: Dialect, side: Side, direction: Direction, bytes: usize) {
+        let labels = [dialect.as_str(), side.as_str(), direction.as_str()];
+        self.bytes.with_label_values(&labels).inc_by(bytes as u64);
+        // Precision loss above 2^53 bytes does not matter for a histogram.
+        #[allow(clippy::cast_precision_loss)]
+        let size = bytes as f64;
+        self.message_size.with_label_values(&labels).observe(size);
+    }
+
+    /// Counts a client connection refused by `listener`.
+    pub fn count_rejected_connection(&self, listener: &str, reason: RejectReason) {
+        let labels = [listener, reason.as_str()];
+        self.connections_rejected.with_label_values(&labels).inc();
+    }
+
+    /// Counts something `limit` refused on `listener`.
+    pub fn count_limit(&self, listener: &str, limit: Limit) {
+        let labels = [listener, limit.as_str()];
+        self.limit_rejections.with_label_values(&labels).inc();
+    }
+
+    /// Records a client batch of `items` on `listener`.
+    pub fn observe_batch(&self, listener: &str, items: usize) {
+        #[allow(clippy::cast_precision_loss)]
+        let items = items as f64;
+        self.batch_size
+            .with_label_values(&[listener])
+            .observe(items);
+    }
+
+    /// Marks a call as in flight on `upstream` until the returned guard is
+    /// dropped; [`UpstreamCall::settled`] also records its duration.
+    pub fn start_upstream_call(&self, upstream: &str) -> UpstreamCall {
+        let in_flight = self.upstream_in_flight.with_label_values(&[upstream]);
+        in_flight.inc();
+        UpstreamCall {
+            in_flight,
+            duration: self
+                .upstream_request_duration
+                .with_label_values(&[upstream]),
+            started: Instant::now(),
+        }
+    }
+}
+
+// === impl UpstreamCall ===
+
+impl UpstreamCall {
+    /// The reply arrived: records the upstream-only duration. Calls that
+    /// time out or are abandoned are not recorded (they have no duration).
+    pub fn settled(self) {
+        self.duration.observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+impl Drop for UpstreamCall {
+    fn drop(&mut self) {
+        self.in_flight.dec();
+    }
 }
 
 fn counter(
@@ -153,6 +367,18 @@ fn counter(
     let c = IntCounterVec::new(Opts::new(format!("switchyard_{name}"), help), labels)?;
     registry.register(Box::new(c.clone()))?;
     Ok(c)
+}
+
+fn histogram(
+    registry: &Registry,
+    (name, help): (&str, &str),
+    buckets: &[f64],
+    labels: &[&str],
+) -> Result<HistogramVec, prometheus::Error> {
+    let opts = HistogramOpts::new(format!("switchyard_{name}"), help).buckets(buckets.to_vec());
+    let h = HistogramVec::new(opts, labels)?;
+    registry.register(Box::new(h.clone()))?;
+    Ok(h)
 }
 
 fn gauge(

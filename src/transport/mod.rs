@@ -35,3 +35,28 @@ pub enum Outgoing {
     /// Close the connection with this code and reason.
     Close(u16, &'static str),
 }
+
+/// Counts a client connection as accepted and open; closed when dropped.
+#[derive(Debug)]
+pub(crate) struct OpenConnection(prometheus::IntGauge);
+
+impl OpenConnection {
+    /// Counts a new connection on `route`'s listener.
+    pub(crate) fn count(route: &crate::router::Route) -> Self {
+        let name = route.cfg.name.as_str();
+        let metrics = route.metrics();
+        metrics
+            .connections_accepted
+            .with_label_values(&[name])
+            .inc();
+        let open = metrics.connections_open.with_label_values(&[name]);
+        open.inc();
+        OpenConnection(open)
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}

@@ -117,13 +117,7 @@ enum End {
 
 async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
     let name = route.cfg.name.clone();
-    let metrics = route.metrics().clone();
-    metrics
-        .connections_accepted
-        .with_label_values(&[&name])
-        .inc();
-    let open = metrics.connections_open.with_label_values(&[&name]);
-    open.inc();
+    let _open = super::OpenConnection::count(&route);
     let (read, write) = stream.into_split();
     let (tx, rx) = mpsc::channel(route.cfg.outbox_capacity);
     let writer = tokio::spawn(write_lines(write, rx));
@@ -175,7 +169,6 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
     {
         tracing::debug!(listener = %name, "writer did not finish in time");
     }
-    open.dec();
 }
 
 /// One line: JSON-RPC if it is UTF-8, else a parse error.

@@ -1,0 +1,137 @@
+//! The admin listener: metrics, probes and a status page, on its own
+//! address (`[admin] address`), never on a client port.
+//!
+//! | Endpoint | Answer |
+//! |---|---|
+//! | `GET /metrics` | Prometheus text format, from the gateway's explicit registry |
+//! | `GET /livez` (alias `/live`) | `200` while the process runs |
+//! | `GET /readyz` (alias `/ready`) | `200` when ready, `503` with the reasons otherwise (rules in `admin/health.rs`) |
+//! | `GET /` | a self-contained HTML status page (inline CSS, no script, no external assets) |
+//!
+//! Everything here only *reads* the gateway: the admin listener is bound in
+//! `app::bind`, served next to the client listeners by `app`, keeps answering
+//! while the gateway drains (so orchestrators see `/readyz` turn `503`), and
+//! stops last. Nothing user-controlled reaches a handler besides the path.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::telemetry::metrics::Metrics;
+use crate::upstream::Upstream;
+
+pub(crate) mod health;
+mod status;
+
+pub(crate) use health::Health;
+
+/// Content type of the Prometheus text exposition format.
+const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// What the admin endpoints read; cheap to clone (one `Arc`).
+#[derive(Debug, Clone)]
+pub(crate) struct AdminState {
+    inner: Arc<Gateway>,
+}
+
+/// A read-only view of the running gateway.
+#[derive(Debug)]
+pub(crate) struct Gateway {
+    /// The configuration it runs with (listener and upstream names, modes).
+    pub(crate) cfg: Config,
+    /// The registry `/metrics` renders and the page reads counters from.
+    pub(crate) metrics: Metrics,
+    /// Started upstreams, by name: live connection counts for readiness.
+    pub(crate) upstreams: BTreeMap<String, Arc<Upstream>>,
+    /// Bound addresses of the WebSocket listeners (the configured port may
+    /// be 0), by name.
+    pub(crate) addrs: BTreeMap<String, SocketAddr>,
+    /// Draining flag and which listeners are serving.
+    pub(crate) health: Arc<Health>,
+    /// When the gateway started serving, for the page's uptime.
+    pub(crate) started: Instant,
+}
+
+// === impl AdminState ===
+
+impl AdminState {
+    /// Wraps a view of the gateway.
+    pub(crate) fn new(gateway: Gateway) -> Self {
+        Self {
+            inner: Arc::new(gateway),
+        }
+    }
+
+    fn gateway(&self) -> &Gateway {
+        &self.inner
+    }
+}
+
+/// The admin routes over `state`.
+pub(crate) fn router(state: AdminState) -> Router {
+    Router::new()
+        .route("/", get(status::page))
+        .route("/metrics", get(metrics))
+        .route("/livez", get(livez))
+        .route("/live", get(livez))
+        .route("/readyz", get(readyz))
+        .route("/ready", get(readyz))
+        .with_state(state)
+}
+
+/// Serves the admin routes on `listener` until `stop` is cancelled, then
+/// finishes the requests in progress (the caller bounds how long).
+pub(crate) async fn serve(listener: TcpListener, state: AdminState, stop: CancellationToken) {
+    let served = axum::serve(listener, router(state))
+        .with_graceful_shutdown(stop.cancelled_owned())
+        .await;
+    if let Err(e) = served {
+        tracing::error!(error = %e, "admin listener failed");
+    }
+}
+
+/// `GET /metrics`: every family of the registry, in the text format.
+async fn metrics(State(state): State<AdminState>) -> Response {
+    let gw = state.gateway();
+    // Refresh the readiness gauge so a scrape sees the current state.
+    health::check(gw);
+    let families = gw.metrics.registry().gather();
+    match prometheus::TextEncoder::new().encode_to_string(&families) {
+        Ok(text) => ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], text).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot encode metrics");
+            let body = "cannot encode metrics\n";
+            (StatusCode::INTERNAL_SERVER_ERROR, body).into_response()
+        }
+    }
+}
+
+/// `GET /livez`: the process is up and its runtime answers.
+async fn livez() -> &'static str {
+    "ok\n"
+}
+
+/// `GET /readyz`: `200 ready` or `503` listing every reason.
+async fn readyz(State(state): State<AdminState>) -> Response {
+    let problems = health::check(state.gateway());
+    if problems.is_empty() {
+        return (StatusCode::OK, "ready\n").into_response();
+    }
+    let mut body = String::from("not ready:\n");
+    for p in &problems {
+        body.push_str("- ");
+        body.push_str(p);
+        body.push('\n');
+    }
+    (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
+}

@@ -1,0 +1,324 @@
+//! `GET /`: the status page, one self-contained HTML document.
+//!
+//! Inline CSS only: no script, no external assets, no build step, so it
+//! renders the same from a browser on the host, through `kubectl
+//! port-forward`, or in headless Chromium. It shows readiness, the
+//! listeners, the upstreams, and the error and drop counters that are not
+//! zero (totals since start; Prometheus has the rates). Every value comes
+//! from the config, the upstream pools or the metrics registry, and is
+//! HTML-escaped.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::Html;
+use prometheus::proto::{MetricFamily, MetricType};
+
+use super::{health, AdminState, Gateway};
+use crate::config::{ListenAddr, ListenerConfig, UpstreamConfig, UpstreamMode, UpstreamTarget};
+
+/// Counter families listed under "Errors and drops", with a caption each.
+const PROBLEM_FAMILIES: [(&str, &str); 6] = [
+    ("switchyard_protocol_errors_total", "malformed input"),
+    ("switchyard_dropped_messages_total", "messages dropped"),
+    (
+        "switchyard_unmatched_responses_total",
+        "replies for no pending id",
+    ),
+    ("switchyard_limit_rejections_total", "refused by a limit"),
+    (
+        "switchyard_connections_rejected_total",
+        "connections refused",
+    ),
+    ("switchyard_ws_closes_total", "WebSocket closes"),
+];
+
+/// The page's stylesheet.
+const CSS: &str = "
+:root{--ok:#1a7f37;--bad:#cf222e;--warn:#9a6700;--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--bg:#f6f8fa}
+*{box-sizing:border-box}
+body{margin:0;font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:var(--fg);background:var(--bg)}
+header{display:flex;align-items:center;gap:16px;padding:16px 28px;background:#fff;border-bottom:1px solid var(--line)}
+header h1{margin:0;font-size:20px}
+header .meta{color:var(--muted);margin-left:auto}
+main{padding:8px 28px 28px;max-width:1200px}
+section{background:#fff;border:1px solid var(--line);border-radius:8px;margin-top:20px;overflow:hidden}
+h2{margin:0;padding:10px 16px;font-size:15px;border-bottom:1px solid var(--line);background:#fbfcfd}
+table{width:100%;border-collapse:collapse}
+th,td{text-align:left;padding:7px 16px;border-bottom:1px solid #eef1f4;vertical-align:top}
+th{font-weight:600;color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.03em}
+tr:last-child td{border-bottom:0}
+td.num{font-variant-numeric:tabular-nums;text-align:right}
+th.num{text-align:right}
+code{font:12px ui-monospace,SFMono-Regular,Menlo,monospace;background:#eff2f5;padding:1px 5px;border-radius:4px}
+.badge{display:inline-block;padding:2px 10px;border-radius:999px;font-weight:600;font-size:12px;color:#fff}
+.ok{background:var(--ok)}.bad{background:var(--bad)}.warn{background:var(--warn)}
+.reasons{margin:0;padding:10px 16px 10px 34px;color:var(--bad)}
+.empty{padding:10px 16px;color:var(--muted)}
+footer{padding:0 28px 24px;color:var(--muted)}
+footer a{color:inherit}
+";
+
+/// `GET /`: renders the page for the current state.
+pub(super) async fn page(State(state): State<AdminState>) -> Html<String> {
+    Html(render(state.gateway()))
+}
+
+/// The whole document.
+fn render(gw: &Gateway) -> String {
+    let problems = health::check(gw);
+    let (class, label) = match (gw.health.is_draining(), problems.is_empty()) {
+        (true, _) => ("warn", "draining"),
+        (false, true) => ("ok", "ready"),
+        (false, false) => ("bad", "not ready"),
+    };
+    let mut out = String::with_capacity(8 * 1024);
+    out.push_str(&format!(
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+         <meta http-equiv=\"refresh\" content=\"10\">\
+         <link rel=\"icon\" href=\"data:,\">\
+         <title>switchyard status</title><style>{CSS}</style></head><body>\
+         <header><h1>switchyard</h1><span class=\"badge {class}\" id=\"state\">{label}</span>\
+         <span class=\"meta\">version {} · up {}</span></header><main>",
+        env!("CARGO_PKG_VERSION"),
+        uptime(gw.started.elapsed()),
+    ));
+    if !problems.is_empty() {
+        out.push_str("<section><h2>Readiness</h2><ul class=\"reasons\">");
+        for p in &problems {
+            out.push_str(&format!("<li>{}</li>", esc(p)));
+        }
+        out.push_str("</ul></section>");
+    }
+    listeners(gw, &mut out);
+    upstreams(gw, &mut out);
+    requests(gw, &mut out);
+    counters(gw, &mut out);
+    out.push_str(
+        "</main><footer>Endpoints: <a href=\"/metrics\">/metrics</a> · \
+         <a href=\"/livez\">/livez</a> · <a href=\"/readyz\">/readyz</a>. \
+         Counters are totals since start; this page refreshes every 10 s.</footer>\
+         </body></html>\n",
+    );
+    out
+}
+
+/// The listeners table.
+fn listeners(gw: &Gateway, out: &mut String) {
+    out.push_str(
+        "<section id=\"listeners\"><h2>Listeners</h2><table><tr><th>Name</th><th>Dialect</th>\
+         <th>Address</th><th>State</th><th class=\"num\">Open</th>\
+         <th class=\"num\">Accepted</th></tr>",
+    );
+    for l in &gw.cfg.listeners {
+        let name = l.name.as_str();
+        let open = gw.metrics.connections_open.with_label_values(&[name]).get();
+        let accepted = gw.metrics.connections_accepted.with_label_values(&[name]);
+        let state = badge(gw.health.is_serving(name), "serving", "stopped");
+        out.push_str(&format!(
+            "<tr><td><b>{}</b></td><td>{}</td><td><code>{}</code></td><td>{state}</td>\
+             <td class=\"num\">{open}</td><td class=\"num\">{}</td></tr>",
+            esc(name),
+            l.dialect,
+            esc(&listen_addr(gw, l)),
+            accepted.get(),
+        ));
+    }
+    out.push_str("</table></section>");
+}
+
+/// The upstreams table.
+fn upstreams(gw: &Gateway, out: &mut String) {
+    out.push_str(
+        "<section id=\"upstreams\"><h2>Upstreams</h2><table><tr><th>Name</th><th>Dialect</th>\
+         <th>Mode</th><th>Target</th><th>Required</th><th>State</th>\
+         <th class=\"num\">Connected</th><th class=\"num\">In flight</th>\
+         <th class=\"num\">Reconnects</th></tr>",
+    );
+    for u in &gw.cfg.upstreams {
+        let name = u.name.as_str();
+        let connected = gw.upstreams.get(name).map_or(0, |up| up.connected());
+        let (pool, state) = match u.mode {
+            UpstreamMode::Shared => (
+                format!("{connected} / {}", u.pool_size),
+                badge(connected > 0, "up", "down"),
+            ),
+            UpstreamMode::PerClient => ("per client".to_owned(), String::new()),
+        };
+        let m = &gw.metrics;
+        let in_flight = m.upstream_in_flight.with_label_values(&[name]).get();
+        let reconnects = m.upstream_reconnects.with_label_values(&[name]).get();
+        out.push_str(&format!(
+            "<tr><td><b>{}</b></td><td>{}</td><td>{}</td><td><code>{}</code></td>\
+             <td>{}</td><td>{state}</td><td class=\"num\">{pool}</td>\
+             <td class=\"num\">{in_flight}</td><td class=\"num\">{reconnects}</td></tr>",
+            esc(name),
+            u.dialect,
+            esc(&mode(u)),
+            esc(&target(u)),
+            if u.required { "yes" } else { "no" },
+        ));
+    }
+    out.push_str("</table></section>");
+}
+
+/// Requests settled per route: total, ok, the upstream's own errors, and
+/// the errors switchyard answered.
+fn requests(gw: &Gateway, out: &mut String) {
+    out.push_str(
+        "<section id=\"requests\"><h2>Requests</h2><table><tr><th>Listener</th>\
+         <th>Upstream</th><th class=\"num\">Total</th><th class=\"num\">OK</th>\
+         <th class=\"num\">Upstream errors</th><th class=\"num\">Gateway errors</th></tr>",
+    );
+    let families = gw.metrics.registry().gather();
+    let mut routes: BTreeMap<(String, String), [u64; 3]> = BTreeMap::new();
+    let family = families
+        .iter()
+        .find(|f| f.name() == "switchyard_requests_total");
+    for (labels, count) in family.map(nonzero).unwrap_or_default() {
+        let label = |name: &str| {
+            let prefix = format!("{name}=");
+            let found = labels.split(' ').find_map(|l| l.strip_prefix(&prefix));
+            found.unwrap_or_default().to_owned()
+        };
+        let column = match label("outcome").as_str() {
+            "ok" => 0,
+            "upstream_error" => 1,
+            _ => 2,
+        };
+        routes
+            .entry((label("listener"), label("upstream")))
+            .or_default()[column] += count;
+    }
+    for ((listener, upstream), [ok, upstream_errors, errors]) in &routes {
+        out.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{ok}</td>\
+             <td class=\"num\">{upstream_errors}</td><td class=\"num\">{errors}</td></tr>",
+            esc(listener),
+            esc(upstream),
+            ok + upstream_errors + errors,
+        ));
+    }
+    out.push_str("</table>");
+    if routes.is_empty() {
+        out.push_str("<p class=\"empty\">No requests yet.</p>");
+    }
+    out.push_str("</section>");
+}
+
+/// Non-zero error, drop and rejection counters, one row per label set.
+fn counters(gw: &Gateway, out: &mut String) {
+    out.push_str(
+        "<section id=\"errors\"><h2>Errors and drops</h2><table><tr><th>Metric</th>\
+         <th>What</th><th>Labels</th><th class=\"num\">Total</th></tr>",
+    );
+    let families = gw.metrics.registry().gather();
+    let mut rows = 0;
+    for (name, caption) in PROBLEM_FAMILIES {
+        let Some(family) = families.iter().find(|f| f.name() == name) else {
+            continue;
+        };
+        for (labels, value) in nonzero(family) {
+            rows += 1;
+            out.push_str(&format!(
+                "<tr><td><code>{}</code></td><td>{caption}</td><td>{}</td>\
+                 <td class=\"num\">{value}</td></tr>",
+                esc(name),
+                esc(&labels),
+            ));
+        }
+    }
+    out.push_str("</table>");
+    if rows == 0 {
+        out.push_str("<p class=\"empty\">No protocol errors, drops or rejections since start.</p>");
+    }
+    out.push_str("</section>");
+}
+
+/// `(label=value …, count)` of a counter family's non-zero members.
+fn nonzero(family: &MetricFamily) -> Vec<(String, u64)> {
+    if family.get_field_type() != MetricType::COUNTER {
+        return Vec::new();
+    }
+    family
+        .get_metric()
+        .iter()
+        .filter_map(|m| {
+            let value = m.get_counter().get_value();
+            let labels: Vec<String> = m
+                .get_label()
+                .iter()
+                .map(|l| format!("{}={}", l.name(), l.value()))
+                .collect();
+            // Counters are integers below 2^53 for any realistic uptime.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let count = value as u64;
+            (count > 0).then(|| (labels.join(" "), count))
+        })
+        .collect()
+}
+
+/// Where a listener accepts: the bound address for WebSocket listeners.
+fn listen_addr(gw: &Gateway, l: &ListenerConfig) -> String {
+    match &l.addr {
+        ListenAddr::Ws { addr, path } => {
+            let bound = gw.addrs.get(&l.name).copied().unwrap_or(*addr);
+            format!("ws://{bound}{path}")
+        }
+        ListenAddr::Unix { path, .. } => format!("unix://{}", path.display()),
+    }
+}
+
+fn target(u: &UpstreamConfig) -> String {
+    match &u.target {
+        UpstreamTarget::Unix(path) => format!("unix://{}", path.display()),
+        UpstreamTarget::Ws(url) => url.clone(),
+    }
+}
+
+/// `shared` / `per-client`, plus the per-stream methods if any.
+fn mode(u: &UpstreamConfig) -> String {
+    let mode = match u.mode {
+        UpstreamMode::Shared => "shared",
+        UpstreamMode::PerClient => "per-client",
+    };
+    if u.streaming_methods.is_empty() {
+        mode.to_owned()
+    } else {
+        format!("{mode}; per-stream: {}", u.streaming_methods.join(", "))
+    }
+}
+
+fn badge(good: bool, yes: &str, no: &str) -> String {
+    let (class, text) = if good { ("ok", yes) } else { ("bad", no) };
+    format!("<span class=\"badge {class}\">{text}</span>")
+}
+
+/// `3d 4h`, `2h 05m`, `4m 09s`, `12s`.
+fn uptime(d: Duration) -> String {
+    let s = d.as_secs();
+    match (s / 86_400, s / 3_600 % 24, s / 60 % 60, s % 60) {
+        (0, 0, 0, sec) => format!("{sec}s"),
+        (0, 0, min, sec) => format!("{min}m {sec:02}s"),
+        (0, h, min, _) => format!("{h}h {min:02}m"),
+        (days, h, _, _) => format!("{days}d {h}h"),
+    }
+}
+
+/// HTML-escapes text for element content and double-quoted attributes.
+fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}

@@ -1,0 +1,70 @@
+//! Validation of a listener's protection keys: allow-lists, token, rates.
+
+use std::num::NonZeroU32;
+
+use super::raw::RawListener;
+use super::validate::Problems;
+use super::Protection;
+use crate::limits::origin::Origin;
+use crate::limits::rate::Rate;
+
+/// Builds a listener's [`Protection`], reporting every bad value.
+pub(super) fn protection(key: &str, raw: &RawListener, p: &mut Problems) -> Protection {
+    let allowed_origins = raw
+        .allowed_origins
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| {
+            let parsed = Origin::parse(o);
+            if parsed.is_none() {
+                p.at(
+                    key,
+                    &format!("allowed_origins[{i}]"),
+                    format!("{o:?} is not scheme://host[:port]"),
+                );
+            }
+            parsed
+        })
+        .collect();
+    let method_weights = raw
+        .method_weights
+        .iter()
+        .filter_map(|(m, w)| {
+            let weight = NonZeroU32::new(*w);
+            if weight.is_none() {
+                p.at(key, &format!("method_weights.{m}"), "must be at least 1");
+            }
+            weight.map(|w| (m.clone(), w))
+        })
+        .collect();
+    if raw.auth_token.as_deref().is_some_and(str::is_empty) {
+        p.at(
+            key,
+            "auth_token",
+            "must not be empty (omit the key to disable)",
+        );
+    }
+    Protection {
+        allowed_hosts: raw
+            .allowed_hosts
+            .iter()
+            .map(|h| h.to_ascii_lowercase())
+            .collect(),
+        allowed_origins,
+        auth_token: raw.auth_token.clone(),
+        rate: rate(raw.rate_per_second, raw.rate_burst),
+        ip_rate: rate(raw.ip_rate_per_second, raw.ip_rate_burst),
+        global_rate: rate(raw.global_rate_per_second, raw.global_rate_burst),
+        method_weights,
+        abuse_threshold: raw.abuse_threshold,
+    }
+}
+
+/// A rate, or `None` when off (0); a zero burst means "same as the rate".
+fn rate(per_second: u32, burst: u32) -> Option<Rate> {
+    let per_second = NonZeroU32::new(per_second)?;
+    Some(Rate {
+        per_second,
+        burst: NonZeroU32::new(burst).unwrap_or(per_second),
+    })
+}

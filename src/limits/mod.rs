@@ -1,0 +1,6 @@
+//! Limits and protection: rate limits ([`rate`]) and browser safety for
+//! WebSocket upgrades ([`origin`]). Every rejection is counted and answered
+//! in the client's dialect; nothing is dropped silently.
+
+pub mod origin;
+pub mod rate;

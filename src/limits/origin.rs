@@ -1,0 +1,203 @@
+//! Browser safety for WebSocket upgrades: Host and Origin allow-lists and
+//! an optional bearer token, checked before the upgrade.
+//!
+//! Origins are compared on parsed (scheme, host, port), never by string
+//! prefix or suffix, so `http://localhost.evil.com` and
+//! `http://evil-localhost.com` never pass for `http://localhost`. `null`
+//! is always refused; a missing Origin (non-browser clients) is allowed.
+//! Host checks defend against DNS rebinding: a page on `evil.com` that
+//! rebinds its name to 127.0.0.1 still sends `Host: evil.com`.
+
+use std::net::IpAddr;
+
+use subtle::ConstantTimeEq;
+
+/// Why an upgrade is refused (a closed set: also a metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Refusal {
+    /// `Host` missing or not allowed (DNS rebinding defence).
+    Host,
+    /// `Origin: null`.
+    NullOrigin,
+    /// `Origin` not on the allow-list.
+    Origin,
+    /// No bearer token, or a wrong one.
+    Token,
+}
+
+/// A parsed origin: scheme, lower-case host, port (default filled in).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    scheme: String,
+    host: String,
+    port: u16,
+}
+
+/// Upgrade checks of one listener.
+#[derive(Debug, Clone, Default)]
+pub struct UpgradePolicy {
+    /// Allowed `Host` names (lower case, without port). Empty and
+    /// `loopback_only`: loopback names only. Empty otherwise: any.
+    pub hosts: Vec<String>,
+    /// Allowed origins. Empty and `loopback_only`: loopback origins only.
+    /// Empty otherwise: any origin (except `null`).
+    pub origins: Vec<Origin>,
+    /// The listener is bound to a loopback address: the safe defaults apply.
+    pub loopback_only: bool,
+    /// Required bearer token, if any.
+    pub token: Option<String>,
+}
+
+// === impl Refusal ===
+
+impl Refusal {
+    /// Stable label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Refusal::Host => "host",
+            Refusal::NullOrigin => "null_origin",
+            Refusal::Origin => "origin",
+            Refusal::Token => "token",
+        }
+    }
+
+    /// HTTP status to answer with.
+    pub const fn status(self) -> u16 {
+        match self {
+            Refusal::Token => 401,
+            _ => 403,
+        }
+    }
+
+    /// Short reason for the response body.
+    pub const fn reason(self) -> &'static str {
+        match self {
+            Refusal::Host => "forbidden: Host not allowed",
+            Refusal::NullOrigin => "forbidden: Origin null is not allowed",
+            Refusal::Origin => "forbidden: Origin not allowed",
+            Refusal::Token => "unauthorized: missing or invalid token",
+        }
+    }
+}
+
+// === impl Origin ===
+
+impl Origin {
+    /// Parses `scheme://host[:port]` (no path, query or user info).
+    pub fn parse(text: &str) -> Option<Origin> {
+        let (scheme, rest) = text.split_once("://")?;
+        let scheme = scheme.to_ascii_lowercase();
+        let default_port = match scheme.as_str() {
+            "http" | "ws" => 80,
+            "https" | "wss" => 443,
+            _ => return None,
+        };
+        if rest.is_empty() || rest.contains(['/', '?', '#', '@']) {
+            return None;
+        }
+        let (host, port) = split_host_port(rest)?;
+        Some(Origin {
+            scheme,
+            host,
+            port: port.unwrap_or(default_port),
+        })
+    }
+
+    /// True for `localhost`, `127.0.0.0/8` and `[::1]`.
+    pub fn is_loopback(&self) -> bool {
+        is_loopback_host(&self.host)
+    }
+}
+
+// === impl UpgradePolicy ===
+
+impl UpgradePolicy {
+    /// Checks an upgrade's `Host`, `Origin`, and token (from the
+    /// `Authorization: Bearer` header or a `token` query parameter).
+    pub fn check(
+        &self,
+        host: Option<&str>,
+        origin: Option<&str>,
+        authorization: Option<&str>,
+        query: Option<&str>,
+    ) -> Result<(), Refusal> {
+        self.check_host(host)?;
+        self.check_origin(origin)?;
+        self.check_token(authorization, query)
+    }
+
+    fn check_host(&self, host: Option<&str>) -> Result<(), Refusal> {
+        if self.hosts.is_empty() && !self.loopback_only {
+            return Ok(());
+        }
+        let (name, _) = host.and_then(split_host_port).ok_or(Refusal::Host)?;
+        let allowed = if self.hosts.is_empty() {
+            is_loopback_host(&name)
+        } else {
+            self.hosts.iter().any(|h| h.eq_ignore_ascii_case(&name))
+        };
+        allowed.then_some(()).ok_or(Refusal::Host)
+    }
+
+    fn check_origin(&self, origin: Option<&str>) -> Result<(), Refusal> {
+        let Some(text) = origin else { return Ok(()) };
+        if text.trim() == "null" {
+            return Err(Refusal::NullOrigin);
+        }
+        let parsed = Origin::parse(text.trim()).ok_or(Refusal::Origin)?;
+        let allowed = if !self.origins.is_empty() {
+            self.origins.contains(&parsed)
+        } else {
+            !self.loopback_only || parsed.is_loopback()
+        };
+        allowed.then_some(()).ok_or(Refusal::Origin)
+    }
+
+    fn check_token(&self, authorization: Option<&str>, query: Option<&str>) -> Result<(), Refusal> {
+        let Some(expected) = &self.token else {
+            return Ok(());
+        };
+        let bearer = authorization
+            .and_then(|a| a.strip_prefix("Bearer "))
+            .map(str::trim);
+        let from_query = query.and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("token=")));
+        let given = bearer.or(from_query).ok_or(Refusal::Token)?;
+        // Constant-time: the comparison does not leak how much matched.
+        let same = given.len() == expected.len()
+            && bool::from(given.as_bytes().ct_eq(expected.as_bytes()));
+        same.then_some(()).ok_or(Refusal::Token)
+    }
+}
+
+/// Splits `host[:port]` / `[v6][:port]`, lower-casing the host.
+fn split_host_port(text: &str) -> Option<(String, Option<u16>)> {
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (v6, after) = rest.split_once(']')?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => Some(p.parse().ok()?),
+            None if after.is_empty() => None,
+            None => return None,
+        };
+        (format!("[{v6}]"), port)
+    } else {
+        match text.rsplit_once(':') {
+            Some((h, p)) => (h.to_owned(), Some(p.parse().ok()?)),
+            None => (text.to_owned(), None),
+        }
+    };
+    if host.is_empty() {
+        return None;
+    }
+    Some((host.to_ascii_lowercase(), port))
+}
+
+fn is_loopback_host(host: &str) -> bool {
+    if host == "localhost" {
+        return true;
+    }
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,110 @@
+//! [`Metrics::init_labels`]: the series that exist from the first scrape.
+//!
+//! A labelled family shows up in the text output only after one of its
+//! label sets was touched. Touching every set known from the configuration
+//! and the closed label sets at bind time means `rate()` in dashboards and
+//! alerts sees zeros instead of "no data", and a renamed metric is caught
+//! by `tests/dashboards.rs` without having to provoke every error first.
+
+use super::{Direction, Limit, Metrics, RejectReason};
+use crate::config::{Config, UpstreamMode};
+use crate::dialect::Dialect;
+use crate::envelope::Kind;
+use crate::error::Side;
+
+/// Request outcomes whose series exist from the start: the router counts
+/// `ok`, `upstream_error` and switchyard's own `ErrorKind` names; these are
+/// the ones a failing upstream produces.
+const INITIAL_OUTCOMES: [&str; 6] = [
+    "ok",
+    "upstream_error",
+    "timeout",
+    "unavailable",
+    "resource_exhausted",
+    "internal",
+];
+
+/// Kinds of unmatched replies (the documented label set of
+/// `switchyard_unmatched_responses_total`).
+const UNMATCHED_KINDS: [&str; 4] = ["unknown", "duplicate", "stale", "no_id"];
+
+/// Every message kind.
+const KINDS: [Kind; 4] = [
+    Kind::Request,
+    Kind::Notification,
+    Kind::Response,
+    Kind::Error,
+];
+
+// === impl Metrics ===
+
+impl Metrics {
+    /// Touches every label set known from `cfg` and the closed label sets,
+    /// so the families exist (at zero) from the first scrape, and sets
+    /// `switchyard_upstream_info`. Called once by `app::bind`.
+    pub fn init_labels(&self, cfg: &Config) {
+        for l in &cfg.listeners {
+            let name = l.name.as_str();
+            self.connections_open.with_label_values(&[name]);
+            self.connections_accepted.with_label_values(&[name]);
+            self.batch_size.with_label_values(&[name]);
+            for reason in RejectReason::ALL {
+                let labels = [name, reason.as_str()];
+                self.connections_rejected.with_label_values(&labels);
+            }
+            for limit in Limit::ALL {
+                self.limit_rejections
+                    .with_label_values(&[name, limit.as_str()]);
+            }
+            let prefixed = l.routes.prefixes.iter().map(|(_, u)| u);
+            for upstream in l.routes.default.iter().chain(prefixed) {
+                self.request_duration.with_label_values(&[name, upstream]);
+                for outcome in INITIAL_OUTCOMES {
+                    self.requests.with_label_values(&[name, upstream, outcome]);
+                }
+            }
+            self.init_side(l.dialect, Side::Client);
+        }
+        for u in &cfg.upstreams {
+            let name = u.name.as_str();
+            self.upstream_connections.with_label_values(&[name]);
+            self.upstream_reconnects.with_label_values(&[name]);
+            self.correlator_entries.with_label_values(&[name]);
+            self.upstream_in_flight.with_label_values(&[name]);
+            self.upstream_request_duration.with_label_values(&[name]);
+            let mode = match u.mode {
+                UpstreamMode::Shared => "shared",
+                UpstreamMode::PerClient => "per-client",
+            };
+            let required = if u.required { "true" } else { "false" };
+            let info = [name, u.dialect.as_str(), mode, required];
+            self.upstream_info.with_label_values(&info).set(1);
+            self.init_side(u.dialect, Side::Upstream);
+        }
+    }
+
+    /// The per-dialect series of one side: traffic, and the most common
+    /// error and drop reasons the data path reports for that side.
+    fn init_side(&self, dialect: Dialect, side: Side) {
+        let (d, s) = (dialect.as_str(), side.as_str());
+        for direction in [Direction::In, Direction::Out] {
+            let dir = direction.as_str();
+            self.bytes.with_label_values(&[d, s, dir]);
+            self.message_size.with_label_values(&[d, s, dir]);
+            for kind in KINDS {
+                self.messages.with_label_values(&[d, s, dir, kind.as_str()]);
+            }
+        }
+        let (error, drop) = match side {
+            Side::Client => ("invalid_request", "slow_consumer"),
+            Side::Upstream | Side::Internal => ("invalid_message", "client_gone"),
+        };
+        self.protocol_errors.with_label_values(&[d, s, error]);
+        self.dropped_messages.with_label_values(&[d, s, drop]);
+        if side == Side::Upstream {
+            for kind in UNMATCHED_KINDS {
+                self.unmatched_responses.with_label_values(&[d, s, kind]);
+            }
+        }
+    }
+}

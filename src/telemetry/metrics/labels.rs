@@ -1,0 +1,101 @@
+//! The closed label sets of the metrics switchyard adds for traffic, limits
+//! and connection refusals. Each value has a stable `as_str`; nothing
+//! user-controlled ever becomes one of these labels.
+
+/// Which way a message travels, seen from switchyard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Read by switchyard (from a client or an upstream).
+    In,
+    /// Written by switchyard.
+    Out,
+}
+
+/// Why a client connection was refused before it became a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RejectReason {
+    /// A connection cap was reached (reserved for the connection limit).
+    Limit,
+    /// The gateway is shutting down and accepts nothing new.
+    Draining,
+    /// The WebSocket upgrade was refused (not an upgrade, wrong
+    /// subprotocol, bad headers).
+    Handshake,
+}
+
+/// A configured limit that refused something. Label values are the config
+/// key names, so an operator can find the knob from the alert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Limit {
+    /// `listeners.*.max_message_bytes`: an inbound message too large.
+    MaxMessageBytes,
+    /// `listeners.*.max_batch_items`: a batch with too many items.
+    MaxBatchItems,
+    /// `listeners.*.max_in_flight`: too many requests on one connection.
+    MaxInFlight,
+    /// `listeners.*.max_unanswered_pushes`: too many unanswered pushes.
+    MaxUnansweredPushes,
+    /// `upstreams.*.max_pending` (and its wait queue, `max_queued`): the
+    /// upstream is saturated.
+    MaxPending,
+    /// `upstreams.*.max_request_bytes`: a request too large for the upstream.
+    MaxRequestBytes,
+}
+
+// === impl Direction ===
+
+impl Direction {
+    /// Stable label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Direction::In => "in",
+            Direction::Out => "out",
+        }
+    }
+}
+
+// === impl RejectReason ===
+
+impl RejectReason {
+    /// Every reason, for label initialisation.
+    pub const ALL: [RejectReason; 3] = [
+        RejectReason::Limit,
+        RejectReason::Draining,
+        RejectReason::Handshake,
+    ];
+
+    /// Stable label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::Limit => "limit",
+            RejectReason::Draining => "draining",
+            RejectReason::Handshake => "handshake",
+        }
+    }
+}
+
+// === impl Limit ===
+
+impl Limit {
+    /// Every limit, for label initialisation.
+    pub const ALL: [Limit; 6] = [
+        Limit::MaxMessageBytes,
+        Limit::MaxBatchItems,
+        Limit::MaxInFlight,
+        Limit::MaxUnansweredPushes,
+        Limit::MaxPending,
+        Limit::MaxRequestBytes,
+    ];
+
+    /// Stable label value: the config key.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Limit::MaxMessageBytes => "max_message_bytes",
+            Limit::MaxBatchItems => "max_batch_items",
+            Limit::MaxInFlight => "max_in_flight",
+            Limit::MaxUnansweredPushes => "max_unanswered_pushes",
+            Limit::MaxPending => "max_pending",
+            Limit::MaxRequestBytes => "max_request_bytes",
+        }
+    }
+}

@@ -1,0 +1,580 @@
+//! The admin listener over real sockets: `/metrics` parsed with a real
+//! Prometheus text-format parser, the probes through upstream loss,
+//! recovery and shutdown, and the status page (also in headless Chromium).
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use prometheus_parse::{Sample, Scrape, Value};
+use switchyard::app::{self, Running};
+use switchyard::config::Config;
+use switchyard::daemon::{Daemon, DaemonOptions};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A gateway with its admin listener on port 0 in front of a reference
+/// daemon; the upstream is `required` with a single pooled connection, so
+/// readiness and connection counts are exact.
+struct AdminStack {
+    _dir: tempfile::TempDir,
+    daemon: Option<Daemon>,
+    socket: PathBuf,
+    url: String,
+    admin: SocketAddr,
+    gateway: Running,
+}
+
+impl AdminStack {
+    async fn start() -> AdminStack {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("daemon.sock");
+        let daemon = Daemon::start(&socket, DaemonOptions::default())
+            .await
+            .expect("daemon");
+        let toml = format!(
+            "{}\n[admin]\naddress = \"127.0.0.1:0\"\n",
+            stack_toml(&socket, "", "required = true\npool_size = 1")
+        );
+        let cfg = Config::from_toml(&toml).unwrap_or_else(|e| panic!("config: {e}\n{toml}"));
+        let bound = app::bind(cfg).await.expect("bind");
+        let url = bound.ws_url("public").expect("url");
+        let admin = bound.admin_addr().expect("admin listener is enabled");
+        let gateway = bound.spawn();
+        assert_eq!(gateway.admin_addr(), Some(admin));
+        wait_connected(&gateway, "daemon").await;
+        AdminStack {
+            _dir: dir,
+            daemon: Some(daemon),
+            socket,
+            url,
+            admin,
+            gateway,
+        }
+    }
+}
+
+/// A response: status code, lower-cased headers, body.
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A raw HTTP/1.1 GET (`Connection: close`), read to the end.
+async fn get(addr: SocketAddr, path: &str) -> Reply {
+    let mut stream = tokio::time::timeout(STEP, TcpStream::connect(addr))
+        .await
+        .expect("connect timed out")
+        .expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut raw = Vec::new();
+    tokio::time::timeout(STEP, stream.read_to_end(&mut raw))
+        .await
+        .expect("response timed out")
+        .expect("read");
+    let text = String::from_utf8(raw).expect("UTF-8 response");
+    let (head, body) = text.split_once("\r\n\r\n").expect("header/body separator");
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().expect("status line");
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// Decodes a chunked body.
+fn dechunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (size, after) = rest.split_once("\r\n").expect("chunk size line");
+        let size = usize::from_str_radix(size.trim(), 16).expect("hex chunk size");
+        if size == 0 {
+            return out;
+        }
+        out.push_str(&after[..size]);
+        rest = &after[size + 2..];
+    }
+}
+
+/// GETs `/metrics` and parses it with the Prometheus text-format parser.
+async fn scrape(addr: SocketAddr) -> Scrape {
+    let reply = get(addr, "/metrics").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let ctype = reply.header("content-type").unwrap_or_default();
+    assert!(ctype.starts_with("text/plain"), "content type {ctype:?}");
+    Scrape::parse(reply.body.lines().map(|l| Ok(l.to_owned()))).expect("valid exposition format")
+}
+
+fn find<'a>(s: &'a Scrape, metric: &str, labels: &[(&str, &str)]) -> Option<&'a Sample> {
+    s.samples
+        .iter()
+        .find(|x| x.metric == metric && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
+}
+
+/// A counter's or gauge's value; absent counts as 0.
+fn value(s: &Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    match find(s, metric, labels).map(|x| &x.value) {
+        None => 0.0,
+        Some(Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v)) => *v,
+        Some(other) => panic!("{metric} is not a scalar: {other:?}"),
+    }
+}
+
+/// A histogram's observation count, from its `+Inf` bucket (checked
+/// against `_count`), and its `_sum`.
+fn histogram(s: &Scrape, metric: &str, labels: &[(&str, &str)]) -> (f64, f64) {
+    let Some(Value::Histogram(buckets)) = find(s, metric, labels).map(|x| &x.value) else {
+        panic!("no histogram {metric} {labels:?}");
+    };
+    for pair in buckets.windows(2) {
+        assert!(
+            pair[0].count <= pair[1].count,
+            "{metric}: buckets not cumulative"
+        );
+    }
+    let inf = buckets.last().expect("buckets").count;
+    let count = value(s, &format!("{metric}_count"), labels);
+    assert_eq!(inf, count, "{metric}: +Inf bucket != _count");
+    (count, value(s, &format!("{metric}_sum"), labels))
+}
+
+/// Polls `path` until it answers `status`.
+async fn wait_status(addr: SocketAddr, path: &str, status: u16, within: Duration) -> Reply {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let reply = get(addr, path).await;
+        if reply.status == status || tokio::time::Instant::now() > deadline {
+            return reply;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+const PUBLIC: (&str, &str) = ("listener", "public");
+const DAEMON: (&str, &str) = ("upstream", "daemon");
+
+#[tokio::test]
+async fn metrics_move_by_exactly_the_traffic_sent() {
+    let stack = AdminStack::start().await;
+    let before = scrape(stack.admin).await;
+    let mut ws = connect(&stack.url).await;
+    for id in 1..=4 {
+        let req = format!(r#"{{"jsonrpc":"2.0","method":"subtract","params":[42,23],"id":{id}}}"#);
+        send(&mut ws, &req).await;
+        assert_eq!(
+            recv(&mut ws).await,
+            format!(r#"{{"jsonrpc":"2.0","result":19,"id":{id}}}"#)
+        );
+    }
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"fail","params":{"code":-32001,"message":"no"},"id":5}"#,
+    )
+    .await;
+    assert!(recv(&mut ws).await.contains("-32001"));
+    send(&mut ws, r#"{"jsonrpc":"2.0","method":1,"id":6}"#).await;
+    assert!(recv(&mut ws).await.contains("-32600"));
+    let after = scrape(stack.admin).await;
+
+    let delta = |metric: &str, labels: &[(&str, &str)]| {
+        value(&after, metric, labels) - value(&before, metric, labels)
+    };
+    let ok = [PUBLIC, DAEMON, ("outcome", "ok")];
+    assert_eq!(delta("switchyard_requests_total", &ok), 4.0);
+    let failed = [PUBLIC, DAEMON, ("outcome", "upstream_error")];
+    assert_eq!(delta("switchyard_requests_total", &failed), 1.0);
+    let invalid = [
+        ("dialect", "jsonrpc-ws"),
+        ("side", "client"),
+        ("reason", "invalid_request"),
+    ];
+    assert_eq!(delta("switchyard_protocol_errors_total", &invalid), 1.0);
+    assert_eq!(
+        delta("switchyard_connections_accepted_total", &[PUBLIC]),
+        1.0
+    );
+    assert_eq!(value(&after, "switchyard_connections_open", &[PUBLIC]), 1.0);
+
+    let (n0, _) = histogram(
+        &before,
+        "switchyard_request_duration_seconds",
+        &[PUBLIC, DAEMON],
+    );
+    let (n1, sum) = histogram(
+        &after,
+        "switchyard_request_duration_seconds",
+        &[PUBLIC, DAEMON],
+    );
+    assert_eq!(n1 - n0, 5.0, "one observation per forwarded request");
+    assert!(sum > 0.0 && sum < 5.0 * STEP.as_secs_f64(), "sum {sum}");
+
+    // Gauges and info series describe the running gateway.
+    assert_eq!(
+        value(&after, "switchyard_upstream_connections", &[DAEMON]),
+        1.0
+    );
+    assert_eq!(
+        value(&after, "switchyard_correlator_entries", &[DAEMON]),
+        0.0
+    );
+    assert_eq!(value(&after, "switchyard_ready", &[]), 1.0);
+    let info = [
+        DAEMON,
+        ("dialect", "ndjson"),
+        ("mode", "shared"),
+        ("required", "true"),
+    ];
+    assert_eq!(value(&after, "switchyard_upstream_info", &info), 1.0);
+
+    // The traffic, limit and size families exist from the first scrape.
+    for family in [
+        "switchyard_messages_total",
+        "switchyard_bytes_total",
+        "switchyard_message_size_bytes",
+        "switchyard_connections_rejected_total",
+        "switchyard_limit_rejections_total",
+        "switchyard_batch_size",
+        "switchyard_upstream_in_flight",
+        "switchyard_upstream_request_duration_seconds",
+    ] {
+        assert!(before.docs.contains_key(family), "{family} not exported");
+    }
+    let limit = [PUBLIC, ("limit", "max_batch_items")];
+    assert!(find(&before, "switchyard_limit_rejections_total", &limit).is_some());
+    stack.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn probes_follow_the_required_upstream_and_shutdown() {
+    let mut stack = AdminStack::start().await;
+    let live = get(stack.admin, "/livez").await;
+    assert_eq!((live.status, live.body.as_str()), (200, "ok\n"));
+    assert_eq!(get(stack.admin, "/readyz").await.status, 200);
+
+    // The required upstream goes away: not ready, but still alive.
+    stack.daemon.take().expect("daemon").stop().await;
+    let reply = wait_status(stack.admin, "/readyz", 503, STEP).await;
+    assert_eq!(reply.status, 503, "{}", reply.body);
+    assert!(reply.body.contains("upstream daemon"), "{}", reply.body);
+    assert_eq!(get(stack.admin, "/livez").await.status, 200);
+    let metrics = scrape(stack.admin).await;
+    assert_eq!(value(&metrics, "switchyard_ready", &[]), 0.0);
+
+    // It comes back on the same socket: switchyard reconnects, ready again.
+    stack.daemon = Some(
+        Daemon::start(&stack.socket, DaemonOptions::default())
+            .await
+            .expect("daemon restarts"),
+    );
+    let reply = wait_status(stack.admin, "/readyz", 200, STEP).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+
+    // Shutdown with a request in flight: readiness is 503 while draining.
+    let mut ws = connect(&stack.url).await;
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"sleep","params":[1500],"id":1}"#,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let admin = stack.admin;
+    let shutdown = tokio::spawn(stack.gateway.shutdown());
+    let reply = wait_status(admin, "/readyz", 503, STEP).await;
+    assert_eq!(reply.status, 503, "{}", reply.body);
+    assert!(reply.body.contains("draining"), "{}", reply.body);
+    assert_eq!(
+        get(admin, "/livez").await.status,
+        200,
+        "alive while draining"
+    );
+    assert_eq!(
+        recv(&mut ws).await,
+        r#"{"jsonrpc":"2.0","result":1500,"id":1}"#
+    );
+    tokio::time::timeout(STEP, shutdown)
+        .await
+        .expect("shutdown finishes")
+        .expect("shutdown task");
+    assert!(
+        TcpStream::connect(admin).await.is_err(),
+        "the admin listener stops with the gateway"
+    );
+}
+
+#[tokio::test]
+async fn status_page_lists_listeners_and_upstreams() {
+    let stack = AdminStack::start().await;
+    let page = get(stack.admin, "/").await;
+    assert_eq!(page.status, 200);
+    let ctype = page.header("content-type").unwrap_or_default();
+    assert!(ctype.starts_with("text/html"), "content type {ctype:?}");
+    for needle in [
+        "<!DOCTYPE html>",
+        "public",
+        "jsonrpc-ws",
+        "daemon",
+        "ndjson",
+        "shared",
+        stack.socket.to_str().expect("UTF-8 path"),
+        &stack.url,
+    ] {
+        assert!(page.body.contains(needle), "page lacks {needle:?}");
+    }
+    assert!(!page.body.contains("<script"), "no scripts on the page");
+    assert!(!page.body.contains("src=\"http"), "no external assets");
+    assert_eq!(get(stack.admin, "/nope").await.status, 404);
+    stack.gateway.shutdown().await;
+}
+
+/// The status page as a browser renders it: a screenshot and the DOM from
+/// Debian's headless Chromium, which this test installs when missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_page_renders_in_headless_chromium() {
+    let chromium = ensure_chromium().await;
+    let mut stack = AdminStack::start().await;
+    let mut ws = connect(&stack.url).await;
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":1}"#,
+    )
+    .await;
+    recv(&mut ws).await;
+    send(&mut ws, "{not json").await;
+    recv(&mut ws).await;
+
+    let url = format!("http://{}/", stack.admin);
+    let profile = tempfile::tempdir().expect("tempdir");
+    let shot = profile.path().join("status.png");
+    let out = run_chromium(
+        &chromium,
+        profile.path(),
+        &[
+            format!("--screenshot={}", shot.display()),
+            "--window-size=1280,900".to_owned(),
+            "--enable-logging=stderr".to_owned(),
+            "--v=0".to_owned(),
+            url.clone(),
+        ],
+    )
+    .await;
+    let console: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains(":CONSOLE"))
+        .collect();
+    assert!(
+        console.is_empty(),
+        "console messages:\n{}",
+        console.join("\n")
+    );
+    let png = std::fs::read(&shot).unwrap_or_else(|e| {
+        panic!(
+            "no screenshot at {} ({e}); stderr:\n{}",
+            shot.display(),
+            out.stderr
+        )
+    });
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    assert!(
+        png.len() > 10_000,
+        "screenshot of {} bytes is suspiciously small",
+        png.len()
+    );
+    let kept = Path::new(env!("CARGO_TARGET_TMPDIR")).join("admin-status.png");
+    std::fs::copy(&shot, &kept).expect("keep the screenshot");
+    println!("status page screenshot: {}", kept.display());
+
+    let dom = run_chromium(
+        &chromium,
+        profile.path(),
+        &["--dump-dom".to_owned(), url.clone()],
+    )
+    .await;
+    for needle in [
+        "id=\"upstreams\"",
+        "id=\"requests\"",
+        ">daemon<",
+        ">public<",
+        "invalid_request",
+        "id=\"state\">ready<",
+    ] {
+        assert!(
+            dom.stdout.contains(needle),
+            "DOM lacks {needle:?}:\n{}",
+            dom.stdout
+        );
+    }
+
+    // The same page while the required upstream is down.
+    stack.daemon.take().expect("daemon").stop().await;
+    assert_eq!(
+        wait_status(stack.admin, "/readyz", 503, STEP).await.status,
+        503
+    );
+    let down = profile.path().join("not-ready.png");
+    let shot_arg = format!("--screenshot={}", down.display());
+    let size = "--window-size=1280,900".to_owned();
+    run_chromium(&chromium, profile.path(), &[shot_arg, size, url.clone()]).await;
+    let kept = Path::new(env!("CARGO_TARGET_TMPDIR")).join("admin-status-not-ready.png");
+    std::fs::copy(&down, &kept).expect("keep the screenshot");
+    println!("status page screenshot (upstream down): {}", kept.display());
+    let dom = run_chromium(&chromium, profile.path(), &["--dump-dom".to_owned(), url]).await;
+    for needle in [
+        "id=\"state\">not ready<",
+        "upstream daemon: no live connection",
+    ] {
+        assert!(
+            dom.stdout.contains(needle),
+            "DOM lacks {needle:?}:\n{}",
+            dom.stdout
+        );
+    }
+    stack.gateway.shutdown().await;
+}
+
+/// Output of one Chromium run.
+struct Output {
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs headless Chromium once with the flags every run needs plus `args`.
+async fn run_chromium(chromium: &Path, profile: &Path, args: &[String]) -> Output {
+    let child = tokio::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            profile.join("chromium").display()
+        ))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start chromium");
+    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .expect("chromium finished within 120 s")
+        .expect("chromium output");
+    let out = Output {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    out
+}
+
+/// Debian's `chromium`, installed with apt-get if missing. Fails (never
+/// skips) when it cannot be installed.
+async fn ensure_chromium() -> PathBuf {
+    let found = || {
+        ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+    };
+    if let Some(path) = found() {
+        return path;
+    }
+    let install = || {
+        tokio::process::Command::new("apt-get")
+            .args(["install", "-y", "--no-install-recommends", "chromium"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(Stdio::null())
+            .output()
+    };
+    let mut log = String::new();
+    for attempt in 0..2 {
+        if attempt == 1 {
+            let update = tokio::process::Command::new("apt-get")
+                .arg("update")
+                .output()
+                .await;
+            log.push_str(&format!("apt-get update: {update:?}\n"));
+        }
+        match install().await {
+            Ok(out) => log.push_str(&String::from_utf8_lossy(&out.stderr)),
+            Err(e) => log.push_str(&format!("cannot run apt-get: {e}\n")),
+        }
+        if let Some(path) = found() {
+            return path;
+        }
+    }
+    panic!(
+        "this test needs Debian's chromium and could not install it \
+         (apt-get install -y chromium, as root):\n{log}"
+    );
+}
+
+#[test]
+fn admin_address_is_optional_validated_and_never_a_client_port() {
+    let base = stack_toml(Path::new("/tmp/d.sock"), "", "");
+    let cfg = Config::from_toml(&base).expect("no [admin]");
+    assert_eq!(cfg.admin.addr, None, "absent disables the admin listener");
+    let with = |address: &str| format!("{base}\n[admin]\naddress = \"{address}\"\n");
+    let cfg = Config::from_toml(&with("")).expect("empty address");
+    assert_eq!(cfg.admin.addr, None, "\"\" disables it too");
+    let cfg = Config::from_toml(&with("127.0.0.1:9090")).expect("valid");
+    assert_eq!(
+        cfg.admin.addr,
+        Some("127.0.0.1:9090".parse().expect("addr"))
+    );
+
+    let problems = |toml: &str| match Config::from_toml(toml) {
+        Ok(_) => panic!("expected invalid:\n{toml}"),
+        Err(e) => e.problems().join("\n"),
+    };
+    let p = problems(&with("localhost"));
+    assert!(p.contains("admin.address: invalid IP:port"), "{p}");
+    let clash = base.replace("127.0.0.1:0", "127.0.0.1:8080");
+    let p = problems(&format!("{clash}\n[admin]\naddress = \"0.0.0.0:8080\"\n"));
+    assert!(
+        p.contains("admin.address: same port as listeners.public"),
+        "{p}"
+    );
+    let p = problems(&format!("{base}\n[admin]\nport = 1\n"));
+    assert!(p.contains("port"), "unknown keys are errors: {p}");
+}
