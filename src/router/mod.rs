@@ -76,6 +76,8 @@ fn push_group(
 pub struct Route {
     /// The listener's configuration.
     pub cfg: ListenerConfig,
+    /// The listener's rate limits, shared by its connections.
+    pub rate: Arc<crate::limits::rate::RateLimits>,
     default: Option<Arc<Upstream>>,
     prefixes: Vec<(String, Arc<Upstream>)>,
     metrics: Metrics,
@@ -103,8 +105,17 @@ impl Route {
             .iter()
             .filter_map(|(p, n)| upstreams.get(n).map(|u| (p.clone(), u.clone())))
             .collect();
+        let p = &cfg.protection;
+        let rate = crate::limits::rate::RateLimits::new(
+            p.rate,
+            p.ip_rate,
+            p.global_rate,
+            p.method_weights.clone(),
+            p.abuse_threshold,
+        );
         Route {
             cfg,
+            rate,
             default,
             prefixes,
             metrics,
@@ -399,6 +410,11 @@ impl Route {
             .inc();
     }
 
+    /// Counts a client message dropped for `reason`.
+    pub fn count_dropped_client(&self, reason: &str) {
+        self.count_dropped(reason);
+    }
+
     fn count_dropped(&self, reason: &str) {
         self.metrics
             .dropped_messages
@@ -412,6 +428,22 @@ impl Route {
             .protocol_errors
             .with_label_values(&[self.cfg.dialect.as_str(), "client", reason])
             .inc();
+    }
+
+    /// The upgrade checks of this listener (WebSocket): allow-lists and
+    /// token, with the loopback defaults when bound to loopback.
+    pub fn upgrade_policy(&self) -> crate::limits::origin::UpgradePolicy {
+        let p = &self.cfg.protection;
+        let loopback_only = match &self.cfg.addr {
+            crate::config::ListenAddr::Ws { addr, .. } => addr.ip().is_loopback(),
+            crate::config::ListenAddr::Unix { .. } => false,
+        };
+        crate::limits::origin::UpgradePolicy {
+            hosts: p.allowed_hosts.clone(),
+            origins: p.allowed_origins.clone(),
+            loopback_only,
+            token: p.auth_token.clone(),
+        }
     }
 
     /// The metrics handle.

@@ -16,6 +16,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use std::net::{IpAddr, Ipv4Addr};
+
+use crate::limits::rate::{ConnectionRate, Limited, Verdict as RateVerdict};
+use crate::telemetry::metrics::Limit;
+
 use super::Outgoing;
 use parking_lot::Mutex;
 
@@ -45,6 +50,18 @@ pub struct Session {
     /// The connection's span (it may carry a `traceparent` from the
     /// upgrade request): the parent of every request span.
     parent: tracing::Span,
+    /// This connection's rate limits (`None` when none is configured).
+    rate: Option<Mutex<ConnectionRate>>,
+}
+
+/// An item after the rate limits.
+enum Checked {
+    /// Within the limits.
+    Pass(Item),
+    /// A request over a limit: answer it with this error.
+    Limited(Message),
+    /// A notification over a limit: dropped (counted).
+    Dropped,
 }
 
 /// What the transport must do after an inbound text.
@@ -91,7 +108,15 @@ impl Session {
             grace_over,
             client: Arc::new(ClientLinks::new(pusher)),
             parent: tracing::Span::current(),
+            rate: None,
         }
+        .with_peer(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+    }
+
+    /// Keys the per-IP rate limit on the client's address.
+    pub fn with_peer(mut self, ip: IpAddr) -> Self {
+        self.rate = (!self.route.rate.is_off()).then(|| Mutex::new(self.route.rate.connection(ip)));
+        self
     }
 
     /// Handles one inbound text frame or line.
@@ -111,8 +136,8 @@ impl Session {
                 let _ = self.outbox.send(Outgoing::Close(code, reason)).await;
                 return Verdict::Close(code, reason);
             }
-            Inbound::Single(item) => self.single(item).await,
-            Inbound::Batch(items) => self.batch(items),
+            Inbound::Single(item) => return self.single(item).await,
+            Inbound::Batch(items) => return self.batch(items).await,
         }
         Verdict::Continue
     }
@@ -150,7 +175,7 @@ impl Session {
                 // The writer is gone only when the connection is closing.
                 let _ = self.outbox.send(Outgoing::Binary(frame)).await;
             }
-            SbpEvent::Rpc(msg) => self.single(Item::Valid(msg)).await,
+            SbpEvent::Rpc(msg) => return self.single(Item::Valid(msg)).await,
             SbpEvent::PeerError { code, message, .. } => {
                 tracing::debug!(listener = %self.route.cfg.name, code, message, "ErrorFrame from client");
                 self.route.count_protocol_error("peer_error_frame");
@@ -196,7 +221,17 @@ impl Session {
         self.route.cfg.max_in_flight - self.in_flight.available_permits()
     }
 
-    async fn single(&self, item: Item) {
+    async fn single(&self, item: Item) -> Verdict {
+        let item = match self.rate_check(item) {
+            Ok(Checked::Pass(item)) => item,
+            Ok(Checked::Limited(reply)) => {
+                // Answered at once, in order with what follows.
+                self.send(&reply).await;
+                return Verdict::Continue;
+            }
+            Ok(Checked::Dropped) => return Verdict::Continue,
+            Err(verdict) => return verdict,
+        };
         let permit = match &item {
             Item::Valid(Message::Request { id, method, .. }) => {
                 if self.route.cfg.dialect == Dialect::Holon && method == "rpc.heartbeat" {
@@ -207,14 +242,14 @@ impl Session {
                         result: Outcome::Value(ok),
                     };
                     self.send(&reply).await;
-                    return;
+                    return Verdict::Continue;
                 }
                 match self.permit() {
                     Some(p) => Some(p),
                     None => {
                         let reply = self.route.error_reply(id.clone(), &busy());
                         self.send(&reply).await;
-                        return;
+                        return Verdict::Continue;
                     }
                 }
             }
@@ -235,12 +270,23 @@ impl Session {
             }
         };
         self.tasks.spawn(task.instrument(self.parent.clone()));
+        Verdict::Continue
     }
 
-    fn batch(&self, items: Vec<Item>) {
+    async fn batch(&self, items: Vec<Item>) -> Verdict {
         let mut permits = Vec::new();
         let mut request_ids = Vec::new();
-        let items: Vec<Item> = items
+        let mut checked = Vec::with_capacity(items.len());
+        for item in items {
+            // Every batch item counts against the rate limits.
+            match self.rate_check(item) {
+                Ok(Checked::Pass(item)) => checked.push(item),
+                Ok(Checked::Limited(reply)) => checked.push(Item::Invalid(reply)),
+                Ok(Checked::Dropped) => {}
+                Err(verdict) => return verdict,
+            }
+        }
+        let items: Vec<Item> = checked
             .into_iter()
             .map(|item| match &item {
                 Item::Valid(Message::Request { id, .. }) => match self.permit() {
@@ -278,6 +324,47 @@ impl Session {
             }
         };
         self.tasks.spawn(task.instrument(span));
+        Verdict::Continue
+    }
+
+    /// Charges a request or notification against the rate limits. Over a
+    /// limit, a request becomes its `rate_limited` error reply and a
+    /// notification is dropped (`Ok(None)`), counted; past the abuse
+    /// threshold the connection is closed (1008).
+    fn rate_check(&self, item: Item) -> Result<Checked, Verdict> {
+        let method = match &item {
+            Item::Valid(Message::Request { method, .. } | Message::Notification { method, .. }) => {
+                method
+            }
+            _ => return Ok(Checked::Pass(item)),
+        };
+        let Some(rate) = &self.rate else {
+            return Ok(Checked::Pass(item));
+        };
+        let verdict = rate.lock().check(method);
+        let limited = match verdict {
+            RateVerdict::Allow => return Ok(Checked::Pass(item)),
+            RateVerdict::Limit(l) | RateVerdict::Abuse(l) => l,
+        };
+        let metrics = self.route.metrics();
+        metrics.count_limit(&self.route.cfg.name, limit_label(limited));
+        if let RateVerdict::Abuse(_) = verdict {
+            // Closing anyway; a gone writer changes nothing.
+            let _ = self
+                .outbox
+                .try_send(Outgoing::Close(1008, "rate limit exceeded"));
+            return Err(Verdict::Close(1008, "rate limit exceeded"));
+        }
+        match item {
+            Item::Valid(Message::Request { id, .. }) => {
+                let err = GatewayError::with_detail(ErrorKind::RateLimited, limited.as_str());
+                Ok(Checked::Limited(self.route.error_reply(id, &err)))
+            }
+            _ => {
+                self.route.count_dropped_client("rate_limited");
+                Ok(Checked::Dropped)
+            }
+        }
     }
 
     fn permit(&self) -> Option<OwnedSemaphorePermit> {
@@ -305,6 +392,14 @@ async fn settle(
             let err = GatewayError::with_detail(ErrorKind::Unavailable, "switchyard is shutting down");
             id.map(|id| route.error_reply(id, &err))
         }
+    }
+}
+
+fn limit_label(limited: Limited) -> Limit {
+    match limited {
+        Limited::Connection => Limit::RatePerSecond,
+        Limited::Ip => Limit::IpRatePerSecond,
+        Limited::Global => Limit::GlobalRatePerSecond,
     }
 }
 

@@ -5,12 +5,14 @@
 //! and an unknown path gets 404. Each connection runs one reader loop (this
 //! task) and one writer task joined by the session's bounded outbox.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket, WebSocketUpgrade};
-use axum::http::HeaderMap;
-use axum::response::Response;
+use axum::extract::ConnectInfo;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
@@ -24,7 +26,9 @@ use crate::dialect::render::{render, Style};
 use crate::dialect::Dialect;
 use crate::envelope::{Message, WireId};
 use crate::error::{ErrorKind, GatewayError};
+use crate::limits::origin::Refusal;
 use crate::router::Route;
+use crate::telemetry::metrics::RejectReason;
 use crate::telemetry::trace::connection_span;
 
 /// Room above the configured message limit given to the WebSocket library,
@@ -60,16 +64,29 @@ pub(crate) async fn serve(
         let ctx = ctx.clone();
         app = app.route(
             &path,
-            get(move |headers: HeaderMap, ws: WebSocketUpgrade| {
-                let (route, ctx) = (route.clone(), ctx.clone());
-                async move { upgrade(ws, &headers, route, ctx) }
-            }),
+            get(
+                move |headers: HeaderMap,
+                      uri: Uri,
+                      ConnectInfo(peer): ConnectInfo<SocketAddr>,
+                      ws: WebSocketUpgrade| {
+                    let (route, ctx) = (route.clone(), ctx.clone());
+                    async move {
+                        if let Err(refused) = check_upgrade(&route, &headers, &uri) {
+                            return refused;
+                        }
+                        upgrade(ws, &headers, route, ctx, peer.ip())
+                    }
+                },
+            ),
         );
     }
     let stop = ctx.shutdown.clone();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move { stop.cancelled().await })
+    .await
 }
 
 struct ListenAddrPath(String);
@@ -85,7 +102,13 @@ impl ListenAddrPath {
 
 /// Accepts the upgrade; the connection runs in a span whose OpenTelemetry
 /// parent is the request's `traceparent`, if any (see `telemetry::trace`).
-fn upgrade(ws: WebSocketUpgrade, headers: &HeaderMap, route: Arc<Route>, ctx: Serve) -> Response {
+fn upgrade(
+    ws: WebSocketUpgrade,
+    headers: &HeaderMap,
+    route: Arc<Route>,
+    ctx: Serve,
+    peer: IpAddr,
+) -> Response {
     let limit = route.cfg.max_message_bytes.saturating_add(LIBRARY_HEADROOM);
     let ws = ws.max_message_size(limit).max_frame_size(limit);
     let ws = match route.cfg.dialect {
@@ -96,23 +119,44 @@ fn upgrade(ws: WebSocketUpgrade, headers: &HeaderMap, route: Arc<Route>, ctx: Se
     };
     let span = connection_span(headers, &route.cfg.name, route.cfg.dialect.as_str());
     let sessions = ctx.sessions.clone();
-    ws.on_upgrade(move |socket| sessions.track_future(run(socket, route, ctx).instrument(span)))
+    ws.on_upgrade(move |socket| {
+        sessions.track_future(run(socket, route, ctx, peer).instrument(span))
+    })
+}
+
+/// Browser safety before the upgrade: Host and Origin allow-lists and the
+/// bearer token. A refusal is HTTP 403/401 with a short reason, counted.
+fn check_upgrade(route: &Route, headers: &HeaderMap, uri: &Uri) -> Result<(), Response> {
+    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    let verdict = route.upgrade_policy().check(
+        header(axum::http::header::HOST),
+        header(axum::http::header::ORIGIN),
+        header(axum::http::header::AUTHORIZATION),
+        uri.query(),
+    );
+    verdict.map_err(|refusal| {
+        let reason = match refusal {
+            Refusal::Host => RejectReason::Host,
+            Refusal::NullOrigin | Refusal::Origin => RejectReason::Origin,
+            Refusal::Token => RejectReason::Token,
+        };
+        route
+            .metrics()
+            .count_rejected_connection(&route.cfg.name, reason);
+        tracing::debug!(listener = %route.cfg.name, refusal = refusal.as_str(), "upgrade refused");
+        let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::FORBIDDEN);
+        (status, refusal.reason()).into_response()
+    })
 }
 
 /// Drives one client connection to its end.
-async fn run(socket: WebSocket, route: Arc<Route>, ctx: Serve) {
+async fn run(socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr) {
     let name = route.cfg.name.clone();
-    let metrics = route.metrics().clone();
-    metrics
-        .connections_accepted
-        .with_label_values(&[&name])
-        .inc();
-    let open = metrics.connections_open.with_label_values(&[&name]);
-    open.inc();
+    let _open = super::OpenConnection::count(&route);
     let (sink, stream) = socket.split();
     let (tx, rx) = mpsc::channel(route.cfg.outbox_capacity);
     let writer = tokio::spawn(write_loop(sink, rx));
-    let session = Session::new(route.clone(), tx.clone(), ctx.grace_over.clone());
+    let session = Session::new(route.clone(), tx.clone(), ctx.grace_over.clone()).with_peer(peer);
     if let Some(hello) = session.greeting() {
         // Sideband: both sides send their handshake at once.
         let _ = tx.send(hello).await;
@@ -150,7 +194,6 @@ async fn run(socket: WebSocket, route: Arc<Route>, ctx: Serve) {
     {
         tracing::debug!(listener = %name, "writer did not finish closing in time");
     }
-    open.dec();
 }
 
 async fn read_loop(

@@ -21,6 +21,12 @@ pub enum RejectReason {
     /// The WebSocket upgrade was refused (not an upgrade, wrong
     /// subprotocol, bad headers).
     Handshake,
+    /// `Host` not allowed (DNS-rebinding defence).
+    Host,
+    /// `Origin` not allowed, or `null`.
+    Origin,
+    /// Missing or wrong bearer token.
+    Token,
 }
 
 /// A configured limit that refused something. Label values are the config
@@ -40,6 +46,12 @@ pub enum Limit {
     MaxPending,
     /// `upstreams.*.max_request_bytes`: a request too large for the upstream.
     MaxRequestBytes,
+    /// `listeners.*.rate_per_second`: the connection's message rate.
+    RatePerSecond,
+    /// `listeners.*.ip_rate_per_second`: the client IP's message rate.
+    IpRatePerSecond,
+    /// `listeners.*.global_rate_per_second`: the listener's message rate.
+    GlobalRatePerSecond,
 }
 
 // === impl Direction ===
@@ -58,10 +70,13 @@ impl Direction {
 
 impl RejectReason {
     /// Every reason, for label initialisation.
-    pub const ALL: [RejectReason; 3] = [
+    pub const ALL: [RejectReason; 6] = [
         RejectReason::Limit,
         RejectReason::Draining,
         RejectReason::Handshake,
+        RejectReason::Host,
+        RejectReason::Origin,
+        RejectReason::Token,
     ];
 
     /// Stable label value.
@@ -70,6 +85,9 @@ impl RejectReason {
             RejectReason::Limit => "limit",
             RejectReason::Draining => "draining",
             RejectReason::Handshake => "handshake",
+            RejectReason::Host => "host",
+            RejectReason::Origin => "origin",
+            RejectReason::Token => "token",
         }
     }
 }
@@ -78,13 +96,16 @@ impl RejectReason {
 
 impl Limit {
     /// Every limit, for label initialisation.
-    pub const ALL: [Limit; 6] = [
+    pub const ALL: [Limit; 9] = [
         Limit::MaxMessageBytes,
         Limit::MaxBatchItems,
         Limit::MaxInFlight,
         Limit::MaxUnansweredPushes,
         Limit::MaxPending,
         Limit::MaxRequestBytes,
+        Limit::RatePerSecond,
+        Limit::IpRatePerSecond,
+        Limit::GlobalRatePerSecond,
     ];
 
     /// Stable label value: the config key.
@@ -96,6 +117,9 @@ impl Limit {
             Limit::MaxUnansweredPushes => "max_unanswered_pushes",
             Limit::MaxPending => "max_pending",
             Limit::MaxRequestBytes => "max_request_bytes",
+            Limit::RatePerSecond => "rate_per_second",
+            Limit::IpRatePerSecond => "ip_rate_per_second",
+            Limit::GlobalRatePerSecond => "global_rate_per_second",
         }
     }
 }

@@ -1,0 +1,262 @@
+//! Limits and protection: rate limits in each dialect while a well-behaved
+//! client is unaffected, the abuse threshold, and cross-site WebSocket
+//! hijacking defences (Origin, Host, token) refused before the upgrade.
+
+mod common;
+
+use std::time::Duration;
+
+use common::clients::{Speak, TestClient};
+use common::json;
+use switchyard::daemon::{Daemon, DaemonOptions};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+
+struct Gw {
+    _dir: tempfile::TempDir,
+    daemon: Daemon,
+    gateway: switchyard::app::Running,
+    endpoints: Vec<String>,
+}
+
+/// One listener per dialect (JSON-RPC WS, holon WS, NDJSON) with `extra`
+/// keys, all routed to the reference daemon.
+async fn gateway(extra: &str) -> Gw {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let daemon = Daemon::start(&dir.path().join("d.sock"), DaemonOptions::default())
+        .await
+        .expect("daemon");
+    let sock = dir.path().join("local.sock");
+    let toml = format!(
+        "[listeners.j]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/rpc\"\n{extra}\n\n\
+         [listeners.h]\ndialect = \"holon-rpc\"\naddress = \"127.0.0.1:0\"\npath = \"/holon\"\n{extra}\n\n\
+         [listeners.n]\ndialect = \"ndjson\"\nsocket = \"{}\"\n{extra}\n\n\
+         [upstreams.d]\ndialect = \"ndjson\"\nsocket = \"{}\"\n\n\
+         [[routes]]\nlistener = \"j\"\nupstream = \"d\"\n[[routes]]\nlistener = \"h\"\nupstream = \"d\"\n[[routes]]\nlistener = \"n\"\nupstream = \"d\"\n",
+        sock.display(),
+        daemon.path().display()
+    );
+    let cfg =
+        switchyard::config::Config::from_toml(&toml).unwrap_or_else(|e| panic!("{e}\n{toml}"));
+    let bound = switchyard::app::bind(cfg).await.expect("bind");
+    let endpoints = vec![
+        bound.ws_url("j").expect("url"),
+        bound.ws_url("h").expect("url"),
+        bound.unix_path("n").expect("socket").display().to_string(),
+    ];
+    let gateway = bound.spawn();
+    common::wait_connected(&gateway, "d").await;
+    Gw {
+        _dir: dir,
+        daemon,
+        gateway,
+        endpoints,
+    }
+}
+
+const SPEAKS: [Speak; 3] = [Speak::JsonRpc, Speak::Holon, Speak::Ndjson];
+
+fn rate_limited_code(speak: Speak) -> i64 {
+    match speak {
+        Speak::Holon => 8,
+        _ => -32006,
+    }
+}
+
+#[tokio::test]
+async fn per_connection_rate_limit_answers_in_each_dialect_and_spares_others() {
+    // 2 messages per second with a burst of 5; abuse after 50 refusals.
+    let gw = gateway("rate_per_second = 2\nrate_burst = 5\nabuse_threshold = 50").await;
+    for (speak, endpoint) in SPEAKS.iter().zip(&gw.endpoints) {
+        let mut noisy = TestClient::connect(*speak, endpoint).await;
+        let mut calm = TestClient::connect(*speak, endpoint).await;
+        for i in 0..8 {
+            noisy
+                .send(&format!(
+                    r#"{{"jsonrpc":"2.0","method":"echo","params":{{"i":{i}}},"id":"n{i}"}}"#
+                ))
+                .await;
+        }
+        let mut ok = 0;
+        let mut limited = 0;
+        for _ in 0..8 {
+            let v = json(&noisy.recv().await);
+            if v.get("result").is_some() {
+                ok += 1;
+            } else {
+                assert_eq!(
+                    v["error"]["code"],
+                    rate_limited_code(*speak),
+                    "{speak:?}: {v}"
+                );
+                limited += 1;
+            }
+        }
+        assert_eq!((ok, limited), (5, 3), "{speak:?}: burst of 5, then limited");
+        // The calm client on the same listener and upstream is untouched.
+        for i in 0..5 {
+            calm.send(&format!(
+                r#"{{"jsonrpc":"2.0","method":"echo","params":{{"i":{i}}},"id":"c{i}"}}"#
+            ))
+            .await;
+            let v = json(&calm.recv().await);
+            assert_eq!(v["result"]["i"], i, "{speak:?}: {v}");
+        }
+    }
+    let rejected = common::metric_value(
+        &gw.gateway,
+        "switchyard_limit_rejections_total",
+        &[("limit", "rate_per_second")],
+    );
+    assert_eq!(rejected, 9.0);
+    gw.gateway.shutdown().await;
+    gw.daemon.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_that_keeps_going_is_closed_1008() {
+    let gw = gateway("rate_per_second = 1\nrate_burst = 1\nabuse_threshold = 3").await;
+    let mut c = TestClient::connect(Speak::JsonRpc, &gw.endpoints[0]).await;
+    for i in 0..10 {
+        c.send(&format!(
+            r#"{{"jsonrpc":"2.0","method":"echo","params":[{i}],"id":{i}}}"#
+        ))
+        .await;
+    }
+    let mut codes = Vec::new();
+    let ended = loop {
+        match c.next().await {
+            Ok(text) => codes.push(json(&text)["error"]["code"].as_i64()),
+            Err(end) => break end,
+        }
+    };
+    assert_eq!(ended, common::clients::Ended::Close(1008));
+    assert_eq!(
+        codes.iter().filter(|c| **c == Some(-32006)).count(),
+        3,
+        "{codes:?}"
+    );
+    gw.gateway.shutdown().await;
+    gw.daemon.stop().await;
+}
+
+/// Tries an upgrade with these headers; returns the HTTP status of a
+/// refusal, or 101 when the upgrade succeeded.
+async fn upgrade_status(url: &str, headers: &[(&str, &str)]) -> u16 {
+    let mut request = url.into_client_request().expect("request");
+    for (k, v) in headers {
+        let name = tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(k.as_bytes())
+            .expect("name");
+        request
+            .headers_mut()
+            .insert(name, HeaderValue::from_str(v).expect("value"));
+    }
+    match tokio_tungstenite::connect_async(request).await {
+        Ok(_) => 101,
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => resp.status().as_u16(),
+        Err(e) => panic!("unexpected error {e}"),
+    }
+}
+
+#[tokio::test]
+async fn cross_site_hijacking_is_refused_before_the_upgrade() {
+    let gw = gateway("").await;
+    let url = &gw.endpoints[0];
+    // Bound to loopback: loopback origins (or none) only.
+    assert_eq!(upgrade_status(url, &[]).await, 101);
+    assert_eq!(
+        upgrade_status(url, &[("Origin", "http://localhost:5173")]).await,
+        101
+    );
+    for origin in [
+        "http://evil.com",
+        "http://localhost.evil.com",
+        "http://evil-localhost.com",
+        "null",
+        "https://127.0.0.1.nip.io",
+    ] {
+        assert_eq!(
+            upgrade_status(url, &[("Origin", origin)]).await,
+            403,
+            "{origin}"
+        );
+    }
+    // DNS rebinding: a foreign Host name pointing at 127.0.0.1.
+    let port = url
+        .split(':')
+        .nth(2)
+        .and_then(|p| p.split('/').next())
+        .expect("port");
+    assert_eq!(
+        upgrade_status(url, &[("Host", &format!("evil.com:{port}"))]).await,
+        403
+    );
+    let refused = common::metric_value(
+        &gw.gateway,
+        "switchyard_connections_rejected_total",
+        &[("listener", "j")],
+    );
+    assert_eq!(refused, 6.0);
+    gw.gateway.shutdown().await;
+    gw.daemon.stop().await;
+}
+
+#[tokio::test]
+async fn allow_lists_and_tokens() {
+    let gw =
+        gateway("allowed_origins = [\"https://app.example.com\"]\nauth_token = \"s3cret\"").await;
+    let url = &gw.endpoints[0];
+    assert_eq!(
+        upgrade_status(url, &[("Origin", "https://app.example.com")]).await,
+        401,
+        "token required"
+    );
+    let bearer = [
+        ("Origin", "https://app.example.com"),
+        ("Authorization", "Bearer s3cret"),
+    ];
+    assert_eq!(upgrade_status(url, &bearer).await, 101);
+    assert_eq!(
+        upgrade_status(
+            &format!("{url}?token=s3cret"),
+            &[("Origin", "https://app.example.com")]
+        )
+        .await,
+        101
+    );
+    assert_eq!(upgrade_status(&format!("{url}?token=nope"), &[]).await, 401);
+    assert_eq!(
+        upgrade_status(
+            url,
+            &[
+                ("Origin", "http://app.example.com"),
+                ("Authorization", "Bearer s3cret")
+            ]
+        )
+        .await,
+        403
+    );
+    // The allowed browser origin passes and the session works.
+    let mut request = format!("{url}?token=s3cret")
+        .into_client_request()
+        .expect("request");
+    request.headers_mut().insert(
+        "Origin",
+        HeaderValue::from_static("https://app.example.com"),
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("upgrade");
+    common::send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"echo","params":[1],"id":1}"#,
+    )
+    .await;
+    assert_eq!(
+        common::recv(&mut ws).await,
+        r#"{"jsonrpc":"2.0","result":[1],"id":1}"#
+    );
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    gw.gateway.shutdown().await;
+    gw.daemon.stop().await;
+}
