@@ -260,3 +260,59 @@ async fn allow_lists_and_tokens() {
     gw.gateway.shutdown().await;
     gw.daemon.stop().await;
 }
+
+#[tokio::test]
+async fn connection_caps_refuse_the_extra_connection_in_each_transport() {
+    let gw = gateway("max_connections = 2").await;
+    for (speak, endpoint) in SPEAKS.iter().zip(&gw.endpoints) {
+        let mut a = TestClient::connect(*speak, endpoint).await;
+        let _b = TestClient::connect(*speak, endpoint).await;
+        let mut c = TestClient::connect(*speak, endpoint).await;
+        match speak {
+            Speak::Ndjson => {
+                let v = json(&c.recv().await);
+                assert_eq!(v["error"]["code"], -32007, "{v}");
+                assert_eq!(v["error"]["data"], "max connections exceeded");
+                assert_eq!(c.next().await, Err(common::clients::Ended::Eof));
+            }
+            _ => assert_eq!(
+                c.next().await,
+                Err(common::clients::Ended::Close(1008)),
+                "{speak:?}"
+            ),
+        }
+        // The admitted clients are unaffected.
+        a.send(r#"{"jsonrpc":"2.0","method":"echo","params":{"ok":1},"id":"a"}"#)
+            .await;
+        assert_eq!(json(&a.recv().await)["result"]["ok"], 1);
+    }
+    let refused = common::metric_value(
+        &gw.gateway,
+        "switchyard_connections_rejected_total",
+        &[("reason", "limit")],
+    );
+    assert_eq!(refused, 3.0);
+    gw.gateway.shutdown().await;
+    gw.daemon.stop().await;
+}
+
+#[tokio::test]
+async fn per_ip_cap_and_idle_timeout() {
+    let gw = gateway("max_connections_per_ip = 1\nidle_timeout_ms = 300").await;
+    let mut first = TestClient::connect(Speak::JsonRpc, &gw.endpoints[0]).await;
+    let mut second = TestClient::connect(Speak::JsonRpc, &gw.endpoints[0]).await;
+    assert_eq!(
+        second.next().await,
+        Err(common::clients::Ended::Close(1008))
+    );
+    // The first one goes quiet and is closed for it.
+    assert_eq!(first.next().await, Err(common::clients::Ended::Close(1001)));
+    // Its place is free again.
+    let mut third = TestClient::connect(Speak::JsonRpc, &gw.endpoints[0]).await;
+    third
+        .send(r#"{"jsonrpc":"2.0","method":"echo","params":[3],"id":3}"#)
+        .await;
+    assert_eq!(json(&third.recv().await)["result"], serde_json::json!([3]));
+    gw.gateway.shutdown().await;
+    gw.daemon.stop().await;
+}

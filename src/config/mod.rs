@@ -182,6 +182,14 @@ pub struct Protection {
     /// Rate-limited messages in a row before the connection is closed
     /// (1008); 0 = never.
     pub abuse_threshold: u32,
+    /// Open connections on the listener; 0 = unlimited.
+    pub max_connections: usize,
+    /// Open connections per client IP; 0 = unlimited.
+    pub max_connections_per_ip: usize,
+    /// Close a connection silent for this long (`None` = never).
+    pub idle_timeout: Option<std::time::Duration>,
+    /// Close a connection after this long, whatever it does (`None` = never).
+    pub max_connection_lifetime: Option<std::time::Duration>,
 }
 
 /// Method routing of one listener: longest matching prefix wins, else the

@@ -57,6 +57,12 @@ pub(super) fn protection(key: &str, raw: &RawListener, p: &mut Problems) -> Prot
         global_rate: rate(raw.global_rate_per_second, raw.global_rate_burst),
         method_weights,
         abuse_threshold: raw.abuse_threshold,
+        max_connections: raw.max_connections,
+        max_connections_per_ip: raw.max_connections_per_ip,
+        idle_timeout: (raw.idle_timeout_ms > 0)
+            .then(|| std::time::Duration::from_millis(raw.idle_timeout_ms)),
+        max_connection_lifetime: (raw.max_connection_lifetime_ms > 0)
+            .then(|| std::time::Duration::from_millis(raw.max_connection_lifetime_ms)),
     }
 }
 

@@ -187,6 +187,15 @@ pub struct RawListener {
     /// Rate-limited messages in a row before the connection is closed
     /// with 1008; 0 = never. Default `100`.
     pub abuse_threshold: u32,
+    /// Open connections on this listener; 0 = unlimited. Default `10000`.
+    pub max_connections: usize,
+    /// Open connections per client IP; 0 = unlimited. Default `0`.
+    pub max_connections_per_ip: usize,
+    /// Close a connection that sends nothing for this long; 0 = never.
+    /// Default `0`.
+    pub idle_timeout_ms: u64,
+    /// Close a connection after this long; 0 = never. Default `0`.
+    pub max_connection_lifetime_ms: u64,
 }
 
 /// `[upstreams.<name>]`: one backend switchyard forwards to.
@@ -457,6 +466,10 @@ impl Default for RawListener {
             global_rate_burst: 0,
             method_weights: BTreeMap::new(),
             abuse_threshold: 100,
+            max_connections: 10_000,
+            max_connections_per_ip: 0,
+            idle_timeout_ms: 0,
+            max_connection_lifetime_ms: 0,
         }
     }
 }

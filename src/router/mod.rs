@@ -78,6 +78,8 @@ pub struct Route {
     pub cfg: ListenerConfig,
     /// The listener's rate limits, shared by its connections.
     pub rate: Arc<crate::limits::rate::RateLimits>,
+    /// The listener's connection caps.
+    pub conns: crate::limits::conns::ConnLimits,
     default: Option<Arc<Upstream>>,
     prefixes: Vec<(String, Arc<Upstream>)>,
     metrics: Metrics,
@@ -113,9 +115,12 @@ impl Route {
             p.method_weights.clone(),
             p.abuse_threshold,
         );
+        let conns =
+            crate::limits::conns::ConnLimits::new(p.max_connections, p.max_connections_per_ip);
         Route {
             cfg,
             rate,
+            conns,
             default,
             prefixes,
             metrics,

@@ -122,13 +122,23 @@ impl Sbp {
         let frame = match frame::decode_with(bytes, self.rules) {
             Ok(frame) => frame,
             Err(e) => {
-                let id = e.frame_id().unwrap_or_else(random_id);
-                let reply = frame::encode(&Frame::error(id, e.code(), e.to_string()));
-                if e.can_continue() && self.ready() {
-                    return SbpEvent::Send(reply);
+                // No reply to a (malformed) ErrorFrame: an ErrorFrame is
+                // never answered with one (§10).
+                let reply = e.reply(random_id()).map(|f| frame::encode(&f));
+                if !self.ready() {
+                    // Any failure before the peer's handshake ends
+                    // negotiation (§3, §10).
+                    return SbpEvent::Close {
+                        frame: reply,
+                        code: 1000,
+                        reason: "negotiation_failed",
+                    };
+                }
+                if e.can_continue() {
+                    return reply.map_or(SbpEvent::Nothing, SbpEvent::Send);
                 }
                 return SbpEvent::Close {
-                    frame: Some(reply),
+                    frame: reply,
                     code: 1002,
                     reason: "invalid frame",
                 };

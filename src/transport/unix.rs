@@ -16,6 +16,7 @@
 
 use std::fs;
 use std::io;
+use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -34,6 +35,7 @@ use crate::dialect::Dialect;
 use crate::envelope::{Message, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::router::Route;
+use crate::telemetry::metrics::RejectReason;
 
 /// Binds `path` with `mode`, handling stale sockets as the module explains.
 pub(crate) fn bind(path: &Path, mode: u32) -> io::Result<UnixListener> {
@@ -90,8 +92,15 @@ pub(crate) async fn serve(listener: UnixListener, path: PathBuf, route: Arc<Rout
         };
         match accepted {
             Ok((stream, _)) => {
+                let Some(permit) = route.conns.admit(IpAddr::V4(Ipv4Addr::UNSPECIFIED)) else {
+                    ctx.sessions.spawn(refuse(stream, route.clone()));
+                    continue;
+                };
                 let (route, ctx2) = (route.clone(), ctx.clone());
-                ctx.sessions.spawn(run(stream, route, ctx2));
+                ctx.sessions.spawn(async move {
+                    run(stream, route, ctx2).await;
+                    drop(permit);
+                });
             }
             Err(e) => {
                 tracing::warn!(listener = %route.cfg.name, error = %e, "accept failed");
@@ -103,6 +112,21 @@ pub(crate) async fn serve(listener: UnixListener, path: PathBuf, route: Arc<Rout
     if let Err(e) = fs::remove_file(&path) {
         tracing::debug!(path = %path.display(), error = %e, "socket file not removed");
     }
+}
+
+/// Over the connection cap: one error line, then close.
+async fn refuse(mut stream: UnixStream, route: Arc<Route>) {
+    route
+        .metrics()
+        .count_rejected_connection(&route.cfg.name, RejectReason::Limit);
+    let err = GatewayError::with_detail(ErrorKind::ResourceExhausted, "max connections exceeded");
+    let reply = Message::error(Some(WireId::null()), err.to_object(Dialect::Ndjson));
+    if let Ok(mut line) = render(&reply, Style::Line) {
+        line.push('\n');
+        // Refused either way; the line is a courtesy.
+        let _ = stream.write_all(line.as_bytes()).await;
+    }
+    let _ = stream.shutdown().await;
 }
 
 /// How the reader loop ended.

@@ -36,6 +36,23 @@ use crate::telemetry::trace::connection_span;
 /// the dialect before closing with 1009.
 const LIBRARY_HEADROOM: usize = 64 * 1024;
 
+/// Why a connection must close now: idle too long, or lived too long.
+fn expired(
+    p: &crate::config::Protection,
+    opened: Instant,
+    last_rx: Instant,
+) -> Option<&'static str> {
+    if p.idle_timeout.is_some_and(|t| last_rx.elapsed() >= t) {
+        return Some("idle timeout");
+    }
+    if p.max_connection_lifetime
+        .is_some_and(|t| opened.elapsed() >= t)
+    {
+        return Some("connection lifetime reached");
+    }
+    None
+}
+
 /// How long a Sideband client has to send its handshake.
 const SIDEBAND_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -150,8 +167,21 @@ fn check_upgrade(route: &Route, headers: &HeaderMap, uri: &Uri) -> Result<(), Re
 }
 
 /// Drives one client connection to its end.
-async fn run(socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr) {
+async fn run(mut socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr) {
     let name = route.cfg.name.clone();
+    let Some(_permit) = route.conns.admit(peer) else {
+        // Upgraded first, so that a browser can read the reason.
+        route
+            .metrics()
+            .count_rejected_connection(&name, RejectReason::Limit);
+        let frame = CloseFrame {
+            code: 1008,
+            reason: "max connections exceeded".into(),
+        };
+        // The peer may be gone already; it is refused either way.
+        let _ = socket.send(WsMessage::Close(Some(frame))).await;
+        return;
+    };
     let _open = super::OpenConnection::count(&route);
     let (sink, stream) = socket.split();
     let (tx, rx) = mpsc::channel(route.cfg.outbox_capacity);
@@ -204,7 +234,15 @@ async fn read_loop(
     ctx: &Serve,
 ) -> End {
     let cfg = &route.cfg;
-    let period = cfg.ping_interval.min(cfg.pong_timeout) / 4;
+    let limits = [
+        cfg.protection.idle_timeout,
+        cfg.protection.max_connection_lifetime,
+    ];
+    let period = limits
+        .into_iter()
+        .flatten()
+        .fold(cfg.ping_interval.min(cfg.pong_timeout), Duration::min)
+        / 4;
     let mut tick = tokio::time::interval(period.max(Duration::from_millis(10)));
     let mut last_rx = Instant::now();
     let mut ping_sent: Option<Instant> = None;
@@ -215,6 +253,10 @@ async fn read_loop(
             () = lost.cancelled() => return End::UpstreamLost,
             frame = stream.next() => frame,
             _ = tick.tick() => {
+                if let Some(reason) = expired(&cfg.protection, opened, last_rx) {
+                    let _ = tx.send(Outgoing::Close(1001, reason)).await;
+                    return End::Closing;
+                }
                 if session.negotiating() && opened.elapsed() >= SIDEBAND_HANDSHAKE_TIMEOUT {
                     let _ = tx.send(Outgoing::Close(1000, "negotiation_failed")).await;
                     return End::Closing;
