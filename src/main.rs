@@ -84,7 +84,8 @@ async fn run(command: Command) -> ExitCode {
                 Ok(cfg) => cfg,
                 Err(code) => return code,
             };
-            telemetry::init_logging(&cfg.log);
+            // Kept until exit: its shutdown sends the spans still queued.
+            let telemetry = telemetry::init(&cfg.log, &cfg.tracing);
             let bound = match app::bind(cfg).await {
                 Ok(b) => b,
                 Err(e) => {
@@ -96,6 +97,7 @@ async fn run(command: Command) -> ExitCode {
             tracing::info!("switchyard is running");
             shutdown::signal().await;
             running.shutdown().await;
+            telemetry.shutdown().await;
             ExitCode::SUCCESS
         }
         Command::Check { config } => check(config),
