@@ -15,14 +15,17 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub struct ConnLimits {
     total: Option<Arc<Semaphore>>,
     per_ip_max: usize,
-    per_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    per_ip: PerIp,
 }
+
+/// Open connections per client IP.
+type PerIp = Arc<Mutex<HashMap<IpAddr, usize>>>;
 
 /// One admitted connection; dropping it frees its places.
 #[derive(Debug)]
 pub struct ConnPermit {
     _total: Option<OwnedSemaphorePermit>,
-    ip: Option<(IpAddr, Arc<Mutex<HashMap<IpAddr, usize>>>)>,
+    ip: Option<(IpAddr, PerIp)>,
 }
 
 // === impl ConnLimits ===

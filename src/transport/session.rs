@@ -332,11 +332,10 @@ impl Session {
     /// notification is dropped (`Ok(None)`), counted; past the abuse
     /// threshold the connection is closed (1008).
     fn rate_check(&self, item: Item) -> Result<Checked, Verdict> {
-        let method = match &item {
-            Item::Valid(Message::Request { method, .. } | Message::Notification { method, .. }) => {
-                method
-            }
-            _ => return Ok(Checked::Pass(item)),
+        let (Item::Valid(Message::Request { method, .. })
+        | Item::Valid(Message::Notification { method, .. })) = &item
+        else {
+            return Ok(Checked::Pass(item));
         };
         let Some(rate) = &self.rate else {
             return Ok(Checked::Pass(item));

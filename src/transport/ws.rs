@@ -89,7 +89,7 @@ pub(crate) async fn serve(
                     let (route, ctx) = (route.clone(), ctx.clone());
                     async move {
                         if let Err(refused) = check_upgrade(&route, &headers, &uri) {
-                            return refused;
+                            return *refused;
                         }
                         upgrade(ws, &headers, route, ctx, peer.ip())
                     }
@@ -143,7 +143,7 @@ fn upgrade(
 
 /// Browser safety before the upgrade: Host and Origin allow-lists and the
 /// bearer token. A refusal is HTTP 403/401 with a short reason, counted.
-fn check_upgrade(route: &Route, headers: &HeaderMap, uri: &Uri) -> Result<(), Response> {
+fn check_upgrade(route: &Route, headers: &HeaderMap, uri: &Uri) -> Result<(), Box<Response>> {
     let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
     let verdict = route.upgrade_policy().check(
         header(axum::http::header::HOST),
@@ -162,7 +162,7 @@ fn check_upgrade(route: &Route, headers: &HeaderMap, uri: &Uri) -> Result<(), Re
             .count_rejected_connection(&route.cfg.name, reason);
         tracing::debug!(listener = %route.cfg.name, refusal = refusal.as_str(), "upgrade refused");
         let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::FORBIDDEN);
-        (status, refusal.reason()).into_response()
+        Box::new((status, refusal.reason()).into_response())
     })
 }
 
