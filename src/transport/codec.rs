@@ -12,11 +12,20 @@ use super::Outgoing;
 use crate::dialect::render::{render, render_batch, Style};
 use crate::dialect::Dialect;
 use crate::envelope::Message;
-use crate::error::{ErrorKind, GatewayError};
+use crate::error::{ErrorKind, GatewayError, Side};
+use crate::telemetry::metrics::{Direction, Metrics};
 
-/// The output side of a client connection's dialect.
+/// The output side of a client connection's dialect; counts what it
+/// writes (`switchyard_messages_total`, side `client`, direction `out`).
 #[derive(Debug, Clone)]
-pub(crate) enum OutCodec {
+pub(crate) struct OutCodec {
+    pub(crate) form: Form,
+    metrics: Arc<Metrics>,
+}
+
+/// How messages are written.
+#[derive(Debug, Clone)]
+pub(crate) enum Form {
     /// JSON-RPC 2.0 or holon-rpc text.
     Text(Dialect, Style),
     /// Sideband frames; the session holds the negotiated encoding.
@@ -26,11 +35,19 @@ pub(crate) enum OutCodec {
 // === impl OutCodec ===
 
 impl OutCodec {
+    /// A codec writing `form`, counting into `metrics`.
+    pub(crate) fn new(form: Form, metrics: Metrics) -> Self {
+        OutCodec {
+            form,
+            metrics: Arc::new(metrics),
+        }
+    }
+
     /// The dialect written.
     pub(crate) fn dialect(&self) -> Dialect {
-        match self {
-            OutCodec::Text(d, _) => *d,
-            OutCodec::Sideband(_) => Dialect::Sideband,
+        match &self.form {
+            Form::Text(d, _) => *d,
+            Form::Sideband(_) => Dialect::Sideband,
         }
     }
 
@@ -52,7 +69,11 @@ impl OutCodec {
 
     /// Encodes a batch reply (JSON dialects only).
     pub(crate) fn encode_batch(&self, msgs: &[Message]) -> Option<Outgoing> {
-        let OutCodec::Text(_, style) = self else {
+        for m in msgs {
+            self.metrics
+                .count_message(self.dialect(), Side::Client, Direction::Out, m.kind());
+        }
+        let Form::Text(_, style) = &self.form else {
             return None;
         };
         if let Ok(text) = render_batch(msgs, *style) {
@@ -70,9 +91,14 @@ impl OutCodec {
     }
 
     fn try_encode(&self, msg: &Message) -> Option<Outgoing> {
-        match self {
-            OutCodec::Text(_, style) => render(msg, *style).ok().map(Outgoing::Text),
-            OutCodec::Sideband(sbp) => sbp.lock().encode(msg).ok().map(Outgoing::Binary),
+        let out = match &self.form {
+            Form::Text(_, style) => render(msg, *style).ok().map(Outgoing::Text),
+            Form::Sideband(sbp) => sbp.lock().encode(msg).ok().map(Outgoing::Binary),
+        };
+        if out.is_some() {
+            self.metrics
+                .count_message(self.dialect(), Side::Client, Direction::Out, msg.kind());
         }
+        out
     }
 }

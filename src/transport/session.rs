@@ -18,13 +18,14 @@ use tracing::Instrument;
 
 use std::net::{IpAddr, Ipv4Addr};
 
+use crate::error::Side;
 use crate::limits::rate::{ConnectionRate, Limited, Verdict as RateVerdict};
-use crate::telemetry::metrics::Limit;
+use crate::telemetry::metrics::{Direction, Limit};
 
 use super::Outgoing;
 use parking_lot::Mutex;
 
-use super::codec::OutCodec;
+use super::codec::{Form, OutCodec};
 use super::sbp::{Sbp, SbpEvent};
 use crate::dialect::render::Style;
 use crate::dialect::{holon, jsonrpc, Dialect, Inbound, Item};
@@ -83,14 +84,15 @@ impl Session {
         grace_over: CancellationToken,
     ) -> Self {
         let d = route.cfg.dialect;
-        let codec = match d {
-            Dialect::Ndjson => OutCodec::Text(d, Style::Line),
-            Dialect::Holon => OutCodec::Text(d, Style::Holon),
-            Dialect::JsonRpc => OutCodec::Text(d, Style::Frame),
+        let form = match d {
+            Dialect::Ndjson => Form::Text(d, Style::Line),
+            Dialect::Holon => Form::Text(d, Style::Holon),
+            Dialect::JsonRpc => Form::Text(d, Style::Frame),
             Dialect::Sideband => {
-                OutCodec::Sideband(Arc::new(Mutex::new(Sbp::new(route.cfg.sideband_cbor))))
+                Form::Sideband(Arc::new(Mutex::new(Sbp::new(route.cfg.sideband_cbor))))
             }
         };
+        let codec = OutCodec::new(form, route.metrics().clone());
         let pusher = Pusher::new(
             codec.clone(),
             outbox.clone(),
@@ -125,6 +127,7 @@ impl Session {
             Dialect::Holon => holon::decode(text),
             _ => jsonrpc::decode(text, self.route.cfg.max_batch_items),
         };
+        self.count_in(text.len(), &inbound);
         match inbound {
             Inbound::Rejected(reply) => {
                 self.route.count_protocol_error("rejected_message");
@@ -142,6 +145,25 @@ impl Session {
         Verdict::Continue
     }
 
+    /// Counts an inbound frame and its messages (and a batch's size).
+    fn count_in(&self, bytes: usize, inbound: &Inbound) {
+        let (m, d) = (self.route.metrics(), self.route.cfg.dialect);
+        m.count_frame(d, Side::Client, Direction::In, bytes);
+        let count = |item: &Item| {
+            if let Item::Valid(msg) = item {
+                m.count_message(d, Side::Client, Direction::In, msg.kind());
+            }
+        };
+        match inbound {
+            Inbound::Single(item) => count(item),
+            Inbound::Batch(items) => {
+                m.observe_batch(&self.route.cfg.name, items.len());
+                items.iter().for_each(count);
+            }
+            Inbound::Rejected(_) | Inbound::Close(..) => {}
+        }
+    }
+
     /// Queues a reply rendered by the session's codec.
     pub async fn send(&self, msg: &Message) {
         if let Some(out) = self.codec.encode(msg) {
@@ -152,23 +174,28 @@ impl Session {
 
     /// The frames to send when the connection opens (Sideband handshake).
     pub fn greeting(&self) -> Option<Outgoing> {
-        match &self.codec {
-            OutCodec::Sideband(sbp) => Some(Outgoing::Binary(sbp.lock().hello())),
-            OutCodec::Text(..) => None,
+        match &self.codec.form {
+            Form::Sideband(sbp) => Some(Outgoing::Binary(sbp.lock().hello())),
+            Form::Text(..) => None,
         }
     }
 
     /// True while a Sideband peer has not sent its handshake.
     pub fn negotiating(&self) -> bool {
-        matches!(&self.codec, OutCodec::Sideband(sbp) if !sbp.lock().ready())
+        matches!(&self.codec.form, Form::Sideband(sbp) if !sbp.lock().ready())
     }
 
     /// Handles one inbound binary frame (Sideband).
     pub async fn on_binary(&self, bytes: &[u8]) -> Verdict {
-        let OutCodec::Sideband(sbp) = &self.codec else {
+        let Form::Sideband(sbp) = &self.codec.form else {
             return Verdict::Close(1003, "binary frames are not supported");
         };
+        let metrics = self.route.metrics();
+        metrics.count_frame(Dialect::Sideband, Side::Client, Direction::In, bytes.len());
         let event = sbp.lock().on_frame(bytes);
+        if let SbpEvent::Rpc(msg) = &event {
+            metrics.count_message(Dialect::Sideband, Side::Client, Direction::In, msg.kind());
+        }
         match event {
             SbpEvent::Nothing | SbpEvent::Ready => {}
             SbpEvent::Send(frame) => {
@@ -247,6 +274,9 @@ impl Session {
                 match self.permit() {
                     Some(p) => Some(p),
                     None => {
+                        self.route
+                            .metrics()
+                            .count_limit(&self.route.cfg.name, Limit::MaxInFlight);
                         let reply = self.route.error_reply(id.clone(), &busy());
                         self.send(&reply).await;
                         return Verdict::Continue;
@@ -295,7 +325,12 @@ impl Session {
                         request_ids.push(id.clone());
                         item
                     }
-                    None => Item::Invalid(self.route.error_reply(id.clone(), &busy())),
+                    None => {
+                        self.route
+                            .metrics()
+                            .count_limit(&self.route.cfg.name, Limit::MaxInFlight);
+                        Item::Invalid(self.route.error_reply(id.clone(), &busy()))
+                    }
                 },
                 _ => item,
             })

@@ -211,6 +211,10 @@ async fn on_line(session: &Session, line: &[u8]) -> Verdict {
 
 async fn line_too_long(route: &Route, tx: &mpsc::Sender<Outgoing>) {
     route.count_protocol_error("message_too_large");
+    route.metrics().count_limit(
+        &route.cfg.name,
+        crate::telemetry::metrics::Limit::MaxMessageBytes,
+    );
     let limit = route.cfg.max_message_bytes;
     let err = GatewayError::with_detail(
         ErrorKind::InvalidRequest,

@@ -323,6 +323,10 @@ async fn read_loop(
 /// The dialect's answer to an oversize message, then close 1009.
 async fn too_large(route: &Route, tx: &mpsc::Sender<Outgoing>) {
     route.count_protocol_error("message_too_large");
+    route.metrics().count_limit(
+        &route.cfg.name,
+        crate::telemetry::metrics::Limit::MaxMessageBytes,
+    );
     let limit = route.cfg.max_message_bytes;
     if route.cfg.dialect == Dialect::JsonRpc {
         let err = GatewayError::with_detail(

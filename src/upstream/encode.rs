@@ -11,8 +11,9 @@ use crate::dialect::render::{render, render_batch, Style};
 use crate::dialect::sideband::{EnvelopeError, Member};
 use crate::dialect::Dialect;
 use crate::envelope::{raw_from_string, Message, Payload, WireId};
-use crate::error::{ErrorKind, GatewayError};
+use crate::error::{ErrorKind, GatewayError, Side};
 use crate::router::correlator::parse_gateway_id;
+use crate::telemetry::metrics::Direction;
 
 use super::link::{Link, Wire};
 
@@ -99,7 +100,9 @@ impl Link {
     /// Renders a batch for this upstream, enforcing its size limit.
     pub(super) fn encode_batch(&self, msgs: &[Message]) -> Result<Wire, GatewayError> {
         let text = render_batch(msgs, self.style()).map_err(|_| not_json())?;
-        self.check_size(Wire::Text(text))
+        let wire = self.check_size(Wire::Text(text))?;
+        self.count_out(&msgs.iter().collect::<Vec<_>>(), &wire);
+        Ok(wire)
     }
 
     /// Renders a message for this upstream, enforcing its size limit.
@@ -111,10 +114,14 @@ impl Link {
                 } => GatewayError::with_detail(ErrorKind::InvalidParams, e.to_string()),
                 other => GatewayError::with_detail(ErrorKind::Internal, other.to_string()),
             })?;
-            return self.check_size(Wire::Binary(frame));
+            let wire = self.check_size(Wire::Binary(frame))?;
+            self.count_out(&[msg], &wire);
+            return Ok(wire);
         }
         let text = render(msg, self.style()).map_err(|_| not_json())?;
-        self.check_size(Wire::Text(text))
+        let wire = self.check_size(Wire::Text(text))?;
+        self.count_out(&[msg], &wire);
+        Ok(wire)
     }
 
     fn style(&self) -> Style {
@@ -126,6 +133,16 @@ impl Link {
     }
 
     /// Refuses a text the upstream would not accept.
+    /// Counts what is about to be written to the upstream.
+    fn count_out(&self, msgs: &[&Message], wire: &Wire) {
+        let m = &self.shared.metrics;
+        let d = self.shared.cfg.dialect;
+        for msg in msgs {
+            m.count_message(d, Side::Upstream, Direction::Out, msg.kind());
+        }
+        m.count_frame(d, Side::Upstream, Direction::Out, wire.len());
+    }
+
     fn check_size(&self, text: Wire) -> Result<Wire, GatewayError> {
         let framed_len = text.len() + usize::from(self.style() == Style::Line);
         if framed_len > self.shared.cfg.max_request_bytes {

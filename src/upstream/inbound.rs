@@ -7,8 +7,9 @@ use serde_json::value::RawValue;
 
 use crate::dialect::jsonrpc::{decode_upstream, ReplyError};
 use crate::envelope::{raw_from_string, ErrorObject, Message, Outcome, Payload, WireId};
-use crate::error::{ErrorKind, GatewayError};
+use crate::error::{ErrorKind, GatewayError, Side};
 use crate::router::correlator::Resolution;
+use crate::telemetry::metrics::Direction;
 
 use std::sync::Arc;
 
@@ -21,6 +22,10 @@ impl Link {
     /// Handles one inbound text (a message or a batch reply). Returns false
     /// when the link must close.
     pub(super) fn on_text(self: &Arc<Self>, text: &str) -> bool {
+        let d = self.shared.cfg.dialect;
+        self.shared
+            .metrics
+            .count_frame(d, Side::Upstream, Direction::In, text.len());
         if text.trim_start().starts_with('[') {
             let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(text) else {
                 self.shared.count_protocol_error("invalid_message");
@@ -63,6 +68,10 @@ impl Link {
         let Some(sb) = &self.sideband else {
             return false;
         };
+        let d = self.shared.cfg.dialect;
+        self.shared
+            .metrics
+            .count_frame(d, Side::Upstream, Direction::In, bytes.len());
         let event = sb.lock().sbp.on_frame(bytes);
         match event {
             SbpEvent::Nothing | SbpEvent::Ready => true,
@@ -105,6 +114,10 @@ impl Link {
 
     /// Dispatches one decoded message. Returns false when the link must close.
     fn on_decoded(self: &Arc<Self>, msg: Message, in_batch: bool) -> bool {
+        let d = self.shared.cfg.dialect;
+        self.shared
+            .metrics
+            .count_message(d, Side::Upstream, Direction::In, msg.kind());
         match msg {
             Message::Response {
                 id: WireId::Cid(cid),

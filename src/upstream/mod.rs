@@ -482,8 +482,13 @@ async fn call_on(
         .map_err(|_| GatewayError::new(ErrorKind::Unavailable))?;
     let (tx, rx) = oneshot::channel();
     let gid = link.send_request(method, params, tx)?;
+    let call = link
+        .shared
+        .metrics
+        .start_upstream_call(&link.shared.cfg.name);
     guard.link = Some((link, gid));
     let reply = rx.await;
+    call.settled();
     guard.link = None;
     reply.unwrap_or_else(|_| Err(GatewayError::new(ErrorKind::Unavailable)))
 }
