@@ -578,3 +578,154 @@ fn admin_address_is_optional_validated_and_never_a_client_port() {
     let p = problems(&format!("{base}\n[admin]\nport = 1\n"));
     assert!(p.contains("port"), "unknown keys are errors: {p}");
 }
+
+/// Traffic through every listener dialect moves the message, byte, batch
+/// and duration series by exactly what was sent.
+#[tokio::test]
+async fn every_dialect_moves_its_series_by_the_traffic_sent() {
+    use common::clients::{Speak, TestClient};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let daemon = Daemon::start(&dir.path().join("d.sock"), DaemonOptions::default())
+        .await
+        .expect("daemon");
+    let toml = format!(
+        "[admin]\naddress = \"127.0.0.1:0\"\n\n\
+         [listeners.j]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/j\"\n\n\
+         [listeners.h]\ndialect = \"holon-rpc\"\naddress = \"127.0.0.1:0\"\npath = \"/h\"\n\n\
+         [listeners.n]\ndialect = \"ndjson\"\nsocket = \"{}\"\n\n\
+         [upstreams.d]\ndialect = \"ndjson\"\nsocket = \"{}\"\npool_size = 1\n\n\
+         [[routes]]\nlistener = \"j\"\nupstream = \"d\"\n[[routes]]\nlistener = \"h\"\nupstream = \"d\"\n[[routes]]\nlistener = \"n\"\nupstream = \"d\"\n",
+        dir.path().join("n.sock").display(),
+        daemon.path().display()
+    );
+    let bound = app::bind(Config::from_toml(&toml).expect("config"))
+        .await
+        .expect("bind");
+    let admin = bound.admin_addr().expect("admin");
+    let endpoints = [
+        (
+            Speak::JsonRpc,
+            "jsonrpc-ws",
+            "j",
+            bound.ws_url("j").expect("url"),
+        ),
+        (
+            Speak::Holon,
+            "holon-rpc",
+            "h",
+            bound.ws_url("h").expect("url"),
+        ),
+        (
+            Speak::Ndjson,
+            "ndjson",
+            "n",
+            bound.unix_path("n").expect("socket").display().to_string(),
+        ),
+    ];
+    let gateway = bound.spawn();
+    wait_connected(&gateway, "d").await;
+    let before = scrape(admin).await;
+    for (speak, _, _, endpoint) in &endpoints {
+        let mut c = TestClient::connect(*speak, endpoint).await;
+        for i in 0..2 {
+            c.send(&format!(
+                r#"{{"jsonrpc":"2.0","method":"echo","params":{{"i":{i}}},"id":"r{i}"}}"#
+            ))
+            .await;
+            c.recv().await;
+        }
+        if *speak != Speak::Holon {
+            // One notification and a batch of two requests.
+            c.send(r#"{"jsonrpc":"2.0","method":"notify_hello","params":[7]}"#)
+                .await;
+            c.send(r#"[{"jsonrpc":"2.0","method":"echo","params":[1],"id":1},{"jsonrpc":"2.0","method":"echo","params":[2],"id":2}]"#).await;
+            c.recv().await;
+        }
+    }
+    let after = scrape(admin).await;
+    let delta = |metric: &str, labels: &[(&str, &str)]| {
+        value(&after, metric, labels) - value(&before, metric, labels)
+    };
+    let msgs = "switchyard_messages_total";
+    for (speak, dialect, listener, _) in &endpoints {
+        let json = *speak != Speak::Holon;
+        let requests = if json { 4.0 } else { 2.0 };
+        let cin = [
+            ("dialect", *dialect),
+            ("side", "client"),
+            ("direction", "in"),
+        ];
+        assert_eq!(
+            delta(msgs, &[cin[0], cin[1], cin[2], ("kind", "request")]),
+            requests,
+            "{dialect} requests in"
+        );
+        assert_eq!(
+            delta(msgs, &[cin[0], cin[1], cin[2], ("kind", "notification")]),
+            if json { 1.0 } else { 0.0 },
+            "{dialect}"
+        );
+        let out = [
+            ("dialect", *dialect),
+            ("side", "client"),
+            ("direction", "out"),
+            ("kind", "response"),
+        ];
+        assert_eq!(delta(msgs, &out), requests, "{dialect} responses out");
+        assert!(
+            delta("switchyard_bytes_total", &[cin[0], cin[1], cin[2]]) > 0.0,
+            "{dialect} bytes in"
+        );
+        let (n, _) = histogram(
+            &after,
+            "switchyard_request_duration_seconds",
+            &[("listener", *listener), ("upstream", "d")],
+        );
+        assert_eq!(n, requests, "{listener} request durations");
+        if json {
+            let (count, sum) =
+                histogram(&after, "switchyard_batch_size", &[("listener", *listener)]);
+            assert_eq!((count, sum), (1.0, 2.0), "{listener} batch size");
+        }
+    }
+    // Upstream side: 10 requests (4 + 2 + 4) and 2 notifications went out,
+    // 10 responses came back; every call is settled.
+    let up = [("dialect", "ndjson"), ("side", "upstream")];
+    assert_eq!(
+        delta(
+            msgs,
+            &[up[0], up[1], ("direction", "out"), ("kind", "request")]
+        ),
+        10.0
+    );
+    assert_eq!(
+        delta(
+            msgs,
+            &[up[0], up[1], ("direction", "out"), ("kind", "notification")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        delta(
+            msgs,
+            &[up[0], up[1], ("direction", "in"), ("kind", "response")]
+        ),
+        10.0
+    );
+    let (calls, _) = histogram(
+        &after,
+        "switchyard_upstream_request_duration_seconds",
+        &[("upstream", "d")],
+    );
+    assert_eq!(calls, 10.0);
+    assert_eq!(
+        value(
+            &after,
+            "switchyard_upstream_in_flight",
+            &[("upstream", "d")]
+        ),
+        0.0
+    );
+    gateway.shutdown().await;
+    daemon.stop().await;
+}
