@@ -19,7 +19,7 @@
 //! - [`router`]: routes and reply delivery; [`router::correlator`] keeps gateway ids.
 //! - [`upstream`]: connection pools to the services behind switchyard.
 //! - [`transport`]: client-facing I/O: WebSocket listeners, sessions, outboxes.
-//! - [`telemetry`]: logging and Prometheus metrics.
+//! - [`telemetry`]: logging, Prometheus metrics and OpenTelemetry trace export.
 //! - [`shutdown`]: SIGINT/SIGTERM as one future.
 //! - [`daemon`]: the bundled reference NDJSON daemon (demo, tests, benches).
 //! - [`client`]: a tiny client for `switchyard call`, speaking each listener dialect.
