@@ -12,10 +12,13 @@
 //! ([`Payload::Json`] for v1, [`Payload::Cbor`] with the item's own bytes
 //! for v2). Encoding passes payloads of the same encoding through and
 //! transcodes the others by §7. Both encodings share one set of member
-//! rules ([`build`]); only the reading of members differs.
+//! rules (`build`); only the reading of members differs.
 
+use crate::dialect::Dialect;
 use crate::envelope::{ErrorObject, Message, Outcome, Payload, WireId};
+use crate::error::{ErrorKind, GatewayError};
 
+use super::frame::{Frame, FrameId, INVALID_FRAME};
 use super::handshake::Handshake;
 use super::subject::{Channel, Subject};
 use super::transcode::TranscodeError;
@@ -28,6 +31,9 @@ pub type Cid = [u8; 16];
 
 /// SBP code 1100 InvalidEnvelope: every envelope decode failure.
 pub const INVALID_ENVELOPE: i64 = 1100;
+
+/// The ErrorFrame message for an envelope on `rpc` whose cid is unreadable.
+pub const MALFORMED_ENVELOPE: &str = "Malformed RPC envelope";
 
 /// How an envelope is encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -125,6 +131,17 @@ pub enum EnvelopeError {
         #[source]
         source: TranscodeError,
     },
+}
+
+/// The answer §6 prescribes for an invalid envelope received on `rpc`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvelopeReply {
+    /// The cid was readable: `E` 1100 to that cid, sent on the request's
+    /// subject with a fresh frame id.
+    Envelope(Message),
+    /// No cid: ErrorFrame 1002 `Malformed RPC envelope`, carrying the
+    /// offending frame's id.
+    Frame(Frame),
 }
 
 /// Decodes one envelope from Message data.
@@ -240,6 +257,23 @@ impl EnvelopeError {
     pub fn can_continue(&self) -> bool {
         true
     }
+
+    /// What to send for this decode failure on `rpc`, the offending frame
+    /// being `frame_id`; `None` for encode failures. (An invalid envelope on
+    /// `event` gets no reply at all.)
+    pub fn reply(&self, frame_id: FrameId) -> Option<EnvelopeReply> {
+        if !self.is_decode() {
+            return None;
+        }
+        Some(match self.cid() {
+            Some(cid) => EnvelopeReply::Envelope(Message::Error {
+                id: Some(WireId::Cid(cid)),
+                error: GatewayError::with_detail(ErrorKind::InvalidRequest, self.to_string())
+                    .to_object(Dialect::Sideband),
+            }),
+            None => EnvelopeReply::Frame(Frame::error(frame_id, INVALID_FRAME, MALFORMED_ENVELOPE)),
+        })
+    }
 }
 
 /// An `E` error about a failed code: not an integer.
@@ -290,23 +324,25 @@ fn build(f: &impl Fields) -> Result<Message, EnvelopeError> {
                 .payload(Member::Result)
                 .map_or(Outcome::Void, Outcome::Value),
         },
-        _ => {
-            let code = match f.code() {
-                Ok(Some(code)) => code,
-                Ok(None) => return Err(missing(Member::Code, Some(cid))),
-                Err(CodeError::WrongType) => return Err(wrong(Member::Code, Some(cid))),
-                Err(CodeError::NotInteger(raw)) => return Err(EnvelopeError::BadCode { raw, cid }),
-            };
-            let message = required_text(f, Member::Message, Some(cid))?;
-            Message::Error {
-                id: Some(id),
-                error: ErrorObject {
-                    code,
-                    message,
-                    data: f.payload(Member::Data),
-                },
-            }
-        }
+        _ => Message::Error {
+            id: Some(id),
+            error: error_object(f, cid)?,
+        },
+    })
+}
+
+/// The members of an `E`.
+fn error_object(f: &impl Fields, cid: Cid) -> Result<ErrorObject, EnvelopeError> {
+    let code = match f.code() {
+        Ok(Some(code)) => code,
+        Ok(None) => return Err(missing(Member::Code, Some(cid))),
+        Err(CodeError::WrongType) => return Err(wrong(Member::Code, Some(cid))),
+        Err(CodeError::NotInteger(raw)) => return Err(EnvelopeError::BadCode { raw, cid }),
+    };
+    Ok(ErrorObject {
+        code,
+        message: required_text(f, Member::Message, Some(cid))?,
+        data: f.payload(Member::Data),
     })
 }
 

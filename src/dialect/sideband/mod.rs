@@ -41,8 +41,8 @@ mod testutil;
 
 pub use cbor::{CborError, MAX_DEPTH};
 pub use envelope::{
-    decode_envelope, encode_envelope, fits_subject, Cid, Encoding, EnvelopeError, Member,
-    INVALID_ENVELOPE,
+    decode_envelope, encode_envelope, fits_subject, Cid, Encoding, EnvelopeError, EnvelopeReply,
+    Member, INVALID_ENVELOPE, MALFORMED_ENVELOPE,
 };
 pub use frame::{
     decode, decode_with, encode, encode_into, random_id, Body, Control, Frame, FrameError, FrameId,

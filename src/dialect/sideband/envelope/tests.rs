@@ -438,6 +438,34 @@ fn cbor_decode_rules() {
 }
 
 #[test]
+fn replies_to_invalid_envelopes() {
+    let frame_id = [9; 16];
+    let with_cid = decode_json(&format!(r#"{{"t":"r","cid":"{CID_HEX}"}}"#)).expect_err("no m");
+    let Some(EnvelopeReply::Envelope(Message::Error { id, error })) = with_cid.reply(frame_id)
+    else {
+        panic!("E reply expected");
+    };
+    assert_eq!(
+        (id, error.code, error.message.as_str()),
+        (Some(WireId::Cid(CID)), 1100, "Invalid envelope")
+    );
+    assert_eq!(
+        error.data.as_ref().and_then(Payload::as_json),
+        Some(r#""Invalid envelope: missing m""#)
+    );
+    let without = decode_json("nope").expect_err("not JSON");
+    assert_eq!(
+        without.reply(frame_id),
+        Some(EnvelopeReply::Frame(Frame::error(
+            frame_id,
+            1002,
+            "Malformed RPC envelope"
+        )))
+    );
+    assert_eq!(EnvelopeError::NoId.reply(frame_id), None);
+}
+
+#[test]
 fn cbor_nesting_limit_is_128_including_the_envelope() {
     let nested = |depth: usize| {
         format!(
