@@ -316,3 +316,68 @@ async fn per_ip_cap_and_idle_timeout() {
     gw.gateway.shutdown().await;
     gw.daemon.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_consumer_is_closed_without_slowing_the_others() {
+    let gw =
+        gateway("outbox_capacity = 4\nslow_consumer_timeout_ms = 300\nmax_in_flight = 64").await;
+    let url = gw.endpoints[0].clone();
+    // The slow client sends large requests and never reads its replies.
+    let mut slow = common::connect(&url).await;
+    let pad = "x".repeat(256 * 1024);
+    for i in 0..64 {
+        common::send(
+            &mut slow,
+            &format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{pad}"],"id":{i}}}"#),
+        )
+        .await;
+    }
+    // Twenty others run flat out over the same upstream meanwhile.
+    let runners = (0..20).map(|c| {
+        let url = url.clone();
+        tokio::spawn(async move {
+            let mut ws = common::connect(&url).await;
+            for i in 0..100 {
+                common::send(
+                    &mut ws,
+                    &format!(r#"{{"jsonrpc":"2.0","method":"echo","params":[{c},{i}],"id":{i}}}"#),
+                )
+                .await;
+                let v = json(&common::recv(&mut ws).await);
+                assert_eq!(v["result"], serde_json::json!([c, i]), "client {c}");
+            }
+        })
+    });
+    for r in futures_util::future::join_all(runners).await {
+        r.expect("runner");
+    }
+    let closed = || {
+        common::metric_value(
+            &gw.gateway,
+            "switchyard_limit_rejections_total",
+            &[("limit", "slow_consumer_timeout_ms")],
+        )
+    };
+    assert!(
+        common::eventually(Duration::from_secs(5), || closed() == 1.0).await,
+        "slow consumer never closed"
+    );
+    // Its pending calls were purged, and only it was closed.
+    let entries = || common::metric_value(&gw.gateway, "switchyard_correlator_entries", &[]);
+    assert!(common::eventually(Duration::from_secs(2), || entries() == 0.0).await);
+    let open = || {
+        common::metric_value(
+            &gw.gateway,
+            "switchyard_connections_open",
+            &[("listener", "j")],
+        )
+    };
+    assert!(
+        common::eventually(Duration::from_secs(2), || open() == 0.0).await,
+        "open = {}",
+        open()
+    );
+    drop(slow);
+    gw.gateway.shutdown().await;
+    gw.daemon.stop().await;
+}

@@ -14,7 +14,8 @@
 //!
 //! Layout: `target` starts what is measured (processes via `procs`, the
 //! echo in `echo`), `conn` and `wire` speak to it, `drive` and `idle` apply
-//! the load, `scenario` ties a run together, `report` prints it. They live
+//! the load, `scenario` defines the runs, `measure` performs one and reads
+//! the processes' CPU and memory, `report` prints it all. They live
 //! in `src/bin/loadgen/` (a binary crate root has no module directory of its
 //! own, hence the `#[path]` attributes).
 
@@ -26,6 +27,8 @@ mod drive;
 mod echo;
 #[path = "loadgen/idle.rs"]
 mod idle;
+#[path = "loadgen/measure.rs"]
+mod measure;
 #[path = "loadgen/procs.rs"]
 mod procs;
 #[path = "loadgen/report.rs"]
@@ -44,8 +47,9 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use self::measure::ScenarioResult;
 use self::report::Status;
-use self::scenario::{Options, ScenarioResult};
+use self::scenario::Options;
 use self::target::StartOpts;
 
 /// Measured seconds per run by default (after a warm-up of up to 1 s).
@@ -130,7 +134,7 @@ async fn run(cli: Cli) -> ExitCode {
     }
     let mut results = Vec::new();
     for sc in &plan {
-        let result = scenario::run(sc, &start, &opts).await;
+        let result = measure::run(sc, &start, &opts).await;
         if !cli.json {
             emit(&report::table(&result));
         }

@@ -190,6 +190,8 @@ pub struct Protection {
     pub idle_timeout: Option<std::time::Duration>,
     /// Close a connection after this long, whatever it does (`None` = never).
     pub max_connection_lifetime: Option<std::time::Duration>,
+    /// A client whose outbox stays full this long is closed (1008).
+    pub slow_consumer_timeout: std::time::Duration,
 }
 
 /// Method routing of one listener: longest matching prefix wins, else the

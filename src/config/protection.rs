@@ -61,6 +61,9 @@ pub(super) fn protection(key: &str, raw: &RawListener, p: &mut Problems) -> Prot
         max_connections_per_ip: raw.max_connections_per_ip,
         idle_timeout: (raw.idle_timeout_ms > 0)
             .then(|| std::time::Duration::from_millis(raw.idle_timeout_ms)),
+        slow_consumer_timeout: std::time::Duration::from_millis(
+            raw.slow_consumer_timeout_ms.max(1),
+        ),
         max_connection_lifetime: (raw.max_connection_lifetime_ms > 0)
             .then(|| std::time::Duration::from_millis(raw.max_connection_lifetime_ms)),
     }

@@ -196,6 +196,9 @@ pub struct RawListener {
     pub idle_timeout_ms: u64,
     /// Close a connection after this long; 0 = never. Default `0`.
     pub max_connection_lifetime_ms: u64,
+    /// A client whose outbox stays full this long is closed with 1008 and
+    /// its pending calls purged. Default `10000`.
+    pub slow_consumer_timeout_ms: u64,
 }
 
 /// `[upstreams.<name>]`: one backend switchyard forwards to.
@@ -470,6 +473,7 @@ impl Default for RawListener {
             max_connections_per_ip: 0,
             idle_timeout_ms: 0,
             max_connection_lifetime_ms: 0,
+            slow_consumer_timeout_ms: 10_000,
         }
     }
 }

@@ -53,6 +53,8 @@ pub struct Session {
     parent: tracing::Span,
     /// This connection's rate limits (`None` when none is configured).
     rate: Option<Mutex<ConnectionRate>>,
+    /// Cancelled when the client's outbox stayed full too long.
+    slow: CancellationToken,
 }
 
 /// An item after the rate limits.
@@ -111,6 +113,7 @@ impl Session {
             client: Arc::new(ClientLinks::new(pusher)),
             parent: tracing::Span::current(),
             rate: None,
+            slow: CancellationToken::new(),
         }
         .with_peer(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
     }
@@ -168,7 +171,13 @@ impl Session {
     pub async fn send(&self, msg: &Message) {
         if let Some(out) = self.codec.encode(msg) {
             // The writer is gone only when the connection is closing.
-            let _ = self.outbox.send(out).await;
+            deliver(
+                &self.outbox,
+                out,
+                self.route.cfg.protection.slow_consumer_timeout,
+                &self.slow,
+            )
+            .await;
         }
     }
 
@@ -221,6 +230,12 @@ impl Session {
             }
         }
         Verdict::Continue
+    }
+
+    /// Fires when the client's outbox stayed full for the slow-consumer
+    /// timeout: the transport closes it (1008).
+    pub fn slow_consumer(&self) -> CancellationToken {
+        self.slow.clone()
     }
 
     /// Fires when a dedicated upstream link dropped: close the client.
@@ -289,6 +304,10 @@ impl Session {
         let (outbox, codec, client) =
             (self.outbox.clone(), self.codec.clone(), self.client.clone());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
+        let (slow, slow_after) = (
+            self.slow.clone(),
+            self.route.cfg.protection.slow_consumer_timeout,
+        );
         let task = async move {
             let Some(reply) = settle(&route, item, &client, &gone, &grace_over).await else {
                 return;
@@ -296,7 +315,7 @@ impl Session {
             drop(permit);
             if let Some(out) = codec.encode(&reply) {
                 // Closed outbox: the client left while we worked.
-                let _ = outbox.send(out).await;
+                deliver(&outbox, out, slow_after, &slow).await;
             }
         };
         self.tasks.spawn(task.instrument(self.parent.clone()));
@@ -339,6 +358,10 @@ impl Session {
         let (outbox, codec, client) =
             (self.outbox.clone(), self.codec.clone(), self.client.clone());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
+        let (slow, slow_after) = (
+            self.slow.clone(),
+            self.route.cfg.protection.slow_consumer_timeout,
+        );
         let span = tracing::info_span!(parent: &self.parent, "rpc.batch", otel.kind = "server", rpc.batch.size = request_ids.len());
         let task = async move {
             let replies = tokio::select! {
@@ -355,7 +378,7 @@ impl Session {
             }
             if let Some(out) = codec.encode_batch(&replies) {
                 // Closed outbox: the client left while we worked.
-                let _ = outbox.send(out).await;
+                deliver(&outbox, out, slow_after, &slow).await;
             }
         };
         self.tasks.spawn(task.instrument(span));
@@ -426,6 +449,20 @@ async fn settle(
             let err = GatewayError::with_detail(ErrorKind::Unavailable, "switchyard is shutting down");
             id.map(|id| route.error_reply(id, &err))
         }
+    }
+}
+
+/// Queues `out`, waiting at most `patience` for room: a client whose
+/// outbox stays full that long is a slow consumer and `slow` fires.
+async fn deliver(
+    outbox: &mpsc::Sender<Outgoing>,
+    out: Outgoing,
+    patience: std::time::Duration,
+    slow: &CancellationToken,
+) {
+    use tokio::sync::mpsc::error::SendTimeoutError;
+    if let Err(SendTimeoutError::Timeout(_)) = outbox.send_timeout(out, patience).await {
+        slow.cancel();
     }
 }
 

@@ -153,11 +153,17 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
     );
     let mut lines = FramedRead::new(read, codec);
     let lost = session.upstream_lost();
+    let slow = session.slow_consumer();
     let end = loop {
         let next = tokio::select! {
             next = lines.next() => next,
             // Pending calls on the lost link fail at once; answer, then close.
             () = lost.cancelled() => break End::Eof,
+            () = slow.cancelled() => {
+                route.count_protocol_error("slow_consumer");
+                route.metrics().count_limit(&route.cfg.name, crate::telemetry::metrics::Limit::SlowConsumer);
+                break End::Closing;
+            }
             () = ctx.shutdown.cancelled() => break End::Shutdown,
         };
         match next {
@@ -187,10 +193,13 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
     }
     drop(session);
     drop(tx);
-    if tokio::time::timeout(std::time::Duration::from_secs(2), writer)
+    let mut writer = writer;
+    if tokio::time::timeout(std::time::Duration::from_secs(2), &mut writer)
         .await
         .is_err()
     {
+        // A client that does not read keeps the writer stuck: cut it off.
+        writer.abort();
         tracing::debug!(listener = %name, "writer did not finish in time");
     }
 }

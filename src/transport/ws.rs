@@ -248,9 +248,17 @@ async fn read_loop(
     let mut ping_sent: Option<Instant> = None;
     let opened = Instant::now();
     let lost = session.upstream_lost();
+    let slow = session.slow_consumer();
     loop {
         let frame = tokio::select! {
             () = lost.cancelled() => return End::UpstreamLost,
+            () = slow.cancelled() => {
+                route.count_protocol_error("slow_consumer");
+                route.metrics().count_limit(&cfg.name, crate::telemetry::metrics::Limit::SlowConsumer);
+                // The outbox is full: the close frame may not fit; the socket goes anyway.
+                let _ = tx.try_send(Outgoing::Close(1008, "slow consumer"));
+                return End::Gone;
+            }
             frame = stream.next() => frame,
             _ = tick.tick() => {
                 if let Some(reason) = expired(&cfg.protection, opened, last_rx) {

@@ -125,6 +125,27 @@ pub(crate) fn cpu_time(pid: u32) -> Option<Duration> {
     Some(Duration::from_secs_f64(ticks as f64 / clock_ticks() as f64))
 }
 
+/// CPU time all processes on the machine have used so far (busy time of
+/// every core, from `/proc/stat`): with the per-process times it shows how
+/// much of the machine something else was using during a run.
+pub(crate) fn machine_busy() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let cpu = stat.lines().next()?.strip_prefix("cpu ")?;
+    let ticks: Vec<u64> = cpu
+        .split_whitespace()
+        .map(|t| t.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq steal: all but idle and iowait.
+    let busy: u64 = ticks
+        .iter()
+        .take(8)
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, t)| t)
+        .sum();
+    Some(Duration::from_secs_f64(busy as f64 / clock_ticks() as f64))
+}
+
 /// A `Vm*` line of `/proc/<pid>/status`, in KiB (`VmRSS`, `VmHWM`).
 pub(crate) fn vm_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

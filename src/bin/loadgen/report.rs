@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use super::scenario::{RunResult, ScenarioResult};
+use super::measure::{RunResult, ScenarioResult};
 use super::target::Role;
 
 /// The issue's thresholds.
@@ -60,9 +60,9 @@ fn traffic_table(sc: &ScenarioResult, out: &mut String) {
     out.push_str(
         "| target | load | req/s | xB | xA | p50 µs | p90 µs | p99 µs | p99.9 µs | p99-B µs \
          | errors | mismatched | lost | server CPU s | CPU µs/req | daemon CPU s | loadgen CPU s \
-         | server peak RSS MiB |\n",
+         | other CPU s | server peak RSS MiB |\n",
     );
-    out.push_str(&"|---".repeat(18));
+    out.push_str(&"|---".repeat(19));
     out.push_str("|\n");
     let floor = |role| {
         sc.runs
@@ -94,6 +94,7 @@ fn traffic_table(sc: &ScenarioResult, out: &mut String) {
             opt(per_req, 1),
             opt(r.daemon_cpu_s, 2),
             opt(r.loadgen_cpu_s, 2),
+            opt(r.other_cpu_s, 2),
             opt(r.server_peak_rss_kib.map(|k| k as f64 / 1024.0), 1),
         ];
         row(out, &cells);

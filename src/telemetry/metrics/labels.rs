@@ -52,6 +52,8 @@ pub enum Limit {
     IpRatePerSecond,
     /// `listeners.*.global_rate_per_second`: the listener's message rate.
     GlobalRatePerSecond,
+    /// `listeners.*.slow_consumer_timeout_ms`: a client that stopped reading.
+    SlowConsumer,
 }
 
 // === impl Direction ===
@@ -96,7 +98,7 @@ impl RejectReason {
 
 impl Limit {
     /// Every limit, for label initialisation.
-    pub const ALL: [Limit; 9] = [
+    pub const ALL: [Limit; 10] = [
         Limit::MaxMessageBytes,
         Limit::MaxBatchItems,
         Limit::MaxInFlight,
@@ -106,6 +108,7 @@ impl Limit {
         Limit::RatePerSecond,
         Limit::IpRatePerSecond,
         Limit::GlobalRatePerSecond,
+        Limit::SlowConsumer,
     ];
 
     /// Stable label value: the config key.
@@ -120,6 +123,7 @@ impl Limit {
             Limit::RatePerSecond => "rate_per_second",
             Limit::IpRatePerSecond => "ip_rate_per_second",
             Limit::GlobalRatePerSecond => "global_rate_per_second",
+            Limit::SlowConsumer => "slow_consumer_timeout_ms",
         }
     }
 }
