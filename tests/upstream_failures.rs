@@ -197,3 +197,44 @@ async fn replies_for_unknown_ids_are_dropped_and_counted() {
     assert_eq!(unknown, 3.0);
     gateway.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_oversize_upstream_reply_fails_only_its_own_call() {
+    let stack = Stack::start(
+        "",
+        "pool_size = 1\nmax_response_bytes = 1024",
+        DaemonOptions::default(),
+    )
+    .await;
+    let mut ws = stack.client().await;
+    let big = "x".repeat(1500);
+    send(
+        &mut ws,
+        &format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{big}"],"id":"big"}}"#),
+    )
+    .await;
+    let v = json(&recv(&mut ws).await);
+    assert_eq!(v["id"], "big");
+    assert_eq!(v["error"]["code"], -32007, "{v}");
+    assert!(
+        v["error"]["data"]
+            .as_str()
+            .is_some_and(|d| d.contains("max_response_bytes")),
+        "{v}"
+    );
+    // The same upstream connection carries on.
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"echo","params":["small"],"id":"small"}"#,
+    )
+    .await;
+    assert_eq!(
+        recv(&mut ws).await,
+        r#"{"jsonrpc":"2.0","result":["small"],"id":"small"}"#
+    );
+    assert_eq!(
+        stack.counter("switchyard_upstream_reconnects_total", &[]),
+        0.0
+    );
+    stack.gateway.shutdown().await;
+}

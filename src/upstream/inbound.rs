@@ -26,6 +26,9 @@ impl Link {
         self.shared
             .metrics
             .count_frame(d, Side::Upstream, Direction::In, text.len());
+        if text.len() > self.shared.cfg.max_response_bytes {
+            return self.too_large(text);
+        }
         if text.trim_start().starts_with('[') {
             let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(text) else {
                 self.shared.count_protocol_error("invalid_message");
@@ -34,6 +37,37 @@ impl Link {
             return items.iter().all(|item| self.on_message(item.get(), true));
         }
         self.on_message(text, false)
+    }
+
+    /// A reply above `max_response_bytes`: its own call fails with
+    /// `resource_exhausted`; the connection and every other call live on.
+    fn too_large(&self, text: &str) -> bool {
+        #[derive(serde::Deserialize)]
+        struct IdOnly<'a> {
+            #[serde(borrow)]
+            id: Option<&'a RawValue>,
+        }
+        self.shared.count_protocol_error("response_too_large");
+        let id = serde_json::from_str::<IdOnly<'_>>(text)
+            .ok()
+            .and_then(|m| m.id);
+        let gid = id.and_then(|id| self.parse_id(id.get()));
+        let detail = format!(
+            "reply of {} bytes exceeds the upstream's max_response_bytes of {}",
+            text.len(),
+            self.shared.cfg.max_response_bytes
+        );
+        if gid.is_none() && !self.shared.cfg.ordered_replies {
+            self.shared.count_dropped("response_too_large");
+            return true;
+        }
+        self.settle(
+            gid,
+            Err(GatewayError::with_detail(
+                ErrorKind::ResourceExhausted,
+                detail,
+            )),
+        )
     }
 
     /// Handles one inbound message. Returns false when the link must close.

@@ -559,6 +559,12 @@ impl Drop for BatchGuard {
     }
 }
 
+/// The framing limit for replies: twice `max_response_bytes`, so that a
+/// reply above the limit can still be read whole and fail only its own call.
+pub(crate) fn hard_cap(max_response_bytes: usize) -> usize {
+    max_response_bytes.saturating_mul(2)
+}
+
 /// A close code as a label from a closed set.
 pub(crate) fn close_label(code: u16) -> &'static str {
     match code {

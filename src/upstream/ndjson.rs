@@ -34,7 +34,9 @@ pub(super) async fn connect(
     let (read, write) = stream.into_split();
     let capacity = shared.cfg.max_in_flight_per_connection.get() + EXTRA_QUEUE;
     let (tx, rx) = mpsc::channel(capacity);
-    let codec = LinesCodec::new_with_max_length(shared.cfg.max_response_bytes);
+    // Lines up to twice the limit are read whole so that an oversize reply
+    // fails only its own call; longer ones close the connection.
+    let codec = LinesCodec::new_with_max_length(super::hard_cap(shared.cfg.max_response_bytes));
     let lines = FramedRead::new(read, codec)
         .filter(|line| std::future::ready(!matches!(line, Ok(l) if l.trim().is_empty())));
     let link = Link::new(tx, shared, owner);

@@ -63,7 +63,7 @@ pub(super) async fn connect(
         let value = HeaderValue::from_str(origin).map_err(io_err)?;
         request.headers_mut().insert(ORIGIN, value);
     }
-    let limit = shared.cfg.max_response_bytes;
+    let limit = super::hard_cap(shared.cfg.max_response_bytes);
     let config = WebSocketConfig::default()
         .max_message_size(Some(limit))
         .max_frame_size(Some(limit));
