@@ -39,8 +39,13 @@ const CLOSE_SLACK: Duration = Duration::from_secs(2);
 pub struct Bound {
     cfg: Config,
     metrics: Metrics,
-    /// One TCP listener per distinct address, with the listener names on it.
-    ws: Vec<(TcpListener, Vec<String>)>,
+    /// One TCP listener per distinct address, with the listener names on it
+    /// and its TLS acceptor when `tls_cert`/`tls_key` are set.
+    ws: Vec<(
+        TcpListener,
+        Vec<String>,
+        Option<crate::transport::tls::Acceptor>,
+    )>,
     /// Actual local address of each WebSocket listener, by name.
     addrs: BTreeMap<String, SocketAddr>,
     /// Unix listeners (NDJSON), with their names and socket paths.
@@ -90,6 +95,14 @@ pub enum BindError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A listener's TLS certificate or key could not be loaded.
+    #[error("listener {listener}: {message}")]
+    Tls {
+        /// Listener name(s).
+        listener: String,
+        /// What is wrong, naming the file.
+        message: String,
+    },
     /// Metrics registry setup failed.
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
@@ -119,6 +132,19 @@ pub async fn bind(cfg: Config) -> Result<Bound, BindError> {
     let mut ws = Vec::new();
     let mut addrs = BTreeMap::new();
     for (addr, names) in groups {
+        // Validation makes listeners sharing an address agree on TLS.
+        let files = cfg
+            .listeners
+            .iter()
+            .find(|l| names.contains(&l.name))
+            .and_then(|l| l.tls.as_ref());
+        let tls = files
+            .map(crate::transport::tls::acceptor)
+            .transpose()
+            .map_err(|e| BindError::Tls {
+                listener: names.join(","),
+                message: e.to_string(),
+            })?;
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| BindError::Tcp {
@@ -134,7 +160,7 @@ pub async fn bind(cfg: Config) -> Result<Bound, BindError> {
         for name in &names {
             addrs.insert(name.clone(), local);
         }
-        ws.push((listener, names));
+        ws.push((listener, names, tls));
     }
     let admin = match cfg.admin.addr {
         Some(addr) => Some(bind_admin(addr).await?),
@@ -166,12 +192,15 @@ impl Bound {
         self.addrs.get(listener).copied()
     }
 
-    /// `ws://host:port/path` of a WebSocket listener.
+    /// `ws://host:port/path` (`wss://` with TLS) of a WebSocket listener.
     pub fn ws_url(&self, listener: &str) -> Option<String> {
         let addr = self.ws_addr(listener)?;
         let l = self.cfg.listeners.iter().find(|l| l.name == listener)?;
         match &l.addr {
-            ListenAddr::Ws { path, .. } => Some(format!("ws://{addr}{path}")),
+            ListenAddr::Ws { path, .. } => {
+                let scheme = if l.tls.is_some() { "wss" } else { "ws" };
+                Some(format!("{scheme}://{addr}{path}"))
+            }
             ListenAddr::Unix { .. } => None,
         }
     }
@@ -255,7 +284,7 @@ impl Bound {
             })
             .collect();
         let servers = TaskTracker::new();
-        for (listener, names) in self.ws {
+        for (listener, names, tls) in self.ws {
             let group = names
                 .iter()
                 .filter_map(|n| routes.get(n).cloned())
@@ -264,7 +293,7 @@ impl Bound {
             let serving = health.serving(names);
             servers.spawn(async move {
                 let _serving = serving;
-                if let Err(e) = ws::serve(listener, group, ctx).await {
+                if let Err(e) = ws::serve(listener, group, ctx, tls).await {
                     tracing::error!(error = %e, "WebSocket server failed");
                 }
             });

@@ -56,6 +56,21 @@ pub struct GatewayError {
     pub kind: ErrorKind,
     /// A short detail for the client, never internal state.
     pub detail: Option<String>,
+    /// The peer error this one stands for, when a protocol-level error
+    /// (such as a Sideband ErrorFrame) settles a call: rendered as
+    /// `data.origin`.
+    pub origin: Option<Box<ErrorOrigin>>,
+}
+
+/// An error as another dialect reported it (`{"origin": …}` in `data`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorOrigin {
+    /// The dialect that reported it.
+    pub dialect: Dialect,
+    /// Its code.
+    pub code: i64,
+    /// Its message.
+    pub message: String,
 }
 
 // === impl ErrorKind ===
@@ -150,7 +165,11 @@ impl Side {
 impl GatewayError {
     /// An error of `kind` without detail.
     pub const fn new(kind: ErrorKind) -> Self {
-        GatewayError { kind, detail: None }
+        GatewayError {
+            kind,
+            detail: None,
+            origin: None,
+        }
     }
 
     /// An error of `kind` with a short detail string for the client.
@@ -158,6 +177,16 @@ impl GatewayError {
         GatewayError {
             kind,
             detail: Some(detail.into()),
+            origin: None,
+        }
+    }
+
+    /// An error of `kind` standing for a peer's protocol-level error.
+    pub fn with_origin(kind: ErrorKind, origin: ErrorOrigin) -> Self {
+        GatewayError {
+            kind,
+            detail: None,
+            origin: Some(Box::new(origin)),
         }
     }
 
@@ -172,6 +201,23 @@ impl GatewayError {
     pub fn to_object(&self, dialect: Dialect) -> ErrorObject {
         if self.kind == ErrorKind::MethodNotFound {
             return self.no_route_object(dialect);
+        }
+        if let Some(origin) = &self.origin {
+            let mut obj = GatewayError::new(self.kind).to_object(dialect);
+            let origin = serde_json::json!({
+                "dialect": origin.dialect.as_str(),
+                "code": origin.code,
+                "message": origin.message,
+            });
+            let data = match dialect {
+                // Sideband's 2000 carries the kind beside the origin.
+                Dialect::Sideband => {
+                    serde_json::json!({"kind": self.kind.as_str(), "origin": origin})
+                }
+                _ => serde_json::json!({ "origin": origin }),
+            };
+            obj.data = Payload::json(&data.to_string()).ok();
+            return obj;
         }
         let data = self.detail.as_deref().map(json_string);
         match dialect {

@@ -233,5 +233,6 @@ fn emit(text: &str) {
     let mut out = std::io::stdout().lock();
     // stdout closed (e.g. piped into `head`): nothing left to report to.
     let _ = writeln!(out, "{text}");
+    // Same: a closed stdout has no reader to flush to.
     let _ = out.flush();
 }

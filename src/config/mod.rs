@@ -158,6 +158,19 @@ pub struct ListenerConfig {
     pub protection: Protection,
     /// Where this listener's methods go.
     pub routes: RouteTable,
+    /// WebSocket dialects: serve `wss://` with this certificate and key
+    /// (`None`: plain `ws://`). Listeners sharing an address agree on it.
+    pub tls: Option<TlsFiles>,
+}
+
+/// PEM files of a WebSocket listener's TLS certificate and private key,
+/// read when the listener is bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// Certificate chain (PEM), leaf first.
+    pub cert: PathBuf,
+    /// Private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
 }
 
 /// Browser safety and rate limits of one listener.

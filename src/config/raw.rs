@@ -135,6 +135,15 @@ pub struct RawListener {
     /// WebSocket dialects.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub socket_mode: Option<String>,
+    /// WebSocket dialects: PEM certificate chain file; with `tls_key`, the
+    /// listener serves `wss://`. Both or neither; listeners sharing an
+    /// address must agree. Default: none (plain `ws://`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<String>,
+    /// WebSocket dialects: PEM private key file for `tls_cert`. Default:
+    /// none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<String>,
     /// Largest inbound message (WebSocket message or NDJSON line), checked
     /// in the framing layer before parsing. Default `1048576` (1 MiB).
     pub max_message_bytes: usize,
@@ -448,6 +457,8 @@ impl Default for RawListener {
             path: None,
             socket: None,
             socket_mode: None,
+            tls_cert: None,
+            tls_key: None,
             max_message_bytes: 1 << 20,
             max_batch_items: 100,
             max_in_flight: 256,

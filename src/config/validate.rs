@@ -16,8 +16,8 @@ use std::time::Duration;
 use super::raw::{RawAdmin, RawConfig, RawListener, RawLog, RawTracing, RawUpstream};
 use super::{
     AdminConfig, Config, GatewayConfig, ListenAddr, ListenerConfig, LogConfig, LogFormat,
-    NotificationPolicy, OtlpProtocol, RouteTable, TracingConfig, UpstreamConfig, UpstreamMode,
-    UpstreamTarget,
+    NotificationPolicy, OtlpProtocol, RouteTable, TlsFiles, TracingConfig, UpstreamConfig,
+    UpstreamMode, UpstreamTarget,
 };
 use crate::dialect::Dialect;
 
@@ -262,6 +262,7 @@ fn listener(
         true => ws_listen(&key, d, raw, p),
         false => unix_listen(&key, raw, p),
     });
+    let tls = dialect.and_then(|d| tls_files(&key, d, raw, p));
     p.nonzero(&key, "max_message_bytes", raw.max_message_bytes);
     p.nonzero(&key, "max_batch_items", raw.max_batch_items);
     p.nonzero(&key, "max_in_flight", raw.max_in_flight);
@@ -287,6 +288,7 @@ fn listener(
         sideband_cbor: raw.sideband_cbor,
         protection: super::protection::protection(&key, raw, p),
         routes,
+        tls,
     })
 }
 
@@ -303,6 +305,38 @@ fn ws_listen(key: &str, d: Dialect, raw: &RawListener, p: &mut Problems) -> Opti
         Some((text, Err(e))) => p.at(key, "address", format!("invalid IP:port {text:?}: {e}")),
     }
     None
+}
+
+/// `tls_cert` and `tls_key`: both or neither, WebSocket dialects only. The
+/// files are read when the listener is bound.
+fn tls_files(key: &str, d: Dialect, raw: &RawListener, p: &mut Problems) -> Option<TlsFiles> {
+    if !d.is_websocket() {
+        p.not_allowed(key, "tls_cert", raw.tls_cert.is_some(), d);
+        p.not_allowed(key, "tls_key", raw.tls_key.is_some(), d);
+        return None;
+    }
+    match (raw.tls_cert.as_deref(), raw.tls_key.as_deref()) {
+        (None, None) => None,
+        (Some(cert), Some(key_path)) => {
+            for (field, v) in [("tls_cert", cert), ("tls_key", key_path)] {
+                if v.is_empty() {
+                    p.at(key, field, "must not be empty");
+                }
+            }
+            Some(TlsFiles {
+                cert: PathBuf::from(cert),
+                key: PathBuf::from(key_path),
+            })
+        }
+        (Some(_), None) => {
+            p.at(key, "tls_key", "required when tls_cert is set");
+            None
+        }
+        (None, Some(_)) => {
+            p.at(key, "tls_cert", "required when tls_key is set");
+            None
+        }
+    }
 }
 
 fn unix_listen(key: &str, raw: &RawListener, p: &mut Problems) -> Option<ListenAddr> {
@@ -480,6 +514,20 @@ fn check_conflicts(listeners: &[ListenerConfig], upstreams: &[UpstreamConfig], p
         let earlier = listeners[..i].iter().find(|other| other.addr == l.addr);
         if let Some(other) = earlier.filter(|_| !ephemeral) {
             let msg = format!("listens on the same address as listeners.{}", other.name);
+            p.push(format!("listeners.{}", l.name), msg);
+        }
+        // One server per address: it is either TLS or not, with one cert.
+        let ListenAddr::Ws { addr, .. } = &l.addr else {
+            continue;
+        };
+        let disagrees = listeners[..i].iter().find(|other| {
+            matches!(&other.addr, ListenAddr::Ws { addr: a, .. } if a == addr) && other.tls != l.tls
+        });
+        if let Some(other) = disagrees {
+            let msg = format!(
+                "shares its address with listeners.{} but not its tls_cert/tls_key",
+                other.name
+            );
             p.push(format!("listeners.{}", l.name), msg);
         }
     }

@@ -220,7 +220,11 @@ fn json_str(v: &RawValue) -> Option<String> {
 }
 
 fn reject(kind: ErrorKind, detail: Option<String>) -> Message {
-    let err = GatewayError { kind, detail };
+    let err = GatewayError {
+        kind,
+        detail,
+        origin: None,
+    };
     Message::error(Some(WireId::null()), err.to_object(Dialect::JsonRpc))
 }
 

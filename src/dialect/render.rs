@@ -134,7 +134,8 @@ fn push_payload(out: &mut String, payload: &Payload, style: Style) -> Result<(),
         }
     };
     let text = raw.get();
-    if style == Style::Line && text.contains(['\n', '\r']) {
+    let bytes = text.as_bytes();
+    if style == Style::Line && (bytes.contains(&b'\n') || bytes.contains(&b'\r')) {
         minify_into(text, out);
     } else {
         out.push_str(text);

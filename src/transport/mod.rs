@@ -9,6 +9,7 @@ use tokio_util::task::TaskTracker;
 pub(crate) mod codec;
 pub(crate) mod sbp;
 pub mod session;
+pub(crate) mod tls;
 pub(crate) mod unix;
 pub(crate) mod ws;
 

@@ -20,8 +20,10 @@ const SEEN_FRAMES: usize = 1024;
 /// What the transport must do after an inbound frame.
 #[derive(Debug)]
 pub(crate) enum SbpEvent {
-    /// Nothing (Ack, Pong, a dropped frame).
+    /// Nothing (Ack, Pong).
     Nothing,
+    /// The frame was dropped for this reason (counted by the caller).
+    Dropped(&'static str),
     /// The peer's handshake arrived: Message frames may now be sent.
     Ready,
     /// Send this frame and carry on.
@@ -196,7 +198,7 @@ impl Sbp {
 
     fn on_message(&mut self, id: FrameId, subject: &Subject, data: &[u8]) -> SbpEvent {
         if !self.remember(id) {
-            return SbpEvent::Nothing;
+            return SbpEvent::Dropped("duplicate_frame");
         }
         match subject.channel() {
             Channel::Stream => SbpEvent::Send(frame::encode(&Frame::error(
@@ -204,12 +206,12 @@ impl Sbp {
                 1003,
                 "Unsupported feature: stream",
             ))),
-            Channel::App => SbpEvent::Nothing,
+            Channel::App => SbpEvent::Dropped("app_subject"),
             Channel::Rpc | Channel::Event => match decode_envelope(data, Encoding::detect(data)) {
                 Ok(msg) if fits_subject(&msg, subject) => SbpEvent::Rpc(msg),
-                Ok(_) => SbpEvent::Nothing,
+                Ok(_) => SbpEvent::Dropped("envelope_subject_mismatch"),
                 Err(e) if subject.channel() == Channel::Rpc => self.invalid_envelope(id, &e),
-                Err(_) => SbpEvent::Nothing,
+                Err(_) => SbpEvent::Dropped("invalid_event_envelope"),
             },
         }
     }

@@ -207,6 +207,7 @@ impl Session {
         }
         match event {
             SbpEvent::Nothing | SbpEvent::Ready => {}
+            SbpEvent::Dropped(reason) => self.route.count_dropped_client(reason),
             SbpEvent::Send(frame) => {
                 // The writer is gone only when the connection is closing.
                 let _ = self.outbox.send(Outgoing::Binary(frame)).await;

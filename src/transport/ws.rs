@@ -14,6 +14,7 @@ use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::serve::ListenerExt;
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -53,6 +54,9 @@ fn expired(
     None
 }
 
+/// Initial WebSocket read/write buffer per connection.
+const IO_BUFFER: usize = 8 * 1024;
+
 /// How long a Sideband client has to send its handshake.
 const SIDEBAND_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -70,10 +74,12 @@ enum End {
 }
 
 /// Serves every WebSocket listener bound to `listener` until shutdown.
+/// With `tls`, every connection is `wss://` (see [`super::tls`]).
 pub(crate) async fn serve(
     listener: TcpListener,
     routes: Vec<Arc<Route>>,
     ctx: Serve,
+    tls: Option<super::tls::Acceptor>,
 ) -> std::io::Result<()> {
     let mut app = axum::Router::new();
     for route in routes {
@@ -97,7 +103,16 @@ pub(crate) async fn serve(
             ),
         );
     }
+    if let Some(acceptor) = tls {
+        return super::tls::serve(listener, app, acceptor, &ctx).await;
+    }
     let stop = ctx.shutdown.clone();
+    // Replies are small and latency-bound: no Nagle delay on client sockets.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
@@ -127,7 +142,13 @@ fn upgrade(
     peer: IpAddr,
 ) -> Response {
     let limit = route.cfg.max_message_bytes.saturating_add(LIBRARY_HEADROOM);
-    let ws = ws.max_message_size(limit).max_frame_size(limit);
+    // Small initial buffers (they grow on demand): an idle connection then
+    // costs a few KiB instead of the library's 128 KiB read buffer.
+    let ws = ws
+        .max_message_size(limit)
+        .max_frame_size(limit)
+        .read_buffer_size(IO_BUFFER)
+        .write_buffer_size(IO_BUFFER);
     let ws = match route.cfg.dialect {
         Dialect::JsonRpc => ws.protocols(["jsonrpc"]),
         Dialect::Holon => ws.protocols(["holon-rpc"]),

@@ -6,8 +6,9 @@
 use serde_json::value::RawValue;
 
 use crate::dialect::jsonrpc::{decode_upstream, ReplyError};
+use crate::dialect::Dialect;
 use crate::envelope::{raw_from_string, ErrorObject, Message, Outcome, Payload, WireId};
-use crate::error::{ErrorKind, GatewayError, Side};
+use crate::error::{ErrorKind, ErrorOrigin, GatewayError, Side};
 use crate::router::correlator::Resolution;
 use crate::telemetry::metrics::Direction;
 
@@ -109,6 +110,10 @@ impl Link {
         let event = sb.lock().sbp.on_frame(bytes);
         match event {
             SbpEvent::Nothing | SbpEvent::Ready => true,
+            SbpEvent::Dropped(reason) => {
+                self.shared.count_dropped(reason);
+                true
+            }
             SbpEvent::Send(frame) => {
                 if self.out.try_send(Wire::Binary(frame)).is_err() {
                     self.shared.count_dropped("upstream_queue_full");
@@ -119,10 +124,14 @@ impl Link {
             SbpEvent::PeerError { id, code, message } => match self.gid_of_cid(&id) {
                 // An ErrorFrame about one of our requests settles it.
                 Some(gid) => {
-                    let detail = format!("upstream ErrorFrame {code}: {message}");
+                    let origin = ErrorOrigin {
+                        dialect: Dialect::Sideband,
+                        code: i64::from(code),
+                        message,
+                    };
                     self.settle(
                         Some(gid),
-                        Err(GatewayError::with_detail(ErrorKind::Internal, detail)),
+                        Err(GatewayError::with_origin(ErrorKind::Internal, origin)),
                     )
                 }
                 None => {

@@ -53,11 +53,18 @@ async fn write_lines(write: OwnedWriteHalf, mut rx: mpsc::Receiver<Wire>, link: 
             line = rx.recv() => line,
             () = link.closed.cancelled() => break,
         };
-        let Some(Wire::Text(line)) = line else { break };
-        if let Err(e) = write_one(&mut out, &line).await {
+        let Some(Wire::Text(mut line)) = line else {
+            break;
+        };
+        line.push('\n');
+        if let Err(e) = out.write_all(line.as_bytes()).await {
             tracing::debug!(error = %e, "upstream write failed");
             link.fail_all("upstream write failed");
             break;
+        }
+        if rx.is_empty() {
+            // Let callers woken meanwhile queue their lines: one write for many.
+            tokio::task::yield_now().await;
         }
         if rx.is_empty() {
             if let Err(e) = out.flush().await {
@@ -70,9 +77,4 @@ async fn write_lines(write: OwnedWriteHalf, mut rx: mpsc::Receiver<Wire>, link: 
     // Closing the write half ends the connection for the daemon too; the
     // error (if the peer is already gone) changes nothing.
     let _ = out.shutdown().await;
-}
-
-async fn write_one(out: &mut BufWriter<OwnedWriteHalf>, line: &str) -> std::io::Result<()> {
-    out.write_all(line.as_bytes()).await?;
-    out.write_all(b"\n").await
 }

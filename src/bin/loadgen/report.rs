@@ -50,6 +50,7 @@ pub(crate) fn table(sc: &ScenarioResult) -> String {
     }
     for r in &sc.runs {
         if let Some(why) = &r.failure {
+            // Writing to a String cannot fail.
             let _ = writeln!(out, "\n**{} FAILED**: {why}", r.label);
         }
     }
@@ -139,6 +140,7 @@ fn load_cell(r: &RunResult) -> String {
 fn row(out: &mut String, cells: &[String]) {
     out.push('|');
     for c in cells {
+        // Writing to a String cannot fail.
         let _ = write!(out, " {c} |");
     }
     out.push('\n');
@@ -336,6 +338,7 @@ pub(crate) fn verdict_lines(verdicts: &[Verdict]) -> String {
             Status::Skip => "SKIP",
             Status::NotJudged => "NOT JUDGED (smoke)",
         };
+        // Writing to a String cannot fail.
         let _ = writeln!(out, "- {status} {}: {}", v.target, v.detail);
     }
     out

@@ -85,57 +85,49 @@ pub(crate) fn plan(names: &[String], opts: &Options) -> anyhow::Result<Vec<Scena
 }
 
 fn scenario(name: &'static str, o: &Options) -> Scenario {
-    let s = o.smoke;
+    let runs = match name {
+        "idle" => idle_runs(o),
+        "fan-in" => fan_in_runs(o.smoke),
+        _ => floors_and_gateways(Shape::Traffic(traffic_load(name, o.smoke)), o),
+    };
+    let about = if o.smoke {
+        format!("{} (smoke: scaled down, see the load column)", about(name))
+    } else {
+        about(name).to_owned()
+    };
+    Scenario { name, about, runs }
+}
+
+/// One line on what a scenario shows, at full size.
+fn about(name: &str) -> &'static str {
+    match name {
+        "latency" => "1 connection, 1 request in flight, 64 B params",
+        "throughput" => "16 connections x 32 in flight, 256 B params",
+        "large" => "64 connections x 8 in flight, 16 KiB params",
+        "fixed-rate" => "5,000 req/s open loop over 16 connections, 256 B params",
+        "idle" => "N idle WebSocket connections held open to switchyard",
+        _ => "200 clients onto ONE upstream connection vs 16 clients (pool_size 1)",
+    }
+}
+
+/// The load of a scenario that runs every standard target.
+fn traffic_load(name: &str, smoke: bool) -> Load {
     let closed = |conns, window, params_bytes| Load {
         conns,
         window,
         params_bytes,
         rate: None,
     };
-    let (about, runs) = match name {
-        "latency" => (
-            "1 connection, 1 request in flight, 64 B params",
-            floors_and_gateways(Shape::Traffic(closed(1, 1, 64)), o),
-        ),
-        "throughput" => (
-            "16 connections x 32 in flight, 256 B params",
-            floors_and_gateways(
-                Shape::Traffic(closed(pick(s, 16, 2), pick(s, 32, 4), 256)),
-                o,
-            ),
-        ),
-        "large" => (
-            "64 connections x 8 in flight, 16 KiB params",
-            floors_and_gateways(
-                Shape::Traffic(closed(pick(s, 64, 2), pick(s, 8, 2), 16 * 1024)),
-                o,
-            ),
-        ),
-        "fixed-rate" => {
-            let load = Load {
-                rate: Some(if s { 200 } else { 5000 }),
-                ..closed(pick(s, 16, 2), OPEN_LOOP_CAP, 256)
-            };
-            (
-                "5,000 req/s open loop over 16 connections, 256 B params",
-                floors_and_gateways(Shape::Traffic(load), o),
-            )
-        }
-        "idle" => (
-            "N idle WebSocket connections held open to switchyard",
-            idle_runs(o),
-        ),
-        _ => (
-            "200 clients onto ONE upstream connection vs 16 clients (pool_size 1)",
-            fan_in_runs(s),
-        ),
-    };
-    let about = if s {
-        format!("{about} (smoke: scaled down, see the load column)")
-    } else {
-        about.to_owned()
-    };
-    Scenario { name, about, runs }
+    match name {
+        "latency" => closed(1, 1, 64),
+        "throughput" => closed(pick(smoke, 16, 2), pick(smoke, 32, 4), 256),
+        "large" => closed(pick(smoke, 64, 2), pick(smoke, 8, 2), 16 * 1024),
+        // fixed-rate: open loop.
+        _ => Load {
+            rate: Some(if smoke { 200 } else { 5000 }),
+            ..closed(pick(smoke, 16, 2), OPEN_LOOP_CAP, 256)
+        },
+    }
 }
 
 fn pick(smoke: bool, full: usize, small: usize) -> usize {

@@ -1,0 +1,144 @@
+//! Runs `loadgen --smoke` against the freshly built `switchyard` and checks
+//! its report: every scenario ran every target, and no reply was lost or
+//! delivered to the wrong request. Performance is not judged here.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The smoke run takes a few seconds; this bounds a hang.
+const LIMIT: Duration = Duration::from_secs(50);
+
+/// Each scenario and the rows its table must have (by label prefix).
+const EXPECTED: [(&str, &[&str]); 6] = [
+    (
+        "latency",
+        &["A: daemon direct", "B: WebSocket echo", "switchyard"],
+    ),
+    (
+        "throughput",
+        &["A: daemon direct", "B: WebSocket echo", "switchyard"],
+    ),
+    (
+        "large",
+        &["A: daemon direct", "B: WebSocket echo", "switchyard"],
+    ),
+    (
+        "fixed-rate",
+        &["A: daemon direct", "B: WebSocket echo", "switchyard"],
+    ),
+    ("idle", &["switchyard"]),
+    ("fan-in", &["switchyard", "switchyard"]),
+];
+
+#[test]
+fn smoke_run_reports_no_lost_or_mismatched_replies() {
+    let (ok, stdout, stderr) = run_loadgen();
+    assert!(ok, "loadgen failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    for (scenario, rows) in EXPECTED {
+        let table = section(&stdout, scenario);
+        let labels = check_table(scenario, table);
+        assert_eq!(labels.len(), rows.len(), "{scenario}: rows {labels:?}");
+        for (label, want) in labels.iter().zip(rows) {
+            assert!(
+                label.starts_with(want),
+                "{scenario}: row {label:?}, wanted {want:?}"
+            );
+        }
+    }
+    let summary = stdout
+        .lines()
+        .find(|l| l.starts_with("correctness:"))
+        .unwrap_or_else(|| panic!("no correctness line:\n{stdout}"));
+    assert!(
+        summary.contains(" 0 mismatched, 0 lost, 0 failed runs"),
+        "{summary}"
+    );
+    assert!(!stdout.contains("FAILED"), "a run failed:\n{stdout}");
+}
+
+/// Runs the smoke mode; returns (success, stdout, stderr).
+fn run_loadgen() -> (bool, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(["--smoke", "--switchyard", env!("CARGO_BIN_EXE_switchyard")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start loadgen");
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut err = child.stderr.take().expect("piped stderr");
+    // Drain both pipes while waiting, so a chatty child cannot block.
+    let out_reader = std::thread::spawn(move || read_all(&mut out));
+    let err_reader = std::thread::spawn(move || read_all(&mut err));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for loadgen") {
+            break status;
+        }
+        if started.elapsed() > LIMIT {
+            // It may have exited just now; either way the panic reports it.
+            let _ = child.kill();
+            // Reaps it so no zombie outlives the test.
+            let _ = child.wait();
+            panic!("loadgen --smoke took longer than {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stdout = out_reader.join().expect("stdout reader");
+    let stderr = err_reader.join().expect("stderr reader");
+    (status.success(), stdout, stderr)
+}
+
+fn read_all(r: &mut impl Read) -> String {
+    let mut s = String::new();
+    r.read_to_string(&mut s).expect("loadgen output is UTF-8");
+    s
+}
+
+/// The text of one scenario's section.
+fn section<'a>(stdout: &'a str, scenario: &str) -> &'a str {
+    let heading = format!("### scenario: {scenario}\n");
+    let start = stdout
+        .find(&heading)
+        .unwrap_or_else(|| panic!("no section for {scenario}:\n{stdout}"))
+        + heading.len();
+    let rest = &stdout[start..];
+    &rest[..rest.find("\n### ").unwrap_or(rest.len())]
+}
+
+/// Checks that every row reports 0 mismatched and 0 lost; returns the labels.
+fn check_table(scenario: &str, section: &str) -> Vec<String> {
+    let mut lines = section.lines().filter(|l| l.starts_with('|'));
+    let header = cells(
+        lines
+            .next()
+            .unwrap_or_else(|| panic!("{scenario}: no table")),
+    );
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("{scenario}: no {name} column in {header:?}"))
+    };
+    let (mismatched, lost) = (col("mismatched"), col("lost"));
+    let mut labels = Vec::new();
+    for line in lines.filter(|l| !l.starts_with("|---")) {
+        let row = cells(line);
+        assert_eq!(
+            row[mismatched], "0",
+            "{scenario}: mismatched replies in {line}"
+        );
+        assert_eq!(row[lost], "0", "{scenario}: lost replies in {line}");
+        labels.push(row[0].clone());
+    }
+    labels
+}
+
+fn cells(line: &str) -> Vec<String> {
+    line.trim()
+        .trim_matches('|')
+        .split('|')
+        .map(|c| c.trim().to_owned())
+        .collect()
+}
