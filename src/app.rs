@@ -27,7 +27,7 @@ use crate::admin::{self, AdminState, Health};
 use crate::config::{Config, ListenAddr};
 use crate::router::Route;
 use crate::telemetry::metrics::Metrics;
-use crate::transport::{ws, Serve};
+use crate::transport::{tls, ws, Serve};
 use crate::upstream::Upstream;
 
 /// Extra time, beyond the grace period, for connections to send their
@@ -139,7 +139,7 @@ pub async fn bind(cfg: Config) -> Result<Bound, BindError> {
             .find(|l| names.contains(&l.name))
             .and_then(|l| l.tls.as_ref());
         let tls = files
-            .map(crate::transport::tls::acceptor)
+            .map(tls::acceptor)
             .transpose()
             .map_err(|e| BindError::Tls {
                 listener: names.join(","),

@@ -593,8 +593,9 @@ async fn every_dialect_moves_its_series_by_the_traffic_sent() {
          [listeners.j]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/j\"\n\n\
          [listeners.h]\ndialect = \"holon-rpc\"\naddress = \"127.0.0.1:0\"\npath = \"/h\"\n\n\
          [listeners.n]\ndialect = \"ndjson\"\nsocket = \"{}\"\n\n\
+         [listeners.s]\ndialect = \"sideband\"\naddress = \"127.0.0.1:0\"\npath = \"/s\"\n\n\
          [upstreams.d]\ndialect = \"ndjson\"\nsocket = \"{}\"\npool_size = 1\n\n\
-         [[routes]]\nlistener = \"j\"\nupstream = \"d\"\n[[routes]]\nlistener = \"h\"\nupstream = \"d\"\n[[routes]]\nlistener = \"n\"\nupstream = \"d\"\n",
+         [[routes]]\nlistener = \"j\"\nupstream = \"d\"\n[[routes]]\nlistener = \"h\"\nupstream = \"d\"\n[[routes]]\nlistener = \"n\"\nupstream = \"d\"\n[[routes]]\nlistener = \"s\"\nupstream = \"d\"\n",
         dir.path().join("n.sock").display(),
         daemon.path().display()
     );
@@ -621,6 +622,12 @@ async fn every_dialect_moves_its_series_by_the_traffic_sent() {
             "n",
             bound.unix_path("n").expect("socket").display().to_string(),
         ),
+        (
+            Speak::SidebandCbor,
+            "sideband",
+            "s",
+            bound.ws_url("s").expect("url"),
+        ),
     ];
     let gateway = bound.spawn();
     wait_connected(&gateway, "d").await;
@@ -634,7 +641,18 @@ async fn every_dialect_moves_its_series_by_the_traffic_sent() {
             .await;
             c.recv().await;
         }
-        if *speak != Speak::Holon {
+        if *speak == Speak::SidebandCbor {
+            // One event and two more requests (Sideband has no batches).
+            c.send(r#"{"jsonrpc":"2.0","method":"notify_hello","params":[7]}"#)
+                .await;
+            for i in 2..4 {
+                c.send(&format!(
+                    r#"{{"jsonrpc":"2.0","method":"echo","params":[{i}],"id":"r{i}"}}"#
+                ))
+                .await;
+                c.recv().await;
+            }
+        } else if *speak != Speak::Holon {
             // One notification and a batch of two requests.
             c.send(r#"{"jsonrpc":"2.0","method":"notify_hello","params":[7]}"#)
                 .await;
@@ -649,6 +667,7 @@ async fn every_dialect_moves_its_series_by_the_traffic_sent() {
     let msgs = "switchyard_messages_total";
     for (speak, dialect, listener, _) in &endpoints {
         let json = *speak != Speak::Holon;
+        let batches = json && *speak != Speak::SidebandCbor;
         let requests = if json { 4.0 } else { 2.0 };
         let cin = [
             ("dialect", *dialect),
@@ -682,42 +701,42 @@ async fn every_dialect_moves_its_series_by_the_traffic_sent() {
             &[("listener", *listener), ("upstream", "d")],
         );
         assert_eq!(n, requests, "{listener} request durations");
-        if json {
+        if batches {
             let (count, sum) =
                 histogram(&after, "switchyard_batch_size", &[("listener", *listener)]);
             assert_eq!((count, sum), (1.0, 2.0), "{listener} batch size");
         }
     }
-    // Upstream side: 10 requests (4 + 2 + 4) and 2 notifications went out,
-    // 10 responses came back; every call is settled.
+    // Upstream side: 14 requests (4 + 2 + 4 + 4) and 3 notifications went
+    // out, 14 responses came back; every call is settled.
     let up = [("dialect", "ndjson"), ("side", "upstream")];
     assert_eq!(
         delta(
             msgs,
             &[up[0], up[1], ("direction", "out"), ("kind", "request")]
         ),
-        10.0
+        14.0
     );
     assert_eq!(
         delta(
             msgs,
             &[up[0], up[1], ("direction", "out"), ("kind", "notification")]
         ),
-        2.0
+        3.0
     );
     assert_eq!(
         delta(
             msgs,
             &[up[0], up[1], ("direction", "in"), ("kind", "response")]
         ),
-        10.0
+        14.0
     );
     let (calls, _) = histogram(
         &after,
         "switchyard_upstream_request_duration_seconds",
         &[("upstream", "d")],
     );
-    assert_eq!(calls, 10.0);
+    assert_eq!(calls, 14.0);
     assert_eq!(
         value(
             &after,
