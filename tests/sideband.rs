@@ -1251,3 +1251,66 @@ async fn sideband_upstream_rules() {
     );
     gw.shutdown().await;
 }
+
+/// Configurable subjects: legacy `rpc/<method>` accepted on input, `app/…`
+/// rejected with ErrorFrame 1003; a Control Close is answered with close
+/// 1000 and the peer's own reason.
+#[tokio::test]
+async fn legacy_and_app_subjects_by_config_and_close_reason_echo() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let daemon = switchyard::daemon::Daemon::start(&dir.path().join("d.sock"), Default::default())
+        .await
+        .expect("daemon");
+    let toml = format!(
+        "[listeners.sb]\ndialect = \"sideband\"\naddress = \"127.0.0.1:0\"\npath = \"/sb\"\n\
+         sideband_legacy_subjects = true\nsideband_app_subjects = \"reject\"\n\n\
+         [upstreams.daemon]\ndialect = \"ndjson\"\nsocket = \"{}\"\n\n[[routes]]\nlistener = \"sb\"\nupstream = \"daemon\"\n",
+        daemon.path().display()
+    );
+    let bound =
+        switchyard::app::bind(switchyard::config::Config::from_toml(&toml).expect("config"))
+            .await
+            .expect("bind");
+    let url = bound.ws_url("sb").expect("url");
+    let gw = bound.spawn();
+    common::wait_connected(&gw, "daemon").await;
+    let mut raw = Raw::handshaken(&url).await;
+    // A legacy subject: the envelope's method wins.
+    let cid = random_id();
+    let req = Message::Request {
+        id: WireId::Cid(cid),
+        method: "echo".into(),
+        params: Some(Payload::json("[7]").expect("json")),
+    };
+    let data = encode_envelope(&req, Encoding::Json).expect("envelope");
+    raw.send(raw_message(cid, b"rpc/echo", &data)).await;
+    match raw.next().await {
+        Next::Frame(Frame {
+            body: Body::Message { data, .. },
+            ..
+        }) => {
+            let reply = decode_envelope(&data, Encoding::Json).expect("envelope");
+            assert_eq!(result_json(&reply), json!([7]));
+        }
+        other => panic!("expected the reply, got {other:?}"),
+    }
+    // An app subject is refused, non-fatally.
+    let id = random_id();
+    raw.send(raw_message(id, b"app/vendor", b"opaque")).await;
+    let next = raw.next().await;
+    let (about, code, message) = error_frame(&next);
+    assert_eq!(
+        (about, code, message),
+        (id, 1003, "Unsupported feature: app subjects")
+    );
+    assert!(matches!(raw.echo().await, Message::Response { .. }));
+    // A Control Close: close 1000 with the same reason.
+    raw.send(encode(&Frame::control(
+        random_id(),
+        Control::Close("bye now".into()),
+    )))
+    .await;
+    assert_eq!(raw.next().await, Next::Closed(1000, "bye now".into()));
+    gw.shutdown().await;
+    daemon.stop().await;
+}

@@ -154,6 +154,12 @@ pub struct ListenerConfig {
     /// Sideband: advertise CBOR envelopes (`encoding/cbor`); they are used
     /// when the peer advertises them too.
     pub sideband_cbor: bool,
+    /// Sideband: accept the legacy `rpc/<method>` and `event/<name>`
+    /// subjects on input.
+    pub sideband_legacy_subjects: bool,
+    /// Sideband: answer `app/…` subjects with ErrorFrame 1003 instead of
+    /// dropping them (counted).
+    pub sideband_reject_app: bool,
     /// Upgrade checks and rate limits.
     pub protection: Protection,
     /// Where this listener's methods go.

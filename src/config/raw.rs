@@ -170,6 +170,12 @@ pub struct RawListener {
     pub max_unanswered_pushes: usize,
     /// `sideband`: advertise CBOR envelopes (`encoding/cbor`). Default `true`.
     pub sideband_cbor: bool,
+    /// `sideband`: accept the legacy `rpc/<method>` / `event/<name>`
+    /// subjects on input. Default `false`.
+    pub sideband_legacy_subjects: bool,
+    /// `sideband`: what to do with `app/…` subjects: `"drop"` (counted) or
+    /// `"reject"` (ErrorFrame 1003). Default `"drop"`.
+    pub sideband_app_subjects: String,
     /// WebSocket: allowed `Host` names. Default `[]`: loopback names when
     /// bound to a loopback address, any otherwise.
     pub allowed_hosts: Vec<String>,
@@ -469,6 +475,8 @@ impl Default for RawListener {
             answer_ping_notification: true,
             max_unanswered_pushes: 64,
             sideband_cbor: true,
+            sideband_legacy_subjects: false,
+            sideband_app_subjects: String::from("drop"),
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             auth_token: None,

@@ -286,6 +286,19 @@ fn listener(
             .nonzero(&key, "max_unanswered_pushes", raw.max_unanswered_pushes)
             .map_or(1, |n| n.get()),
         sideband_cbor: raw.sideband_cbor,
+        sideband_legacy_subjects: raw.sideband_legacy_subjects,
+        sideband_reject_app: match raw.sideband_app_subjects.as_str() {
+            "reject" => true,
+            "drop" => false,
+            other => {
+                p.at(
+                    &key,
+                    "sideband_app_subjects",
+                    format!("must be \"drop\" or \"reject\" (got {other:?})"),
+                );
+                false
+            }
+        },
         protection: super::protection::protection(&key, raw, p),
         routes,
         tls,

@@ -34,7 +34,7 @@ pub enum Outgoing {
     /// A WebSocket ping (liveness check).
     Ping,
     /// Close the connection with this code and reason.
-    Close(u16, &'static str),
+    Close(u16, std::borrow::Cow<'static, str>),
 }
 
 /// Counts a client connection as accepted and open; closed when dropped.

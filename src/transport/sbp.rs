@@ -46,7 +46,7 @@ pub(crate) enum SbpEvent {
         /// WebSocket close code.
         code: u16,
         /// Close reason.
-        reason: &'static str,
+        reason: std::borrow::Cow<'static, str>,
     },
 }
 
@@ -57,6 +57,8 @@ pub(crate) struct Sbp {
     remote: Option<Handshake>,
     encoding: Encoding,
     rules: SubjectRules,
+    /// Answer `app/…` subjects with ErrorFrame 1003 instead of dropping them.
+    reject_app: bool,
     seen: HashSet<FrameId>,
     seen_order: VecDeque<FrameId>,
 }
@@ -78,9 +80,23 @@ impl Sbp {
             remote: None,
             encoding: Encoding::Json,
             rules: SubjectRules::Current,
+            reject_app: false,
             seen: HashSet::new(),
             seen_order: VecDeque::new(),
         }
+    }
+
+    /// Accepts the legacy `rpc/<method>` / `event/<name>` subjects on input
+    /// and answers `app/…` subjects with ErrorFrame 1003 instead of dropping
+    /// them, as configured.
+    pub(crate) fn with_subjects(mut self, legacy: bool, reject_app: bool) -> Self {
+        self.rules = if legacy {
+            SubjectRules::AcceptLegacy
+        } else {
+            SubjectRules::Current
+        };
+        self.reject_app = reject_app;
+        self
     }
 
     /// Our handshake frame, sent immediately on open.
@@ -133,7 +149,7 @@ impl Sbp {
                     return SbpEvent::Close {
                         frame: reply,
                         code: 1000,
-                        reason: "negotiation_failed",
+                        reason: "negotiation_failed".into(),
                     };
                 }
                 if e.can_continue() {
@@ -142,7 +158,7 @@ impl Sbp {
                 return SbpEvent::Close {
                     frame: reply,
                     code: 1002,
-                    reason: "invalid frame",
+                    reason: "invalid frame".into(),
                 };
             }
         };
@@ -157,16 +173,17 @@ impl Sbp {
                     "Unexpected second handshake",
                 ))),
                 code: 1002,
-                reason: "protocol violation",
+                reason: "protocol violation".into(),
             },
             Body::Control(Control::Ping) => {
                 SbpEvent::Send(frame::encode(&Frame::control(random_id(), Control::Pong)))
             }
             Body::Control(Control::Pong) | Body::Ack { .. } => SbpEvent::Nothing,
-            Body::Control(Control::Close(_)) => SbpEvent::Close {
+            // Stop sending; close 1000 with the peer's own reason.
+            Body::Control(Control::Close(reason)) => SbpEvent::Close {
                 frame: None,
                 code: 1000,
-                reason: "closed by peer",
+                reason: reason.into(),
             },
             Body::Error { code, message, .. } => SbpEvent::PeerError {
                 id: frame.id,
@@ -181,7 +198,7 @@ impl Sbp {
         let fail = |code: u16, message: String| SbpEvent::Close {
             frame: Some(frame::encode(&Frame::error(frame.id, code, message))),
             code: 1000,
-            reason: "negotiation_failed",
+            reason: "negotiation_failed".into(),
         };
         let Body::Control(Control::Handshake(data)) = &frame.body else {
             return fail(1000, String::from("Expected a handshake first"));
@@ -205,6 +222,11 @@ impl Sbp {
                 id,
                 1003,
                 "Unsupported feature: stream",
+            ))),
+            Channel::App if self.reject_app => SbpEvent::Send(frame::encode(&Frame::error(
+                id,
+                1003,
+                "Unsupported feature: app subjects",
             ))),
             Channel::App => SbpEvent::Dropped("app_subject"),
             Channel::Rpc | Channel::Event => match decode_envelope(data, Encoding::detect(data)) {

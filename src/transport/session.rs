@@ -72,8 +72,8 @@ enum Checked {
 pub enum Verdict {
     /// Keep reading.
     Continue,
-    /// Close the connection with this code and reason (already queued).
-    Close(u16, &'static str),
+    /// Close the connection with this code (the close frame is queued).
+    Close(u16),
 }
 
 // === impl Session ===
@@ -90,9 +90,12 @@ impl Session {
             Dialect::Ndjson => Form::Text(d, Style::Line),
             Dialect::Holon => Form::Text(d, Style::Holon),
             Dialect::JsonRpc => Form::Text(d, Style::Frame),
-            Dialect::Sideband => {
-                Form::Sideband(Arc::new(Mutex::new(Sbp::new(route.cfg.sideband_cbor))))
-            }
+            Dialect::Sideband => Form::Sideband(Arc::new(Mutex::new(
+                Sbp::new(route.cfg.sideband_cbor).with_subjects(
+                    route.cfg.sideband_legacy_subjects,
+                    route.cfg.sideband_reject_app,
+                ),
+            ))),
         };
         let codec = OutCodec::new(form, route.metrics().clone());
         let pusher = Pusher::new(
@@ -139,8 +142,8 @@ impl Session {
             Inbound::Close(code, reason) => {
                 self.route.count_protocol_error("fatal_message");
                 // The writer is gone only when the connection is closing.
-                let _ = self.outbox.send(Outgoing::Close(code, reason)).await;
-                return Verdict::Close(code, reason);
+                let _ = self.outbox.send(Outgoing::Close(code, reason.into())).await;
+                return Verdict::Close(code);
             }
             Inbound::Single(item) => return self.single(item).await,
             Inbound::Batch(items) => return self.batch(items).await,
@@ -197,7 +200,7 @@ impl Session {
     /// Handles one inbound binary frame (Sideband).
     pub async fn on_binary(&self, bytes: &[u8]) -> Verdict {
         let Form::Sideband(sbp) = &self.codec.form else {
-            return Verdict::Close(1003, "binary frames are not supported");
+            return Verdict::Close(1003);
         };
         let metrics = self.route.metrics();
         metrics.count_frame(Dialect::Sideband, Side::Client, Direction::In, bytes.len());
@@ -227,7 +230,7 @@ impl Session {
                     let _ = self.outbox.send(Outgoing::Binary(frame)).await;
                 }
                 let _ = self.outbox.send(Outgoing::Close(code, reason)).await;
-                return Verdict::Close(code, reason);
+                return Verdict::Close(code);
             }
         }
         Verdict::Continue
@@ -410,8 +413,8 @@ impl Session {
             // Closing anyway; a gone writer changes nothing.
             let _ = self
                 .outbox
-                .try_send(Outgoing::Close(1008, "rate limit exceeded"));
-            return Err(Verdict::Close(1008, "rate limit exceeded"));
+                .try_send(Outgoing::Close(1008, "rate limit exceeded".into()));
+            return Err(Verdict::Close(1008));
         }
         match item {
             Item::Valid(Message::Request { id, .. }) => {

@@ -225,13 +225,13 @@ async fn run(mut socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr)
                     .await;
             }
             // The writer may already be gone with the client.
-            let _ = tx.send(Outgoing::Close(1001, "going away")).await;
+            let _ = tx.send(Outgoing::Close(1001, "going away".into())).await;
         }
         End::UpstreamLost => {
             session.drain().await;
             // The writer may already be gone with the client.
             let _ = tx
-                .send(Outgoing::Close(1001, "upstream connection lost"))
+                .send(Outgoing::Close(1001, "upstream connection lost".into()))
                 .await;
         }
     }
@@ -277,17 +277,17 @@ async fn read_loop(
                 route.count_protocol_error("slow_consumer");
                 route.metrics().count_limit(&cfg.name, crate::telemetry::metrics::Limit::SlowConsumer);
                 // The outbox is full: the close frame may not fit; the socket goes anyway.
-                let _ = tx.try_send(Outgoing::Close(1008, "slow consumer"));
+                let _ = tx.try_send(Outgoing::Close(1008, "slow consumer".into()));
                 return End::Gone;
             }
             frame = stream.next() => frame,
             _ = tick.tick() => {
                 if let Some(reason) = expired(&cfg.protection, opened, last_rx) {
-                    let _ = tx.send(Outgoing::Close(1001, reason)).await;
+                    let _ = tx.send(Outgoing::Close(1001, reason.into())).await;
                     return End::Closing;
                 }
                 if session.negotiating() && opened.elapsed() >= SIDEBAND_HANDSHAKE_TIMEOUT {
-                    let _ = tx.send(Outgoing::Close(1000, "negotiation_failed")).await;
+                    let _ = tx.send(Outgoing::Close(1000, "negotiation_failed".into())).await;
                     return End::Closing;
                 }
                 if ping_sent.is_some_and(|t| t.elapsed() >= cfg.pong_timeout) {
@@ -309,7 +309,7 @@ async fn read_loop(
             Some(Ok(WsMessage::Text(_))) if cfg.dialect == Dialect::Sideband => {
                 route.count_protocol_error("text_frame");
                 let _ = tx
-                    .send(Outgoing::Close(1003, "Text frames not supported"))
+                    .send(Outgoing::Close(1003, "Text frames not supported".into()))
                     .await;
                 return End::Closing;
             }
@@ -334,7 +334,10 @@ async fn read_loop(
             Some(Ok(WsMessage::Binary(_))) => {
                 route.count_protocol_error("binary_frame");
                 let _ = tx
-                    .send(Outgoing::Close(1003, "binary frames are not supported"))
+                    .send(Outgoing::Close(
+                        1003,
+                        "binary frames are not supported".into(),
+                    ))
                     .await;
                 return End::Closing;
             }
@@ -373,7 +376,7 @@ async fn too_large(route: &Route, tx: &mpsc::Sender<Outgoing>) {
     } else {
         "message too large"
     };
-    let _ = tx.send(Outgoing::Close(1009, reason)).await;
+    let _ = tx.send(Outgoing::Close(1009, reason.into())).await;
 }
 
 /// The library refused a message above even its (larger) limit.
@@ -398,7 +401,7 @@ async fn write_loop(
             Outgoing::Close(code, reason) => {
                 let frame = CloseFrame {
                     code,
-                    reason: reason.into(),
+                    reason: reason.into_owned().into(),
                 };
                 // The peer may be gone already; we are closing either way.
                 let _ = sink.send(WsMessage::Close(Some(frame))).await;

@@ -145,7 +145,7 @@ impl Link {
                 code,
                 reason,
             } => {
-                tracing::warn!(upstream = %self.shared.cfg.name, code, reason, "closing Sideband upstream link");
+                tracing::warn!(upstream = %self.shared.cfg.name, code, %reason, "closing Sideband upstream link");
                 if let Some(frame) = frame {
                     // Closing anyway; a full queue changes nothing.
                     let _ = self.out.try_send(Wire::Binary(frame));

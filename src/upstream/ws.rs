@@ -133,7 +133,7 @@ async fn sideband_handshake(ws: &mut Ws) -> std::io::Result<Sbp> {
                     }
                     let close = CloseFrame {
                         code: CloseCode::from(code),
-                        reason: reason.into(),
+                        reason: reason.to_string().into(),
                     };
                     let _ = ws.close(Some(close)).await;
                     return Err(std::io::Error::other(format!(

@@ -1,0 +1,240 @@
+//! TLS on WebSocket listeners: `wss://` with a certificate generated here,
+//! plain `ws://` refused on that port, and the `tls_cert`/`tls_key` checks.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use common::*;
+use futures_util::{SinkExt, StreamExt};
+use rustls::pki_types::{CertificateDer, ServerName};
+use switchyard::config::Config;
+use switchyard::daemon::DaemonOptions;
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+/// A self-signed certificate for `localhost`/127.0.0.1, as PEM files.
+struct Pems {
+    _dir: tempfile::TempDir,
+    cert: PathBuf,
+    key: PathBuf,
+    der: CertificateDer<'static>,
+}
+
+fn self_signed() -> Pems {
+    let names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let certified = rcgen::generate_simple_self_signed(names).expect("rcgen");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cert = dir.path().join("cert.pem");
+    let key = dir.path().join("key.pem");
+    std::fs::write(&cert, certified.cert.pem()).expect("write cert");
+    std::fs::write(&key, certified.signing_key.serialize_pem()).expect("write key");
+    Pems {
+        _dir: dir,
+        cert,
+        key,
+        der: certified.cert.der().clone(),
+    }
+}
+
+fn tls_keys(cert: &Path, key: &Path) -> String {
+    format!(
+        "tls_cert = \"{}\"\ntls_key = \"{}\"",
+        cert.display(),
+        key.display()
+    )
+}
+
+/// Connects over TLS trusting only `der`, then upgrades to WebSocket.
+async fn connect_wss(
+    url: &str,
+    der: &CertificateDer<'static>,
+) -> WebSocketStream<TlsStream<TcpStream>> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(der.clone()).expect("trust the test certificate");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let authority = url
+        .strip_prefix("wss://")
+        .and_then(|rest| rest.split('/').next())
+        .expect("wss URL");
+    let tcp = TcpStream::connect(authority).await.expect("tcp connect");
+    let name = ServerName::try_from("localhost").expect("server name");
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .expect("TLS handshake");
+    let port = authority.rsplit(':').next().expect("port");
+    let path = url.splitn(4, '/').nth(3).unwrap_or_default();
+    let request = format!("wss://localhost:{port}/{path}");
+    let (ws, _) = tokio_tungstenite::client_async(request, tls)
+        .await
+        .expect("WebSocket upgrade over TLS");
+    ws
+}
+
+async fn next_text(ws: &mut WebSocketStream<TlsStream<TcpStream>>) -> String {
+    loop {
+        let frame = tokio::time::timeout(STEP, ws.next())
+            .await
+            .expect("timed out waiting for a frame")
+            .expect("connection ended")
+            .expect("read");
+        match frame {
+            Message::Text(t) => return t.to_string(),
+            Message::Ping(_) | Message::Pong(_) => continue,
+            other => panic!("expected a text frame, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn wss_serves_json_rpc_and_plain_ws_is_refused() {
+    let pems = self_signed();
+    let mut stack = Stack::start(
+        &tls_keys(&pems.cert, &pems.key),
+        "",
+        DaemonOptions::default(),
+    )
+    .await;
+    assert!(stack.url.starts_with("wss://127.0.0.1:"), "{}", stack.url);
+
+    let mut ws = connect_wss(&stack.url, &pems.der).await;
+    ws.send(Message::Text(
+        r#"{"jsonrpc":"2.0","method":"echo","params":{"over":"tls"},"id":1}"#.into(),
+    ))
+    .await
+    .expect("send");
+    let reply = json(&next_text(&mut ws).await);
+    assert_eq!(reply["id"], 1);
+    assert_eq!(reply["result"]["over"], "tls");
+
+    // A plain WebSocket client on the TLS port gets no upgrade.
+    let plain = stack.url.replacen("wss://", "ws://", 1);
+    let attempt = tokio::time::timeout(STEP, tokio_tungstenite::connect_async(plain)).await;
+    assert!(
+        matches!(attempt, Ok(Err(_))),
+        "plain ws:// must fail on a TLS listener"
+    );
+    // ... and the TLS listener still serves afterwards.
+    let mut again = connect_wss(&stack.url, &pems.der).await;
+    again
+        .send(Message::Text(
+            r#"{"jsonrpc":"2.0","method":"echo","params":[2],"id":2}"#.into(),
+        ))
+        .await
+        .expect("send");
+    assert_eq!(json(&next_text(&mut again).await)["id"], 2);
+
+    // Graceful shutdown closes upgraded TLS connections with 1001.
+    let stopping = tokio::spawn(stack.gateway.shutdown());
+    let code = loop {
+        let frame = tokio::time::timeout(STEP, ws.next())
+            .await
+            .expect("timed out waiting for close");
+        match frame {
+            Some(Ok(Message::Close(f))) => break f.map(|f| u16::from(f.code)),
+            Some(Ok(_)) => continue,
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+    };
+    assert_eq!(code, Some(1001));
+    tokio::time::timeout(STEP, stopping)
+        .await
+        .expect("shutdown finishes")
+        .expect("shutdown");
+    stack.daemon.take().expect("daemon").stop().await;
+}
+
+#[test]
+fn tls_cert_without_tls_key_is_rejected() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("daemon.sock");
+    let toml = stack_toml(&socket, "tls_cert = \"/etc/cert.pem\"", "");
+    let error = Config::from_toml(&toml).expect_err("tls_cert alone must be rejected");
+    let text = error.to_string();
+    assert!(
+        text.contains("listeners.public.tls_key: required when tls_cert is set"),
+        "{text}"
+    );
+
+    let toml = stack_toml(&socket, "tls_key = \"/etc/key.pem\"", "");
+    let text = Config::from_toml(&toml)
+        .expect_err("tls_key alone")
+        .to_string();
+    assert!(text.contains("listeners.public.tls_cert"), "{text}");
+}
+
+#[test]
+fn listeners_sharing_an_address_must_agree_on_tls() {
+    let toml = r#"
+[listeners.a]
+dialect = "jsonrpc-ws"
+address = "127.0.0.1:9555"
+path = "/a"
+tls_cert = "/c.pem"
+tls_key = "/k.pem"
+
+[listeners.b]
+dialect = "holon-rpc"
+address = "127.0.0.1:9555"
+path = "/b"
+
+[listeners.n]
+dialect = "ndjson"
+socket = "/tmp/switchyard-tls-test.sock"
+tls_cert = "/c.pem"
+tls_key = "/k.pem"
+
+[upstreams.up]
+dialect = "ndjson"
+socket = "/tmp/switchyard-tls-up.sock"
+
+[[routes]]
+listener = "a"
+upstream = "up"
+
+[[routes]]
+listener = "b"
+upstream = "up"
+
+[[routes]]
+listener = "n"
+upstream = "up"
+"#;
+    let text = Config::from_toml(toml)
+        .expect_err("must be rejected")
+        .to_string();
+    assert!(
+        text.contains("listeners.b: shares its address with listeners.a"),
+        "{text}"
+    );
+    assert!(
+        text.contains("listeners.n.tls_cert: not allowed for dialect ndjson"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn unreadable_certificate_fails_at_bind_naming_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("daemon.sock");
+    let missing = dir.path().join("missing.pem");
+    let toml = stack_toml(&socket, &tls_keys(&missing, &missing), "");
+    let cfg = Config::from_toml(&toml).expect("paths are checked at bind");
+    let error = switchyard::app::bind(cfg)
+        .await
+        .expect_err("missing certificate");
+    let text = error.to_string();
+    assert!(
+        text.contains("listener public: tls_cert") && text.contains("missing.pem"),
+        "{text}"
+    );
+}
