@@ -31,8 +31,9 @@ async fn gateway(extra: &str) -> Gw {
         "[listeners.j]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/rpc\"\n{extra}\n\n\
          [listeners.h]\ndialect = \"holon-rpc\"\naddress = \"127.0.0.1:0\"\npath = \"/holon\"\n{extra}\n\n\
          [listeners.n]\ndialect = \"ndjson\"\nsocket = \"{}\"\n{extra}\n\n\
+         [listeners.s]\ndialect = \"sideband\"\naddress = \"127.0.0.1:0\"\npath = \"/sb\"\n{extra}\n\n\
          [upstreams.d]\ndialect = \"ndjson\"\nsocket = \"{}\"\n\n\
-         [[routes]]\nlistener = \"j\"\nupstream = \"d\"\n[[routes]]\nlistener = \"h\"\nupstream = \"d\"\n[[routes]]\nlistener = \"n\"\nupstream = \"d\"\n",
+         [[routes]]\nlistener = \"j\"\nupstream = \"d\"\n[[routes]]\nlistener = \"h\"\nupstream = \"d\"\n[[routes]]\nlistener = \"n\"\nupstream = \"d\"\n[[routes]]\nlistener = \"s\"\nupstream = \"d\"\n",
         sock.display(),
         daemon.path().display()
     );
@@ -43,6 +44,7 @@ async fn gateway(extra: &str) -> Gw {
         bound.ws_url("j").expect("url"),
         bound.ws_url("h").expect("url"),
         bound.unix_path("n").expect("socket").display().to_string(),
+        bound.ws_url("s").expect("url"),
     ];
     let gateway = bound.spawn();
     common::wait_connected(&gateway, "d").await;
@@ -54,12 +56,26 @@ async fn gateway(extra: &str) -> Gw {
     }
 }
 
-const SPEAKS: [Speak; 3] = [Speak::JsonRpc, Speak::Holon, Speak::Ndjson];
+const SPEAKS: [Speak; 4] = [
+    Speak::JsonRpc,
+    Speak::Holon,
+    Speak::Ndjson,
+    Speak::SidebandJson,
+];
 
 fn rate_limited_code(speak: Speak) -> i64 {
     match speak {
         Speak::Holon => 8,
+        Speak::SidebandJson | Speak::SidebandCbor => 2000,
         _ => -32006,
+    }
+}
+
+fn exhausted_code(speak: Speak) -> i64 {
+    match speak {
+        Speak::Holon => 8,
+        Speak::SidebandJson | Speak::SidebandCbor => 2000,
+        _ => -32007,
     }
 }
 
@@ -108,7 +124,7 @@ async fn per_connection_rate_limit_answers_in_each_dialect_and_spares_others() {
         "switchyard_limit_rejections_total",
         &[("limit", "rate_per_second")],
     );
-    assert_eq!(rejected, 9.0);
+    assert_eq!(rejected, 12.0);
     gw.gateway.shutdown().await;
     gw.daemon.stop().await;
 }
@@ -264,7 +280,7 @@ async fn allow_lists_and_tokens() {
 #[tokio::test]
 async fn connection_caps_refuse_the_extra_connection_in_each_transport() {
     let gw = gateway("max_connections = 2").await;
-    for (speak, endpoint) in SPEAKS.iter().zip(&gw.endpoints) {
+    for (speak, endpoint) in SPEAKS[..3].iter().zip(&gw.endpoints) {
         let mut a = TestClient::connect(*speak, endpoint).await;
         let _b = TestClient::connect(*speak, endpoint).await;
         let mut c = TestClient::connect(*speak, endpoint).await;
@@ -378,6 +394,87 @@ async fn a_slow_consumer_is_closed_without_slowing_the_others() {
         open()
     );
     drop(slow);
+    gw.gateway.shutdown().await;
+    gw.daemon.stop().await;
+}
+
+#[tokio::test]
+async fn in_flight_cap_answers_in_each_dialect_and_spares_others() {
+    let gw = gateway("max_in_flight = 2").await;
+    for (speak, endpoint) in SPEAKS.iter().zip(&gw.endpoints) {
+        let mut busy = TestClient::connect(*speak, endpoint).await;
+        let mut calm = TestClient::connect(*speak, endpoint).await;
+        for i in 0..4 {
+            busy.send(&format!(
+                r#"{{"jsonrpc":"2.0","method":"sleep","params":{{"ms":300}},"id":"b{i}"}}"#
+            ))
+            .await;
+        }
+        // The calm client on the same listener and upstream is unaffected.
+        for i in 0..3 {
+            calm.send(&format!(
+                r#"{{"jsonrpc":"2.0","method":"echo","params":{{"i":{i}}},"id":"c{i}"}}"#
+            ))
+            .await;
+            assert_eq!(json(&calm.recv().await)["result"]["i"], i, "{speak:?}");
+        }
+        let (mut ok, mut refused) = (0, 0);
+        for _ in 0..4 {
+            let v = json(&busy.recv().await);
+            if v.get("result").is_some() {
+                ok += 1;
+            } else {
+                assert_eq!(v["error"]["code"], exhausted_code(*speak), "{speak:?}: {v}");
+                refused += 1;
+            }
+        }
+        assert_eq!((ok, refused), (2, 2), "{speak:?}");
+    }
+    let refused = common::metric_value(
+        &gw.gateway,
+        "switchyard_limit_rejections_total",
+        &[("limit", "max_in_flight")],
+    );
+    assert_eq!(refused, 8.0);
+    gw.gateway.shutdown().await;
+    gw.daemon.stop().await;
+}
+
+#[tokio::test]
+async fn oversize_messages_get_each_dialects_answer() {
+    let gw = gateway("max_message_bytes = 2048").await;
+    let big = "x".repeat(3000);
+    for (speak, endpoint) in SPEAKS.iter().zip(&gw.endpoints) {
+        let mut c = TestClient::connect(*speak, endpoint).await;
+        let mut calm = TestClient::connect(*speak, endpoint).await;
+        c.send(&format!(
+            r#"{{"jsonrpc":"2.0","method":"echo","params":{{"big":"{big}"}},"id":"big"}}"#
+        ))
+        .await;
+        match speak {
+            Speak::JsonRpc => {
+                let v = json(&c.recv().await);
+                assert_eq!(
+                    v["error"]["data"],
+                    "Message size exceeds maximum of 2048 bytes"
+                );
+                assert_eq!(c.next().await, Err(common::clients::Ended::Close(1009)));
+            }
+            Speak::Ndjson => {
+                let v = json(&c.recv().await);
+                assert_eq!(v["error"]["data"], "Line exceeds maximum of 2048 bytes");
+                assert_eq!(c.next().await, Err(common::clients::Ended::Eof));
+            }
+            _ => assert_eq!(
+                c.next().await,
+                Err(common::clients::Ended::Close(1009)),
+                "{speak:?}"
+            ),
+        }
+        calm.send(r#"{"jsonrpc":"2.0","method":"echo","params":{"ok":1},"id":"ok"}"#)
+            .await;
+        assert_eq!(json(&calm.recv().await)["result"]["ok"], 1, "{speak:?}");
+    }
     gw.gateway.shutdown().await;
     gw.daemon.stop().await;
 }
