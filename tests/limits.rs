@@ -302,12 +302,21 @@ async fn connection_caps_refuse_the_extra_connection_in_each_transport() {
             .await;
         assert_eq!(json(&a.recv().await)["result"]["ok"], 1);
     }
+    // Sideband: the extra connection is upgraded and closed 1008 before
+    // any handshake.
+    let _s1 = TestClient::connect(Speak::SidebandJson, &gw.endpoints[3]).await;
+    let _s2 = TestClient::connect(Speak::SidebandJson, &gw.endpoints[3]).await;
+    let mut s3 = common::connect(&gw.endpoints[3]).await;
+    assert_eq!(
+        common::expect_close(&mut s3).await,
+        (1008, "max connections exceeded".to_owned())
+    );
     let refused = common::metric_value(
         &gw.gateway,
         "switchyard_connections_rejected_total",
         &[("reason", "limit")],
     );
-    assert_eq!(refused, 3.0);
+    assert_eq!(refused, 4.0);
     gw.gateway.shutdown().await;
     gw.daemon.stop().await;
 }
@@ -393,6 +402,14 @@ async fn a_slow_consumer_is_closed_without_slowing_the_others() {
         "open = {}",
         open()
     );
+    // Memory stayed bounded: the slow client's outbox filled to exactly its
+    // capacity and never beyond.
+    let high = common::metric_value(
+        &gw.gateway,
+        "switchyard_outbox_high_water",
+        &[("listener", "j")],
+    );
+    assert_eq!(high, 4.0);
     drop(slow);
     gw.gateway.shutdown().await;
     gw.daemon.stop().await;

@@ -190,3 +190,25 @@ async fn notifications_are_never_answered_and_batches_work() {
 fn json(text: &str) -> serde_json::Value {
     common::json(text)
 }
+
+#[tokio::test]
+async fn idle_connections_are_closed() {
+    let local = start("idle_timeout_ms = 200").await;
+    let stream = UnixStream::connect(&local.socket).await.expect("connect");
+    let (read, _write) = stream.into_split();
+    let mut reader = BufReader::new(read);
+    let mut rest = Vec::new();
+    let started = std::time::Instant::now();
+    let n = tokio::time::timeout(common::STEP, reader.read_to_end(&mut rest))
+        .await
+        .expect("closed in time")
+        .expect("read");
+    assert_eq!(n, 0);
+    assert!(
+        started.elapsed() >= Duration::from_millis(150),
+        "{:?}",
+        started.elapsed()
+    );
+    local.gateway.shutdown().await;
+    local.daemon.stop().await;
+}

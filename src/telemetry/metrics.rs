@@ -105,6 +105,9 @@ pub struct Metrics {
     pub connections_rejected: IntCounterVec,
     /// Things a configured [`Limit`] refused, by listener and limit.
     pub limit_rejections: IntCounterVec,
+    /// The most messages ever queued in one client outbox, by listener
+    /// (bounded by `outbox_capacity`: shows memory stays bounded).
+    pub outbox_high_water: IntGaugeVec,
     /// Items per client batch, by listener.
     pub batch_size: HistogramVec,
     /// Calls written to an upstream and not yet settled, by upstream.
@@ -237,6 +240,12 @@ impl Metrics {
                 &registry,
                 ("batch_size", "Items per client batch"),
                 BATCH_BUCKETS,
+                &["listener"],
+            )?,
+            outbox_high_water: gauge(
+                &registry,
+                "outbox_high_water",
+                "Most messages ever queued in one client outbox",
                 &["listener"],
             )?,
             upstream_in_flight: gauge(

@@ -55,6 +55,8 @@ pub struct Session {
     rate: Option<Mutex<ConnectionRate>>,
     /// Cancelled when the client's outbox stayed full too long.
     slow: CancellationToken,
+    /// The listener's outbox high-water mark.
+    high_water: prometheus::IntGauge,
 }
 
 /// An item after the rate limits.
@@ -98,6 +100,10 @@ impl Session {
             ))),
         };
         let codec = OutCodec::new(form, route.metrics().clone());
+        let high_water = route
+            .metrics()
+            .outbox_high_water
+            .with_label_values(&[route.cfg.name.as_str()]);
         let pusher = Pusher::new(
             codec.clone(),
             outbox.clone(),
@@ -117,6 +123,7 @@ impl Session {
             parent: tracing::Span::current(),
             rate: None,
             slow: CancellationToken::new(),
+            high_water,
         }
         .with_peer(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
     }
@@ -179,6 +186,7 @@ impl Session {
                 out,
                 self.route.cfg.protection.slow_consumer_timeout,
                 &self.slow,
+                &self.high_water,
             )
             .await;
         }
@@ -312,6 +320,7 @@ impl Session {
             self.slow.clone(),
             self.route.cfg.protection.slow_consumer_timeout,
         );
+        let high_water = self.high_water.clone();
         let task = async move {
             let Some(reply) = settle(&route, item, &client, &gone, &grace_over).await else {
                 return;
@@ -319,7 +328,7 @@ impl Session {
             drop(permit);
             if let Some(out) = codec.encode(&reply) {
                 // Closed outbox: the client left while we worked.
-                deliver(&outbox, out, slow_after, &slow).await;
+                deliver(&outbox, out, slow_after, &slow, &high_water).await;
             }
         };
         self.tasks.spawn(task.instrument(self.parent.clone()));
@@ -366,6 +375,7 @@ impl Session {
             self.slow.clone(),
             self.route.cfg.protection.slow_consumer_timeout,
         );
+        let high_water = self.high_water.clone();
         let span = tracing::info_span!(parent: &self.parent, "rpc.batch", otel.kind = "server", rpc.batch.size = request_ids.len());
         let task = async move {
             let replies = tokio::select! {
@@ -382,7 +392,7 @@ impl Session {
             }
             if let Some(out) = codec.encode_batch(&replies) {
                 // Closed outbox: the client left while we worked.
-                deliver(&outbox, out, slow_after, &slow).await;
+                deliver(&outbox, out, slow_after, &slow, &high_water).await;
             }
         };
         self.tasks.spawn(task.instrument(span));
@@ -463,10 +473,19 @@ async fn deliver(
     out: Outgoing,
     patience: std::time::Duration,
     slow: &CancellationToken,
+    high_water: &prometheus::IntGauge,
 ) {
     use tokio::sync::mpsc::error::SendTimeoutError;
-    if let Err(SendTimeoutError::Timeout(_)) = outbox.send_timeout(out, patience).await {
-        slow.cancel();
+    match outbox.send_timeout(out, patience).await {
+        Err(SendTimeoutError::Timeout(_)) => slow.cancel(),
+        Err(SendTimeoutError::Closed(_)) => {}
+        Ok(()) => {
+            let queued = outbox.max_capacity() - outbox.capacity();
+            let queued = i64::try_from(queued).unwrap_or(i64::MAX);
+            if queued > high_water.get() {
+                high_water.set(queued);
+            }
+        }
     }
 }
 

@@ -154,9 +154,14 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
     let mut lines = FramedRead::new(read, codec);
     let lost = session.upstream_lost();
     let slow = session.slow_consumer();
+    let opened = tokio::time::Instant::now();
+    let mut last_rx = opened;
     let end = loop {
+        let expiry = expiry(&route.cfg.protection, opened, last_rx);
         let next = tokio::select! {
             next = lines.next() => next,
+            // Idle too long, or lived too long: answer what is pending, close.
+            () = tokio::time::sleep_until(expiry) => break End::Eof,
             // Pending calls on the lost link fail at once; answer, then close.
             () = lost.cancelled() => break End::Eof,
             () = slow.cancelled() => {
@@ -166,6 +171,7 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
             }
             () = ctx.shutdown.cancelled() => break End::Shutdown,
         };
+        last_rx = tokio::time::Instant::now();
         match next {
             Some(Ok(line)) => {
                 let line = line.strip_suffix(b"\r").unwrap_or(&line);
@@ -202,6 +208,19 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
         writer.abort();
         tracing::debug!(listener = %name, "writer did not finish in time");
     }
+}
+
+/// When the connection must close: idle timeout after the last line, or
+/// the connection lifetime (far in the future when neither is set).
+fn expiry(
+    p: &crate::config::Protection,
+    opened: tokio::time::Instant,
+    last_rx: tokio::time::Instant,
+) -> tokio::time::Instant {
+    let never = opened + std::time::Duration::from_secs(100 * 365 * 24 * 3600);
+    let idle = p.idle_timeout.map_or(never, |t| last_rx + t);
+    let life = p.max_connection_lifetime.map_or(never, |t| opened + t);
+    idle.min(life)
 }
 
 /// One line: JSON-RPC if it is UTF-8, else a parse error.
