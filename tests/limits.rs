@@ -132,26 +132,37 @@ async fn per_connection_rate_limit_answers_in_each_dialect_and_spares_others() {
 #[tokio::test]
 async fn a_client_that_keeps_going_is_closed_1008() {
     let gw = gateway("rate_per_second = 1\nrate_burst = 1\nabuse_threshold = 3").await;
-    let mut c = TestClient::connect(Speak::JsonRpc, &gw.endpoints[0]).await;
-    for i in 0..10 {
-        c.send(&format!(
-            r#"{{"jsonrpc":"2.0","method":"echo","params":[{i}],"id":{i}}}"#
-        ))
-        .await;
-    }
-    let mut codes = Vec::new();
-    let ended = loop {
-        match c.next().await {
-            Ok(text) => codes.push(json(&text)["error"]["code"].as_i64()),
-            Err(end) => break end,
+    for (speak, endpoint) in SPEAKS.iter().zip(&gw.endpoints) {
+        let mut c = TestClient::connect(*speak, endpoint).await;
+        let mut calm = TestClient::connect(*speak, endpoint).await;
+        for i in 0..10 {
+            c.send(&format!(
+                r#"{{"jsonrpc":"2.0","method":"echo","params":{{"i":{i}}},"id":"a{i}"}}"#
+            ))
+            .await;
         }
-    };
-    assert_eq!(ended, common::clients::Ended::Close(1008));
-    assert_eq!(
-        codes.iter().filter(|c| **c == Some(-32006)).count(),
-        3,
-        "{codes:?}"
-    );
+        let mut codes = Vec::new();
+        let ended = loop {
+            match c.next().await {
+                Ok(text) => codes.push(json(&text)["error"]["code"].as_i64()),
+                Err(end) => break end,
+            }
+        };
+        let want = match speak {
+            Speak::Ndjson => common::clients::Ended::Eof,
+            _ => common::clients::Ended::Close(1008),
+        };
+        assert_eq!(ended, want, "{speak:?}");
+        let limited = codes
+            .iter()
+            .filter(|c| **c == Some(rate_limited_code(*speak)))
+            .count();
+        assert_eq!(limited, 3, "{speak:?}: {codes:?}");
+        // The other connection has its own budget.
+        calm.send(r#"{"jsonrpc":"2.0","method":"echo","params":{"ok":1},"id":"ok"}"#)
+            .await;
+        assert_eq!(json(&calm.recv().await)["result"]["ok"], 1, "{speak:?}");
+    }
     gw.gateway.shutdown().await;
     gw.daemon.stop().await;
 }
@@ -346,71 +357,67 @@ async fn per_ip_cap_and_idle_timeout() {
 async fn a_slow_consumer_is_closed_without_slowing_the_others() {
     let gw =
         gateway("outbox_capacity = 4\nslow_consumer_timeout_ms = 300\nmax_in_flight = 64").await;
-    let url = gw.endpoints[0].clone();
-    // The slow client sends large requests and never reads its replies.
-    let mut slow = common::connect(&url).await;
     let pad = "x".repeat(256 * 1024);
-    for i in 0..64 {
-        common::send(
-            &mut slow,
-            &format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{pad}"],"id":{i}}}"#),
-        )
-        .await;
-    }
-    // Twenty others run flat out over the same upstream meanwhile.
-    let runners = (0..20).map(|c| {
-        let url = url.clone();
-        tokio::spawn(async move {
-            let mut ws = common::connect(&url).await;
-            for i in 0..100 {
-                common::send(
-                    &mut ws,
-                    &format!(r#"{{"jsonrpc":"2.0","method":"echo","params":[{c},{i}],"id":{i}}}"#),
-                )
-                .await;
-                let v = json(&common::recv(&mut ws).await);
-                assert_eq!(v["result"], serde_json::json!([c, i]), "client {c}");
-            }
-        })
-    });
-    for r in futures_util::future::join_all(runners).await {
-        r.expect("runner");
-    }
-    let closed = || {
-        common::metric_value(
+    for ((speak, endpoint), listener) in SPEAKS.iter().zip(&gw.endpoints).zip(["j", "h", "n", "s"])
+    {
+        // The slow client sends large requests and never reads its replies.
+        let mut slow = TestClient::connect(*speak, endpoint).await;
+        for i in 0..64 {
+            slow.send(&format!(
+                r#"{{"jsonrpc":"2.0","method":"echo","params":{{"pad":"{pad}"}},"id":"s{i}"}}"#
+            ))
+            .await;
+        }
+        // Others run flat out over the same upstream meanwhile.
+        let runners = (0..8).map(|c| {
+            let (speak, endpoint) = (*speak, endpoint.clone());
+            tokio::spawn(async move {
+                let mut client = TestClient::connect(speak, &endpoint).await;
+                for i in 0..50 {
+                    client.send(&format!(r#"{{"jsonrpc":"2.0","method":"echo","params":{{"c":{c},"i":{i}}},"id":"r{i}"}}"#)).await;
+                    let v = json(&client.recv().await);
+                    assert_eq!(v["result"], serde_json::json!({"c": c, "i": i}), "{speak:?} client {c}");
+                }
+            })
+        });
+        for r in futures_util::future::join_all(runners).await {
+            r.expect("runner");
+        }
+        let labels = [
+            ("listener", listener),
+            ("limit", "slow_consumer_timeout_ms"),
+        ];
+        let closed =
+            || common::metric_value(&gw.gateway, "switchyard_limit_rejections_total", &labels);
+        assert!(
+            common::eventually(Duration::from_secs(5), || closed() == 1.0).await,
+            "{speak:?}: slow consumer never closed"
+        );
+        let open = || {
+            common::metric_value(
+                &gw.gateway,
+                "switchyard_connections_open",
+                &[("listener", listener)],
+            )
+        };
+        assert!(
+            common::eventually(Duration::from_secs(2), || open() == 0.0).await,
+            "{speak:?}: open = {}",
+            open()
+        );
+        // Memory stayed bounded: the slow client's outbox filled to exactly
+        // its capacity and never beyond.
+        let high = common::metric_value(
             &gw.gateway,
-            "switchyard_limit_rejections_total",
-            &[("limit", "slow_consumer_timeout_ms")],
-        )
-    };
-    assert!(
-        common::eventually(Duration::from_secs(5), || closed() == 1.0).await,
-        "slow consumer never closed"
-    );
-    // Its pending calls were purged, and only it was closed.
+            "switchyard_outbox_high_water",
+            &[("listener", listener)],
+        );
+        assert_eq!(high, 4.0, "{speak:?}");
+        drop(slow);
+    }
+    // Every pending call of the slow clients was purged.
     let entries = || common::metric_value(&gw.gateway, "switchyard_correlator_entries", &[]);
     assert!(common::eventually(Duration::from_secs(2), || entries() == 0.0).await);
-    let open = || {
-        common::metric_value(
-            &gw.gateway,
-            "switchyard_connections_open",
-            &[("listener", "j")],
-        )
-    };
-    assert!(
-        common::eventually(Duration::from_secs(2), || open() == 0.0).await,
-        "open = {}",
-        open()
-    );
-    // Memory stayed bounded: the slow client's outbox filled to exactly its
-    // capacity and never beyond.
-    let high = common::metric_value(
-        &gw.gateway,
-        "switchyard_outbox_high_water",
-        &[("listener", "j")],
-    );
-    assert_eq!(high, 4.0);
-    drop(slow);
     gw.gateway.shutdown().await;
     gw.daemon.stop().await;
 }
@@ -491,6 +498,31 @@ async fn oversize_messages_get_each_dialects_answer() {
         calm.send(r#"{"jsonrpc":"2.0","method":"echo","params":{"ok":1},"id":"ok"}"#)
             .await;
         assert_eq!(json(&calm.recv().await)["result"]["ok"], 1, "{speak:?}");
+    }
+    gw.gateway.shutdown().await;
+    gw.daemon.stop().await;
+}
+
+#[tokio::test]
+async fn idle_connections_close_in_each_dialect_while_busy_ones_stay() {
+    let gw = gateway("idle_timeout_ms = 300").await;
+    for (speak, endpoint) in SPEAKS.iter().zip(&gw.endpoints) {
+        let mut idle = TestClient::connect(*speak, endpoint).await;
+        let mut busy = TestClient::connect(*speak, endpoint).await;
+        // The busy one keeps talking past the idle timeout.
+        for i in 0..5 {
+            busy.send(&format!(
+                r#"{{"jsonrpc":"2.0","method":"echo","params":{{"i":{i}}},"id":"b{i}"}}"#
+            ))
+            .await;
+            assert_eq!(json(&busy.recv().await)["result"]["i"], i, "{speak:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let want = match speak {
+            Speak::Ndjson => common::clients::Ended::Eof,
+            _ => common::clients::Ended::Close(1001),
+        };
+        assert_eq!(idle.next().await, Err(want), "{speak:?}");
     }
     gw.gateway.shutdown().await;
     gw.daemon.stop().await;
