@@ -10,7 +10,6 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use prometheus::IntGauge;
 use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -21,15 +20,18 @@ use crate::envelope::{Message, Payload};
 use crate::error::{ErrorKind, GatewayError};
 use crate::telemetry::metrics::Metrics;
 
+mod batch;
 mod encode;
 mod inbound;
 pub(crate) mod link;
 mod ndjson;
 mod pool;
+mod shared;
 mod stream;
 mod ws;
 
 use link::Link;
+pub(crate) use shared::{hard_cap, UpstreamShared};
 
 /// A named upstream and its connection pool.
 #[derive(Debug)]
@@ -43,14 +45,6 @@ pub struct Upstream {
     pending: Arc<Semaphore>,
     /// Calls waiting for a pending slot (bounded by `max_queued`).
     queued: AtomicUsize,
-}
-
-/// Settings and metrics shared by an upstream's links.
-#[derive(Debug)]
-pub(crate) struct UpstreamShared {
-    pub(crate) cfg: UpstreamConfig,
-    pub(crate) metrics: Metrics,
-    entries: IntGauge,
 }
 
 /// Gives a call's gateway id up if the caller stops waiting before the reply.
@@ -151,101 +145,6 @@ impl Upstream {
                 Err(GatewayError::new(ErrorKind::Timeout))
             }
         }
-    }
-
-    /// Sends several calls as one batch (for upstreams that accept batches).
-    /// `calls[i].2` tells whether call `i` is a request (expects a reply).
-    /// Returns one entry per call: the reply for requests, `None` for
-    /// notifications. Requests unanswered at `deadline` get `timeout`.
-    pub async fn call_batch(
-        &self,
-        calls: &[(&str, Option<&Payload>, bool)],
-        deadline: tokio::time::Instant,
-    ) -> Vec<Option<Result<Message, GatewayError>>> {
-        let requests = calls.iter().filter(|c| c.2).count();
-        let fail_all = |err: GatewayError| {
-            calls
-                .iter()
-                .map(|c| c.2.then(|| Err(err.clone())))
-                .collect()
-        };
-        let started = tokio::time::timeout_at(deadline, self.start_batch(calls, requests)).await;
-        let (receivers, mut guard, _permits) = match started {
-            Ok(Ok(started)) => started,
-            Ok(Err(e)) => return fail_all(e),
-            Err(_) => return fail_all(GatewayError::new(ErrorKind::Timeout)),
-        };
-        let mut out = Vec::with_capacity(calls.len());
-        for (i, rx) in receivers.into_iter().enumerate() {
-            let Some(rx) = rx else {
-                out.push(None);
-                continue;
-            };
-            let reply = match tokio::time::timeout_at(deadline, rx).await {
-                Ok(Ok(reply)) => {
-                    guard.settled(i);
-                    reply
-                }
-                Ok(Err(_)) => {
-                    guard.settled(i);
-                    Err(GatewayError::new(ErrorKind::Unavailable))
-                }
-                Err(_) => Err(GatewayError::new(ErrorKind::Timeout)),
-            };
-            out.push(Some(reply));
-        }
-        guard.timed_out = true;
-        out
-    }
-
-    /// Admits, places and sends a batch; returns the reply receivers.
-    async fn start_batch(
-        &self,
-        calls: &[(&str, Option<&Payload>, bool)],
-        requests: usize,
-    ) -> Result<
-        (
-            Vec<Option<oneshot::Receiver<link::ReplyResult>>>,
-            BatchGuard,
-            Vec<OwnedSemaphorePermit>,
-        ),
-        GatewayError,
-    > {
-        let depth = self.shared.cfg.max_in_flight_per_connection.get();
-        if requests > depth.min(self.shared.cfg.max_pending.get()) {
-            return Err(GatewayError::with_detail(
-                ErrorKind::ResourceExhausted,
-                "batch larger than the upstream's in-flight limit",
-            ));
-        }
-        let mut permits = Vec::with_capacity(2);
-        if requests > 0 {
-            permits.push(self.admit_many(requests as u32).await?);
-        }
-        let link = self.pick_link().await?;
-        if requests > 0 {
-            let slot = link.depth.clone().acquire_many_owned(requests as u32).await;
-            permits.push(slot.map_err(|_| GatewayError::new(ErrorKind::Unavailable))?);
-        }
-        let (waiters, receivers): (Vec<_>, Vec<_>) = calls
-            .iter()
-            .map(|c| {
-                if c.2 {
-                    let (tx, rx) = oneshot::channel();
-                    (Some(tx), Some(rx))
-                } else {
-                    (None, None)
-                }
-            })
-            .unzip();
-        let pairs: Vec<(&str, Option<&Payload>)> = calls.iter().map(|c| (c.0, c.1)).collect();
-        let ids = link.send_batch(&pairs, waiters)?;
-        let guard = BatchGuard {
-            link,
-            ids,
-            timed_out: false,
-        };
-        Ok((receivers, guard, permits))
     }
 
     /// Forwards a client notification according to the upstream's policy.
@@ -491,97 +390,6 @@ async fn call_on(
     call.settled();
     guard.link = None;
     reply.unwrap_or_else(|_| Err(GatewayError::new(ErrorKind::Unavailable)))
-}
-
-// === impl UpstreamShared ===
-
-impl UpstreamShared {
-    pub(crate) fn entries_gauge(&self) -> &IntGauge {
-        &self.entries
-    }
-
-    pub(crate) fn count_unmatched(&self, kind: &str) {
-        self.metrics
-            .unmatched_responses
-            .with_label_values(&[self.cfg.dialect.as_str(), "upstream", kind])
-            .inc();
-    }
-
-    pub(crate) fn count_dropped(&self, reason: &str) {
-        self.metrics
-            .dropped_messages
-            .with_label_values(&[self.cfg.dialect.as_str(), "upstream", reason])
-            .inc();
-    }
-
-    pub(crate) fn count_close(&self, code: u16) {
-        self.metrics
-            .ws_closes
-            .with_label_values(&[self.cfg.dialect.as_str(), "upstream", close_label(code)])
-            .inc();
-    }
-
-    pub(crate) fn count_quirk(&self, quirk: &str) {
-        self.metrics
-            .peer_quirks
-            .with_label_values(&[self.cfg.dialect.as_str(), quirk])
-            .inc();
-    }
-
-    pub(crate) fn count_protocol_error(&self, reason: &str) {
-        self.metrics
-            .protocol_errors
-            .with_label_values(&[self.cfg.dialect.as_str(), "upstream", reason])
-            .inc();
-    }
-}
-
-/// Gives a batch's unsettled gateway ids up when the caller stops waiting.
-struct BatchGuard {
-    link: Arc<Link>,
-    ids: Vec<Option<u64>>,
-    timed_out: bool,
-}
-
-impl BatchGuard {
-    fn settled(&mut self, i: usize) {
-        if let Some(id) = self.ids.get_mut(i) {
-            *id = None;
-        }
-    }
-}
-
-impl Drop for BatchGuard {
-    fn drop(&mut self) {
-        for gid in self.ids.iter().flatten() {
-            self.link.abandon(*gid, self.timed_out);
-        }
-    }
-}
-
-/// The framing limit for replies: twice `max_response_bytes`, so that a
-/// reply above the limit can still be read whole and fail only its own call.
-pub(crate) fn hard_cap(max_response_bytes: usize) -> usize {
-    max_response_bytes.saturating_mul(2)
-}
-
-/// A close code as a label from a closed set.
-pub(crate) fn close_label(code: u16) -> &'static str {
-    match code {
-        1000 => "1000",
-        1001 => "1001",
-        1002 => "1002",
-        1003 => "1003",
-        1005 => "1005",
-        1006 => "1006",
-        1007 => "1007",
-        1008 => "1008",
-        1009 => "1009",
-        1011 => "1011",
-        1012 => "1012",
-        4000 => "4000",
-        _ => "other",
-    }
 }
 
 // === impl AbandonGuard ===

@@ -1,0 +1,83 @@
+//! What an upstream's links share: its settings, its metrics handle and
+//! the counting helpers every link reports through.
+
+use prometheus::IntGauge;
+
+use crate::config::UpstreamConfig;
+use crate::telemetry::metrics::Metrics;
+
+/// Settings and metrics shared by an upstream's links.
+#[derive(Debug)]
+pub(crate) struct UpstreamShared {
+    pub(crate) cfg: UpstreamConfig,
+    pub(crate) metrics: Metrics,
+    pub(super) entries: IntGauge,
+}
+
+// === impl UpstreamShared ===
+
+impl UpstreamShared {
+    pub(crate) fn entries_gauge(&self) -> &IntGauge {
+        &self.entries
+    }
+
+    pub(crate) fn count_unmatched(&self, kind: &str) {
+        self.metrics
+            .unmatched_responses
+            .with_label_values(&[self.cfg.dialect.as_str(), "upstream", kind])
+            .inc();
+    }
+
+    pub(crate) fn count_dropped(&self, reason: &str) {
+        self.metrics
+            .dropped_messages
+            .with_label_values(&[self.cfg.dialect.as_str(), "upstream", reason])
+            .inc();
+    }
+
+    pub(crate) fn count_close(&self, code: u16) {
+        self.metrics
+            .ws_closes
+            .with_label_values(&[self.cfg.dialect.as_str(), "upstream", close_label(code)])
+            .inc();
+    }
+
+    pub(crate) fn count_quirk(&self, quirk: &str) {
+        self.metrics
+            .peer_quirks
+            .with_label_values(&[self.cfg.dialect.as_str(), quirk])
+            .inc();
+    }
+
+    pub(crate) fn count_protocol_error(&self, reason: &str) {
+        self.metrics
+            .protocol_errors
+            .with_label_values(&[self.cfg.dialect.as_str(), "upstream", reason])
+            .inc();
+    }
+}
+
+/// The framing limit for replies: twice `max_response_bytes`, so that a
+/// reply above the limit can still be read whole and fail only its own call.
+pub(crate) fn hard_cap(max_response_bytes: usize) -> usize {
+    max_response_bytes.saturating_mul(2)
+}
+
+/// A close code as a label from a closed set.
+pub(crate) fn close_label(code: u16) -> &'static str {
+    match code {
+        1000 => "1000",
+        1001 => "1001",
+        1002 => "1002",
+        1003 => "1003",
+        1005 => "1005",
+        1006 => "1006",
+        1007 => "1007",
+        1008 => "1008",
+        1009 => "1009",
+        1011 => "1011",
+        1012 => "1012",
+        4000 => "4000",
+        _ => "other",
+    }
+}
