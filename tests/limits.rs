@@ -527,3 +527,71 @@ async fn idle_connections_close_in_each_dialect_while_busy_ones_stay() {
     gw.gateway.shutdown().await;
     gw.daemon.stop().await;
 }
+
+#[tokio::test]
+async fn connection_lifetime_closes_even_busy_connections() {
+    let gw = gateway("max_connection_lifetime_ms = 400").await;
+    for (speak, endpoint) in SPEAKS.iter().zip(&gw.endpoints) {
+        let mut c = TestClient::connect(*speak, endpoint).await;
+        let started = std::time::Instant::now();
+        // WebSocket clients keep talking; the NDJSON one asks once and waits
+        // (a write after the close would be a broken pipe, not a test).
+        let ended = loop {
+            c.send(r#"{"jsonrpc":"2.0","method":"echo","params":{"x":1},"id":"x"}"#)
+                .await;
+            match c.next().await {
+                Ok(_) if *speak == Speak::Ndjson => break c.next().await.expect_err("closed"),
+                Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(end) => break end,
+            }
+        };
+        let want = match speak {
+            Speak::Ndjson => common::clients::Ended::Eof,
+            _ => common::clients::Ended::Close(1001),
+        };
+        assert_eq!(ended, want, "{speak:?}");
+        assert!(
+            started.elapsed() >= Duration::from_millis(350),
+            "{speak:?}: {:?}",
+            started.elapsed()
+        );
+    }
+    gw.gateway.shutdown().await;
+    gw.daemon.stop().await;
+}
+
+#[tokio::test]
+async fn upstream_pending_cap_and_wait_queue_answer_resource_exhausted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let daemon = Daemon::start(&dir.path().join("d.sock"), DaemonOptions::default())
+        .await
+        .expect("daemon");
+    let toml = common::stack_toml(
+        daemon.path(),
+        "",
+        "pool_size = 1\nmax_pending = 1\nmax_queued = 1",
+    );
+    let cfg = switchyard::config::Config::from_toml(&toml).expect("config");
+    let bound = switchyard::app::bind(cfg).await.expect("bind");
+    let url = bound.ws_url("public").expect("url");
+    let gateway = bound.spawn();
+    common::wait_connected(&gateway, "daemon").await;
+    let mut c = TestClient::connect(Speak::JsonRpc, &url).await;
+    // One in flight, one waiting in the queue, the third refused at once.
+    for i in 0..3 {
+        c.send(&format!(
+            r#"{{"jsonrpc":"2.0","method":"sleep","params":{{"ms":200}},"id":{i}}}"#
+        ))
+        .await;
+    }
+    let first = json(&c.recv().await);
+    assert_eq!(first["error"]["code"], -32007, "{first}");
+    assert_eq!(first["error"]["data"], "upstream pending limit reached");
+    let mut ok = 0;
+    for _ in 0..2 {
+        ok += usize::from(json(&c.recv().await).get("result").is_some());
+    }
+    assert_eq!(ok, 2);
+    gateway.shutdown().await;
+    daemon.stop().await;
+}
