@@ -12,8 +12,10 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod listener;
 mod protection;
 pub mod raw;
+mod upstream;
 pub mod validate;
 
 pub use validate::ConfigError;

@@ -13,13 +13,15 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::raw::{RawAdmin, RawConfig, RawListener, RawLog, RawTracing, RawUpstream};
+use super::raw::{RawAdmin, RawConfig, RawLog, RawTracing};
 use super::{
     AdminConfig, Config, GatewayConfig, ListenAddr, ListenerConfig, LogConfig, LogFormat,
-    NotificationPolicy, OtlpProtocol, RouteTable, TlsFiles, TracingConfig, UpstreamConfig,
-    UpstreamMode, UpstreamTarget,
+    OtlpProtocol, RouteTable, TracingConfig, UpstreamConfig, UpstreamTarget,
 };
 use crate::dialect::Dialect;
+
+use super::listener::listener;
+use super::upstream::upstream;
 
 /// Longest Unix socket path: `sun_path` is 108 bytes including the NUL.
 const MAX_SOCKET_PATH_BYTES: usize = 107;
@@ -29,22 +31,6 @@ const FORMATS: [(&str, LogFormat); 2] = [("text", LogFormat::Text), ("json", Log
 
 /// Accepted `tracing.protocol` values.
 const PROTOCOLS: [(&str, OtlpProtocol); 1] = [("http/protobuf", OtlpProtocol::HttpProtobuf)];
-
-/// Accepted upstream `mode` values.
-const MODES: [(&str, UpstreamMode); 2] = [
-    ("shared", UpstreamMode::Shared),
-    ("per-client", UpstreamMode::PerClient),
-];
-
-/// Accepted upstream `profile` values (`true`: hld).
-const PROFILES: [(&str, bool); 2] = [("none", false), ("hld", true)];
-
-/// Accepted `notifications` values.
-const POLICIES: [(&str, NotificationPolicy); 3] = [
-    ("forward", NotificationPolicy::Forward),
-    ("as-request", NotificationPolicy::AsRequest),
-    ("request", NotificationPolicy::AsRequest),
-];
 
 /// Why a configuration could not be used. Each variant holds one message per
 /// problem, and `Display` prints them one per line.
@@ -249,230 +235,8 @@ fn route_ref<'a, T>(
     None
 }
 
-fn listener(
-    name: &str,
-    raw: &RawListener,
-    routes: RouteTable,
-    p: &mut Problems,
-) -> Option<ListenerConfig> {
-    let key = format!("listeners.{name}");
-    check_name(&key, name, p);
-    let dialect = dialect(&key, raw.dialect.as_deref(), p);
-    let addr = dialect.and_then(|d| match d.is_websocket() {
-        true => ws_listen(&key, d, raw, p),
-        false => unix_listen(&key, raw, p),
-    });
-    let tls = dialect.and_then(|d| tls_files(&key, d, raw, p));
-    p.nonzero(&key, "max_message_bytes", raw.max_message_bytes);
-    p.nonzero(&key, "max_batch_items", raw.max_batch_items);
-    p.nonzero(&key, "max_in_flight", raw.max_in_flight);
-    p.nonzero(&key, "outbox_capacity", raw.outbox_capacity);
-    let ping_interval = p.millis(&key, "ping_interval_ms", raw.ping_interval_ms);
-    let pong_timeout = p.millis(&key, "pong_timeout_ms", raw.pong_timeout_ms);
-    let request_timeout = p.millis(&key, "request_timeout_ms", raw.request_timeout_ms);
-    Some(ListenerConfig {
-        name: name.to_owned(),
-        dialect: dialect?,
-        addr: addr?,
-        max_message_bytes: raw.max_message_bytes,
-        max_batch_items: raw.max_batch_items,
-        max_in_flight: raw.max_in_flight,
-        outbox_capacity: raw.outbox_capacity,
-        ping_interval,
-        pong_timeout,
-        request_timeout,
-        answer_ping_notification: raw.answer_ping_notification,
-        max_unanswered_pushes: p
-            .nonzero(&key, "max_unanswered_pushes", raw.max_unanswered_pushes)
-            .map_or(1, |n| n.get()),
-        sideband_cbor: raw.sideband_cbor,
-        sideband_legacy_subjects: raw.sideband_legacy_subjects,
-        sideband_reject_app: match raw.sideband_app_subjects.as_str() {
-            "reject" => true,
-            "drop" => false,
-            other => {
-                p.at(
-                    &key,
-                    "sideband_app_subjects",
-                    format!("must be \"drop\" or \"reject\" (got {other:?})"),
-                );
-                false
-            }
-        },
-        protection: super::protection::protection(&key, raw, p),
-        routes,
-        tls,
-    })
-}
-
-fn ws_listen(key: &str, d: Dialect, raw: &RawListener, p: &mut Problems) -> Option<ListenAddr> {
-    p.not_allowed(key, "socket", raw.socket.is_some(), d);
-    p.not_allowed(key, "socket_mode", raw.socket_mode.is_some(), d);
-    let path = raw.path.clone().unwrap_or_else(|| "/".to_owned());
-    if !path.starts_with('/') {
-        p.at(key, "path", format!("must start with \"/\" (got {path:?})"));
-    }
-    match raw.address.as_deref().map(|a| (a, a.parse::<SocketAddr>())) {
-        None => p.at(key, "address", format!("required for dialect {d}")),
-        Some((_, Ok(addr))) => return Some(ListenAddr::Ws { addr, path }),
-        Some((text, Err(e))) => p.at(key, "address", format!("invalid IP:port {text:?}: {e}")),
-    }
-    None
-}
-
-/// `tls_cert` and `tls_key`: both or neither, WebSocket dialects only. The
-/// files are read when the listener is bound.
-fn tls_files(key: &str, d: Dialect, raw: &RawListener, p: &mut Problems) -> Option<TlsFiles> {
-    if !d.is_websocket() {
-        p.not_allowed(key, "tls_cert", raw.tls_cert.is_some(), d);
-        p.not_allowed(key, "tls_key", raw.tls_key.is_some(), d);
-        return None;
-    }
-    match (raw.tls_cert.as_deref(), raw.tls_key.as_deref()) {
-        (None, None) => None,
-        (Some(cert), Some(key_path)) => {
-            for (field, v) in [("tls_cert", cert), ("tls_key", key_path)] {
-                if v.is_empty() {
-                    p.at(key, field, "must not be empty");
-                }
-            }
-            Some(TlsFiles {
-                cert: PathBuf::from(cert),
-                key: PathBuf::from(key_path),
-            })
-        }
-        (Some(_), None) => {
-            p.at(key, "tls_key", "required when tls_cert is set");
-            None
-        }
-        (None, Some(_)) => {
-            p.at(key, "tls_cert", "required when tls_key is set");
-            None
-        }
-    }
-}
-
-fn unix_listen(key: &str, raw: &RawListener, p: &mut Problems) -> Option<ListenAddr> {
-    p.not_allowed(key, "address", raw.address.is_some(), Dialect::Ndjson);
-    p.not_allowed(key, "path", raw.path.is_some(), Dialect::Ndjson);
-    let mode_text = raw.socket_mode.as_deref().unwrap_or("0600");
-    let digits = mode_text.strip_prefix("0o").unwrap_or(mode_text);
-    let mode = match u32::from_str_radix(digits, 8) {
-        Ok(mode) if mode <= 0o7777 => Some(mode),
-        _ => {
-            let msg = format!("expected an octal mode such as \"0600\" (got {mode_text:?})");
-            p.at(key, "socket_mode", msg);
-            None
-        }
-    };
-    let path = socket_path(key, raw.socket.as_deref(), p);
-    Some(ListenAddr::Unix {
-        path: path?,
-        mode: mode?,
-    })
-}
-
-fn upstream(name: &str, raw: &RawUpstream, p: &mut Problems) -> Option<UpstreamConfig> {
-    let key = format!("upstreams.{name}");
-    check_name(&key, name, p);
-    let dialect = dialect(&key, raw.dialect.as_deref(), p);
-    let ws = dialect.is_some_and(Dialect::is_websocket);
-    if p.choice(&key, "profile", &raw.profile, &PROFILES) == Some(true) && ws {
-        p.at(&key, "profile", "\"hld\" applies to ndjson upstreams only");
-    }
-    let raw = &raw.with_profile_defaults();
-    let target = dialect.and_then(|d| target(&key, d, raw, p));
-    let mode = p.choice(&key, "mode", &raw.mode, &MODES);
-    let notifications = p.choice(&key, "notifications", &raw.notifications, &POLICIES);
-    check_upstream_keys(&key, raw, dialect.filter(|_| ws), notifications, p);
-    let pool_size = p.nonzero(&key, "pool_size", raw.pool_size);
-    let per_conn = raw.max_in_flight_per_connection;
-    let per_conn = p.nonzero(&key, "max_in_flight_per_connection", per_conn);
-    let max_pending = p.nonzero(&key, "max_pending", raw.max_pending);
-    p.nonzero(&key, "max_request_bytes", raw.max_request_bytes);
-    p.nonzero(&key, "max_response_bytes", raw.max_response_bytes);
-    Some(UpstreamConfig {
-        connect_timeout: p.millis(&key, "connect_timeout_ms", raw.connect_timeout_ms),
-        backoff_initial: p.millis(&key, "backoff_initial_ms", raw.backoff_initial_ms),
-        ping_interval: p.millis(&key, "ping_interval_ms", raw.ping_interval_ms),
-        pong_timeout: p.millis(&key, "pong_timeout_ms", raw.pong_timeout_ms),
-        heartbeat_interval: p.millis(&key, "heartbeat_interval_ms", raw.heartbeat_interval_ms),
-        heartbeat_timeout: p.millis(&key, "heartbeat_timeout_ms", raw.heartbeat_timeout_ms),
-        origin: raw.origin.clone(),
-        offer_subprotocol: raw.offer_subprotocol,
-        backoff_max: Duration::from_millis(raw.backoff_max_ms),
-        name: name.to_owned(),
-        dialect: dialect?,
-        target: target?,
-        mode: mode?,
-        pool_size: pool_size?,
-        max_in_flight_per_connection: per_conn?,
-        max_pending: max_pending?,
-        max_queued: raw.max_queued,
-        max_request_bytes: raw.max_request_bytes,
-        max_response_bytes: raw.max_response_bytes,
-        notifications: notifications?,
-        ordered_replies: raw.ordered_replies,
-        fill_empty_params: raw.fill_empty_params,
-        accepts_batches: raw.accepts_batches,
-        streaming_methods: raw.streaming_methods.clone(),
-        required: raw.required,
-    })
-}
-
-/// Cross-key checks of one upstream; `ws` is its dialect if WebSocket.
-fn check_upstream_keys(
-    key: &str,
-    raw: &RawUpstream,
-    ws: Option<Dialect>,
-    policy: Option<NotificationPolicy>,
-    p: &mut Problems,
-) {
-    if policy == Some(NotificationPolicy::Forward) && raw.ordered_replies {
-        let msg = "notifications = \"forward\" cannot be combined with ordered_replies = true: a daemon that replies in order also answers notifications, which would desynchronise replies; use notifications = \"as-request\"";
-        p.push(key, msg);
-    }
-    if raw.accepts_batches && raw.ordered_replies {
-        let msg = "accepts_batches = true cannot be combined with ordered_replies = true: a batch reply is one line whose items may come in any order";
-        p.push(key, msg);
-    }
-    if let Some(d) = ws {
-        let as_request = policy == Some(NotificationPolicy::AsRequest);
-        p.not_allowed(key, "notifications", as_request, d);
-        p.not_allowed(key, "ordered_replies", raw.ordered_replies, d);
-        p.not_allowed(key, "fill_empty_params", raw.fill_empty_params, d);
-    }
-    if raw.backoff_max_ms < raw.backoff_initial_ms {
-        p.at(key, "backoff_max_ms", "must be >= backoff_initial_ms");
-    }
-    for (i, method) in raw.streaming_methods.iter().enumerate() {
-        if method.is_empty() {
-            p.at(key, &format!("streaming_methods[{i}]"), "must not be empty");
-        }
-    }
-}
-
-fn target(key: &str, d: Dialect, raw: &RawUpstream, p: &mut Problems) -> Option<UpstreamTarget> {
-    if !d.is_websocket() {
-        p.not_allowed(key, "url", raw.url.is_some(), d);
-        return socket_path(key, raw.socket.as_deref(), p).map(UpstreamTarget::Unix);
-    }
-    p.not_allowed(key, "socket", raw.socket.is_some(), d);
-    match raw.url.as_deref() {
-        None => p.at(key, "url", format!("required for dialect {d}")),
-        Some(url) if url.starts_with("ws://") || url.starts_with("wss://") => {
-            return Some(UpstreamTarget::Ws(url.to_owned()));
-        }
-        Some(url) => {
-            let msg = format!("must start with ws:// or wss:// (got {url:?})");
-            p.at(key, "url", msg);
-        }
-    }
-    None
-}
-
 /// A required `socket` key: `~` expanded and checked against `sun_path`.
-fn socket_path(key: &str, socket: Option<&str>, p: &mut Problems) -> Option<PathBuf> {
+pub(super) fn socket_path(key: &str, socket: Option<&str>, p: &mut Problems) -> Option<PathBuf> {
     let Some(text) = socket else {
         p.at(key, "socket", "required for dialect ndjson");
         return None;
@@ -503,7 +267,7 @@ fn socket_path(key: &str, socket: Option<&str>, p: &mut Problems) -> Option<Path
     None
 }
 
-fn dialect(key: &str, name: Option<&str>, p: &mut Problems) -> Option<Dialect> {
+pub(super) fn dialect(key: &str, name: Option<&str>, p: &mut Problems) -> Option<Dialect> {
     match name.map(str::parse::<Dialect>) {
         None => p.at(key, "dialect", "required"),
         Some(Err(e)) => p.at(key, "dialect", e),
@@ -513,7 +277,7 @@ fn dialect(key: &str, name: Option<&str>, p: &mut Problems) -> Option<Dialect> {
 }
 
 /// Names appear in logs, metric labels and env variable names.
-fn check_name(key: &str, name: &str, p: &mut Problems) {
+pub(super) fn check_name(key: &str, name: &str, p: &mut Problems) {
     let ok = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
     if name.is_empty() || !name.chars().all(ok) {
         p.push(key, "name must be ASCII letters, digits, '-' or '_'");
@@ -584,7 +348,7 @@ impl From<figment::Error> for ConfigError {
 // === impl Problems ===
 
 impl Problems {
-    fn push(&mut self, key: impl Display, message: impl Display) {
+    pub(super) fn push(&mut self, key: impl Display, message: impl Display) {
         self.0.push(format!("{key}: {message}"));
     }
 
@@ -593,7 +357,13 @@ impl Problems {
     }
 
     /// One of a closed set of names.
-    fn choice<T: Copy>(&mut self, key: &str, field: &str, v: &str, of: &[(&str, T)]) -> Option<T> {
+    pub(super) fn choice<T: Copy>(
+        &mut self,
+        key: &str,
+        field: &str,
+        v: &str,
+        of: &[(&str, T)],
+    ) -> Option<T> {
         let found = of.iter().find(|(name, _)| *name == v).map(|(_, t)| *t);
         if found.is_none() {
             let names: Vec<String> = of.iter().map(|(name, _)| format!("{name:?}")).collect();
@@ -606,7 +376,7 @@ impl Problems {
         found
     }
 
-    fn nonzero(&mut self, key: &str, field: &str, value: usize) -> Option<NonZeroUsize> {
+    pub(super) fn nonzero(&mut self, key: &str, field: &str, value: usize) -> Option<NonZeroUsize> {
         let nz = NonZeroUsize::new(value);
         if nz.is_none() {
             self.at(key, field, "must be greater than 0");
@@ -614,14 +384,14 @@ impl Problems {
         nz
     }
 
-    fn millis(&mut self, key: &str, field: &str, value: u64) -> Duration {
+    pub(super) fn millis(&mut self, key: &str, field: &str, value: u64) -> Duration {
         if value == 0 {
             self.at(key, field, "must be greater than 0");
         }
         Duration::from_millis(value)
     }
 
-    fn not_allowed(&mut self, key: &str, field: &str, set: bool, d: Dialect) {
+    pub(super) fn not_allowed(&mut self, key: &str, field: &str, set: bool, d: Dialect) {
         if set {
             self.at(key, field, format!("not allowed for dialect {d}"));
         }

@@ -1,0 +1,124 @@
+//! Validation of one `[upstreams.<name>]` table: target, mode, profile,
+//! pool and timing keys.
+
+use std::time::Duration;
+
+use super::raw::RawUpstream;
+use super::validate::{check_name, dialect, socket_path, Problems};
+use super::{NotificationPolicy, UpstreamConfig, UpstreamMode, UpstreamTarget};
+use crate::dialect::Dialect;
+
+/// Accepted upstream `mode` values.
+const MODES: [(&str, UpstreamMode); 2] = [
+    ("shared", UpstreamMode::Shared),
+    ("per-client", UpstreamMode::PerClient),
+];
+
+/// Accepted upstream `profile` values (`true`: hld).
+const PROFILES: [(&str, bool); 2] = [("none", false), ("hld", true)];
+
+/// Accepted `notifications` values.
+const POLICIES: [(&str, NotificationPolicy); 3] = [
+    ("forward", NotificationPolicy::Forward),
+    ("as-request", NotificationPolicy::AsRequest),
+    ("request", NotificationPolicy::AsRequest),
+];
+
+pub(super) fn upstream(name: &str, raw: &RawUpstream, p: &mut Problems) -> Option<UpstreamConfig> {
+    let key = format!("upstreams.{name}");
+    check_name(&key, name, p);
+    let dialect = dialect(&key, raw.dialect.as_deref(), p);
+    let ws = dialect.is_some_and(Dialect::is_websocket);
+    if p.choice(&key, "profile", &raw.profile, &PROFILES) == Some(true) && ws {
+        p.at(&key, "profile", "\"hld\" applies to ndjson upstreams only");
+    }
+    let raw = &raw.with_profile_defaults();
+    let target = dialect.and_then(|d| target(&key, d, raw, p));
+    let mode = p.choice(&key, "mode", &raw.mode, &MODES);
+    let notifications = p.choice(&key, "notifications", &raw.notifications, &POLICIES);
+    check_upstream_keys(&key, raw, dialect.filter(|_| ws), notifications, p);
+    let pool_size = p.nonzero(&key, "pool_size", raw.pool_size);
+    let per_conn = raw.max_in_flight_per_connection;
+    let per_conn = p.nonzero(&key, "max_in_flight_per_connection", per_conn);
+    let max_pending = p.nonzero(&key, "max_pending", raw.max_pending);
+    p.nonzero(&key, "max_request_bytes", raw.max_request_bytes);
+    p.nonzero(&key, "max_response_bytes", raw.max_response_bytes);
+    Some(UpstreamConfig {
+        connect_timeout: p.millis(&key, "connect_timeout_ms", raw.connect_timeout_ms),
+        backoff_initial: p.millis(&key, "backoff_initial_ms", raw.backoff_initial_ms),
+        ping_interval: p.millis(&key, "ping_interval_ms", raw.ping_interval_ms),
+        pong_timeout: p.millis(&key, "pong_timeout_ms", raw.pong_timeout_ms),
+        heartbeat_interval: p.millis(&key, "heartbeat_interval_ms", raw.heartbeat_interval_ms),
+        heartbeat_timeout: p.millis(&key, "heartbeat_timeout_ms", raw.heartbeat_timeout_ms),
+        origin: raw.origin.clone(),
+        offer_subprotocol: raw.offer_subprotocol,
+        backoff_max: Duration::from_millis(raw.backoff_max_ms),
+        name: name.to_owned(),
+        dialect: dialect?,
+        target: target?,
+        mode: mode?,
+        pool_size: pool_size?,
+        max_in_flight_per_connection: per_conn?,
+        max_pending: max_pending?,
+        max_queued: raw.max_queued,
+        max_request_bytes: raw.max_request_bytes,
+        max_response_bytes: raw.max_response_bytes,
+        notifications: notifications?,
+        ordered_replies: raw.ordered_replies,
+        fill_empty_params: raw.fill_empty_params,
+        accepts_batches: raw.accepts_batches,
+        streaming_methods: raw.streaming_methods.clone(),
+        required: raw.required,
+    })
+}
+
+/// Cross-key checks of one upstream; `ws` is its dialect if WebSocket.
+fn check_upstream_keys(
+    key: &str,
+    raw: &RawUpstream,
+    ws: Option<Dialect>,
+    policy: Option<NotificationPolicy>,
+    p: &mut Problems,
+) {
+    if policy == Some(NotificationPolicy::Forward) && raw.ordered_replies {
+        let msg = "notifications = \"forward\" cannot be combined with ordered_replies = true: a daemon that replies in order also answers notifications, which would desynchronise replies; use notifications = \"as-request\"";
+        p.push(key, msg);
+    }
+    if raw.accepts_batches && raw.ordered_replies {
+        let msg = "accepts_batches = true cannot be combined with ordered_replies = true: a batch reply is one line whose items may come in any order";
+        p.push(key, msg);
+    }
+    if let Some(d) = ws {
+        let as_request = policy == Some(NotificationPolicy::AsRequest);
+        p.not_allowed(key, "notifications", as_request, d);
+        p.not_allowed(key, "ordered_replies", raw.ordered_replies, d);
+        p.not_allowed(key, "fill_empty_params", raw.fill_empty_params, d);
+    }
+    if raw.backoff_max_ms < raw.backoff_initial_ms {
+        p.at(key, "backoff_max_ms", "must be >= backoff_initial_ms");
+    }
+    for (i, method) in raw.streaming_methods.iter().enumerate() {
+        if method.is_empty() {
+            p.at(key, &format!("streaming_methods[{i}]"), "must not be empty");
+        }
+    }
+}
+
+fn target(key: &str, d: Dialect, raw: &RawUpstream, p: &mut Problems) -> Option<UpstreamTarget> {
+    if !d.is_websocket() {
+        p.not_allowed(key, "url", raw.url.is_some(), d);
+        return socket_path(key, raw.socket.as_deref(), p).map(UpstreamTarget::Unix);
+    }
+    p.not_allowed(key, "socket", raw.socket.is_some(), d);
+    match raw.url.as_deref() {
+        None => p.at(key, "url", format!("required for dialect {d}")),
+        Some(url) if url.starts_with("ws://") || url.starts_with("wss://") => {
+            return Some(UpstreamTarget::Ws(url.to_owned()));
+        }
+        Some(url) => {
+            let msg = format!("must start with ws:// or wss:// (got {url:?})");
+            p.at(key, "url", msg);
+        }
+    }
+    None
+}
