@@ -80,21 +80,6 @@ async fn connect_wss(
     ws
 }
 
-async fn next_text(ws: &mut WebSocketStream<TlsStream<TcpStream>>) -> String {
-    loop {
-        let frame = tokio::time::timeout(STEP, ws.next())
-            .await
-            .expect("timed out waiting for a frame")
-            .expect("connection ended")
-            .expect("read");
-        match frame {
-            Message::Text(t) => return t.to_string(),
-            Message::Ping(_) | Message::Pong(_) => continue,
-            other => panic!("expected a text frame, got {other:?}"),
-        }
-    }
-}
-
 #[tokio::test]
 async fn wss_serves_json_rpc_and_plain_ws_is_refused() {
     let pems = self_signed();
@@ -112,7 +97,7 @@ async fn wss_serves_json_rpc_and_plain_ws_is_refused() {
     ))
     .await
     .expect("send");
-    let reply = json(&next_text(&mut ws).await);
+    let reply = json(&common::recv(&mut ws).await);
     assert_eq!(reply["id"], 1);
     assert_eq!(reply["result"]["over"], "tls");
 
@@ -131,7 +116,7 @@ async fn wss_serves_json_rpc_and_plain_ws_is_refused() {
         ))
         .await
         .expect("send");
-    assert_eq!(json(&next_text(&mut again).await)["id"], 2);
+    assert_eq!(json(&common::recv(&mut again).await)["id"], 2);
 
     // Graceful shutdown closes upgraded TLS connections with 1001.
     let stopping = tokio::spawn(stack.gateway.shutdown());

@@ -110,8 +110,11 @@ pub async fn send(ws: &mut Ws, text: &str) {
     ws.send(Message::Text(text.into())).await.expect("send");
 }
 
-/// The next text frame (pings and pongs skipped).
-pub async fn recv(ws: &mut Ws) -> String {
+/// The next text frame (pings and pongs skipped), over any transport.
+pub async fn recv<S>(ws: &mut WebSocketStream<S>) -> String
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     loop {
         let frame = tokio::time::timeout(STEP, ws.next())
             .await
