@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures_util::future::join_all;
 use tokio::time::Instant as TokioInstant;
 use tracing::Instrument;
 
@@ -22,6 +21,7 @@ use crate::error::{ErrorKind, GatewayError};
 use crate::telemetry::metrics::Metrics;
 use crate::upstream::Upstream;
 
+mod batch;
 pub mod client;
 pub mod correlator;
 
@@ -51,23 +51,6 @@ fn record_outcome(span: &tracing::Span, reply: &Message) {
         _ => {
             span.record("otel.status_code", "OK");
         }
-    }
-}
-
-/// Batch items bound for one upstream: (position, request id, method, params).
-type Group = (
-    Arc<Upstream>,
-    Vec<(usize, Option<WireId>, String, Option<Payload>)>,
-);
-
-fn push_group(
-    groups: &mut Vec<Group>,
-    up: Arc<Upstream>,
-    call: (usize, Option<WireId>, String, Option<Payload>),
-) {
-    match groups.iter_mut().find(|(u, _)| Arc::ptr_eq(u, &up)) {
-        Some((_, calls)) => calls.push(call),
-        None => groups.push((up, vec![call])),
     }
 }
 
@@ -205,78 +188,6 @@ impl Route {
         }
         // holon-rpc row 9: an id-only frame that answers nothing.
         Some(self.error_reply(id, &GatewayError::new(ErrorKind::InvalidRequest)))
-    }
-
-    /// Handles the items of one client batch and returns their replies in
-    /// request order. Items routed to an upstream that accepts batches go to
-    /// it as one batch; all others are handled one by one, concurrently.
-    pub async fn handle_batch(&self, items: Vec<Item>, client: &ClientLinks) -> Vec<Message> {
-        let mut grouped: Vec<Group> = Vec::new();
-        let mut single = Vec::new();
-        for (i, item) in items.into_iter().enumerate() {
-            let target = match &item {
-                Item::Valid(
-                    Message::Request { method, .. } | Message::Notification { method, .. },
-                ) => self
-                    .routed(method)
-                    .filter(|u| {
-                        let cfg = u.config();
-                        cfg.accepts_batches
-                            && cfg.mode == UpstreamMode::Shared
-                            && !u.is_streaming(method)
-                    })
-                    .cloned(),
-                _ => None,
-            };
-            match (target, item) {
-                (Some(up), Item::Valid(Message::Request { id, method, params })) => {
-                    push_group(&mut grouped, up, (i, Some(id), method, params));
-                }
-                (Some(up), Item::Valid(Message::Notification { method, params })) => {
-                    push_group(&mut grouped, up, (i, None, method, params));
-                }
-                (_, item) => single.push((i, item)),
-            }
-        }
-        let singles = join_all(
-            single
-                .into_iter()
-                .map(|(i, item)| async move { vec![(i, self.handle(item, client).await)] }),
-        );
-        let groups = join_all(
-            grouped
-                .into_iter()
-                .map(|(up, calls)| self.forward_batch(up, calls)),
-        );
-        let (singles, groups) = tokio::join!(singles, groups);
-        let mut replies: Vec<(usize, Option<Message>)> =
-            singles.into_iter().chain(groups).flatten().collect();
-        replies.sort_by_key(|(i, _)| *i);
-        replies.into_iter().filter_map(|(_, m)| m).collect()
-    }
-
-    async fn forward_batch(
-        &self,
-        upstream: Arc<Upstream>,
-        calls: Vec<(usize, Option<WireId>, String, Option<Payload>)>,
-    ) -> Vec<(usize, Option<Message>)> {
-        let deadline = TokioInstant::now() + self.cfg.request_timeout;
-        let wire: Vec<(&str, Option<&Payload>, bool)> = calls
-            .iter()
-            .map(|(_, id, m, p)| (m.as_str(), p.as_ref(), id.is_some()))
-            .collect();
-        let replies = upstream.call_batch(&wire, deadline).await;
-        calls
-            .into_iter()
-            .zip(replies)
-            .map(|((i, id, _, _), reply)| {
-                let msg = match (id, reply) {
-                    (Some(id), Some(reply)) => Some(self.reply_for(id, &upstream, reply)),
-                    _ => None,
-                };
-                (i, msg)
-            })
-            .collect()
     }
 
     /// An error reply to `id` in the listener's dialect.

@@ -14,12 +14,16 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+mod admission;
+
+use admission::{deliver, Checked};
 use tracing::Instrument;
 
 use std::net::{IpAddr, Ipv4Addr};
 
 use crate::error::Side;
-use crate::limits::rate::{ConnectionRate, Limited, Verdict as RateVerdict};
+use crate::limits::rate::ConnectionRate;
 use crate::telemetry::metrics::{Direction, Limit};
 
 use super::Outgoing;
@@ -57,16 +61,6 @@ pub struct Session {
     slow: CancellationToken,
     /// The listener's outbox high-water mark.
     high_water: prometheus::IntGauge,
-}
-
-/// An item after the rate limits.
-enum Checked {
-    /// Within the limits.
-    Pass(Item),
-    /// A request over a limit: answer it with this error.
-    Limited(Message),
-    /// A notification over a limit: dropped (counted).
-    Dropped,
 }
 
 /// What the transport must do after an inbound text.
@@ -399,45 +393,6 @@ impl Session {
         Verdict::Continue
     }
 
-    /// Charges a request or notification against the rate limits. Over a
-    /// limit, a request becomes its `rate_limited` error reply and a
-    /// notification is dropped (`Ok(None)`), counted; past the abuse
-    /// threshold the connection is closed (1008).
-    fn rate_check(&self, item: Item) -> Result<Checked, Verdict> {
-        let (Item::Valid(Message::Request { method, .. })
-        | Item::Valid(Message::Notification { method, .. })) = &item
-        else {
-            return Ok(Checked::Pass(item));
-        };
-        let Some(rate) = &self.rate else {
-            return Ok(Checked::Pass(item));
-        };
-        let verdict = rate.lock().check(method);
-        let limited = match verdict {
-            RateVerdict::Allow => return Ok(Checked::Pass(item)),
-            RateVerdict::Limit(l) | RateVerdict::Abuse(l) => l,
-        };
-        let metrics = self.route.metrics();
-        metrics.count_limit(&self.route.cfg.name, limit_label(limited));
-        if let RateVerdict::Abuse(_) = verdict {
-            // Closing anyway; a gone writer changes nothing.
-            let _ = self
-                .outbox
-                .try_send(Outgoing::Close(1008, "rate limit exceeded".into()));
-            return Err(Verdict::Close(1008));
-        }
-        match item {
-            Item::Valid(Message::Request { id, .. }) => {
-                let err = GatewayError::with_detail(ErrorKind::RateLimited, limited.as_str());
-                Ok(Checked::Limited(self.route.error_reply(id, &err)))
-            }
-            _ => {
-                self.route.count_dropped_client("rate_limited");
-                Ok(Checked::Dropped)
-            }
-        }
-    }
-
     fn permit(&self) -> Option<OwnedSemaphorePermit> {
         self.in_flight.clone().try_acquire_owned().ok()
     }
@@ -463,37 +418,6 @@ async fn settle(
             let err = GatewayError::with_detail(ErrorKind::Unavailable, "switchyard is shutting down");
             id.map(|id| route.error_reply(id, &err))
         }
-    }
-}
-
-/// Queues `out`, waiting at most `patience` for room: a client whose
-/// outbox stays full that long is a slow consumer and `slow` fires.
-async fn deliver(
-    outbox: &mpsc::Sender<Outgoing>,
-    out: Outgoing,
-    patience: std::time::Duration,
-    slow: &CancellationToken,
-    high_water: &prometheus::IntGauge,
-) {
-    use tokio::sync::mpsc::error::SendTimeoutError;
-    match outbox.send_timeout(out, patience).await {
-        Err(SendTimeoutError::Timeout(_)) => slow.cancel(),
-        Err(SendTimeoutError::Closed(_)) => {}
-        Ok(()) => {
-            let queued = outbox.max_capacity() - outbox.capacity();
-            let queued = i64::try_from(queued).unwrap_or(i64::MAX);
-            if queued > high_water.get() {
-                high_water.set(queued);
-            }
-        }
-    }
-}
-
-fn limit_label(limited: Limited) -> Limit {
-    match limited {
-        Limited::Connection => Limit::RatePerSecond,
-        Limited::Ip => Limit::IpRatePerSecond,
-        Limited::Global => Limit::GlobalRatePerSecond,
     }
 }
 

@@ -1,0 +1,98 @@
+//! Admission of client messages: rate limits (a request over a limit is
+//! answered, a notification dropped, an abuser closed) and bounded delivery
+//! to the outbox (a client that stops reading is a slow consumer).
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{Session, Verdict};
+use crate::dialect::Item;
+use crate::envelope::Message;
+use crate::error::{ErrorKind, GatewayError};
+use crate::limits::rate::{Limited, Verdict as RateVerdict};
+use crate::telemetry::metrics::Limit;
+use crate::transport::Outgoing;
+
+/// An item after the rate limits.
+pub(super) enum Checked {
+    /// Within the limits.
+    Pass(Item),
+    /// A request over a limit: answer it with this error.
+    Limited(Message),
+    /// A notification over a limit: dropped (counted).
+    Dropped,
+}
+
+// === impl Session ===
+
+impl Session {
+    /// Charges a request or notification against the rate limits. Over a
+    /// limit, a request becomes its `rate_limited` error reply and a
+    /// notification is dropped (`Ok(None)`), counted; past the abuse
+    /// threshold the connection is closed (1008).
+    pub(super) fn rate_check(&self, item: Item) -> Result<Checked, Verdict> {
+        let (Item::Valid(Message::Request { method, .. })
+        | Item::Valid(Message::Notification { method, .. })) = &item
+        else {
+            return Ok(Checked::Pass(item));
+        };
+        let Some(rate) = &self.rate else {
+            return Ok(Checked::Pass(item));
+        };
+        let verdict = rate.lock().check(method);
+        let limited = match verdict {
+            RateVerdict::Allow => return Ok(Checked::Pass(item)),
+            RateVerdict::Limit(l) | RateVerdict::Abuse(l) => l,
+        };
+        let metrics = self.route.metrics();
+        metrics.count_limit(&self.route.cfg.name, limit_label(limited));
+        if let RateVerdict::Abuse(_) = verdict {
+            // Closing anyway; a gone writer changes nothing.
+            let _ = self
+                .outbox
+                .try_send(Outgoing::Close(1008, "rate limit exceeded".into()));
+            return Err(Verdict::Close(1008));
+        }
+        match item {
+            Item::Valid(Message::Request { id, .. }) => {
+                let err = GatewayError::with_detail(ErrorKind::RateLimited, limited.as_str());
+                Ok(Checked::Limited(self.route.error_reply(id, &err)))
+            }
+            _ => {
+                self.route.count_dropped_client("rate_limited");
+                Ok(Checked::Dropped)
+            }
+        }
+    }
+}
+
+/// Queues `out`, waiting at most `patience` for room: a client whose
+/// outbox stays full that long is a slow consumer and `slow` fires.
+pub(super) async fn deliver(
+    outbox: &mpsc::Sender<Outgoing>,
+    out: Outgoing,
+    patience: std::time::Duration,
+    slow: &CancellationToken,
+    high_water: &prometheus::IntGauge,
+) {
+    use tokio::sync::mpsc::error::SendTimeoutError;
+    match outbox.send_timeout(out, patience).await {
+        Err(SendTimeoutError::Timeout(_)) => slow.cancel(),
+        Err(SendTimeoutError::Closed(_)) => {}
+        Ok(()) => {
+            let queued = outbox.max_capacity() - outbox.capacity();
+            let queued = i64::try_from(queued).unwrap_or(i64::MAX);
+            if queued > high_water.get() {
+                high_water.set(queued);
+            }
+        }
+    }
+}
+
+fn limit_label(limited: Limited) -> Limit {
+    match limited {
+        Limited::Connection => Limit::RatePerSecond,
+        Limited::Ip => Limit::IpRatePerSecond,
+        Limited::Global => Limit::GlobalRatePerSecond,
+    }
+}
