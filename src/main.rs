@@ -1,5 +1,8 @@
 //! The `switchyard` binary: CLI → config → bind → run.
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -117,6 +117,25 @@ impl<T> Correlator<T> {
         Some(waiter)
     }
 
+    /// Abandons every pending id whose waiter matches `due` (deadlines
+    /// passed) and returns them with their waiters. Later replies are stale.
+    pub fn abandon_where(&mut self, mut due: impl FnMut(&T) -> bool) -> Vec<(u64, T)> {
+        let ids: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, w)| due(w))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| self.abandon(id).map(|w| (id, w)))
+            .collect()
+    }
+
+    /// The waiters currently pending, in no particular order.
+    pub fn pending_values(&self) -> impl Iterator<Item = &T> {
+        self.pending.values()
+    }
+
     /// Settles a reply by id (unordered connections).
     pub fn resolve(&mut self, id: u64) -> Resolution<T> {
         if let Some(waiter) = self.pending.remove(&id) {

@@ -42,7 +42,7 @@ pub fn translate_error(error: &ErrorObject, from: Dialect, to: Dialect) -> Error
 }
 
 /// Records the outcome of a request on its span.
-fn record_outcome(span: &tracing::Span, reply: &Message) {
+pub(crate) fn record_outcome(span: &tracing::Span, reply: &Message) {
     match reply {
         Message::Error { error, .. } => {
             span.record("otel.status_code", "ERROR");
@@ -66,6 +66,16 @@ pub struct Route {
     default: Option<Arc<Upstream>>,
     prefixes: Vec<(String, Arc<Upstream>)>,
     metrics: Metrics,
+    /// Resolved per-upstream series: `request_duration` and the `ok`
+    /// member of `requests` (touched on every request).
+    series: Vec<(Arc<Upstream>, Series)>,
+}
+
+/// One route → upstream pair's hot series.
+#[derive(Debug)]
+struct Series {
+    duration: prometheus::Histogram,
+    ok: prometheus::IntCounter,
 }
 
 // === impl Route ===
@@ -84,7 +94,7 @@ impl Route {
             .default
             .as_ref()
             .and_then(|n| upstreams.get(n).cloned());
-        let prefixes = cfg
+        let prefixes: Vec<(String, Arc<Upstream>)> = cfg
             .routes
             .prefixes
             .iter()
@@ -100,6 +110,21 @@ impl Route {
         );
         let conns =
             crate::limits::conns::ConnLimits::new(p.max_connections, p.max_connections_per_ip);
+        let mut series: Vec<(Arc<Upstream>, Series)> = Vec::new();
+        let used = default.iter().chain(prefixes.iter().map(|(_, u)| u));
+        for up in used {
+            if series.iter().any(|(u, _)| Arc::ptr_eq(u, up)) {
+                continue;
+            }
+            let labels = [cfg.name.as_str(), up.name()];
+            let s = Series {
+                duration: metrics.request_duration.with_label_values(&labels),
+                ok: metrics
+                    .requests
+                    .with_label_values(&[cfg.name.as_str(), up.name(), "ok"]),
+            };
+            series.push((up.clone(), s));
+        }
         Route {
             cfg,
             rate,
@@ -107,6 +132,7 @@ impl Route {
             default,
             prefixes,
             metrics,
+            series,
         }
     }
 
@@ -127,7 +153,7 @@ impl Route {
                 Some(reply)
             }
             Item::Valid(Message::Request { id, method, params }) => {
-                let span = self.server_span(&id, &method);
+                let span = self.server_span(&tracing::Span::current(), &id, &method);
                 let reply = self
                     .request(id, &method, params.as_ref(), client)
                     .instrument(span.clone())
@@ -153,8 +179,14 @@ impl Route {
 
     /// The server span of one client request (OpenTelemetry RPC
     /// conventions; ids are recorded only when enabled).
-    fn server_span(&self, id: &WireId, method: &str) -> tracing::Span {
+    pub(crate) fn server_span(
+        &self,
+        parent: &tracing::Span,
+        id: &WireId,
+        method: &str,
+    ) -> tracing::Span {
         let span = tracing::info_span!(
+            parent: parent,
             "rpc.server",
             otel.name = %format_args!("{} {method}", self.cfg.dialect.rpc_system()),
             otel.kind = "server",
@@ -225,12 +257,41 @@ impl Route {
                 Err(e) => Err(e),
             },
         };
-        let labels = [self.cfg.name.as_str(), upstream.name()];
-        self.metrics
-            .request_duration
-            .with_label_values(&labels)
-            .observe(started.elapsed().as_secs_f64());
-        self.reply_for(id, upstream, result)
+        self.finish(id, upstream, started, result)
+    }
+
+    /// Records a request's duration and outcome and returns the client's
+    /// reply, with the client's id.
+    pub(crate) fn finish(
+        &self,
+        id: WireId,
+        upstream: &Upstream,
+        started: Instant,
+        result: Result<Message, GatewayError>,
+    ) -> Message {
+        let series = self
+            .series
+            .iter()
+            .find(|(u, _)| std::ptr::eq(Arc::as_ptr(u), upstream))
+            .map(|(_, s)| s);
+        let elapsed = started.elapsed().as_secs_f64();
+        match series {
+            Some(s) => s.duration.observe(elapsed),
+            None => {
+                let labels = [self.cfg.name.as_str(), upstream.name()];
+                self.metrics
+                    .request_duration
+                    .with_label_values(&labels)
+                    .observe(elapsed);
+            }
+        }
+        match (series, result) {
+            (Some(s), Ok(Message::Response { result, .. })) => {
+                s.ok.inc();
+                Message::Response { id, result }
+            }
+            (_, result) => self.reply_for(id, upstream, result),
+        }
     }
 
     /// The client's reply for an upstream outcome, with the client's id.
@@ -312,7 +373,7 @@ impl Route {
     }
 
     /// The upstream for a method; `rpc.*` methods are never forwarded.
-    fn routed(&self, method: &str) -> Option<&Arc<Upstream>> {
+    pub(crate) fn routed(&self, method: &str) -> Option<&Arc<Upstream>> {
         if method.starts_with("rpc.") {
             return None;
         }

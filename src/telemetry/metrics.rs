@@ -35,6 +35,7 @@ use crate::dialect::Dialect;
 use crate::envelope::Kind;
 use crate::error::Side;
 
+mod cache;
 mod init;
 mod labels;
 
@@ -121,6 +122,8 @@ pub struct Metrics {
     /// 1 while the readiness check passes, 0 otherwise; refreshed by the
     /// admin listener on every `/readyz` and `/metrics` request.
     pub ready: IntGauge,
+    /// Resolved handles of `messages`, `bytes` and `message_size`.
+    traffic: std::sync::Arc<cache::Traffic>,
 }
 
 // === impl Metrics ===
@@ -275,6 +278,7 @@ impl Metrics {
                 g
             },
             registry,
+            traffic: std::sync::Arc::new(cache::Traffic::new()),
         };
         Ok(m)
     }
@@ -295,24 +299,22 @@ impl Metrics {
     /// decodes (`In`) or encodes (`Out`) it: sessions for clients, upstream
     /// links for upstreams.
     pub fn count_message(&self, dialect: Dialect, side: Side, direction: Direction, kind: Kind) {
-        let labels = [
-            dialect.as_str(),
-            side.as_str(),
-            direction.as_str(),
-            kind.as_str(),
-        ];
-        self.messages.with_label_values(&labels).inc();
+        self.traffic
+            .message(&self.messages, (dialect, side, direction), kind)
+            .inc();
     }
 
     /// Counts one frame or line of `bytes` (payload bytes, without the
     /// NDJSON `\n`). Called by the transport and upstream framing layers.
     pub fn count_frame(&self, dialect: Dialect, side: Side, direction: Direction, bytes: usize) {
-        let labels = [dialect.as_str(), side.as_str(), direction.as_str()];
-        self.bytes.with_label_values(&labels).inc_by(bytes as u64);
+        let (total, sizes) = self.traffic.frame(
+            (&self.bytes, &self.message_size),
+            (dialect, side, direction),
+        );
+        total.inc_by(bytes as u64);
         // Precision loss above 2^53 bytes does not matter for a histogram.
         #[allow(clippy::cast_precision_loss)]
-        let size = bytes as f64;
-        self.message_size.with_label_values(&labels).observe(size);
+        sizes.observe(bytes as f64);
     }
 
     /// Counts a client connection refused by `listener`.
@@ -339,21 +341,27 @@ impl Metrics {
     /// Marks a call as in flight on `upstream` until the returned guard is
     /// dropped; [`UpstreamCall::settled`] also records its duration.
     pub fn start_upstream_call(&self, upstream: &str) -> UpstreamCall {
-        let in_flight = self.upstream_in_flight.with_label_values(&[upstream]);
-        in_flight.inc();
-        UpstreamCall {
-            in_flight,
-            duration: self
-                .upstream_request_duration
+        UpstreamCall::start(
+            self.upstream_in_flight.with_label_values(&[upstream]),
+            self.upstream_request_duration
                 .with_label_values(&[upstream]),
-            started: Instant::now(),
-        }
+        )
     }
 }
 
 // === impl UpstreamCall ===
 
 impl UpstreamCall {
+    /// Starts a call on resolved handles (see [`Metrics::start_upstream_call`]).
+    pub fn start(in_flight: IntGauge, duration: Histogram) -> Self {
+        in_flight.inc();
+        UpstreamCall {
+            in_flight,
+            duration,
+            started: Instant::now(),
+        }
+    }
+
     /// The reply arrived: records the upstream-only duration. Calls that
     /// time out or are abandoned are not recorded (they have no duration).
     pub fn settled(self) {

@@ -152,24 +152,34 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
         route.cfg.max_message_bytes,
     );
     let mut lines = FramedRead::new(read, codec);
-    let lost = session.upstream_lost();
-    let slow = session.slow_consumer();
+    let (lost, slow) = (session.upstream_lost(), session.slow_consumer());
     let opened = tokio::time::Instant::now();
     let mut last_rx = opened;
+    // Made once, not per line: each registers a waiter or a timer.
+    let (lost, slow, shutdown) = (lost.cancelled(), slow.cancelled(), ctx.shutdown.cancelled());
+    let expired = tokio::time::sleep_until(expiry(&route.cfg.protection, opened, last_rx));
+    tokio::pin!(lost, slow, shutdown, expired);
     let end = loop {
-        let expiry = expiry(&route.cfg.protection, opened, last_rx);
         let next = tokio::select! {
             next = lines.next() => next,
             // Idle too long, or lived too long: answer what is pending, close.
-            () = tokio::time::sleep_until(expiry) => break End::Eof,
+            // (The timer is moved on only when it fires, not per line.)
+            () = &mut expired => {
+                let due = expiry(&route.cfg.protection, opened, last_rx);
+                if due <= tokio::time::Instant::now() {
+                    break End::Eof;
+                }
+                expired.as_mut().reset(due);
+                continue;
+            }
             // Pending calls on the lost link fail at once; answer, then close.
-            () = lost.cancelled() => break End::Eof,
-            () = slow.cancelled() => {
+            () = &mut lost => break End::Eof,
+            () = &mut slow => {
                 route.count_protocol_error("slow_consumer");
                 route.metrics().count_limit(&route.cfg.name, crate::telemetry::metrics::Limit::SlowConsumer);
                 break End::Closing;
             }
-            () = ctx.shutdown.cancelled() => break End::Shutdown,
+            () = &mut shutdown => break End::Shutdown,
         };
         last_rx = tokio::time::Instant::now();
         match next {

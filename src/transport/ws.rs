@@ -268,12 +268,14 @@ async fn read_loop(
     let mut last_rx = Instant::now();
     let mut ping_sent: Option<Instant> = None;
     let opened = Instant::now();
-    let lost = session.upstream_lost();
-    let slow = session.slow_consumer();
+    let (lost, slow) = (session.upstream_lost(), session.slow_consumer());
+    // Made once, not per frame: each `cancelled()` registers a waiter.
+    let (lost, slow, shutdown) = (lost.cancelled(), slow.cancelled(), ctx.shutdown.cancelled());
+    tokio::pin!(lost, slow, shutdown);
     loop {
         let frame = tokio::select! {
-            () = lost.cancelled() => return End::UpstreamLost,
-            () = slow.cancelled() => {
+            () = &mut lost => return End::UpstreamLost,
+            () = &mut slow => {
                 route.count_protocol_error("slow_consumer");
                 route.metrics().count_limit(&cfg.name, crate::telemetry::metrics::Limit::SlowConsumer);
                 // The outbox is full: the close frame may not fit; the socket goes anyway.
@@ -301,7 +303,7 @@ async fn read_loop(
                 }
                 continue;
             }
-            () = ctx.shutdown.cancelled() => return End::Shutdown,
+            () = &mut shutdown => return End::Shutdown,
         };
         last_rx = Instant::now();
         ping_sent = None;

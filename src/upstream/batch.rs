@@ -93,7 +93,7 @@ impl Upstream {
             .map(|c| {
                 if c.2 {
                     let (tx, rx) = oneshot::channel();
-                    (Some(tx), Some(rx))
+                    (Some(tx.into()), Some(rx))
                 } else {
                     (None, None)
                 }
@@ -128,7 +128,7 @@ impl BatchGuard {
 impl Drop for BatchGuard {
     fn drop(&mut self) {
         for gid in self.ids.iter().flatten() {
-            self.link.abandon(*gid, self.timed_out);
+            let _ = self.link.abandon(*gid, self.timed_out);
         }
     }
 }

@@ -234,7 +234,7 @@ impl Link {
         match resolution {
             Resolution::Pending(waiter) => {
                 self.shared.entries_gauge().dec();
-                if waiter.send(reply).is_err() {
+                if !waiter.complete(reply) {
                     self.shared.count_dropped("client_gone");
                 }
             }
@@ -269,7 +269,7 @@ impl Link {
                     id: None,
                     error: error.clone(),
                 };
-                if w.send(Ok(reply)).is_err() {
+                if !w.complete(Ok(reply)) {
                     self.shared.count_dropped("client_gone");
                 }
             }

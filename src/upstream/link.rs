@@ -26,8 +26,50 @@ use super::UpstreamShared;
 /// What a waiting call receives.
 pub(crate) type ReplyResult = Result<Message, GatewayError>;
 
-/// Sends a call's outcome to the task awaiting it.
-pub(crate) type Waiter = oneshot::Sender<ReplyResult>;
+/// Who gets a call's outcome: a task awaiting it, or a [`Completion`]
+/// that delivers it straight to its client (no task per request).
+#[derive(Debug)]
+pub(crate) enum Waiter {
+    /// A task awaits the outcome on the other end of this channel.
+    Task(oneshot::Sender<ReplyResult>),
+    /// Delivered in place by whoever settles the call (the link's reader,
+    /// its deadline sweeper, or its failure).
+    Direct(Box<dyn Completion>),
+}
+
+/// A call settled in place, without a task waiting for it.
+pub(crate) trait Completion: Send + Sync + std::fmt::Debug {
+    /// Delivers the outcome. Returns false when nobody wanted it any more.
+    fn complete(self: Box<Self>, reply: ReplyResult) -> bool;
+    /// When the call times out.
+    fn deadline(&self) -> tokio::time::Instant;
+}
+
+impl From<oneshot::Sender<ReplyResult>> for Waiter {
+    fn from(tx: oneshot::Sender<ReplyResult>) -> Self {
+        Waiter::Task(tx)
+    }
+}
+
+// === impl Waiter ===
+
+impl Waiter {
+    /// Hands over the outcome. Returns false when the waiter is gone.
+    pub(crate) fn complete(self, reply: ReplyResult) -> bool {
+        match self {
+            Waiter::Task(tx) => tx.send(reply).is_ok(),
+            Waiter::Direct(c) => c.complete(reply),
+        }
+    }
+
+    /// The deadline of a call settled in place (tasks keep their own).
+    fn deadline(&self) -> Option<tokio::time::Instant> {
+        match self {
+            Waiter::Task(_) => None,
+            Waiter::Direct(c) => Some(c.deadline()),
+        }
+    }
+}
 
 /// A live connection to an upstream.
 #[derive(Debug)]
@@ -55,6 +97,9 @@ pub(crate) struct Link {
     pub(super) sideband: Option<Mutex<SidebandState>>,
     /// The holon heartbeat in flight: its number and when it was sent.
     pub(super) heartbeat: Mutex<Option<(u64, Instant)>>,
+    /// Signalled when a call settled in place is registered, so the
+    /// deadline sweeper wakes from its idle wait.
+    pub(super) direct_added: tokio::sync::Notify,
     /// Upstream-wide settings and metrics.
     pub(super) shared: Arc<UpstreamShared>,
 }
@@ -159,6 +204,7 @@ impl Link {
             owner,
             sideband,
             heartbeat: Mutex::new(None),
+            direct_added: tokio::sync::Notify::new(),
             shared,
         })
     }
@@ -173,45 +219,57 @@ impl Link {
         self.retiring.load(Ordering::Acquire)
     }
 
-    /// Calls in flight (for least-loaded selection).
+    /// Calls in flight (for least-loaded selection), read without a lock
+    /// from the in-flight semaphore.
     pub(crate) fn in_flight(&self) -> usize {
-        self.correlator.lock().len()
+        self.shared
+            .cfg
+            .max_in_flight_per_connection
+            .get()
+            .saturating_sub(self.depth.available_permits())
     }
 
-    /// Registers a call and queues its request. Returns the gateway id.
+    /// Registers a call and queues its request. Returns the gateway id, or
+    /// the error with the waiter back (it was never sent).
     pub(crate) fn send_request(
         &self,
         method: &str,
         params: Option<&Payload>,
         waiter: Waiter,
-    ) -> Result<u64, GatewayError> {
+    ) -> Result<u64, (GatewayError, Option<Waiter>)> {
         let mut table = self.correlator.lock();
-        let params = self.params(params)?;
+        let params = match self.params(params) {
+            Ok(p) => p,
+            Err(e) => return Err((e, Some(waiter))),
+        };
+        let direct = matches!(waiter, Waiter::Direct(_));
         let gid = table
             .insert(waiter)
-            .map_err(|_| GatewayError::new(ErrorKind::Unavailable))?;
+            .map_err(|w| (GatewayError::new(ErrorKind::Unavailable), Some(w)))?;
         let msg = Message::Request {
             id: self.wire_id(gid),
             method: method.to_owned(),
             params,
         };
+        // Inserted just above, under the same lock: `cancel` gives it back.
+        let taken = |table: &mut Correlator<Waiter>, e| Err((e, table.cancel(gid)));
         let line = match self.encode(&msg) {
             Ok(line) => line,
-            Err(e) => {
-                table.cancel(gid);
-                return Err(e);
-            }
+            Err(e) => return taken(&mut table, e),
         };
         // Queued under the lock so that write order equals id order, which
         // ordered (hld) connections rely on.
         if self.out.try_send(line).is_err() {
-            table.cancel(gid);
-            return Err(GatewayError::with_detail(
+            let e = GatewayError::with_detail(
                 ErrorKind::ResourceExhausted,
                 "upstream write queue full",
-            ));
+            );
+            return taken(&mut table, e);
         }
         self.shared.entries_gauge().inc();
+        if direct {
+            self.direct_added.notify_one();
+        }
         Ok(gid)
     }
 
@@ -291,12 +349,14 @@ impl Link {
         })
     }
 
-    /// Gives up on a call that timed out or whose client left. On ordered
-    /// connections the link is retired: the daemon is still working on it.
-    pub(crate) fn abandon(&self, gid: u64, timed_out: bool) {
+    /// Gives up on a call that timed out or whose client left, and returns
+    /// its waiter if it was still pending. On ordered connections a timeout
+    /// retires the link: the daemon is still working on it.
+    pub(crate) fn abandon(&self, gid: u64, timed_out: bool) -> Option<Waiter> {
         self.forget_gid(gid);
         let mut table = self.correlator.lock();
-        if table.abandon(gid).is_some() {
+        let waiter = table.abandon(gid);
+        if waiter.is_some() {
             self.shared.entries_gauge().dec();
             if timed_out && self.shared.cfg.ordered_replies {
                 self.retiring.store(true, Ordering::Release);
@@ -306,6 +366,32 @@ impl Link {
         if self.is_retiring() && table.is_empty() && table.unanswered() == 0 {
             self.closed.cancel();
         }
+        waiter
+    }
+
+    /// Times out the calls settled in place whose deadline has passed (as
+    /// a caller's timeout would: an ordered connection is retired) and
+    /// returns the earliest deadline still pending, if any.
+    pub(crate) fn expire_due(&self, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        let mut table = self.correlator.lock();
+        let expired = table.abandon_where(|w| w.deadline().is_some_and(|d| d <= now));
+        let next = table.pending_values().filter_map(Waiter::deadline).min();
+        if !expired.is_empty() {
+            self.shared.entries_gauge().sub(expired.len() as i64);
+            if self.shared.cfg.ordered_replies {
+                self.retiring.store(true, Ordering::Release);
+                self.retired.cancel();
+            }
+        }
+        if self.is_retiring() && table.is_empty() && table.unanswered() == 0 {
+            self.closed.cancel();
+        }
+        drop(table);
+        for (gid, waiter) in expired {
+            self.forget_gid(gid);
+            waiter.complete(Err(GatewayError::new(ErrorKind::Timeout)));
+        }
+        next
     }
 
     /// The next holon heartbeat frame `h<n>`, or `None` while one is still
@@ -356,11 +442,14 @@ impl Link {
         S: Stream<Item = Result<String, E>> + Unpin,
         E: std::fmt::Display,
     {
+        let closed = self.closed.clone();
+        let (closed, shutdown) = (closed.cancelled(), shutdown.cancelled());
+        tokio::pin!(closed, shutdown);
         loop {
             let next = tokio::select! {
                 next = inbound.next() => next,
-                () = self.closed.cancelled() => break,
-                () = shutdown.cancelled() => break,
+                () = &mut closed => break,
+                () = &mut shutdown => break,
             };
             match next {
                 Some(Ok(text)) => {
@@ -389,7 +478,7 @@ impl Link {
         for waiter in waiters {
             let err = GatewayError::with_detail(ErrorKind::Unavailable, detail);
             // The caller may have gone away meanwhile; nothing to tell then.
-            let _ = waiter.send(Err(err));
+            let _ = waiter.complete(Err(err));
         }
     }
 }

@@ -21,6 +21,7 @@ use crate::error::{ErrorKind, GatewayError};
 use crate::telemetry::metrics::Metrics;
 
 mod batch;
+pub(crate) mod direct;
 mod encode;
 mod inbound;
 pub(crate) mod link;
@@ -59,11 +60,18 @@ impl Upstream {
     /// Starts the pool's supervisors; connections come up in the background.
     pub fn start(cfg: UpstreamConfig, metrics: Metrics, shutdown: CancellationToken) -> Arc<Self> {
         let entries = metrics.correlator_entries.with_label_values(&[&cfg.name]);
+        let calls = (
+            metrics.upstream_in_flight.with_label_values(&[&cfg.name]),
+            metrics
+                .upstream_request_duration
+                .with_label_values(&[&cfg.name]),
+        );
         let pending = Arc::new(Semaphore::new(cfg.max_pending.get()));
         let shared = Arc::new(UpstreamShared {
             cfg,
             metrics,
             entries,
+            calls,
         });
         let (changed_tx, changed) = watch::channel(0u64);
         let changed_tx = Arc::new(changed_tx);
@@ -252,7 +260,13 @@ impl Upstream {
 
     /// The client span of one upstream call (child of the server span).
     fn client_span(&self, method: &str) -> tracing::Span {
+        self.client_span_under(&tracing::Span::current(), method)
+    }
+
+    /// The client span of one upstream call under an explicit parent.
+    pub(crate) fn client_span_under(&self, parent: &tracing::Span, method: &str) -> tracing::Span {
         tracing::info_span!(
+            parent: parent,
             "rpc.client",
             otel.name = %format_args!("{} {method}", self.shared.cfg.dialect.rpc_system()),
             otel.kind = "client",
@@ -380,11 +394,10 @@ async fn call_on(
         .await
         .map_err(|_| GatewayError::new(ErrorKind::Unavailable))?;
     let (tx, rx) = oneshot::channel();
-    let gid = link.send_request(method, params, tx)?;
-    let call = link
-        .shared
-        .metrics
-        .start_upstream_call(&link.shared.cfg.name);
+    let gid = link
+        .send_request(method, params, tx.into())
+        .map_err(|(e, _)| e)?;
+    let call = link.shared.start_call();
     guard.link = Some((link, gid));
     let reply = rx.await;
     call.settled();
@@ -397,7 +410,8 @@ async fn call_on(
 impl Drop for AbandonGuard {
     fn drop(&mut self) {
         if let Some((link, gid)) = self.link.take() {
-            link.abandon(gid, self.timed_out);
+            // Nobody waits any more: the waiter is dropped.
+            let _ = link.abandon(gid, self.timed_out);
         }
     }
 }

@@ -68,6 +68,8 @@ async fn supervise(
         backoff.reset();
         tracing::debug!(upstream = %name, slot, "upstream connected");
         up_gauge.inc();
+        // Pooled links take calls settled in place: time them out.
+        tokio::spawn(super::direct::sweep(link.clone()));
         publish(&tx, &changed, Some(link.clone()));
         wait_until_unusable(&link, &shutdown).await;
         up_gauge.dec();

@@ -1,7 +1,7 @@
 //! What an upstream's links share: its settings, its metrics handle and
 //! the counting helpers every link reports through.
 
-use prometheus::IntGauge;
+use prometheus::{Histogram, IntGauge};
 
 use crate::config::UpstreamConfig;
 use crate::telemetry::metrics::Metrics;
@@ -12,6 +12,8 @@ pub(crate) struct UpstreamShared {
     pub(crate) cfg: UpstreamConfig,
     pub(crate) metrics: Metrics,
     pub(super) entries: IntGauge,
+    /// `upstream_in_flight` and `upstream_request_duration` of this upstream.
+    pub(super) calls: (IntGauge, Histogram),
 }
 
 // === impl UpstreamShared ===
@@ -19,6 +21,11 @@ pub(crate) struct UpstreamShared {
 impl UpstreamShared {
     pub(crate) fn entries_gauge(&self) -> &IntGauge {
         &self.entries
+    }
+
+    /// Marks a call in flight on this upstream (see `UpstreamCall`).
+    pub(crate) fn start_call(&self) -> crate::telemetry::metrics::UpstreamCall {
+        crate::telemetry::metrics::UpstreamCall::start(self.calls.0.clone(), self.calls.1.clone())
     }
 
     pub(crate) fn count_unmatched(&self, kind: &str) {

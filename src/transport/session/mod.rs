@@ -16,8 +16,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 mod admission;
+mod in_place;
 
 use admission::{deliver, Checked};
+use in_place::{InPlace, NotPlaced};
 use tracing::Instrument;
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -61,6 +63,8 @@ pub struct Session {
     slow: CancellationToken,
     /// The listener's outbox high-water mark.
     high_water: prometheus::IntGauge,
+    /// Requests settled in place (the fast path) and where they reply.
+    in_place: Arc<InPlace>,
 }
 
 /// What the transport must do after an inbound text.
@@ -105,6 +109,14 @@ impl Session {
             route.cfg.request_timeout,
             route.metrics().clone(),
         );
+        let slow = CancellationToken::new();
+        let in_place = InPlace::new(
+            outbox.clone(),
+            codec.clone(),
+            route.cfg.protection.slow_consumer_timeout,
+            slow.clone(),
+            high_water.clone(),
+        );
         Session {
             in_flight: Arc::new(Semaphore::new(route.cfg.max_in_flight)),
             route,
@@ -116,8 +128,9 @@ impl Session {
             client: Arc::new(ClientLinks::new(pusher)),
             parent: tracing::Span::current(),
             rate: None,
-            slow: CancellationToken::new(),
+            slow,
             high_water,
+            in_place,
         }
         .with_peer(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
     }
@@ -253,13 +266,20 @@ impl Session {
     pub async fn abort(&self) {
         self.gone.cancel();
         self.tasks.close();
+        self.in_place.abandon_all();
         self.client.close().await;
     }
 
-    /// Waits for the tasks in flight (they answer `unavailable` once the
-    /// grace period is over), then closes dedicated links.
+    /// Waits for the requests in flight; once the grace period is over,
+    /// what is left is answered `unavailable`. Then closes dedicated links.
     pub async fn drain(&self) {
         self.tasks.close();
+        // Every in-flight slot back means every request answered.
+        let all = u32::try_from(self.route.cfg.max_in_flight).unwrap_or(u32::MAX);
+        tokio::select! {
+            _ = self.in_flight.acquire_many(all) => {}
+            () = self.grace_over.cancelled() => self.in_place.fail_all(),
+        }
         self.tasks.wait().await;
         self.client.close().await;
     }
@@ -293,7 +313,30 @@ impl Session {
                     return Verdict::Continue;
                 }
                 match self.permit() {
-                    Some(p) => Some(p),
+                    Some(permit) => {
+                        let Item::Valid(Message::Request { id, method, params }) = item else {
+                            return Verdict::Continue;
+                        };
+                        let req = NotPlaced {
+                            id,
+                            method,
+                            params,
+                            permit,
+                        };
+                        match self.in_place.place(&self.route, &self.parent, req) {
+                            Ok(()) => return Verdict::Continue,
+                            Err(req) => {
+                                return self.spawn(
+                                    Item::Valid(Message::Request {
+                                        id: req.id,
+                                        method: req.method,
+                                        params: req.params,
+                                    }),
+                                    Some(req.permit),
+                                )
+                            }
+                        }
+                    }
                     None => {
                         self.route
                             .metrics()
@@ -306,6 +349,11 @@ impl Session {
             }
             _ => None,
         };
+        self.spawn(item, permit)
+    }
+
+    /// Runs one item in a task of its own (the waiting path).
+    fn spawn(&self, item: Item, permit: Option<OwnedSemaphorePermit>) -> Verdict {
         let route = self.route.clone();
         let (outbox, codec, client) =
             (self.outbox.clone(), self.codec.clone(), self.client.clone());

@@ -1,0 +1,129 @@
+//! Resolved handles of the per-message traffic series.
+//!
+//! `with_label_values` hashes the label values and takes a lock on every
+//! call; the traffic series are touched several times per request, so each
+//! (dialect, side, direction[, kind]) handle is resolved once, on first
+//! use, and kept here. Series still appear only once touched.
+
+use std::sync::OnceLock;
+
+use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec};
+
+use super::Direction;
+use crate::dialect::Dialect;
+use crate::envelope::Kind;
+use crate::error::Side;
+
+const DIALECTS: usize = 4;
+const SIDES: usize = 3;
+const DIRECTIONS: usize = 2;
+const KINDS: usize = 4;
+const FRAME_SLOTS: usize = DIALECTS * SIDES * DIRECTIONS;
+const MESSAGE_SLOTS: usize = FRAME_SLOTS * KINDS;
+
+/// Handles resolved so far.
+#[derive(Debug)]
+pub(super) struct Traffic {
+    messages: [OnceLock<IntCounter>; MESSAGE_SLOTS],
+    bytes: [OnceLock<IntCounter>; FRAME_SLOTS],
+    sizes: [OnceLock<Histogram>; FRAME_SLOTS],
+}
+
+// === impl Traffic ===
+
+impl Traffic {
+    pub(super) fn new() -> Self {
+        Traffic {
+            messages: std::array::from_fn(|_| OnceLock::new()),
+            bytes: std::array::from_fn(|_| OnceLock::new()),
+            sizes: std::array::from_fn(|_| OnceLock::new()),
+        }
+    }
+
+    /// The `messages` counter of one label set.
+    pub(super) fn message(
+        &self,
+        vec: &IntCounterVec,
+        (dialect, side, direction): (Dialect, Side, Direction),
+        kind: Kind,
+    ) -> &IntCounter {
+        let slot = frame_slot(dialect, side, direction) * KINDS + kind_index(kind);
+        self.messages[slot].get_or_init(|| {
+            vec.with_label_values(&[
+                dialect.as_str(),
+                side.as_str(),
+                direction.as_str(),
+                kind.as_str(),
+            ])
+        })
+    }
+
+    /// The `bytes` counter and `message_size` histogram of one label set.
+    pub(super) fn frame(
+        &self,
+        (bytes, sizes): (&IntCounterVec, &HistogramVec),
+        (dialect, side, direction): (Dialect, Side, Direction),
+    ) -> (&IntCounter, &Histogram) {
+        let slot = frame_slot(dialect, side, direction);
+        let labels = [dialect.as_str(), side.as_str(), direction.as_str()];
+        (
+            self.bytes[slot].get_or_init(|| bytes.with_label_values(&labels)),
+            self.sizes[slot].get_or_init(|| sizes.with_label_values(&labels)),
+        )
+    }
+}
+
+fn frame_slot(dialect: Dialect, side: Side, direction: Direction) -> usize {
+    let d = match dialect {
+        Dialect::JsonRpc => 0,
+        Dialect::Ndjson => 1,
+        Dialect::Holon => 2,
+        Dialect::Sideband => 3,
+    };
+    let s = match side {
+        Side::Client => 0,
+        Side::Upstream => 1,
+        Side::Internal => 2,
+    };
+    let r = match direction {
+        Direction::In => 0,
+        Direction::Out => 1,
+    };
+    (d * SIDES + s) * DIRECTIONS + r
+}
+
+fn kind_index(kind: Kind) -> usize {
+    match kind {
+        Kind::Request => 0,
+        Kind::Notification => 1,
+        Kind::Response => 2,
+        Kind::Error => 3,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_label_set_has_its_own_slot() {
+        let mut seen = std::collections::HashSet::new();
+        for d in Dialect::ALL {
+            for s in [Side::Client, Side::Upstream, Side::Internal] {
+                for r in [Direction::In, Direction::Out] {
+                    let f = frame_slot(d, s, r);
+                    assert!(f < FRAME_SLOTS);
+                    for k in [
+                        Kind::Request,
+                        Kind::Notification,
+                        Kind::Response,
+                        Kind::Error,
+                    ] {
+                        assert!(seen.insert(f * KINDS + kind_index(k)));
+                    }
+                }
+            }
+        }
+        assert_eq!(seen.len(), MESSAGE_SLOTS);
+    }
+}
