@@ -8,7 +8,11 @@
 //! it later can be classified as *stale* (timed out or abandoned) or
 //! *duplicate* (already answered) instead of *unknown*.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+// Keys are gateway ids switchyard issues itself: a fast non-keyed hash is
+// safe (no attacker chooses them) and is touched on every request.
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 /// Largest gateway id issued: ids stay below 2^53.
 pub const MAX_GATEWAY_ID: u64 = (1 << 53) - 1;
@@ -71,7 +75,7 @@ impl<T> Correlator<T> {
     pub fn new(ordered: bool) -> Self {
         Correlator {
             next_id: 1,
-            pending: HashMap::new(),
+            pending: HashMap::default(),
             order: ordered.then(VecDeque::new),
             abandoned: Remembered::default(),
             settled: Remembered::default(),

@@ -354,11 +354,16 @@ impl Metrics {
 impl UpstreamCall {
     /// Starts a call on resolved handles (see [`Metrics::start_upstream_call`]).
     pub fn start(in_flight: IntGauge, duration: Histogram) -> Self {
+        Self::start_at(in_flight, duration, Instant::now())
+    }
+
+    /// Like [`start`](Self::start), with the time already read.
+    pub fn start_at(in_flight: IntGauge, duration: Histogram, started: Instant) -> Self {
         in_flight.inc();
         UpstreamCall {
             in_flight,
             duration,
-            started: Instant::now(),
+            started,
         }
     }
 

@@ -161,6 +161,9 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
     tokio::pin!(lost, slow, shutdown, expired);
     let end = loop {
         let next = tokio::select! {
+            // Lines first: the other branches are polled only when no line
+            // is ready.
+            biased;
             next = lines.next() => next,
             // Idle too long, or lived too long: answer what is pending, close.
             // (The timer is moved on only when it fires, not per line.)

@@ -267,13 +267,18 @@ async fn read_loop(
     let mut tick = tokio::time::interval(period.max(Duration::from_millis(10)));
     let mut last_rx = Instant::now();
     let mut ping_sent: Option<Instant> = None;
+    let mut seen = false;
     let opened = Instant::now();
     let (lost, slow) = (session.upstream_lost(), session.slow_consumer());
     // Made once, not per frame: each `cancelled()` registers a waiter.
     let (lost, slow, shutdown) = (lost.cancelled(), slow.cancelled(), ctx.shutdown.cancelled());
     tokio::pin!(lost, slow, shutdown);
     loop {
+        // Frames first: the cancellation branches are polled only when no
+        // frame is ready (the runtime's budget makes that happen often).
         let frame = tokio::select! {
+            biased;
+            frame = stream.next() => frame,
             () = &mut lost => return End::UpstreamLost,
             () = &mut slow => {
                 route.count_protocol_error("slow_consumer");
@@ -282,8 +287,13 @@ async fn read_loop(
                 let _ = tx.try_send(Outgoing::Close(1008, "slow consumer".into()));
                 return End::Gone;
             }
-            frame = stream.next() => frame,
             _ = tick.tick() => {
+                // Frames since the last tick count as "now" (coarse, but no
+                // clock read per frame).
+                if std::mem::take(&mut seen) {
+                    last_rx = Instant::now();
+                    ping_sent = None;
+                }
                 if let Some(reason) = expired(&cfg.protection, opened, last_rx) {
                     let _ = tx.send(Outgoing::Close(1001, reason.into())).await;
                     return End::Closing;
@@ -305,8 +315,7 @@ async fn read_loop(
             }
             () = &mut shutdown => return End::Shutdown,
         };
-        last_rx = Instant::now();
-        ping_sent = None;
+        seen = true;
         match frame {
             Some(Ok(WsMessage::Text(_))) if cfg.dialect == Dialect::Sideband => {
                 route.count_protocol_error("text_frame");

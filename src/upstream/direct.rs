@@ -47,7 +47,8 @@ pub(crate) struct Room {
 impl Upstream {
     /// Takes room for one call if there is some right now: a pending slot
     /// and the least-loaded live link with a free in-flight slot.
-    pub(crate) fn try_room(&self) -> Option<Room> {
+    /// `now` is when the call starts (for its upstream duration).
+    pub(crate) fn try_room(&self, now: std::time::Instant) -> Option<Room> {
         let pending = self.pending.clone().try_acquire_owned().ok()?;
         let link = self
             .slots
@@ -55,7 +56,7 @@ impl Upstream {
             .filter_map(|s| s.borrow().as_ref().filter(|l| l.usable()).cloned())
             .min_by_key(|l| l.in_flight())?;
         let depth = link.depth.clone().try_acquire_owned().ok()?;
-        let call = link.shared.start_call();
+        let call = link.shared.start_call_at(now);
         Some(Room {
             link,
             slots: Slots {

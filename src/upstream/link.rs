@@ -83,6 +83,8 @@ pub(crate) struct Link {
     pub(crate) depth: Arc<Semaphore>,
     /// Cancelled when the connection is gone (or must go).
     pub(crate) closed: CancellationToken,
+    /// Set with `closed` (read without the token's lock).
+    down: AtomicBool,
     /// Set when the connection must take no new calls (a call timed out on
     /// an ordered connection: the daemon is still busy with it).
     pub(super) retiring: AtomicBool,
@@ -198,6 +200,7 @@ impl Link {
             out,
             depth: Arc::new(Semaphore::new(depth)),
             closed: CancellationToken::new(),
+            down: AtomicBool::new(false),
             retiring: AtomicBool::new(false),
             retired: CancellationToken::new(),
             batches: Mutex::new(VecDeque::new()),
@@ -209,9 +212,16 @@ impl Link {
         })
     }
 
-    /// True when the link may take new calls.
+    /// True when the link may take new calls (atomics only: called per
+    /// request).
     pub(crate) fn usable(&self) -> bool {
-        !self.closed.is_cancelled() && !self.retiring.load(Ordering::Acquire)
+        !self.down.load(Ordering::Acquire) && !self.retiring.load(Ordering::Acquire)
+    }
+
+    /// Marks the link closed and cancels `closed`.
+    fn shut(&self) {
+        self.down.store(true, Ordering::Release);
+        self.closed.cancel();
     }
 
     /// True when the link was retired after a timeout.
@@ -364,7 +374,7 @@ impl Link {
             }
         }
         if self.is_retiring() && table.is_empty() && table.unanswered() == 0 {
-            self.closed.cancel();
+            self.shut();
         }
         waiter
     }
@@ -384,7 +394,7 @@ impl Link {
             }
         }
         if self.is_retiring() && table.is_empty() && table.unanswered() == 0 {
-            self.closed.cancel();
+            self.shut();
         }
         drop(table);
         for (gid, waiter) in expired {
@@ -447,6 +457,7 @@ impl Link {
         tokio::pin!(closed, shutdown);
         loop {
             let next = tokio::select! {
+                biased;
                 next = inbound.next() => next,
                 () = &mut closed => break,
                 () = &mut shutdown => break,
@@ -472,7 +483,7 @@ impl Link {
 
     /// Closes the link and fails every pending call with `unavailable`.
     pub(crate) fn fail_all(&self, detail: &str) {
-        self.closed.cancel();
+        self.shut();
         let waiters = self.correlator.lock().close();
         self.shared.entries_gauge().sub(waiters.len() as i64);
         for waiter in waiters {

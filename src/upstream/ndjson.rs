@@ -48,10 +48,14 @@ pub(super) async fn connect(
 /// Writes queued lines until the link closes or the queue is dropped.
 async fn write_lines(write: OwnedWriteHalf, mut rx: mpsc::Receiver<Wire>, link: Arc<Link>) {
     let mut out = BufWriter::new(write);
+    let closed = link.closed.clone();
+    let closed = closed.cancelled();
+    tokio::pin!(closed);
     loop {
         let line = tokio::select! {
+            biased;
             line = rx.recv() => line,
-            () = link.closed.cancelled() => break,
+            () = &mut closed => break,
         };
         let Some(Wire::Text(mut line)) = line else {
             break;

@@ -4,7 +4,7 @@
 use prometheus::{Histogram, IntGauge};
 
 use crate::config::UpstreamConfig;
-use crate::telemetry::metrics::Metrics;
+use crate::telemetry::metrics::{Metrics, UpstreamCall};
 
 /// Settings and metrics shared by an upstream's links.
 #[derive(Debug)]
@@ -24,8 +24,13 @@ impl UpstreamShared {
     }
 
     /// Marks a call in flight on this upstream (see `UpstreamCall`).
-    pub(crate) fn start_call(&self) -> crate::telemetry::metrics::UpstreamCall {
-        crate::telemetry::metrics::UpstreamCall::start(self.calls.0.clone(), self.calls.1.clone())
+    pub(crate) fn start_call(&self) -> UpstreamCall {
+        self.start_call_at(std::time::Instant::now())
+    }
+
+    /// Like [`start_call`](Self::start_call), with the time already read.
+    pub(crate) fn start_call_at(&self, now: std::time::Instant) -> UpstreamCall {
+        UpstreamCall::start_at(self.calls.0.clone(), self.calls.1.clone(), now)
     }
 
     pub(crate) fn count_unmatched(&self, kind: &str) {

@@ -168,11 +168,15 @@ async fn read_frames(
     last_rx: Arc<Mutex<Instant>>,
     shutdown: CancellationToken,
 ) {
+    let closed = link.closed.clone();
+    let (closed, shutdown) = (closed.cancelled(), shutdown.cancelled());
+    tokio::pin!(closed, shutdown);
     loop {
         let frame = tokio::select! {
+            biased;
             frame = stream.next() => frame,
-            () = link.closed.cancelled() => break,
-            () = shutdown.cancelled() => break,
+            () = &mut closed => break,
+            () = &mut shutdown => break,
         };
         *last_rx.lock() = Instant::now();
         match frame {

@@ -3,6 +3,24 @@ use proptest::prelude::*;
 use super::*;
 
 #[test]
+fn abandon_where_takes_only_matching_waiters_and_their_replies_go_stale() {
+    let mut c = Correlator::new(false);
+    let ids: Vec<u64> = (0..10).map(|n| c.insert(n).expect("open")).collect();
+    let mut due = c.abandon_where(|w| w % 3 == 0);
+    due.sort_unstable();
+    assert_eq!(
+        due,
+        vec![(ids[0], 0), (ids[3], 3), (ids[6], 6), (ids[9], 9)]
+    );
+    assert_eq!(c.len(), 6);
+    let mut left: Vec<usize> = c.pending_values().copied().collect();
+    left.sort_unstable();
+    assert_eq!(left, vec![1, 2, 4, 5, 7, 8]);
+    assert_eq!(c.resolve(ids[3]), Resolution::Stale);
+    assert_eq!(c.resolve(ids[4]), Resolution::Pending(4));
+}
+
+#[test]
 fn ids_start_at_one_and_resolve_once() {
     let mut c = Correlator::new(false);
     assert_eq!(c.insert("a"), Ok(1));

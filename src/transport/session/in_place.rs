@@ -11,12 +11,12 @@
 //! leaves has them abandoned at once (late replies count as stale) and a
 //! shutdown can answer what is left with `unavailable`.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use rustc_hash::FxHashMap as HashMap;
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
@@ -92,7 +92,7 @@ impl InPlace {
             slow,
             high_water,
             next: AtomicU64::new(0),
-            calls: Mutex::new(HashMap::new()),
+            calls: Mutex::new(HashMap::default()),
         })
     }
 
@@ -112,7 +112,8 @@ impl InPlace {
         {
             return Err(req);
         }
-        let Some(room) = upstream.try_room() else {
+        let now = tokio::time::Instant::now();
+        let Some(room) = upstream.try_room(now.into_std()) else {
             return Err(req);
         };
         let NotPlaced {
@@ -133,8 +134,8 @@ impl InPlace {
             route: route.clone(),
             upstream: upstream.clone(),
             to: self.clone(),
-            started: std::time::Instant::now(),
-            deadline: tokio::time::Instant::now() + route.cfg.request_timeout,
+            started: now.into_std(),
+            deadline: now + route.cfg.request_timeout,
             slots,
             permit,
             span,
@@ -183,9 +184,11 @@ impl InPlace {
     }
 
     /// Queues a rendered reply without waiting; a full outbox hands it to
-    /// a task that waits for room (up to the slow-consumer timeout).
-    /// Returns false when the client is gone.
-    fn deliver(self: &Arc<Self>, msg: &Message) -> bool {
+    /// a task that waits for room, up to the slow-consumer timeout (after
+    /// which the client is closed). The request's in-flight slot is freed
+    /// first, as on the waiting path. Returns false when the client is gone.
+    fn deliver(self: &Arc<Self>, msg: &Message, permit: OwnedSemaphorePermit) -> bool {
+        drop(permit);
         let Some(out) = self.codec.encode(msg) else {
             return true;
         };
@@ -235,8 +238,7 @@ impl Completion for Call {
         drop(client_span);
         let msg = route.finish(id, &upstream, started, reply);
         record_outcome(&span, &msg);
-        drop(permit);
-        to.deliver(&msg)
+        to.deliver(&msg, permit)
     }
 
     fn deadline(&self) -> tokio::time::Instant {
