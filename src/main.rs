@@ -70,39 +70,70 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Runtime::new() {
+    // `run` reads its config first: it sizes the runtime.
+    let (job, workers) = match cli.command {
+        Command::Run { config } => match load(config) {
+            Ok(cfg) => {
+                let workers = cfg.gateway.worker_threads;
+                (Job::Gateway(Box::new(cfg)), workers)
+            }
+            Err(code) => return code,
+        },
+        other => (Job::Other(other), None),
+    };
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = workers {
+        builder.worker_threads(n.get());
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("switchyard: cannot start the runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(run(cli.command))
+    runtime.block_on(async {
+        match job {
+            Job::Gateway(cfg) => gateway(*cfg).await,
+            Job::Other(command) => run(command).await,
+        }
+    })
+}
+
+/// What `main` runs once the runtime is up.
+enum Job {
+    /// `switchyard run`, its config loaded.
+    Gateway(Box<Config>),
+    /// Every other command.
+    Other(Command),
+}
+
+/// `switchyard run`: serve until a shutdown signal.
+async fn gateway(cfg: Config) -> ExitCode {
+    // Kept until exit: its shutdown sends the spans still queued.
+    let telemetry = telemetry::init(&cfg.log, &cfg.tracing);
+    let bound = match app::bind(cfg).await {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("switchyard: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let running = bound.spawn();
+    tracing::info!("switchyard is running");
+    shutdown::signal().await;
+    running.shutdown().await;
+    telemetry.shutdown().await;
+    ExitCode::SUCCESS
 }
 
 async fn run(command: Command) -> ExitCode {
     match command {
-        Command::Run { config } => {
-            let cfg = match load(config) {
-                Ok(cfg) => cfg,
-                Err(code) => return code,
-            };
-            // Kept until exit: its shutdown sends the spans still queued.
-            let telemetry = telemetry::init(&cfg.log, &cfg.tracing);
-            let bound = match app::bind(cfg).await {
-                Ok(b) => b,
-                Err(e) => {
-                    eprintln!("switchyard: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let running = bound.spawn();
-            tracing::info!("switchyard is running");
-            shutdown::signal().await;
-            running.shutdown().await;
-            telemetry.shutdown().await;
-            ExitCode::SUCCESS
-        }
+        // `main` loads it first (to size the runtime); kept for completeness.
+        Command::Run { config } => match load(config) {
+            Ok(cfg) => gateway(cfg).await,
+            Err(code) => code,
+        },
         Command::Check { config } => check(config),
         Command::Demo { listen } => report(demo::run(listen).await),
         Command::Call {

@@ -186,3 +186,46 @@ fn check_prints_the_effective_config() {
     let parsed: toml::Value = toml::from_str(&stdout).expect("check prints TOML");
     assert!(parsed.get("listeners").is_some(), "{stdout}");
 }
+
+#[test]
+fn run_sizes_its_runtime_from_gateway_worker_threads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for workers in [1usize, 3] {
+        let config = dir.path().join(format!("w{workers}.toml"));
+        let socket = dir.path().join(format!("w{workers}.sock"));
+        std::fs::write(
+            &config,
+            format!(
+                "[gateway]\nworker_threads = {workers}\n\n\
+                 [listeners.main]\ndialect = \"ndjson\"\nsocket = \"{}\"\n\n\
+                 [upstreams.d]\ndialect = \"ndjson\"\nsocket = \"{}\"\n\n\
+                 [[routes]]\nlistener = \"main\"\nupstream = \"d\"\n",
+                socket.display(),
+                dir.path().join("nobody.sock").display(),
+            ),
+        )
+        .expect("write config");
+        let mut gw = Command::new(BIN)
+            .args(["run", "--config"])
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn run");
+        // Serving once its listener socket exists.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !socket.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(socket.exists(), "the gateway never listened");
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", gw.id())).expect("/proc");
+        let named_workers = tasks
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            // tokio's default thread name (no blocking threads run yet).
+            .filter(|name| name.trim() == "tokio-rt-worker")
+            .count();
+        let _ = gw.kill();
+        let _ = gw.wait();
+        assert_eq!(named_workers, workers, "runtime worker threads");
+    }
+}

@@ -57,6 +57,8 @@ pub struct GatewayConfig {
     /// How long in-flight requests may take to finish after a shutdown signal
     /// before they are answered with `unavailable`.
     pub shutdown_grace: Duration,
+    /// Runtime worker threads; `None` = one per CPU core.
+    pub worker_threads: Option<std::num::NonZeroUsize>,
 }
 
 /// Log output format.

@@ -96,6 +96,10 @@ pub struct RawGateway {
     /// Time in-flight requests get to finish after SIGTERM/SIGINT before they
     /// are answered with `unavailable`. Default `5000`.
     pub shutdown_grace_ms: u64,
+    /// Runtime worker threads. `0` = one per CPU core. A sidecar sharing a
+    /// small machine with its daemon does best with `1` (no cross-thread
+    /// wake-ups). Default `0`.
+    pub worker_threads: usize,
 }
 
 /// `[log]`: logging output.
@@ -423,6 +427,7 @@ impl Default for RawGateway {
     fn default() -> Self {
         Self {
             shutdown_grace_ms: 5_000,
+            worker_threads: 0,
         }
     }
 }

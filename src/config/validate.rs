@@ -59,6 +59,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     let mut p = Problems::default();
     let gateway = GatewayConfig {
         shutdown_grace: Duration::from_millis(raw.gateway.shutdown_grace_ms),
+        worker_threads: std::num::NonZeroUsize::new(raw.gateway.worker_threads),
     };
     let log = log_config(&raw.log, &mut p);
     if raw.listeners.is_empty() {
