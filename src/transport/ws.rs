@@ -54,8 +54,13 @@ fn expired(
     None
 }
 
-/// Initial WebSocket read/write buffer per connection.
-const IO_BUFFER: usize = 8 * 1024;
+/// WebSocket read chunk per connection (allocated up front: an idle
+/// connection's main cost).
+const READ_BUFFER: usize = 8 * 1024;
+
+/// Frames are written to the socket once this much is buffered (or the
+/// outbox runs empty). The buffer itself grows only as frames arrive.
+const WRITE_THRESHOLD: usize = 64 * 1024;
 
 /// How long a Sideband client has to send its handshake.
 const SIDEBAND_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -147,8 +152,8 @@ fn upgrade(
     let ws = ws
         .max_message_size(limit)
         .max_frame_size(limit)
-        .read_buffer_size(IO_BUFFER)
-        .write_buffer_size(IO_BUFFER);
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(WRITE_THRESHOLD);
     let ws = match route.cfg.dialect {
         Dialect::JsonRpc => ws.protocols(["jsonrpc"]),
         Dialect::Holon => ws.protocols(["holon-rpc"]),

@@ -67,10 +67,6 @@ async fn write_lines(write: OwnedWriteHalf, mut rx: mpsc::Receiver<Wire>, link: 
             break;
         }
         if rx.is_empty() {
-            // Let callers woken meanwhile queue their lines: one write for many.
-            tokio::task::yield_now().await;
-        }
-        if rx.is_empty() {
             if let Err(e) = out.flush().await {
                 tracing::debug!(error = %e, "upstream flush failed");
                 link.fail_all("upstream write failed");
