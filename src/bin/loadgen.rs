@@ -3,10 +3,13 @@
 //! Runs each scenario (`latency`, `throughput`, `large`, `fixed-rate`,
 //! `idle`, `fan-in`) against fresh instances of its targets: floor A (the
 //! reference daemon over NDJSON, no gateway), floor B (a bare in-process
-//! WebSocket echo) and switchyard's JSON-RPC WebSocket listener in front of
-//! the daemon. Every reply is checked (id and nonce); the report is a
-//! Markdown table per scenario plus a pass/fail line per target of the
-//! performance issue. See `benches/README.md`.
+//! WebSocket echo) and five switchyard gateways: the JSON-RPC, holon-rpc,
+//! Sideband JSON and Sideband CBOR WebSocket listeners in front of the
+//! NDJSON daemon, and an NDJSON listener in front of the JSON-RPC WebSocket
+//! daemon (`idle` and `fan-in` run the JSON-RPC gateway only). Every reply
+//! is checked (id and nonce); the report is a Markdown table per scenario
+//! plus a pass/fail line per target of the performance issue. See
+//! `benches/README.md`.
 //!
 //! Exit status: 0 when every run completed with no mismatched and no lost
 //! reply; 1 otherwise; 2 for bad arguments; with `--strict`, 3 when a
