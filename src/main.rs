@@ -8,9 +8,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{ArgGroup, Parser, Subcommand, ValueEnum};
 
 use switchyard::config::{Config, EXIT_CONFIG};
+use switchyard::daemon::ws::WsDialect;
 use switchyard::daemon::DaemonOptions;
 use switchyard::{app, client, demo, shutdown, telemetry};
 
@@ -57,15 +58,31 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         timeout: u64,
     },
-    /// Run the reference NDJSON daemon alone.
+    /// Run a reference daemon alone: NDJSON on a Unix socket, or WebSocket.
+    #[command(group(ArgGroup::new("listen").required(true).args(["socket", "ws_listen"])))]
     Daemon {
-        /// Socket path.
+        /// Socket path of the NDJSON daemon.
         #[arg(long)]
-        socket: PathBuf,
-        /// Mimic the HumanLayer daemon's quirks.
+        socket: Option<PathBuf>,
+        /// Serve the reference WebSocket daemon on this IP:port instead (path /rpc).
         #[arg(long)]
+        ws_listen: Option<SocketAddr>,
+        /// The WebSocket daemon's dialect [default: jsonrpc].
+        #[arg(long, value_enum, conflicts_with = "socket")]
+        ws_dialect: Option<WsDialectArg>,
+        /// Mimic the HumanLayer daemon's quirks (NDJSON daemon only).
+        #[arg(long, conflicts_with = "ws_listen")]
         hld_quirks: bool,
     },
+}
+
+/// `--ws-dialect` values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum WsDialectArg {
+    /// JSON-RPC 2.0 over WebSocket.
+    Jsonrpc,
+    /// holon-rpc.
+    Holon,
 }
 
 fn main() -> ExitCode {
@@ -160,13 +177,28 @@ async fn run(command: Command) -> ExitCode {
                 }
             }
         }
-        Command::Daemon { socket, hld_quirks } => {
-            let opts = DaemonOptions { hld_quirks };
-            report(
-                switchyard::daemon::run_until_signal(&socket, opts)
-                    .await
-                    .map_err(Into::into),
-            )
+        Command::Daemon {
+            socket,
+            ws_listen,
+            ws_dialect,
+            hld_quirks,
+        } => {
+            let ran = match (ws_listen, socket) {
+                (Some(addr), _) => {
+                    let dialect = match ws_dialect {
+                        None | Some(WsDialectArg::Jsonrpc) => WsDialect::JsonRpc,
+                        Some(WsDialectArg::Holon) => WsDialect::Holon,
+                    };
+                    switchyard::daemon::ws::run_until_signal(addr, dialect).await
+                }
+                (None, Some(socket)) => {
+                    let opts = DaemonOptions { hld_quirks };
+                    switchyard::daemon::run_until_signal(&socket, opts).await
+                }
+                // The `listen` group requires one of them; clap enforces it.
+                (None, None) => Err(std::io::Error::other("--socket or --ws-listen is required")),
+            };
+            report(ran.map_err(Into::into))
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Runs `loadgen --smoke` against the freshly built `switchyard` and checks
-//! its report: every scenario ran every target, and no reply was lost or
-//! delivered to the wrong request. Performance is not judged here.
+//! its report: every scenario ran every target (each gateway listener
+//! included), every row carried verified traffic, and no reply was lost,
+//! errored or delivered to the wrong request. Performance is not judged
+//! here.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -9,26 +11,31 @@ use std::time::{Duration, Instant};
 /// The smoke run takes a few seconds; this bounds a hang.
 const LIMIT: Duration = Duration::from_secs(50);
 
+/// The rows of a scenario that runs every standard target, in table order.
+const EVERY_TARGET: &[&str] = &[
+    "A: daemon direct (NDJSON)",
+    "B: WebSocket echo",
+    "switchyard jsonrpc-ws → ndjson",
+    "switchyard holon-rpc → ndjson",
+    "switchyard sideband json → ndjson",
+    "switchyard sideband cbor → ndjson",
+    "switchyard ndjson → jsonrpc-ws",
+];
+
 /// Each scenario and the rows its table must have (by label prefix).
 const EXPECTED: [(&str, &[&str]); 6] = [
+    ("latency", EVERY_TARGET),
+    ("throughput", EVERY_TARGET),
+    ("large", EVERY_TARGET),
+    ("fixed-rate", EVERY_TARGET),
+    ("idle", &["switchyard jsonrpc-ws → ndjson"]),
     (
-        "latency",
-        &["A: daemon direct", "B: WebSocket echo", "switchyard"],
+        "fan-in",
+        &[
+            "switchyard jsonrpc-ws → ndjson",
+            "switchyard jsonrpc-ws → ndjson",
+        ],
     ),
-    (
-        "throughput",
-        &["A: daemon direct", "B: WebSocket echo", "switchyard"],
-    ),
-    (
-        "large",
-        &["A: daemon direct", "B: WebSocket echo", "switchyard"],
-    ),
-    (
-        "fixed-rate",
-        &["A: daemon direct", "B: WebSocket echo", "switchyard"],
-    ),
-    ("idle", &["switchyard"]),
-    ("fan-in", &["switchyard", "switchyard"]),
 ];
 
 #[test]
@@ -107,7 +114,9 @@ fn section<'a>(stdout: &'a str, scenario: &str) -> &'a str {
     &rest[..rest.find("\n### ").unwrap_or(rest.len())]
 }
 
-/// Checks that every row reports 0 mismatched and 0 lost; returns the labels.
+/// Checks that every row reports 0 errors, 0 mismatched and 0 lost, and
+/// that it carried traffic (req/s, or idle connections checked, above 0);
+/// returns the labels.
 fn check_table(scenario: &str, section: &str) -> Vec<String> {
     let mut lines = section.lines().filter(|l| l.starts_with('|'));
     let header = cells(
@@ -121,15 +130,26 @@ fn check_table(scenario: &str, section: &str) -> Vec<String> {
             .position(|h| h == name)
             .unwrap_or_else(|| panic!("{scenario}: no {name} column in {header:?}"))
     };
-    let (mismatched, lost) = (col("mismatched"), col("lost"));
+    let (errors, mismatched, lost) = (col("errors"), col("mismatched"), col("lost"));
+    // Traffic tables have req/s; the idle table counts checked connections.
+    let traffic = if header.iter().any(|h| h == "req/s") {
+        col("req/s")
+    } else {
+        col("checked")
+    };
     let mut labels = Vec::new();
     for line in lines.filter(|l| !l.starts_with("|---")) {
         let row = cells(line);
+        assert_eq!(row[errors], "0", "{scenario}: errors in {line}");
         assert_eq!(
             row[mismatched], "0",
             "{scenario}: mismatched replies in {line}"
         );
         assert_eq!(row[lost], "0", "{scenario}: lost replies in {line}");
+        let carried: f64 = row[traffic]
+            .parse()
+            .unwrap_or_else(|e| panic!("{scenario}: {:?} is not a number ({e})", row[traffic]));
+        assert!(carried > 0.0, "{scenario}: no verified traffic in {line}");
         labels.push(row[0].clone());
     }
     labels

@@ -3,10 +3,13 @@
 //! Runs each scenario (`latency`, `throughput`, `large`, `fixed-rate`,
 //! `idle`, `fan-in`) against fresh instances of its targets: floor A (the
 //! reference daemon over NDJSON, no gateway), floor B (a bare in-process
-//! WebSocket echo) and switchyard's JSON-RPC WebSocket listener in front of
-//! the daemon. Every reply is checked (id and nonce); the report is a
-//! Markdown table per scenario plus a pass/fail line per target of the
-//! performance issue. See `benches/README.md`.
+//! WebSocket echo) and five switchyard gateways: the JSON-RPC, holon-rpc,
+//! Sideband JSON and Sideband CBOR WebSocket listeners in front of the
+//! NDJSON daemon, and an NDJSON listener in front of the JSON-RPC WebSocket
+//! daemon (`idle` and `fan-in` run the JSON-RPC gateway only). Every reply
+//! is checked (id and nonce); the report is a Markdown table per scenario
+//! plus a pass/fail line per target of the performance issue. See
+//! `benches/README.md`.
 //!
 //! Exit status: 0 when every run completed with no mismatched and no lost
 //! reply; 1 otherwise; 2 for bad arguments; with `--strict`, 3 when a
@@ -52,10 +55,13 @@ use self::report::Status;
 use self::scenario::Options;
 use self::target::StartOpts;
 
-/// Measured seconds per run by default (after a warm-up of up to 1 s).
-const DEFAULT_DURATION_MS: u64 = 5000;
-/// Measured time per run in `--smoke` mode.
-const SMOKE_DURATION_MS: u64 = 300;
+/// Measured time per run by default, after a warm-up of a fifth of it (at
+/// most 1 s). 3 s keeps the whole default run (about 30 traffic runs plus
+/// idle) under 3 minutes on a 2-core machine.
+const DEFAULT_DURATION_MS: u64 = 3000;
+/// Measured time per run in `--smoke` mode: enough for thousands of
+/// verified replies per run, short enough for `cargo test`.
+const SMOKE_DURATION_MS: u64 = 150;
 /// Idle connections in `--smoke` mode.
 const SMOKE_IDLE_CONNS: usize = 50;
 
@@ -63,7 +69,7 @@ const SMOKE_IDLE_CONNS: usize = 50;
 #[derive(Debug, Parser)]
 #[command(about)]
 struct Cli {
-    /// Measured time per target per scenario, in ms [default: 5000; 300 with --smoke].
+    /// Measured time per target per scenario, in ms [default: 3000; 150 with --smoke].
     #[arg(long)]
     duration_ms: Option<u64>,
     /// Scenarios to run: all, or a comma-separated list of latency,

@@ -1,6 +1,10 @@
-//! Client connections: WebSocket text frames or NDJSON lines, split into a
-//! sending half and a receiving half so one connection can keep many
-//! requests in flight.
+//! Client connections: WebSocket frames (text or binary) or NDJSON lines,
+//! split into a sending half and a receiving half so one connection can keep
+//! many requests in flight.
+//!
+//! Opening a connection does what the [`Wire`] needs before its first
+//! request: the `holon-rpc` subprotocol (checked in the 101 response), or
+//! the Sideband handshake (see `wire::sideband`).
 //!
 //! Sending is `feed` + `flush`, so a writer with several requests ready puts
 //! them into one socket write, as a real pipelining client would.
@@ -13,10 +17,14 @@ use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpStream, UnixStream};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::{header, HeaderValue};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+use tokio_tungstenite::tungstenite::{Bytes, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 use tokio_util::codec::{FramedRead, FramedWrite, LinesCodec};
+
+use super::wire::{sideband, Out, Wire, HOLON_SUBPROTOCOL};
 
 /// Longest NDJSON line accepted from the daemon.
 const MAX_LINE: usize = 16 * 1024 * 1024;
@@ -47,7 +55,7 @@ pub(crate) enum Buffers {
 /// The sending half of a connection.
 #[derive(Debug)]
 pub(crate) enum Tx {
-    /// WebSocket text frames.
+    /// WebSocket frames.
     Ws(SplitSink<WebSocketStream<TcpStream>, Message>),
     /// NDJSON lines.
     Line(FramedWrite<OwnedWriteHalf, LinesCodec>),
@@ -56,38 +64,70 @@ pub(crate) enum Tx {
 /// The receiving half of a connection.
 #[derive(Debug)]
 pub(crate) enum Rx {
-    /// WebSocket text frames.
+    /// WebSocket frames.
     Ws(SplitStream<WebSocketStream<TcpStream>>),
     /// NDJSON lines.
     Line(FramedRead<OwnedReadHalf, LinesCodec>),
 }
 
-/// One received text.
+/// One received message.
 #[derive(Debug)]
-pub(crate) enum Text {
+pub(crate) enum Received {
     /// A WebSocket text frame.
     Frame(Utf8Bytes),
     /// An NDJSON line.
     Line(String),
+    /// A WebSocket binary frame.
+    Binary(Bytes),
 }
 
 // === impl Endpoint ===
 
 impl Endpoint {
-    /// Opens one client connection.
-    pub(crate) async fn connect(&self, buffers: Buffers) -> io::Result<(Tx, Rx)> {
+    /// Opens one client connection for `wire`.
+    pub(crate) async fn connect(&self, wire: Wire, buffers: Buffers) -> io::Result<(Tx, Rx)> {
         match self {
             Endpoint::Ws { addr, url } => {
                 let tcp = TcpStream::connect(addr).await?;
                 tcp.set_nodelay(true)?;
-                let (ws, _) =
-                    tokio_tungstenite::client_async_with_config(url, tcp, Some(ws_config(buffers)))
-                        .await
-                        .map_err(io::Error::other)?;
+                let mut request = url
+                    .as_str()
+                    .into_client_request()
+                    .map_err(io::Error::other)?;
+                if wire == Wire::Holon {
+                    request.headers_mut().insert(
+                        header::SEC_WEBSOCKET_PROTOCOL,
+                        HeaderValue::from_static(HOLON_SUBPROTOCOL),
+                    );
+                }
+                let (mut ws, response) = tokio_tungstenite::client_async_with_config(
+                    request,
+                    tcp,
+                    Some(ws_config(buffers)),
+                )
+                .await
+                .map_err(io::Error::other)?;
+                if wire == Wire::Holon {
+                    let selected = response.headers().get(header::SEC_WEBSOCKET_PROTOCOL);
+                    if selected.and_then(|v| v.to_str().ok()) != Some(HOLON_SUBPROTOCOL) {
+                        return Err(io::Error::other(format!(
+                            "the server did not select the {HOLON_SUBPROTOCOL} subprotocol \
+                             (got {selected:?})"
+                        )));
+                    }
+                }
+                if let Wire::Sideband(encoding) = wire {
+                    sideband::handshake(&mut ws, encoding).await?;
+                }
                 let (sink, stream) = ws.split();
                 Ok((Tx::Ws(sink), Rx::Ws(stream)))
             }
             Endpoint::Unix(path) => {
+                if wire != Wire::JsonRpc {
+                    return Err(io::Error::other(format!(
+                        "{wire:?} is not spoken over NDJSON"
+                    )));
+                }
                 let (rd, wr) = UnixStream::connect(path).await?.into_split();
                 let codec = LinesCodec::new_with_max_length(MAX_LINE);
                 Ok((
@@ -113,14 +153,19 @@ pub(crate) fn ws_config(buffers: Buffers) -> WebSocketConfig {
 // === impl Tx ===
 
 impl Tx {
-    /// Queues one text without flushing.
-    pub(crate) async fn feed(&mut self, text: String) -> io::Result<()> {
-        match self {
-            Tx::Ws(sink) => sink
+    /// Queues one message without flushing.
+    pub(crate) async fn feed(&mut self, out: Out) -> io::Result<()> {
+        match (self, out) {
+            (Tx::Ws(sink), Out::Text(text)) => sink
                 .feed(Message::Text(text.into()))
                 .await
                 .map_err(io::Error::other),
-            Tx::Line(sink) => sink.feed(text).await.map_err(io::Error::other),
+            (Tx::Ws(sink), Out::Binary(bytes)) => sink
+                .feed(Message::Binary(bytes.into()))
+                .await
+                .map_err(io::Error::other),
+            (Tx::Line(sink), Out::Text(text)) => sink.feed(text).await.map_err(io::Error::other),
+            (Tx::Line(_), Out::Binary(_)) => Err(io::Error::other("binary data on an NDJSON line")),
         }
     }
 
@@ -138,15 +183,16 @@ impl Tx {
 // === impl Rx ===
 
 impl Rx {
-    /// The next text; `None` when the connection ended (or sent a close or
-    /// binary frame). Pings and pongs are skipped.
-    pub(crate) async fn recv(&mut self) -> Option<io::Result<Text>> {
+    /// The next message; `None` when the connection ended (or sent a close
+    /// frame). Pings and pongs are skipped.
+    pub(crate) async fn recv(&mut self) -> Option<io::Result<Received>> {
         match self {
             Rx::Ws(stream) => loop {
                 match stream.next().await? {
-                    Ok(Message::Text(t)) => return Some(Ok(Text::Frame(t))),
+                    Ok(Message::Text(t)) => return Some(Ok(Received::Frame(t))),
+                    Ok(Message::Binary(b)) => return Some(Ok(Received::Binary(b))),
                     Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => continue,
-                    Ok(Message::Close(_) | Message::Binary(_)) => return None,
+                    Ok(Message::Close(_)) => return None,
                     Err(e) => return Some(Err(io::Error::other(e))),
                 }
             },
@@ -154,21 +200,31 @@ impl Rx {
                 lines
                     .next()
                     .await?
-                    .map(Text::Line)
+                    .map(Received::Line)
                     .map_err(io::Error::other),
             ),
         }
     }
 }
 
-// === impl Text ===
+// === impl Received ===
 
-impl Text {
-    /// The text.
-    pub(crate) fn as_str(&self) -> &str {
+impl Received {
+    /// The text of a text frame or line; `None` for binary data.
+    pub(crate) fn text(&self) -> Option<&str> {
         match self {
-            Text::Frame(t) => t.as_str(),
-            Text::Line(s) => s,
+            Received::Frame(t) => Some(t.as_str()),
+            Received::Line(s) => Some(s),
+            Received::Binary(_) => None,
+        }
+    }
+
+    /// The raw bytes, whatever the framing.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            Received::Frame(t) => t.as_bytes(),
+            Received::Line(s) => s.as_bytes(),
+            Received::Binary(b) => b,
         }
     }
 }

@@ -19,7 +19,7 @@ use tokio::time::{sleep_until, timeout_at, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::conn::{Buffers, Endpoint, Rx, Tx};
-use super::wire::{Reply, Wire};
+use super::wire::{Reply, Requests, Wire};
 
 /// Requests a writer puts into one flush at most.
 const MAX_BATCH: usize = 64;
@@ -93,16 +93,20 @@ struct Flight {
 #[derive(Debug, Clone)]
 struct Plan {
     wire: Wire,
-    pad: Arc<str>,
+    requests: Arc<Requests>,
     timing: Timing,
     /// Open loop: the gap between sends, and the first send.
     schedule: Option<(Duration, Instant)>,
 }
 
-/// Opens `n` connections; fails if any cannot be opened.
-pub(crate) async fn connect_all(endpoint: &Endpoint, n: usize) -> anyhow::Result<Vec<(Tx, Rx)>> {
+/// Opens `n` connections for `wire`; fails if any cannot be opened.
+pub(crate) async fn connect_all(
+    endpoint: &Endpoint,
+    wire: Wire,
+    n: usize,
+) -> anyhow::Result<Vec<(Tx, Rx)>> {
     stream::iter(0..n)
-        .map(|_| endpoint.connect(Buffers::Default))
+        .map(|_| endpoint.connect(wire, Buffers::Default))
         .buffer_unordered(CONNECT_CONCURRENCY)
         .try_collect()
         .await
@@ -110,8 +114,14 @@ pub(crate) async fn connect_all(endpoint: &Endpoint, n: usize) -> anyhow::Result
 }
 
 /// Drives every connection through `timing` and merges their tallies.
-pub(crate) async fn run(conns: Vec<(Tx, Rx)>, wire: Wire, load: &Load, timing: Timing) -> Tally {
-    let pad: Arc<str> = Wire::pad(load.params_bytes).into();
+pub(crate) async fn run(
+    conns: Vec<(Tx, Rx)>,
+    wire: Wire,
+    requests: Requests,
+    load: &Load,
+    timing: Timing,
+) -> Tally {
+    let requests = Arc::new(requests);
     let n = conns.len().max(1) as u32;
     let tasks: Vec<_> = conns
         .into_iter()
@@ -123,7 +133,7 @@ pub(crate) async fn run(conns: Vec<(Tx, Rx)>, wire: Wire, load: &Load, timing: T
             });
             let plan = Plan {
                 wire,
-                pad: pad.clone(),
+                requests: requests.clone(),
                 timing,
                 schedule,
             };
@@ -205,10 +215,10 @@ async fn send_batch(
     for _ in 0..batch {
         *id += 1;
         let nonce: u64 = rand::random();
-        let text = plan.wire.request(*id, nonce, &plan.pad);
+        let out = plan.requests.make(*id, nonce);
         let at = Instant::now();
         flight.pending.lock().insert(*id, Sent { nonce, at });
-        tx.feed(text).await?;
+        tx.feed(out).await?;
     }
     tx.flush().await
 }
@@ -229,7 +239,7 @@ async fn read_loop(rx: &mut Rx, flight: &Flight, plan: &Plan) -> Tally {
             () = sleep_until(stop_at) => break,
         };
         match next {
-            Some(Ok(text)) => tally.settle(plan.wire.parse(text.as_str()), flight, &plan.timing),
+            Some(Ok(msg)) => tally.settle(plan.wire.parse(&msg), flight, &plan.timing),
             // The connection failed or ended: what is pending is lost.
             Some(Err(_)) | None => {
                 tally.errors += 1;
@@ -295,6 +305,8 @@ impl Tally {
                     flight.slots.add_permits(1);
                 }
             }
+            Reply::Mismatch => self.mismatches += 1,
+            Reply::Ignore => {}
             Reply::Malformed => self.errors += 1,
         }
     }

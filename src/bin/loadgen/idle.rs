@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::conn::{Buffers, Endpoint, Rx, Tx};
 use super::procs;
-use super::wire::{Reply, Wire};
+use super::wire::{Reply, Requests, Wire};
 
 /// Connections opened at once.
 const CONNECT_CONCURRENCY: usize = 64;
@@ -43,7 +43,13 @@ pub(crate) struct Idle {
 }
 
 /// Opens `n` connections to `endpoint`, reads the gateway's RSS, checks each.
-pub(crate) async fn run(endpoint: &Endpoint, gateway_pid: u32, wire: Wire, n: usize) -> Idle {
+pub(crate) async fn run(
+    endpoint: &Endpoint,
+    gateway_pid: u32,
+    wire: Wire,
+    n: usize,
+) -> anyhow::Result<Idle> {
+    let requests = Requests::new(wire, 0)?;
     let mut idle = Idle {
         requested: n,
         rss_before_kib: procs::vm_kib(gateway_pid, "VmRSS").unwrap_or(0),
@@ -51,7 +57,7 @@ pub(crate) async fn run(endpoint: &Endpoint, gateway_pid: u32, wire: Wire, n: us
     };
     let started = Instant::now();
     let opened: Vec<_> = stream::iter(0..n)
-        .map(|_| endpoint.connect(Buffers::Small))
+        .map(|_| endpoint.connect(wire, Buffers::Small))
         .buffer_unordered(CONNECT_CONCURRENCY)
         .collect()
         .await;
@@ -62,7 +68,7 @@ pub(crate) async fn run(endpoint: &Endpoint, gateway_pid: u32, wire: Wire, n: us
     tokio::time::sleep(SETTLE).await;
     idle.rss_open_kib = procs::vm_kib(gateway_pid, "VmRSS").unwrap_or(0);
     let checks: Vec<Check> = stream::iter(conns.into_iter().enumerate())
-        .map(|(i, conn)| check(conn, wire, i as u64))
+        .map(|(i, conn)| check(conn, wire, &requests, i as u64))
         .buffer_unordered(CONNECT_CONCURRENCY)
         .collect()
         .await;
@@ -75,7 +81,7 @@ pub(crate) async fn run(endpoint: &Endpoint, gateway_pid: u32, wire: Wire, n: us
             Check::Lost => idle.lost += 1,
         }
     }
-    idle
+    Ok(idle)
 }
 
 // === impl Idle ===
@@ -97,21 +103,25 @@ enum Check {
 }
 
 /// Sends one request on an idle connection and checks its reply.
-async fn check((mut tx, mut rx): (Tx, Rx), wire: Wire, nonce: u64) -> Check {
+async fn check((mut tx, mut rx): (Tx, Rx), wire: Wire, requests: &Requests, nonce: u64) -> Check {
     let sent = async {
-        tx.feed(wire.request(1, nonce, "")).await?;
+        tx.feed(requests.make(1, nonce)).await?;
         tx.flush().await
     };
     if sent.await.is_err() {
         return Check::Error;
     }
-    match tokio::time::timeout(CHECK_TIMEOUT, rx.recv()).await {
-        Err(_) => Check::Lost,
-        Ok(None | Some(Err(_))) => Check::Error,
-        Ok(Some(Ok(text))) => match wire.parse(text.as_str()) {
-            Reply::Echo { id: 1, nonce: n } if n == nonce => Check::Ok,
-            Reply::Echo { .. } => Check::Mismatch,
-            Reply::Error(_) | Reply::Malformed => Check::Error,
-        },
+    let deadline = Instant::now() + CHECK_TIMEOUT;
+    loop {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Err(_) => return Check::Lost,
+            Ok(None | Some(Err(_))) => return Check::Error,
+            Ok(Some(Ok(msg))) => match wire.parse(&msg) {
+                Reply::Echo { id: 1, nonce: n } if n == nonce => return Check::Ok,
+                Reply::Echo { .. } | Reply::Mismatch => return Check::Mismatch,
+                Reply::Ignore => continue,
+                Reply::Error(_) | Reply::Malformed => return Check::Error,
+            },
+        }
     }
 }

@@ -12,6 +12,7 @@ use super::idle::{self, Idle};
 use super::procs;
 use super::scenario::{Options, Run, Scenario, Shape};
 use super::target::{Role, StartOpts};
+use super::wire::Requests;
 
 /// How long readers wait for outstanding replies after a run's window.
 const GRACE: Duration = Duration::from_secs(3);
@@ -121,18 +122,19 @@ async fn run_one(r: &Run, start: &StartOpts, o: &Options) -> anyhow::Result<RunR
             let Some(pid) = live.server_pid else {
                 bail!("the idle scenario needs a gateway process");
             };
-            let idle = idle::run(&live.endpoint, pid, r.target.wire, n).await;
+            let idle = idle::run(&live.endpoint, pid, r.target.wire, n).await?;
             result.errors = idle.errors;
             result.mismatches = idle.mismatches;
             result.lost = idle.lost;
             result.idle = Some(idle);
         }
         Shape::Traffic(load) => {
-            let conns = drive::connect_all(&live.endpoint, load.conns).await?;
+            let requests = Requests::new(r.target.wire, load.params_bytes)?;
+            let conns = drive::connect_all(&live.endpoint, r.target.wire, load.conns).await?;
             let pids = [live.server_pid, live.daemon_pid];
             let timing = timing(o.duration);
             let sampler = tokio::spawn(sample_cpu(pids, timing));
-            let tally = drive::run(conns, r.target.wire, &load, timing).await;
+            let tally = drive::run(conns, r.target.wire, requests, &load, timing).await;
             // A failed sampler only costs the CPU columns.
             let cpu = sampler.await.unwrap_or_default();
             result.fill(&tally, timing, cpu);

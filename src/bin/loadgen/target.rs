@@ -5,23 +5,26 @@
 //! [`Live`] owns the child processes, the in-process echo server and the
 //! temp dir, and cleans all of them up on drop.
 //!
-//! Adding a target (holon-rpc listener, Sideband, NDJSON listener) is one
-//! entry in [`standard`] with its [`Server`] and [`Wire`].
+//! Adding a target is one entry in [`standard`] with its [`Server`] and
+//! [`Wire`]. `launch` starts the processes: the reference daemons and
+//! switchyard with a generated configuration.
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+#[path = "target/launch.rs"]
+mod launch;
+
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use switchyard::dialect::sideband::Encoding;
 use switchyard::dialect::Dialect;
-use tokio::net::UnixStream;
 use tokio::time::Instant;
 
+use self::launch::Upstream;
 use super::conn::{Buffers, Endpoint};
 use super::echo::EchoServer;
 use super::procs::ChildGuard;
-use super::wire::{Reply, Wire};
+use super::wire::{Reply, Requests, Wire};
 
 /// How long a started process may take to accept connections.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -35,7 +38,7 @@ pub(crate) enum Role {
     FloorA,
     /// Floor B: a bare in-process WebSocket echo.
     FloorB,
-    /// A switchyard listener in front of the daemon.
+    /// A switchyard listener in front of a reference daemon.
     Gateway,
 }
 
@@ -46,9 +49,11 @@ pub(crate) enum Server {
     Daemon,
     /// The in-process WebSocket echo.
     WsEcho,
-    /// A switchyard process with one listener of this dialect, in front of
-    /// a daemon process.
-    Switchyard(Dialect),
+    /// A switchyard process with one listener of the first dialect, in
+    /// front of a reference daemon process speaking the second: the NDJSON
+    /// daemon for `ndjson`, the WebSocket daemon for `jsonrpc-ws`. A
+    /// Sideband listener advertises CBOR when the target's wire speaks it.
+    Switchyard(Dialect, Dialect),
 }
 
 /// One target.
@@ -67,9 +72,9 @@ pub(crate) struct TargetSpec {
 /// Settings every target start needs.
 #[derive(Debug, Clone)]
 pub(crate) struct StartOpts {
-    /// The `switchyard` binary (also runs the daemon).
+    /// The `switchyard` binary (also runs the daemons).
     pub(crate) switchyard: PathBuf,
-    /// Upstream connections from switchyard to the daemon.
+    /// Upstream connections from switchyard to its daemon.
     pub(crate) pool_size: usize,
 }
 
@@ -92,6 +97,12 @@ pub(crate) struct Live {
 
 /// The floors and the gateway targets, in table order.
 pub(crate) fn standard() -> Vec<TargetSpec> {
+    let gateway = |name, listener, upstream, wire| TargetSpec {
+        name,
+        role: Role::Gateway,
+        server: Server::Switchyard(listener, upstream),
+        wire,
+    };
     vec![
         TargetSpec {
             name: "A: daemon direct (NDJSON)",
@@ -106,7 +117,30 @@ pub(crate) fn standard() -> Vec<TargetSpec> {
             wire: Wire::JsonRpc,
         },
         switchyard_jsonrpc(),
-        // Later: holon-rpc listener, Sideband listener, NDJSON listener.
+        gateway(
+            "switchyard holon-rpc → ndjson",
+            Dialect::Holon,
+            Dialect::Ndjson,
+            Wire::Holon,
+        ),
+        gateway(
+            "switchyard sideband json → ndjson",
+            Dialect::Sideband,
+            Dialect::Ndjson,
+            Wire::Sideband(Encoding::Json),
+        ),
+        gateway(
+            "switchyard sideband cbor → ndjson",
+            Dialect::Sideband,
+            Dialect::Ndjson,
+            Wire::Sideband(Encoding::Cbor),
+        ),
+        gateway(
+            "switchyard ndjson → jsonrpc-ws",
+            Dialect::Ndjson,
+            Dialect::JsonRpc,
+            Wire::JsonRpc,
+        ),
     ]
 }
 
@@ -115,7 +149,7 @@ pub(crate) fn switchyard_jsonrpc() -> TargetSpec {
     TargetSpec {
         name: "switchyard jsonrpc-ws → ndjson",
         role: Role::Gateway,
-        server: Server::Switchyard(Dialect::JsonRpc),
+        server: Server::Switchyard(Dialect::JsonRpc, Dialect::Ndjson),
         wire: Wire::JsonRpc,
     }
 }
@@ -133,7 +167,7 @@ impl TargetSpec {
             Server::WsEcho => {
                 let echo = EchoServer::start().await.context("starting the echo")?;
                 Ok(Live {
-                    endpoint: ws_endpoint(echo.addr(), "/"),
+                    endpoint: launch::ws_endpoint(echo.addr(), "/"),
                     server_pid: None,
                     daemon_pid: None,
                     children: Vec::new(),
@@ -142,7 +176,7 @@ impl TargetSpec {
                 })
             }
             Server::Daemon => {
-                let (daemon, socket) = start_daemon(opts, dir.path()).await?;
+                let (daemon, socket) = launch::ndjson_daemon(opts, dir.path()).await?;
                 Ok(Live {
                     endpoint: Endpoint::Unix(socket),
                     server_pid: Some(daemon.id()),
@@ -152,10 +186,21 @@ impl TargetSpec {
                     _dir: dir,
                 })
             }
-            Server::Switchyard(dialect) => {
-                let (daemon, socket) = start_daemon(opts, dir.path()).await?;
+            Server::Switchyard(listener, upstream) => {
+                let (daemon, upstream) = match upstream {
+                    Dialect::Ndjson => {
+                        let (daemon, socket) = launch::ndjson_daemon(opts, dir.path()).await?;
+                        (daemon, Upstream::Ndjson(socket))
+                    }
+                    Dialect::JsonRpc => {
+                        let (daemon, url) = launch::ws_daemon(opts, dir.path()).await?;
+                        (daemon, Upstream::JsonRpcWs(url))
+                    }
+                    other => bail!("no reference daemon speaks {other}"),
+                };
+                let cbor = self.wire == Wire::Sideband(Encoding::Cbor);
                 let (gateway, endpoint) =
-                    start_switchyard(opts, dialect, &socket, dir.path()).await?;
+                    launch::switchyard(opts, listener, cbor, &upstream, dir.path())?;
                 let mut live = Live {
                     endpoint,
                     server_pid: Some(gateway.id()),
@@ -171,108 +216,20 @@ impl TargetSpec {
     }
 }
 
-fn ws_endpoint(addr: SocketAddr, path: &str) -> Endpoint {
-    Endpoint::Ws {
-        addr,
-        url: format!("ws://{addr}{path}"),
-    }
-}
-
-/// `switchyard daemon --socket DIR/daemon.sock`, once it accepts.
-async fn start_daemon(opts: &StartOpts, dir: &Path) -> anyhow::Result<(ChildGuard, PathBuf)> {
-    let socket = dir.join("daemon.sock");
-    let mut cmd = Command::new(&opts.switchyard);
-    cmd.arg("daemon").arg("--socket").arg(&socket);
-    let mut daemon = ChildGuard::spawn("daemon", cmd, &dir.join("daemon.log"))?;
-    let deadline = Instant::now() + READY_TIMEOUT;
-    while UnixStream::connect(&socket).await.is_err() {
-        daemon.check_alive()?;
-        if Instant::now() >= deadline {
-            bail!("the daemon did not listen on {} in time", socket.display());
-        }
-        tokio::time::sleep(PROBE_EVERY).await;
-    }
-    Ok((daemon, socket))
-}
-
-/// `switchyard run --config DIR/switchyard.toml` on a free loopback port.
-async fn start_switchyard(
-    opts: &StartOpts,
-    dialect: Dialect,
-    socket: &Path,
-    dir: &Path,
-) -> anyhow::Result<(ChildGuard, Endpoint)> {
-    let addr = free_port().context("picking a free port")?;
-    let path = "/rpc";
-    let toml = gateway_toml(dialect, addr, path, socket, opts.pool_size);
-    let config = dir.join("switchyard.toml");
-    std::fs::write(&config, toml).context("writing the switchyard config")?;
-    let mut cmd = Command::new(&opts.switchyard);
-    cmd.arg("run").arg("--config").arg(&config);
-    let gateway = ChildGuard::spawn("switchyard", cmd, &dir.join("switchyard.log"))?;
-    Ok((gateway, ws_endpoint(addr, path)))
-}
-
-/// A port that was free a moment ago (bound to 127.0.0.1:0, then closed).
-fn free_port() -> std::io::Result<SocketAddr> {
-    std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()
-}
-
-/// One listener and the daemon upstream, with admission limits raised far
-/// above any scenario so that only the data path is measured.
-fn gateway_toml(
-    dialect: Dialect,
-    addr: SocketAddr,
-    path: &str,
-    socket: &Path,
-    pool: usize,
-) -> String {
-    format!(
-        r#"[gateway]
-shutdown_grace_ms = 100
-
-[log]
-level = "warn"
-
-[listeners.bench]
-dialect = "{dialect}"
-address = "{addr}"
-path = "{path}"
-max_in_flight = 4096
-outbox_capacity = 4096
-
-[upstreams.daemon]
-dialect = "ndjson"
-socket = "{socket}"
-pool_size = {pool}
-max_in_flight_per_connection = 65536
-max_pending = 65536
-max_queued = 65536
-backoff_initial_ms = 20
-backoff_max_ms = 200
-
-[[routes]]
-listener = "bench"
-upstream = "daemon"
-"#,
-        dialect = dialect.as_str(),
-        socket = socket.display(),
-    )
-}
-
 /// Waits until a gateway answers an echo through its upstream.
 async fn probe_echo(
     endpoint: &Endpoint,
     wire: Wire,
     children: &mut [ChildGuard],
 ) -> anyhow::Result<()> {
+    let requests = Requests::new(wire, 0)?;
     let deadline = Instant::now() + READY_TIMEOUT;
     let mut last = String::from("no attempt");
     while Instant::now() < deadline {
         for child in children.iter_mut() {
             child.check_alive()?;
         }
-        match echo_once(endpoint, wire).await {
+        match echo_once(endpoint, wire, &requests).await {
             Ok(()) => return Ok(()),
             Err(e) => last = format!("{e:#}"),
         }
@@ -286,16 +243,23 @@ async fn probe_echo(
 }
 
 /// One request on a fresh connection, with its reply checked.
-async fn echo_once(endpoint: &Endpoint, wire: Wire) -> anyhow::Result<()> {
-    let (mut tx, mut rx) = endpoint.connect(Buffers::Small).await?;
-    tx.feed(wire.request(1, 42, "")).await?;
+async fn echo_once(endpoint: &Endpoint, wire: Wire, requests: &Requests) -> anyhow::Result<()> {
+    let (mut tx, mut rx) = endpoint.connect(wire, Buffers::Small).await?;
+    tx.feed(requests.make(1, 42)).await?;
     tx.flush().await?;
-    let reply = tokio::time::timeout(Duration::from_secs(2), rx.recv())
-        .await
-        .context("no reply within 2 s")?
-        .context("connection closed")??;
-    match wire.parse(reply.as_str()) {
-        Reply::Echo { id: 1, nonce: 42 } => Ok(()),
-        other => bail!("unexpected reply {other:?}: {}", reply.as_str()),
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let reply = tokio::time::timeout_at(deadline, rx.recv())
+            .await
+            .context("no reply within 2 s")?
+            .context("connection closed")??;
+        match wire.parse(&reply) {
+            Reply::Echo { id: 1, nonce: 42 } => return Ok(()),
+            Reply::Ignore => continue,
+            other => bail!(
+                "unexpected reply {other:?}: {}",
+                String::from_utf8_lossy(reply.bytes())
+            ),
+        }
     }
 }

@@ -104,6 +104,17 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause after a failed `accept` (such as EMFILE) before trying again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
+/// Runs a reference WebSocket daemon on `addr` until SIGINT/SIGTERM (for
+/// `switchyard daemon --ws-listen`).
+pub async fn run_until_signal(addr: SocketAddr, dialect: WsDialect) -> io::Result<()> {
+    let daemon = WsDaemon::start(addr, dialect).await?;
+    tracing::info!(url = %daemon.url(), "ws daemon listening");
+    crate::shutdown::signal().await;
+    tracing::info!("ws daemon stopping");
+    daemon.stop().await;
+    Ok(())
+}
+
 // === impl WsDialect ===
 
 impl WsDialect {
