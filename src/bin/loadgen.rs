@@ -3,7 +3,8 @@
 //! Runs each scenario (`latency`, `throughput`, `large`, `fixed-rate`,
 //! `idle`, `fan-in`) against fresh instances of its targets: floor A (the
 //! reference daemon over NDJSON, no gateway), floor B (a bare in-process
-//! WebSocket echo) and five switchyard gateways: the JSON-RPC, holon-rpc,
+//! WebSocket echo), floor C (a byte relay process in front of the daemon:
+//! the cost of one more process hop, see `relay`) and five switchyard gateways: the JSON-RPC, holon-rpc,
 //! Sideband JSON and Sideband CBOR WebSocket listeners in front of the
 //! NDJSON daemon, and an NDJSON listener in front of the JSON-RPC WebSocket
 //! daemon (`idle` and `fan-in` run the JSON-RPC gateway only). Every reply
@@ -34,6 +35,8 @@ mod idle;
 mod measure;
 #[path = "loadgen/procs.rs"]
 mod procs;
+#[path = "loadgen/relay.rs"]
+mod relay;
 #[path = "loadgen/report.rs"]
 mod report;
 #[path = "loadgen/scenario.rs"]
@@ -89,12 +92,23 @@ struct Cli {
     /// switchyard's upstream connections to the daemon (1-4); fan-in always uses 1.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=4))]
     pool_size: u16,
+    /// switchyard's runtime worker threads (`[gateway] worker_threads`);
+    /// 0 is one per core, switchyard's own default.
+    #[arg(long, default_value_t = 0)]
+    gateway_workers: usize,
     /// WebSocket connections held open in the idle scenario [default: 10000; 50 with --smoke].
     #[arg(long)]
     idle_connections: Option<usize>,
     /// Exit with status 3 when a performance target is missed.
     #[arg(long)]
     strict: bool,
+    /// Internal: run as floor C, a byte relay listening on this socket
+    /// (loadgen starts itself this way).
+    #[arg(long, hide = true, requires = "relay_to")]
+    relay_listen: Option<PathBuf>,
+    /// Internal: the daemon socket floor C relays to.
+    #[arg(long, hide = true, requires = "relay_listen")]
+    relay_to: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -106,6 +120,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let (Some(listen), Some(to)) = (cli.relay_listen.clone(), cli.relay_to.clone()) {
+        return match runtime.block_on(relay::serve(listen, to)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("loadgen relay: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let code = runtime.block_on(async {
         tokio::select! {
             code = run(cli) => code,
@@ -166,6 +189,7 @@ fn setup(cli: &Cli) -> anyhow::Result<(Options, StartOpts)> {
     let start = StartOpts {
         switchyard: procs::locate_switchyard(cli.switchyard.clone())?,
         pool_size: opts.pool_size,
+        gateway_workers: cli.gateway_workers,
     };
     Ok((opts, start))
 }
@@ -194,10 +218,14 @@ fn print_header(opts: &Options, start: &StartOpts) {
     let age = procs::age(&start.switchyard)
         .map_or_else(String::new, |a| format!(" (built {} s ago)", a.as_secs()));
     emit(&format!(
-        "## switchyard loadgen\n\n{} ms per run (plus warm-up), pool_size {}, idle N {}, \
-         {cores} cores, switchyard binary {}{age}{}\n",
+        "## switchyard loadgen\n\n{} ms per run (plus warm-up), pool_size {}, gateway workers {}, \
+         idle N {}, {cores} cores, switchyard binary {}{age}{}\n",
         opts.duration.as_millis(),
         opts.pool_size,
+        match start.gateway_workers {
+            0 => "one per core".to_owned(),
+            n => n.to_string(),
+        },
         opts.idle_conns,
         start.switchyard.display(),
         if opts.smoke { ", SMOKE" } else { "" },

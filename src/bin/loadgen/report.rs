@@ -27,6 +27,9 @@ pub(crate) enum Status {
     Skip,
     /// Smoke runs are too small to judge performance.
     NotJudged,
+    /// Floor C judged by the same rule: not a target, the bound that any
+    /// extra process between client and daemon meets on this machine.
+    Reference,
 }
 
 /// One line of the verdict list.
@@ -219,16 +222,23 @@ fn vs_floor_b(
         return;
     };
     let b = sc.runs.iter().find(|r| r.role == Role::FloorB);
+    let judged = |r: &RunResult| match b {
+        Some(b) if b.failure.is_none() && r.failure.is_none() => judge(r, b),
+        _ => (false, String::from("a run failed; nothing to compare")),
+    };
     for g in sc.runs.iter().filter(|r| r.role == Role::Gateway) {
-        let target = format!("{target} [{}]", g.label);
-        let (ok, detail) = match b {
-            Some(b) if b.failure.is_none() && g.failure.is_none() => judge(g, b),
-            _ => (false, String::from("a run failed; nothing to compare")),
-        };
+        let (ok, detail) = judged(g);
         out.push(Verdict {
-            target,
+            target: format!("{target} [{}]", g.label),
             status: if ok { Status::Pass } else { Status::Fail },
             detail,
+        });
+    }
+    for c in sc.runs.iter().filter(|r| r.role == Role::FloorC) {
+        out.push(Verdict {
+            target: format!("{target} [{}]", c.label),
+            status: Status::Reference,
+            detail: judged(c).1,
         });
     }
 }
@@ -337,6 +347,7 @@ pub(crate) fn verdict_lines(verdicts: &[Verdict]) -> String {
             Status::Fail => "FAIL",
             Status::Skip => "SKIP",
             Status::NotJudged => "NOT JUDGED (smoke)",
+            Status::Reference => "REF",
         };
         // Writing to a String cannot fail.
         let _ = writeln!(out, "- {status} {}: {}", v.target, v.detail);

@@ -38,6 +38,8 @@ pub(crate) enum Role {
     FloorA,
     /// Floor B: a bare in-process WebSocket echo.
     FloorB,
+    /// Floor C: a byte relay process in front of the daemon.
+    FloorC,
     /// A switchyard listener in front of a reference daemon.
     Gateway,
 }
@@ -49,6 +51,8 @@ pub(crate) enum Server {
     Daemon,
     /// The in-process WebSocket echo.
     WsEcho,
+    /// loadgen's byte relay process in front of the NDJSON daemon.
+    Relay,
     /// A switchyard process with one listener of the first dialect, in
     /// front of a reference daemon process speaking the second: the NDJSON
     /// daemon for `ndjson`, the WebSocket daemon for `jsonrpc-ws`. A
@@ -76,6 +80,8 @@ pub(crate) struct StartOpts {
     pub(crate) switchyard: PathBuf,
     /// Upstream connections from switchyard to its daemon.
     pub(crate) pool_size: usize,
+    /// switchyard's `[gateway] worker_threads` (0: one per core).
+    pub(crate) gateway_workers: usize,
 }
 
 /// A started target. Dropping it kills its processes, stops the echo server
@@ -114,6 +120,12 @@ pub(crate) fn standard() -> Vec<TargetSpec> {
             name: "B: WebSocket echo",
             role: Role::FloorB,
             server: Server::WsEcho,
+            wire: Wire::JsonRpc,
+        },
+        TargetSpec {
+            name: "C: byte relay → daemon (NDJSON)",
+            role: Role::FloorC,
+            server: Server::Relay,
             wire: Wire::JsonRpc,
         },
         switchyard_jsonrpc(),
@@ -182,6 +194,18 @@ impl TargetSpec {
                     server_pid: Some(daemon.id()),
                     daemon_pid: None,
                     children: vec![daemon],
+                    _echo: None,
+                    _dir: dir,
+                })
+            }
+            Server::Relay => {
+                let (daemon, socket) = launch::ndjson_daemon(opts, dir.path()).await?;
+                let (relay, front) = launch::relay(&socket, dir.path()).await?;
+                Ok(Live {
+                    endpoint: Endpoint::Unix(front),
+                    server_pid: Some(relay.id()),
+                    daemon_pid: Some(daemon.id()),
+                    children: vec![relay, daemon],
                     _echo: None,
                     _dir: dir,
                 })

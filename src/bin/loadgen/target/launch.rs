@@ -1,5 +1,5 @@
 //! Starting the processes a target needs: the reference daemons (NDJSON on
-//! a Unix socket, or JSON-RPC over WebSocket) and switchyard with a
+//! a Unix socket, or JSON-RPC over WebSocket), floor C's relay and switchyard with a
 //! generated configuration, each waited for until it accepts connections.
 
 use std::net::SocketAddr;
@@ -45,6 +45,28 @@ pub(super) async fn ndjson_daemon(
         tokio::time::sleep(PROBE_EVERY).await;
     }
     Ok((daemon, socket))
+}
+
+/// Floor C: this loadgen executable as a byte relay from `DIR/relay.sock`
+/// to the daemon's socket, once it accepts.
+pub(super) async fn relay(daemon: &Path, dir: &Path) -> anyhow::Result<(ChildGuard, PathBuf)> {
+    let socket = dir.join("relay.sock");
+    let exe = std::env::current_exe().context("locating the loadgen executable")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--relay-listen")
+        .arg(&socket)
+        .arg("--relay-to")
+        .arg(daemon);
+    let mut relay = ChildGuard::spawn("relay", cmd, &dir.join("relay.log"))?;
+    let deadline = Instant::now() + READY_TIMEOUT;
+    while UnixStream::connect(&socket).await.is_err() {
+        relay.check_alive()?;
+        if Instant::now() >= deadline {
+            bail!("the relay did not listen on {} in time", socket.display());
+        }
+        tokio::time::sleep(PROBE_EVERY).await;
+    }
+    Ok((relay, socket))
 }
 
 /// `switchyard daemon --ws-listen ADDR` (JSON-RPC) on a free loopback
@@ -99,7 +121,7 @@ pub(super) fn switchyard(
         ),
         Upstream::JsonRpcWs(url) => format!("dialect = \"{}\"\nurl = \"{url}\"", Dialect::JsonRpc),
     };
-    let toml = gateway_toml(listener, &listen, sideband_cbor, &upstream, opts.pool_size);
+    let toml = gateway_toml(listener, &listen, sideband_cbor, &upstream, opts);
     let config = dir.join("switchyard.toml");
     std::fs::write(&config, toml).context("writing the switchyard config")?;
     let mut cmd = Command::new(&opts.switchyard);
@@ -129,8 +151,9 @@ fn gateway_toml(
     listen: &str,
     sideband_cbor: bool,
     upstream: &str,
-    pool: usize,
+    opts: &StartOpts,
 ) -> String {
+    let (pool, workers) = (opts.pool_size, opts.gateway_workers);
     // `sideband_cbor` is a Sideband key; other dialects leave it out.
     let cbor = if dialect == Dialect::Sideband {
         format!("sideband_cbor = {sideband_cbor}\n")
@@ -140,6 +163,7 @@ fn gateway_toml(
     format!(
         r#"[gateway]
 shutdown_grace_ms = 100
+worker_threads = {workers}
 
 [log]
 level = "warn"
