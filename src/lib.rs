@@ -4,10 +4,12 @@
 //!
 //! A client frame flows: [`transport`] (accept, framing, per-connection
 //! reader and writer) → [`dialect`] (pure decode into a neutral
-//! [`envelope::Message`]) → [`transport::session`] (one task per request,
-//! in-flight permit) → [`router`] (method → upstream) → [`upstream`] (pooled
-//! links, gateway ids in a [`router::correlator::Correlator`]) → and the reply
-//! back the same way, with the client's original id restored.
+//! [`envelope::Message`]) → [`transport::session`] (in-flight permit; a
+//! request to a pooled upstream with room is placed at once from the
+//! reader, anything else gets a task) → [`router`] (method → upstream) →
+//! [`upstream`] (pooled links, gateway ids in a
+//! [`router::correlator::Correlator`]) → and the reply back the same way,
+//! with the client's original id restored.
 //!
 //! - [`app`]: composition root; bind every listener, then run; shutdown order.
 //! - [`admin`]: the admin listener: `/metrics`, `/livez`, `/readyz`, status page.

@@ -1,13 +1,16 @@
 //! One client connection's request handling, independent of the transport.
 //!
-//! The transport's reader hands every inbound text to [`Session::on_text`];
-//! each request (or batch) runs in its own task on the session's
-//! [`TaskTracker`] and puts its reply into the bounded outbox that the
-//! transport's writer drains. A full outbox slows only this client. When the
-//! client goes away, [`Session::abort`] cancels its tasks, which abandons
-//! their gateway ids (late replies are then counted as stale, never
-//! delivered). On shutdown, [`Session::drain`] lets tasks finish until the
-//! grace period ends; what is left is answered with `unavailable`.
+//! The transport's reader hands every inbound text to [`Session::on_text`].
+//! A request to a pooled upstream with room right now is placed at once,
+//! with no task (`in_place`); every other request (or batch) runs in its
+//! own task on the session's [`TaskTracker`]. Either way the reply goes
+//! into the bounded outbox that the transport's writer drains. A full
+//! outbox slows only this client. When the client goes away,
+//! [`Session::abort`] cancels its tasks and its placed calls, which
+//! abandons their gateway ids (late replies are then counted as stale,
+//! never delivered). On shutdown, [`Session::drain`] lets requests finish
+//! until the grace period ends; what is left is answered with
+//! `unavailable`.
 
 use std::sync::Arc;
 
