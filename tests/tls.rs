@@ -223,3 +223,41 @@ async fn unreadable_certificate_fails_at_bind_naming_the_file() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn status_page_shows_the_wss_address_of_a_tls_listener() {
+    let pems = self_signed();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("daemon.sock");
+    let toml = format!(
+        "{}\n[admin]\naddress = \"127.0.0.1:0\"\n",
+        stack_toml(&socket, &tls_keys(&pems.cert, &pems.key), "")
+    );
+    let cfg = Config::from_toml(&toml).unwrap_or_else(|e| panic!("config: {e}\n{toml}"));
+    let bound = switchyard::app::bind(cfg).await.expect("bind");
+    let url = bound.ws_url("public").expect("url");
+    assert!(url.starts_with("wss://"), "{url}");
+    let admin = bound.admin_addr().expect("admin listener");
+    let gateway = bound.spawn();
+
+    let page = http_get(admin, "/").await;
+    assert!(page.starts_with("HTTP/1.0 200 OK"), "{page}");
+    assert!(page.contains(&url), "the page lacks {url}:\n{page}");
+    let plain = url.replacen("wss://", "ws://", 1);
+    assert!(!page.contains(&plain), "the page shows {plain}:\n{page}");
+    gateway.shutdown().await;
+}
+
+/// The whole response to one plain HTTP/1.0 GET (the server closes after it).
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = TcpStream::connect(addr).await.expect("connect admin");
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    tcp.write_all(request.as_bytes()).await.expect("send");
+    let mut body = String::new();
+    tokio::time::timeout(STEP, tcp.read_to_string(&mut body))
+        .await
+        .expect("admin answers in time")
+        .expect("read");
+    body
+}

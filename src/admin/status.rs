@@ -260,12 +260,14 @@ fn nonzero(family: &MetricFamily) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// Where a listener accepts: the bound address for WebSocket listeners.
+/// Where a listener accepts: the bound address for WebSocket listeners,
+/// `wss://` when it serves TLS.
 fn listen_addr(gw: &Gateway, l: &ListenerConfig) -> String {
     match &l.addr {
         ListenAddr::Ws { addr, path } => {
             let bound = gw.addrs.get(&l.name).copied().unwrap_or(*addr);
-            format!("ws://{bound}{path}")
+            let scheme = if l.tls.is_some() { "wss" } else { "ws" };
+            format!("{scheme}://{bound}{path}")
         }
         ListenAddr::Unix { path, .. } => format!("unix://{}", path.display()),
     }
