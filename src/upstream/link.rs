@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use futures_util::{Stream, StreamExt};
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::envelope::{Message, Payload, WireId};
@@ -23,53 +23,7 @@ use crate::router::correlator::Correlator;
 
 use super::UpstreamShared;
 
-/// What a waiting call receives.
-pub(crate) type ReplyResult = Result<Message, GatewayError>;
-
-/// Who gets a call's outcome: a task awaiting it, or a [`Completion`]
-/// that delivers it straight to its client (no task per request).
-#[derive(Debug)]
-pub(crate) enum Waiter {
-    /// A task awaits the outcome on the other end of this channel.
-    Task(oneshot::Sender<ReplyResult>),
-    /// Delivered in place by whoever settles the call (the link's reader,
-    /// its deadline sweeper, or its failure).
-    Direct(Box<dyn Completion>),
-}
-
-/// A call settled in place, without a task waiting for it.
-pub(crate) trait Completion: Send + Sync + std::fmt::Debug {
-    /// Delivers the outcome. Returns false when nobody wanted it any more.
-    fn complete(self: Box<Self>, reply: ReplyResult) -> bool;
-    /// When the call times out.
-    fn deadline(&self) -> tokio::time::Instant;
-}
-
-impl From<oneshot::Sender<ReplyResult>> for Waiter {
-    fn from(tx: oneshot::Sender<ReplyResult>) -> Self {
-        Waiter::Task(tx)
-    }
-}
-
-// === impl Waiter ===
-
-impl Waiter {
-    /// Hands over the outcome. Returns false when the waiter is gone.
-    pub(crate) fn complete(self, reply: ReplyResult) -> bool {
-        match self {
-            Waiter::Task(tx) => tx.send(reply).is_ok(),
-            Waiter::Direct(c) => c.complete(reply),
-        }
-    }
-
-    /// The deadline of a call settled in place (tasks keep their own).
-    fn deadline(&self) -> Option<tokio::time::Instant> {
-        match self {
-            Waiter::Task(_) => None,
-            Waiter::Direct(c) => Some(c.deadline()),
-        }
-    }
-}
+pub(crate) use super::waiter::{Completion, ReplyResult, Waiter};
 
 /// A live connection to an upstream.
 #[derive(Debug)]
@@ -402,39 +356,6 @@ impl Link {
             waiter.complete(Err(GatewayError::new(ErrorKind::Timeout)));
         }
         next
-    }
-
-    /// The next holon heartbeat frame `h<n>`, or `None` while one is still
-    /// in flight (a beat is skipped then).
-    pub(crate) fn heartbeat_frame(&self, n: u64) -> Option<String> {
-        let mut hb = self.heartbeat.lock();
-        if hb.is_some() {
-            return None;
-        }
-        *hb = Some((n, Instant::now()));
-        Some(format!(
-            r#"{{"jsonrpc":"2.0","id":"h{n}","method":"rpc.heartbeat","params":{{}}}}"#
-        ))
-    }
-
-    /// True when the heartbeat in flight has waited longer than `timeout`.
-    pub(crate) fn heartbeat_overdue(&self, timeout: std::time::Duration) -> bool {
-        self.heartbeat
-            .lock()
-            .is_some_and(|(_, sent)| sent.elapsed() > timeout)
-    }
-
-    /// Settles the heartbeat in flight if `token` is its raw id (`"h<n>"`);
-    /// any reply, result or error, proves liveness.
-    pub(super) fn heartbeat_acked(&self, token: &str) -> bool {
-        let mut hb = self.heartbeat.lock();
-        match *hb {
-            Some((n, _)) if token == format!("\"h{n}\"") => {
-                *hb = None;
-                true
-            }
-            _ => false,
-        }
     }
 
     /// Closes the link on purpose (client gone, heartbeat missed).

@@ -23,12 +23,14 @@ use crate::telemetry::metrics::Metrics;
 mod batch;
 pub(crate) mod direct;
 mod encode;
+mod heartbeat;
 mod inbound;
 pub(crate) mod link;
 mod ndjson;
 mod pool;
 mod shared;
 mod stream;
+mod waiter;
 mod ws;
 
 use link::Link;
