@@ -1,0 +1,156 @@
+//! `[listeners.<name>]` as written, before validation.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// `[listeners.<name>]`: one place clients connect to.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawListener {
+    /// Client dialect: `"jsonrpc-ws"`, `"holon-rpc"`, `"sideband"`
+    /// (WebSocket) or `"ndjson"` (Unix socket). Required; no default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dialect: Option<String>,
+    /// WebSocket dialects: `IP:port` to bind (port 0 picks a free port).
+    /// Required for them, not allowed for `ndjson`. No default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// WebSocket dialects: HTTP path that upgrades; must start with `/`.
+    /// Default `"/"`; not allowed for `ndjson`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// `ndjson`: Unix socket path (a leading `~/` expands to `$HOME`); must
+    /// fit `sun_path` (107 bytes). Required for it, not allowed for
+    /// WebSocket dialects. No default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
+    /// `ndjson`: socket file mode as an octal string. Default `"0600"`
+    /// (owner only: the socket is the access control); not allowed for
+    /// WebSocket dialects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket_mode: Option<String>,
+    /// WebSocket dialects: PEM certificate chain file; with `tls_key`, the
+    /// listener serves `wss://`. Both or neither; listeners sharing an
+    /// address must agree. Default: none (plain `ws://`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<String>,
+    /// WebSocket dialects: PEM private key file for `tls_cert`. Default:
+    /// none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<String>,
+    /// Largest inbound message (WebSocket message or NDJSON line), checked
+    /// in the framing layer before parsing. Default `1048576` (1 MiB).
+    pub max_message_bytes: usize,
+    /// Largest JSON-RPC batch, in items. Default `100`.
+    pub max_batch_items: usize,
+    /// Requests one client connection may have in flight before it gets
+    /// `resource_exhausted`. Default `256`.
+    pub max_in_flight: usize,
+    /// Outbound messages queued per client before its writer applies
+    /// backpressure; bounds memory held for a slow client. Default `1024`.
+    pub outbox_capacity: usize,
+    /// WebSocket ping period on idle connections. Default `30000`.
+    pub ping_interval_ms: u64,
+    /// How long a WebSocket peer may stay silent after a ping before it is
+    /// dropped. Default `30000`.
+    pub pong_timeout_ms: u64,
+    /// Client request timeout, receipt to upstream reply. Default `30000`.
+    pub request_timeout_ms: u64,
+    /// Answer the JSON-RPC `ping` notification with a `pong` notification.
+    /// Default `true`.
+    pub answer_ping_notification: bool,
+    /// Requests pushed to one client and not yet answered (holon `s<N>`).
+    /// Default `64`.
+    pub max_unanswered_pushes: usize,
+    /// `sideband`: advertise CBOR envelopes (`encoding/cbor`). Default `true`.
+    pub sideband_cbor: bool,
+    /// `sideband`: accept the legacy `rpc/<method>` / `event/<name>`
+    /// subjects on input. Default `false`.
+    pub sideband_legacy_subjects: bool,
+    /// `sideband`: what to do with `app/…` subjects: `"drop"` (counted) or
+    /// `"reject"` (ErrorFrame 1003). Default `"drop"`.
+    pub sideband_app_subjects: String,
+    /// WebSocket: allowed `Host` names. Default `[]`: loopback names when
+    /// bound to a loopback address, any otherwise.
+    pub allowed_hosts: Vec<String>,
+    /// WebSocket: allowed origins (`scheme://host[:port]`). Default `[]`:
+    /// loopback origins (or none) when bound to loopback, any otherwise.
+    pub allowed_origins: Vec<String>,
+    /// WebSocket: bearer token required on the upgrade (`Authorization:
+    /// Bearer …` or `?token=`). Default: none.
+    pub auth_token: Option<String>,
+    /// Messages per second per connection; 0 = off. Default `0`.
+    pub rate_per_second: u32,
+    /// Burst per connection; 0 = same as the rate. Default `0`.
+    pub rate_burst: u32,
+    /// Messages per second per client IP; 0 = off. Default `0`.
+    pub ip_rate_per_second: u32,
+    /// Burst per client IP; 0 = same as the rate. Default `0`.
+    pub ip_rate_burst: u32,
+    /// Messages per second for the whole listener; 0 = off. Default `0`.
+    pub global_rate_per_second: u32,
+    /// Listener-wide burst; 0 = same as the rate. Default `0`.
+    pub global_rate_burst: u32,
+    /// Weight of a method against the rates (default 1 each). Default `{}`.
+    pub method_weights: BTreeMap<String, u32>,
+    /// Rate-limited messages in a row before the connection is closed
+    /// with 1008; 0 = never. Default `100`.
+    pub abuse_threshold: u32,
+    /// Open connections on this listener; 0 = unlimited. Default `10000`.
+    pub max_connections: usize,
+    /// Open connections per client IP; 0 = unlimited. Default `0`.
+    pub max_connections_per_ip: usize,
+    /// Close a connection that sends nothing for this long; 0 = never.
+    /// Default `0`.
+    pub idle_timeout_ms: u64,
+    /// Close a connection after this long; 0 = never. Default `0`.
+    pub max_connection_lifetime_ms: u64,
+    /// A client whose outbox stays full this long is closed with 1008 and
+    /// its pending calls purged. Default `10000`.
+    pub slow_consumer_timeout_ms: u64,
+}
+
+// === impl RawListener ===
+
+impl Default for RawListener {
+    fn default() -> Self {
+        Self {
+            dialect: None,
+            address: None,
+            path: None,
+            socket: None,
+            socket_mode: None,
+            tls_cert: None,
+            tls_key: None,
+            max_message_bytes: 1 << 20,
+            max_batch_items: 100,
+            max_in_flight: 256,
+            outbox_capacity: 1024,
+            ping_interval_ms: 30_000,
+            pong_timeout_ms: 30_000,
+            request_timeout_ms: 30_000,
+            answer_ping_notification: true,
+            max_unanswered_pushes: 64,
+            sideband_cbor: true,
+            sideband_legacy_subjects: false,
+            sideband_app_subjects: String::from("drop"),
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            auth_token: None,
+            rate_per_second: 0,
+            rate_burst: 0,
+            ip_rate_per_second: 0,
+            ip_rate_burst: 0,
+            global_rate_per_second: 0,
+            global_rate_burst: 0,
+            method_weights: BTreeMap::new(),
+            abuse_threshold: 100,
+            max_connections: 10_000,
+            max_connections_per_ip: 0,
+            idle_timeout_ms: 0,
+            max_connection_lifetime_ms: 0,
+            slow_consumer_timeout_ms: 10_000,
+        }
+    }
+}

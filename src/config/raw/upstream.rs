@@ -1,0 +1,149 @@
+//! `[upstreams.<name>]` as written, before validation, and the `hld`
+//! profile's defaults.
+
+use serde::{Deserialize, Serialize};
+
+/// `[upstreams.<name>]`: one backend switchyard forwards to.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawUpstream {
+    /// Upstream dialect: `"ndjson"` (Unix socket) or `"jsonrpc-ws"`,
+    /// `"holon-rpc"`, `"sideband"` (WebSocket). Required; no default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dialect: Option<String>,
+    /// `ndjson`: Unix socket path (a leading `~/` expands to `$HOME`); must
+    /// fit `sun_path` (107 bytes). Required for it, not allowed otherwise.
+    /// No default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
+    /// WebSocket dialects: `ws://` or `wss://` URL. Required for them, not
+    /// allowed for `ndjson`. No default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// `"shared"` (one pool multiplexed for all clients) or `"per-client"`
+    /// (one upstream connection per client connection). Default `"shared"`.
+    pub mode: String,
+    /// Persistent connections in the shared pool. Default `4`.
+    pub pool_size: usize,
+    /// Requests in flight on one upstream connection. Default `32`.
+    pub max_in_flight_per_connection: usize,
+    /// Requests in flight on the whole upstream. Default `256`.
+    pub max_pending: usize,
+    /// Requests that may wait for a slot at `max_pending` before calls fail
+    /// with `resource_exhausted`; 0 disables waiting. Default `1024`.
+    pub max_queued: usize,
+    /// Largest message sent upstream (NDJSON: including the `\n`).
+    /// Default `1048576` (1 MiB; the `hld` profile raises it to 10 MiB).
+    pub max_request_bytes: usize,
+    /// Largest message read from the upstream. Default `16777216` (16 MiB).
+    pub max_response_bytes: usize,
+    /// Time allowed to establish a connection. Default `2000`.
+    pub connect_timeout_ms: u64,
+    /// First reconnect delay after a failure. Default `500`.
+    pub backoff_initial_ms: u64,
+    /// Upper bound of the reconnect delay. Default `30000`.
+    pub backoff_max_ms: u64,
+    /// `jsonrpc-ws`/`sideband`: WebSocket ping period. Default `30000`.
+    pub ping_interval_ms: u64,
+    /// `jsonrpc-ws`/`sideband`: how long the link may stay silent after a
+    /// ping before it is closed. Default `30000`.
+    pub pong_timeout_ms: u64,
+    /// `holon-rpc`: `rpc.heartbeat` period. Default `15000`.
+    pub heartbeat_interval_ms: u64,
+    /// `holon-rpc`: time a heartbeat may go unanswered before the link is
+    /// closed with 4000. Default `5000`.
+    pub heartbeat_timeout_ms: u64,
+    /// WebSocket upstreams: `Origin` header to send (some servers refuse
+    /// upgrades without one). Default: none.
+    pub origin: Option<String>,
+    /// `jsonrpc-ws`: offer the `jsonrpc` subprotocol. Default `false`.
+    pub offer_subprotocol: bool,
+    /// `ndjson`: what client notifications become: `"forward"` (true
+    /// notifications) or `"as-request"` (alias `"request"`: sent with a
+    /// gateway id, reply discarded). Default `"forward"`.
+    pub notifications: String,
+    /// `ndjson`: the upstream replies in request order; checked, and
+    /// `id:null` errors go to the oldest call. Default `false`.
+    pub ordered_replies: bool,
+    /// `ndjson`: send `"params":{}` when the client omitted params.
+    /// Default `false`.
+    pub fill_empty_params: bool,
+    /// The upstream accepts JSON-RPC batches; otherwise they are fanned out.
+    /// Default `false`.
+    pub accepts_batches: bool,
+    /// Methods that stream (one dedicated connection per call).
+    /// Default `[]`.
+    pub streaming_methods: Vec<String>,
+    /// Readiness waits for this upstream to be connected. Default `false`.
+    pub required: bool,
+    /// `"none"` or `"hld"` (`ndjson` only). `hld` sets
+    /// `notifications = "as-request"`, `ordered_replies = true`,
+    /// `fill_empty_params = true`, `streaming_methods = ["Subscribe"]` and
+    /// `max_request_bytes = 10485760` wherever those keys are left at their
+    /// defaults. Default `"none"`.
+    pub profile: String,
+}
+
+/// Request size the `hld` profile allows (hld's own line limit is 10 MiB).
+const HLD_MAX_REQUEST_BYTES: usize = 10 << 20;
+
+// === impl RawUpstream ===
+
+impl RawUpstream {
+    /// This upstream with its `profile`'s values filled into the keys left
+    /// at their defaults. Unchanged for `"none"`, unknown profiles and
+    /// non-`ndjson` upstreams, which validation reports.
+    pub fn with_profile_defaults(&self) -> Self {
+        let mut out = self.clone();
+        if self.profile != "hld" || self.dialect.as_deref() != Some("ndjson") {
+            return out;
+        }
+        let defaults = Self::default();
+        if self.notifications == defaults.notifications {
+            out.notifications = "as-request".to_owned();
+        }
+        // Their defaults are `false`, so `true` is all the profile can add.
+        out.ordered_replies = true;
+        out.fill_empty_params = true;
+        if self.streaming_methods.is_empty() {
+            out.streaming_methods = vec!["Subscribe".to_owned()];
+        }
+        if self.max_request_bytes == defaults.max_request_bytes {
+            out.max_request_bytes = HLD_MAX_REQUEST_BYTES;
+        }
+        out
+    }
+}
+
+impl Default for RawUpstream {
+    fn default() -> Self {
+        Self {
+            dialect: None,
+            socket: None,
+            url: None,
+            mode: "shared".to_owned(),
+            pool_size: 4,
+            max_in_flight_per_connection: 32,
+            max_pending: 256,
+            max_queued: 1024,
+            max_request_bytes: 1 << 20,
+            max_response_bytes: 16 << 20,
+            connect_timeout_ms: 2_000,
+            backoff_initial_ms: 500,
+            ping_interval_ms: 30_000,
+            pong_timeout_ms: 30_000,
+            heartbeat_interval_ms: 15_000,
+            heartbeat_timeout_ms: 5_000,
+            origin: None,
+            offer_subprotocol: false,
+            backoff_max_ms: 30_000,
+            notifications: "forward".to_owned(),
+            ordered_replies: false,
+            fill_empty_params: false,
+            accepts_batches: false,
+            streaming_methods: Vec::new(),
+            required: false,
+            profile: "none".to_owned(),
+        }
+    }
+}
