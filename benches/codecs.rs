@@ -1,9 +1,10 @@
 //! Micro benchmarks of the pure wire codecs (`switchyard::dialect`).
 //!
 //! Groups are named `<dialect>/<operation>` after [`Dialect::as_str`], so a
-//! new dialect is one more function in [`DIALECTS`] with its own groups
-//! (`holon-rpc/decode`, `sideband-json/decode`, `sideband-cbor/decode`, …) and
-//! `cargo bench --bench codecs -- holon-rpc` selects it alone.
+//! new dialect is one more function in [`DIALECTS`] with its own groups,
+//! and `cargo bench --bench codecs -- holon-rpc` selects one alone.
+//! holon-rpc and Sideband (JSON and CBOR envelopes, and JSON⇄CBOR
+//! transcoding) live in `codecs/`.
 //!
 //! Fixtures: a small (~100 B) and a large (~16 KiB of params) request and
 //! response, a pretty-printed large request (NDJSON must minify it), a
@@ -23,10 +24,13 @@ use switchyard::envelope::Message;
 /// Largest batch the fixtures build, also the `max_batch_items` passed in.
 const BATCH: usize = 100;
 
+#[path = "codecs/holon.rs"]
+mod holon;
+#[path = "codecs/sideband.rs"]
+mod sideband;
+
 /// One function per dialect; each registers its own groups.
-///
-/// Later: `holon_rpc`, `sideband_json` and `sideband_cbor` go here.
-const DIALECTS: &[fn(&mut Criterion)] = &[jsonrpc_ws, ndjson];
+const DIALECTS: &[fn(&mut Criterion)] = &[jsonrpc_ws, ndjson, holon::holon_rpc, sideband::sideband];
 
 /// Texts shared by the JSON dialects.
 struct Fixtures {
