@@ -74,6 +74,17 @@ enum KeyId<'a> {
     Raw(&'a [u8]),
 }
 
+/// Keys seen so far in one map. Most maps are small: their keys are
+/// compared one by one, with no hashing; past [`FEW_KEYS`] they move to a
+/// (SipHash, so flooding-resistant) hash set.
+enum MapKeys<'a> {
+    Few(Vec<KeyId<'a>>),
+    Many(HashSet<KeyId<'a>>),
+}
+
+/// Keys a map may have before duplicate checks switch to a hash set.
+const FEW_KEYS: usize = 16;
+
 pub(super) const MAJOR_UINT: u8 = 0;
 pub(super) const MAJOR_NINT: u8 = 1;
 pub(super) const MAJOR_BYTES: u8 = 2;
@@ -115,6 +126,7 @@ impl<'a> Reader<'a> {
 
     /// Reads one head. Rejects reserved additional information (28–30),
     /// indefinite integers and tags, and two-byte simple values below 32.
+    #[inline]
     pub(super) fn head(&mut self) -> Result<Head, CborError> {
         let initial = self.byte()?;
         let (major, info) = (initial >> 5, initial & 0x1f);
@@ -195,6 +207,7 @@ impl<'a> Reader<'a> {
 
     /// True while a container has more items: counts down a definite
     /// length, or looks for the break of an indefinite one.
+    #[inline]
     pub(super) fn more(&mut self, head: Head, left: &mut u64) -> Result<bool, CborError> {
         if head.info == INDEFINITE {
             return Ok(!self.eat_break()?);
@@ -207,7 +220,7 @@ impl<'a> Reader<'a> {
     }
 
     fn skip_map(&mut self, head: Head, inner: usize, max_depth: usize) -> Result<(), CborError> {
-        let mut keys = HashSet::new();
+        let mut keys = MapKeys::Few(Vec::new());
         let mut left = head.arg;
         while self.more(head, &mut left)? {
             let key = self.skip(inner, max_depth)?;
@@ -219,6 +232,7 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 
+    #[inline]
     fn eat_break(&mut self) -> Result<bool, CborError> {
         match self.data.get(self.pos) {
             Some(&BREAK) => {
@@ -230,12 +244,14 @@ impl<'a> Reader<'a> {
         }
     }
 
+    #[inline]
     fn byte(&mut self) -> Result<u8, CborError> {
         let byte = *self.data.get(self.pos).ok_or(CborError::Truncated)?;
         self.pos += 1;
         Ok(byte)
     }
 
+    #[inline]
     fn chunk<const N: usize>(&mut self) -> Result<[u8; N], CborError> {
         let rest = self.data.get(self.pos..).unwrap_or_default();
         let (&chunk, _) = rest.split_first_chunk::<N>().ok_or(CborError::Truncated)?;
@@ -243,6 +259,7 @@ impl<'a> Reader<'a> {
         Ok(chunk)
     }
 
+    #[inline]
     fn take(&mut self, len: u64) -> Result<&'a [u8], CborError> {
         let rest = self.data.get(self.pos..).unwrap_or_default();
         let len = usize::try_from(len).map_err(|_| CborError::Truncated)?;
@@ -332,6 +349,28 @@ fn check_utf8(text: bool, bytes: &[u8]) -> Result<(), CborError> {
         return Err(CborError::InvalidUtf8);
     }
     Ok(())
+}
+
+// === impl MapKeys ===
+
+impl<'a> MapKeys<'a> {
+    /// Adds a key; false when the map already had it.
+    fn insert(&mut self, key: KeyId<'a>) -> bool {
+        match self {
+            MapKeys::Few(keys) if keys.contains(&key) => false,
+            MapKeys::Few(keys) if keys.len() < FEW_KEYS => {
+                keys.push(key);
+                true
+            }
+            MapKeys::Few(keys) => {
+                let mut set: HashSet<KeyId<'a>> = keys.drain(..).collect();
+                set.insert(key);
+                *self = MapKeys::Many(set);
+                true
+            }
+            MapKeys::Many(set) => set.insert(key),
+        }
+    }
 }
 
 /// The identity of a key item already validated by [`Reader::skip`].

@@ -182,6 +182,33 @@ fn cbor_to_json_errors() {
     );
 }
 
+/// Maps past the few-keys scan (16 keys) still refuse a duplicate, in
+/// whichever part of the map it falls, and still accept distinct keys.
+#[test]
+fn duplicate_keys_in_large_maps() {
+    for len in [16usize, 17, 40] {
+        // Text keys "k00", "k01", …, each mapped to null.
+        let entry = |i: usize| format!("63{}f6", tohex(format!("k{i:02}").as_bytes()));
+        let distinct: String = (0..len).map(entry).collect();
+        let map = format!("b8{len:02x}{distinct}");
+        let json = to_json(&map).expect("distinct keys");
+        assert_eq!(
+            serde_json::from_str::<Value>(&json).expect("JSON").as_object().map(|m| m.len()),
+            Some(len)
+        );
+        for (dup_of, at) in [(0, len - 1), (len - 2, len - 1), (3, 1)] {
+            let mut entries: Vec<String> = (0..len).map(entry).collect();
+            entries[at] = format!("63{}f6", tohex(format!("k{dup_of:02}").as_bytes()));
+            let map = format!("b8{len:02x}{}", entries.concat());
+            assert_eq!(
+                to_json(&map),
+                Err(TranscodeError::Cbor(CborError::DuplicateKey)),
+                "{len} keys, key {at} repeats key {dup_of}"
+            );
+        }
+    }
+}
+
 #[test]
 fn nesting_limits() {
     let arrays = |n: usize| format!("{}80", "81".repeat(n - 1));
