@@ -1,7 +1,8 @@
 //! holon-rpc text frames: the strict client decode and the frame render.
 //!
-//! holon-rpc shares the JSON-RPC frame renderer (`Style::Frame`); its
-//! decoder is its own (string ids, object params, unknown keys refused).
+//! holon-rpc shares the JSON-RPC renderer (`Style::Holon`: a void result
+//! is written `{}`); its decoder is its own (string ids, object params,
+//! unknown keys refused).
 
 use std::hint::black_box;
 
@@ -41,7 +42,7 @@ pub(super) fn holon_rpc(c: &mut Criterion) {
     for (id, text) in &texts {
         let msg = decoded(text);
         bytes(&mut g, text);
-        g.bench_function(*id, |b| b.iter(|| render(black_box(&msg), Style::Frame)));
+        g.bench_function(*id, |b| b.iter(|| render(black_box(&msg), Style::Holon)));
     }
     g.finish();
 }

@@ -28,13 +28,15 @@ pub const NO_ID: &str = "invalid envelope: id must be a non-empty string";
 
 /// Decodes one text frame from a holon client.
 pub fn decode(text: &str) -> Inbound {
-    let Ok(raw) = serde_json::from_str::<&RawValue>(text) else {
-        return Inbound::Close(1002, MALFORMED);
-    };
-    if !raw.get().starts_with('{') {
-        return Inbound::Close(1002, NOT_OBJECT);
+    // One pass over the text: an object is read straight into its members;
+    // anything else is only checked for being JSON at all.
+    if !text.trim_start().starts_with('{') {
+        return match serde_json::from_str::<&RawValue>(text) {
+            Ok(_) => Inbound::Close(1002, NOT_OBJECT),
+            Err(_) => Inbound::Close(1002, MALFORMED),
+        };
     }
-    let Ok(map) = serde_json::from_str::<BTreeMap<String, &RawValue>>(raw.get()) else {
+    let Ok(map) = serde_json::from_str::<BTreeMap<String, &RawValue>>(text) else {
         return Inbound::Close(1002, MALFORMED);
     };
     let Some(id) = map.get("id").copied().filter(|id| is_usable_id(id)) else {

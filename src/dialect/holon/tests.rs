@@ -15,6 +15,16 @@ fn fatal_rows_close_1002() {
     assert_eq!(decode("{nope"), Inbound::Close(1002, MALFORMED));
     assert_eq!(decode("[1]"), Inbound::Close(1002, NOT_OBJECT));
     assert_eq!(decode("null"), Inbound::Close(1002, NOT_OBJECT));
+    assert_eq!(decode(" \n [1] "), Inbound::Close(1002, NOT_OBJECT));
+    assert_eq!(decode(""), Inbound::Close(1002, MALFORMED));
+    assert_eq!(decode("[1"), Inbound::Close(1002, MALFORMED));
+    assert_eq!(decode(r#"{"id":"a"} {"#), Inbound::Close(1002, MALFORMED));
+    assert_eq!(decode(r#"{"id":"a"}]"#), Inbound::Close(1002, MALFORMED));
+    // Whitespace around an object is not an error.
+    assert!(matches!(
+        decode(" \r\n\t{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"m\",\"params\":{}} \n"),
+        Inbound::Single(Item::Valid(_))
+    ));
     for text in [
         r#"{"jsonrpc":"2.0","method":"m"}"#,
         r#"{"jsonrpc":"2.0","id":1,"method":"m"}"#,
