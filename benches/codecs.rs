@@ -9,7 +9,7 @@
 //! Fixtures: a small (~100 B) and a large (~16 KiB of params) request and
 //! response, a pretty-printed large request (NDJSON must minify it), a
 //! 100-item batch and 100 replies. Every bench is kept short (see [`config`])
-//! so that `cargo bench` over both bench files stays under two minutes.
+//! so that `cargo bench` over both bench files stays near two minutes.
 
 use std::hint::black_box;
 use std::time::Duration;
