@@ -193,7 +193,10 @@ fn duplicate_keys_in_large_maps() {
         let map = format!("b8{len:02x}{distinct}");
         let json = to_json(&map).expect("distinct keys");
         assert_eq!(
-            serde_json::from_str::<Value>(&json).expect("JSON").as_object().map(|m| m.len()),
+            serde_json::from_str::<Value>(&json)
+                .expect("JSON")
+                .as_object()
+                .map(|m| m.len()),
             Some(len)
         );
         for (dup_of, at) in [(0, len - 1), (len - 2, len - 1), (3, 1)] {
