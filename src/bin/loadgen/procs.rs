@@ -64,6 +64,11 @@ impl ChildGuard {
         })
     }
 
+    /// What the child is, for messages ("daemon", "relay", …).
+    pub(crate) fn name(&self) -> &'static str {
+        self.name
+    }
+
     /// The process id.
     pub(crate) fn id(&self) -> u32 {
         self.child.id()

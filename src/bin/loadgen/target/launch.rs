@@ -36,14 +36,7 @@ pub(super) async fn ndjson_daemon(
     let mut cmd = Command::new(&opts.switchyard);
     cmd.arg("daemon").arg("--socket").arg(&socket);
     let mut daemon = ChildGuard::spawn("daemon", cmd, &dir.join("daemon.log"))?;
-    let deadline = Instant::now() + READY_TIMEOUT;
-    while UnixStream::connect(&socket).await.is_err() {
-        daemon.check_alive()?;
-        if Instant::now() >= deadline {
-            bail!("the daemon did not listen on {} in time", socket.display());
-        }
-        tokio::time::sleep(PROBE_EVERY).await;
-    }
+    until_accepting(&mut daemon, &socket).await?;
     Ok((daemon, socket))
 }
 
@@ -58,15 +51,25 @@ pub(super) async fn relay(daemon: &Path, dir: &Path) -> anyhow::Result<(ChildGua
         .arg("--relay-to")
         .arg(daemon);
     let mut relay = ChildGuard::spawn("relay", cmd, &dir.join("relay.log"))?;
+    until_accepting(&mut relay, &socket).await?;
+    Ok((relay, socket))
+}
+
+/// Waits until `child` accepts connections on the Unix `socket`.
+async fn until_accepting(child: &mut ChildGuard, socket: &Path) -> anyhow::Result<()> {
     let deadline = Instant::now() + READY_TIMEOUT;
-    while UnixStream::connect(&socket).await.is_err() {
-        relay.check_alive()?;
+    while UnixStream::connect(socket).await.is_err() {
+        child.check_alive()?;
         if Instant::now() >= deadline {
-            bail!("the relay did not listen on {} in time", socket.display());
+            bail!(
+                "the {} did not listen on {} in time",
+                child.name(),
+                socket.display()
+            );
         }
         tokio::time::sleep(PROBE_EVERY).await;
     }
-    Ok((relay, socket))
+    Ok(())
 }
 
 /// `switchyard daemon --ws-listen ADDR` (JSON-RPC) on a free loopback
