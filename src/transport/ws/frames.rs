@@ -1,0 +1,233 @@
+//! One WebSocket connection's frames: the reader loop (client frames into
+//! the session, pings, idle and lifetime limits, oversize messages
+//! answered in the dialect) and the writer task (the outbox onto the
+//! socket, coalesced and flushed when the outbox runs empty).
+
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket};
+use futures_util::{SinkExt, StreamExt};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::super::session::{Session, Verdict};
+use super::super::{Outgoing, Serve};
+use crate::dialect::render::{render, Style};
+use crate::dialect::Dialect;
+use crate::envelope::{Message, WireId};
+use crate::error::{ErrorKind, GatewayError};
+use crate::router::Route;
+
+/// How long a Sideband client has to send its handshake.
+const SIDEBAND_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How the reader loop ended.
+pub(super) enum End {
+    /// The client left or the link failed.
+    Gone,
+    /// switchyard closes the connection (the close frame is queued).
+    Closing,
+    /// Graceful shutdown.
+    Shutdown,
+    /// A dedicated upstream link dropped: finish what is pending (it fails
+    /// with `unavailable` at once), then close 1001.
+    UpstreamLost,
+}
+
+/// Why a connection must close now: idle too long, or lived too long.
+fn expired(
+    p: &crate::config::Protection,
+    opened: Instant,
+    last_rx: Instant,
+) -> Option<&'static str> {
+    if p.idle_timeout.is_some_and(|t| last_rx.elapsed() >= t) {
+        return Some("idle timeout");
+    }
+    if p.max_connection_lifetime
+        .is_some_and(|t| opened.elapsed() >= t)
+    {
+        return Some("connection lifetime reached");
+    }
+    None
+}
+
+pub(super) async fn read_loop(
+    mut stream: futures_util::stream::SplitStream<WebSocket>,
+    session: &Session,
+    route: &Route,
+    tx: &mpsc::Sender<Outgoing>,
+    ctx: &Serve,
+) -> End {
+    let cfg = &route.cfg;
+    let limits = [
+        cfg.protection.idle_timeout,
+        cfg.protection.max_connection_lifetime,
+    ];
+    let period = limits
+        .into_iter()
+        .flatten()
+        .fold(cfg.ping_interval.min(cfg.pong_timeout), Duration::min)
+        / 4;
+    let mut tick = tokio::time::interval(period.max(Duration::from_millis(10)));
+    let mut last_rx = Instant::now();
+    let mut ping_sent: Option<Instant> = None;
+    let mut seen = false;
+    let opened = Instant::now();
+    let (lost, slow) = (session.upstream_lost(), session.slow_consumer());
+    // Made once, not per frame: each `cancelled()` registers a waiter.
+    let (lost, slow, shutdown) = (lost.cancelled(), slow.cancelled(), ctx.shutdown.cancelled());
+    tokio::pin!(lost, slow, shutdown);
+    loop {
+        // Frames first: the cancellation branches are polled only when no
+        // frame is ready (the runtime's budget makes that happen often).
+        let frame = tokio::select! {
+            biased;
+            frame = stream.next() => frame,
+            () = &mut lost => return End::UpstreamLost,
+            () = &mut slow => {
+                route.count_protocol_error("slow_consumer");
+                route.metrics().count_limit(&cfg.name, crate::telemetry::metrics::Limit::SlowConsumer);
+                // The outbox is full: the close frame may not fit; the socket goes anyway.
+                let _ = tx.try_send(Outgoing::Close(1008, "slow consumer".into()));
+                return End::Gone;
+            }
+            _ = tick.tick() => {
+                // Frames since the last tick count as "now" (coarse, but no
+                // clock read per frame).
+                if std::mem::take(&mut seen) {
+                    last_rx = Instant::now();
+                    ping_sent = None;
+                }
+                if let Some(reason) = expired(&cfg.protection, opened, last_rx) {
+                    let _ = tx.send(Outgoing::Close(1001, reason.into())).await;
+                    return End::Closing;
+                }
+                if session.negotiating() && opened.elapsed() >= SIDEBAND_HANDSHAKE_TIMEOUT {
+                    let _ = tx.send(Outgoing::Close(1000, "negotiation_failed".into())).await;
+                    return End::Closing;
+                }
+                if ping_sent.is_some_and(|t| t.elapsed() >= cfg.pong_timeout) {
+                    tracing::debug!(listener = %cfg.name, "peer missed its pong; dropping it");
+                    return End::Gone;
+                }
+                if ping_sent.is_none() && last_rx.elapsed() >= cfg.ping_interval {
+                    // A full outbox already shows the peer is slow; skip this ping.
+                    let _ = tx.try_send(Outgoing::Ping);
+                    ping_sent = Some(Instant::now());
+                }
+                continue;
+            }
+            () = &mut shutdown => return End::Shutdown,
+        };
+        seen = true;
+        match frame {
+            Some(Ok(WsMessage::Text(_))) if cfg.dialect == Dialect::Sideband => {
+                route.count_protocol_error("text_frame");
+                let _ = tx
+                    .send(Outgoing::Close(1003, "Text frames not supported".into()))
+                    .await;
+                return End::Closing;
+            }
+            Some(Ok(WsMessage::Text(text))) => {
+                if text.len() > cfg.max_message_bytes {
+                    too_large(route, tx).await;
+                    return End::Closing;
+                }
+                if let Verdict::Close(..) = session.on_text(text.as_str()).await {
+                    return End::Closing;
+                }
+            }
+            Some(Ok(WsMessage::Binary(bytes))) if cfg.dialect == Dialect::Sideband => {
+                if bytes.len() > cfg.max_message_bytes {
+                    too_large(route, tx).await;
+                    return End::Closing;
+                }
+                if let Verdict::Close(..) = session.on_binary(&bytes).await {
+                    return End::Closing;
+                }
+            }
+            Some(Ok(WsMessage::Binary(_))) => {
+                route.count_protocol_error("binary_frame");
+                let _ = tx
+                    .send(Outgoing::Close(
+                        1003,
+                        "binary frames are not supported".into(),
+                    ))
+                    .await;
+                return End::Closing;
+            }
+            Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => {}
+            Some(Ok(WsMessage::Close(_))) | None => return End::Gone,
+            Some(Err(e)) => {
+                tracing::debug!(listener = %cfg.name, error = %e, "websocket read failed");
+                too_large_or_gone(route, tx, &e).await;
+                return End::Gone;
+            }
+        }
+    }
+}
+
+/// The dialect's answer to an oversize message, then close 1009.
+async fn too_large(route: &Route, tx: &mpsc::Sender<Outgoing>) {
+    route.count_protocol_error("message_too_large");
+    route.metrics().count_limit(
+        &route.cfg.name,
+        crate::telemetry::metrics::Limit::MaxMessageBytes,
+    );
+    let limit = route.cfg.max_message_bytes;
+    if route.cfg.dialect == Dialect::JsonRpc {
+        let err = GatewayError::with_detail(
+            ErrorKind::InvalidRequest,
+            format!("Message size exceeds maximum of {limit} bytes"),
+        );
+        let reply = Message::error(Some(WireId::null()), err.to_object(route.cfg.dialect));
+        if let Ok(text) = render(&reply, Style::Frame) {
+            // Closing anyway; a gone writer changes nothing.
+            let _ = tx.send(Outgoing::Text(text)).await;
+        }
+    }
+    let reason = if route.cfg.dialect == Dialect::Sideband {
+        "Message too large"
+    } else {
+        "message too large"
+    };
+    let _ = tx.send(Outgoing::Close(1009, reason.into())).await;
+}
+
+/// The library refused a message above even its (larger) limit.
+async fn too_large_or_gone(route: &Route, tx: &mpsc::Sender<Outgoing>, e: &axum::Error) {
+    let text = e.to_string();
+    if text.contains("too long") || text.contains("too big") || text.contains("Space limit") {
+        too_large(route, tx).await;
+    }
+}
+
+/// Drains the outbox into the socket until a close is sent or the outbox
+/// is dropped.
+pub(super) async fn write_loop(
+    mut sink: futures_util::stream::SplitSink<WebSocket, WsMessage>,
+    mut rx: mpsc::Receiver<Outgoing>,
+) {
+    while let Some(out) = rx.recv().await {
+        let result = match out {
+            Outgoing::Text(text) => sink.feed(WsMessage::Text(text.into())).await,
+            Outgoing::Binary(bytes) => sink.feed(WsMessage::Binary(bytes.into())).await,
+            Outgoing::Ping => sink.feed(WsMessage::Ping(Default::default())).await,
+            Outgoing::Close(code, reason) => {
+                let frame = CloseFrame {
+                    code,
+                    reason: reason.into_owned().into(),
+                };
+                // The peer may be gone already; we are closing either way.
+                let _ = sink.send(WsMessage::Close(Some(frame))).await;
+                break;
+            }
+        };
+        if result.is_err() {
+            break;
+        }
+        if rx.is_empty() && sink.flush().await.is_err() {
+            break;
+        }
+    }
+}
