@@ -94,7 +94,7 @@ async fn a_timeout_on_an_ordered_connection_retires_it() {
     );
     let stale = [("kind", "stale")];
     assert!(
-        eventually(Duration::from_secs(2), || stack
+        eventually(Duration::from_secs(20), || stack
             .counter("switchyard_unmatched_responses_total", &stale)
             == 1.0)
         .await

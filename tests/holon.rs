@@ -226,7 +226,7 @@ async fn unknown_duplicate_and_stale_reply_ids_are_counted_apart() {
     };
     // fast: unknown + duplicate; slow (timed out): unknown + stale twice
     // (the spec checks stale before duplicate).
-    let settled = common::eventually(Duration::from_secs(3), || {
+    let settled = common::eventually(Duration::from_secs(20), || {
         count("unknown") == 2.0 && count("stale") == 2.0 && count("duplicate") == 1.0
     })
     .await;

@@ -361,12 +361,17 @@ async fn a_slow_consumer_is_closed_without_slowing_the_others() {
     for ((speak, endpoint), listener) in SPEAKS.iter().zip(&gw.endpoints).zip(["j", "h", "n", "s"])
     {
         // The slow client sends large requests and never reads its replies.
+        // The gateway may close it while it is still sending (its outbox
+        // filled and the slow-consumer timeout ran out): an expected outcome,
+        // so a failed write just ends the loop.
         let mut slow = TestClient::connect(*speak, endpoint).await;
         for i in 0..64 {
-            slow.send(&format!(
+            let request = format!(
                 r#"{{"jsonrpc":"2.0","method":"echo","params":{{"pad":"{pad}"}},"id":"s{i}"}}"#
-            ))
-            .await;
+            );
+            if slow.try_send(&request).await.is_err() {
+                break;
+            }
         }
         // Twenty others run flat out over the same upstream meanwhile.
         let runners = (0..20).map(|c| {
@@ -390,7 +395,7 @@ async fn a_slow_consumer_is_closed_without_slowing_the_others() {
         let closed =
             || common::metric_value(&gw.gateway, "switchyard_limit_rejections_total", &labels);
         assert!(
-            common::eventually(Duration::from_secs(5), || closed() == 1.0).await,
+            common::eventually(Duration::from_secs(20), || closed() == 1.0).await,
             "{speak:?}: slow consumer never closed"
         );
         let open = || {
@@ -401,7 +406,7 @@ async fn a_slow_consumer_is_closed_without_slowing_the_others() {
             )
         };
         assert!(
-            common::eventually(Duration::from_secs(2), || open() == 0.0).await,
+            common::eventually(Duration::from_secs(20), || open() == 0.0).await,
             "{speak:?}: open = {}",
             open()
         );
@@ -417,7 +422,7 @@ async fn a_slow_consumer_is_closed_without_slowing_the_others() {
     }
     // Every pending call of the slow clients was purged.
     let entries = || common::metric_value(&gw.gateway, "switchyard_correlator_entries", &[]);
-    assert!(common::eventually(Duration::from_secs(2), || entries() == 0.0).await);
+    assert!(common::eventually(Duration::from_secs(20), || entries() == 0.0).await);
     gw.gateway.shutdown().await;
     gw.daemon.stop().await;
 }
@@ -505,12 +510,14 @@ async fn oversize_messages_get_each_dialects_answer() {
 
 #[tokio::test]
 async fn idle_connections_close_in_each_dialect_while_busy_ones_stay() {
-    let gw = gateway("idle_timeout_ms = 300").await;
+    // Generous against a busy machine: the busy client's gaps (100 ms) stay
+    // far under the idle timeout, and it talks for longer than the timeout.
+    let gw = gateway("idle_timeout_ms = 1000").await;
     for (speak, endpoint) in SPEAKS.iter().zip(&gw.endpoints) {
         let mut idle = TestClient::connect(*speak, endpoint).await;
         let mut busy = TestClient::connect(*speak, endpoint).await;
         // The busy one keeps talking past the idle timeout.
-        for i in 0..5 {
+        for i in 0..15 {
             busy.send(&format!(
                 r#"{{"jsonrpc":"2.0","method":"echo","params":{{"i":{i}}},"id":"b{i}"}}"#
             ))

@@ -1217,7 +1217,7 @@ async fn sideband_upstream_rules() {
         common::recv(&mut ws).await,
         r#"{"jsonrpc":"2.0","result":{},"id":3}"#
     );
-    let answered = common::eventually(Duration::from_secs(5), || {
+    let answered = common::eventually(Duration::from_secs(20), || {
         !fake.lock().expect("lock").replies.is_empty()
     })
     .await;

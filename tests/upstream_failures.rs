@@ -32,7 +32,7 @@ async fn upstream_killed_mid_flight_fails_pending_at_once_then_recovers() {
         ids.push(v["id"].as_u64().expect("id"));
     }
     assert!(
-        killed.elapsed() < Duration::from_secs(1),
+        killed.elapsed() < Duration::from_secs(5),
         "took {:?}",
         killed.elapsed()
     );
@@ -79,7 +79,7 @@ async fn timeout_answers_32008_and_the_late_reply_is_dropped_and_counted() {
     let mut ws = stack.client().await;
     send(
         &mut ws,
-        r#"{"jsonrpc":"2.0","method":"sleep","params":{"ms":600},"id":"slow"}"#,
+        r#"{"jsonrpc":"2.0","method":"sleep","params":{"ms":3000},"id":"slow"}"#,
     )
     .await;
     let started = Instant::now();
@@ -87,11 +87,12 @@ async fn timeout_answers_32008_and_the_late_reply_is_dropped_and_counted() {
         recv(&mut ws).await,
         r#"{"jsonrpc":"2.0","error":{"code":-32008,"message":"Timeout","data":"no reply from upstream within 200 ms"},"id":"slow"}"#
     );
-    assert!(started.elapsed() < Duration::from_millis(500));
+    // Settled by the 200 ms timeout, well before the daemon's reply (3 s).
+    assert!(started.elapsed() < Duration::from_millis(2500));
     // The daemon's late reply arrives and is counted as stale, not delivered.
     let stale = [("kind", "stale")];
     assert!(
-        eventually(Duration::from_secs(3), || stack
+        eventually(Duration::from_secs(20), || stack
             .counter("switchyard_unmatched_responses_total", &stale)
             == 1.0)
         .await
@@ -108,26 +109,27 @@ async fn a_client_that_disconnects_has_its_pending_entries_purged() {
     for i in 0..5 {
         send(
             &mut ws,
-            &format!(r#"{{"jsonrpc":"2.0","method":"sleep","params":[800],"id":{i}}}"#),
+            &format!(r#"{{"jsonrpc":"2.0","method":"sleep","params":[3000],"id":{i}}}"#),
         )
         .await;
     }
     let entries = || stack.counter("switchyard_correlator_entries", &[("upstream", "daemon")]);
     assert!(
-        eventually(Duration::from_secs(2), || entries() == 5.0).await,
+        eventually(Duration::from_secs(20), || entries() == 5.0).await,
         "entries {}",
         entries()
     );
+    // Purged when the client goes, long before the daemon answers (3 s).
     drop(ws);
     assert!(
-        eventually(Duration::from_millis(500), || entries() == 0.0).await,
+        eventually(Duration::from_millis(2500), || entries() == 0.0).await,
         "entries {}",
         entries()
     );
     // The daemon still answers later; those replies are stale and go nowhere.
     let stale = [("kind", "stale")];
     assert!(
-        eventually(Duration::from_secs(3), || stack
+        eventually(Duration::from_secs(20), || stack
             .counter("switchyard_unmatched_responses_total", &stale)
             == 5.0)
         .await

@@ -90,7 +90,8 @@ upstream = "daemon"
 /// Waits until the upstream has at least one live connection.
 pub async fn wait_connected(gateway: &Running, upstream: &str) {
     let up = gateway.upstream(upstream).expect("upstream");
-    for _ in 0..200 {
+    // Generous: the machine may be busy; this returns as soon as it holds.
+    for _ in 0..2000 {
         if up.connected() > 0 {
             return;
         }
