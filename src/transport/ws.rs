@@ -45,6 +45,9 @@ const READ_BUFFER: usize = 8 * 1024;
 /// outbox runs empty). The buffer itself grows only as frames arrive.
 const WRITE_THRESHOLD: usize = 64 * 1024;
 
+/// How long a closing connection's writer has to send what is queued.
+const WRITER_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Serves every WebSocket listener bound to `listener` until shutdown.
 /// With `tls`, every connection is `wss://` (see [`super::tls`]).
 pub(crate) async fn serve(
@@ -178,7 +181,7 @@ async fn run(mut socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr)
     let _open = super::OpenConnection::count(&route);
     let (sink, stream) = socket.split();
     let (tx, rx) = mpsc::channel(route.cfg.outbox_capacity);
-    let writer = tokio::spawn(write_loop(sink, rx));
+    let mut writer = tokio::spawn(write_loop(sink, rx));
     let session = Session::new(route.clone(), tx.clone(), ctx.grace_over.clone()).with_peer(peer);
     if let Some(hello) = session.greeting() {
         // Sideband: both sides send their handshake at once.
@@ -209,12 +212,16 @@ async fn run(mut socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr)
     }
     drop(session);
     drop(tx);
+    // Closing: the writer sends and flushes what is queued (the close frame
+    // last), within the writer timeout; a client that does not read is cut
+    // off then.
     if matches!(end, End::Gone) {
         writer.abort();
-    } else if tokio::time::timeout(Duration::from_secs(2), writer)
+    } else if tokio::time::timeout(WRITER_TIMEOUT, &mut writer)
         .await
         .is_err()
     {
+        writer.abort();
         tracing::debug!(listener = %name, "writer did not finish closing in time");
     }
 }
