@@ -9,8 +9,8 @@ use common::clients::{Speak, TestClient};
 use common::{json, Ws, STEP};
 use futures_util::{SinkExt, StreamExt};
 use switchyard::daemon::{Daemon, DaemonOptions};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::UnixStream;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpStream, UnixStream};
 use tokio_tungstenite::tungstenite::Message;
 
 /// The default `max_message_bytes`.
@@ -196,6 +196,78 @@ async fn far_oversize_messages_get_the_dialects_answer_and_close_1009() {
     calm.send(r#"{"jsonrpc":"2.0","method":"echo","params":[1],"id":1}"#)
         .await;
     assert_eq!(json(&calm.recv().await)["result"], serde_json::json!([1]));
+    gw.gateway.shutdown().await;
+    gw.daemon.stop().await;
+}
+
+/// A raw upgrade request to `url` offering `offer` (if any): the status
+/// code and the `Sec-WebSocket-Protocol` of the response, as sent.
+async fn handshake(url: &str, offer: Option<&str>) -> (u16, Option<String>) {
+    let rest = url.strip_prefix("ws://").expect("a ws:// URL");
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let mut stream = TcpStream::connect(authority).await.expect("connect");
+    let offer = offer.map_or(String::new(), |o| {
+        format!("Sec-WebSocket-Protocol: {o}\r\n")
+    });
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{offer}\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut head = Vec::new();
+    let read = async {
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            let n = stream.read(&mut byte).await.expect("read");
+            assert!(n > 0, "the connection ended inside the response head");
+            head.push(byte[0]);
+        }
+    };
+    tokio::time::timeout(STEP, read)
+        .await
+        .expect("the response head in time");
+    let head = String::from_utf8(head).expect("an ASCII response head");
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("a status line: {head}"));
+    let protocol = lines.find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.eq_ignore_ascii_case("sec-websocket-protocol")
+            .then(|| value.trim().to_owned())
+    });
+    (status, protocol)
+}
+
+#[tokio::test]
+async fn holon_rpc_subprotocol_is_matched_case_insensitively_and_echoed_as_offered() {
+    let gw = gateway().await;
+    for (offer, echo) in [
+        (Some("holon-rpc"), Some("holon-rpc")),
+        (Some("Holon-RPC"), Some("Holon-RPC")),
+        (Some("HOLON-RPC"), Some("HOLON-RPC")),
+        (Some("chat, Holon-Rpc"), Some("Holon-Rpc")),
+        (Some("chat"), None),
+        (None, None),
+    ] {
+        assert_eq!(
+            handshake(&gw.holon, offer).await,
+            (101, echo.map(str::to_owned)),
+            "holon-rpc, offering {offer:?}"
+        );
+    }
+    // The other dialects' notes name their token only; it is still echoed
+    // when offered.
+    assert_eq!(
+        handshake(&gw.jsonrpc, Some("jsonrpc")).await,
+        (101, Some("jsonrpc".to_owned()))
+    );
+    assert_eq!(
+        handshake(&gw.sideband, Some("sideband.v1")).await,
+        (101, Some("sideband.v1".to_owned()))
+    );
     gw.gateway.shutdown().await;
     gw.daemon.stop().await;
 }

@@ -124,17 +124,35 @@ fn upgrade(
         .max_frame_size(limit)
         .read_buffer_size(READ_BUFFER)
         .write_buffer_size(WRITE_THRESHOLD);
-    let ws = match route.cfg.dialect {
-        Dialect::JsonRpc => ws.protocols(["jsonrpc"]),
-        Dialect::Holon => ws.protocols(["holon-rpc"]),
-        Dialect::Sideband => ws.protocols(["sideband.v1"]),
-        Dialect::Ndjson => ws,
-    };
+    let ws = select_subprotocol(ws, route.cfg.dialect);
     let span = connection_span(headers, &route.cfg.name, route.cfg.dialect.as_str());
     let sessions = ctx.sessions.clone();
     ws.on_upgrade(move |socket| {
         sessions.track_future(run(socket, route, ctx, peer).instrument(span))
     })
+}
+
+/// Echoes the listener's subprotocol when the client offers it (no offer
+/// is fine too). holon-rpc matches the offer case-insensitively and echoes
+/// the client's spelling, as WebBridge does: browsers fail the connection
+/// unless the echo is exactly one of their offers (holon-rpc.md §1, §10).
+/// The other dialects' notes name their exact token.
+fn select_subprotocol(mut ws: WebSocketUpgrade, dialect: Dialect) -> WebSocketUpgrade {
+    match dialect {
+        Dialect::JsonRpc => ws.protocols(["jsonrpc"]),
+        Dialect::Sideband => ws.protocols(["sideband.v1"]),
+        Dialect::Holon => {
+            let offered = ws
+                .requested_protocols()
+                .find(|p| p.as_bytes().eq_ignore_ascii_case(b"holon-rpc"))
+                .cloned();
+            if let Some(spelling) = offered {
+                ws.set_selected_protocol(spelling);
+            }
+            ws
+        }
+        Dialect::Ndjson => ws,
+    }
 }
 
 /// Browser safety before the upgrade: Host and Origin allow-lists and the
