@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -239,4 +241,93 @@ async fn an_oversize_upstream_reply_fails_only_its_own_call() {
         0.0
     );
     stack.gateway.shutdown().await;
+}
+
+/// An upstream that, once three requests are in, answers them with a
+/// non-UTF-8 line and a non-JSON line between the replies, then answers
+/// plainly. Counts the connections it accepts.
+async fn garbling_upstream(listener: UnixListener, accepted: Arc<AtomicUsize>) {
+    while let Ok((stream, _)) = listener.accept().await {
+        accepted.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(async move {
+            let (read, mut write) = stream.into_split();
+            let mut lines = BufReader::new(read).lines();
+            let mut ids = Vec::new();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let v: serde_json::Value = serde_json::from_str(&line).expect("json line");
+                ids.push(v["id"].as_u64().expect("gateway ids are integers"));
+                if ids.len() < 3 {
+                    continue;
+                }
+                let reply =
+                    |id: u64| format!("{{\"jsonrpc\":\"2.0\",\"result\":\"ok\",\"id\":{id}}}\n");
+                let mut out = Vec::new();
+                for (i, id) in ids.drain(..).enumerate() {
+                    out.extend_from_slice(reply(id).as_bytes());
+                    match i {
+                        0 => out.extend_from_slice(b"\xff\xfe not UTF-8 \xc3\x28\n"),
+                        1 => out.extend_from_slice(b"not JSON at all\n"),
+                        _ => {}
+                    }
+                }
+                write.write_all(&out).await.expect("write");
+                // From now on, one reply per request.
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let v: serde_json::Value = serde_json::from_str(&line).expect("json line");
+                    let id = v["id"].as_u64().expect("gateway ids are integers");
+                    write.write_all(reply(id).as_bytes()).await.expect("write");
+                }
+            }
+        });
+    }
+}
+
+#[tokio::test]
+async fn a_garbage_line_from_an_ndjson_upstream_is_dropped_and_the_connection_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("garbling.sock");
+    let listener = UnixListener::bind(&socket).expect("bind");
+    let accepted = Arc::new(AtomicUsize::new(0));
+    tokio::spawn(garbling_upstream(listener, accepted.clone()));
+    let cfg = switchyard::config::Config::from_toml(&stack_toml(&socket, "", "pool_size = 1"))
+        .expect("config");
+    let bound = switchyard::app::bind(cfg).await.expect("bind");
+    let url = bound.ws_url("public").expect("url");
+    let gateway = bound.spawn();
+    wait_connected(&gateway, "daemon").await;
+    let mut ws = connect(&url).await;
+    // Three calls in flight at once; the garbage arrives between their replies.
+    for i in 0..3 {
+        send(
+            &mut ws,
+            &format!(r#"{{"jsonrpc":"2.0","method":"m","id":{i}}}"#),
+        )
+        .await;
+    }
+    let mut answered = Vec::new();
+    for _ in 0..3 {
+        let v = json(&recv(&mut ws).await);
+        assert_eq!(v["result"], "ok", "{v}");
+        answered.push(v["id"].as_u64().expect("id"));
+    }
+    answered.sort_unstable();
+    assert_eq!(answered, [0, 1, 2]);
+    // The same connection carries on.
+    send(&mut ws, r#"{"jsonrpc":"2.0","method":"m","id":3}"#).await;
+    assert_eq!(
+        recv(&mut ws).await,
+        r#"{"jsonrpc":"2.0","result":"ok","id":3}"#
+    );
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "no reconnection");
+    assert_eq!(
+        metric_value(&gateway, "switchyard_upstream_reconnects_total", &[]),
+        0.0
+    );
+    let garbage = metric_value(
+        &gateway,
+        "switchyard_protocol_errors_total",
+        &[("side", "upstream"), ("reason", "invalid_message")],
+    );
+    assert_eq!(garbage, 2.0);
+    gateway.shutdown().await;
 }

@@ -45,6 +45,9 @@ const READ_BUFFER: usize = 8 * 1024;
 /// outbox runs empty). The buffer itself grows only as frames arrive.
 const WRITE_THRESHOLD: usize = 64 * 1024;
 
+/// How long a closing connection's writer has to send what is queued.
+const WRITER_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Serves every WebSocket listener bound to `listener` until shutdown.
 /// With `tls`, every connection is `wss://` (see [`super::tls`]).
 pub(crate) async fn serve(
@@ -121,17 +124,35 @@ fn upgrade(
         .max_frame_size(limit)
         .read_buffer_size(READ_BUFFER)
         .write_buffer_size(WRITE_THRESHOLD);
-    let ws = match route.cfg.dialect {
-        Dialect::JsonRpc => ws.protocols(["jsonrpc"]),
-        Dialect::Holon => ws.protocols(["holon-rpc"]),
-        Dialect::Sideband => ws.protocols(["sideband.v1"]),
-        Dialect::Ndjson => ws,
-    };
+    let ws = select_subprotocol(ws, route.cfg.dialect);
     let span = connection_span(headers, &route.cfg.name, route.cfg.dialect.as_str());
     let sessions = ctx.sessions.clone();
     ws.on_upgrade(move |socket| {
         sessions.track_future(run(socket, route, ctx, peer).instrument(span))
     })
+}
+
+/// Echoes the listener's subprotocol when the client offers it (no offer
+/// is fine too). holon-rpc matches the offer case-insensitively and echoes
+/// the client's spelling, as WebBridge does: browsers fail the connection
+/// unless the echo is exactly one of their offers (holon-rpc.md §1, §10).
+/// The other dialects' notes name their exact token.
+fn select_subprotocol(mut ws: WebSocketUpgrade, dialect: Dialect) -> WebSocketUpgrade {
+    match dialect {
+        Dialect::JsonRpc => ws.protocols(["jsonrpc"]),
+        Dialect::Sideband => ws.protocols(["sideband.v1"]),
+        Dialect::Holon => {
+            let offered = ws
+                .requested_protocols()
+                .find(|p| p.as_bytes().eq_ignore_ascii_case(b"holon-rpc"))
+                .cloned();
+            if let Some(spelling) = offered {
+                ws.set_selected_protocol(spelling);
+            }
+            ws
+        }
+        Dialect::Ndjson => ws,
+    }
 }
 
 /// Browser safety before the upgrade: Host and Origin allow-lists and the
@@ -178,7 +199,7 @@ async fn run(mut socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr)
     let _open = super::OpenConnection::count(&route);
     let (sink, stream) = socket.split();
     let (tx, rx) = mpsc::channel(route.cfg.outbox_capacity);
-    let writer = tokio::spawn(write_loop(sink, rx));
+    let mut writer = tokio::spawn(write_loop(sink, rx));
     let session = Session::new(route.clone(), tx.clone(), ctx.grace_over.clone()).with_peer(peer);
     if let Some(hello) = session.greeting() {
         // Sideband: both sides send their handshake at once.
@@ -209,12 +230,16 @@ async fn run(mut socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr)
     }
     drop(session);
     drop(tx);
+    // Closing: the writer sends and flushes what is queued (the close frame
+    // last), within the writer timeout; a client that does not read is cut
+    // off then.
     if matches!(end, End::Gone) {
         writer.abort();
-    } else if tokio::time::timeout(Duration::from_secs(2), writer)
+    } else if tokio::time::timeout(WRITER_TIMEOUT, &mut writer)
         .await
         .is_err()
     {
+        writer.abort();
         tracing::debug!(listener = %name, "writer did not finish closing in time");
     }
 }

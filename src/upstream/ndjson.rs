@@ -1,19 +1,22 @@
 //! NDJSON over a Unix socket: dialing and line framing for a [`Link`].
 //!
-//! Reads are framed by `LinesCodec` with the upstream's response limit (a
-//! longer line closes the connection and fails its calls); writes go through
-//! one writer task per connection, so lines never interleave, and are
-//! flushed when the queue runs empty.
+//! Reads are framed on `\n` with the upstream's response limit (a longer
+//! line closes the connection and fails its calls). A line that is not
+//! UTF-8 leaves the framing intact: it is counted as a protocol error and
+//! dropped, like a line that is not JSON, and the connection lives on.
+//! Writes go through one writer task per connection, so lines never
+//! interleave, and are flushed when the queue runs empty.
 
 use std::path::Path;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
-use tokio_util::codec::{FramedRead, LinesCodec};
+use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
 
 use super::link::{Link, OwnerRef, Wire};
@@ -36,13 +39,40 @@ pub(super) async fn connect(
     let (tx, rx) = mpsc::channel(capacity);
     // Lines up to twice the limit are read whole so that an oversize reply
     // fails only its own call; longer ones close the connection.
-    let codec = LinesCodec::new_with_max_length(super::hard_cap(shared.cfg.max_response_bytes));
+    let codec = AnyDelimiterCodec::new_with_max_length(
+        b"\n".to_vec(),
+        Vec::new(),
+        super::hard_cap(shared.cfg.max_response_bytes),
+    );
+    let counts = shared.clone();
     let lines = FramedRead::new(read, codec)
-        .filter(|line| std::future::ready(!matches!(line, Ok(l) if l.trim().is_empty())));
+        .filter_map(move |line| std::future::ready(text_line(line, &counts)));
     let link = Link::new(tx, shared, owner);
     tokio::spawn(write_lines(write, rx, link.clone()));
     tokio::spawn(link.clone().run_reader(lines, shutdown));
     Ok(link)
+}
+
+/// One line as text, a trailing `\r` stripped; `None` for a blank line
+/// (skipped) and for one that is not UTF-8 (counted and dropped).
+fn text_line(
+    line: Result<Bytes, AnyDelimiterCodecError>,
+    shared: &UpstreamShared,
+) -> Option<Result<String, AnyDelimiterCodecError>> {
+    let bytes = match line {
+        Ok(bytes) => bytes,
+        Err(e) => return Some(Err(e)),
+    };
+    let bytes = bytes.strip_suffix(b"\r").unwrap_or(&bytes);
+    match std::str::from_utf8(bytes) {
+        Ok(text) if text.trim().is_empty() => None,
+        Ok(text) => Some(Ok(text.to_owned())),
+        Err(e) => {
+            tracing::debug!(upstream = %shared.cfg.name, error = %e, "line from upstream is not UTF-8; dropped");
+            shared.count_protocol_error("invalid_message");
+            None
+        }
+    }
 }
 
 /// Writes queued lines until the link closes or the queue is dropped.

@@ -158,9 +158,14 @@ pub(super) async fn read_loop(
             }
             Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => {}
             Some(Ok(WsMessage::Close(_))) | None => return End::Gone,
+            Some(Err(e)) if library_too_large(&e) => {
+                // The library stopped at the frame header: answer like any
+                // oversize message, and let the writer send it all.
+                too_large(route, tx).await;
+                return End::Closing;
+            }
             Some(Err(e)) => {
                 tracing::debug!(listener = %cfg.name, error = %e, "websocket read failed");
-                too_large_or_gone(route, tx, &e).await;
                 return End::Gone;
             }
         }
@@ -194,12 +199,11 @@ async fn too_large(route: &Route, tx: &mpsc::Sender<Outgoing>) {
     let _ = tx.send(Outgoing::Close(1009, reason.into())).await;
 }
 
-/// The library refused a message above even its (larger) limit.
-async fn too_large_or_gone(route: &Route, tx: &mpsc::Sender<Outgoing>, e: &axum::Error) {
-    let text = e.to_string();
-    if text.contains("too long") || text.contains("too big") || text.contains("Space limit") {
-        too_large(route, tx).await;
-    }
+/// True when the library refused a message above even its (larger) limit:
+/// its capacity error (`Space limit exceeded: Message too long: …`). The
+/// library's error type is not re-exported by axum, hence the text.
+fn library_too_large(e: &axum::Error) -> bool {
+    e.to_string().contains("Message too long")
 }
 
 /// Drains the outbox into the socket until a close is sent or the outbox
