@@ -208,17 +208,8 @@ fn load(config: Option<PathBuf>) -> Result<Config, ExitCode> {
 }
 
 fn check(config: Option<PathBuf>) -> ExitCode {
-    match switchyard::config::raw::RawConfig::load(config.as_deref()) {
-        Ok(raw) => {
-            let text = raw.to_toml_string();
-            match switchyard::config::validate::validate(raw) {
-                Ok(_) => print(&text),
-                Err(e) => {
-                    eprintln!("switchyard: invalid configuration:\n{e}");
-                    ExitCode::from(EXIT_CONFIG as u8)
-                }
-            }
-        }
+    match Config::check(config.as_deref()) {
+        Ok((_, raw)) => print(&raw.to_toml_string()),
         Err(e) => {
             eprintln!("switchyard: invalid configuration:\n{e}");
             ExitCode::from(EXIT_CONFIG as u8)

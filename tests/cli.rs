@@ -129,7 +129,13 @@ socket = "/tmp/x.sock"
             .expect("run");
         assert_eq!(out.status.code(), Some(64), "{sub}: {out:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains("bogus_key"), "{sub}: {stderr}");
+        // The unknown key does not hide the semantic problem elsewhere.
+        for needle in ["bogus_key", "smoke-signals"] {
+            assert!(
+                stderr.contains(needle),
+                "{sub}: missing {needle:?} in {stderr}"
+            );
+        }
         assert!(!sock.exists(), "{sub} created a socket before validating");
     }
 
