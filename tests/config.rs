@@ -581,3 +581,59 @@ fn wrong_array_elements_are_reported_once_each() {
     assert_has(p, "routes[1].via");
     assert_eq!(p.len(), 3, "{}", p.join("\n"));
 }
+
+#[test]
+fn a_public_websocket_listener_needs_an_origin_allow_list_or_an_explicit_star() {
+    let public = MINIMAL.replace("127.0.0.1:0", "0.0.0.0:8080");
+    let p = problems(&public);
+    assert_has(
+        &p,
+        "listeners.public.allowed_origins: required when the listener is bound to a non-loopback address (0.0.0.0:8080)",
+    );
+    assert_eq!(p.len(), 1, "{}", p.join("\n"));
+    let v6 = MINIMAL.replace("127.0.0.1:0", "[::]:0");
+    assert_has(&problems(&v6), "listeners.public.allowed_origins");
+
+    let with = |origins: &str| {
+        public.replace(
+            "address = \"0.0.0.0:8080\"",
+            &format!("address = \"0.0.0.0:8080\"\nallowed_origins = {origins}"),
+        )
+    };
+    let listed = Config::from_toml(&with(r#"["https://app.example.com"]"#)).expect("listed");
+    assert!(!listed.listeners[0].protection.any_origin);
+    let star = Config::from_toml(&with(r#"["*"]"#)).expect("explicit opt-in");
+    assert!(star.listeners[0].protection.any_origin);
+    assert!(star.listeners[0].protection.allowed_origins.is_empty());
+    assert_has(
+        &problems(&with(r#"["*", "https://app.example.com"]"#)),
+        "listeners.public.allowed_origins: \"*\" allows every origin",
+    );
+    // Loopback keeps its safe default; a Unix listener has no origins.
+    Config::from_toml(MINIMAL).expect("loopback needs no list");
+}
+
+#[test]
+fn star_allows_any_origin_even_on_loopback() {
+    use switchyard::limits::origin::UpgradePolicy;
+    let policy = |any_origin| UpgradePolicy {
+        loopback_only: true,
+        any_origin,
+        ..Default::default()
+    };
+    let evil = Some("https://evil.example");
+    assert!(policy(false)
+        .check(Some("localhost"), evil, None, None)
+        .is_err());
+    assert_eq!(
+        policy(true).check(Some("localhost"), evil, None, None),
+        Ok(())
+    );
+    // Only the Origin check is opened: Host and null stay refused.
+    assert!(policy(true)
+        .check(Some("evil.example"), evil, None, None)
+        .is_err());
+    assert!(policy(true)
+        .check(Some("localhost"), Some("null"), None, None)
+        .is_err());
+}

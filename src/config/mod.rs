@@ -190,8 +190,12 @@ pub struct Protection {
     /// else any.
     pub allowed_hosts: Vec<String>,
     /// Allowed origins (parsed); empty = loopback origins when bound to
-    /// loopback, else any. `null` is always refused.
+    /// loopback. `null` is always refused. Validation requires a list (or
+    /// `["*"]`) on a listener bound to a non-loopback address.
     pub allowed_origins: Vec<crate::limits::origin::Origin>,
+    /// `allowed_origins = ["*"]`: any origin (except `null`) is allowed,
+    /// an explicit opt-in.
+    pub any_origin: bool,
     /// Bearer token required on the upgrade, if any.
     pub auth_token: Option<String>,
     /// Per-connection message rate.

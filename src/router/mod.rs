@@ -418,6 +418,7 @@ impl Route {
         crate::limits::origin::UpgradePolicy {
             hosts: p.allowed_hosts.clone(),
             origins: p.allowed_origins.clone(),
+            any_origin: p.any_origin,
             loopback_only,
             token: p.auth_token.clone(),
         }
