@@ -178,7 +178,12 @@ async fn run(mut socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr)
     let _open = super::OpenConnection::count(&route);
     let (sink, stream) = socket.split();
     let (tx, rx) = mpsc::channel(route.cfg.outbox_capacity);
-    let writer = tokio::spawn(write_loop(sink, rx));
+    let sent = route.metrics().frame_counter(
+        route.cfg.dialect,
+        crate::error::Side::Client,
+        crate::telemetry::metrics::Direction::Out,
+    );
+    let writer = tokio::spawn(write_loop(sink, rx, sent));
     let session = Session::new(route.clone(), tx.clone(), ctx.grace_over.clone()).with_peer(peer);
     if let Some(hello) = session.greeting() {
         // Sideband: both sides send their handshake at once.
