@@ -66,7 +66,7 @@ pub(crate) async fn serve(
                       ws: WebSocketUpgrade| {
                     let (route, ctx) = (route.clone(), ctx.clone());
                     async move {
-                        if let Err(refused) = check_upgrade(&route, &headers, &uri) {
+                        if let Err(refused) = check_upgrade(&route, &headers, &uri, peer.ip()) {
                             return *refused;
                         }
                         upgrade(ws, &headers, route, ctx, peer.ip())
@@ -136,7 +136,12 @@ fn upgrade(
 
 /// Browser safety before the upgrade: Host and Origin allow-lists and the
 /// bearer token. A refusal is HTTP 403/401 with a short reason, counted.
-fn check_upgrade(route: &Route, headers: &HeaderMap, uri: &Uri) -> Result<(), Box<Response>> {
+fn check_upgrade(
+    route: &Route,
+    headers: &HeaderMap,
+    uri: &Uri,
+    peer: IpAddr,
+) -> Result<(), Box<Response>> {
     let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
     let verdict = route.upgrade_policy().check(
         header(axum::http::header::HOST),
@@ -153,7 +158,7 @@ fn check_upgrade(route: &Route, headers: &HeaderMap, uri: &Uri) -> Result<(), Bo
         route
             .metrics()
             .count_rejected_connection(&route.cfg.name, reason);
-        tracing::debug!(listener = %route.cfg.name, refusal = refusal.as_str(), "upgrade refused");
+        route.log_refused_upgrade(refusal.as_str(), peer);
         let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::FORBIDDEN);
         Box::new((status, refusal.reason()).into_response())
     })
