@@ -224,8 +224,24 @@ impl Bound {
             .map(|(_, _, p)| p.clone())
     }
 
+    /// Names every listener and the address it really bound (port 0
+    /// resolved), so an operator knows where to connect.
+    fn log_addresses(&self) {
+        for l in &self.cfg.listeners {
+            let (listener, dialect) = (l.name.as_str(), l.dialect.as_str());
+            let address = match &l.addr {
+                ListenAddr::Ws { .. } => self.ws_url(listener),
+                ListenAddr::Unix { path, .. } => Some(format!("unix://{}", path.display())),
+            };
+            if let Some(address) = address {
+                tracing::info!(listener, dialect, %address, "listening");
+            }
+        }
+    }
+
     /// Runs in the background; see [`Running`].
     pub fn spawn(self) -> Running {
+        self.log_addresses();
         let shutdown = CancellationToken::new();
         let metrics = self.metrics.clone();
         let upstream_stop = CancellationToken::new();

@@ -48,7 +48,15 @@ pub async fn run(addr: SocketAddr) -> anyhow::Result<()> {
         }
     };
     let url = bound.ws_url("demo").unwrap_or_default();
-    println!("{}", banner(&url, &socket));
+    if let Err(e) = crate::stdout::line(&banner(&url, &socket)) {
+        // Nobody can see the endpoints (`demo | head` ended): stop cleanly.
+        daemon.stop().await;
+        return if crate::stdout::is_closed(&e) {
+            Ok(())
+        } else {
+            Err(e.into())
+        };
+    }
     let running = bound.spawn();
     crate::shutdown::signal().await;
     running.shutdown().await;

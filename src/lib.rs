@@ -23,6 +23,7 @@
 //! - [`transport`]: client-facing I/O: WebSocket listeners, sessions, outboxes.
 //! - [`telemetry`]: logging, Prometheus metrics and OpenTelemetry trace export.
 //! - [`shutdown`]: SIGINT/SIGTERM as one future.
+//! - [`stdout`]: the CLI's output, with a closed stdout a clean end, never a panic.
 //! - [`daemon`]: the bundled reference NDJSON daemon (demo, tests, benches).
 //! - [`client`]: a tiny client for `switchyard call`, speaking each listener dialect.
 //! - [`demo`]: `switchyard demo`, the gateway plus the reference daemon.
@@ -39,6 +40,7 @@ pub mod error;
 pub mod limits;
 pub mod router;
 pub mod shutdown;
+pub mod stdout;
 pub mod telemetry;
 pub mod transport;
 pub mod upstream;

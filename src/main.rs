@@ -167,10 +167,7 @@ async fn run(command: Command) -> ExitCode {
                 client::call(&url, &method, params.as_deref(), timeout).await
             };
             match reply {
-                Ok(text) => {
-                    println!("{text}");
-                    ExitCode::SUCCESS
-                }
+                Ok(text) => print(&text),
                 Err(e) => {
                     eprintln!("switchyard call: {e}");
                     ExitCode::FAILURE
@@ -211,23 +208,23 @@ fn load(config: Option<PathBuf>) -> Result<Config, ExitCode> {
 }
 
 fn check(config: Option<PathBuf>) -> ExitCode {
-    match switchyard::config::raw::RawConfig::load(config.as_deref()) {
-        Ok(raw) => {
-            let text = raw.to_toml_string();
-            match switchyard::config::validate::validate(raw) {
-                Ok(_) => {
-                    println!("{text}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("switchyard: invalid configuration:\n{e}");
-                    ExitCode::from(EXIT_CONFIG as u8)
-                }
-            }
-        }
+    match Config::check(config.as_deref()) {
+        Ok((_, raw)) => print(&raw.to_toml_string()),
         Err(e) => {
             eprintln!("switchyard: invalid configuration:\n{e}");
             ExitCode::from(EXIT_CONFIG as u8)
+        }
+    }
+}
+
+/// Prints a command's result; a closed stdout is a clean end, not a panic.
+fn print(text: &str) -> ExitCode {
+    match switchyard::stdout::line(text) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if switchyard::stdout::is_closed(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("switchyard: cannot write to stdout: {e}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -695,6 +695,23 @@ async fn every_dialect_moves_its_series_by_the_traffic_sent() {
             delta("switchyard_bytes_total", &[cin[0], cin[1], cin[2]]) > 0.0,
             "{dialect} bytes in"
         );
+        // What goes back to the client is counted too: every reply is a
+        // frame or line of its own or shares one (a batch reply).
+        let cout = [
+            ("dialect", *dialect),
+            ("side", "client"),
+            ("direction", "out"),
+        ];
+        assert!(
+            delta("switchyard_bytes_total", &cout) > 0.0,
+            "{dialect} bytes out"
+        );
+        let (sizes_before, _) = histogram(&before, "switchyard_message_size_bytes", &cout);
+        let (sizes_after, _) = histogram(&after, "switchyard_message_size_bytes", &cout);
+        assert!(
+            sizes_after - sizes_before >= if batches { 3.0 } else { requests },
+            "{dialect} message sizes out: {sizes_before} -> {sizes_after}"
+        );
         let (n, _) = histogram(
             &after,
             "switchyard_request_duration_seconds",
@@ -747,4 +764,63 @@ async fn every_dialect_moves_its_series_by_the_traffic_sent() {
     );
     gateway.shutdown().await;
     daemon.stop().await;
+}
+
+#[tokio::test]
+async fn outbox_high_water_exists_before_the_first_connection() {
+    let stack = AdminStack::start().await;
+    let first = scrape(stack.admin).await;
+    let labels = [PUBLIC];
+    assert!(
+        find(&first, "switchyard_outbox_high_water", &labels).is_some(),
+        "switchyard_outbox_high_water{{listener=\"public\"}} missing from the first scrape"
+    );
+    assert_eq!(value(&first, "switchyard_outbox_high_water", &labels), 0.0);
+    stack.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn closes_initiated_by_clients_are_counted() {
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+    let stack = AdminStack::start().await;
+    let labels = [
+        ("dialect", "jsonrpc-ws"),
+        ("side", "client"),
+        ("code", "1000"),
+    ];
+    let before = value(
+        &scrape(stack.admin).await,
+        "switchyard_ws_closes_total",
+        &labels,
+    );
+    let mut ws = connect(&stack.url).await;
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"subtract","params":[2,1],"id":1}"#,
+    )
+    .await;
+    recv(&mut ws).await;
+    let frame = CloseFrame {
+        code: CloseCode::Normal,
+        reason: "bye".into(),
+    };
+    // The gateway may answer the close and drop the socket at once.
+    let _ = futures_util::SinkExt::send(
+        &mut ws,
+        tokio_tungstenite::tungstenite::Message::Close(Some(frame)),
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + STEP;
+    let mut now = before;
+    while now < before + 1.0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        now = value(
+            &scrape(stack.admin).await,
+            "switchyard_ws_closes_total",
+            &labels,
+        );
+    }
+    assert_eq!(now - before, 1.0, "one close from the client, code 1000");
+    stack.gateway.shutdown().await;
 }

@@ -129,7 +129,13 @@ socket = "/tmp/x.sock"
             .expect("run");
         assert_eq!(out.status.code(), Some(64), "{sub}: {out:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains("bogus_key"), "{sub}: {stderr}");
+        // The unknown key does not hide the semantic problem elsewhere.
+        for needle in ["bogus_key", "smoke-signals"] {
+            assert!(
+                stderr.contains(needle),
+                "{sub}: missing {needle:?} in {stderr}"
+            );
+        }
         assert!(!sock.exists(), "{sub} created a socket before validating");
     }
 
@@ -227,5 +233,44 @@ fn run_sizes_its_runtime_from_gateway_worker_threads() {
         let _ = gw.kill();
         let _ = gw.wait();
         assert_eq!(named_workers, workers, "runtime worker threads");
+    }
+}
+
+/// A stdout whose reader is already gone (as after `| head`): a socket whose
+/// peer end is closed, so every write fails with EPIPE.
+fn closed_stdout() -> Stdio {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+    drop(ours);
+    Stdio::from(std::os::fd::OwnedFd::from(theirs))
+}
+
+#[test]
+fn no_command_panics_on_a_closed_stdout() {
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/switchyard.example.toml"
+    );
+    let runs: [&[&str]; 4] = [
+        &["check", "--config", example],
+        &["--help"],
+        &["--version"],
+        &["demo", "--listen", "127.0.0.1:0"],
+    ];
+    for args in runs {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .stdout(closed_stdout())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        // The demo stops once it cannot show its endpoints.
+        let status = wait_with_timeout(&mut child, Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("{args:?} did not exit with its stdout closed"));
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+            .expect("read stderr");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_ne!(status.code(), Some(101), "{args:?}: {stderr}");
+        assert!(status.success(), "{args:?}: {status:?} {stderr}");
     }
 }

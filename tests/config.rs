@@ -514,3 +514,126 @@ fn batches_with_ordered_replies_are_rejected() {
         "upstreams.daemon: accepts_batches = true cannot be combined with ordered_replies = true",
     );
 }
+
+#[test]
+fn every_unknown_key_and_every_semantic_problem_are_reported_together() {
+    let text = r#"
+        [listeners.a]
+        dialect = "jsonrpc-ws"
+        address = "127.0.0.1:0"
+        adress = "127.0.0.1:1"
+        max_mesage_bytes = 10
+
+        [listeners.b]
+        dialect = "bogus"
+        address = "127.0.0.1:0"
+
+        [listeners.c]
+        dialect = 5
+        address = "127.0.0.1:0"
+
+        [upstreams.u]
+        dialect = "ndjson"
+        socket = "/tmp/u.sock"
+        pool_sise = 3
+        max_pending = "many"
+        mode = "sometimes"
+
+        [[routes]]
+        listener = "a"
+        upstream = "nowhere"
+        via = "x"
+    "#;
+    let err = Config::from_toml(text).expect_err("invalid");
+    let p = err.problems();
+    for needle in [
+        "listeners.a.adress",
+        "listeners.a.max_mesage_bytes",
+        "listeners.b.dialect: unknown dialect \"bogus\"",
+        "listeners.c.dialect",
+        "upstreams.u.pool_sise",
+        "upstreams.u.max_pending",
+        "upstreams.u.mode: unknown value \"sometimes\"",
+        "routes[0]",
+        "via",
+        "routes[0].upstream: unknown upstream \"nowhere\"",
+    ] {
+        assert_has(p, needle);
+    }
+    // A key refused for its type is not also reported as missing.
+    let c_dialect = p
+        .iter()
+        .filter(|m| m.contains("listeners.c.dialect"))
+        .count();
+    assert_eq!(c_dialect, 1, "{}", p.join("\n"));
+}
+
+#[test]
+fn wrong_array_elements_are_reported_once_each() {
+    let text = MINIMAL.replace(
+        "address = \"127.0.0.1:0\"",
+        "address = \"127.0.0.1:0\"\nallowed_origins = [1, \"http://a.example\"]\nroutes_typo = 1",
+    ) + "\n[[routes]]\nlistener = \"public\"\nupstream = \"daemon\"\nvia = 7\nmethod_prefix = \"a.\"\n";
+    let err = Config::from_toml(&text).expect_err("invalid");
+    let p = err.problems();
+    assert_has(p, "listeners.public.allowed_origins");
+    assert_has(p, "listeners.public.routes_typo");
+    assert_has(p, "routes[1].via");
+    assert_eq!(p.len(), 3, "{}", p.join("\n"));
+}
+
+#[test]
+fn a_public_websocket_listener_needs_an_origin_allow_list_or_an_explicit_star() {
+    let public = MINIMAL.replace("127.0.0.1:0", "0.0.0.0:8080");
+    let p = problems(&public);
+    assert_has(
+        &p,
+        "listeners.public.allowed_origins: required when the listener is bound to a non-loopback address (0.0.0.0:8080)",
+    );
+    assert_eq!(p.len(), 1, "{}", p.join("\n"));
+    let v6 = MINIMAL.replace("127.0.0.1:0", "[::]:0");
+    assert_has(&problems(&v6), "listeners.public.allowed_origins");
+
+    let with = |origins: &str| {
+        public.replace(
+            "address = \"0.0.0.0:8080\"",
+            &format!("address = \"0.0.0.0:8080\"\nallowed_origins = {origins}"),
+        )
+    };
+    let listed = Config::from_toml(&with(r#"["https://app.example.com"]"#)).expect("listed");
+    assert!(!listed.listeners[0].protection.any_origin);
+    let star = Config::from_toml(&with(r#"["*"]"#)).expect("explicit opt-in");
+    assert!(star.listeners[0].protection.any_origin);
+    assert!(star.listeners[0].protection.allowed_origins.is_empty());
+    assert_has(
+        &problems(&with(r#"["*", "https://app.example.com"]"#)),
+        "listeners.public.allowed_origins: \"*\" allows every origin",
+    );
+    // Loopback keeps its safe default; a Unix listener has no origins.
+    Config::from_toml(MINIMAL).expect("loopback needs no list");
+}
+
+#[test]
+fn star_allows_any_origin_even_on_loopback() {
+    use switchyard::limits::origin::UpgradePolicy;
+    let policy = |any_origin| UpgradePolicy {
+        loopback_only: true,
+        any_origin,
+        ..Default::default()
+    };
+    let evil = Some("https://evil.example");
+    assert!(policy(false)
+        .check(Some("localhost"), evil, None, None)
+        .is_err());
+    assert_eq!(
+        policy(true).check(Some("localhost"), evil, None, None),
+        Ok(())
+    );
+    // Only the Origin check is opened: Host and null stay refused.
+    assert!(policy(true)
+        .check(Some("evil.example"), evil, None, None)
+        .is_err());
+    assert!(policy(true)
+        .check(Some("localhost"), Some("null"), None, None)
+        .is_err());
+}

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_norway::Value;
-use switchyard::config::{Config, UpstreamTarget};
+use switchyard::config::{Config, ListenAddr, UpstreamTarget};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -199,19 +199,32 @@ fn compose_has_every_service_and_its_files_exist() {
 /// environment applied, as `switchyard run` would load it.
 fn compose_config() -> Config {
     let compose = compose();
-    let mut doc: toml::Table = toml::from_str(&read("deploy/switchyard.toml")).expect("TOML");
     let env = at(&compose, &["services", "switchyard", "environment"]);
-    for (key, value) in env.as_mapping().expect("environment mapping") {
-        let key = key.as_str().expect("string key");
+    let pairs = env
+        .as_mapping()
+        .expect("environment mapping")
+        .iter()
+        .map(|(key, value)| {
+            let key = key.as_str().expect("string key");
+            let value = value.as_str().expect("quoted environment value");
+            (key.to_owned(), value.to_owned())
+        });
+    with_env(&read("deploy/switchyard.toml"), pairs)
+}
+
+/// `toml` with the `SWITCHYARD_*` variables among `env` applied, as
+/// figment's Env provider does, validated.
+fn with_env(toml: &str, env: impl IntoIterator<Item = (String, String)>) -> Config {
+    let mut doc: toml::Table = toml::from_str(toml).expect("TOML");
+    for (key, value) in env {
         let Some(path) = key.strip_prefix("SWITCHYARD_") else {
             continue;
         };
-        let value = value.as_str().expect("quoted environment value");
         // Like figment's Env provider: values parse as TOML, else strings.
         let parsed = toml::from_str::<toml::Table>(&format!("v = {value}"))
             .ok()
             .and_then(|mut t| t.remove("v"))
-            .unwrap_or_else(|| toml::Value::String(value.to_owned()));
+            .unwrap_or_else(|| toml::Value::String(value.clone()));
         let keys: Vec<String> = path.split("__").map(str::to_ascii_lowercase).collect();
         let (last, parents) = keys.split_last().expect("a key");
         let mut table = &mut doc;
@@ -225,7 +238,34 @@ fn compose_config() -> Config {
         table.insert(last.clone(), parsed);
     }
     let text = toml::to_string(&doc).expect("serialize");
-    Config::from_toml(&text).unwrap_or_else(|e| panic!("compose config invalid:\n{e}\n{text}"))
+    Config::from_toml(&text).unwrap_or_else(|e| panic!("config invalid:\n{e}\n{text}"))
+}
+
+/// Every WebSocket listener reachable from other hosts lists its Host names
+/// and origins (no `*`) and requires a token.
+fn assert_not_open(cfg: &Config, what: &str) {
+    let mut exposed = 0;
+    for l in &cfg.listeners {
+        let ListenAddr::Ws { addr, .. } = &l.addr else {
+            continue;
+        };
+        if addr.ip().is_loopback() {
+            continue;
+        }
+        exposed += 1;
+        let p = &l.protection;
+        let name = &l.name;
+        assert!(
+            !p.allowed_hosts.is_empty(),
+            "{what}: {name} allows any Host"
+        );
+        assert!(
+            !p.allowed_origins.is_empty() && !p.any_origin,
+            "{what}: {name} allows any origin"
+        );
+        assert!(p.auth_token.is_some(), "{what}: {name} needs no token");
+    }
+    assert!(exposed > 0, "{what}: no exposed listener checked");
 }
 
 #[test]
@@ -386,6 +426,10 @@ fn k8s_sidecar_probes_scrape_and_share_the_socket() {
     let config_map = &docs[0];
     let cfg = Config::from_toml(text(config_map, &["data", "switchyard.toml"]))
         .unwrap_or_else(|e| panic!("ConfigMap switchyard.toml: {e}"));
+    assert!(cfg
+        .listeners
+        .iter()
+        .all(|l| l.protection.auth_token.is_none()));
     let admin = cfg.admin.addr.expect("admin enabled").port();
 
     let template = at(&deployment, &["spec", "template"]);
@@ -520,4 +564,73 @@ fn systemd_unit_is_hardened() {
     ] {
         assert_eq!(get(key), value, "[Service] {key}");
     }
+}
+
+#[test]
+fn shipped_configs_validate_and_are_not_open() {
+    // Compose: the token comes from the host's environment, required.
+    assert_not_open(&compose_config(), "docker-compose.yml");
+    let compose = compose();
+    let env = at(&compose, &["services", "switchyard", "environment"]);
+    let token = text(env, &["SWITCHYARD_LISTENERS__PUBLIC__AUTH_TOKEN"]);
+    assert!(token.starts_with("${") && token.contains(":?"), "{token}");
+    assert!(
+        !read("deploy/switchyard.toml").contains("auth_token ="),
+        "a token in the shipped file is no secret"
+    );
+
+    // Kubernetes: the token comes from a Secret, through the environment.
+    let (docs, deployment) = k8s();
+    let config_map = &docs[0];
+    let pod = at(&deployment, &["spec", "template", "spec"]);
+    let env = seq(container(pod, "switchyard"), &["env"]);
+    let pairs = env.iter().map(|e| {
+        let name = text(e, &["name"]).to_owned();
+        let secret = at(e, &["valueFrom", "secretKeyRef"]);
+        assert!(!text(secret, &["name"]).is_empty() && !text(secret, &["key"]).is_empty());
+        (name, "from-a-secret".to_owned())
+    });
+    let cfg = with_env(text(config_map, &["data", "switchyard.toml"]), pairs);
+    assert_not_open(&cfg, "k8s/sidecar.yaml");
+
+    // systemd: the token file is required.
+    let unit = read("deploy/switchyard.service");
+    assert!(
+        unit.lines()
+            .any(|l| l.starts_with("EnvironmentFile=/") && !l.starts_with("EnvironmentFile=-")),
+        "the unit reads the token from a required EnvironmentFile"
+    );
+}
+
+#[test]
+fn a_public_listener_without_origins_is_refused() {
+    let open = read("deploy/switchyard.toml")
+        .lines()
+        .filter(|l| !l.starts_with("allowed_origins"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let err = Config::from_toml(&open).expect_err("0.0.0.0 without allowed_origins");
+    assert!(
+        err.to_string().contains("listeners.public.allowed_origins"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_image_ships_a_stripped_binary() {
+    let dockerfile = read("deploy/Dockerfile");
+    let builder = dockerfile
+        .split("\nFROM ")
+        .find(|stage| stage.contains("AS builder"))
+        .expect("builder stage");
+    let strips = builder.contains("CARGO_PROFILE_RELEASE_STRIP=symbols")
+        || builder.contains("CARGO_PROFILE_RELEASE_STRIP=true")
+        || builder
+            .lines()
+            .any(|l| l.trim_start().starts_with("strip ") || l.contains("&& strip "));
+    assert!(strips, "the builder strips the binary:\n{builder}");
+    assert!(
+        builder.contains("CARGO_PROFILE_RELEASE_DEBUG=0"),
+        "no debug info in the image"
+    );
 }

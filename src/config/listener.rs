@@ -74,7 +74,10 @@ fn ws_listen(key: &str, d: Dialect, raw: &RawListener, p: &mut Problems) -> Opti
     }
     match raw.address.as_deref().map(|a| (a, a.parse::<SocketAddr>())) {
         None => p.at(key, "address", format!("required for dialect {d}")),
-        Some((_, Ok(addr))) => return Some(ListenAddr::Ws { addr, path }),
+        Some((_, Ok(addr))) => {
+            super::protection::check_exposed(key, addr, raw, p);
+            return Some(ListenAddr::Ws { addr, path });
+        }
         Some((text, Err(e))) => p.at(key, "address", format!("invalid IP:port {text:?}: {e}")),
     }
     None

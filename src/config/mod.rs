@@ -190,8 +190,12 @@ pub struct Protection {
     /// else any.
     pub allowed_hosts: Vec<String>,
     /// Allowed origins (parsed); empty = loopback origins when bound to
-    /// loopback, else any. `null` is always refused.
+    /// loopback. `null` is always refused. Validation requires a list (or
+    /// `["*"]`) on a listener bound to a non-loopback address.
     pub allowed_origins: Vec<crate::limits::origin::Origin>,
+    /// `allowed_origins = ["*"]`: any origin (except `null`) is allowed,
+    /// an explicit opt-in.
+    pub any_origin: bool,
     /// Bearer token required on the upgrade, if any.
     pub auth_token: Option<String>,
     /// Per-connection message rate.
@@ -319,23 +323,53 @@ pub struct UpstreamConfig {
 
 impl Config {
     /// Loads and validates the configuration: defaults ← `file` (if any) ←
-    /// `SWITCHYARD_*` environment.
+    /// `SWITCHYARD_*` environment. Every load error (unknown key, wrong
+    /// type) and every semantic problem is reported, all at once.
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
-        let raw = raw::RawConfig::load(file)?;
-        validate::validate(raw)
+        Self::check(file).map(|(config, _)| config)
+    }
+
+    /// Like [`load`](Self::load), also returning the effective raw
+    /// configuration that `switchyard check` prints.
+    pub fn check(file: Option<&Path>) -> Result<(Self, raw::RawConfig), ConfigError> {
+        checked(raw::RawConfig::read(file)?)
     }
 
     /// Parses and validates a TOML document (no environment), for tests and
     /// the embedded demo.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let raw = raw::RawConfig::from_toml(text)?;
-        validate::validate(raw)
+        checked(raw::RawConfig::read_toml(text)?).map(|(config, _)| config)
     }
 
     /// Looks an upstream up by name.
     pub fn upstream(&self, name: &str) -> Option<&UpstreamConfig> {
         self.upstreams.iter().find(|u| u.name == name)
     }
+}
+
+/// Validates what was read and reports its load errors and semantic
+/// problems together (a [`ConfigError::Load`] if there were load errors).
+fn checked(read: raw::Read) -> Result<(Config, raw::RawConfig), ConfigError> {
+    let raw = read.raw.clone();
+    let invalid = match validate::validate(read.raw) {
+        Ok(config) if read.problems.is_empty() => return Ok((config, raw)),
+        Ok(_) => Vec::new(),
+        Err(e) => e.problems().to_vec(),
+    };
+    if read.problems.is_empty() {
+        return Err(ConfigError::Invalid(invalid));
+    }
+    // A refused key is missing now; saying so again would be noise.
+    let about_refused = |problem: &String| {
+        read.refused.iter().any(|key| {
+            problem
+                .strip_prefix(key.as_str())
+                .is_some_and(|rest| rest.starts_with([':', '.', '[']))
+        })
+    };
+    let mut problems = read.problems;
+    problems.extend(invalid.into_iter().filter(|p| !about_refused(p)));
+    Err(ConfigError::Load(problems))
 }
 
 // === impl TracingConfig ===

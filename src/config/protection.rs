@@ -1,5 +1,6 @@
 //! Validation of a listener's protection keys: allow-lists, token, rates.
 
+use std::net::SocketAddr;
 use std::num::NonZeroU32;
 
 use super::raw::RawListener;
@@ -8,11 +9,35 @@ use super::Protection;
 use crate::limits::origin::Origin;
 use crate::limits::rate::Rate;
 
+/// The `allowed_origins` entry that opts in to every origin.
+const ANY_ORIGIN: &str = "*";
+
+/// A WebSocket listener reachable from other hosts must say which web pages
+/// may drive it: an empty `allowed_origins` there would let any page use
+/// the daemon through a published port.
+pub(super) fn check_exposed(key: &str, addr: SocketAddr, raw: &RawListener, p: &mut Problems) {
+    if addr.ip().is_loopback() || !raw.allowed_origins.is_empty() {
+        return;
+    }
+    let msg = format!(
+        "required when the listener is bound to a non-loopback address ({addr}): \
+         list the origins of the pages allowed to connect, e.g. \
+         [\"https://app.example.com\"], or [\"*\"] to allow any origin"
+    );
+    p.at(key, "allowed_origins", msg);
+}
+
 /// Builds a listener's [`Protection`], reporting every bad value.
 pub(super) fn protection(key: &str, raw: &RawListener, p: &mut Problems) -> Protection {
+    let any_origin = raw.allowed_origins.iter().any(|o| o == ANY_ORIGIN);
+    if any_origin && raw.allowed_origins.len() > 1 {
+        let msg = "\"*\" allows every origin; list nothing else with it";
+        p.at(key, "allowed_origins", msg);
+    }
     let allowed_origins = raw
         .allowed_origins
         .iter()
+        .filter(|o| *o != ANY_ORIGIN)
         .enumerate()
         .filter_map(|(i, o)| {
             let parsed = Origin::parse(o);
@@ -51,6 +76,7 @@ pub(super) fn protection(key: &str, raw: &RawListener, p: &mut Problems) -> Prot
             .map(|h| h.to_ascii_lowercase())
             .collect(),
         allowed_origins,
+        any_origin,
         auth_token: raw.auth_token.clone(),
         rate: rate(raw.rate_per_second, raw.rate_burst),
         ip_rate: rate(raw.ip_rate_per_second, raw.ip_rate_burst),

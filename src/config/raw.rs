@@ -7,7 +7,8 @@
 //! [`validate`](super::validate::validate) can report every bad value at once
 //! instead of stopping at the first one serde meets. It is strict about *keys*
 //! (`deny_unknown_fields`), because a misspelt key silently falling back to its
-//! default is the worst kind of configuration bug.
+//! default is the worst kind of configuration bug; [`read`] reports every
+//! unknown key and wrongly typed value, not only the first.
 //!
 //! Nothing here checks semantics or touches the network.
 
@@ -16,16 +17,18 @@ use std::path::Path;
 
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
-use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
 
 mod listener;
+mod read;
 mod upstream;
 
 pub use listener::RawListener;
 pub use upstream::RawUpstream;
+
+pub(crate) use read::Read;
 
 /// Prefix of the environment variables that override the file.
 pub const ENV_PREFIX: &str = "SWITCHYARD_";
@@ -119,19 +122,6 @@ pub struct RawLog {
     pub level: String,
 }
 
-/// The top level only, to learn section names when the whole does not load.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-struct Sections {
-    gateway: IgnoredAny,
-    log: IgnoredAny,
-    listeners: BTreeMap<String, IgnoredAny>,
-    upstreams: BTreeMap<String, IgnoredAny>,
-    routes: Vec<figment::value::Value>,
-    admin: IgnoredAny,
-    tracing: IgnoredAny,
-}
-
 /// `[[routes]]`: send a listener's methods to an upstream.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -155,6 +145,19 @@ impl RawConfig {
     /// `SWITCHYARD_*` environment (nested keys split on `__`, lower-cased).
     /// Unknown keys and wrongly typed values are load errors, all reported.
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        strict(Self::read(file)?)
+    }
+
+    /// Merges defaults ← the TOML document `text`; the environment is not
+    /// consulted (tests, the embedded demo).
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        strict(Self::read_toml(text)?)
+    }
+
+    /// Like [`load`](Self::load), but what deserializes is returned along
+    /// with the load errors, so that validation can report its problems
+    /// in the same run.
+    pub(crate) fn read(file: Option<&Path>) -> Result<Read, ConfigError> {
         let mut figment = Figment::from(Serialized::defaults(Self::default()));
         if let Some(path) = file {
             // Checked up front: figment would report a bare I/O error.
@@ -166,13 +169,12 @@ impl RawConfig {
             }
             figment = figment.merge(Toml::file_exact(path));
         }
-        extract(&figment.merge(Env::prefixed(ENV_PREFIX).split(ENV_SEPARATOR)))
+        read::read(&figment.merge(Env::prefixed(ENV_PREFIX).split(ENV_SEPARATOR)))
     }
 
-    /// Merges defaults ← the TOML document `text`; the environment is not
-    /// consulted (tests, the embedded demo).
-    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        extract(&Figment::from(Serialized::defaults(Self::default())).merge(Toml::string(text)))
+    /// Like [`from_toml`](Self::from_toml), keeping what deserializes.
+    pub(crate) fn read_toml(text: &str) -> Result<Read, ConfigError> {
+        read::read(&Figment::from(Serialized::defaults(Self::default())).merge(Toml::string(text)))
     }
 
     /// Renders the effective configuration as TOML for `switchyard check`:
@@ -188,52 +190,13 @@ impl RawConfig {
     }
 }
 
-/// Deserializes `figment`. Serde stops at the first error, so on failure
-/// each section is deserialized on its own: a typo in one listener does not
-/// hide a wrong type in an upstream.
-fn extract(figment: &Figment) -> Result<RawConfig, ConfigError> {
-    let whole = match figment.extract::<RawConfig>() {
-        Ok(raw) => return Ok(raw),
-        Err(e) => e,
-    };
-    let sections = figment.extract::<Sections>()?;
-    let mut errors = Vec::new();
-    errors.extend(section::<RawGateway>(figment, "gateway".into()));
-    errors.extend(section::<RawLog>(figment, "log".into()));
-    errors.extend(section::<RawAdmin>(figment, "admin".into()));
-    errors.extend(section::<RawTracing>(figment, "tracing".into()));
-    // A name containing '.' cannot be addressed by a figment path; such a
-    // section is only checked as part of the whole.
-    for name in sections.listeners.keys().filter(|n| !n.contains('.')) {
-        errors.extend(section::<RawListener>(figment, format!("listeners.{name}")));
+/// The configuration only if it read without a single load error.
+fn strict(read: Read) -> Result<RawConfig, ConfigError> {
+    if read.problems.is_empty() {
+        Ok(read.raw)
+    } else {
+        Err(ConfigError::Load(read.problems))
     }
-    for name in sections.upstreams.keys().filter(|n| !n.contains('.')) {
-        errors.extend(section::<RawUpstream>(figment, format!("upstreams.{name}")));
-    }
-    let mut problems: Vec<String> = errors
-        .into_iter()
-        .flatten()
-        .map(|e| e.to_string())
-        .collect();
-    for (i, route) in sections.routes.iter().enumerate() {
-        // A bare value has no source or path, so name the route here.
-        let error = RawRoute::deserialize(route).err();
-        problems.extend(error.map(|e| format!("routes[{i}]: {e}")));
-    }
-    if problems.is_empty() {
-        problems.extend(whole.into_iter().map(|e| e.to_string()));
-    }
-    Err(ConfigError::Load(problems))
-}
-
-/// The error, if any, of deserializing the section at `path` on its own.
-fn section<T: DeserializeOwned>(figment: &Figment, path: String) -> Option<figment::Error> {
-    let mut error = figment.extract_inner::<T>(&path).err()?;
-    // `extract_inner` appends `path` after the key inside the section: put
-    // it first so the message names `listeners.public.address`.
-    let inner = error.path.len().saturating_sub(path.split('.').count());
-    error.path.rotate_left(inner);
-    Some(error)
 }
 
 // === impl RawGateway ===

@@ -42,6 +42,8 @@ pub struct UpgradePolicy {
     /// Allowed origins. Empty and `loopback_only`: loopback origins only.
     /// Empty otherwise: any origin (except `null`).
     pub origins: Vec<Origin>,
+    /// `allowed_origins = ["*"]`: every origin but `null` passes.
+    pub any_origin: bool,
     /// The listener is bound to a loopback address: the safe defaults apply.
     pub loopback_only: bool,
     /// Required bearer token, if any.
@@ -145,7 +147,9 @@ impl UpgradePolicy {
             return Err(Refusal::NullOrigin);
         }
         let parsed = Origin::parse(text.trim()).ok_or(Refusal::Origin)?;
-        let allowed = if !self.origins.is_empty() {
+        let allowed = if self.any_origin {
+            true
+        } else if !self.origins.is_empty() {
             self.origins.contains(&parsed)
         } else {
             !self.loopback_only || parsed.is_loopback()

@@ -27,6 +27,10 @@ pub mod correlator;
 
 pub use client::{ClientLinks, Pusher};
 
+/// At most one log line per upstream and failure (or upgrade refusal
+/// reason) per this period; the next line counts the ones held back.
+const LOG_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// An upstream error as the client's dialect carries it (error-codes.md
 /// §3): unchanged between JSON dialects, mapped by table to and from
 /// Sideband, with the original kept under `data.origin` when lossy.
@@ -66,6 +70,9 @@ pub struct Route {
     default: Option<Arc<Upstream>>,
     prefixes: Vec<(String, Arc<Upstream>)>,
     metrics: Metrics,
+    /// One log line per second per upstream and outcome (`unavailable`,
+    /// `timeout`), and per upgrade refusal reason.
+    logs: crate::telemetry::throttle::Throttle,
     /// Resolved per-upstream series: `request_duration` and the `ok`
     /// member of `requests` (touched on every request).
     series: Vec<(Arc<Upstream>, Series)>,
@@ -133,6 +140,7 @@ impl Route {
             prefixes,
             metrics,
             series,
+            logs: crate::telemetry::throttle::Throttle::new(LOG_PERIOD),
         }
     }
 
@@ -321,6 +329,7 @@ impl Route {
             }
             Err(mut err) => {
                 self.count_request(upstream, err.kind.as_str());
+                self.log_failure(upstream, err.kind);
                 if err.kind == ErrorKind::Timeout {
                     let ms = self.cfg.request_timeout.as_millis();
                     err.detail = Some(format!("no reply from upstream within {ms} ms"));
@@ -380,6 +389,34 @@ impl Route {
         self.upstream_for(method)
     }
 
+    /// Tells the operator that requests fail for a reason that is not the
+    /// client's (throttled: one line per upstream and outcome per second).
+    fn log_failure(&self, upstream: &str, kind: ErrorKind) {
+        if !matches!(kind, ErrorKind::Unavailable | ErrorKind::Timeout) {
+            return;
+        }
+        let outcome = kind.as_str();
+        let Some(suppressed) = self.logs.admit(&format!("{upstream}\0{outcome}")) else {
+            return;
+        };
+        tracing::warn!(
+            listener = %self.cfg.name,
+            upstream,
+            outcome,
+            suppressed,
+            "requests answered {outcome}"
+        );
+    }
+
+    /// Logs an upgrade refused for `reason` (throttled per reason: one line
+    /// per second, with the count held back since).
+    pub fn log_refused_upgrade(&self, reason: &str, peer: std::net::IpAddr) {
+        let Some(suppressed) = self.logs.admit(&format!("\0upgrade\0{reason}")) else {
+            return;
+        };
+        tracing::info!(listener = %self.cfg.name, %peer, reason, suppressed, "upgrade refused");
+    }
+
     fn count_request(&self, upstream: &str, outcome: &str) {
         self.metrics
             .requests
@@ -418,6 +455,7 @@ impl Route {
         crate::limits::origin::UpgradePolicy {
             hosts: p.allowed_hosts.clone(),
             origins: p.allowed_origins.clone(),
+            any_origin: p.any_origin,
             loopback_only,
             token: p.auth_token.clone(),
         }

@@ -39,7 +39,8 @@ mod cache;
 mod init;
 mod labels;
 
-pub use labels::{Direction, Limit, RejectReason};
+pub use cache::FrameCounter;
+pub use labels::{close_code, Direction, Limit, RejectReason};
 
 /// Request latency buckets, seconds.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -86,7 +87,8 @@ pub struct Metrics {
     pub dropped_messages: IntCounterVec,
     /// Tolerated deviations of real peers, by dialect and quirk.
     pub peer_quirks: IntCounterVec,
-    /// WebSocket closes, by dialect, side and code.
+    /// WebSocket close frames received, by dialect, the side that sent
+    /// them and code.
     pub ws_closes: IntCounterVec,
     /// Pending gateway ids, by upstream.
     pub correlator_entries: IntGaugeVec,
@@ -321,6 +323,12 @@ impl Metrics {
     pub fn count_rejected_connection(&self, listener: &str, reason: RejectReason) {
         let labels = [listener, reason.as_str()];
         self.connections_rejected.with_label_values(&labels).inc();
+    }
+
+    /// Counts a WebSocket close frame `side` sent, by its code.
+    pub fn count_ws_close(&self, dialect: Dialect, side: Side, code: u16) {
+        let labels = [dialect.as_str(), side.as_str(), close_code(code)];
+        self.ws_closes.with_label_values(&labels).inc();
     }
 
     /// Counts something `limit` refused on `listener`.

@@ -1,5 +1,8 @@
 //! Logs, traces and metrics.
 //!
+//! Per-request events an operator must see (requests answered
+//! `unavailable`, refused upgrades) go through a [`throttle::Throttle`].
+//!
 //! [`init`] installs the process-wide `tracing` subscriber once: logs on
 //! stderr (text or JSON lines, filtered by `log.level`) and, when
 //! `[tracing] enabled`, the OpenTelemetry exporter of [`trace`]. It returns a
@@ -18,6 +21,7 @@ use tracing_subscriber::{EnvFilter, Layer, Registry};
 use crate::config::{LogConfig, LogFormat, TracingConfig};
 
 pub mod metrics;
+pub mod throttle;
 pub mod trace;
 
 pub use trace::TraceError;
@@ -107,7 +111,12 @@ fn install(log: &LogConfig, tracing: Option<&TracingConfig>) -> Telemetry {
 /// the exporter sees).
 fn log_layer(cfg: &LogConfig) -> BoxedLayer {
     let filter = EnvFilter::try_new(&cfg.level).unwrap_or_else(|_| EnvFilter::new("info"));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colour only for a person at a terminal: escape codes in a file or a
+    // log collector are noise.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     match cfg.format {
         LogFormat::Text => Box::new(fmt.with_filter(filter)),
         LogFormat::Json => Box::new(fmt.json().with_filter(filter)),

@@ -144,7 +144,12 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
     let _open = super::OpenConnection::count(&route);
     let (read, write) = stream.into_split();
     let (tx, rx) = mpsc::channel(route.cfg.outbox_capacity);
-    let writer = tokio::spawn(write_lines(write, rx));
+    let sent = route.metrics().frame_counter(
+        Dialect::Ndjson,
+        crate::error::Side::Client,
+        crate::telemetry::metrics::Direction::Out,
+    );
+    let writer = tokio::spawn(write_lines(write, rx, sent));
     let session = Session::new(route.clone(), tx.clone(), ctx.grace_over.clone());
     let codec = AnyDelimiterCodec::new_with_max_length(
         vec![b'\n'],
@@ -269,7 +274,11 @@ async fn line_too_long(route: &Route, tx: &mpsc::Sender<Outgoing>) {
 }
 
 /// Writes queued lines until the outbox is dropped or a close is queued.
-async fn write_lines(write: OwnedWriteHalf, mut rx: mpsc::Receiver<Outgoing>) {
+async fn write_lines(
+    write: OwnedWriteHalf,
+    mut rx: mpsc::Receiver<Outgoing>,
+    sent: crate::telemetry::metrics::FrameCounter,
+) {
     let mut out = BufWriter::new(write);
     while let Some(item) = rx.recv().await {
         let Outgoing::Text(line) = item else {
@@ -278,6 +287,7 @@ async fn write_lines(write: OwnedWriteHalf, mut rx: mpsc::Receiver<Outgoing>) {
             }
             continue;
         };
+        sent.count(line.len());
         let written = async {
             out.write_all(line.as_bytes()).await?;
             out.write_all(b"\n").await

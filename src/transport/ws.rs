@@ -69,7 +69,7 @@ pub(crate) async fn serve(
                       ws: WebSocketUpgrade| {
                     let (route, ctx) = (route.clone(), ctx.clone());
                     async move {
-                        if let Err(refused) = check_upgrade(&route, &headers, &uri) {
+                        if let Err(refused) = check_upgrade(&route, &headers, &uri, peer.ip()) {
                             return *refused;
                         }
                         upgrade(ws, &headers, route, ctx, peer.ip())
@@ -157,7 +157,12 @@ fn select_subprotocol(mut ws: WebSocketUpgrade, dialect: Dialect) -> WebSocketUp
 
 /// Browser safety before the upgrade: Host and Origin allow-lists and the
 /// bearer token. A refusal is HTTP 403/401 with a short reason, counted.
-fn check_upgrade(route: &Route, headers: &HeaderMap, uri: &Uri) -> Result<(), Box<Response>> {
+fn check_upgrade(
+    route: &Route,
+    headers: &HeaderMap,
+    uri: &Uri,
+    peer: IpAddr,
+) -> Result<(), Box<Response>> {
     let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
     let verdict = route.upgrade_policy().check(
         header(axum::http::header::HOST),
@@ -174,7 +179,7 @@ fn check_upgrade(route: &Route, headers: &HeaderMap, uri: &Uri) -> Result<(), Bo
         route
             .metrics()
             .count_rejected_connection(&route.cfg.name, reason);
-        tracing::debug!(listener = %route.cfg.name, refusal = refusal.as_str(), "upgrade refused");
+        route.log_refused_upgrade(refusal.as_str(), peer);
         let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::FORBIDDEN);
         Box::new((status, refusal.reason()).into_response())
     })
@@ -199,7 +204,12 @@ async fn run(mut socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr)
     let _open = super::OpenConnection::count(&route);
     let (sink, stream) = socket.split();
     let (tx, rx) = mpsc::channel(route.cfg.outbox_capacity);
-    let mut writer = tokio::spawn(write_loop(sink, rx));
+    let sent = route.metrics().frame_counter(
+        route.cfg.dialect,
+        crate::error::Side::Client,
+        crate::telemetry::metrics::Direction::Out,
+    );
+    let mut writer = tokio::spawn(write_loop(sink, rx, sent));
     let session = Session::new(route.clone(), tx.clone(), ctx.grace_over.clone()).with_peer(peer);
     if let Some(hello) = session.greeting() {
         // Sideband: both sides send their handshake at once.

@@ -45,6 +45,9 @@ async fn supervise(
         .with_label_values(&[&name]);
     let mut backoff = Backoff::new(shared.cfg.backoff_initial, shared.cfg.backoff_max);
     let mut ever_connected = false;
+    // Failed attempts since the last connection: only the first of a
+    // streak is logged at warn, the recovery says how many there were.
+    let mut failures: u64 = 0;
     while !shutdown.is_cancelled() {
         let link = tokio::select! {
             link = connect(&shared, &shutdown) => link,
@@ -54,7 +57,12 @@ async fn supervise(
             Ok(link) => link,
             Err(e) => {
                 let delay = backoff.next_delay();
-                tracing::debug!(upstream = %name, slot, error = %e, ?delay, "upstream connect failed");
+                failures += 1;
+                if failures == 1 {
+                    tracing::warn!(upstream = %name, slot, error = %e, retry_in = ?delay, "upstream connect failed; retrying with backoff");
+                } else {
+                    tracing::debug!(upstream = %name, slot, error = %e, retry_in = ?delay, "upstream connect failed");
+                }
                 tokio::select! {
                     () = tokio::time::sleep(delay) => continue,
                     () = shutdown.cancelled() => break,
@@ -66,13 +74,17 @@ async fn supervise(
         }
         ever_connected = true;
         backoff.reset();
-        tracing::debug!(upstream = %name, slot, "upstream connected");
+        tracing::info!(upstream = %name, slot, failed_attempts = failures, "upstream connected");
+        failures = 0;
         up_gauge.inc();
         // Pooled links take calls settled in place: time them out.
         tokio::spawn(super::direct::sweep(link.clone()));
         publish(&tx, &changed, Some(link.clone()));
         wait_until_unusable(&link, &shutdown).await;
         up_gauge.dec();
+        if link.closed.is_cancelled() && !link.is_retiring() && !shutdown.is_cancelled() {
+            tracing::warn!(upstream = %name, slot, "upstream connection lost; reconnecting");
+        }
         publish(&tx, &changed, None);
         if link.is_retiring() && !link.closed.is_cancelled() {
             // Let the old connection drain its late replies, but not forever.

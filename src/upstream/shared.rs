@@ -50,7 +50,11 @@ impl UpstreamShared {
     pub(crate) fn count_close(&self, code: u16) {
         self.metrics
             .ws_closes
-            .with_label_values(&[self.cfg.dialect.as_str(), "upstream", close_label(code)])
+            .with_label_values(&[
+                self.cfg.dialect.as_str(),
+                "upstream",
+                crate::telemetry::metrics::close_code(code),
+            ])
             .inc();
     }
 
@@ -73,23 +77,4 @@ impl UpstreamShared {
 /// reply above the limit can still be read whole and fail only its own call.
 pub(crate) fn hard_cap(max_response_bytes: usize) -> usize {
     max_response_bytes.saturating_mul(2)
-}
-
-/// A close code as a label from a closed set.
-pub(crate) fn close_label(code: u16) -> &'static str {
-    match code {
-        1000 => "1000",
-        1001 => "1001",
-        1002 => "1002",
-        1003 => "1003",
-        1005 => "1005",
-        1006 => "1006",
-        1007 => "1007",
-        1008 => "1008",
-        1009 => "1009",
-        1011 => "1011",
-        1012 => "1012",
-        4000 => "4000",
-        _ => "other",
-    }
 }

@@ -74,8 +74,9 @@ pub struct RawListener {
     /// WebSocket: allowed `Host` names. Default `[]`: loopback names when
     /// bound to a loopback address, any otherwise.
     pub allowed_hosts: Vec<String>,
-    /// WebSocket: allowed origins (`scheme://host[:port]`). Default `[]`:
-    /// loopback origins (or none) when bound to loopback, any otherwise.
+    /// WebSocket: allowed origins (`scheme://host[:port]`), or `["*"]` for
+    /// any. Default `[]`: loopback origins when bound to loopback; required
+    /// (validation fails) when bound to any other address.
     pub allowed_origins: Vec<String>,
     /// WebSocket: bearer token required on the upgrade (`Authorization:
     /// Bearer …` or `?token=`). Default: none.

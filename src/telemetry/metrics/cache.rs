@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec};
 
-use super::Direction;
+use super::{Direction, Metrics};
 use crate::dialect::Dialect;
 use crate::envelope::Kind;
 use crate::error::Side;
@@ -27,6 +27,49 @@ pub(super) struct Traffic {
     messages: [OnceLock<IntCounter>; MESSAGE_SLOTS],
     bytes: [OnceLock<IntCounter>; FRAME_SLOTS],
     sizes: [OnceLock<Histogram>; FRAME_SLOTS],
+}
+
+/// The resolved `bytes` counter and `message_size` histogram of one
+/// (dialect, side, direction): a writer task gets one and counts every
+/// frame or line it writes, without a lookup per frame.
+#[derive(Debug, Clone)]
+pub struct FrameCounter {
+    bytes: IntCounter,
+    sizes: Histogram,
+}
+
+// === impl FrameCounter ===
+
+impl FrameCounter {
+    /// Counts one frame or line of `bytes` (payload, without the NDJSON
+    /// `\n`), like [`Metrics::count_frame`].
+    pub fn count(&self, bytes: usize) {
+        self.bytes.inc_by(bytes as u64);
+        // Precision loss above 2^53 bytes does not matter for a histogram.
+        #[allow(clippy::cast_precision_loss)]
+        self.sizes.observe(bytes as f64);
+    }
+}
+
+// === impl Metrics ===
+
+impl Metrics {
+    /// The counter of frames travelling `direction` on `side` in `dialect`.
+    pub fn frame_counter(
+        &self,
+        dialect: Dialect,
+        side: Side,
+        direction: Direction,
+    ) -> FrameCounter {
+        let (bytes, sizes) = self.traffic.frame(
+            (&self.bytes, &self.message_size),
+            (dialect, side, direction),
+        );
+        FrameCounter {
+            bytes: bytes.clone(),
+            sizes: sizes.clone(),
+        }
+    }
 }
 
 // === impl Traffic ===

@@ -56,6 +56,26 @@ pub enum Limit {
     SlowConsumer,
 }
 
+/// A WebSocket close code as a label from a closed set (anything
+/// unusual is `other`).
+pub fn close_code(code: u16) -> &'static str {
+    match code {
+        1000 => "1000",
+        1001 => "1001",
+        1002 => "1002",
+        1003 => "1003",
+        1005 => "1005",
+        1006 => "1006",
+        1007 => "1007",
+        1008 => "1008",
+        1009 => "1009",
+        1011 => "1011",
+        1012 => "1012",
+        4000 => "4000",
+        _ => "other",
+    }
+}
+
 // === impl Direction ===
 
 impl Direction {

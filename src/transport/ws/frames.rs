@@ -17,6 +17,7 @@ use crate::dialect::Dialect;
 use crate::envelope::{Message, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::router::Route;
+use crate::telemetry::metrics::FrameCounter;
 
 /// How long a Sideband client has to send its handshake.
 const SIDEBAND_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -157,7 +158,13 @@ pub(super) async fn read_loop(
                 return End::Closing;
             }
             Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => {}
-            Some(Ok(WsMessage::Close(_))) | None => return End::Gone,
+            Some(Ok(WsMessage::Close(frame))) => {
+                let code = frame.map_or(1005, |f| f.code);
+                let m = route.metrics();
+                m.count_ws_close(cfg.dialect, crate::error::Side::Client, code);
+                return End::Gone;
+            }
+            None => return End::Gone,
             Some(Err(e)) if library_too_large(&e) => {
                 // The library stopped at the frame header: answer like any
                 // oversize message, and let the writer send it all.
@@ -211,11 +218,18 @@ fn library_too_large(e: &axum::Error) -> bool {
 pub(super) async fn write_loop(
     mut sink: futures_util::stream::SplitSink<WebSocket, WsMessage>,
     mut rx: mpsc::Receiver<Outgoing>,
+    sent: FrameCounter,
 ) {
     while let Some(out) = rx.recv().await {
         let result = match out {
-            Outgoing::Text(text) => sink.feed(WsMessage::Text(text.into())).await,
-            Outgoing::Binary(bytes) => sink.feed(WsMessage::Binary(bytes.into())).await,
+            Outgoing::Text(text) => {
+                sent.count(text.len());
+                sink.feed(WsMessage::Text(text.into())).await
+            }
+            Outgoing::Binary(bytes) => {
+                sent.count(bytes.len());
+                sink.feed(WsMessage::Binary(bytes.into())).await
+            }
             Outgoing::Ping => sink.feed(WsMessage::Ping(Default::default())).await,
             Outgoing::Close(code, reason) => {
                 let frame = CloseFrame {
