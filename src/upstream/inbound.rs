@@ -164,10 +164,12 @@ impl Link {
                 reason,
             } => {
                 tracing::warn!(upstream = %self.shared.cfg.name, code, %reason, "closing Sideband upstream link");
-                if let Some(frame) = frame {
-                    // Closing anyway; a full queue changes nothing.
-                    let _ = self.out.try_send(Wire::Binary(frame));
-                }
+                // The writer sends it last, whatever is still queued.
+                self.set_farewell(super::sideband::Farewell {
+                    frame,
+                    code,
+                    reason,
+                });
                 false
             }
         }
