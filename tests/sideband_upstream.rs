@@ -403,3 +403,29 @@ async fn every_pooled_upstream_link_gets_shutdown_then_1001_on_sigterm() {
         );
     }
 }
+
+/// Issue 13 item 5, per-client links: a client's dedicated link closed by
+/// the shutdown drain says goodbye as a stopping gateway does, and the
+/// shutdown waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dedicated_upstream_link_gets_shutdown_then_1001_on_shutdown() {
+    let fake = Fake::start(Mode::Serve).await;
+    let (gw, url) = gateway(&[("sb", &fake.url)], "mode = \"per-client\"\n").await;
+    let mut ws = common::connect(&url).await;
+    assert_eq!(call(&mut ws, "echo", 1).await["result"]["n"], 1);
+    gw.shutdown().await;
+    let closed = common::eventually(common::STEP, || {
+        fake.log(0).iter().any(|s| matches!(s, Seen::Closed(..)))
+    })
+    .await;
+    assert!(closed, "no close: {:?}", fake.log(0));
+    assert_eq!(
+        fake.log(0),
+        [
+            Seen::Hello,
+            Seen::Request("echo".into()),
+            Seen::ControlClose("shutdown".into()),
+            Seen::Closed(1001, "going away".into()),
+        ]
+    );
+}
