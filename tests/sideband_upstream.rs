@@ -224,8 +224,10 @@ async fn gateway(upstreams: &[(&str, &str)], extra: &str) -> (switchyard::app::R
         "[listeners.j]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/rpc\"\nrequest_timeout_ms = 60000\n",
     );
     for (i, (name, url)) in upstreams.iter().enumerate() {
+        // A generous connect timeout: on a busy machine a slow handshake
+        // must not become a retry.
         toml +=
-            &format!("\n[upstreams.{name}]\ndialect = \"sideband\"\nurl = \"{url}\"\n{extra}\n");
+            &format!("\n[upstreams.{name}]\ndialect = \"sideband\"\nurl = \"{url}\"\nconnect_timeout_ms = 10000\n{extra}\n");
         toml += &format!("\n[[routes]]\nlistener = \"j\"\nupstream = \"{name}\"\n");
         if i > 0 {
             toml += &format!("method_prefix = \"{name}.\"\n");
@@ -353,7 +355,7 @@ async fn every_pooled_upstream_link_gets_shutdown_then_1001_on_sigterm() {
     let config = dir.path().join("switchyard.toml");
     let toml = format!(
         "[listeners.local]\ndialect = \"ndjson\"\nsocket = \"{}\"\n\n\
-         [upstreams.sb]\ndialect = \"sideband\"\nurl = \"{}\"\npool_size = {POOL}\n\n\
+         [upstreams.sb]\ndialect = \"sideband\"\nurl = \"{}\"\npool_size = {POOL}\nconnect_timeout_ms = 10000\n\n\
          [[routes]]\nlistener = \"local\"\nupstream = \"sb\"\n",
         dir.path().join("gw.sock").display(),
         fake.url
