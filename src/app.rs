@@ -9,7 +9,9 @@
 //! Shutdown order: stop accepting (readiness turns `503` at once) → let
 //! requests in flight finish within the grace period → answer what is left
 //! with `unavailable` → close client connections (WebSocket 1001) → close
-//! upstream connections → stop the admin listener, which serves throughout.
+//! upstream connections and wait (briefly) for their goodbyes, Sideband's
+//! being Control Close `shutdown` then 1001 → stop the admin listener, which
+//! serves throughout.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -327,6 +329,9 @@ impl Bound {
         servers.close();
         shutdown.cancelled().await;
         tracing::info!("shutting down: no new connections; draining requests in flight");
+        for upstream in upstreams.values() {
+            upstream.stopping();
+        }
         let grace = self.cfg.gateway.shutdown_grace;
         let grace_over = ctx.grace_over.clone();
         tokio::spawn(async move {
@@ -345,6 +350,10 @@ impl Bound {
             tracing::warn!("some connections did not close within the grace period");
         }
         upstream_stop.cancel();
+        let goodbyes = futures_util::future::join_all(upstreams.values().map(|u| u.links_closed()));
+        if tokio::time::timeout(CLOSE_SLACK, goodbyes).await.is_err() {
+            tracing::warn!("some upstream connections did not close in time");
+        }
         admin_stop.cancel();
         if let Some(task) = admin {
             let abort = task.abort_handle();

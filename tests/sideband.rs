@@ -11,8 +11,8 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
 use switchyard::dialect::sideband::{
-    decode, decode_envelope, encode, encode_envelope, random_id, random_peer_id, Body, Control,
-    Encoding, Frame, Handshake, Subject,
+    decode, decode_envelope, decode_with, encode, encode_envelope, random_id, random_peer_id, Body,
+    Control, Encoding, Frame, Handshake, Subject, SubjectRules,
 };
 use switchyard::envelope::{Message, Outcome, Payload, WireId};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
@@ -646,7 +646,9 @@ impl Raw {
             };
             match msg {
                 Some(Ok(WsMessage::Binary(b))) => {
-                    return Next::Frame(decode(&b).expect("valid frame from the gateway"))
+                    // Legacy subjects come back only to a client that sent them.
+                    let frame = decode_with(&b, SubjectRules::AcceptLegacy);
+                    return Next::Frame(frame.expect("valid frame from the gateway"));
                 }
                 Some(Ok(WsMessage::Close(f))) => {
                     let (code, reason) = f.map_or((1005, String::new()), |f| {

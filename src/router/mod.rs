@@ -216,7 +216,9 @@ impl Route {
         span
     }
 
-    /// A client's reply to a request switchyard pushed to it.
+    /// A client's reply to a request switchyard pushed to it. One that
+    /// answers nothing is counted and dropped, except holon-rpc's id-only
+    /// frame.
     fn client_reply(&self, reply: Message, client: &ClientLinks) -> Option<Message> {
         let (id, void) = match &reply {
             Message::Response { id, result } => (id.clone(), *result == Outcome::Void),
@@ -226,8 +228,12 @@ impl Route {
         if client.pusher().settle(&id, Ok(reply)) || !void {
             return None;
         }
-        // holon-rpc row 9: an id-only frame that answers nothing.
-        Some(self.error_reply(id, &GatewayError::new(ErrorKind::InvalidRequest)))
+        // holon-rpc row 9: an id-only frame that answers nothing is an
+        // invalid message. A Sideband `R` without `result` is a valid void
+        // reply (sideband.md §6): with an unknown cid it is dropped like any
+        // other reply (§10), and `settle` has counted it.
+        (self.cfg.dialect == Dialect::Holon)
+            .then(|| self.error_reply(id, &GatewayError::new(ErrorKind::InvalidRequest)))
     }
 
     /// An error reply to `id` in the listener's dialect.

@@ -5,17 +5,26 @@
 //! side and never forwards frames. Pure state, no I/O: the transport feeds
 //! inbound binary messages to [`Sbp::on_frame`] and sends what it returns.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::dialect::sideband::{
     decode_envelope, encode_envelope, fits_subject, frame, random_id, random_peer_id, Body,
-    Channel, Control, Encoding, EnvelopeError, Frame, FrameId, Handshake, Subject, SubjectRules,
-    CAP_CBOR, CAP_RPC,
+    Channel, Cid, Control, Encoding, EnvelopeError, Frame, FrameId, Handshake, Subject,
+    SubjectRules, CAP_CBOR, CAP_RPC,
 };
 use crate::envelope::{Message, WireId};
 
 /// Message frame ids remembered to drop duplicates.
 const SEEN_FRAMES: usize = 1024;
+
+/// Requests received on a legacy subject whose reply subject is
+/// remembered. Each entry lives from the request to its reply, so the
+/// connection's in-flight cap keeps the map far below this; past it, a
+/// reply goes out on `rpc`.
+const LEGACY_REPLIES: usize = 4096;
+
+/// How much of an invalid envelope is quoted in an error's detail.
+const QUOTED_BYTES: usize = 512;
 
 /// What the transport must do after an inbound frame.
 #[derive(Debug)]
@@ -30,6 +39,17 @@ pub(crate) enum SbpEvent {
     Send(Vec<u8>),
     /// An RPC message from the peer (`rpc` or `event` subject).
     Rpc(Message),
+    /// An `rpc` envelope that failed to decode but whose cid could be read
+    /// (§6). A server answers it with `reply` (`E` 1100); a client with a
+    /// call pending under that cid settles the call instead.
+    InvalidEnvelope {
+        /// The envelope's cid.
+        cid: Cid,
+        /// `E` 1100 to that cid, on the envelope's own subject.
+        reply: Option<Vec<u8>>,
+        /// What was wrong, quoting the envelope.
+        detail: String,
+    },
     /// The peer reported an error about frame `id` (maybe one of ours).
     PeerError {
         /// The frame id the error names.
@@ -61,6 +81,12 @@ pub(crate) struct Sbp {
     reject_app: bool,
     seen: HashSet<FrameId>,
     seen_order: VecDeque<FrameId>,
+    /// True once the peer sent a legacy subject: requests and events to it
+    /// go out on `rpc/<m>` and `event/<e>` (§5).
+    legacy_peer: bool,
+    /// The subject of each request received on a legacy subject, by cid:
+    /// its reply goes out on it (§5, §10). At most [`LEGACY_REPLIES`].
+    legacy_replies: HashMap<Cid, Subject>,
 }
 
 // === impl Sbp ===
@@ -83,6 +109,8 @@ impl Sbp {
             reject_app: false,
             seen: HashSet::new(),
             seen_order: VecDeque::new(),
+            legacy_peer: false,
+            legacy_replies: HashMap::new(),
         }
     }
 
@@ -121,18 +149,70 @@ impl Sbp {
     }
 
     /// Encodes `msg` as a Message frame: requests carry their cid as frame
-    /// id; everything else gets a fresh random frame id.
-    pub(crate) fn encode(&self, msg: &Message) -> Result<Vec<u8>, EnvelopeError> {
+    /// id; everything else gets a fresh random frame id. A reply goes out
+    /// on its request's subject; requests and events to a peer that sent
+    /// legacy subjects use legacy subjects (§5).
+    pub(crate) fn encode(&mut self, msg: &Message) -> Result<Vec<u8>, EnvelopeError> {
         let data = encode_envelope(msg, self.encoding)?;
         let (id, subject) = match msg {
             Message::Request {
                 id: WireId::Cid(cid),
+                method,
                 ..
-            } => (*cid, Subject::Rpc),
-            Message::Notification { .. } => (random_id(), Subject::Event),
+            } => (
+                *cid,
+                self.outbound_subject(Subject::legacy_rpc(method), Subject::Rpc),
+            ),
+            Message::Notification { method, .. } => (
+                random_id(),
+                self.outbound_subject(Subject::legacy_event(method), Subject::Event),
+            ),
+            Message::Response {
+                id: WireId::Cid(cid),
+                ..
+            }
+            | Message::Error {
+                id: Some(WireId::Cid(cid)),
+                ..
+            } => (random_id(), self.reply_subject(cid)),
             _ => (random_id(), Subject::Rpc),
         };
         Ok(frame::encode(&Frame::message(id, subject, data)))
+    }
+
+    /// The legacy form for a legacy peer (when the name fits in a
+    /// subject), else the current channel.
+    fn outbound_subject<E>(&self, legacy: Result<Subject, E>, current: Subject) -> Subject {
+        match legacy {
+            Ok(subject) if self.legacy_peer => subject,
+            _ => current,
+        }
+    }
+
+    /// The subject of the request `cid` answers (`rpc` unless it came on a
+    /// legacy subject).
+    fn reply_subject(&mut self, cid: &Cid) -> Subject {
+        self.legacy_replies.remove(cid).unwrap_or(Subject::Rpc)
+    }
+
+    /// Notes the subject of a request that came on a legacy subject.
+    fn note_subject(&mut self, msg: &Message, subject: &Subject) {
+        if !matches!(subject, Subject::LegacyRpc(_) | Subject::LegacyEvent(_)) {
+            return;
+        }
+        self.legacy_peer = true;
+        if let (
+            Subject::LegacyRpc(_),
+            Message::Request {
+                id: WireId::Cid(cid),
+                ..
+            },
+        ) = (subject, msg)
+        {
+            if self.legacy_replies.len() < LEGACY_REPLIES {
+                self.legacy_replies.insert(*cid, subject.clone());
+            }
+        }
     }
 
     /// Handles one inbound binary message.
@@ -230,16 +310,28 @@ impl Sbp {
             ))),
             Channel::App => SbpEvent::Dropped("app_subject"),
             Channel::Rpc | Channel::Event => match decode_envelope(data, Encoding::detect(data)) {
-                Ok(msg) if fits_subject(&msg, subject) => SbpEvent::Rpc(msg),
+                Ok(msg) if fits_subject(&msg, subject) => {
+                    self.note_subject(&msg, subject);
+                    SbpEvent::Rpc(msg)
+                }
                 Ok(_) => SbpEvent::Dropped("envelope_subject_mismatch"),
-                Err(e) if subject.channel() == Channel::Rpc => self.invalid_envelope(id, &e),
+                Err(e) if subject.channel() == Channel::Rpc => {
+                    self.invalid_envelope(id, subject, &e, data)
+                }
                 Err(_) => SbpEvent::Dropped("invalid_event_envelope"),
             },
         }
     }
 
-    /// `E` 1100 with the cid when it could be read; else ErrorFrame 1002.
-    fn invalid_envelope(&self, id: FrameId, e: &EnvelopeError) -> SbpEvent {
+    /// `E` 1100 with the cid when it could be read (on the envelope's own
+    /// subject); else ErrorFrame 1002.
+    fn invalid_envelope(
+        &mut self,
+        id: FrameId,
+        subject: &Subject,
+        e: &EnvelopeError,
+        data: &[u8],
+    ) -> SbpEvent {
         match e.cid() {
             Some(cid) => {
                 let error = crate::envelope::ErrorObject {
@@ -251,9 +343,13 @@ impl Sbp {
                     id: Some(WireId::Cid(cid)),
                     error,
                 };
-                match self.encode(&reply) {
-                    Ok(frame) => SbpEvent::Send(frame),
-                    Err(_) => SbpEvent::Nothing,
+                let reply = encode_envelope(&reply, self.encoding)
+                    .ok()
+                    .map(|data| frame::encode(&Frame::message(random_id(), subject.clone(), data)));
+                SbpEvent::InvalidEnvelope {
+                    cid,
+                    reply,
+                    detail: format!("{e}: {}", quote(data)),
                 }
             }
             None => SbpEvent::Send(frame::encode(&Frame::error(
@@ -278,3 +374,20 @@ impl Sbp {
         true
     }
 }
+
+/// An envelope for an error's detail: its text (JSON) or its bytes in hex
+/// (CBOR), cut at [`QUOTED_BYTES`].
+fn quote(data: &[u8]) -> String {
+    let cut = &data[..data.len().min(QUOTED_BYTES)];
+    let more = if cut.len() < data.len() { "…" } else { "" };
+    match Encoding::detect(data) {
+        Encoding::Json => format!("{}{more}", String::from_utf8_lossy(cut)),
+        Encoding::Cbor => {
+            let hex: String = cut.iter().map(|b| format!("{b:02x}")).collect();
+            format!("CBOR {hex}{more}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

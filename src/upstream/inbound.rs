@@ -121,6 +121,24 @@ impl Link {
                 true
             }
             SbpEvent::Rpc(msg) => self.on_decoded(msg, false),
+            SbpEvent::InvalidEnvelope { cid, reply, detail } => match self.gid_of_cid(&cid) {
+                // An unreadable reply to one of our calls settles it at once.
+                Some(gid) => {
+                    self.shared.count_protocol_error("invalid_reply");
+                    let detail = format!("invalid reply from upstream ({detail})");
+                    self.settle(
+                        Some(gid),
+                        Err(GatewayError::with_detail(ErrorKind::Internal, detail)),
+                    )
+                }
+                None => {
+                    self.shared.count_protocol_error("invalid_envelope");
+                    if reply.is_some_and(|f| self.out.try_send(Wire::Binary(f)).is_err()) {
+                        self.shared.count_dropped("upstream_queue_full");
+                    }
+                    true
+                }
+            },
             SbpEvent::PeerError { id, code, message } => match self.gid_of_cid(&id) {
                 // An ErrorFrame about one of our requests settles it.
                 Some(gid) => {
@@ -146,10 +164,12 @@ impl Link {
                 reason,
             } => {
                 tracing::warn!(upstream = %self.shared.cfg.name, code, %reason, "closing Sideband upstream link");
-                if let Some(frame) = frame {
-                    // Closing anyway; a full queue changes nothing.
-                    let _ = self.out.try_send(Wire::Binary(frame));
-                }
+                // The writer sends it last, whatever is still queued.
+                self.set_farewell(super::sideband::Farewell {
+                    frame,
+                    code,
+                    reason,
+                });
                 false
             }
         }

@@ -88,6 +88,10 @@ pub(crate) struct SidebandState {
     pub(crate) by_cid: std::collections::HashMap<[u8; 16], u64>,
     /// gateway id → cid, to forget abandoned calls.
     pub(crate) by_gid: std::collections::HashMap<u64, [u8; 16]>,
+    /// The goodbye the session asked for, if any (see `sideband.rs`).
+    pub(crate) farewell: Option<super::sideband::Farewell>,
+    /// The upstream closed the link with 1000 `negotiation_failed`.
+    pub(crate) refused: bool,
 }
 
 /// The client session owning a per-client link. What the upstream
@@ -147,6 +151,8 @@ impl Link {
                 sbp,
                 by_cid: Default::default(),
                 by_gid: Default::default(),
+                farewell: None,
+                refused: false,
             })
         });
         Arc::new(Link {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::config::{NotificationPolicy, UpstreamConfig, UpstreamMode};
@@ -29,6 +30,7 @@ pub(crate) mod link;
 mod ndjson;
 mod pool;
 mod shared;
+mod sideband;
 mod stream;
 mod waiter;
 mod ws;
@@ -74,6 +76,8 @@ impl Upstream {
             metrics,
             entries,
             calls,
+            stopping: CancellationToken::new(),
+            writers: TaskTracker::new(),
         });
         let (changed_tx, changed) = watch::channel(0u64);
         let changed_tx = Arc::new(changed_tx);
@@ -94,6 +98,19 @@ impl Upstream {
             pending,
             queued: AtomicUsize::new(0),
         })
+    }
+
+    /// switchyard starts to stop: links closed from now on say goodbye as
+    /// at shutdown.
+    pub(crate) fn stopping(&self) {
+        self.shared.stopping.cancel();
+    }
+
+    /// Waits until every WebSocket link of this upstream has sent its
+    /// goodbye (call after the links were told to close).
+    pub(crate) async fn links_closed(&self) {
+        self.shared.writers.close();
+        self.shared.writers.wait().await;
     }
 
     /// The upstream's config name.

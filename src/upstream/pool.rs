@@ -1,5 +1,8 @@
 //! Pool slot supervisors: keep one connection per slot up, reconnecting
-//! with exponential backoff (doubling, capped) and +0–10 % jitter.
+//! with exponential backoff (doubling, capped) and +0–10 % jitter. After a
+//! Sideband `negotiation_failed` close the next attempt waits the maximum
+//! backoff at once: the same handshake would be refused again
+//! (sideband.md §10).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +12,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::link::{Link, OwnerRef};
-use super::{ndjson, ws, UpstreamShared};
+use super::{ndjson, sideband, ws, UpstreamShared};
 use crate::config::UpstreamTarget;
 
 /// How long a retired connection may wait for its late replies.
@@ -56,9 +59,12 @@ async fn supervise(
         let link = match link {
             Ok(link) => link,
             Err(e) => {
-                let delay = backoff.next_delay();
+                let refused = sideband::is_refusal(&e);
+                let delay = backoff.after(refused);
                 failures += 1;
-                if failures == 1 {
+                if refused {
+                    tracing::error!(upstream = %name, slot, error = %e, retry_in = ?delay, "upstream refused the Sideband handshake");
+                } else if failures == 1 {
                     tracing::warn!(upstream = %name, slot, error = %e, retry_in = ?delay, "upstream connect failed; retrying with backoff");
                 } else {
                     tracing::debug!(upstream = %name, slot, error = %e, retry_in = ?delay, "upstream connect failed");
@@ -97,7 +103,10 @@ async fn supervise(
             });
         } else if !shutdown.is_cancelled() {
             // The connection died: back off before dialing again.
-            let delay = backoff.next_delay();
+            let delay = backoff.after(link.refused());
+            if link.refused() {
+                tracing::error!(upstream = %name, slot, ?delay, "upstream refused the Sideband handshake");
+            }
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
                 () = shutdown.cancelled() => break,
@@ -177,6 +186,15 @@ impl Backoff {
         base.mul_f64(1.0 + jitter)
     }
 
+    /// The delay before the next attempt: the maximum (with jitter) after
+    /// a refused handshake, else the next exponential step.
+    fn after(&mut self, refused: bool) -> Duration {
+        if refused {
+            self.current = self.max;
+        }
+        self.next_delay()
+    }
+
     fn reset(&mut self) {
         self.current = self.initial;
     }
@@ -197,5 +215,19 @@ mod tests {
         }
         b.reset();
         assert!(b.next_delay() < Duration::from_millis(551));
+    }
+
+    /// sideband.md §10: after `negotiation_failed`, the maximum backoff at
+    /// once, and for every refusal after it.
+    #[test]
+    fn a_refused_handshake_waits_the_maximum_backoff() {
+        let max = Duration::from_secs(30);
+        let mut b = Backoff::new(Duration::from_millis(100), max);
+        for _ in 0..3 {
+            let d = b.after(true);
+            assert!(d >= max && d <= max.mul_f64(1.1), "{d:?}");
+        }
+        b.reset();
+        assert!(b.after(false) < Duration::from_millis(111));
     }
 }

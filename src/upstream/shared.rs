@@ -2,6 +2,8 @@
 //! the counting helpers every link reports through.
 
 use prometheus::{Histogram, IntGauge};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::UpstreamConfig;
 use crate::telemetry::metrics::{Metrics, UpstreamCall};
@@ -14,6 +16,12 @@ pub(crate) struct UpstreamShared {
     pub(super) entries: IntGauge,
     /// `upstream_in_flight` and `upstream_request_duration` of this upstream.
     pub(super) calls: (IntGauge, Histogram),
+    /// Cancelled when switchyard starts to stop: links closed from then on
+    /// say goodbye as at shutdown (Sideband: Control Close `shutdown`, 1001).
+    pub(crate) stopping: CancellationToken,
+    /// The WebSocket links' writer tasks, so that shutdown can wait for
+    /// their goodbyes before the process exits.
+    pub(crate) writers: TaskTracker,
 }
 
 // === impl UpstreamShared ===

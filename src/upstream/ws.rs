@@ -1,5 +1,5 @@
-//! WebSocket upstreams (JSON-RPC 2.0 and holon-rpc): dialing, framing and
-//! liveness for a [`Link`].
+//! WebSocket upstreams (JSON-RPC 2.0, holon-rpc and Sideband): dialing,
+//! framing and liveness for a [`Link`].
 //!
 //! - holon-rpc: offers exactly `holon-rpc` and refuses a 101 without it
 //!   (close 1002 `missing holon-rpc subprotocol`); liveness by `rpc.heartbeat`
@@ -7,8 +7,10 @@
 //! - JSON-RPC: offers `jsonrpc` only when configured; liveness by WebSocket
 //!   pings, a link silent for a ping interval plus the pong timeout is closed.
 //!
-//! Text frames only: a binary frame from the upstream closes the link (1003).
-//! Every close fails the calls in flight on the link with `unavailable`.
+//! Text frames only, except Sideband (binary SBP frames; its handshake and
+//! goodbyes are in `sideband.rs`): a binary frame from a JSON upstream closes
+//! the link (1003). Every close fails the calls in flight on the link with
+//! `unavailable`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,11 +31,11 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 
 use super::link::{Link, OwnerRef, Wire};
+use super::sideband::{self, Farewell};
 use super::UpstreamShared;
 use crate::dialect::Dialect;
-use crate::transport::sbp::{Sbp, SbpEvent};
 
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+pub(super) type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// Room in the write queue beyond the in-flight cap (notifications, replies).
 const EXTRA_QUEUE: usize = 64;
@@ -89,7 +91,7 @@ pub(super) async fn connect(
         ));
     }
     let sbp = match shared.cfg.dialect {
-        Dialect::Sideband => Some(sideband_handshake(&mut ws).await?),
+        Dialect::Sideband => Some(sideband::handshake(&mut ws).await?),
         _ => None,
     };
     let (sink, stream) = ws.split();
@@ -98,7 +100,10 @@ pub(super) async fn connect(
     let last_rx = Arc::new(Mutex::new(Instant::now()));
     let sideband = sbp.is_some();
     let link = Link::with_sideband(tx, shared, owner, sbp);
-    tokio::spawn(write_loop(sink, rx, link.clone(), last_rx.clone()));
+    // Tracked, so that shutdown waits for every link's goodbye.
+    link.shared
+        .writers
+        .spawn(write_loop(sink, rx, link.clone(), last_rx.clone()));
     if sideband {
         tokio::spawn(read_frames(stream, link.clone(), last_rx, shutdown));
     } else {
@@ -108,57 +113,6 @@ pub(super) async fn connect(
         );
     }
     Ok(link)
-}
-
-/// Sends our SBP handshake and waits for the upstream's: no Message frame
-/// may go out before it, because the envelope encoding depends on it.
-async fn sideband_handshake(ws: &mut Ws) -> std::io::Result<Sbp> {
-    let mut sbp = Sbp::new(true);
-    ws.send(WsMessage::Binary(sbp.hello().into()))
-        .await
-        .map_err(io_err)?;
-    loop {
-        let frame = ws.next().await;
-        match frame {
-            Some(Ok(WsMessage::Binary(bytes))) => match sbp.on_frame(&bytes) {
-                SbpEvent::Ready => return Ok(sbp),
-                SbpEvent::Close {
-                    frame,
-                    code,
-                    reason,
-                } => {
-                    if let Some(frame) = frame {
-                        // Failing anyway; the ErrorFrame is a courtesy.
-                        let _ = ws.send(WsMessage::Binary(frame.into())).await;
-                    }
-                    let close = CloseFrame {
-                        code: CloseCode::from(code),
-                        reason: reason.to_string().into(),
-                    };
-                    let _ = ws.close(Some(close)).await;
-                    return Err(std::io::Error::other(format!(
-                        "Sideband negotiation failed: {reason}"
-                    )));
-                }
-                _ => continue,
-            },
-            Some(Ok(WsMessage::Text(_))) => {
-                let close = CloseFrame {
-                    code: CloseCode::Unsupported,
-                    reason: "Text frames not supported".into(),
-                };
-                let _ = ws.close(Some(close)).await;
-                return Err(std::io::Error::other("text frame from a Sideband upstream"));
-            }
-            Some(Ok(_)) => continue,
-            Some(Err(e)) => return Err(io_err(e)),
-            None => {
-                return Err(std::io::Error::other(
-                    "upstream closed during the Sideband handshake",
-                ))
-            }
-        }
-    }
 }
 
 /// Reads Sideband frames until the link closes, then fails what is pending.
@@ -190,6 +144,9 @@ async fn read_frames(
                 break;
             }
             Some(Ok(WsMessage::Close(frame))) => {
+                if sideband::refuses(frame.as_ref()) {
+                    link.mark_refused();
+                }
                 link.shared
                     .count_close(frame.map_or(1005, |f| u16::from(f.code)));
                 break;
@@ -265,10 +222,10 @@ async fn write_loop(
             }
             _ = tick.tick() => {
                 if holon && link.heartbeat_overdue(timeout) {
-                    break Some((4000, "heartbeat timeout"));
+                    break Some(Farewell::plain(4000, "heartbeat timeout"));
                 }
                 if !holon && last_rx.lock().elapsed() > interval + timeout {
-                    break Some((1001, "pong timeout"));
+                    break Some(Farewell::plain(1001, "pong timeout"));
                 }
                 if Instant::now() < next_beat {
                     continue;
@@ -286,33 +243,31 @@ async fn write_loop(
                     }
                 }
             }
-            () = link.closed.cancelled() => {
-                if link.sideband.is_some() {
-                    // Sideband's graceful goodbye precedes the close.
-                    let _ = sink.send(WsMessage::Binary(Sbp::close_frame("disconnect").into())).await;
-                }
-                break Some((1000, "closing"));
-            }
+            () = link.closed.cancelled() => break Some(link.farewell()),
         }
     };
     let detail = match close {
-        Some((code, reason)) => {
-            if code != 1000 {
-                tracing::warn!(upstream = %cfg.name, code, reason, "closing upstream link");
+        Some(bye) => {
+            if !matches!(bye.code, 1000 | 1001) {
+                tracing::warn!(upstream = %cfg.name, code = bye.code, reason = %bye.reason, "closing upstream link");
+            }
+            if let Some(last) = bye.frame {
+                // The upstream may be gone already; we are closing either way.
+                let _ = sink.send(WsMessage::Binary(last.into())).await;
             }
             let frame = CloseFrame {
-                code: CloseCode::from(code),
-                reason: reason.into(),
+                code: CloseCode::from(bye.code),
+                reason: bye.reason.to_string().into(),
             };
             // The upstream may be gone already; we are closing either way.
             let _ = sink.send(WsMessage::Close(Some(frame))).await;
-            reason
+            bye.reason
         }
-        None => "upstream write failed",
+        None => "upstream write failed".into(),
     };
-    link.fail_all(detail);
+    link.fail_all(&detail);
 }
 
-fn io_err(e: impl std::fmt::Display) -> std::io::Error {
+pub(super) fn io_err(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::other(e.to_string())
 }

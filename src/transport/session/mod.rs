@@ -228,10 +228,14 @@ impl Session {
         match event {
             SbpEvent::Nothing | SbpEvent::Ready => {}
             SbpEvent::Dropped(reason) => self.route.count_dropped_client(reason),
-            SbpEvent::Send(frame) => {
+            SbpEvent::Send(frame)
+            | SbpEvent::InvalidEnvelope {
+                reply: Some(frame), ..
+            } => {
                 // The writer is gone only when the connection is closing.
                 let _ = self.outbox.send(Outgoing::Binary(frame)).await;
             }
+            SbpEvent::InvalidEnvelope { reply: None, .. } => {}
             SbpEvent::Rpc(msg) => return self.single(Item::Valid(msg)).await,
             SbpEvent::PeerError { code, message, .. } => {
                 tracing::debug!(listener = %self.route.cfg.name, code, message, "ErrorFrame from client");

@@ -1,0 +1,121 @@
+//! Session rules of [`Sbp`] that need no socket: legacy subjects in
+//! return, and invalid envelopes reported with their cid.
+
+use super::*;
+use crate::envelope::{Outcome, Payload};
+
+/// A session whose peer has sent its handshake.
+fn ready(legacy: bool) -> Sbp {
+    let mut sbp = Sbp::new(false).with_subjects(legacy, false);
+    let hello = Handshake::local(random_peer_id(), false).to_bytes();
+    let frame = frame::encode(&Frame::control(random_id(), Control::Handshake(hello)));
+    assert!(matches!(sbp.on_frame(&frame), SbpEvent::Ready));
+    sbp
+}
+
+fn message(subject: &[u8], data: &[u8]) -> Vec<u8> {
+    let mut out = vec![1, 0];
+    out.extend_from_slice(&random_id());
+    out.extend_from_slice(&u32::try_from(subject.len()).expect("valid").to_le_bytes());
+    out.extend_from_slice(subject);
+    out.extend_from_slice(data);
+    out
+}
+
+fn subject_of(bytes: &[u8]) -> Subject {
+    match frame::decode_with(bytes, SubjectRules::AcceptLegacy)
+        .expect("valid")
+        .body
+    {
+        Body::Message { subject, .. } => subject,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn notification() -> Message {
+    Message::Notification {
+        method: "user.joined".into(),
+        params: None,
+    }
+}
+
+fn request() -> Message {
+    Message::Request {
+        id: WireId::Cid(random_id()),
+        method: "ask".into(),
+        params: None,
+    }
+}
+
+/// §5: a connection that sent a legacy subject gets legacy subjects in
+/// return: replies on the request's own subject, requests on
+/// `rpc/<m>`, events on `event/<e>`. Until then, current subjects.
+#[test]
+fn a_legacy_peer_gets_legacy_subjects() {
+    let mut sbp = ready(true);
+    assert_eq!(
+        subject_of(&sbp.encode(&notification()).expect("valid")),
+        Subject::Event
+    );
+    assert_eq!(
+        subject_of(&sbp.encode(&request()).expect("valid")),
+        Subject::Rpc
+    );
+    let cid = "21".repeat(16);
+    let req = format!(r#"{{"t":"r","m":"echo","cid":"{cid}"}}"#);
+    assert!(matches!(
+        sbp.on_frame(&message(b"rpc/other", req.as_bytes())),
+        SbpEvent::Rpc(_)
+    ));
+    let reply = Message::Response {
+        id: WireId::Cid([0x21; 16]),
+        result: Outcome::Value(Payload::json("1").expect("valid")),
+    };
+    let legacy = |s: &str| Subject::LegacyRpc(s.into());
+    assert_eq!(
+        subject_of(&sbp.encode(&reply).expect("valid")),
+        legacy("other")
+    );
+    // Once answered, the cid is forgotten.
+    assert_eq!(
+        subject_of(&sbp.encode(&reply).expect("valid")),
+        Subject::Rpc
+    );
+    assert_eq!(
+        subject_of(&sbp.encode(&request()).expect("valid")),
+        legacy("ask")
+    );
+    assert_eq!(
+        subject_of(&sbp.encode(&notification()).expect("valid")),
+        Subject::LegacyEvent("user.joined".into())
+    );
+}
+
+/// §6: an invalid `rpc` envelope with a readable cid carries the cid,
+/// the `E` 1100 reply and the envelope quoted for a pending call.
+#[test]
+fn an_invalid_envelope_with_a_cid_is_reported_with_its_text() {
+    let mut sbp = ready(false);
+    let cid = "22".repeat(16);
+    let bad = format!(r#"{{"t":"E","cid":"{cid}","code":"x","message":"m"}}"#);
+    match sbp.on_frame(&message(b"rpc", bad.as_bytes())) {
+        SbpEvent::InvalidEnvelope { cid, reply, detail } => {
+            assert_eq!(cid, [0x22; 16]);
+            assert!(detail.contains(&bad), "{detail}");
+            let reply = frame::decode(&reply.expect("valid")).expect("valid");
+            let Body::Message { data, .. } = reply.body else {
+                panic!("{reply:?}")
+            };
+            match decode_envelope(&data, Encoding::Json).expect("valid") {
+                Message::Error { id, error } => {
+                    assert_eq!(id, Some(WireId::Cid([0x22; 16])));
+                    assert_eq!(error.code, 1100);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(quote(&[0xa1, 0x61]), "CBOR a161");
+    assert_eq!(quote(&[b'x'; 600]).len(), QUOTED_BYTES + "…".len());
+}
