@@ -137,7 +137,7 @@ fn upgrade(
 /// Browser safety before the upgrade: Host and Origin allow-lists and the
 /// bearer token. A refusal is HTTP 403/401 with a short reason, counted.
 fn check_upgrade(route: &Route, headers: &HeaderMap, uri: &Uri) -> Result<(), Box<Response>> {
-    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    let header = |name| headers.get(name).map(axum::http::HeaderValue::as_bytes);
     let verdict = route.upgrade_policy().check(
         header(axum::http::header::HOST),
         header(axum::http::header::ORIGIN),

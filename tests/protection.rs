@@ -1,0 +1,138 @@
+//! Protection before and around the upgrade, probed with raw sockets:
+//! unfinished HTTP requests are timed out and count against the connection
+//! caps, unparsable Origin/Host headers are refused, tokens are
+//! percent-decoded and the `Bearer` scheme is case-insensitive, and holon
+//! heartbeats never count against rate limits.
+
+mod common;
+
+use common::{Stack, STEP};
+use switchyard::daemon::DaemonOptions;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// `host:port` and path of a `ws://` URL.
+fn authority_and_path(url: &str) -> (String, String) {
+    let rest = url.strip_prefix("ws://").expect("ws URL");
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    (authority.to_owned(), format!("/{path}"))
+}
+
+/// Sends a whole upgrade request with `extra` raw header lines and returns
+/// the status code of the answer.
+async fn raw_upgrade(url: &str, target: &str, extra: &[&[u8]]) -> u16 {
+    let (authority, _) = authority_and_path(url);
+    let mut tcp = TcpStream::connect(&authority).await.expect("connect");
+    let mut request = format!(
+        "GET {target} HTTP/1.1\r\nHost: {authority}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+    )
+    .into_bytes();
+    for line in extra {
+        request.extend_from_slice(line);
+        request.extend_from_slice(b"\r\n");
+    }
+    request.extend_from_slice(b"\r\n");
+    tcp.write_all(&request).await.expect("write");
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tokio::time::timeout(STEP, tcp.read(&mut buf))
+            .await
+            .expect("timed out waiting for the answer")
+            .expect("read");
+        assert!(n > 0, "closed without an answer");
+        head.extend_from_slice(&buf[..n]);
+    }
+    let line = String::from_utf8_lossy(&head);
+    line.split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {line}"))
+}
+
+#[tokio::test]
+async fn an_unparsable_origin_or_host_is_refused() {
+    let stack = Stack::start("", "", DaemonOptions::default()).await;
+    let (_, path) = authority_and_path(&stack.url);
+    assert_eq!(raw_upgrade(&stack.url, &path, &[]).await, 101);
+    assert_eq!(
+        raw_upgrade(&stack.url, &path, &[b"Origin: http://\xe9vil.com"]).await,
+        403,
+        "non-ASCII Origin"
+    );
+    assert_eq!(
+        raw_upgrade(&stack.url, &path, &[b"Origin: http://localhost\xff"]).await,
+        403,
+        "non-UTF-8 Origin"
+    );
+    // A second Host header with non-ASCII bytes makes the Host unreadable.
+    let (authority, _) = authority_and_path(&stack.url);
+    let mut tcp = TcpStream::connect(&authority).await.expect("connect");
+    let request = [
+        format!("GET {path} HTTP/1.1\r\n").as_bytes(),
+        b"Host: 127.0.0.1\xe9\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n",
+        b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    ]
+    .concat();
+    tcp.write_all(&request).await.expect("write");
+    let mut buf = vec![0u8; 1024];
+    let n = tokio::time::timeout(STEP, tcp.read(&mut buf))
+        .await
+        .expect("answer")
+        .expect("read");
+    let head = String::from_utf8_lossy(&buf[..n]);
+    assert!(head.starts_with("HTTP/1.1 403"), "non-ASCII Host: {head}");
+    stack.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_unreadable_origin_is_refused_by_an_allow_list() {
+    // An unreadable Origin cannot be compared with the list: refused.
+    let stack = Stack::start(
+        "allowed_origins = [\"https://app.example.com\"]",
+        "",
+        DaemonOptions::default(),
+    )
+    .await;
+    let (_, path) = authority_and_path(&stack.url);
+    assert_eq!(
+        raw_upgrade(&stack.url, &path, &[b"Origin: https://app.example.com"]).await,
+        101
+    );
+    assert_eq!(
+        raw_upgrade(&stack.url, &path, &[b"Origin: https://app.\xe9xample.com"]).await,
+        403
+    );
+    stack.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn tokens_are_percent_decoded_and_the_scheme_is_case_insensitive() {
+    let stack = Stack::start("auth_token = \"s3cr+t/=&x\"", "", DaemonOptions::default()).await;
+    let (_, path) = authority_and_path(&stack.url);
+    let encoded = format!("{path}?token=s3cr%2Bt%2F%3D%26x");
+    assert_eq!(raw_upgrade(&stack.url, &encoded, &[]).await, 101);
+    let other_param_first = format!("{path}?v=1&token=s3cr%2bt%2f%3d%26x");
+    assert_eq!(raw_upgrade(&stack.url, &other_param_first, &[]).await, 101);
+    // A `+` in a query is a space: the raw token must be encoded.
+    let raw = format!("{path}?token=s3cr+t/=");
+    assert_eq!(raw_upgrade(&stack.url, &raw, &[]).await, 401);
+    for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+        let header = format!("Authorization: {scheme} s3cr+t/=&x");
+        assert_eq!(
+            raw_upgrade(&stack.url, &path, &[header.as_bytes()]).await,
+            101,
+            "{scheme}"
+        );
+    }
+    assert_eq!(
+        raw_upgrade(&stack.url, &path, &[b"Authorization: Basic s3cr+t/=&x"]).await,
+        401
+    );
+    assert_eq!(
+        raw_upgrade(&stack.url, &path, &[b"Authorization: Bearer wrong"]).await,
+        401
+    );
+    stack.gateway.shutdown().await;
+}
