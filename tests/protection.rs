@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Stack, STEP};
+use common::{json, Stack, STEP};
 use switchyard::daemon::DaemonOptions;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -135,4 +135,45 @@ async fn tokens_are_percent_decoded_and_the_scheme_is_case_insensitive() {
         401
     );
     stack.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn holon_heartbeats_never_count_against_rate_limits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("daemon.sock");
+    let daemon = switchyard::daemon::Daemon::start(&socket, DaemonOptions::default())
+        .await
+        .expect("daemon");
+    let toml = common::stack_toml(
+        &socket,
+        "rate_per_second = 1\nrate_burst = 1\nabuse_threshold = 2",
+        "",
+    )
+    .replace("dialect = \"jsonrpc-ws\"", "dialect = \"holon-rpc\"");
+    let cfg = switchyard::config::Config::from_toml(&toml).expect("config");
+    let bound = switchyard::app::bind(cfg).await.expect("bind");
+    let url = bound.ws_url("public").expect("url");
+    let gateway = bound.spawn();
+    common::wait_connected(&gateway, "daemon").await;
+    let mut ws = common::connect(&url).await;
+    common::send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"echo","params":{"a":1},"id":"1"}"#,
+    )
+    .await;
+    assert_eq!(json(&common::recv(&mut ws).await)["result"]["a"], 1);
+    // The budget is spent; heartbeats still get `{}`, and many of them in
+    // a row are no abuse either.
+    for i in 1..=5 {
+        common::send(
+            &mut ws,
+            &format!(r#"{{"jsonrpc":"2.0","method":"rpc.heartbeat","params":{{}},"id":"h{i}"}}"#),
+        )
+        .await;
+        let v = json(&common::recv(&mut ws).await);
+        assert_eq!(v["id"], format!("h{i}"), "{v}");
+        assert_eq!(v["result"], serde_json::json!({}), "{v}");
+    }
+    gateway.shutdown().await;
+    daemon.stop().await;
 }
