@@ -6,10 +6,16 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::{json, Stack, STEP};
 use switchyard::daemon::DaemonOptions;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+/// How long a test waits for the server to close a connection it should
+/// close (generous: the machine may be busy).
+const CLOSE_WAIT: Duration = Duration::from_secs(20);
 
 /// `host:port` and path of a `ws://` URL.
 fn authority_and_path(url: &str) -> (String, String) {
@@ -49,6 +55,121 @@ async fn raw_upgrade(url: &str, target: &str, extra: &[&[u8]]) -> u16 {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no status in {line}"))
+}
+
+/// Opens a connection and sends half a request line.
+async fn half_request(authority: &str) -> TcpStream {
+    let mut tcp = TcpStream::connect(authority).await.expect("connect");
+    tcp.write_all(b"GET /rpc HT").await.expect("write");
+    tcp
+}
+
+/// Waits until the server ends the connection (EOF or reset): true, or
+/// false if it is still open after `wait`.
+async fn closed_by_server(tcp: &mut TcpStream, wait: Duration) -> bool {
+    let mut buf = [0u8; 1024];
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match tokio::time::timeout_at(deadline, tcp.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0) | Err(_)) => return true,
+            // An error page before the close is fine.
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_half_sent_request_is_closed_after_the_header_read_timeout() {
+    let stack = Stack::start("header_read_timeout_ms = 300", "", DaemonOptions::default()).await;
+    let (authority, _) = authority_and_path(&stack.url);
+    let mut tcp = half_request(&authority).await;
+    assert!(
+        closed_by_server(&mut tcp, CLOSE_WAIT).await,
+        "a half-sent request must not be held open"
+    );
+    // A connection that sends nothing at all is closed too.
+    let mut silent = TcpStream::connect(&authority).await.expect("connect");
+    assert!(closed_by_server(&mut silent, CLOSE_WAIT).await);
+    // A real client is unaffected.
+    let mut ws = stack.client().await;
+    common::send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"echo","params":[1],"id":1}"#,
+    )
+    .await;
+    assert_eq!(json(&common::recv(&mut ws).await)["result"][0], 1);
+    stack.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn unfinished_requests_count_against_the_per_ip_cap() {
+    // A long header-read timeout: only the cap can close the fourth in time.
+    let stack = Stack::start(
+        "max_connections_per_ip = 3\nheader_read_timeout_ms = 120000",
+        "",
+        DaemonOptions::default(),
+    )
+    .await;
+    let (authority, _) = authority_and_path(&stack.url);
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(half_request(&authority).await);
+    }
+    // The fourth is refused at once: closed by the server while the first
+    // three are still held.
+    let mut fourth = half_request(&authority).await;
+    assert!(
+        closed_by_server(&mut fourth, CLOSE_WAIT).await,
+        "over the per-IP cap"
+    );
+    for tcp in &mut held {
+        let mut buf = [0u8; 16];
+        let still_open = tokio::time::timeout(Duration::from_millis(50), tcp.read(&mut buf)).await;
+        assert!(still_open.is_err(), "the first three are held");
+    }
+    let refused = stack.counter(
+        "switchyard_connections_rejected_total",
+        &[("reason", "limit")],
+    );
+    assert!(refused >= 1.0, "counted: {refused}");
+    // Once they are gone, a real client gets in.
+    drop(held);
+    let mut ws = None;
+    for _ in 0..100 {
+        match tokio_tungstenite::connect_async(&stack.url).await {
+            Ok((c, _)) => {
+                ws = Some(c);
+                break;
+            }
+            // The server may not have seen the three go yet.
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let mut ws = ws.expect("a legitimate client connects once the places are free");
+    common::send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"echo","params":[2],"id":2}"#,
+    )
+    .await;
+    assert_eq!(json(&common::recv(&mut ws).await)["result"][0], 2);
+    stack.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn unfinished_requests_count_against_the_listener_cap() {
+    let stack = Stack::start(
+        "max_connections = 2\nheader_read_timeout_ms = 120000",
+        "",
+        DaemonOptions::default(),
+    )
+    .await;
+    let (authority, _) = authority_and_path(&stack.url);
+    let _a = half_request(&authority).await;
+    let _b = half_request(&authority).await;
+    let mut third = half_request(&authority).await;
+    assert!(closed_by_server(&mut third, CLOSE_WAIT).await);
+    stack.gateway.shutdown().await;
 }
 
 #[tokio::test]
@@ -176,4 +297,16 @@ async fn holon_heartbeats_never_count_against_rate_limits() {
     }
     gateway.shutdown().await;
     daemon.stop().await;
+}
+
+#[test]
+fn a_zero_header_read_timeout_is_a_config_problem() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let toml = common::stack_toml(&dir.path().join("d.sock"), "header_read_timeout_ms = 0", "");
+    let error = switchyard::config::Config::from_toml(&toml).expect_err("must be rejected");
+    let text = error.to_string();
+    assert!(
+        text.contains("listeners.public.header_read_timeout_ms: must be at least 1"),
+        "{text}"
+    );
 }
