@@ -28,12 +28,20 @@ fn authority_and_path(url: &str) -> (String, String) {
 /// the status code of the answer.
 async fn raw_upgrade(url: &str, target: &str, extra: &[&[u8]]) -> u16 {
     let (authority, _) = authority_and_path(url);
+    raw_upgrade_to(url, target, authority.as_bytes(), extra).await
+}
+
+/// [`raw_upgrade`] with this raw `Host` value.
+async fn raw_upgrade_to(url: &str, target: &str, host: &[u8], extra: &[&[u8]]) -> u16 {
+    let (authority, _) = authority_and_path(url);
     let mut tcp = TcpStream::connect(&authority).await.expect("connect");
-    let mut request = format!(
-        "GET {target} HTTP/1.1\r\nHost: {authority}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
-         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-    )
-    .into_bytes();
+    let mut request = [
+        format!("GET {target} HTTP/1.1\r\nHost: ").as_bytes(),
+        host,
+        b"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n",
+        b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
+    ]
+    .concat();
     for line in extra {
         request.extend_from_slice(line);
         request.extend_from_slice(b"\r\n");
@@ -55,6 +63,31 @@ async fn raw_upgrade(url: &str, target: &str, extra: &[&[u8]]) -> u16 {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no status in {line}"))
+}
+
+/// A gateway like [`Stack`] whose config text `edit` changes first; the
+/// daemon and temp dir live as long as the returned guard.
+async fn start_edited(
+    listener_extra: &str,
+    edit: impl Fn(String) -> String,
+) -> (
+    tempfile::TempDir,
+    switchyard::daemon::Daemon,
+    switchyard::app::Running,
+    String,
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("daemon.sock");
+    let daemon = switchyard::daemon::Daemon::start(&socket, DaemonOptions::default())
+        .await
+        .expect("daemon");
+    let toml = edit(common::stack_toml(&socket, listener_extra, ""));
+    let cfg = switchyard::config::Config::from_toml(&toml).expect("config");
+    let bound = switchyard::app::bind(cfg).await.expect("bind");
+    let url = bound.ws_url("public").expect("url");
+    let gateway = bound.spawn();
+    common::wait_connected(&gateway, "daemon").await;
+    (dir, daemon, gateway, url)
 }
 
 /// Opens a connection and sends half a request line.
@@ -187,24 +220,43 @@ async fn an_unparsable_origin_or_host_is_refused() {
         403,
         "non-UTF-8 Origin"
     );
-    // A second Host header with non-ASCII bytes makes the Host unreadable.
-    let (authority, _) = authority_and_path(&stack.url);
-    let mut tcp = TcpStream::connect(&authority).await.expect("connect");
-    let request = [
-        format!("GET {path} HTTP/1.1\r\n").as_bytes(),
-        b"Host: 127.0.0.1\xe9\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n",
-        b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
-    ]
-    .concat();
-    tcp.write_all(&request).await.expect("write");
-    let mut buf = vec![0u8; 1024];
-    let n = tokio::time::timeout(STEP, tcp.read(&mut buf))
-        .await
-        .expect("answer")
-        .expect("read");
-    let head = String::from_utf8_lossy(&buf[..n]);
-    assert!(head.starts_with("HTTP/1.1 403"), "non-ASCII Host: {head}");
+    assert_eq!(
+        raw_upgrade_to(&stack.url, &path, b"127.0.0.1\xe9", &[]).await,
+        403,
+        "non-ASCII Host"
+    );
     stack.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_unparsable_host_is_refused_without_a_host_allow_list() {
+    // Not bound to loopback and no allowed_hosts: any Host name passes, but
+    // one that cannot be read or parsed cannot be judged at all.
+    let (_dir, daemon, gateway, url) =
+        start_edited("allowed_origins = [\"https://app.example.com\"]", |toml| {
+            toml.replace("127.0.0.1:0", "0.0.0.0:0")
+        })
+        .await;
+    let url = url.replace("0.0.0.0", "127.0.0.1");
+    let (_, path) = authority_and_path(&url);
+    assert_eq!(
+        raw_upgrade_to(&url, &path, b"gw.example.com", &[]).await,
+        101
+    );
+    for host in [
+        &b"gw.\xe9xample.com"[..],
+        b"gw.example.com:http",
+        b"gw example",
+    ] {
+        assert_eq!(
+            raw_upgrade_to(&url, &path, host, &[]).await,
+            403,
+            "{}",
+            String::from_utf8_lossy(host)
+        );
+    }
+    gateway.shutdown().await;
+    daemon.stop().await;
 }
 
 #[tokio::test]
@@ -260,22 +312,11 @@ async fn tokens_are_percent_decoded_and_the_scheme_is_case_insensitive() {
 
 #[tokio::test]
 async fn holon_heartbeats_never_count_against_rate_limits() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let socket = dir.path().join("daemon.sock");
-    let daemon = switchyard::daemon::Daemon::start(&socket, DaemonOptions::default())
-        .await
-        .expect("daemon");
-    let toml = common::stack_toml(
-        &socket,
+    let (_dir, daemon, gateway, url) = start_edited(
         "rate_per_second = 1\nrate_burst = 1\nabuse_threshold = 2",
-        "",
+        |toml| toml.replace("dialect = \"jsonrpc-ws\"", "dialect = \"holon-rpc\""),
     )
-    .replace("dialect = \"jsonrpc-ws\"", "dialect = \"holon-rpc\"");
-    let cfg = switchyard::config::Config::from_toml(&toml).expect("config");
-    let bound = switchyard::app::bind(cfg).await.expect("bind");
-    let url = bound.ws_url("public").expect("url");
-    let gateway = bound.spawn();
-    common::wait_connected(&gateway, "daemon").await;
+    .await;
     let mut ws = common::connect(&url).await;
     common::send(
         &mut ws,
