@@ -82,7 +82,10 @@ impl Http {
         let protection = routes.iter().map(|r| &r.cfg.protection);
         let unlimited_total = protection.clone().any(|p| p.max_connections == 0);
         let unlimited_per_ip = protection.clone().any(|p| p.max_connections_per_ip == 0);
-        let total = protection.clone().map(|p| p.max_connections).sum();
+        let total = protection
+            .clone()
+            .fold(0usize, |sum, p| sum.saturating_add(p.max_connections))
+            .min(tokio::sync::Semaphore::MAX_PERMITS);
         let per_ip = protection
             .clone()
             .map(|p| p.max_connections_per_ip)
