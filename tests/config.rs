@@ -621,19 +621,19 @@ fn star_allows_any_origin_even_on_loopback() {
         any_origin,
         ..Default::default()
     };
-    let evil = Some("https://evil.example");
+    let evil = Some(&b"https://evil.example"[..]);
     assert!(policy(false)
-        .check(Some("localhost"), evil, None, None)
+        .check(Some(&b"localhost"[..]), evil, None, None)
         .is_err());
     assert_eq!(
-        policy(true).check(Some("localhost"), evil, None, None),
+        policy(true).check(Some(&b"localhost"[..]), evil, None, None),
         Ok(())
     );
     // Only the Origin check is opened: Host and null stay refused.
     assert!(policy(true)
-        .check(Some("evil.example"), evil, None, None)
+        .check(Some(&b"evil.example"[..]), evil, None, None)
         .is_err());
     assert!(policy(true)
-        .check(Some("localhost"), Some("null"), None, None)
+        .check(Some(&b"localhost"[..]), Some(&b"null"[..]), None, None)
         .is_err());
 }

@@ -53,6 +53,22 @@ async fn connect_wss(
     url: &str,
     der: &CertificateDer<'static>,
 ) -> WebSocketStream<TlsStream<TcpStream>> {
+    let authority = url
+        .strip_prefix("wss://")
+        .and_then(|rest| rest.split('/').next())
+        .expect("wss URL");
+    let tls = connect_tls(authority, der).await;
+    let port = authority.rsplit(':').next().expect("port");
+    let path = url.splitn(4, '/').nth(3).unwrap_or_default();
+    let request = format!("wss://localhost:{port}/{path}");
+    let (ws, _) = tokio_tungstenite::client_async(request, tls)
+        .await
+        .expect("WebSocket upgrade over TLS");
+    ws
+}
+
+/// A TLS connection to `authority`, trusting only `der`.
+async fn connect_tls(authority: &str, der: &CertificateDer<'static>) -> TlsStream<TcpStream> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(der.clone()).expect("trust the test certificate");
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -61,23 +77,78 @@ async fn connect_wss(
         .expect("protocol versions")
         .with_root_certificates(roots)
         .with_no_client_auth();
-    let authority = url
-        .strip_prefix("wss://")
-        .and_then(|rest| rest.split('/').next())
-        .expect("wss URL");
     let tcp = TcpStream::connect(authority).await.expect("tcp connect");
     let name = ServerName::try_from("localhost").expect("server name");
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+    tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, tcp)
         .await
-        .expect("TLS handshake");
-    let port = authority.rsplit(':').next().expect("port");
-    let path = url.splitn(4, '/').nth(3).unwrap_or_default();
-    let request = format!("wss://localhost:{port}/{path}");
-    let (ws, _) = tokio_tungstenite::client_async(request, tls)
+        .expect("TLS handshake")
+}
+
+/// Waits until the server ends the connection (EOF or reset): true, or
+/// false if it is still open after `secs`.
+async fn closed_by_server<S: tokio::io::AsyncRead + Unpin>(stream: &mut S, secs: u64) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 1024];
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_stalled_handshake_or_request_head_is_closed_after_the_header_read_timeout() {
+    use tokio::io::AsyncWriteExt;
+    let pems = self_signed();
+    let keys = tls_keys(&pems.cert, &pems.key);
+    let stack = Stack::start(
+        &format!("{keys}\nheader_read_timeout_ms = 300"),
+        "",
+        DaemonOptions::default(),
+    )
+    .await;
+    let authority = stack
+        .url
+        .strip_prefix("wss://")
+        .and_then(|rest| rest.split('/').next())
+        .expect("wss URL")
+        .to_owned();
+    // Waits far above the 300 ms configured, below the built-in 10 s the
+    // handshake had before it followed the configuration.
+    // No handshake at all.
+    let mut silent = TcpStream::connect(&authority).await.expect("connect");
+    assert!(
+        closed_by_server(&mut silent, 8).await,
+        "stalled TLS handshake"
+    );
+    // Half a ClientHello.
+    let mut partial = TcpStream::connect(&authority).await.expect("connect");
+    partial
+        .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
         .await
-        .expect("WebSocket upgrade over TLS");
-    ws
+        .expect("write");
+    assert!(
+        closed_by_server(&mut partial, 8).await,
+        "partial ClientHello"
+    );
+    // A handshake, then half a request line.
+    let mut tls = connect_tls(&authority, &pems.der).await;
+    tls.write_all(b"GET /rpc HT").await.expect("write");
+    tls.flush().await.expect("flush");
+    assert!(closed_by_server(&mut tls, 20).await, "stalled request head");
+    // A real client is unaffected.
+    let mut ws = connect_wss(&stack.url, &pems.der).await;
+    ws.send(Message::Text(
+        r#"{"jsonrpc":"2.0","method":"echo","params":[1],"id":1}"#.into(),
+    ))
+    .await
+    .expect("send");
+    assert_eq!(json(&common::recv(&mut ws).await)["id"], 1);
+    stack.gateway.shutdown().await;
 }
 
 #[tokio::test]

@@ -209,6 +209,9 @@ pub struct Protection {
     /// Rate-limited messages in a row before the connection is closed
     /// (1008); 0 = never.
     pub abuse_threshold: u32,
+    /// WebSocket: time a new connection has for its TLS handshake, and
+    /// again for each HTTP request head, before it is closed.
+    pub header_read_timeout: std::time::Duration,
     /// Open connections on the listener; 0 = unlimited.
     pub max_connections: usize,
     /// Open connections per client IP; 0 = unlimited.

@@ -62,6 +62,9 @@ pub(super) fn protection(key: &str, raw: &RawListener, p: &mut Problems) -> Prot
             weight.map(|w| (m.clone(), w))
         })
         .collect();
+    if raw.header_read_timeout_ms == 0 {
+        p.at(key, "header_read_timeout_ms", "must be at least 1");
+    }
     if raw.auth_token.as_deref().is_some_and(str::is_empty) {
         p.at(
             key,
@@ -83,6 +86,7 @@ pub(super) fn protection(key: &str, raw: &RawListener, p: &mut Problems) -> Prot
         global_rate: rate(raw.global_rate_per_second, raw.global_rate_burst),
         method_weights,
         abuse_threshold: raw.abuse_threshold,
+        header_read_timeout: std::time::Duration::from_millis(raw.header_read_timeout_ms.max(1)),
         max_connections: raw.max_connections,
         max_connections_per_ip: raw.max_connections_per_ip,
         idle_timeout: (raw.idle_timeout_ms > 0)

@@ -115,12 +115,14 @@ impl Origin {
 
 impl UpgradePolicy {
     /// Checks an upgrade's `Host`, `Origin`, and token (from the
-    /// `Authorization: Bearer` header or a `token` query parameter).
+    /// `Authorization: Bearer` header or a `token` query parameter). The
+    /// headers come as raw bytes: one that is present but not a readable
+    /// ASCII value is refused, never taken for absent.
     pub fn check(
         &self,
-        host: Option<&str>,
-        origin: Option<&str>,
-        authorization: Option<&str>,
+        host: Option<&[u8]>,
+        origin: Option<&[u8]>,
+        authorization: Option<&[u8]>,
         query: Option<&str>,
     ) -> Result<(), Refusal> {
         self.check_host(host)?;
@@ -128,11 +130,20 @@ impl UpgradePolicy {
         self.check_token(authorization, query)
     }
 
-    fn check_host(&self, host: Option<&str>) -> Result<(), Refusal> {
+    fn check_host(&self, host: Option<&[u8]>) -> Result<(), Refusal> {
+        let name = match host {
+            // A Host that cannot be read or parsed is refused whatever the
+            // allow-list: it could not be judged.
+            Some(raw) => {
+                let (name, _) = ascii(raw).and_then(split_host_port).ok_or(Refusal::Host)?;
+                Some(name)
+            }
+            None => None,
+        };
         if self.hosts.is_empty() && !self.loopback_only {
             return Ok(());
         }
-        let (name, _) = host.and_then(split_host_port).ok_or(Refusal::Host)?;
+        let name = name.ok_or(Refusal::Host)?;
         let allowed = if self.hosts.is_empty() {
             is_loopback_host(&name)
         } else {
@@ -141,12 +152,13 @@ impl UpgradePolicy {
         allowed.then_some(()).ok_or(Refusal::Host)
     }
 
-    fn check_origin(&self, origin: Option<&str>) -> Result<(), Refusal> {
-        let Some(text) = origin else { return Ok(()) };
-        if text.trim() == "null" {
+    fn check_origin(&self, origin: Option<&[u8]>) -> Result<(), Refusal> {
+        let Some(raw) = origin else { return Ok(()) };
+        let text = ascii(raw).ok_or(Refusal::Origin)?.trim();
+        if text == "null" {
             return Err(Refusal::NullOrigin);
         }
-        let parsed = Origin::parse(text.trim()).ok_or(Refusal::Origin)?;
+        let parsed = Origin::parse(text).ok_or(Refusal::Origin)?;
         let allowed = if self.any_origin {
             true
         } else if !self.origins.is_empty() {
@@ -157,20 +169,47 @@ impl UpgradePolicy {
         allowed.then_some(()).ok_or(Refusal::Origin)
     }
 
-    fn check_token(&self, authorization: Option<&str>, query: Option<&str>) -> Result<(), Refusal> {
+    fn check_token(
+        &self,
+        authorization: Option<&[u8]>,
+        query: Option<&str>,
+    ) -> Result<(), Refusal> {
         let Some(expected) = &self.token else {
             return Ok(());
         };
-        let bearer = authorization
-            .and_then(|a| a.strip_prefix("Bearer "))
-            .map(str::trim);
-        let from_query = query.and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("token=")));
-        let given = bearer.or(from_query).ok_or(Refusal::Token)?;
+        let bearer = authorization.and_then(ascii).and_then(bearer_token);
+        // Query values are form-encoded (`%2B`, `+` for a space), as
+        // `URLSearchParams` writes them; the first `token` counts.
+        let from_query = || {
+            form_urlencoded::parse(query?.as_bytes())
+                .find(|(k, _)| k == "token")
+                .map(|(_, v)| v)
+        };
+        let given = match bearer {
+            Some(b) => std::borrow::Cow::Borrowed(b),
+            None => from_query().ok_or(Refusal::Token)?,
+        };
         // Constant-time: the comparison does not leak how much matched.
         let same = given.len() == expected.len()
             && bool::from(given.as_bytes().ct_eq(expected.as_bytes()));
         same.then_some(()).ok_or(Refusal::Token)
     }
+}
+
+/// The header value as text, if it is visible ASCII (with spaces and tabs).
+fn ascii(raw: &[u8]) -> Option<&str> {
+    raw.iter()
+        .all(|b| b.is_ascii_graphic() || *b == b' ' || *b == b'\t')
+        .then(|| std::str::from_utf8(raw).ok())
+        .flatten()
+}
+
+/// The credentials of `Authorization: Bearer <token>`; the scheme is
+/// case-insensitive (RFC 9110 §11.1).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once([' ', '\t'])?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 /// Splits `host[:port]` / `[v6][:port]`, lower-casing the host.
@@ -189,7 +228,13 @@ fn split_host_port(text: &str) -> Option<(String, Option<u16>)> {
             None => (text.to_owned(), None),
         }
     };
-    if host.is_empty() {
+    let name_chars = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_');
+    let v6_chars = |b: u8| b.is_ascii_hexdigit() || matches!(b, b':' | b'.');
+    let valid = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => !v6.is_empty() && v6.bytes().all(v6_chars),
+        None => !host.is_empty() && host.bytes().all(name_chars),
+    };
+    if !valid {
         return None;
     }
     Some((host.to_ascii_lowercase(), port))

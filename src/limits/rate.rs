@@ -3,13 +3,24 @@
 //! every batch item counts. A message over a limit gets the dialect's
 //! `rate_limited` error, not a disconnect, until a client keeps going past
 //! the abuse threshold: then the connection is closed (1008).
+//!
+//! The per-IP state is a map keyed by client address. Its bound: every
+//! [`PRUNE_INTERVAL`] the listener drops the entries whose bucket is full
+//! again (they limit nothing), so the map holds the addresses seen within
+//! about one interval, plus those still being limited.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
+use tokio_util::sync::CancellationToken;
+
+/// How often a listener prunes its per-IP rate state.
+pub const PRUNE_INTERVAL: Duration = Duration::from_secs(30);
 
 /// A rate with its burst, in messages per second.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +61,8 @@ pub struct RateLimits {
     global: Option<DefaultDirectRateLimiter>,
     weights: HashMap<String, NonZeroU32>,
     abuse_threshold: u32,
+    /// Set once a pruning task runs for `per_ip` (one per listener).
+    pruning: AtomicBool,
 }
 
 /// One connection's view of the limits.
@@ -92,7 +105,53 @@ impl RateLimits {
             global: global.map(|r| RateLimiter::direct(quota(r))),
             weights,
             abuse_threshold,
+            pruning: AtomicBool::new(false),
         })
+    }
+
+    /// Forgets the client IPs whose per-IP bucket is full again (their
+    /// state limits nothing) and returns the memory; returns how many IPs
+    /// are still tracked.
+    pub fn prune(&self) -> usize {
+        let Some(per_ip) = &self.per_ip else { return 0 };
+        per_ip.retain_recent();
+        per_ip.shrink_to_fit();
+        per_ip.len()
+    }
+
+    /// Client IPs with per-IP state.
+    pub fn tracked_ips(&self) -> usize {
+        self.per_ip.as_ref().map_or(0, |l| l.len())
+    }
+
+    /// Prunes the per-IP state every `every` until `stop` is cancelled or
+    /// the limits are dropped. Only the first call starts a task, and none
+    /// is needed without a per-IP rate.
+    pub fn start_pruning(self: &Arc<Self>, every: Duration, stop: CancellationToken) {
+        if self.per_ip.is_none() || self.pruning.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let limits = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                let Some(limits) = limits.upgrade() else {
+                    return;
+                };
+                let left = limits.prune();
+                tracing::trace!(tracked_ips = left, "per-IP rate state pruned");
+            }
+        });
+    }
+
+    /// True once [`start_pruning`](Self::start_pruning) has started a task.
+    pub fn is_pruning(&self) -> bool {
+        self.pruning.load(Ordering::Acquire)
     }
 
     /// True when no limit is configured.
@@ -202,6 +261,64 @@ mod tests {
         assert_eq!(b.check("m"), Verdict::Limit(Limited::Ip));
         let other = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
         assert_eq!(limits.connection(other).check("m"), Verdict::Allow);
+    }
+
+    #[test]
+    fn pruning_forgets_ips_that_limit_nothing() {
+        // 1,000 per second, burst 1: a bucket is full again 1 ms after use.
+        let limits = RateLimits::new(None, rate(1000, 1), None, HashMap::new(), 0);
+        for i in 0..100_000u32 {
+            let ip = IpAddr::V4(std::net::Ipv4Addr::from(i));
+            assert_eq!(limits.connection(ip).check("m"), Verdict::Allow);
+        }
+        assert_eq!(limits.tracked_ips(), 100_000);
+        // Wait on the state, not on a clock: every bucket refills.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while limits.prune() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(limits.tracked_ips(), 0);
+    }
+
+    #[test]
+    fn pruning_keeps_ips_still_limited() {
+        // 1 per second, burst 1: a used bucket stays non-full for 1 s.
+        let limits = RateLimits::new(None, rate(1, 1), None, HashMap::new(), 0);
+        let used = std::time::Instant::now();
+        assert_eq!(limits.connection(IP).check("m"), Verdict::Allow);
+        let left = limits.prune();
+        // Only meaningful while the bucket has not refilled yet.
+        if used.elapsed() < Duration::from_millis(900) {
+            assert_eq!(left, 1);
+            assert_eq!(
+                limits.connection(IP).check("m"),
+                Verdict::Limit(Limited::Ip)
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn the_pruning_task_prunes_until_stopped() {
+        let limits = RateLimits::new(None, rate(1000, 1), None, HashMap::new(), 0);
+        for i in 0..1_000u32 {
+            let _ = limits
+                .connection(IpAddr::V4(std::net::Ipv4Addr::from(i)))
+                .check("m");
+        }
+        let stop = CancellationToken::new();
+        assert!(!limits.is_pruning());
+        limits.start_pruning(Duration::from_millis(10), stop.clone());
+        assert!(limits.is_pruning());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while limits.tracked_ips() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(limits.tracked_ips(), 0);
+        stop.cancel();
+        // Without a per-IP rate there is nothing to prune: no task.
+        let none = RateLimits::new(rate(1, 1), None, None, HashMap::new(), 0);
+        none.start_pruning(Duration::from_millis(10), CancellationToken::new());
+        assert!(!none.is_pruning());
     }
 
     #[test]

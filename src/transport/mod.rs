@@ -6,6 +6,7 @@
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub(crate) mod accept;
 pub(crate) mod codec;
 pub(crate) mod sbp;
 pub mod session;

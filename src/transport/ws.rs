@@ -11,11 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket, WebSocketUpgrade};
-use axum::extract::ConnectInfo;
+use axum::extract::{ConnectInfo, Extension};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::serve::ListenerExt;
 use futures_util::StreamExt;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -24,10 +23,12 @@ use tracing::Instrument;
 mod frames;
 
 use self::frames::{read_loop, write_loop, End};
+use super::accept::Place;
 use super::session::Session;
 use super::{Outgoing, Serve};
 use crate::dialect::Dialect;
 use crate::limits::origin::Refusal;
+use crate::limits::rate::PRUNE_INTERVAL;
 use crate::router::Route;
 use crate::telemetry::metrics::RejectReason;
 use crate::telemetry::trace::connection_span;
@@ -49,13 +50,23 @@ const WRITE_THRESHOLD: usize = 64 * 1024;
 const WRITER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Serves every WebSocket listener bound to `listener` until shutdown.
-/// With `tls`, every connection is `wss://` (see [`super::tls`]).
+/// With `tls`, every connection is `wss://` (see [`super::tls`]); caps and
+/// timeouts before the upgrade are in [`super::accept`]. Also prunes each
+/// listener's per-IP rate state.
 pub(crate) async fn serve(
     listener: TcpListener,
     routes: Vec<Arc<Route>>,
     ctx: Serve,
     tls: Option<super::tls::Acceptor>,
 ) -> std::io::Result<()> {
+    let Some(http) = super::accept::Http::of(&routes) else {
+        return Ok(());
+    };
+    for route in &routes {
+        route
+            .rate
+            .start_pruning(PRUNE_INTERVAL, ctx.shutdown.clone());
+    }
     let mut app = axum::Router::new();
     for route in routes {
         let ListenAddrPath(path) = ListenAddrPath::of(&route);
@@ -66,11 +77,17 @@ pub(crate) async fn serve(
                 move |headers: HeaderMap,
                       uri: Uri,
                       ConnectInfo(peer): ConnectInfo<SocketAddr>,
+                      place: Option<Extension<Place>>,
                       ws: WebSocketUpgrade| {
                     let (route, ctx) = (route.clone(), ctx.clone());
                     async move {
                         if let Err(refused) = check_upgrade(&route, &headers, &uri, peer.ip()) {
                             return *refused;
+                        }
+                        // No longer pending: the session counts from here,
+                        // before the client can see the 101.
+                        if let Some(Extension(place)) = place {
+                            place.release();
                         }
                         upgrade(ws, &headers, route, ctx, peer.ip())
                     }
@@ -78,22 +95,7 @@ pub(crate) async fn serve(
             ),
         );
     }
-    if let Some(acceptor) = tls {
-        return super::tls::serve(listener, app, acceptor, &ctx).await;
-    }
-    let stop = ctx.shutdown.clone();
-    // Replies are small and latency-bound: no Nagle delay on client sockets.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move { stop.cancelled().await })
-    .await
+    super::accept::serve(listener, app, tls, http, &ctx).await
 }
 
 struct ListenAddrPath(String);
@@ -163,7 +165,7 @@ fn check_upgrade(
     uri: &Uri,
     peer: IpAddr,
 ) -> Result<(), Box<Response>> {
-    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    let header = |name| headers.get(name).map(axum::http::HeaderValue::as_bytes);
     let verdict = route.upgrade_policy().check(
         header(axum::http::header::HOST),
         header(axum::http::header::ORIGIN),

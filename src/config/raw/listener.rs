@@ -98,6 +98,12 @@ pub struct RawListener {
     /// Rate-limited messages in a row before the connection is closed
     /// with 1008; 0 = never. Default `100`.
     pub abuse_threshold: u32,
+    /// WebSocket dialects: time a new connection has to send its HTTP
+    /// request head (after the TLS handshake, which gets as long again);
+    /// also the longest an HTTP connection may wait between requests.
+    /// Then it is closed. Listeners sharing an address use the smallest.
+    /// Must be at least 1. Default `10000`.
+    pub header_read_timeout_ms: u64,
     /// Open connections on this listener; 0 = unlimited. Default `10000`.
     pub max_connections: usize,
     /// Open connections per client IP; 0 = unlimited. Default `0`.
@@ -147,6 +153,7 @@ impl Default for RawListener {
             global_rate_burst: 0,
             method_weights: BTreeMap::new(),
             abuse_threshold: 100,
+            header_read_timeout_ms: 10_000,
             max_connections: 10_000,
             max_connections_per_ip: 0,
             idle_timeout_ms: 0,

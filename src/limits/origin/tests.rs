@@ -1,5 +1,21 @@
 use super::*;
 
+/// The checks on text headers.
+fn check(
+    p: &UpgradePolicy,
+    host: Option<&str>,
+    origin: Option<&str>,
+    authorization: Option<&str>,
+    query: Option<&str>,
+) -> Result<(), Refusal> {
+    p.check(
+        host.map(str::as_bytes),
+        origin.map(str::as_bytes),
+        authorization.map(str::as_bytes),
+        query,
+    )
+}
+
 fn loopback() -> UpgradePolicy {
     UpgradePolicy {
         loopback_only: true,
@@ -45,7 +61,7 @@ fn loopback_defaults_refuse_foreign_and_look_alike_origins() {
         Some("https://[::1]:8443"),
     ] {
         assert_eq!(
-            p.check(Some("127.0.0.1:8080"), ok, None, None),
+            check(&p, Some("127.0.0.1:8080"), ok, None, None),
             Ok(()),
             "{ok:?}"
         );
@@ -57,13 +73,13 @@ fn loopback_defaults_refuse_foreign_and_look_alike_origins() {
         "http://127.0.0.1.evil.com",
     ] {
         assert_eq!(
-            p.check(Some("localhost"), Some(bad), None, None),
+            check(&p, Some("localhost"), Some(bad), None, None),
             Err(Refusal::Origin),
             "{bad}"
         );
     }
     assert_eq!(
-        p.check(Some("localhost"), Some("null"), None, None),
+        check(&p, Some("localhost"), Some("null"), None, None),
         Err(Refusal::NullOrigin)
     );
 }
@@ -72,11 +88,12 @@ fn loopback_defaults_refuse_foreign_and_look_alike_origins() {
 fn dns_rebinding_host_is_refused() {
     let p = loopback();
     assert_eq!(
-        p.check(Some("evil.com"), None, None, None),
+        check(&p, Some("evil.com"), None, None, None),
         Err(Refusal::Host)
     );
     assert_eq!(
-        p.check(
+        check(
+            &p,
             Some("evil.com:8080"),
             Some("http://evil.com:8080"),
             None,
@@ -84,8 +101,8 @@ fn dns_rebinding_host_is_refused() {
         ),
         Err(Refusal::Host)
     );
-    assert_eq!(p.check(None, None, None, None), Err(Refusal::Host));
-    assert_eq!(p.check(Some("[::1]:9"), None, None, None), Ok(()));
+    assert_eq!(check(&p, None, None, None, None), Err(Refusal::Host));
+    assert_eq!(check(&p, Some("[::1]:9"), None, None, None), Ok(()));
 }
 
 #[test]
@@ -96,7 +113,8 @@ fn explicit_allow_lists_compare_exactly() {
         ..Default::default()
     };
     assert_eq!(
-        p.check(
+        check(
+            &p,
             Some("app.example.com"),
             Some("https://app.example.com:443"),
             None,
@@ -105,7 +123,8 @@ fn explicit_allow_lists_compare_exactly() {
         Ok(())
     );
     assert_eq!(
-        p.check(
+        check(
+            &p,
             Some("app.example.com"),
             Some("http://app.example.com"),
             None,
@@ -114,7 +133,8 @@ fn explicit_allow_lists_compare_exactly() {
         Err(Refusal::Origin)
     );
     assert_eq!(
-        p.check(
+        check(
+            &p,
             Some("app.example.com"),
             Some("https://app.example.com:8443"),
             None,
@@ -123,7 +143,7 @@ fn explicit_allow_lists_compare_exactly() {
         Err(Refusal::Origin)
     );
     assert_eq!(
-        p.check(Some("other.example.com"), None, None, None),
+        check(&p, Some("other.example.com"), None, None, None),
         Err(Refusal::Host)
     );
 }
@@ -135,22 +155,105 @@ fn tokens_from_header_or_query() {
         ..Default::default()
     };
     assert_eq!(
-        p.check(Some("h"), None, Some("Bearer s3cret"), None),
+        check(&p, Some("h"), None, Some("Bearer s3cret"), None),
         Ok(())
     );
     assert_eq!(
-        p.check(Some("h"), None, None, Some("a=1&token=s3cret")),
+        check(&p, Some("h"), None, None, Some("a=1&token=s3cret")),
         Ok(())
     );
     assert_eq!(
-        p.check(Some("h"), None, Some("Bearer nope"), None),
+        check(&p, Some("h"), None, Some("Bearer nope"), None),
         Err(Refusal::Token)
     );
     assert_eq!(
-        p.check(Some("h"), None, None, Some("token=s3cre")),
+        check(&p, Some("h"), None, None, Some("token=s3cre")),
         Err(Refusal::Token)
     );
-    assert_eq!(p.check(Some("h"), None, None, None), Err(Refusal::Token));
+    assert_eq!(check(&p, Some("h"), None, None, None), Err(Refusal::Token));
     assert_eq!(Refusal::Token.status(), 401);
     assert_eq!(Refusal::Origin.status(), 403);
+}
+
+#[test]
+fn unreadable_or_unparsable_headers_are_refused_never_taken_for_absent() {
+    let open = UpgradePolicy::default();
+    assert_eq!(open.check(None, None, None, None), Ok(()));
+    for origin in [
+        &b"http://\xe9vil.com"[..],
+        b"http://localhost\xff",
+        b"http://loc\x01alhost",
+        b"http://exa mple.com",
+        b"http://a\xc3\xa9.com",
+    ] {
+        assert_eq!(
+            open.check(Some(b"h"), Some(origin), None, None),
+            Err(Refusal::Origin),
+            "{origin:?}"
+        );
+        assert_eq!(
+            loopback().check(Some(b"localhost"), Some(origin), None, None),
+            Err(Refusal::Origin),
+            "{origin:?}"
+        );
+    }
+    for host in [
+        &b"h\xe9"[..],
+        b"",
+        b"h:port",
+        b"h:99999",
+        b"ex ample.com",
+        b"[::1",
+        b"[zz]:80",
+    ] {
+        assert_eq!(
+            open.check(Some(host), None, None, None),
+            Err(Refusal::Host),
+            "{host:?}"
+        );
+    }
+    // The Origin value of an allow-list is parsed the same way.
+    assert!(Origin::parse("http://\u{e9}vil.com").is_none());
+}
+
+#[test]
+fn query_tokens_are_form_decoded_and_the_scheme_is_case_insensitive() {
+    let p = UpgradePolicy {
+        token: Some("s3cr+t/=&x y".into()),
+        ..Default::default()
+    };
+    for query in [
+        "token=s3cr%2Bt%2F%3D%26x%20y",
+        "token=s3cr%2bt%2f%3d%26x+y",
+        "a=1&token=s3cr%2Bt/=%26x+y&token=other",
+    ] {
+        assert_eq!(
+            check(&p, Some("h"), None, None, Some(query)),
+            Ok(()),
+            "{query}"
+        );
+    }
+    assert_eq!(
+        check(&p, Some("h"), None, None, Some("token=s3cr+t/=&x y")),
+        Err(Refusal::Token)
+    );
+    for auth in [
+        "Bearer s3cr+t/=&x y",
+        "bearer s3cr+t/=&x y",
+        "BEARER  s3cr+t/=&x y ",
+        "bEaReR\ts3cr+t/=&x y",
+    ] {
+        assert_eq!(
+            check(&p, Some("h"), None, Some(auth), None),
+            Ok(()),
+            "{auth}"
+        );
+    }
+    for auth in ["Basic s3cr+t/=&x y", "Bearers3cr+t/=&x y", "Bearer "] {
+        assert_eq!(
+            check(&p, Some("h"), None, Some(auth), None),
+            Err(Refusal::Token),
+            "{auth}"
+        );
+    }
 }

@@ -27,6 +27,19 @@ impl Session {
     /// One message (not a batch): a request, a notification, a reply to a
     /// call switchyard made, or an item already answered with an error.
     pub(super) async fn single(&self, item: Item) -> Verdict {
+        if let Item::Valid(Message::Request { id, method, .. }) = &item {
+            if self.route.cfg.dialect == Dialect::Holon && method == "rpc.heartbeat" {
+                // Answered at once: never routed, never queued, and never
+                // counted against the rate limits (holon-rpc.md §10).
+                let ok = Payload::Json(raw_from_string(String::from("{}")));
+                let reply = Message::Response {
+                    id: id.clone(),
+                    result: Outcome::Value(ok),
+                };
+                self.send(&reply).await;
+                return Verdict::Continue;
+            }
+        }
         let item = match self.rate_check(item) {
             Ok(Checked::Pass(item)) => item,
             Ok(Checked::Limited(reply)) => {
@@ -38,52 +51,40 @@ impl Session {
             Err(verdict) => return verdict,
         };
         let permit = match &item {
-            Item::Valid(Message::Request { id, method, .. }) => {
-                if self.route.cfg.dialect == Dialect::Holon && method == "rpc.heartbeat" {
-                    // Answered at once, never routed, never queued.
-                    let ok = Payload::Json(raw_from_string(String::from("{}")));
-                    let reply = Message::Response {
-                        id: id.clone(),
-                        result: Outcome::Value(ok),
+            Item::Valid(Message::Request { id, .. }) => match self.permit() {
+                Some(permit) => {
+                    let Item::Valid(Message::Request { id, method, params }) = item else {
+                        return Verdict::Continue;
                     };
+                    let req = NotPlaced {
+                        id,
+                        method,
+                        params,
+                        permit,
+                    };
+                    match self.in_place.place(&self.route, &self.parent, req) {
+                        Ok(()) => return Verdict::Continue,
+                        Err(req) => {
+                            return self.spawn(
+                                Item::Valid(Message::Request {
+                                    id: req.id,
+                                    method: req.method,
+                                    params: req.params,
+                                }),
+                                Some(req.permit),
+                            )
+                        }
+                    }
+                }
+                None => {
+                    self.route
+                        .metrics()
+                        .count_limit(&self.route.cfg.name, Limit::MaxInFlight);
+                    let reply = self.route.error_reply(id.clone(), &busy());
                     self.send(&reply).await;
                     return Verdict::Continue;
                 }
-                match self.permit() {
-                    Some(permit) => {
-                        let Item::Valid(Message::Request { id, method, params }) = item else {
-                            return Verdict::Continue;
-                        };
-                        let req = NotPlaced {
-                            id,
-                            method,
-                            params,
-                            permit,
-                        };
-                        match self.in_place.place(&self.route, &self.parent, req) {
-                            Ok(()) => return Verdict::Continue,
-                            Err(req) => {
-                                return self.spawn(
-                                    Item::Valid(Message::Request {
-                                        id: req.id,
-                                        method: req.method,
-                                        params: req.params,
-                                    }),
-                                    Some(req.permit),
-                                )
-                            }
-                        }
-                    }
-                    None => {
-                        self.route
-                            .metrics()
-                            .count_limit(&self.route.cfg.name, Limit::MaxInFlight);
-                        let reply = self.route.error_reply(id.clone(), &busy());
-                        self.send(&reply).await;
-                        return Verdict::Continue;
-                    }
-                }
-            }
+            },
             _ => None,
         };
         self.spawn(item, permit)

@@ -1,0 +1,317 @@
+//! The TCP connections of a WebSocket listener address, up to the upgrade:
+//! connection caps, the TLS handshake, HTTP/1.1 with a header-read timeout.
+//!
+//! Unfinished requests cost a socket each, so they are bounded in number
+//! and in time:
+//!
+//! - From the moment it is accepted until its upgrade, a connection holds
+//!   a [`Place`] among the address's *pending* connections, capped like the
+//!   listener's connections (`max_connections`, `max_connections_per_ip`).
+//!   Over a cap it is closed at once, counted as `limit`. The upgrade
+//!   handler gives the place back before the 101 goes out, and the session
+//!   takes one among the listener's open connections, where a refusal is
+//!   the readable close 1008. So a client holds at most its cap of
+//!   unfinished requests plus its cap of sessions.
+//! - A connection has `header_read_timeout_ms` for the TLS handshake, and
+//!   as long again for each request head, including while idle between
+//!   requests (hyper's `header_read_timeout`). Then it is closed, counted
+//!   as `handshake`.
+//!
+//! The peer address goes into each request as [`ConnectInfo`], as
+//! `axum::serve` does. On shutdown the listener stops accepting and closes
+//! its HTTP connections (one still receiving a request gets
+//! [`SHUTDOWN_PATIENCE`]); upgraded connections belong to the session
+//! tracker from then on.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper::Request;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+
+use super::tls::Acceptor;
+use super::Serve;
+use crate::limits::conns::{ConnLimits, ConnPermit};
+use crate::router::Route;
+use crate::telemetry::metrics::{Metrics, RejectReason};
+
+/// Pause after an accept error (e.g. out of file descriptors).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// On shutdown, how long a connection may take to finish the request it
+/// is in (an upgrade is answered at once), e.g. a head still arriving.
+const SHUTDOWN_PATIENCE: Duration = Duration::from_secs(1);
+
+/// How the connections of one address are accepted, from the listeners
+/// served on it.
+#[derive(Debug)]
+pub(crate) struct Http {
+    /// Caps on pending (not yet upgraded) connections.
+    pending: ConnLimits,
+    /// Time for the TLS handshake, and for each request head.
+    header_read_timeout: Duration,
+    /// The listener refusals are counted against (the first on the address).
+    listener: String,
+    metrics: Metrics,
+}
+
+/// A connection's place among the pending ones, shared with its requests
+/// (as an extension) so that the upgrade handler can give it back.
+#[derive(Debug, Clone)]
+pub(crate) struct Place(Arc<Mutex<Option<ConnPermit>>>);
+
+// === impl Http ===
+
+impl Http {
+    /// The caps and timeout of an address serving `routes` (at least one).
+    /// Caps add up over the listeners (the per-IP one is the largest); any
+    /// unlimited listener makes that cap unlimited. The smallest timeout
+    /// wins.
+    pub(crate) fn of(routes: &[Arc<Route>]) -> Option<Http> {
+        let first = routes.first()?;
+        let protection = routes.iter().map(|r| &r.cfg.protection);
+        let unlimited_total = protection.clone().any(|p| p.max_connections == 0);
+        let unlimited_per_ip = protection.clone().any(|p| p.max_connections_per_ip == 0);
+        let total = protection
+            .clone()
+            .fold(0usize, |sum, p| sum.saturating_add(p.max_connections))
+            .min(tokio::sync::Semaphore::MAX_PERMITS);
+        let per_ip = protection
+            .clone()
+            .map(|p| p.max_connections_per_ip)
+            .max()
+            .unwrap_or(0);
+        let header_read_timeout = protection
+            .map(|p| p.header_read_timeout)
+            .min()
+            .unwrap_or(Duration::from_secs(10));
+        Some(Http {
+            pending: ConnLimits::new(
+                if unlimited_total { 0 } else { total },
+                if unlimited_per_ip { 0 } else { per_ip },
+            ),
+            header_read_timeout,
+            listener: first.cfg.name.clone(),
+            metrics: first.metrics().clone(),
+        })
+    }
+
+    fn refused(&self, reason: RejectReason) {
+        self.metrics
+            .count_rejected_connection(&self.listener, reason);
+    }
+}
+
+// === impl Place ===
+
+impl Place {
+    /// Gives the place back (the connection is upgrading, or ended).
+    pub(crate) fn release(&self) {
+        self.0.lock().take();
+    }
+}
+
+/// Serves `app` on `listener` (over TLS with `tls`) until shutdown.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    app: axum::Router,
+    tls: Option<Acceptor>,
+    http: Http,
+    ctx: &Serve,
+) -> io::Result<()> {
+    let http = Arc::new(http);
+    let conns = TaskTracker::new();
+    loop {
+        let accepted = tokio::select! {
+            () = ctx.shutdown.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::debug!(error = %e, "accept failed");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        let Some(permit) = http.pending.admit(peer.ip()) else {
+            // Closed at once: dropping the socket.
+            http.refused(RejectReason::Limit);
+            tracing::debug!(%peer, "connection refused: too many unfinished requests");
+            continue;
+        };
+        // Replies are small and latency-bound: no Nagle delay.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+        let place = Place(Arc::new(Mutex::new(Some(permit))));
+        let conn = Conn {
+            peer,
+            app: app.clone(),
+            place,
+            http: http.clone(),
+            ctx: ctx.clone(),
+        };
+        conns.spawn(conn.run(tcp, tls.clone()));
+    }
+    drop(listener);
+    conns.close();
+    conns.wait().await;
+    Ok(())
+}
+
+/// One accepted connection until it ends or upgrades.
+struct Conn {
+    peer: SocketAddr,
+    app: axum::Router,
+    place: Place,
+    http: Arc<Http>,
+    ctx: Serve,
+}
+
+impl Conn {
+    async fn run(self, tcp: TcpStream, tls: Option<Acceptor>) {
+        match tls {
+            None => self.http(tcp).await,
+            Some(acceptor) => {
+                let handshake =
+                    tokio::time::timeout(self.http.header_read_timeout, acceptor.accept(tcp));
+                let stream = tokio::select! {
+                    () = self.ctx.shutdown.cancelled() => return,
+                    done = handshake => match done {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(e)) => {
+                            tracing::debug!(peer = %self.peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            self.http.refused(RejectReason::Handshake);
+                            tracing::debug!(peer = %self.peer, "TLS handshake timed out");
+                            return;
+                        }
+                    },
+                };
+                self.http(stream).await;
+            }
+        }
+    }
+
+    /// HTTP/1.1 with upgrades until the connection ends, upgrades or
+    /// shutdown closes it.
+    async fn http<S>(self, stream: S)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let (peer, app, place) = (self.peer, self.app, self.place.clone());
+        let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+            req.extensions_mut().insert(ConnectInfo(peer));
+            req.extensions_mut().insert(place.clone());
+            app.clone().oneshot(req)
+        });
+        let mut conn = pin!(hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.http.header_read_timeout)
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades());
+        let result = tokio::select! {
+            result = conn.as_mut() => result,
+            () = self.ctx.shutdown.cancelled() => {
+                conn.as_mut().graceful_shutdown();
+                // Past the patience the socket is simply closed.
+                tokio::time::timeout(SHUTDOWN_PATIENCE, conn).await.unwrap_or(Ok(()))
+            }
+        };
+        self.place.release();
+        match result {
+            Err(e) if e.is_timeout() => {
+                self.http.refused(RejectReason::Handshake);
+                tracing::debug!(%peer, "request head not received in time");
+            }
+            Err(e) => tracing::debug!(%peer, error = %e, "HTTP connection ended with an error"),
+            Ok(()) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::config::Config;
+
+    fn routes(extra_a: &str, extra_b: &str) -> Vec<Arc<Route>> {
+        let toml = format!(
+            "[listeners.a]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/a\"\n{extra_a}\n\
+             [listeners.b]\ndialect = \"holon-rpc\"\naddress = \"127.0.0.1:0\"\npath = \"/b\"\n{extra_b}\n"
+        );
+        let cfg = Config::from_toml(&toml).expect("config");
+        let metrics = Metrics::new().expect("metrics");
+        cfg.listeners
+            .iter()
+            .map(|l| Arc::new(Route::new(l.clone(), &HashMap::new(), metrics.clone())))
+            .collect()
+    }
+
+    #[test]
+    fn caps_and_timeout_of_an_address_come_from_its_listeners() {
+        let both = routes(
+            "max_connections = 2\nmax_connections_per_ip = 1\nheader_read_timeout_ms = 700",
+            "max_connections = 3\nmax_connections_per_ip = 2\nheader_read_timeout_ms = 900",
+        );
+        let http = Http::of(&both).expect("http");
+        assert_eq!(http.header_read_timeout, Duration::from_millis(700));
+        assert_eq!(http.listener, "a");
+        let ip = std::net::IpAddr::from([127, 0, 0, 1]);
+        let held: Vec<_> = (0..2).map_while(|_| http.pending.admit(ip)).collect();
+        assert_eq!(held.len(), 2, "per IP: the largest of 1 and 2");
+        assert!(http.pending.admit(ip).is_none());
+        let others: Vec<_> = (2..10u8)
+            .map_while(|i| http.pending.admit([127, 0, 0, i].into()))
+            .collect();
+        assert_eq!(others.len(), 3, "total: 2 + 3");
+        // One unlimited listener makes the address unlimited.
+        let open = Http::of(&routes("max_connections_per_ip = 1", "")).expect("http");
+        let many: Vec<_> = (0..50).map_while(|_| open.pending.admit(ip)).collect();
+        assert_eq!(many.len(), 50);
+        assert!(Http::of(&[]).is_none());
+    }
+
+    #[tokio::test]
+    async fn the_listener_prunes_its_per_ip_rate_state() {
+        let routes = routes("ip_rate_per_second = 5", "");
+        let ctx = Serve {
+            shutdown: CancellationToken::new(),
+            grace_over: CancellationToken::new(),
+            sessions: TaskTracker::new(),
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        assert!(!routes[0].rate.is_pruning());
+        let server = tokio::spawn(super::super::ws::serve(
+            listener,
+            routes.clone(),
+            ctx.clone(),
+            None,
+        ));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !routes[0].rate.is_pruning() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(routes[0].rate.is_pruning());
+        ctx.shutdown.cancel();
+        let stopped = tokio::time::timeout(Duration::from_secs(20), server).await;
+        assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
+    }
+}
