@@ -1,6 +1,7 @@
 //! `GET /`: the status page, one self-contained HTML document.
 //!
-//! Inline CSS only: no script, no external assets, no build step, so it
+//! No script, no external assets (its stylesheet is `/status.css` on the
+//! same listener, so the CSP needs no inline styles), no build step: it
 //! renders the same from a browser on the host, through `kubectl
 //! port-forward`, or in headless Chromium. It shows readiness, the
 //! listeners, the upstreams, and the error and drop counters that are not
@@ -60,6 +61,14 @@ footer{padding:0 28px 24px;color:var(--muted)}
 footer a{color:inherit}
 ";
 
+/// `GET /status.css`: the page's stylesheet.
+pub(super) async fn stylesheet() -> impl axum::response::IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        CSS,
+    )
+}
+
 /// `GET /`: renders the page for the current state.
 pub(super) async fn page(State(state): State<AdminState>) -> Html<String> {
     Html(render(state.gateway()))
@@ -79,7 +88,7 @@ fn render(gw: &Gateway) -> String {
          <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
          <meta http-equiv=\"refresh\" content=\"10\">\
          <link rel=\"icon\" href=\"data:,\">\
-         <title>switchyard status</title><style>{CSS}</style></head><body>\
+         <title>switchyard status</title><link rel=\"stylesheet\" href=\"/status.css\"></head><body>\
          <header><h1>switchyard</h1><span class=\"badge {class}\" id=\"state\">{label}</span>\
          <span class=\"meta\">version {} · up {}</span></header><main>",
         env!("CARGO_PKG_VERSION"),
