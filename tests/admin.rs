@@ -359,6 +359,68 @@ async fn status_page_lists_listeners_and_upstreams() {
     stack.gateway.shutdown().await;
 }
 
+/// The operator figures: last-minute rate and p50/p99 per listener and
+/// upstream, since when the upstream is down with its last connect error,
+/// and the configuration generation.
+#[tokio::test]
+async fn status_page_shows_last_minute_latency_down_since_and_generation() {
+    let mut stack = AdminStack::start().await;
+    let page = get(stack.admin, "/").await;
+    assert!(
+        page.body.contains("config generation 1, loaded 20"),
+        "{}",
+        page.body
+    );
+    let mut ws = connect(&stack.url).await;
+    for id in 1..=5 {
+        send(
+            &mut ws,
+            &format!(r#"{{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":{id}}}"#),
+        )
+        .await;
+        recv(&mut ws).await;
+    }
+    let page = get(stack.admin, "/").await;
+    for series in ["listener-public", "upstream-daemon"] {
+        let row = row_of(&page.body, &format!("data-series=\"{series}\""));
+        assert!(
+            row.contains("<td class=\"num\">5</td></tr>"),
+            "{series}: {row}"
+        );
+        assert!(row.contains(" ms</td>"), "{series}: no p50/p99 in {row}");
+    }
+    assert!(!page.body.contains("down since"), "the upstream is up");
+
+    // The upstream goes away: since when, and why reconnecting fails.
+    stack.daemon.take().expect("daemon").stop().await;
+    let deadline = tokio::time::Instant::now() + STEP;
+    let page = loop {
+        let page = get(stack.admin, "/").await;
+        if page.body.contains("last connect error 20") || tokio::time::Instant::now() > deadline {
+            break page;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let row = row_of(&page.body, "data-upstream-health=\"daemon\"");
+    assert!(row.contains("down since 20"), "{row}");
+    assert!(row.contains("last connect error 20"), "{row}");
+    assert!(
+        row.contains(stack.socket.to_str().expect("UTF-8")) || row.contains("os error"),
+        "{row}"
+    );
+    stack.gateway.shutdown().await;
+}
+
+/// The `<tr …>…</tr>` of `html` that contains `needle`.
+fn row_of<'a>(html: &'a str, needle: &str) -> &'a str {
+    let at = html
+        .find(needle)
+        .unwrap_or_else(|| panic!("no {needle:?} in {html}"));
+    let start = html[..at].rfind("<tr").expect("row start");
+    let end = at + html[at..].find("</tr>").expect("row end") + 5;
+    &html[start..end]
+}
+
 /// Every admin answer, 404 included, carries the security headers; the CSP
 /// allows no inline script or style and names the WebSocket listener.
 #[tokio::test]

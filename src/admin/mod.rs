@@ -38,6 +38,7 @@ use crate::upstream::Upstream;
 pub(crate) mod health;
 mod http;
 mod status;
+mod window;
 
 pub(crate) use health::Health;
 
@@ -48,6 +49,8 @@ const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 #[derive(Debug, Clone)]
 pub(crate) struct AdminState {
     inner: Arc<Gateway>,
+    /// Last-minute latency and rates for the status page.
+    window: Arc<window::Window>,
 }
 
 /// A read-only view of the running gateway.
@@ -75,11 +78,29 @@ impl AdminState {
     pub(crate) fn new(gateway: Gateway) -> Self {
         Self {
             inner: Arc::new(gateway),
+            window: Arc::default(),
         }
     }
 
     fn gateway(&self) -> &Gateway {
         &self.inner
+    }
+
+    fn window(&self) -> &window::Window {
+        &self.window
+    }
+
+    /// Snapshots the latency histograms every [`window::SAMPLE_EVERY`]
+    /// until `stop`.
+    async fn sample(self, stop: CancellationToken) {
+        let mut every = tokio::time::interval(window::SAMPLE_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = every.tick() => self.window.sample(&self.inner.metrics),
+            }
+        }
     }
 }
 
@@ -110,6 +131,7 @@ pub(crate) async fn serve(
     extra: Option<Router>,
     stop: CancellationToken,
 ) {
+    tokio::spawn(state.clone().sample(stop.clone()));
     let served = axum::serve(listener, router(state, extra))
         .with_graceful_shutdown(stop.cancelled_owned())
         .await;

@@ -55,6 +55,7 @@ async fn supervise(
             Err(e) => {
                 let delay = backoff.next_delay();
                 tracing::debug!(upstream = %name, slot, error = %e, ?delay, "upstream connect failed");
+                shared.health.connect_failed(&e);
                 tokio::select! {
                     () = tokio::time::sleep(delay) => continue,
                     () = shutdown.cancelled() => break,
@@ -68,11 +69,13 @@ async fn supervise(
         backoff.reset();
         tracing::debug!(upstream = %name, slot, "upstream connected");
         up_gauge.inc();
+        shared.health.connected();
         // Pooled links take calls settled in place: time them out.
         tokio::spawn(super::direct::sweep(link.clone()));
         publish(&tx, &changed, Some(link.clone()));
         wait_until_unusable(&link, &shutdown).await;
         up_gauge.dec();
+        shared.health.disconnected();
         publish(&tx, &changed, None);
         if link.is_retiring() && !link.closed.is_cancelled() {
             // Let the old connection drain its late replies, but not forever.

@@ -14,6 +14,8 @@ pub(crate) struct UpstreamShared {
     pub(super) entries: IntGauge,
     /// `upstream_in_flight` and `upstream_request_duration` of this upstream.
     pub(super) calls: (IntGauge, Histogram),
+    /// Down since when, last connect error (pool supervisors write it).
+    pub(super) health: super::health::LinkHealth,
 }
 
 // === impl UpstreamShared ===
