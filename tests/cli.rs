@@ -138,6 +138,21 @@ fn demo_prints_every_endpoint_and_each_answers() {
         let url = shell_words(command)[2].clone();
         assert_eq!(http_get(&url, &[]).0, 200, "{command}");
     }
+    // The upstream leg the playground shows: the daemon's lines, with the
+    // gateway's ids.
+    let admin = demo.playground.trim_end_matches("/playground");
+    let (status, _, body) = http_get(&format!("{admin}/demo/upstream?after=0"), &[]);
+    assert_eq!(status, 200);
+    let tap: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+    let lines = tap["lines"].as_array().expect("lines");
+    assert!(
+        lines.iter().any(|l| l["dir"] == "in"
+            && l["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("\"subtract\""))),
+        "{tap:#}"
+    );
+    assert!(lines.iter().any(|l| l["dir"] == "out"), "{tap:#}");
     let (status, headers, body) = http_get(&demo.playground, &[]);
     assert_eq!(status, 200, "{}", demo.playground);
     assert!(headers
