@@ -33,6 +33,24 @@ if (!playgroundUrl || !jsonrpcUrl || !screenshot || !chromium) {
   process.exit(2);
 }
 
+/** Resolvers waiting for a page's first handshake outcome, by page label. */
+const outcomeWaiters = new Map();
+
+/** Resolves with the first handshake of `label` that got a status or failed. */
+function handshakeOutcome(label) {
+  const done = summary.handshakes.find((h) => h.page === label && (h.status || h.error));
+  if (done) return Promise.resolve(done);
+  return new Promise((resolve) => outcomeWaiters.set(label, resolve));
+}
+
+function settled(entry) {
+  const wake = outcomeWaiters.get(entry.page);
+  if (wake) {
+    outcomeWaiters.delete(entry.page);
+    wake(entry);
+  }
+}
+
 /** Records WebSocket handshakes seen by CDP on `page`. */
 async function watchHandshakes(page, label) {
   const cdp = await page.createCDPSession();
@@ -49,11 +67,17 @@ async function watchHandshakes(page, label) {
   });
   cdp.on('Network.webSocketHandshakeResponseReceived', (e) => {
     const entry = byId.get(e.requestId);
-    if (entry) entry.status = e.response.status;
+    if (entry) {
+      entry.status = e.response.status;
+      settled(entry);
+    }
   });
   cdp.on('Network.webSocketFrameError', (e) => {
     const entry = byId.get(e.requestId);
-    if (entry) entry.error = e.errorMessage;
+    if (entry) {
+      entry.error = e.errorMessage;
+      settled(entry);
+    }
   });
   return cdp;
 }
@@ -121,14 +145,17 @@ async function crossOrigin(browser) {
         resolve({ opened: false, code: ev.code });
       });
     }), jsonrpcUrl, STEP_MS);
-    // The handshake events arrive over CDP shortly after the page saw the
-    // close: wait for them (an event, polled), not for a fixed time.
-    const deadline = Date.now() + STEP_MS;
-    const mine = () => summary.handshakes.find((h) => h.page === 'other-origin');
-    while (!(mine()?.status || mine()?.error) && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    return { origin, ...result, handshake: mine() ?? null };
+    // The handshake's CDP events may arrive after the page saw the close:
+    // wait for them (bounded), not for a fixed time.
+    let timer;
+    const handshake = await Promise.race([
+      handshakeOutcome('other-origin'),
+      new Promise((resolve) => {
+        timer = setTimeout(() => resolve(null), STEP_MS);
+      }),
+    ]);
+    clearTimeout(timer);
+    return { origin, ...result, handshake };
   } finally {
     server.close();
   }
