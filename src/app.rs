@@ -54,6 +54,8 @@ pub struct Bound {
     unix: Vec<(UnixListener, String, PathBuf)>,
     /// The admin listener and its actual address, if `[admin]` enables it.
     admin: Option<(TcpListener, SocketAddr)>,
+    /// Routes added to the admin listener (the demo's playground).
+    admin_extra: Option<axum::Router>,
 }
 
 /// A gateway running in the background.
@@ -175,6 +177,7 @@ pub async fn bind(cfg: Config) -> Result<Bound, BindError> {
         addrs,
         unix,
         admin,
+        admin_extra: None,
     })
 }
 
@@ -239,6 +242,17 @@ impl Bound {
                 tracing::info!(listener, dialect, %address, "listening");
             }
         }
+    }
+
+    /// Serves `routes` on the admin listener too, next to its own (the
+    /// demo's playground). They get the admin layers (tracing, timeout,
+    /// compression, security headers). Without an admin listener they are
+    /// not served.
+    pub fn add_admin_routes(&mut self, routes: axum::Router) {
+        self.admin_extra = Some(match self.admin_extra.take() {
+            Some(before) => before.merge(routes),
+            None => routes,
+        });
     }
 
     /// Runs in the background; see [`Running`].
@@ -384,7 +398,8 @@ impl Bound {
             started: Instant::now(),
         });
         tracing::info!(%addr, "admin listener serving /metrics, /livez, /readyz and /");
-        Some(tokio::spawn(admin::serve(listener, state, stop)))
+        let extra = self.admin_extra.take();
+        Some(tokio::spawn(admin::serve(listener, state, extra, stop)))
     }
 }
 

@@ -8,6 +8,7 @@
 //! - `ws://host:port/path`: JSON-RPC 2.0 (or holon-rpc, via [`call_holon`])
 //!   in WebSocket text frames. `wss://` is refused: this build has no TLS.
 //! - `unix:///abs/path.sock` or `/abs/path.sock`: NDJSON over a Unix socket.
+//! - `ws://…` with [`call_sideband`]: Sideband SBP frames, JSON envelopes.
 
 use std::path::Path;
 use std::time::Duration;
@@ -24,6 +25,10 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
 use crate::error::{ErrorKind, Side};
+
+mod sideband;
+
+pub use sideband::call_sideband;
 
 /// Why a [`call`] or [`call_holon`] failed.
 #[derive(Debug, thiserror::Error)]

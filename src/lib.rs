@@ -12,7 +12,7 @@
 //! with the client's original id restored.
 //!
 //! - [`app`]: composition root; bind every listener, then run; shutdown order.
-//! - [`admin`]: the admin listener: `/metrics`, `/livez`, `/readyz`, status page.
+//! - [`admin`]: the admin listener: `/metrics`, `/livez`, `/readyz`, status page, behind tower-http layers.
 //! - [`config`]: typed, validated configuration (figment: defaults ← TOML ← env).
 //! - [`envelope`]: the protocol-neutral message every dialect maps to.
 //! - [`dialect`]: pure wire codecs, bytes ⇄ neutral message. No sockets, no tokio.
@@ -26,7 +26,7 @@
 //! - [`stdout`]: the CLI's output, with a closed stdout a clean end, never a panic.
 //! - [`daemon`]: the bundled reference NDJSON daemon (demo, tests, benches).
 //! - [`client`]: a tiny client for `switchyard call`, speaking each listener dialect.
-//! - [`demo`]: `switchyard demo`, the gateway plus the reference daemon.
+//! - [`demo`]: `switchyard demo`, every dialect in front of the reference daemon, and the browser playground.
 
 pub mod admin;
 pub mod app;

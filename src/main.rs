@@ -39,9 +39,15 @@ enum Command {
     },
     /// Run the gateway with the bundled reference daemon: nothing to set up.
     Demo {
-        /// Address for the demo's WebSocket listener (a free port is used if taken).
-        #[arg(long, default_value = "127.0.0.1:8080")]
+        /// Address of the demo's WebSocket listeners (a free port is used if taken; 0: any).
+        #[arg(long, default_value = demo::DEFAULT_LISTEN)]
         listen: SocketAddr,
+        /// Address of the admin listener: status page, metrics, playground (same fallback).
+        #[arg(long, default_value = demo::DEFAULT_ADMIN)]
+        admin: SocketAddr,
+        /// Directory for the Unix sockets [default: a fresh temporary one].
+        #[arg(long)]
+        dir: Option<PathBuf>,
     },
     /// Call a method on a switchyard listener (ws://… or unix://…) and print the reply.
     Call {
@@ -54,6 +60,9 @@ enum Command {
         /// Speak holon-rpc instead of JSON-RPC 2.0 (WebSocket only).
         #[arg(long)]
         holon: bool,
+        /// Speak Sideband (SBP frames, JSON envelopes) instead (WebSocket only).
+        #[arg(long, conflicts_with = "holon")]
+        sideband: bool,
         /// Seconds to wait for the reply.
         #[arg(long, default_value_t = 10)]
         timeout: u64,
@@ -152,17 +161,22 @@ async fn run(command: Command) -> ExitCode {
             Err(code) => code,
         },
         Command::Check { config } => check(config),
-        Command::Demo { listen } => report(demo::run(listen).await),
+        Command::Demo { listen, admin, dir } => {
+            report(demo::run(demo::DemoOptions { listen, admin, dir }).await)
+        }
         Command::Call {
             url,
             method,
             params,
             holon,
+            sideband,
             timeout,
         } => {
             let timeout = Duration::from_secs(timeout);
             let reply = if holon {
                 client::call_holon(&url, &method, params.as_deref(), timeout).await
+            } else if sideband {
+                client::call_sideband(&url, &method, params.as_deref(), timeout).await
             } else {
                 client::call(&url, &method, params.as_deref(), timeout).await
             };

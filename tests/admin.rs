@@ -359,6 +359,170 @@ async fn status_page_lists_listeners_and_upstreams() {
     stack.gateway.shutdown().await;
 }
 
+/// The operator figures: last-minute rate and p50/p99 per listener and
+/// upstream, since when the upstream is down with its last connect error,
+/// and the configuration generation.
+#[tokio::test]
+async fn status_page_shows_last_minute_latency_down_since_and_generation() {
+    let mut stack = AdminStack::start().await;
+    let page = get(stack.admin, "/").await;
+    assert!(
+        page.body.contains("config generation 1, loaded 20"),
+        "{}",
+        page.body
+    );
+    let mut ws = connect(&stack.url).await;
+    for id in 1..=5 {
+        send(
+            &mut ws,
+            &format!(r#"{{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":{id}}}"#),
+        )
+        .await;
+        recv(&mut ws).await;
+    }
+    let page = get(stack.admin, "/").await;
+    for series in ["listener-public", "upstream-daemon"] {
+        let row = row_of(&page.body, &format!("data-series=\"{series}\""));
+        assert!(
+            row.contains("<td class=\"num\">5</td></tr>"),
+            "{series}: {row}"
+        );
+        assert!(row.contains(" ms</td>"), "{series}: no p50/p99 in {row}");
+    }
+    assert!(!page.body.contains("down since"), "the upstream is up");
+
+    // The upstream goes away: since when, and why reconnecting fails.
+    stack.daemon.take().expect("daemon").stop().await;
+    let deadline = tokio::time::Instant::now() + STEP;
+    let page = loop {
+        let page = get(stack.admin, "/").await;
+        if page.body.contains("last connect error 20") || tokio::time::Instant::now() > deadline {
+            break page;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let row = row_of(&page.body, "data-upstream-health=\"daemon\"");
+    assert!(row.contains("down since 20"), "{row}");
+    assert!(row.contains("last connect error 20"), "{row}");
+    assert!(
+        row.contains(stack.socket.to_str().expect("UTF-8")) || row.contains("os error"),
+        "{row}"
+    );
+    stack.gateway.shutdown().await;
+}
+
+/// The `<tr …>…</tr>` of `html` that contains `needle`.
+fn row_of<'a>(html: &'a str, needle: &str) -> &'a str {
+    let at = html
+        .find(needle)
+        .unwrap_or_else(|| panic!("no {needle:?} in {html}"));
+    let start = html[..at].rfind("<tr").expect("row start");
+    let end = at + html[at..].find("</tr>").expect("row end") + 5;
+    &html[start..end]
+}
+
+/// Every admin answer, 404 included, carries the security headers; the CSP
+/// allows no inline script or style and names the WebSocket listener.
+#[tokio::test]
+async fn every_admin_answer_carries_security_headers() {
+    let stack = AdminStack::start().await;
+    let listener = stack
+        .url
+        .trim_end_matches("/rpc")
+        .trim_end_matches('/')
+        .to_owned();
+    for path in ["/", "/status.css", "/metrics", "/livez", "/readyz", "/nope"] {
+        let reply = get(stack.admin, path).await;
+        let csp = reply.header("content-security-policy").unwrap_or_default();
+        assert!(csp.contains("default-src 'none'"), "{path}: CSP {csp:?}");
+        assert!(csp.contains("script-src 'self'"), "{path}: CSP {csp:?}");
+        assert!(csp.contains("style-src 'self'"), "{path}: CSP {csp:?}");
+        assert!(!csp.contains("unsafe-inline"), "{path}: CSP {csp:?}");
+        assert!(
+            csp.contains("frame-ancestors 'none'"),
+            "{path}: CSP {csp:?}"
+        );
+        assert!(
+            csp.contains(&format!("connect-src 'self' {listener}")),
+            "{path}: CSP {csp:?} lacks {listener}"
+        );
+        assert_eq!(
+            reply.header("x-content-type-options"),
+            Some("nosniff"),
+            "{path}"
+        );
+        assert_eq!(
+            reply.header("referrer-policy"),
+            Some("no-referrer"),
+            "{path}"
+        );
+    }
+    let page = get(stack.admin, "/").await;
+    assert!(
+        !page.body.contains("<style"),
+        "no inline style under the CSP"
+    );
+    assert!(page.body.contains("href=\"/status.css\""));
+    let css = get(stack.admin, "/status.css").await;
+    assert_eq!(css.status, 200);
+    assert_eq!(css.header("content-type"), Some("text/css; charset=utf-8"));
+    stack.gateway.shutdown().await;
+}
+
+/// `/metrics` and the status page are gzipped for clients that accept it,
+/// and identical once decompressed; others get them plain.
+#[tokio::test]
+async fn metrics_and_status_page_are_gzipped_when_accepted() {
+    use std::io::Read;
+    let stack = AdminStack::start().await;
+    for path in ["/metrics", "/"] {
+        let url = format!("http://{}{path}", stack.admin);
+        let fetch = |gzip: bool| {
+            let url = url.clone();
+            tokio::task::spawn_blocking(move || {
+                let headers: &[(&str, &str)] = if gzip {
+                    &[("Accept-Encoding", "gzip")]
+                } else {
+                    &[]
+                };
+                common::demo::http_get(&url, headers)
+            })
+        };
+        let (status, headers, zipped) = fetch(true).await.expect("fetch");
+        assert_eq!(status, 200, "{path}");
+        let header = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(
+            header("content-encoding").as_deref(),
+            Some("gzip"),
+            "{path}"
+        );
+        assert!(header("content-security-policy").is_some(), "{path}");
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(zipped.as_slice())
+            .read_to_string(&mut text)
+            .expect("valid gzip");
+        let (_, plain_headers, plain) = fetch(false).await.expect("fetch");
+        assert!(
+            !plain_headers.iter().any(|(n, _)| n == "content-encoding"),
+            "{path}: compressed without Accept-Encoding"
+        );
+        let plain = String::from_utf8(plain).expect("UTF-8");
+        let marker = if path == "/" {
+            "id=\"listeners\""
+        } else {
+            "# TYPE switchyard_"
+        };
+        assert!(text.contains(marker) && plain.contains(marker), "{path}");
+        assert!(zipped.len() < plain.len(), "{path}: gzip is smaller");
+    }
+    stack.gateway.shutdown().await;
+}
+
 /// The status page as a browser renders it: a screenshot and the DOM from
 /// Debian's headless Chromium, which this test installs when missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,98 +1,177 @@
-//! The binary: the demo prints working endpoints, `call` reaches them, and
+//! The binary: the demo prints working endpoints and commands, and
 //! an invalid configuration exits 64 listing every problem, before any
 //! socket is opened.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::demo::{http_get, shell_words, Demo};
 
 const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
 
 #[test]
-fn demo_prints_endpoints_that_work_and_stops_on_sigterm() {
-    let mut demo = Command::new(BIN)
-        .args(["demo", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn demo");
-    let started = Instant::now();
-    let stdout = demo.stdout.take().expect("stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let mut ws_url = None;
-    let mut unix_url = None;
-    for line in lines.by_ref() {
-        let line = line.expect("line");
-        for word in line.split_whitespace() {
-            if word.starts_with("ws://") && ws_url.is_none() {
-                ws_url = Some(word.to_owned());
-            }
-            if word.starts_with("unix://") && unix_url.is_none() {
-                unix_url = Some(word.to_owned());
-            }
-        }
-        if line.contains("Ctrl-C") {
-            break;
+fn demo_prints_every_endpoint_and_each_answers() {
+    // The WebSocket port asked for is taken: the demo falls back to a free
+    // one and says so.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let taken_addr = taken.local_addr().expect("addr").to_string();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dir_arg = dir.path().to_str().expect("UTF-8 path");
+    let demo = Demo::start(
+        BIN,
+        &[
+            "--listen",
+            &taken_addr,
+            "--admin",
+            "127.0.0.1:0",
+            "--dir",
+            dir_arg,
+        ],
+    );
+    let all = demo.lines.join("\n");
+    assert!(
+        all.contains(&format!("{taken_addr} is taken")),
+        "no fallback note:\n{all}"
+    );
+    for label in [
+        "JSON-RPC 2.0 over WebSocket",
+        "holon-rpc over WebSocket",
+        "Sideband (SBP) over WebSocket",
+        "NDJSON over a Unix socket",
+        "reference daemon",
+        "status page",
+        "Prometheus metrics",
+        "readiness",
+    ] {
+        let url = demo.endpoint(label);
+        assert!(
+            !url.contains(&taken_addr),
+            "{label} on the taken port: {url}"
+        );
+    }
+
+    // Every printed `switchyard call` command works as pasted, and together
+    // they reach every WebSocket and Unix endpoint.
+    let mut reached = Vec::new();
+    for command in demo
+        .commands
+        .iter()
+        .filter(|c| c.starts_with("switchyard call"))
+    {
+        let words = shell_words(command);
+        let out = Command::new(BIN)
+            .args(&words[1..])
+            .output()
+            .expect("run call");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("result"),
+            "{command}: {out:?}"
+        );
+        reached.extend(words.into_iter().filter(|w| w.contains("://")));
+        println!("{command}\n  {}", stdout.trim());
+    }
+    for (label, url) in &demo.endpoints {
+        if url.starts_with("ws://") || url.starts_with("unix://") {
+            assert!(
+                reached.contains(url),
+                "no printed command reaches {label} {url}"
+            );
         }
     }
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "demo too slow to start"
-    );
-    let ws_url = ws_url.expect("demo printed a ws:// endpoint");
-    let unix_url = unix_url.expect("demo printed the daemon socket");
-
-    let out = Command::new(BIN)
-        .args(["call", &ws_url, "subtract", "[42,23]"])
-        .output()
-        .expect("call");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let answer = |command_part: &str| {
+        let command = demo
+            .commands
+            .iter()
+            .find(|c| c.contains(command_part))
+            .unwrap_or_else(|| panic!("no command with {command_part:?}"));
+        let words = shell_words(command);
+        let out = Command::new(BIN).args(&words[1..]).output().expect("call");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
+        answer("subtract"),
         r#"{"jsonrpc":"2.0","result":19,"id":1}"#
     );
-    let out = Command::new(BIN)
-        .args(["call", &unix_url, "get_data"])
-        .output()
-        .expect("call");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
+        answer("--holon"),
+        r#"{"jsonrpc":"2.0","result":{"hello":"holon"},"id":"1"}"#
+    );
+    let sideband: serde_json::Value =
+        serde_json::from_str(&answer("--sideband")).expect("a JSON envelope");
+    assert_eq!(sideband["t"], "R");
+    assert_eq!(sideband["result"], serde_json::json!({"text": "hi"}));
+    assert_eq!(
+        answer("get_data"),
         r#"{"jsonrpc":"2.0","result":["hello",5],"id":1}"#
     );
 
-    let status = Command::new("kill")
-        .args(["-TERM", &demo.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let exit =
-        wait_with_timeout(&mut demo, Duration::from_secs(10)).expect("demo exits on SIGTERM");
-    assert!(exit.success(), "{exit:?}");
+    // The admin endpoints and the playground answer; the printed curl
+    // commands name them.
+    let (status, _, body) = http_get(demo.endpoint("status page"), &[]);
+    assert_eq!(status, 200);
+    assert!(String::from_utf8_lossy(&body).contains("id=\"listeners\""));
+    let (status, _, body) = http_get(demo.endpoint("Prometheus metrics"), &[]);
+    assert_eq!(status, 200);
+    let metrics = String::from_utf8_lossy(&body).into_owned();
+    for listener in ["jsonrpc", "holon", "sideband", "ndjson"] {
+        let ok = format!("listener=\"{listener}\",outcome=\"ok\"");
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with("switchyard_requests_total") && l.contains(&ok)),
+            "no ok request counted on {listener}"
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let ready = loop {
+        let (status, _, body) = http_get(demo.endpoint("readiness"), &[]);
+        if status == 200 || Instant::now() > deadline {
+            break (status, String::from_utf8_lossy(&body).into_owned());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(ready, (200, "ready\n".to_owned()));
+    for command in demo.commands.iter().filter(|c| c.starts_with("curl")) {
+        let url = shell_words(command)[2].clone();
+        assert_eq!(http_get(&url, &[]).0, 200, "{command}");
+    }
+    // The upstream leg the playground shows: the daemon's lines, with the
+    // gateway's ids.
+    let admin = demo.playground.trim_end_matches("/playground");
+    let (status, _, body) = http_get(&format!("{admin}/demo/upstream?after=0"), &[]);
+    assert_eq!(status, 200);
+    let tap: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+    let lines = tap["lines"].as_array().expect("lines");
+    assert!(
+        lines.iter().any(|l| l["dir"] == "in"
+            && l["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("\"subtract\""))),
+        "{tap:#}"
+    );
+    assert!(lines.iter().any(|l| l["dir"] == "out"), "{tap:#}");
+    let (status, headers, body) = http_get(&demo.playground, &[]);
+    assert_eq!(status, 200, "{}", demo.playground);
+    assert!(headers
+        .iter()
+        .any(|(n, v)| n == "content-type" && v.starts_with("text/html")));
+    assert!(String::from_utf8_lossy(&body).contains("/playground/app.js"));
+    drop(taken);
+    demo.stop();
 }
 
-fn wait_with_timeout(
-    child: &mut std::process::Child,
-    within: Duration,
-) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // Do not leave a stray process behind a failed assertion.
-    let _ = child.kill();
-    None
+#[test]
+fn demo_defaults_to_fixed_ports() {
+    let out = Command::new(BIN)
+        .args(["demo", "--help"])
+        .output()
+        .expect("run");
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("127.0.0.1:8080"), "{help}");
+    assert!(help.contains("127.0.0.1:9090"), "{help}");
 }
 
 #[test]
@@ -236,6 +315,23 @@ fn run_sizes_its_runtime_from_gateway_worker_threads() {
     }
 }
 
+/// Waits for `child` to exit, at most `within`; kills it after that.
+fn wait_with_timeout(
+    child: &mut std::process::Child,
+    within: Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Do not leave a stray process behind a failed assertion.
+    let _ = child.kill();
+    None
+}
+
 /// A stdout whose reader is already gone (as after `| head`): a socket whose
 /// peer end is closed, so every write fails with EPIPE.
 fn closed_stdout() -> Stdio {
@@ -254,7 +350,7 @@ fn no_command_panics_on_a_closed_stdout() {
         &["check", "--config", example],
         &["--help"],
         &["--version"],
-        &["demo", "--listen", "127.0.0.1:0"],
+        &["demo", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
     ];
     for args in runs {
         let mut child = Command::new(BIN)

@@ -6,7 +6,12 @@
 //! | `GET /metrics` | Prometheus text format, from the gateway's explicit registry |
 //! | `GET /livez` (alias `/live`) | `200` while the process runs |
 //! | `GET /readyz` (alias `/ready`) | `200` when ready, `503` with the reasons otherwise (rules in `admin/health.rs`) |
-//! | `GET /` | a self-contained HTML status page (inline CSS, no script, no external assets) |
+//! | `GET /` | the HTML status page (no script, no external assets) and its stylesheet `GET /status.css` |
+//!
+//! The demo adds its playground routes ([`crate::app::Bound::add_admin_routes`]).
+//! Every answer goes through the layers of `admin/http.rs`: request tracing,
+//! a time limit, gzip when the client accepts it, and security headers
+//! (a CSP without inline scripts or styles, `nosniff`, `no-referrer`).
 //!
 //! Everything here only *reads* the gateway: the admin listener is bound in
 //! `app::bind`, served next to the client listeners by `app`, keeps answering
@@ -31,7 +36,9 @@ use crate::telemetry::metrics::Metrics;
 use crate::upstream::Upstream;
 
 pub(crate) mod health;
+mod http;
 mod status;
+mod window;
 
 pub(crate) use health::Health;
 
@@ -42,6 +49,8 @@ const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 #[derive(Debug, Clone)]
 pub(crate) struct AdminState {
     inner: Arc<Gateway>,
+    /// Last-minute latency and rates for the status page.
+    window: Arc<window::Window>,
 }
 
 /// A read-only view of the running gateway.
@@ -69,30 +78,61 @@ impl AdminState {
     pub(crate) fn new(gateway: Gateway) -> Self {
         Self {
             inner: Arc::new(gateway),
+            window: Arc::default(),
         }
     }
 
     fn gateway(&self) -> &Gateway {
         &self.inner
     }
+
+    fn window(&self) -> &window::Window {
+        &self.window
+    }
+
+    /// Snapshots the latency histograms every [`window::SAMPLE_EVERY`]
+    /// until `stop`.
+    async fn sample(self, stop: CancellationToken) {
+        let mut every = tokio::time::interval(window::SAMPLE_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = every.tick() => self.window.sample(&self.inner.metrics),
+            }
+        }
+    }
 }
 
-/// The admin routes over `state`.
-pub(crate) fn router(state: AdminState) -> Router {
-    Router::new()
+/// The admin routes over `state`, plus `extra` routes (the demo's
+/// playground), inside the admin layers.
+pub(crate) fn router(state: AdminState, extra: Option<Router>) -> Router {
+    let routes = Router::new()
         .route("/", get(status::page))
+        .route("/status.css", get(status::stylesheet))
         .route("/metrics", get(metrics))
         .route("/livez", get(livez))
         .route("/live", get(livez))
         .route("/readyz", get(readyz))
         .route("/ready", get(readyz))
-        .with_state(state)
+        .with_state(state.clone());
+    let routes = match extra {
+        Some(extra) => routes.merge(extra),
+        None => routes,
+    };
+    http::layers(routes, state.gateway())
 }
 
 /// Serves the admin routes on `listener` until `stop` is cancelled, then
 /// finishes the requests in progress (the caller bounds how long).
-pub(crate) async fn serve(listener: TcpListener, state: AdminState, stop: CancellationToken) {
-    let served = axum::serve(listener, router(state))
+pub(crate) async fn serve(
+    listener: TcpListener,
+    state: AdminState,
+    extra: Option<Router>,
+    stop: CancellationToken,
+) {
+    tokio::spawn(state.clone().sample(stop.clone()));
+    let served = axum::serve(listener, router(state, extra))
         .with_graceful_shutdown(stop.cancelled_owned())
         .await;
     if let Err(e) = served {

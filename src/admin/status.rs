@@ -1,6 +1,7 @@
 //! `GET /`: the status page, one self-contained HTML document.
 //!
-//! Inline CSS only: no script, no external assets, no build step, so it
+//! No script, no external assets (its stylesheet is `/status.css` on the
+//! same listener, so the CSP needs no inline styles), no build step: it
 //! renders the same from a browser on the host, through `kubectl
 //! port-forward`, or in headless Chromium. It shows readiness, the
 //! listeners, the upstreams, and the error and drop counters that are not
@@ -9,13 +10,15 @@
 //! HTML-escaped.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use axum::extract::State;
 use axum::response::Html;
 use prometheus::proto::{MetricFamily, MetricType};
 
 use super::{health, AdminState, Gateway};
+
+mod recent;
 use crate::config::{ListenAddr, ListenerConfig, UpstreamConfig, UpstreamMode, UpstreamTarget};
 
 /// Counter families listed under "Errors and drops", with a caption each.
@@ -34,39 +37,27 @@ const PROBLEM_FAMILIES: [(&str, &str); 6] = [
     ("switchyard_ws_closes_total", "WebSocket closes"),
 ];
 
-/// The page's stylesheet.
-const CSS: &str = "
-:root{--ok:#1a7f37;--bad:#cf222e;--warn:#9a6700;--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--bg:#f6f8fa}
-*{box-sizing:border-box}
-body{margin:0;font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:var(--fg);background:var(--bg)}
-header{display:flex;align-items:center;gap:16px;padding:16px 28px;background:#fff;border-bottom:1px solid var(--line)}
-header h1{margin:0;font-size:20px}
-header .meta{color:var(--muted);margin-left:auto}
-main{padding:8px 28px 28px;max-width:1200px}
-section{background:#fff;border:1px solid var(--line);border-radius:8px;margin-top:20px;overflow:hidden}
-h2{margin:0;padding:10px 16px;font-size:15px;border-bottom:1px solid var(--line);background:#fbfcfd}
-table{width:100%;border-collapse:collapse}
-th,td{text-align:left;padding:7px 16px;border-bottom:1px solid #eef1f4;vertical-align:top}
-th{font-weight:600;color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.03em}
-tr:last-child td{border-bottom:0}
-td.num{font-variant-numeric:tabular-nums;text-align:right}
-th.num{text-align:right}
-code{font:12px ui-monospace,SFMono-Regular,Menlo,monospace;background:#eff2f5;padding:1px 5px;border-radius:4px}
-.badge{display:inline-block;padding:2px 10px;border-radius:999px;font-weight:600;font-size:12px;color:#fff}
-.ok{background:var(--ok)}.bad{background:var(--bad)}.warn{background:var(--warn)}
-.reasons{margin:0;padding:10px 16px 10px 34px;color:var(--bad)}
-.empty{padding:10px 16px;color:var(--muted)}
-footer{padding:0 28px 24px;color:var(--muted)}
-footer a{color:inherit}
-";
+/// The page's stylesheet, served at `/status.css`.
+const CSS: &str = include_str!("status/style.css");
+
+/// `GET /status.css`: the page's stylesheet.
+pub(super) async fn stylesheet() -> impl axum::response::IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        CSS,
+    )
+}
 
 /// `GET /`: renders the page for the current state.
 pub(super) async fn page(State(state): State<AdminState>) -> Html<String> {
-    Html(render(state.gateway()))
+    Html(render(&state))
 }
 
 /// The whole document.
-fn render(gw: &Gateway) -> String {
+fn render(state: &AdminState) -> String {
+    let gw = state.gateway();
+    let now = SystemTime::now();
+    let started = now.checked_sub(gw.started.elapsed()).unwrap_or(now);
     let problems = health::check(gw);
     let (class, label) = match (gw.health.is_draining(), problems.is_empty()) {
         (true, _) => ("warn", "draining"),
@@ -79,11 +70,13 @@ fn render(gw: &Gateway) -> String {
          <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
          <meta http-equiv=\"refresh\" content=\"10\">\
          <link rel=\"icon\" href=\"data:,\">\
-         <title>switchyard status</title><style>{CSS}</style></head><body>\
+         <title>switchyard status</title><link rel=\"stylesheet\" href=\"/status.css\"></head><body>\
          <header><h1>switchyard</h1><span class=\"badge {class}\" id=\"state\">{label}</span>\
-         <span class=\"meta\">version {} · up {}</span></header><main>",
+         <span class=\"meta\">version {} · up {} · <span id=\"generation\">{}</span></span>\
+         </header><main>",
         env!("CARGO_PKG_VERSION"),
         uptime(gw.started.elapsed()),
+        recent::generation(started),
     ));
     if !problems.is_empty() {
         out.push_str("<section><h2>Readiness</h2><ul class=\"reasons\">");
@@ -93,7 +86,8 @@ fn render(gw: &Gateway) -> String {
         out.push_str("</ul></section>");
     }
     listeners(gw, &mut out);
-    upstreams(gw, &mut out);
+    upstreams(gw, now, &mut out);
+    recent::last_minute(state, &mut out);
     requests(gw, &mut out);
     counters(gw, &mut out);
     out.push_str(
@@ -130,7 +124,7 @@ fn listeners(gw: &Gateway, out: &mut String) {
 }
 
 /// The upstreams table.
-fn upstreams(gw: &Gateway, out: &mut String) {
+fn upstreams(gw: &Gateway, now: SystemTime, out: &mut String) {
     out.push_str(
         "<section id=\"upstreams\"><h2>Upstreams</h2><table><tr><th>Name</th><th>Dialect</th>\
          <th>Mode</th><th>Target</th><th>Required</th><th>State</th>\
@@ -140,12 +134,15 @@ fn upstreams(gw: &Gateway, out: &mut String) {
     for u in &gw.cfg.upstreams {
         let name = u.name.as_str();
         let connected = gw.upstreams.get(name).map_or(0, |up| up.connected());
-        let (pool, state) = match u.mode {
-            UpstreamMode::Shared => (
+        let (pool, state, health) = match (u.mode, gw.upstreams.get(name)) {
+            (UpstreamMode::Shared, up) => (
                 format!("{connected} / {}", u.pool_size),
                 badge(connected > 0, "up", "down"),
+                up.map_or_else(String::new, |up| {
+                    recent::health_row(name, &up.health(), now)
+                }),
             ),
-            UpstreamMode::PerClient => ("per client".to_owned(), String::new()),
+            (UpstreamMode::PerClient, _) => ("per client".to_owned(), String::new(), String::new()),
         };
         let m = &gw.metrics;
         let in_flight = m.upstream_in_flight.with_label_values(&[name]).get();
@@ -153,7 +150,7 @@ fn upstreams(gw: &Gateway, out: &mut String) {
         out.push_str(&format!(
             "<tr><td><b>{}</b></td><td>{}</td><td>{}</td><td><code>{}</code></td>\
              <td>{}</td><td>{state}</td><td class=\"num\">{pool}</td>\
-             <td class=\"num\">{in_flight}</td><td class=\"num\">{reconnects}</td></tr>",
+             <td class=\"num\">{in_flight}</td><td class=\"num\">{reconnects}</td></tr>{health}",
             esc(name),
             u.dialect,
             esc(&mode(u)),

@@ -10,6 +10,7 @@
 //! drops connections abruptly, answering nothing that is still in flight.
 
 use std::io;
+use std::sync::Arc;
 
 use bytes::BytesMut;
 use futures_util::StreamExt;
@@ -23,12 +24,15 @@ use tokio_util::task::TaskTracker;
 
 use super::request::{self, LineOutcome};
 use super::subscribe;
+use super::tap::Tap;
 
 /// What a connection needs from its daemon.
 #[derive(Debug, Clone)]
 pub(super) struct ConnCtx {
     /// hld quirks mode.
     pub(super) hld: bool,
+    /// Records lines for the demo's playground, when attached.
+    pub(super) tap: Option<Arc<Tap>>,
     /// Cancelled by `Daemon::stop`.
     pub(super) cancel: CancellationToken,
     /// Tracks request tasks too, so `stop` returns only when all are gone.
@@ -68,7 +72,11 @@ pub(super) async fn serve(stream: UnixStream, ctx: ConnCtx) {
     let (rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel(OUTBOX);
     let lines = FramedRead::new(rd, LineCodec::new(MAX_LINE));
-    tokio::join!(read_loop(lines, tx, &ctx), write_loop(wr, rx, &ctx.cancel));
+    let tap = ctx.tap.as_ref().map(|tap| (tap.clone(), tap.connection()));
+    tokio::join!(
+        read_loop(lines, tx, &ctx, tap.as_ref()),
+        write_loop(wr, rx, &ctx.cancel, tap.as_ref())
+    );
 }
 
 /// Reads lines and dispatches them; returns at EOF, on error, on
@@ -77,6 +85,7 @@ async fn read_loop(
     mut lines: FramedRead<tokio::net::unix::OwnedReadHalf, LineCodec>,
     tx: mpsc::Sender<Vec<u8>>,
     ctx: &ConnCtx,
+    tap: Option<&(Arc<Tap>, u64)>,
 ) {
     loop {
         let next = tokio::select! {
@@ -89,6 +98,9 @@ async fn read_loop(
             Some(Ok(line)) => line,
             Some(Err(e)) => return read_failed(e, &tx, ctx.hld).await,
         };
+        if let Some((tap, conn)) = tap {
+            tap.read(*conn, &line);
+        }
         let queued = match request::process(&line, ctx.hld) {
             LineOutcome::Silent => true,
             LineOutcome::Reply(bytes) => tx.send(bytes).await.is_ok(),
@@ -147,6 +159,7 @@ async fn write_loop(
     mut wr: OwnedWriteHalf,
     mut rx: mpsc::Receiver<Vec<u8>>,
     cancel: &CancellationToken,
+    tap: Option<&(Arc<Tap>, u64)>,
 ) {
     loop {
         let next = tokio::select! {
@@ -162,6 +175,9 @@ async fn write_loop(
                 Ok(more) => batch.extend_from_slice(&more),
                 Err(_) => break,
             }
+        }
+        if let Some((tap, conn)) = tap {
+            tap.wrote(*conn, &batch);
         }
         let written = tokio::select! {
             biased;

@@ -26,6 +26,7 @@ mod item;
 mod methods;
 mod request;
 mod subscribe;
+pub mod tap;
 pub mod ws;
 
 #[cfg(test)]
@@ -34,6 +35,7 @@ mod tests;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{UnixListener, UnixStream};
@@ -41,6 +43,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use self::conn::ConnCtx;
+use self::tap::Tap;
 
 /// How the daemon behaves.
 #[derive(Debug, Clone, Default)]
@@ -89,6 +92,20 @@ impl Daemon {
     /// Fails with `AddrInUse` if a daemon already answers on `path`, and with
     /// `AlreadyExists` if `path` is not a socket: other files are never removed.
     pub async fn start(path: &Path, opts: DaemonOptions) -> io::Result<Daemon> {
+        Self::serve(path, opts, None).await
+    }
+
+    /// Like [`start`](Self::start), recording every line read and written
+    /// in `tap` (the demo's playground shows them).
+    pub async fn start_tapped(
+        path: &Path,
+        opts: DaemonOptions,
+        tap: Arc<Tap>,
+    ) -> io::Result<Daemon> {
+        Self::serve(path, opts, Some(tap)).await
+    }
+
+    async fn serve(path: &Path, opts: DaemonOptions, tap: Option<Arc<Tap>>) -> io::Result<Daemon> {
         prepare_path(path).await?;
         let listener = UnixListener::bind(path)?;
         // No authentication on the socket: only its owner may connect.
@@ -102,6 +119,7 @@ impl Daemon {
         }
         let ctx = ConnCtx {
             hld: opts.hld_quirks,
+            tap,
             cancel: CancellationToken::new(),
             tracker: TaskTracker::new(),
         };

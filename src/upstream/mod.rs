@@ -21,9 +21,12 @@ use crate::envelope::{Message, Payload};
 use crate::error::{ErrorKind, GatewayError};
 use crate::telemetry::metrics::Metrics;
 
+pub use self::health::HealthSnapshot;
+
 mod batch;
 pub(crate) mod direct;
 mod encode;
+mod health;
 mod heartbeat;
 mod inbound;
 pub(crate) mod link;
@@ -78,6 +81,7 @@ impl Upstream {
             calls,
             stopping: CancellationToken::new(),
             writers: TaskTracker::new(),
+            health: health::LinkHealth::new(),
         });
         let (changed_tx, changed) = watch::channel(0u64);
         let changed_tx = Arc::new(changed_tx);
@@ -121,6 +125,13 @@ impl Upstream {
     /// The upstream's configuration.
     pub fn config(&self) -> &UpstreamConfig {
         &self.shared.cfg
+    }
+
+    /// Since when the shared pool has had no live connection, and the
+    /// last connect error (`per-client` upstreams keep no pool: always
+    /// "down since start", with the errors of client-opened links absent).
+    pub fn health(&self) -> HealthSnapshot {
+        self.shared.health.snapshot()
     }
 
     /// Live connections right now.

@@ -69,6 +69,7 @@ async fn supervise(
                 } else {
                     tracing::debug!(upstream = %name, slot, error = %e, retry_in = ?delay, "upstream connect failed");
                 }
+                shared.health.connect_failed(&e);
                 tokio::select! {
                     () = tokio::time::sleep(delay) => continue,
                     () = shutdown.cancelled() => break,
@@ -83,6 +84,7 @@ async fn supervise(
         tracing::info!(upstream = %name, slot, failed_attempts = failures, "upstream connected");
         failures = 0;
         up_gauge.inc();
+        shared.health.connected();
         // Pooled links take calls settled in place: time them out.
         tokio::spawn(super::direct::sweep(link.clone()));
         publish(&tx, &changed, Some(link.clone()));
@@ -91,6 +93,7 @@ async fn supervise(
         if link.closed.is_cancelled() && !link.is_retiring() && !shutdown.is_cancelled() {
             tracing::warn!(upstream = %name, slot, "upstream connection lost; reconnecting");
         }
+        shared.health.disconnected();
         publish(&tx, &changed, None);
         if link.is_retiring() && !link.closed.is_cancelled() {
             // Let the old connection drain its late replies, but not forever.

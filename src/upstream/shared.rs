@@ -22,6 +22,8 @@ pub(crate) struct UpstreamShared {
     /// The WebSocket links' writer tasks, so that shutdown can wait for
     /// their goodbyes before the process exits.
     pub(crate) writers: TaskTracker,
+    /// Down since when, last connect error (pool supervisors write it).
+    pub(super) health: super::health::LinkHealth,
 }
 
 // === impl UpstreamShared ===

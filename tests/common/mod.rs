@@ -3,6 +3,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod clients;
+pub mod demo;
 pub mod node;
 
 use std::path::{Path, PathBuf};

@@ -107,15 +107,37 @@ impl Drop for InstallLock {
     }
 }
 
-/// Installs `tests/node`'s locked dependencies unless the pinned `ws` is
-/// already there.
+/// Every dependency `package.json` pins, with its exact version.
+pub fn pinned_dependencies(dir: &Path) -> Vec<(String, String)> {
+    let pkg = read_json(&dir.join("package.json")).expect("tests/node/package.json");
+    let deps = pkg["dependencies"]
+        .as_object()
+        .expect("tests/node/package.json has dependencies");
+    deps.iter()
+        .map(|(name, v)| {
+            let version = v.as_str().expect("exact version strings");
+            (name.clone(), version.to_owned())
+        })
+        .collect()
+}
+
+/// True when every pinned dependency is installed at its pinned version.
+fn all_installed(dir: &Path) -> bool {
+    pinned_dependencies(dir).iter().all(|(name, version)| {
+        let pkg = dir.join("node_modules").join(name).join("package.json");
+        read_json(&pkg).is_some_and(|p| p["version"].as_str() == Some(version.as_str()))
+    })
+}
+
+/// Installs `tests/node`'s locked dependencies unless every pinned one
+/// (`ws`, `puppeteer-core`) is already there.
 pub fn ensure_node_modules(dir: &Path) {
     let pinned = pinned_ws_version(dir);
-    if installed_ws_version(dir).as_deref() == Some(pinned.as_str()) {
+    if all_installed(dir) {
         return;
     }
     let _lock = InstallLock::acquire();
-    if installed_ws_version(dir).as_deref() == Some(pinned.as_str()) {
+    if all_installed(dir) {
         return; // another process installed it meanwhile
     }
     let npm = npm_program();
@@ -139,4 +161,31 @@ pub fn ensure_node_modules(dir: &Path) {
         Some(pinned.as_str()),
         "`npm ci` did not install ws {pinned}"
     );
+    assert!(
+        all_installed(dir),
+        "`npm ci` did not install every pinned dependency: {:?}",
+        pinned_dependencies(dir)
+    );
+}
+
+/// Debian's Chromium for the browser tests: `$SWITCHYARD_CHROMIUM`, else
+/// `/usr/bin/chromium` (or `chromium-browser`). A missing browser fails the
+/// test with what to do, never skips it.
+pub fn require_chromium() -> PathBuf {
+    let candidates: Vec<PathBuf> = std::env::var_os("SWITCHYARD_CHROMIUM")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(["/usr/bin/chromium", "/usr/bin/chromium-browser"].map(PathBuf::from))
+        .collect();
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "this test drives headless Chromium and found none at {candidates:?}. \
+                 Run scripts/install-test-tools.sh (it runs `apt-get install -y chromium` \
+                 on Debian), or point SWITCHYARD_CHROMIUM at a Chromium binary."
+            )
+        })
 }

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs besides Rust, when missing:
+#   - Node.js >= 18 with npm, and tests/node's locked dependencies
+#     (ws, puppeteer-core) via `npm ci`;
+#   - Debian's chromium, which the browser tests drive headless.
+# Uses apt-get (Debian/Ubuntu, as root or through sudo). Safe to run again:
+# what is present is left alone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+apt_packages=()
+command -v node >/dev/null 2>&1 || apt_packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || apt_packages+=(npm)
+if [ -z "${SWITCHYARD_CHROMIUM:-}" ] && [ ! -x /usr/bin/chromium ] && [ ! -x /usr/bin/chromium-browser ]; then
+  apt_packages+=(chromium)
+fi
+
+if [ "${#apt_packages[@]}" -gt 0 ]; then
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    sudo="sudo"
+  fi
+  echo "== apt-get install ${apt_packages[*]}"
+  $sudo apt-get update
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y --no-install-recommends "${apt_packages[@]}"
+fi
+
+echo "== node $(node --version), npm $(npm --version)"
+echo "== npm ci (tests/node)"
+(cd tests/node && npm ci --no-audit --no-fund)
+
+chromium="${SWITCHYARD_CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}"
+if [ -z "$chromium" ]; then
+  echo "chromium is still missing after apt-get install" >&2
+  exit 1
+fi
+echo "== $("$chromium" --version 2>/dev/null || echo "$chromium")"

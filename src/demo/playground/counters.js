@@ -1,0 +1,55 @@
+// Live counters for the playground: polls the admin listener's /metrics
+// (Prometheus text) and fills #counters and #upstream-counters.
+
+const COUNTERS_MS = 2000;
+const LISTENERS = ['jsonrpc', 'holon', 'sideband', 'ndjson'];
+
+const $ = (id) => document.getElementById(id);
+
+export async function pollCounters() {
+  try {
+    const text = await (await fetch('/metrics', { cache: 'no-store' })).text();
+    renderCounters(parseMetrics(text));
+  } catch (e) {
+    // Try again on the next tick.
+  }
+  setTimeout(pollCounters, COUNTERS_MS);
+}
+
+/** `name{labels} value` lines into [{ name, labels, value }]. */
+function parseMetrics(text) {
+  const out = [];
+  for (const line of text.split('\n')) {
+    const m = /^([a-z_]+)(?:\{(.*)\})? ([0-9.eE+-]+)$/.exec(line);
+    if (!m) continue;
+    const labels = {};
+    for (const [, k, v] of (m[2] ?? '').matchAll(/([a-z_]+)="([^"]*)"/g)) labels[k] = v;
+    out.push({ name: m[1], labels, value: Number(m[3]) });
+  }
+  return out;
+}
+
+function renderCounters(samples) {
+  const sum = (name, match) => samples
+    .filter((s) => s.name === name && Object.entries(match).every(([k, v]) => s.labels[k] === v))
+    .reduce((a, s) => a + s.value, 0);
+  const body = $('counters').tBodies[0];
+  body.replaceChildren();
+  for (const listener of LISTENERS) {
+    const total = sum('switchyard_requests_total', { listener });
+    const ok = sum('switchyard_requests_total', { listener, outcome: 'ok' });
+    const open = sum('switchyard_connections_open', { listener });
+    const row = document.createElement('tr');
+    row.dataset.listener = listener;
+    for (const [text, cls] of [[listener, ''], [total, 'num requests'], [ok, 'num'], [total - ok, 'num'], [open, 'num']]) {
+      const td = document.createElement('td');
+      td.textContent = String(text);
+      if (cls) td.className = cls;
+      row.append(td);
+    }
+    body.append(row);
+  }
+  const connected = sum('switchyard_upstream_connections', { upstream: 'daemon' });
+  const inFlight = sum('switchyard_upstream_in_flight', { upstream: 'daemon' });
+  $('upstream-counters').textContent = `upstream daemon: ${connected} pooled connection(s), ${inFlight} call(s) in flight`;
+}

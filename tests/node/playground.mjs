@@ -1,0 +1,235 @@
+// Drives the demo's playground in headless Chromium over the Chrome
+// DevTools Protocol (puppeteer-core), for tests/playground.rs.
+//
+// Usage: node playground.mjs <playground-url> <ws-jsonrpc-url> <screenshot.png> <chromium>
+//
+// 1. Opens the playground and, for each WebSocket dialect (JSON-RPC, holon,
+//    Sideband), performs a call from the page's own WebSocket; waits (on DOM
+//    state, never on sleeps) for the answer and for the upstream id the page
+//    read from the daemon's tapped lines; then a JSON-RPC batch.
+// 2. Saves a screenshot.
+// 3. Serves a page from another origin (a tiny HTTP server on another port)
+//    and opens the JSON-RPC WebSocket from it in the same browser: the
+//    upgrade must be refused.
+//
+// CDP Network events record every WebSocket handshake: the Origin the
+// browser sent and the HTTP status it got back.
+//
+// stdout: one JSON object with every observation; the Rust test asserts.
+// Exit code 0 when the script ran to the end, 1 on an exception.
+
+import http from 'node:http';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import puppeteer from 'puppeteer-core';
+
+const STEP_MS = 60_000;
+const [playgroundUrl, jsonrpcUrl, screenshot, chromium] = process.argv.slice(2);
+const summary = { calls: {}, batch: null, handshakes: [], console: [], crossOrigin: null };
+
+if (!playgroundUrl || !jsonrpcUrl || !screenshot || !chromium) {
+  process.stderr.write('usage: node playground.mjs <playground-url> <ws-jsonrpc-url> <screenshot.png> <chromium>\n');
+  process.exit(2);
+}
+
+/** Resolvers waiting for a page's first handshake outcome, by page label. */
+const outcomeWaiters = new Map();
+
+/** Resolves with the first handshake of `label` that got a status or failed. */
+function handshakeOutcome(label) {
+  const done = summary.handshakes.find((h) => h.page === label && (h.status || h.error));
+  if (done) return Promise.resolve(done);
+  return new Promise((resolve) => outcomeWaiters.set(label, resolve));
+}
+
+function settled(entry) {
+  const wake = outcomeWaiters.get(entry.page);
+  if (wake) {
+    outcomeWaiters.delete(entry.page);
+    wake(entry);
+  }
+}
+
+/** Records WebSocket handshakes seen by CDP on `page`. */
+async function watchHandshakes(page, label) {
+  const cdp = await page.createCDPSession();
+  await cdp.send('Network.enable');
+  const byId = new Map();
+  const urls = new Map();
+  cdp.on('Network.webSocketCreated', (e) => urls.set(e.requestId, e.url));
+  cdp.on('Network.webSocketWillSendHandshakeRequest', (e) => {
+    const headers = Object.fromEntries(Object.entries(e.request.headers).map(([k, v]) => [k.toLowerCase(), v]));
+    const url = urls.get(e.requestId) ?? null;
+    const entry = { page: label, url, origin: headers.origin ?? null, status: null, error: null };
+    byId.set(e.requestId, entry);
+    summary.handshakes.push(entry);
+  });
+  cdp.on('Network.webSocketHandshakeResponseReceived', (e) => {
+    const entry = byId.get(e.requestId);
+    if (entry) {
+      entry.status = e.response.status;
+      settled(entry);
+    }
+  });
+  cdp.on('Network.webSocketFrameError', (e) => {
+    const entry = byId.get(e.requestId);
+    if (entry) {
+      entry.error = e.errorMessage;
+      settled(entry);
+    }
+  });
+  return cdp;
+}
+
+/** The cells of the newest call row matching `selector`. */
+async function rowCells(page, selector) {
+  return page.$eval(selector, (tr) => ({
+    seq: tr.dataset.seq,
+    state: tr.dataset.state,
+    clientId: tr.dataset.clientId,
+    upstreamId: tr.dataset.upstreamId ?? null,
+    cells: Array.from(tr.cells, (td) => td.textContent),
+  }));
+}
+
+async function setInput(page, selector, value) {
+  await page.$eval(selector, (el, v) => {
+    el.value = v;
+  }, value);
+}
+
+async function call(page, dialect, method, params) {
+  await page.select('#dialect', dialect);
+  await page.waitForSelector('#conn-state[data-state="open"]', { timeout: STEP_MS });
+  await page.waitForFunction((d) => document.querySelector('#conn-state').textContent.includes({
+    jsonrpc: 'JSON-RPC', holon: 'holon', sideband: 'Sideband',
+  }[d]), { timeout: STEP_MS }, dialect);
+  await setInput(page, '#method', method);
+  await setInput(page, '#params', params);
+  const before = await page.$$eval(`#calls tr[data-dialect="${dialect}"]`, (rows) => rows.length);
+  await page.click('#send');
+  await page.waitForFunction(
+    (d, n) => document.querySelectorAll(`#calls tr[data-dialect="${d}"]`).length > n,
+    { timeout: STEP_MS }, dialect, before,
+  );
+  const selector = `#calls tr[data-dialect="${dialect}"][data-state="answered"][data-upstream-id]`;
+  await page.waitForSelector(selector, { timeout: STEP_MS });
+  const row = await rowCells(page, selector);
+  const clientLog = await page.$$eval('#client-log li', (lis) => lis.map((li) => li.textContent));
+  const upstreamLog = await page.$$eval('#upstream-log li', (lis) => lis.map((li) => li.textContent));
+  return { row, clientLog, upstreamLog };
+}
+
+async function crossOrigin(browser) {
+  const server = http.createServer((req, res) => {
+    res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
+    res.end('<!DOCTYPE html><title>another site</title><p>another origin</p>');
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const origin = `http://127.0.0.1:${server.address().port}`;
+  try {
+    const page = await browser.newPage();
+    await watchHandshakes(page, 'other-origin');
+    await page.goto(`${origin}/`, { waitUntil: 'load', timeout: STEP_MS });
+    const result = await page.evaluate((url, ms) => new Promise((resolve) => {
+      const ws = new WebSocket(url);
+      const timer = setTimeout(() => resolve({ opened: false, timedOut: true }), ms);
+      ws.addEventListener('open', () => {
+        clearTimeout(timer);
+        ws.close();
+        resolve({ opened: true });
+      });
+      ws.addEventListener('close', (ev) => {
+        clearTimeout(timer);
+        resolve({ opened: false, code: ev.code });
+      });
+    }), jsonrpcUrl, STEP_MS);
+    // The handshake's CDP events may arrive after the page saw the close:
+    // wait for them (bounded), not for a fixed time.
+    let timer;
+    const handshake = await Promise.race([
+      handshakeOutcome('other-origin'),
+      new Promise((resolve) => {
+        timer = setTimeout(() => resolve(null), STEP_MS);
+      }),
+    ]);
+    clearTimeout(timer);
+    return { origin, ...result, handshake };
+  } finally {
+    server.close();
+  }
+}
+
+async function main() {
+  const profile = mkdtempSync(path.join(tmpdir(), 'switchyard-chromium-'));
+  const browser = await puppeteer.launch({
+    executablePath: chromium,
+    headless: true,
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      `--user-data-dir=${profile}`,
+    ],
+    protocolTimeout: 120_000,
+  });
+  try {
+    const page = await browser.newPage();
+    await page.setViewport({ width: 1280, height: 1100 });
+    page.on('console', (m) => summary.console.push(`${m.type()}: ${m.text()}`));
+    page.on('pageerror', (e) => summary.console.push(`pageerror: ${e.message}`));
+    await watchHandshakes(page, 'playground');
+    const response = await page.goto(playgroundUrl, { waitUntil: 'load', timeout: STEP_MS });
+    summary.page = { status: response.status(), csp: response.headers()['content-security-policy'] ?? null };
+    await page.waitForSelector('body[data-ready="true"]', { timeout: STEP_MS });
+
+    summary.calls.jsonrpc = await call(page, 'jsonrpc', 'subtract', '[42,23]');
+    summary.calls.holon = await call(page, 'holon', 'echo', '{"hello":"holon"}');
+    summary.calls.sideband = await call(page, 'sideband', 'echo', '{"text":"hi"}');
+
+    // A JSON-RPC batch: two calls and a notification in one frame.
+    await page.select('#dialect', 'jsonrpc');
+    await page.waitForSelector('#conn-state[data-state="open"]', { timeout: STEP_MS });
+    await page.waitForFunction(() => document.querySelector('#conn-state').textContent.includes('JSON-RPC'), { timeout: STEP_MS });
+    await setInput(page, '#method', 'subtract');
+    await setInput(page, '#params', '[42,23]');
+    await page.click('#batch');
+    await page.waitForFunction(
+      () => document.querySelectorAll('#calls tr[data-dialect="jsonrpc"][data-state="answered"][data-upstream-id]').length >= 3,
+      { timeout: STEP_MS },
+    );
+    summary.batch = await page.$$eval('#calls tr[data-dialect="jsonrpc"]', (rows) => rows.map((tr) => ({
+      clientId: tr.dataset.clientId,
+      upstreamId: tr.dataset.upstreamId ?? null,
+      answer: tr.querySelector('td.answer').textContent,
+    })));
+    // Counters show the traffic (polled every 2 s by the page).
+    await page.waitForFunction(
+      () => Number(document.querySelector('#counters tr[data-listener="sideband"] td.requests')?.textContent) >= 1,
+      { timeout: STEP_MS },
+    );
+    summary.counters = await page.$$eval('#counters tbody tr', (rows) => rows.map((tr) => Array.from(tr.cells, (td) => td.textContent)));
+    await page.screenshot({ path: screenshot, fullPage: true });
+
+    summary.crossOrigin = await crossOrigin(browser);
+  } finally {
+    await browser.close();
+    rmSync(profile, { recursive: true, force: true });
+  }
+}
+
+main().then(
+  () => {
+    process.stdout.write(`${JSON.stringify(summary)}\n`, () => process.exit(0));
+  },
+  (err) => {
+    summary.error = String(err?.stack ?? err);
+    process.stdout.write(`${JSON.stringify(summary)}\n`, () => process.exit(1));
+  },
+);

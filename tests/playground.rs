@@ -1,0 +1,184 @@
+//! The demo's playground in a real browser: headless Chromium driven over
+//! the DevTools Protocol (`tests/node/playground.mjs`, puppeteer-core)
+//! calls through each WebSocket dialect with the page's own `WebSocket`,
+//! and a page from another origin is refused before the upgrade.
+//!
+//! Needs Node.js with npm (the locked `tests/node` dependencies are
+//! installed on first use) and Debian's `chromium`;
+//! `scripts/install-test-tools.sh` installs both. A missing tool fails the
+//! test, never skips it.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::demo::{http_get, Demo};
+use common::node::{ensure_node_modules, node_dir, require_chromium, require_tool};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
+
+/// Upper bound for the whole browser session on a busy 2-core machine.
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(300);
+
+#[test]
+fn playground_calls_every_websocket_dialect_from_chromium_and_other_origins_are_refused() {
+    let chromium = require_chromium();
+    require_tool("node");
+    let dir = node_dir();
+    ensure_node_modules(&dir);
+
+    let sockets = tempfile::tempdir().expect("tempdir");
+    let demo = Demo::start(
+        BIN,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--dir",
+            sockets.path().to_str().expect("UTF-8 path"),
+        ],
+    );
+    let jsonrpc = demo.endpoint("JSON-RPC 2.0 over WebSocket").to_owned();
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("playground.png");
+    let _ = std::fs::remove_file(&shot);
+    let summary = run_script(&dir, &demo.playground, &jsonrpc, &shot, &chromium);
+    assert!(
+        summary.get("error").is_none(),
+        "the browser session failed: {}",
+        summary["error"]
+    );
+    assert_eq!(summary["console"], serde_json::json!([]), "console output");
+    let csp = summary["page"]["csp"].as_str().unwrap_or_default();
+    assert!(csp.contains("script-src 'self'"), "CSP {csp:?}");
+
+    // Each dialect: the answer, and the id the page saw upstream, which the
+    // upstream log shows on the daemon's request line.
+    let admin_origin = demo.playground.trim_end_matches("/playground").to_owned();
+    for (dialect, method, answer) in [
+        ("jsonrpc", "subtract", "19"),
+        ("holon", "echo", r#"{"hello":"holon"}"#),
+        ("sideband", "echo", r#"{"text":"hi"}"#),
+    ] {
+        let call = &summary["calls"][dialect];
+        let row = &call["row"];
+        assert_eq!(row["state"], "answered", "{dialect}: {call:#}");
+        let cells: Vec<&str> = row["cells"]
+            .as_array()
+            .expect("cells")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(cells[2], method, "{dialect}");
+        assert_eq!(cells[5], answer, "{dialect}: {cells:?}");
+        let upstream_id = row["upstreamId"].as_str().expect("upstream id");
+        assert!(
+            upstream_id.parse::<u64>().is_ok(),
+            "{dialect}: the upstream id is the gateway's integer: {upstream_id}"
+        );
+        assert!(
+            cells[4].starts_with(upstream_id),
+            "{dialect}: shown {:?}",
+            cells[4]
+        );
+        let request_line = format!("\"method\":\"{method}\"");
+        let id_member = format!("\"id\":{upstream_id}}}");
+        let upstream_log = call["upstreamLog"].as_array().expect("upstream log");
+        assert!(
+            upstream_log.iter().filter_map(Value::as_str).any(|l| {
+                l.contains("sent →") && l.contains(&request_line) && l.contains(&id_member)
+            }),
+            "{dialect}: no upstream line with {id_member}: {upstream_log:#?}"
+        );
+        let client_log = call["clientLog"].as_array().expect("client log");
+        assert!(
+            client_log
+                .iter()
+                .filter_map(Value::as_str)
+                .any(|l| l.contains("← recv") && l.contains(answer)),
+            "{dialect}: the browser leg lacks the answer: {client_log:#?}"
+        );
+    }
+    // Sideband: the browser's cid (32 hex, its frame id) became an integer.
+    let cid = summary["calls"]["sideband"]["row"]["clientId"]
+        .as_str()
+        .expect("cid");
+    assert!(
+        cid.len() == 32 && cid.chars().all(|c| c.is_ascii_hexdigit()),
+        "{cid}"
+    );
+    // The batch: every call in it answered, with its own upstream id.
+    let batch = summary["batch"].as_array().expect("batch rows");
+    assert!(batch.len() >= 3, "{batch:#?}");
+    assert!(batch.iter().any(|r| r["answer"] == "7"), "{batch:#?}");
+
+    // Every handshake from the playground carried its real Origin and got
+    // 101.
+    let handshakes = summary["handshakes"].as_array().expect("handshakes");
+    let own: Vec<&Value> = handshakes
+        .iter()
+        .filter(|h| h["page"] == "playground")
+        .collect();
+    assert!(own.len() >= 3, "{handshakes:#?}");
+    for h in &own {
+        assert_eq!(h["origin"], admin_origin.as_str(), "{h:#}");
+        assert_eq!(h["status"], 101, "{h:#}");
+    }
+
+    // Another origin, same browser: refused with 403 before the upgrade.
+    let cross = &summary["crossOrigin"];
+    assert_eq!(cross["opened"], false, "{cross:#}");
+    assert_ne!(cross["origin"], admin_origin.as_str());
+    assert_eq!(cross["handshake"]["origin"], cross["origin"], "{cross:#}");
+    let refused = cross["handshake"]["status"] == 403
+        || cross["handshake"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("403"));
+    assert!(refused, "not a 403: {cross:#}");
+    let metrics =
+        String::from_utf8_lossy(&http_get(demo.endpoint("Prometheus metrics"), &[]).2).into_owned();
+    assert!(
+        metrics.lines().any(|l| l.starts_with(
+            "switchyard_connections_rejected_total{listener=\"jsonrpc\",reason=\"origin\"} "
+        ) && !l.ends_with(" 0")),
+        "the refusal is not counted:\n{metrics}"
+    );
+
+    let png = std::fs::read(&shot).expect("screenshot");
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    println!("playground screenshot: {}", shot.display());
+    demo.stop();
+}
+
+/// Runs the Node driver; its stdout is one JSON summary.
+fn run_script(dir: &Path, playground: &str, jsonrpc: &str, shot: &Path, chromium: &Path) -> Value {
+    let mut child = Command::new("node")
+        .arg(dir.join("playground.mjs"))
+        .arg(playground)
+        .arg(jsonrpc)
+        .arg(shot)
+        .arg(chromium)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start node");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut { stdout }, &mut text);
+        let _ = tx.send(text);
+    });
+    let Ok(text) = rx.recv_timeout(SCRIPT_TIMEOUT) else {
+        let _ = child.kill();
+        panic!("the browser session did not finish within {SCRIPT_TIMEOUT:?}");
+    };
+    let status = child.wait().expect("wait node");
+    serde_json::from_str(text.trim())
+        .unwrap_or_else(|e| panic!("node ({status}) printed no JSON summary ({e}):\n{text}"))
+}
