@@ -273,3 +273,41 @@ async fn holon_rpc_subprotocol_is_matched_case_insensitively_and_echoed_as_offer
     gw.gateway.shutdown().await;
     gw.daemon.stop().await;
 }
+
+/// A client that closes gets the closing handshake completed: a close frame
+/// back, echoing its code (RFC 6455 §5.5.1), not a dropped TCP connection.
+#[tokio::test]
+async fn a_close_from_the_client_is_answered_with_a_close_frame() {
+    let gw = gateway().await;
+    for (name, url) in [
+        ("jsonrpc-ws", &gw.jsonrpc),
+        ("holon-rpc", &gw.holon),
+        ("sideband", &gw.sideband),
+    ] {
+        let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str())
+            .await
+            .expect("connect");
+        let frame = tokio_tungstenite::tungstenite::protocol::CloseFrame {
+            code: 1000.into(),
+            reason: "bye".into(),
+        };
+        ws.send(Message::Close(Some(frame))).await.expect("close");
+        // Whatever was already on its way (the Sideband handshake) comes
+        // first; then the gateway's close frame.
+        let answer = tokio::time::timeout(STEP, async {
+            loop {
+                match ws.next().await {
+                    Some(Ok(Message::Close(frame))) => return Ok(frame.map(|f| u16::from(f.code))),
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => return Err(e.to_string()),
+                    None => return Err("ended without a close frame".to_owned()),
+                }
+            }
+        })
+        .await
+        .expect("an answer to the close");
+        assert_eq!(answer, Ok(Some(1000)), "{name}");
+    }
+    gw.gateway.shutdown().await;
+    gw.daemon.stop().await;
+}

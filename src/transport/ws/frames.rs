@@ -162,7 +162,14 @@ pub(super) async fn read_loop(
                 let code = frame.map_or(1005, |f| f.code);
                 let m = route.metrics();
                 m.count_ws_close(cfg.dialect, crate::error::Side::Client, code);
-                return End::Gone;
+                // Complete the closing handshake: the library has queued
+                // the echo of the client's close; the writer flushes it. A
+                // full outbox (a client that closes without reading) is
+                // not waited for.
+                return match tx.try_send(Outgoing::Close(1000, "".into())) {
+                    Ok(()) => End::Closing,
+                    Err(_) => End::Gone,
+                };
             }
             None => return End::Gone,
             Some(Err(e)) if library_too_large(&e) => {
@@ -237,7 +244,11 @@ pub(super) async fn write_loop(
                     reason: reason.into_owned().into(),
                 };
                 // The peer may be gone already; we are closing either way.
-                let _ = sink.send(WsMessage::Close(Some(frame))).await;
+                // After the peer's own close the library refuses a second
+                // one; the flush still sends the echo it queued.
+                if sink.send(WsMessage::Close(Some(frame))).await.is_err() {
+                    let _ = sink.flush().await;
+                }
                 break;
             }
         };
