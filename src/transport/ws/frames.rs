@@ -214,10 +214,12 @@ async fn too_large(route: &Route, tx: &mpsc::Sender<Outgoing>) {
 }
 
 /// True when the library refused a message above even its (larger) limit:
-/// its capacity error (`Space limit exceeded: Message too long: …`). The
-/// library's error type is not re-exported by axum, hence the text.
+/// tungstenite's capacity error, under axum's error.
 fn library_too_large(e: &axum::Error) -> bool {
-    e.to_string().contains("Message too long")
+    use tokio_tungstenite::tungstenite::error::{CapacityError, Error};
+    std::error::Error::source(e)
+        .and_then(|inner| inner.downcast_ref::<Error>())
+        .is_some_and(|inner| matches!(inner, Error::Capacity(CapacityError::MessageTooLong { .. })))
 }
 
 /// Drains the outbox into the socket until a close is sent or the outbox
