@@ -7,8 +7,14 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 
-use super::{checked_params, json_string, parse_url, ClientError, Target};
-use crate::dialect::sideband::{frame, random_peer_id, Body, Control, Frame, Handshake, Subject};
+use super::{checked_params, parse_url, ClientError, Target};
+use serde_json::value::RawValue;
+
+use crate::dialect::sideband::{
+    decode_envelope, encode_envelope, frame, random_peer_id, Body, Cid, Control, Encoding, Frame,
+    Handshake, Subject,
+};
+use crate::envelope::{Message as Envelope, Payload, WireId};
 
 /// Sends one Sideband request (`params` any JSON value, omitted when
 /// absent) and returns the reply envelope's JSON text. Only `ws://` URLs
@@ -24,23 +30,24 @@ pub async fn call_sideband(
         return Err(ClientError::UnsupportedUrl(url.to_owned()));
     };
     let id = frame::random_id();
-    let cid: String = id.iter().map(|b| format!("{b:02x}")).collect();
-    let mut envelope = format!(
-        "{{\"t\":\"r\",\"m\":{},\"cid\":\"{cid}\"",
-        json_string(method)
-    );
-    if let Some(params) = &params {
-        envelope.push_str(",\"p\":");
-        envelope.push_str(params);
-    }
-    envelope.push('}');
-    let request = Frame::message(id, Subject::Rpc, envelope.into_bytes());
-    tokio::time::timeout(timeout, exchange(url, request, &cid))
+    let params = params
+        .map(|p| RawValue::from_string(p).map(Payload::Json))
+        .transpose()
+        .map_err(|e| ClientError::InvalidParams(e.to_string()))?;
+    let envelope = Envelope::Request {
+        id: WireId::Cid(id),
+        method: method.to_owned(),
+        params,
+    };
+    let data = encode_envelope(&envelope, Encoding::Json)
+        .map_err(|e| ClientError::InvalidParams(e.to_string()))?;
+    let request = Frame::message(id, Subject::Rpc, data);
+    tokio::time::timeout(timeout, exchange(url, request, id))
         .await
         .map_err(|_| ClientError::Timeout(timeout))?
 }
 
-async fn exchange(url: &str, request: Frame, cid: &str) -> Result<String, ClientError> {
+async fn exchange(url: &str, request: Frame, cid: Cid) -> Result<String, ClientError> {
     let (mut ws, _response) = tokio_tungstenite::connect_async(url).await?;
     let hello = Handshake::local(random_peer_id(), false).to_bytes();
     let hello = Frame::control(frame::random_id(), Control::Handshake(hello));
@@ -77,9 +84,9 @@ async fn exchange(url: &str, request: Frame, cid: &str) -> Result<String, Client
 }
 
 /// An `R` or `E` envelope carrying `cid`.
-fn is_reply(data: &[u8], cid: &str) -> bool {
-    let Ok(env) = serde_json::from_slice::<serde_json::Value>(data) else {
-        return false;
-    };
-    matches!(env["t"].as_str(), Some("R" | "E")) && env["cid"].as_str() == Some(cid)
+fn is_reply(data: &[u8], cid: Cid) -> bool {
+    matches!(
+        decode_envelope(data, Encoding::Json),
+        Ok(Envelope::Response { id: WireId::Cid(c), .. } | Envelope::Error { id: Some(WireId::Cid(c)), .. }) if c == cid
+    )
 }
