@@ -7,8 +7,8 @@
 //! routes anything (requests, notifications and batch items alike), so a
 //! refused call never reaches an upstream. switchyard's own methods
 //! (`rpc.*`, holon-rpc's `rpc.heartbeat`, the JSON-RPC `ping`
-//! notification) are answered by switchyard itself and are not subject
-//! to it.
+//! notification while `answer_ping_notification` is on) are answered by
+//! switchyard itself and are not subject to it.
 //!
 //! Patterns are deliberately small globs, matched on the whole method name
 //! and case-sensitively: `*` matches any run of characters, **dots
