@@ -17,7 +17,7 @@
 //! - [`envelope`]: the protocol-neutral message every dialect maps to.
 //! - [`dialect`]: pure wire codecs, bytes ⇄ neutral message. No sockets, no tokio.
 //! - [`error`]: switchyard's own error kinds and their rendering per dialect.
-//! - [`limits`]: rate limits and browser-safety checks (Host, Origin, token).
+//! - [`limits`]: rate limits, browser-safety checks (Host, Origin, token) and the method policy.
 //! - [`router`]: routes and reply delivery; [`router::correlator`] keeps gateway ids.
 //! - [`upstream`]: connection pools to the services behind switchyard.
 //! - [`transport`]: client-facing I/O: WebSocket listeners, sessions, outboxes.

@@ -50,7 +50,11 @@ fn example_file_loads_and_validates() {
     let config = Config::from_toml(&text).expect("example config is valid");
 
     let names: Vec<_> = config.listeners.iter().map(|l| l.name.as_str()).collect();
-    assert_eq!(names, ["local", "public"], "listeners come in name order");
+    assert_eq!(
+        names,
+        ["local", "public", "web"],
+        "listeners come in name order"
+    );
     let public = &config.listeners[1];
     assert_eq!(public.dialect, Dialect::JsonRpc);
     assert_eq!(

@@ -198,6 +198,9 @@ pub struct Protection {
     pub any_origin: bool,
     /// Bearer token required on the upgrade, if any.
     pub auth_token: Option<String>,
+    /// Which methods clients may call (`allow_methods`, `deny_methods`);
+    /// checked before routing.
+    pub methods: crate::limits::policy::MethodPolicy,
     /// Per-connection message rate.
     pub rate: Option<crate::limits::rate::Rate>,
     /// Per-client-IP message rate.

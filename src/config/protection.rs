@@ -7,6 +7,7 @@ use super::raw::RawListener;
 use super::validate::Problems;
 use super::Protection;
 use crate::limits::origin::Origin;
+use crate::limits::policy::{MethodPolicy, Pattern, MAX_PATTERNS};
 use crate::limits::rate::Rate;
 
 /// The `allowed_origins` entry that opts in to every origin.
@@ -81,6 +82,10 @@ pub(super) fn protection(key: &str, raw: &RawListener, p: &mut Problems) -> Prot
         allowed_origins,
         any_origin,
         auth_token: raw.auth_token.clone(),
+        methods: MethodPolicy::new(
+            patterns(key, "allow_methods", &raw.allow_methods, p),
+            patterns(key, "deny_methods", &raw.deny_methods, p),
+        ),
         rate: rate(raw.rate_per_second, raw.rate_burst),
         ip_rate: rate(raw.ip_rate_per_second, raw.ip_rate_burst),
         global_rate: rate(raw.global_rate_per_second, raw.global_rate_burst),
@@ -97,6 +102,27 @@ pub(super) fn protection(key: &str, raw: &RawListener, p: &mut Problems) -> Prot
         max_connection_lifetime: (raw.max_connection_lifetime_ms > 0)
             .then(|| std::time::Duration::from_millis(raw.max_connection_lifetime_ms)),
     }
+}
+
+/// A method pattern list, reporting every bad pattern by its index.
+fn patterns(key: &str, field: &str, raw: &[String], p: &mut Problems) -> Vec<Pattern> {
+    if raw.len() > MAX_PATTERNS {
+        p.at(
+            key,
+            field,
+            format!("at most {MAX_PATTERNS} patterns (got {})", raw.len()),
+        );
+    }
+    raw.iter()
+        .enumerate()
+        .filter_map(|(i, text)| match Pattern::parse(text) {
+            Ok(pattern) => Some(pattern),
+            Err(e) => {
+                p.at(key, &format!("{field}[{i}]"), format!("{text:?}: {e}"));
+                None
+            }
+        })
+        .collect()
 }
 
 /// A rate, or `None` when off (0); a zero burst means "same as the rate".

@@ -1,8 +1,9 @@
 //! Limits and protection: rate limits ([`rate`]), connection caps
-//! ([`conns`]) and browser safety for
-//! WebSocket upgrades ([`origin`]). Every rejection is counted and answered
-//! in the client's dialect; nothing is dropped silently.
+//! ([`conns`]), browser safety for WebSocket upgrades ([`origin`]) and the
+//! per-listener method policy ([`policy`]). Every rejection is counted and
+//! answered in the client's dialect; nothing is dropped silently.
 
 pub mod conns;
 pub mod origin;
+pub mod policy;
 pub mod rate;

@@ -24,6 +24,7 @@ use crate::upstream::Upstream;
 mod batch;
 pub mod client;
 pub mod correlator;
+mod policy;
 
 pub use client::{ClientLinks, Pusher};
 
@@ -248,6 +249,9 @@ impl Route {
         params: Option<&Payload>,
         client: &ClientLinks,
     ) -> Message {
+        if let Some(refusal) = self.refuse_request(&id, method) {
+            return refusal;
+        }
         let Some(upstream) = self.routed(method) else {
             self.count_request("none", ErrorKind::MethodNotFound.as_str());
             return self.error_reply(id, &GatewayError::no_route(method));
@@ -360,6 +364,9 @@ impl Route {
                 params: None,
             });
         }
+        if self.refuse_notification(method) {
+            return None;
+        }
         let Some(upstream) = self.routed(method) else {
             self.count_dropped("no_route");
             return None;
@@ -387,9 +394,11 @@ impl Route {
         None
     }
 
-    /// The upstream for a method; `rpc.*` methods are never forwarded.
+    /// The upstream for a method; `rpc.*` methods and methods the
+    /// listener's policy refuses are never forwarded. Every path to an
+    /// upstream (in place, waiting, batch) asks here.
     pub(crate) fn routed(&self, method: &str) -> Option<&Arc<Upstream>> {
-        if method.starts_with("rpc.") {
+        if method.starts_with("rpc.") || self.forbidden(method) {
             return None;
         }
         self.upstream_for(method)

@@ -81,6 +81,12 @@ pub struct RawListener {
     /// WebSocket: bearer token required on the upgrade (`Authorization:
     /// Bearer …` or `?token=`). Default: none.
     pub auth_token: Option<String>,
+    /// Methods clients may call, as patterns (`*` = any run of characters,
+    /// dots included). Default `[]`: every method not denied.
+    pub allow_methods: Vec<String>,
+    /// Methods clients may not call, as patterns; wins over
+    /// `allow_methods`. Default `[]`.
+    pub deny_methods: Vec<String>,
     /// Messages per second per connection; 0 = off. Default `0`.
     pub rate_per_second: u32,
     /// Burst per connection; 0 = same as the rate. Default `0`.
@@ -145,6 +151,8 @@ impl Default for RawListener {
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             auth_token: None,
+            allow_methods: Vec::new(),
+            deny_methods: Vec::new(),
             rate_per_second: 0,
             rate_burst: 0,
             ip_rate_per_second: 0,
