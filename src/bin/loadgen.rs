@@ -96,6 +96,11 @@ struct Cli {
     /// 0 is one per core, switchyard's own default.
     #[arg(long, default_value_t = 0)]
     gateway_workers: usize,
+    /// Run the gateways with nothing but listener, upstream and route:
+    /// every other setting at switchyard's shipped defaults (fan-in still
+    /// sets pool_size 1).
+    #[arg(long, conflicts_with_all = ["pool_size", "gateway_workers"])]
+    default_config: bool,
     /// WebSocket connections held open in the idle scenario [default: 10000; 50 with --smoke].
     #[arg(long)]
     idle_connections: Option<usize>,
@@ -169,7 +174,7 @@ async fn run(cli: Cli) -> ExitCode {
         }
         results.push(result);
     }
-    finish(&results, &cli)
+    finish(&results, &cli, &start)
 }
 
 /// Options from the command line; locates switchyard; raises the fd limit.
@@ -183,13 +188,14 @@ fn setup(cli: &Cli) -> anyhow::Result<(Options, StartOpts)> {
     let opts = Options {
         duration: Duration::from_millis(cli.duration_ms.unwrap_or(default_ms).max(1)),
         smoke: cli.smoke,
-        pool_size: usize::from(cli.pool_size),
+        pool_size: (!cli.default_config).then_some(usize::from(cli.pool_size)),
         idle_conns: cap_idle(cli.idle_connections.unwrap_or(idle_default)),
     };
     let start = StartOpts {
         switchyard: procs::locate_switchyard(cli.switchyard.clone())?,
         pool_size: opts.pool_size,
         gateway_workers: cli.gateway_workers,
+        default_config: cli.default_config,
     };
     Ok((opts, start))
 }
@@ -217,27 +223,51 @@ fn print_header(opts: &Options, start: &StartOpts) {
     let cores = std::thread::available_parallelism().map_or(0, usize::from);
     let age = procs::age(&start.switchyard)
         .map_or_else(String::new, |a| format!(" (built {} s ago)", a.as_secs()));
+    let heading = if start.default_config {
+        "## switchyard loadgen: DEFAULT configuration"
+    } else {
+        "## switchyard loadgen: tuned configuration"
+    };
     emit(&format!(
-        "## switchyard loadgen\n\n{} ms per run (plus warm-up), pool_size {}, gateway workers {}, \
-         idle N {}, {cores} cores, switchyard binary {}{age}{}\n",
+        "{heading}\n\nconfiguration: {}\n\n{} ms per run (plus warm-up), idle N {}, {cores} cores, \
+         switchyard binary {}{age}{}\n",
+        config_line(start),
         opts.duration.as_millis(),
-        opts.pool_size,
-        match start.gateway_workers {
-            0 => "one per core".to_owned(),
-            n => n.to_string(),
-        },
         opts.idle_conns,
         start.switchyard.display(),
         if opts.smoke { ", SMOKE" } else { "" },
     ));
 }
 
+/// Which gateway configuration the runs use, in one line.
+fn config_line(start: &StartOpts) -> String {
+    if start.default_config {
+        return String::from(
+            "default (--default-config): only listener, upstream and route keys; every other \
+             setting at switchyard's shipped defaults (fan-in alone sets pool_size 1)",
+        );
+    }
+    format!(
+        "tuned: pool_size {}, gateway workers {}, listener max_in_flight and outbox_capacity \
+         4,096, upstream max_in_flight_per_connection, max_pending and max_queued 65,536, \
+         backoff 20-200 ms, log level warn (pass --default-config for the shipped defaults)",
+        start
+            .pool_size
+            .map_or_else(|| "default".to_owned(), |p| p.to_string()),
+        match start.gateway_workers {
+            0 => "one per core".to_owned(),
+            n => n.to_string(),
+        },
+    )
+}
+
 /// Prints the verdicts and the correctness summary; picks the exit status.
-fn finish(results: &[ScenarioResult], cli: &Cli) -> ExitCode {
+fn finish(results: &[ScenarioResult], cli: &Cli, start: &StartOpts) -> ExitCode {
     let verdicts = report::verdicts(results, cli.smoke);
     let (checked, mismatched, lost, failed) = report::correctness(results);
     if cli.json {
         let doc = serde_json::json!({
+            "configuration": config_line(start),
             "scenarios": results,
             "verdicts": verdicts,
             "replies_checked": checked,

@@ -10,7 +10,7 @@
 //! switchyard with a generated configuration.
 
 #[path = "target/launch.rs"]
-mod launch;
+pub(crate) mod launch;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -78,10 +78,13 @@ pub(crate) struct TargetSpec {
 pub(crate) struct StartOpts {
     /// The `switchyard` binary (also runs the daemons).
     pub(crate) switchyard: PathBuf,
-    /// Upstream connections from switchyard to its daemon.
-    pub(crate) pool_size: usize,
+    /// Upstream connections from switchyard to its daemon (`None`: not
+    /// written, switchyard's default).
+    pub(crate) pool_size: Option<usize>,
     /// switchyard's `[gateway] worker_threads` (0: one per core).
     pub(crate) gateway_workers: usize,
+    /// `--default-config`: write only listener, upstream and route keys.
+    pub(crate) default_config: bool,
 }
 
 /// A started target. Dropping it kills its processes, stops the echo server
