@@ -15,6 +15,7 @@ const LIMIT: Duration = Duration::from_secs(50);
 const EVERY_TARGET: &[&str] = &[
     "A: daemon direct (NDJSON)",
     "B: WebSocket echo",
+    "B2: WebSocket echo process",
     "C: byte relay → daemon (NDJSON)",
     "switchyard jsonrpc-ws → ndjson",
     "switchyard holon-rpc → ndjson",

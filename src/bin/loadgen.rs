@@ -3,7 +3,7 @@
 //! Runs each scenario (`latency`, `throughput`, `large`, `fixed-rate`,
 //! `idle`, `fan-in`) against fresh instances of its targets: floor A (the
 //! reference daemon over NDJSON, no gateway), floor B (a bare in-process
-//! WebSocket echo), floor C (a byte relay process in front of the daemon:
+//! WebSocket echo), floor B2 (the same echo in a process of its own), floor C (a byte relay process in front of the daemon:
 //! the cost of one more process hop, see `relay`) and five switchyard gateways: the JSON-RPC, holon-rpc,
 //! Sideband JSON and Sideband CBOR WebSocket listeners in front of the
 //! NDJSON daemon, and an NDJSON listener in front of the JSON-RPC WebSocket
@@ -114,6 +114,10 @@ struct Cli {
     /// Internal: the daemon socket floor C relays to.
     #[arg(long, hide = true, requires = "relay_listen")]
     relay_to: Option<PathBuf>,
+    /// Internal: run as floor B2, a WebSocket echo listening on this
+    /// loopback address (loadgen starts itself this way).
+    #[arg(long, hide = true)]
+    echo_listen: Option<std::net::SocketAddr>,
 }
 
 fn main() -> ExitCode {
@@ -130,6 +134,15 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("loadgen relay: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if let Some(addr) = cli.echo_listen {
+        return match runtime.block_on(echo::serve(addr)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("loadgen echo: {e:#}");
                 ExitCode::FAILURE
             }
         };

@@ -38,6 +38,8 @@ pub(crate) enum Role {
     FloorA,
     /// Floor B: a bare in-process WebSocket echo.
     FloorB,
+    /// Floor B2: the same echo in a process of its own.
+    FloorB2,
     /// Floor C: a byte relay process in front of the daemon.
     FloorC,
     /// A switchyard listener in front of a reference daemon.
@@ -51,6 +53,8 @@ pub(crate) enum Server {
     Daemon,
     /// The in-process WebSocket echo.
     WsEcho,
+    /// The WebSocket echo as its own process (loadgen re-executed).
+    WsEchoProcess,
     /// loadgen's byte relay process in front of the NDJSON daemon.
     Relay,
     /// A switchyard process with one listener of the first dialect, in
@@ -126,6 +130,12 @@ pub(crate) fn standard() -> Vec<TargetSpec> {
             wire: Wire::JsonRpc,
         },
         TargetSpec {
+            name: "B2: WebSocket echo process",
+            role: Role::FloorB2,
+            server: Server::WsEchoProcess,
+            wire: Wire::JsonRpc,
+        },
+        TargetSpec {
             name: "C: byte relay → daemon (NDJSON)",
             role: Role::FloorC,
             server: Server::Relay,
@@ -187,6 +197,17 @@ impl TargetSpec {
                     daemon_pid: None,
                     children: Vec::new(),
                     _echo: Some(echo),
+                    _dir: dir,
+                })
+            }
+            Server::WsEchoProcess => {
+                let (echo, endpoint) = launch::echo_process(dir.path()).await?;
+                Ok(Live {
+                    endpoint,
+                    server_pid: Some(echo.id()),
+                    daemon_pid: None,
+                    children: vec![echo],
+                    _echo: None,
                     _dir: dir,
                 })
             }

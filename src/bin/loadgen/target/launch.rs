@@ -68,6 +68,31 @@ pub(super) async fn relay(daemon: &Path, dir: &Path) -> anyhow::Result<(ChildGua
     Ok((relay, socket))
 }
 
+/// Floor B2: this loadgen executable as a WebSocket echo on a free
+/// loopback port, once it accepts.
+pub(super) async fn echo_process(dir: &Path) -> anyhow::Result<(ChildGuard, Endpoint)> {
+    let addr = free_port().context("picking a free port")?;
+    let exe = std::env::current_exe().context("locating the loadgen executable")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--echo-listen").arg(addr.to_string());
+    let mut echo = ChildGuard::spawn("echo process", cmd, &dir.join("echo.log"))?;
+    until_tcp(&mut echo, addr).await?;
+    Ok((echo, ws_endpoint(addr, "/")))
+}
+
+/// Waits until `child` accepts TCP connections on `addr`.
+async fn until_tcp(child: &mut ChildGuard, addr: SocketAddr) -> anyhow::Result<()> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    while TcpStream::connect(addr).await.is_err() {
+        child.check_alive()?;
+        if Instant::now() >= deadline {
+            bail!("the {} did not listen on {addr} in time", child.name());
+        }
+        tokio::time::sleep(PROBE_EVERY).await;
+    }
+    Ok(())
+}
+
 /// Waits until `child` accepts connections on the Unix `socket`.
 async fn until_accepting(child: &mut ChildGuard, socket: &Path) -> anyhow::Result<()> {
     let deadline = Instant::now() + READY_TIMEOUT;
@@ -99,14 +124,7 @@ pub(super) async fn ws_daemon(
         .arg("--ws-dialect")
         .arg("jsonrpc");
     let mut daemon = ChildGuard::spawn("ws daemon", cmd, &dir.join("ws-daemon.log"))?;
-    let deadline = Instant::now() + READY_TIMEOUT;
-    while TcpStream::connect(addr).await.is_err() {
-        daemon.check_alive()?;
-        if Instant::now() >= deadline {
-            bail!("the WebSocket daemon did not listen on {addr} in time");
-        }
-        tokio::time::sleep(PROBE_EVERY).await;
-    }
+    until_tcp(&mut daemon, addr).await?;
     Ok((daemon, format!("ws://{addr}/rpc")))
 }
 
