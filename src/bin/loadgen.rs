@@ -41,6 +41,8 @@ mod relay;
 mod report;
 #[path = "loadgen/scenario.rs"]
 mod scenario;
+#[path = "loadgen/soak.rs"]
+mod soak;
 #[path = "loadgen/target.rs"]
 mod target;
 #[path = "loadgen/wire.rs"]
@@ -107,6 +109,17 @@ struct Cli {
     /// Exit with status 3 when a performance target is missed.
     #[arg(long)]
     strict: bool,
+    /// Instead of the scenarios: a soak of this long (`90s`, `30m`, `1h`;
+    /// a bare number is seconds) with mixed traffic in all four client
+    /// dialects through one switchyard; exits non-zero on any misrouted or
+    /// lost request, or RSS growth.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    soak: Option<Duration>,
+    /// With --soak: kill and restart the daemon every 20 s (5 s with
+    /// --smoke), stall readers, reconnect in loops, drop connections with
+    /// requests in flight, inject garbage and oversize messages.
+    #[arg(long, requires = "soak")]
+    chaos: bool,
     /// Internal: run as floor C, a byte relay listening on this socket
     /// (loadgen starts itself this way).
     #[arg(long, hide = true, requires = "relay_to")]
@@ -176,6 +189,21 @@ async fn run(cli: Cli) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(duration) = cli.soak {
+        let settings = soak::Settings {
+            duration,
+            chaos: cli.chaos,
+            smoke: cli.smoke,
+        };
+        return match soak::run(settings, &start, &config_line(&start)).await {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(e) => {
+                eprintln!("loadgen soak: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if !cli.json {
         print_header(&opts, &start);
     }
@@ -312,4 +340,48 @@ fn emit(text: &str) {
     let _ = writeln!(out, "{text}");
     // Same: a closed stdout has no reader to flush to.
     let _ = out.flush();
+}
+
+/// `90s`, `30m`, `1h`, `500ms`, or a bare number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (num, unit) = text.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a number and a unit (90s, 30m, 1h)"))?;
+    let d = match unit {
+        "" | "s" => Duration::from_secs(n),
+        "ms" => Duration::from_millis(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        _ => {
+            return Err(format!(
+                "{text:?}: unknown unit {unit:?} (use ms, s, m or h)"
+            ))
+        }
+    };
+    if d.is_zero() {
+        return Err(String::from("the duration must be above zero"));
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("20"), Ok(Duration::from_secs(20)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        for bad in ["", "m", "10x", "0s", "-5s", "1.5m"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
 }

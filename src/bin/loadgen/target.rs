@@ -265,7 +265,7 @@ impl TargetSpec {
 }
 
 /// Waits until a gateway answers an echo through its upstream.
-async fn probe_echo(
+pub(crate) async fn probe_echo(
     endpoint: &Endpoint,
     wire: Wire,
     children: &mut [ChildGuard],

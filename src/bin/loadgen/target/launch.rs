@@ -41,7 +41,7 @@ pub(crate) enum Upstream {
 }
 
 /// `switchyard daemon --socket DIR/daemon.sock`, once it accepts.
-pub(super) async fn ndjson_daemon(
+pub(crate) async fn ndjson_daemon(
     opts: &StartOpts,
     dir: &Path,
 ) -> anyhow::Result<(ChildGuard, PathBuf)> {
