@@ -113,7 +113,12 @@ struct Cli {
     /// a bare number is seconds) with mixed traffic in all four client
     /// dialects through one switchyard; exits non-zero on any misrouted or
     /// lost request, or RSS growth.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(
+        long,
+        value_parser = parse_duration,
+        value_name = "DURATION",
+        conflicts_with_all = ["json", "scenario", "strict"]
+    )]
     soak: Option<Duration>,
     /// With --soak: kill and restart the daemon every 20 s (5 s with
     /// --smoke), stall readers, reconnect in loops, drop connections with

@@ -184,6 +184,15 @@ fn rss_section(o: &Outcome<'_>, out: &mut String) -> Option<bool> {
             mib(hi)
         );
     }
+    if o.samples.len() >= 2 {
+        // Growth and one-off spikes look alike in min/max: show the course.
+        let last = o.samples.len() - 1;
+        let course: Vec<String> = (0..=10)
+            .map(|i| o.samples[last * i / 10])
+            .map(|(t, kib)| format!("{t:.0} s {:.1}", mib(kib)))
+            .collect();
+        let _ = writeln!(out, "- course (MiB): {}", course.join(", "));
+    }
     let (lo, hi, n) = judged?;
     let ratio = hi as f64 / lo.max(1) as f64;
     let flat = ratio <= MAX_RSS_RATIO;
