@@ -2,7 +2,8 @@
 //! its report: every scenario ran every target (each gateway listener
 //! included), every row carried verified traffic, and no reply was lost,
 //! errored or delivered to the wrong request. Performance is not judged
-//! here.
+//! here. A short soak with chaos (`--soak 10s --chaos --smoke`) must report
+//! no lost and no misrouted request; its RSS is not judged.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -10,11 +11,24 @@ use std::time::{Duration, Instant};
 
 /// The smoke run takes a few seconds; this bounds a hang.
 const LIMIT: Duration = Duration::from_secs(50);
+/// The soak smoke takes about 10 s; its clients may wait up to 40 s for
+/// replies at the end (switchyard's 30 s request timeout and a margin).
+const SOAK_LIMIT: Duration = Duration::from_secs(120);
+
+/// The soak's client rows that must carry verified traffic.
+const SOAK_STEADY_ROWS: [&str; 5] = [
+    "jsonrpc-ws steady",
+    "holon-rpc steady",
+    "sideband json steady",
+    "sideband cbor steady",
+    "ndjson steady",
+];
 
 /// The rows of a scenario that runs every standard target, in table order.
 const EVERY_TARGET: &[&str] = &[
     "A: daemon direct (NDJSON)",
     "B: WebSocket echo",
+    "B2: WebSocket echo process",
     "C: byte relay → daemon (NDJSON)",
     "switchyard jsonrpc-ws → ndjson",
     "switchyard holon-rpc → ndjson",
@@ -41,7 +55,7 @@ const EXPECTED: [(&str, &[&str]); 6] = [
 
 #[test]
 fn smoke_run_reports_no_lost_or_mismatched_replies() {
-    let (ok, stdout, stderr) = run_loadgen();
+    let (ok, stdout, stderr) = run_loadgen(&["--smoke"], LIMIT);
     assert!(ok, "loadgen failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
     for (scenario, rows) in EXPECTED {
         let table = section(&stdout, scenario);
@@ -65,10 +79,56 @@ fn smoke_run_reports_no_lost_or_mismatched_replies() {
     assert!(!stdout.contains("FAILED"), "a run failed:\n{stdout}");
 }
 
-/// Runs the smoke mode; returns (success, stdout, stderr).
-fn run_loadgen() -> (bool, String, String) {
+#[test]
+fn soak_smoke_with_chaos_reports_no_lost_or_misrouted_requests() {
+    let args = ["--soak", "10s", "--chaos", "--smoke"];
+    let (ok, stdout, stderr) = run_loadgen(&args, SOAK_LIMIT);
+    assert!(
+        ok,
+        "loadgen soak failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    for line in [
+        "- PASS misrouted: 0",
+        "- PASS lost: 0",
+        "- PASS daemon restarts",
+    ] {
+        assert!(stdout.contains(line), "no {line:?} in:\n{stdout}");
+    }
+    let rows: Vec<Vec<String>> = stdout
+        .lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("|---"))
+        .map(cells)
+        .collect();
+    let header = rows
+        .first()
+        .unwrap_or_else(|| panic!("no table:\n{stdout}"));
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("no {name} column in {header:?}"))
+    };
+    let (replies, lost, misrouted) = (col("replies"), col("lost"), col("misrouted"));
+    for row in &rows[1..] {
+        assert_eq!(row[lost], "0", "lost requests: {row:?}");
+        assert_eq!(row[misrouted], "0", "misrouted replies: {row:?}");
+    }
+    for label in SOAK_STEADY_ROWS {
+        let row = rows
+            .iter()
+            .find(|r| r[0] == label)
+            .unwrap_or_else(|| panic!("no row {label:?}:\n{stdout}"));
+        let n: u64 = row[replies].parse().expect("a count");
+        assert!(n > 0, "no verified replies for {label}: {row:?}");
+    }
+}
+
+/// Runs loadgen with `args` against the freshly built switchyard, killing
+/// it after `limit`; returns (success, stdout, stderr).
+fn run_loadgen(args: &[&str], limit: Duration) -> (bool, String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_loadgen"))
-        .args(["--smoke", "--switchyard", env!("CARGO_BIN_EXE_switchyard")])
+        .args(args)
+        .args(["--switchyard", env!("CARGO_BIN_EXE_switchyard")])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -84,12 +144,12 @@ fn run_loadgen() -> (bool, String, String) {
         if let Some(status) = child.try_wait().expect("wait for loadgen") {
             break status;
         }
-        if started.elapsed() > LIMIT {
+        if started.elapsed() > limit {
             // It may have exited just now; either way the panic reports it.
             let _ = child.kill();
             // Reaps it so no zombie outlives the test.
             let _ = child.wait();
-            panic!("loadgen --smoke took longer than {LIMIT:?}");
+            panic!("loadgen {args:?} took longer than {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(50));
     };

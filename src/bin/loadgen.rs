@@ -3,7 +3,7 @@
 //! Runs each scenario (`latency`, `throughput`, `large`, `fixed-rate`,
 //! `idle`, `fan-in`) against fresh instances of its targets: floor A (the
 //! reference daemon over NDJSON, no gateway), floor B (a bare in-process
-//! WebSocket echo), floor C (a byte relay process in front of the daemon:
+//! WebSocket echo), floor B2 (the same echo in a process of its own), floor C (a byte relay process in front of the daemon:
 //! the cost of one more process hop, see `relay`) and five switchyard gateways: the JSON-RPC, holon-rpc,
 //! Sideband JSON and Sideband CBOR WebSocket listeners in front of the
 //! NDJSON daemon, and an NDJSON listener in front of the JSON-RPC WebSocket
@@ -41,6 +41,8 @@ mod relay;
 mod report;
 #[path = "loadgen/scenario.rs"]
 mod scenario;
+#[path = "loadgen/soak.rs"]
+mod soak;
 #[path = "loadgen/target.rs"]
 mod target;
 #[path = "loadgen/wire.rs"]
@@ -96,12 +98,33 @@ struct Cli {
     /// 0 is one per core, switchyard's own default.
     #[arg(long, default_value_t = 0)]
     gateway_workers: usize,
+    /// Run the gateways with nothing but listener, upstream and route:
+    /// every other setting at switchyard's shipped defaults (fan-in still
+    /// sets pool_size 1).
+    #[arg(long, conflicts_with_all = ["pool_size", "gateway_workers"])]
+    default_config: bool,
     /// WebSocket connections held open in the idle scenario [default: 10000; 50 with --smoke].
     #[arg(long)]
     idle_connections: Option<usize>,
     /// Exit with status 3 when a performance target is missed.
     #[arg(long)]
     strict: bool,
+    /// Instead of the scenarios: a soak of this long (`90s`, `30m`, `1h`;
+    /// a bare number is seconds) with mixed traffic in all four client
+    /// dialects through one switchyard; exits non-zero on any misrouted or
+    /// lost request, or RSS growth.
+    #[arg(
+        long,
+        value_parser = parse_duration,
+        value_name = "DURATION",
+        conflicts_with_all = ["json", "scenario", "strict"]
+    )]
+    soak: Option<Duration>,
+    /// With --soak: kill and restart the daemon every 20 s (5 s with
+    /// --smoke), stall readers, reconnect in loops, drop connections with
+    /// requests in flight, inject garbage and oversize messages.
+    #[arg(long, requires = "soak")]
+    chaos: bool,
     /// Internal: run as floor C, a byte relay listening on this socket
     /// (loadgen starts itself this way).
     #[arg(long, hide = true, requires = "relay_to")]
@@ -109,6 +132,10 @@ struct Cli {
     /// Internal: the daemon socket floor C relays to.
     #[arg(long, hide = true, requires = "relay_listen")]
     relay_to: Option<PathBuf>,
+    /// Internal: run as floor B2, a WebSocket echo listening on this
+    /// loopback address (loadgen starts itself this way).
+    #[arg(long, hide = true)]
+    echo_listen: Option<std::net::SocketAddr>,
 }
 
 fn main() -> ExitCode {
@@ -125,6 +152,15 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("loadgen relay: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if let Some(addr) = cli.echo_listen {
+        return match runtime.block_on(echo::serve(addr)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("loadgen echo: {e:#}");
                 ExitCode::FAILURE
             }
         };
@@ -158,6 +194,21 @@ async fn run(cli: Cli) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(duration) = cli.soak {
+        let settings = soak::Settings {
+            duration,
+            chaos: cli.chaos,
+            smoke: cli.smoke,
+        };
+        return match soak::run(settings, &start, &config_line(&start)).await {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(e) => {
+                eprintln!("loadgen soak: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if !cli.json {
         print_header(&opts, &start);
     }
@@ -169,7 +220,7 @@ async fn run(cli: Cli) -> ExitCode {
         }
         results.push(result);
     }
-    finish(&results, &cli)
+    finish(&results, &cli, &start)
 }
 
 /// Options from the command line; locates switchyard; raises the fd limit.
@@ -183,13 +234,14 @@ fn setup(cli: &Cli) -> anyhow::Result<(Options, StartOpts)> {
     let opts = Options {
         duration: Duration::from_millis(cli.duration_ms.unwrap_or(default_ms).max(1)),
         smoke: cli.smoke,
-        pool_size: usize::from(cli.pool_size),
+        pool_size: (!cli.default_config).then_some(usize::from(cli.pool_size)),
         idle_conns: cap_idle(cli.idle_connections.unwrap_or(idle_default)),
     };
     let start = StartOpts {
         switchyard: procs::locate_switchyard(cli.switchyard.clone())?,
         pool_size: opts.pool_size,
         gateway_workers: cli.gateway_workers,
+        default_config: cli.default_config,
     };
     Ok((opts, start))
 }
@@ -217,27 +269,51 @@ fn print_header(opts: &Options, start: &StartOpts) {
     let cores = std::thread::available_parallelism().map_or(0, usize::from);
     let age = procs::age(&start.switchyard)
         .map_or_else(String::new, |a| format!(" (built {} s ago)", a.as_secs()));
+    let heading = if start.default_config {
+        "## switchyard loadgen: DEFAULT configuration"
+    } else {
+        "## switchyard loadgen: tuned configuration"
+    };
     emit(&format!(
-        "## switchyard loadgen\n\n{} ms per run (plus warm-up), pool_size {}, gateway workers {}, \
-         idle N {}, {cores} cores, switchyard binary {}{age}{}\n",
+        "{heading}\n\nconfiguration: {}\n\n{} ms per run (plus warm-up), idle N {}, {cores} cores, \
+         switchyard binary {}{age}{}\n",
+        config_line(start),
         opts.duration.as_millis(),
-        opts.pool_size,
-        match start.gateway_workers {
-            0 => "one per core".to_owned(),
-            n => n.to_string(),
-        },
         opts.idle_conns,
         start.switchyard.display(),
         if opts.smoke { ", SMOKE" } else { "" },
     ));
 }
 
+/// Which gateway configuration the runs use, in one line.
+fn config_line(start: &StartOpts) -> String {
+    if start.default_config {
+        return String::from(
+            "default (--default-config): only listener, upstream and route keys; every other \
+             setting at switchyard's shipped defaults (fan-in alone sets pool_size 1)",
+        );
+    }
+    format!(
+        "tuned: pool_size {}, gateway workers {}, listener max_in_flight and outbox_capacity \
+         4,096, upstream max_in_flight_per_connection, max_pending and max_queued 65,536, \
+         backoff 20-200 ms, log level warn (pass --default-config for the shipped defaults)",
+        start
+            .pool_size
+            .map_or_else(|| "default".to_owned(), |p| p.to_string()),
+        match start.gateway_workers {
+            0 => "one per core".to_owned(),
+            n => n.to_string(),
+        },
+    )
+}
+
 /// Prints the verdicts and the correctness summary; picks the exit status.
-fn finish(results: &[ScenarioResult], cli: &Cli) -> ExitCode {
+fn finish(results: &[ScenarioResult], cli: &Cli, start: &StartOpts) -> ExitCode {
     let verdicts = report::verdicts(results, cli.smoke);
     let (checked, mismatched, lost, failed) = report::correctness(results);
     if cli.json {
         let doc = serde_json::json!({
+            "configuration": config_line(start),
             "scenarios": results,
             "verdicts": verdicts,
             "replies_checked": checked,
@@ -269,4 +345,48 @@ fn emit(text: &str) {
     let _ = writeln!(out, "{text}");
     // Same: a closed stdout has no reader to flush to.
     let _ = out.flush();
+}
+
+/// `90s`, `30m`, `1h`, `500ms`, or a bare number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (num, unit) = text.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a number and a unit (90s, 30m, 1h)"))?;
+    let d = match unit {
+        "" | "s" => Duration::from_secs(n),
+        "ms" => Duration::from_millis(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        _ => {
+            return Err(format!(
+                "{text:?}: unknown unit {unit:?} (use ms, s, m or h)"
+            ))
+        }
+    };
+    if d.is_zero() {
+        return Err(String::from("the duration must be above zero"));
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("20"), Ok(Duration::from_secs(20)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        for bad in ["", "m", "10x", "0s", "-5s", "1.5m"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -1,8 +1,11 @@
-//! Floor B: a bare WebSocket echo server inside the load generator.
+//! Floors B and B2: a bare WebSocket echo server.
 //!
 //! It sends every text frame straight back, so a client measures only its
 //! own WebSocket work plus one trivial server. Like switchyard's writer, it
-//! coalesces the frames that are already waiting into one flush.
+//! coalesces the frames that are already waiting into one flush. Floor B
+//! runs it inside the load generator ([`EchoServer`]); floor B2 runs it in
+//! a process of its own (`loadgen --echo-listen ADDR`, a hidden flag:
+//! [`serve`]), as a gateway is.
 
 use std::io;
 use std::net::SocketAddr;
@@ -44,6 +47,13 @@ impl EchoServer {
     pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
+}
+
+/// Floor B2: serves on `addr` until the process is killed.
+pub(crate) async fn serve(addr: SocketAddr) -> io::Result<()> {
+    let listener = TcpListener::bind(addr).await?;
+    accept_loop(listener, CancellationToken::new()).await;
+    Ok(())
 }
 
 impl Drop for EchoServer {

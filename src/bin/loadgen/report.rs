@@ -2,46 +2,20 @@
 //!
 //! Ratios are against the floors of the same scenario: `xB` divides a
 //! target's req/s by floor B's (the bare WebSocket echo: what the client's
-//! own WebSocket work allows), `xA` by floor A's (the daemon over NDJSON
-//! with no gateway), and `p99-B` is the extra p99 latency over floor B.
+//! own WebSocket work allows), `xB2` by floor B2's (the same echo as a
+//! process of its own, as a gateway is), `xC` by floor C's (a byte relay
+//! process), `xA` by floor A's (the daemon over NDJSON with no gateway),
+//! and `p99-B` is the extra p99 latency over floor B.
+
+#[path = "report/verdicts.rs"]
+mod verdicts;
 
 use std::fmt::Write as _;
 
 use super::measure::{RunResult, ScenarioResult};
 use super::target::Role;
 
-/// The issue's thresholds.
-const MIN_THROUGHPUT_VS_B: f64 = 0.60;
-const MAX_P99_OVER_B_US: f64 = 150.0;
-const MAX_IDLE_BYTES_PER_CONN: f64 = 64.0 * 1024.0;
-const MIN_FAN_IN_VS_16: f64 = 0.80;
-
-/// How a target fared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub(crate) enum Status {
-    /// Met.
-    Pass,
-    /// Missed.
-    Fail,
-    /// Its scenario did not run.
-    Skip,
-    /// Smoke runs are too small to judge performance.
-    NotJudged,
-    /// Floor C judged by the same rule: not a target, the bound that any
-    /// extra process between client and daemon meets on this machine.
-    Reference,
-}
-
-/// One line of the verdict list.
-#[derive(Debug, serde::Serialize)]
-pub(crate) struct Verdict {
-    /// The target, as the issue states it.
-    pub(crate) target: String,
-    /// The outcome.
-    pub(crate) status: Status,
-    /// Measured values and the margin.
-    pub(crate) detail: String,
-}
+pub(crate) use self::verdicts::{verdict_lines, verdicts, Status};
 
 /// A scenario's Markdown section: heading, description, table.
 pub(crate) fn table(sc: &ScenarioResult) -> String {
@@ -62,11 +36,11 @@ pub(crate) fn table(sc: &ScenarioResult) -> String {
 
 fn traffic_table(sc: &ScenarioResult, out: &mut String) {
     out.push_str(
-        "| target | load | req/s | xB | xA | p50 µs | p90 µs | p99 µs | p99.9 µs | p99-B µs \
+        "| target | load | req/s | xB | xB2 | xC | xA | p50 µs | p90 µs | p99 µs | p99.9 µs | p99-B µs \
          | errors | mismatched | lost | server CPU s | CPU µs/req | daemon CPU s | loadgen CPU s \
          | other CPU s | server peak RSS MiB |\n",
     );
-    out.push_str(&"|---".repeat(19));
+    out.push_str(&"|---".repeat(21));
     out.push_str("|\n");
     let floor = |role| {
         sc.runs
@@ -74,6 +48,7 @@ fn traffic_table(sc: &ScenarioResult, out: &mut String) {
             .find(|r| r.role == role && r.failure.is_none())
     };
     let (a, b) = (floor(Role::FloorA), floor(Role::FloorB));
+    let (b2, c) = (floor(Role::FloorB2), floor(Role::FloorC));
     for r in &sc.runs {
         let [p50, p90, p99, p999, _] = r.latency_us;
         let per_req = r
@@ -85,6 +60,8 @@ fn traffic_table(sc: &ScenarioResult, out: &mut String) {
             load_cell(r),
             format!("{:.0}", r.rps),
             ratio(r.rps, b.map(|b| b.rps)),
+            ratio(r.rps, b2.map(|b| b.rps)),
+            ratio(r.rps, c.map(|c| c.rps)),
             ratio(r.rps, a.map(|a| a.rps)),
             format!("{p50:.1}"),
             format!("{p90:.1}"),
@@ -162,197 +139,6 @@ fn opt(x: Option<f64>, decimals: usize) -> String {
 
 fn dash() -> String {
     String::from("—")
-}
-
-// === verdicts ===
-
-/// The issue's targets, judged against the results (`smoke`: not judged).
-pub(crate) fn verdicts(results: &[ScenarioResult], smoke: bool) -> Vec<Verdict> {
-    let find = |name: &str| results.iter().find(|s| s.name == name);
-    let mut out = Vec::new();
-    vs_floor_b(
-        find("throughput"),
-        "throughput >= 60 % of floor B",
-        &mut out,
-        |g, b| judge_ratio(g.rps, b.rps, MIN_THROUGHPUT_VS_B, "req/s"),
-    );
-    vs_floor_b(
-        find("fixed-rate"),
-        "fixed-rate p99 <= floor B p99 + 150 µs",
-        &mut out,
-        |g, b| {
-            let (gp, bp) = (g.latency_us[2], b.latency_us[2]);
-            let over = gp - bp;
-            let ok = over <= MAX_P99_OVER_B_US;
-            let detail = format!(
-            "p99 {gp:.1} µs vs floor B {bp:.1} µs: {over:+.1} µs (limit +150 µs, {} by {:.1} µs)",
-            if ok { "under" } else { "over" },
-            (MAX_P99_OVER_B_US - over).abs()
-        );
-            (ok, detail)
-        },
-    );
-    vs_floor_b(
-        find("large"),
-        "large >= 60 % of floor B",
-        &mut out,
-        |g, b| judge_ratio(g.rps, b.rps, MIN_THROUGHPUT_VS_B, "req/s"),
-    );
-    idle_verdicts(find("idle"), &mut out);
-    fan_in_verdict(find("fan-in"), &mut out);
-    if smoke {
-        for v in &mut out {
-            if v.status != Status::Skip {
-                v.status = Status::NotJudged;
-            }
-        }
-    }
-    out
-}
-
-/// One verdict per gateway row of a scenario, judged against floor B.
-fn vs_floor_b(
-    sc: Option<&ScenarioResult>,
-    target: &str,
-    out: &mut Vec<Verdict>,
-    judge: impl Fn(&RunResult, &RunResult) -> (bool, String),
-) {
-    let Some(sc) = sc else {
-        out.push(skip(target));
-        return;
-    };
-    let b = sc.runs.iter().find(|r| r.role == Role::FloorB);
-    let judged = |r: &RunResult| match b {
-        Some(b) if b.failure.is_none() && r.failure.is_none() => judge(r, b),
-        _ => (false, String::from("a run failed; nothing to compare")),
-    };
-    for g in sc.runs.iter().filter(|r| r.role == Role::Gateway) {
-        let (ok, detail) = judged(g);
-        out.push(Verdict {
-            target: format!("{target} [{}]", g.label),
-            status: if ok { Status::Pass } else { Status::Fail },
-            detail,
-        });
-    }
-    for c in sc.runs.iter().filter(|r| r.role == Role::FloorC) {
-        out.push(Verdict {
-            target: format!("{target} [{}]", c.label),
-            status: Status::Reference,
-            detail: judged(c).1,
-        });
-    }
-}
-
-/// `x >= min * floor`, with the margin in percentage points.
-fn judge_ratio(x: f64, floor: f64, min: f64, unit: &str) -> (bool, String) {
-    let r = if floor > 0.0 { x / floor } else { 0.0 };
-    let ok = r >= min;
-    let detail = format!(
-        "{x:.0} {unit} = {:.1} % of floor B ({floor:.0}); target >= {:.0} %, {} by {:.1} points",
-        r * 100.0,
-        min * 100.0,
-        if ok { "above" } else { "short" },
-        ((r - min) * 100.0).abs()
-    );
-    (ok, detail)
-}
-
-fn idle_verdicts(sc: Option<&ScenarioResult>, out: &mut Vec<Verdict>) {
-    let target = "idle <= 64 KiB RSS per connection";
-    let Some(sc) = sc else {
-        out.push(skip(target));
-        return;
-    };
-    for r in &sc.runs {
-        let per = r.idle.and_then(|i| i.bytes_per_conn());
-        let (status, detail) = match (per, &r.failure) {
-            (Some(per), None) => {
-                let ok = per <= MAX_IDLE_BYTES_PER_CONN && r.lost == 0 && r.mismatches == 0;
-                let open = r.idle.map_or(0, |i| i.open);
-                let detail = format!(
-                    "{:.1} KiB per connection over {open} connections (limit 64 KiB, {} by {:.1} KiB)",
-                    per / 1024.0,
-                    if per <= MAX_IDLE_BYTES_PER_CONN { "under" } else { "over" },
-                    (MAX_IDLE_BYTES_PER_CONN - per).abs() / 1024.0
-                );
-                (if ok { Status::Pass } else { Status::Fail }, detail)
-            }
-            _ => (Status::Fail, String::from("no measurement")),
-        };
-        out.push(Verdict {
-            target: format!("{target} [{}]", r.label),
-            status,
-            detail,
-        });
-    }
-}
-
-fn fan_in_verdict(sc: Option<&ScenarioResult>, out: &mut Vec<Verdict>) {
-    let target = "fan-in: zero lost/misrouted, many clients within 20 % of 16 clients";
-    let Some(sc) = sc else {
-        out.push(skip(target));
-        return;
-    };
-    let (status, detail) = match sc.runs.as_slice() {
-        [many, few] if many.failure.is_none() && few.failure.is_none() => {
-            let bad = many.lost + many.mismatches + few.lost + few.mismatches;
-            let r = if few.rps > 0.0 {
-                many.rps / few.rps
-            } else {
-                0.0
-            };
-            let ok = bad == 0 && r >= MIN_FAN_IN_VS_16;
-            let detail =
-                format!(
-                "{} lost+misrouted; {:.0} req/s with {} clients = {:.1} % of {:.0} req/s with {} \
-                 (target >= {:.0} %, {} by {:.1} points)",
-                bad,
-                many.rps,
-                many.load.map_or(0, |l| l.conns),
-                r * 100.0,
-                few.rps,
-                few.load.map_or(0, |l| l.conns),
-                MIN_FAN_IN_VS_16 * 100.0,
-                if r >= MIN_FAN_IN_VS_16 { "above" } else { "short" },
-                ((r - MIN_FAN_IN_VS_16) * 100.0).abs()
-            );
-            (if ok { Status::Pass } else { Status::Fail }, detail)
-        }
-        _ => (
-            Status::Fail,
-            String::from("a run failed; nothing to compare"),
-        ),
-    };
-    out.push(Verdict {
-        target: target.to_owned(),
-        status,
-        detail,
-    });
-}
-
-fn skip(target: &str) -> Verdict {
-    Verdict {
-        target: target.to_owned(),
-        status: Status::Skip,
-        detail: String::from("scenario not run"),
-    }
-}
-
-/// The verdict list as Markdown lines.
-pub(crate) fn verdict_lines(verdicts: &[Verdict]) -> String {
-    let mut out = String::from("### targets\n\n");
-    for v in verdicts {
-        let status = match v.status {
-            Status::Pass => "PASS",
-            Status::Fail => "FAIL",
-            Status::Skip => "SKIP",
-            Status::NotJudged => "NOT JUDGED (smoke)",
-            Status::Reference => "REF",
-        };
-        // Writing to a String cannot fail.
-        let _ = writeln!(out, "- {status} {}: {}", v.target, v.detail);
-    }
-    out
 }
 
 /// Replies checked, and the mismatched and lost ones, over every run.

@@ -30,8 +30,9 @@ pub(crate) struct Options {
     pub(crate) duration: Duration,
     /// Tiny loads for the smoke test.
     pub(crate) smoke: bool,
-    /// switchyard's upstream pool size (fan-in always uses 1).
-    pub(crate) pool_size: usize,
+    /// switchyard's upstream pool size (fan-in always uses 1); `None`:
+    /// switchyard's default (`--default-config`).
+    pub(crate) pool_size: Option<usize>,
     /// Connections held open in the idle scenario.
     pub(crate) idle_conns: usize,
 }
@@ -54,8 +55,8 @@ pub(crate) struct Run {
     pub(crate) target: TargetSpec,
     /// What it is given.
     pub(crate) shape: Shape,
-    /// switchyard's upstream pool size for this run.
-    pub(crate) pool_size: usize,
+    /// switchyard's upstream pool size for this run (`None`: its default).
+    pub(crate) pool_size: Option<usize>,
 }
 
 /// A named list of runs, reported as one table.
@@ -180,7 +181,7 @@ fn fan_in_runs(smoke: bool) -> Vec<Run> {
                 params_bytes: 256,
                 rate: None,
             }),
-            pool_size: 1,
+            pool_size: Some(1),
         })
         .collect()
 }

@@ -10,7 +10,7 @@
 //! switchyard with a generated configuration.
 
 #[path = "target/launch.rs"]
-mod launch;
+pub(crate) mod launch;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -38,6 +38,8 @@ pub(crate) enum Role {
     FloorA,
     /// Floor B: a bare in-process WebSocket echo.
     FloorB,
+    /// Floor B2: the same echo in a process of its own.
+    FloorB2,
     /// Floor C: a byte relay process in front of the daemon.
     FloorC,
     /// A switchyard listener in front of a reference daemon.
@@ -51,6 +53,8 @@ pub(crate) enum Server {
     Daemon,
     /// The in-process WebSocket echo.
     WsEcho,
+    /// The WebSocket echo as its own process (loadgen re-executed).
+    WsEchoProcess,
     /// loadgen's byte relay process in front of the NDJSON daemon.
     Relay,
     /// A switchyard process with one listener of the first dialect, in
@@ -78,10 +82,13 @@ pub(crate) struct TargetSpec {
 pub(crate) struct StartOpts {
     /// The `switchyard` binary (also runs the daemons).
     pub(crate) switchyard: PathBuf,
-    /// Upstream connections from switchyard to its daemon.
-    pub(crate) pool_size: usize,
+    /// Upstream connections from switchyard to its daemon (`None`: not
+    /// written, switchyard's default).
+    pub(crate) pool_size: Option<usize>,
     /// switchyard's `[gateway] worker_threads` (0: one per core).
     pub(crate) gateway_workers: usize,
+    /// `--default-config`: write only listener, upstream and route keys.
+    pub(crate) default_config: bool,
 }
 
 /// A started target. Dropping it kills its processes, stops the echo server
@@ -120,6 +127,12 @@ pub(crate) fn standard() -> Vec<TargetSpec> {
             name: "B: WebSocket echo",
             role: Role::FloorB,
             server: Server::WsEcho,
+            wire: Wire::JsonRpc,
+        },
+        TargetSpec {
+            name: "B2: WebSocket echo process",
+            role: Role::FloorB2,
+            server: Server::WsEchoProcess,
             wire: Wire::JsonRpc,
         },
         TargetSpec {
@@ -187,6 +200,17 @@ impl TargetSpec {
                     _dir: dir,
                 })
             }
+            Server::WsEchoProcess => {
+                let (echo, endpoint) = launch::echo_process(dir.path()).await?;
+                Ok(Live {
+                    endpoint,
+                    server_pid: Some(echo.id()),
+                    daemon_pid: None,
+                    children: vec![echo],
+                    _echo: None,
+                    _dir: dir,
+                })
+            }
             Server::Daemon => {
                 let (daemon, socket) = launch::ndjson_daemon(opts, dir.path()).await?;
                 Ok(Live {
@@ -241,7 +265,7 @@ impl TargetSpec {
 }
 
 /// Waits until a gateway answers an echo through its upstream.
-async fn probe_echo(
+pub(crate) async fn probe_echo(
     endpoint: &Endpoint,
     wire: Wire,
     children: &mut [ChildGuard],

@@ -18,9 +18,22 @@ use super::{StartOpts, PROBE_EVERY, READY_TIMEOUT};
 /// The path switchyard's WebSocket listeners serve.
 const LISTENER_PATH: &str = "/rpc";
 
+/// One listener of a generated configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct ListenerSpec {
+    /// `[listeners.<name>]`.
+    pub(crate) name: &'static str,
+    /// Its dialect.
+    pub(crate) dialect: Dialect,
+    /// The keys that say where it listens (`address` and `path`, or `socket`).
+    pub(crate) location: String,
+    /// Sideband only: whether it offers CBOR envelopes (`None`: the default).
+    pub(crate) sideband_cbor: Option<bool>,
+}
+
 /// What switchyard forwards to.
 #[derive(Debug, Clone)]
-pub(super) enum Upstream {
+pub(crate) enum Upstream {
     /// The NDJSON daemon's Unix socket.
     Ndjson(PathBuf),
     /// The WebSocket daemon's `ws://…/rpc` URL.
@@ -28,7 +41,7 @@ pub(super) enum Upstream {
 }
 
 /// `switchyard daemon --socket DIR/daemon.sock`, once it accepts.
-pub(super) async fn ndjson_daemon(
+pub(crate) async fn ndjson_daemon(
     opts: &StartOpts,
     dir: &Path,
 ) -> anyhow::Result<(ChildGuard, PathBuf)> {
@@ -53,6 +66,31 @@ pub(super) async fn relay(daemon: &Path, dir: &Path) -> anyhow::Result<(ChildGua
     let mut relay = ChildGuard::spawn("relay", cmd, &dir.join("relay.log"))?;
     until_accepting(&mut relay, &socket).await?;
     Ok((relay, socket))
+}
+
+/// Floor B2: this loadgen executable as a WebSocket echo on a free
+/// loopback port, once it accepts.
+pub(super) async fn echo_process(dir: &Path) -> anyhow::Result<(ChildGuard, Endpoint)> {
+    let addr = free_port().context("picking a free port")?;
+    let exe = std::env::current_exe().context("locating the loadgen executable")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--echo-listen").arg(addr.to_string());
+    let mut echo = ChildGuard::spawn("echo process", cmd, &dir.join("echo.log"))?;
+    until_tcp(&mut echo, addr).await?;
+    Ok((echo, ws_endpoint(addr, "/")))
+}
+
+/// Waits until `child` accepts TCP connections on `addr`.
+async fn until_tcp(child: &mut ChildGuard, addr: SocketAddr) -> anyhow::Result<()> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    while TcpStream::connect(addr).await.is_err() {
+        child.check_alive()?;
+        if Instant::now() >= deadline {
+            bail!("the {} did not listen on {addr} in time", child.name());
+        }
+        tokio::time::sleep(PROBE_EVERY).await;
+    }
+    Ok(())
 }
 
 /// Waits until `child` accepts connections on the Unix `socket`.
@@ -86,14 +124,7 @@ pub(super) async fn ws_daemon(
         .arg("--ws-dialect")
         .arg("jsonrpc");
     let mut daemon = ChildGuard::spawn("ws daemon", cmd, &dir.join("ws-daemon.log"))?;
-    let deadline = Instant::now() + READY_TIMEOUT;
-    while TcpStream::connect(addr).await.is_err() {
-        daemon.check_alive()?;
-        if Instant::now() >= deadline {
-            bail!("the WebSocket daemon did not listen on {addr} in time");
-        }
-        tokio::time::sleep(PROBE_EVERY).await;
-    }
+    until_tcp(&mut daemon, addr).await?;
     Ok((daemon, format!("ws://{addr}/rpc")))
 }
 
@@ -107,30 +138,54 @@ pub(super) fn switchyard(
     upstream: &Upstream,
     dir: &Path,
 ) -> anyhow::Result<(ChildGuard, Endpoint)> {
-    let (listen, endpoint) = if listener.is_websocket() {
-        let addr = free_port().context("picking a free port")?;
-        let listen = format!("address = \"{addr}\"\npath = \"{LISTENER_PATH}\"");
-        (listen, ws_endpoint(addr, LISTENER_PATH))
-    } else {
-        let socket = dir.join("gateway.sock");
-        let listen = format!("socket = \"{}\"", socket.display());
-        (listen, Endpoint::Unix(socket))
+    let (spec, endpoint) = listener_spec("bench", listener, dir)?;
+    let spec = ListenerSpec {
+        sideband_cbor: (listener == Dialect::Sideband).then_some(sideband_cbor),
+        ..spec
     };
-    let upstream = match upstream {
-        Upstream::Ndjson(socket) => format!(
-            "dialect = \"{}\"\nsocket = \"{}\"",
-            Dialect::Ndjson,
-            socket.display()
-        ),
-        Upstream::JsonRpcWs(url) => format!("dialect = \"{}\"\nurl = \"{url}\"", Dialect::JsonRpc),
-    };
-    let toml = gateway_toml(listener, &listen, sideband_cbor, &upstream, opts);
+    let gateway = start_switchyard(opts, &[spec], upstream, dir)?;
+    Ok((gateway, endpoint))
+}
+
+/// Starts `switchyard run` with `listeners`, each routed to `upstream`.
+pub(crate) fn start_switchyard(
+    opts: &StartOpts,
+    listeners: &[ListenerSpec],
+    upstream: &Upstream,
+    dir: &Path,
+) -> anyhow::Result<ChildGuard> {
+    let toml = gateway_toml(listeners, upstream, opts);
     let config = dir.join("switchyard.toml");
     std::fs::write(&config, toml).context("writing the switchyard config")?;
     let mut cmd = Command::new(&opts.switchyard);
     cmd.arg("run").arg("--config").arg(&config);
-    let gateway = ChildGuard::spawn("switchyard", cmd, &dir.join("switchyard.log"))?;
-    Ok((gateway, endpoint))
+    ChildGuard::spawn("switchyard", cmd, &dir.join("switchyard.log"))
+}
+
+/// A listener named `name` of `dialect`: a free loopback port for the
+/// WebSocket dialects, `DIR/<name>.sock` for NDJSON; and where clients
+/// connect to it.
+pub(crate) fn listener_spec(
+    name: &'static str,
+    dialect: Dialect,
+    dir: &Path,
+) -> anyhow::Result<(ListenerSpec, Endpoint)> {
+    let (location, endpoint) = if dialect.is_websocket() {
+        let addr = free_port().context("picking a free port")?;
+        let location = format!("address = \"{addr}\"\npath = \"{LISTENER_PATH}\"");
+        (location, ws_endpoint(addr, LISTENER_PATH))
+    } else {
+        let socket = dir.join(format!("{name}.sock"));
+        let location = format!("socket = \"{}\"", socket.display());
+        (location, Endpoint::Unix(socket))
+    };
+    let spec = ListenerSpec {
+        name,
+        dialect,
+        location,
+        sideband_cbor: None,
+    };
+    Ok((spec, endpoint))
 }
 
 /// A WebSocket endpoint on a loopback address.
@@ -146,50 +201,140 @@ fn free_port() -> std::io::Result<SocketAddr> {
     std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()
 }
 
-/// One listener and one upstream, with admission limits raised far above
-/// any scenario so that only the data path is measured. `listen` and
-/// `upstream` are the keys that say where each is.
-fn gateway_toml(
-    dialect: Dialect,
-    listen: &str,
-    sideband_cbor: bool,
-    upstream: &str,
-    opts: &StartOpts,
-) -> String {
-    let (pool, workers) = (opts.pool_size, opts.gateway_workers);
-    // `sideband_cbor` is a Sideband key; other dialects leave it out.
-    let cbor = if dialect == Dialect::Sideband {
-        format!("sideband_cbor = {sideband_cbor}\n")
-    } else {
-        String::new()
-    };
-    format!(
-        r#"[gateway]
-shutdown_grace_ms = 100
-worker_threads = {workers}
+/// The configuration: `listeners`, each routed to `upstream`.
+///
+/// Tuned (the default): admission limits raised far above any scenario so
+/// that only the data path is measured, the pool size and worker threads
+/// from the command line, quick reconnects, warnings only in the log.
+/// `--default-config`: nothing but where each listener and the upstream
+/// are, and the routes; every other key is left to switchyard's shipped
+/// defaults (except a pool size a scenario needs, fan-in's 1).
+fn gateway_toml(listeners: &[ListenerSpec], upstream: &Upstream, opts: &StartOpts) -> String {
+    let mut out = String::new();
+    if !opts.default_config {
+        out.push_str(&format!(
+            "[gateway]\nshutdown_grace_ms = 100\nworker_threads = {}\n\n[log]\nlevel = \"warn\"\n\n",
+            opts.gateway_workers
+        ));
+    }
+    for l in listeners {
+        out.push_str(&format!(
+            "[listeners.{}]\ndialect = \"{}\"\n{}\n",
+            l.name,
+            l.dialect.as_str(),
+            l.location
+        ));
+        if !opts.default_config {
+            out.push_str("max_in_flight = 4096\noutbox_capacity = 4096\n");
+        }
+        // A feature switch, not a tuning key: which envelopes the listener offers.
+        if let Some(cbor) = l.sideband_cbor.filter(|_| !opts.default_config) {
+            out.push_str(&format!("sideband_cbor = {cbor}\n"));
+        }
+        out.push('\n');
+    }
+    out.push_str("[upstreams.daemon]\n");
+    out.push_str(&match upstream {
+        Upstream::Ndjson(socket) => format!(
+            "dialect = \"{}\"\nsocket = \"{}\"\n",
+            Dialect::Ndjson,
+            socket.display()
+        ),
+        Upstream::JsonRpcWs(url) => {
+            format!("dialect = \"{}\"\nurl = \"{url}\"\n", Dialect::JsonRpc)
+        }
+    });
+    if let Some(pool) = opts.pool_size {
+        out.push_str(&format!("pool_size = {pool}\n"));
+    }
+    if !opts.default_config {
+        out.push_str(
+            "max_in_flight_per_connection = 65536\nmax_pending = 65536\nmax_queued = 65536\n\
+             backoff_initial_ms = 20\nbackoff_max_ms = 200\n",
+        );
+    }
+    for l in listeners {
+        out.push_str(&format!(
+            "\n[[routes]]\nlistener = \"{}\"\nupstream = \"daemon\"\n",
+            l.name
+        ));
+    }
+    out
+}
 
-[log]
-level = "warn"
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-[listeners.bench]
-dialect = "{dialect}"
-{listen}
-max_in_flight = 4096
-outbox_capacity = 4096
-{cbor}
-[upstreams.daemon]
-{upstream}
-pool_size = {pool}
-max_in_flight_per_connection = 65536
-max_pending = 65536
-max_queued = 65536
-backoff_initial_ms = 20
-backoff_max_ms = 200
+    fn opts(default_config: bool, pool_size: Option<usize>) -> StartOpts {
+        StartOpts {
+            switchyard: PathBuf::from("switchyard"),
+            pool_size,
+            gateway_workers: 1,
+            default_config,
+        }
+    }
 
-[[routes]]
-listener = "bench"
-upstream = "daemon"
-"#,
-        dialect = dialect.as_str(),
-    )
+    /// Every dialect as a listener, in front of the NDJSON daemon.
+    fn toml(opts: &StartOpts, dir: &Path) -> String {
+        let names = ["a", "b", "c", "d"];
+        let dialects = [
+            Dialect::JsonRpc,
+            Dialect::Holon,
+            Dialect::Sideband,
+            Dialect::Ndjson,
+        ];
+        let listeners: Vec<ListenerSpec> = names
+            .into_iter()
+            .zip(dialects)
+            .map(|(name, d)| {
+                let (spec, _) = listener_spec(name, d, dir).expect("listener");
+                ListenerSpec {
+                    sideband_cbor: (d == Dialect::Sideband).then_some(false),
+                    ..spec
+                }
+            })
+            .collect();
+        gateway_toml(&listeners, &Upstream::Ndjson(dir.join("daemon.sock")), opts)
+    }
+
+    #[test]
+    fn both_configurations_are_valid() {
+        let dir = tempfile::tempdir().expect("dir");
+        for o in [opts(false, Some(2)), opts(true, None), opts(true, Some(1))] {
+            let text = toml(&o, dir.path());
+            if let Err(e) = switchyard::config::Config::from_toml(&text) {
+                panic!("{e}\n{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn default_configuration_has_only_where_and_routes() {
+        let dir = tempfile::tempdir().expect("dir");
+        let allowed = [
+            "dialect", "address", "path", "socket", "listener", "upstream",
+        ];
+        for (o, extra) in [
+            (opts(true, None), None),
+            (opts(true, Some(1)), Some("pool_size")),
+        ] {
+            let text = toml(&o, dir.path());
+            for line in text.lines().filter(|l| l.contains('=')) {
+                let key = line.split('=').next().unwrap_or_default().trim();
+                assert!(
+                    allowed.contains(&key) || Some(key) == extra,
+                    "tuning key {key:?} in the default configuration:\n{text}"
+                );
+            }
+            assert!(
+                !text.contains("[gateway]") && !text.contains("[log]"),
+                "{text}"
+            );
+        }
+        // The tuned one does set them.
+        let tuned = toml(&opts(false, Some(2)), dir.path());
+        assert!(tuned.contains("max_pending = 65536") && tuned.contains("pool_size = 2"));
+        assert!(tuned.contains("sideband_cbor = false"));
+    }
 }
