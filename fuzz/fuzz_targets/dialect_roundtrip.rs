@@ -7,7 +7,7 @@ use libfuzzer_sys::fuzz_target;
 use switchyard::dialect::render::{render, Style};
 use switchyard::dialect::sideband::{decode_envelope, encode_envelope, Encoding};
 use switchyard::dialect::{holon, jsonrpc, Inbound, Item};
-use switchyard::envelope::{Message, Outcome, Payload};
+use switchyard::envelope::{Message, Outcome, Payload, WireId};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&pick, input)) = data.split_first() else {
@@ -67,9 +67,14 @@ fn text(input: &[u8], style: Style, decode: impl Fn(&str) -> Inbound) {
 
 /// What a message comes back as: itself, except that holon-rpc renders a
 /// void result as `{}` (holon-rpc.md: browsers reject a reply without
-/// `result`).
+/// `result`), and an error without an id is written with `"id":null`
+/// (jsonrpc-ws.md §2: never omit it).
 fn expected(msg: Message, style: Style) -> Message {
     match msg {
+        Message::Error { id: None, error } => Message::Error {
+            id: Some(WireId::null()),
+            error,
+        },
         Message::Response {
             id,
             result: Outcome::Void,
