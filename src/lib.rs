@@ -8,7 +8,7 @@
 //! request to a pooled upstream with room is placed at once from the
 //! reader, anything else gets a task) → [`router`] (method → upstream) →
 //! [`upstream`] (pooled links, gateway ids in a
-//! [`router::correlator::Correlator`]) → and the reply back the same way,
+//! [`upstream::correlator::Correlator`]) → and the reply back the same way,
 //! with the client's original id restored.
 //!
 //! - [`app`]: composition root; bind every listener, then run; shutdown order.
@@ -18,8 +18,9 @@
 //! - [`dialect`]: pure wire codecs, bytes ⇄ neutral message. No sockets, no tokio.
 //! - [`error`]: switchyard's own error kinds and their rendering per dialect.
 //! - [`limits`]: rate limits and browser-safety checks (Host, Origin, token).
-//! - [`router`]: routes and reply delivery; [`router::correlator`] keeps gateway ids.
-//! - [`upstream`]: connection pools to the services behind switchyard.
+//! - [`router`]: routes and reply delivery.
+//! - [`upstream`]: connection pools to the services behind switchyard;
+//!   [`upstream::correlator`] keeps one connection's gateway ids.
 //! - [`transport`]: client-facing I/O: WebSocket listeners, sessions, outboxes.
 //! - [`telemetry`]: logging, Prometheus metrics and OpenTelemetry trace export.
 //! - [`shutdown`]: SIGINT/SIGTERM as one future.

@@ -3,7 +3,8 @@
 //! A [`Route`] is one listener's view of the world: its config and the
 //! upstreams its methods map to. [`Route::handle`] takes one decoded client
 //! item and produces the reply to send back (if any), with the client's
-//! original id restored. Correlation itself lives in [`correlator`].
+//! original id restored. Correlation itself lives in
+//! [`crate::upstream::correlator`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,7 +24,6 @@ use crate::upstream::Upstream;
 
 mod batch;
 pub mod client;
-pub mod correlator;
 
 pub use client::{ClientLinks, Pusher};
 

@@ -9,8 +9,8 @@ use crate::dialect::jsonrpc::{decode_upstream, ReplyError};
 use crate::dialect::Dialect;
 use crate::envelope::{raw_from_string, ErrorObject, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, ErrorOrigin, GatewayError, Side};
-use crate::router::correlator::Resolution;
 use crate::telemetry::metrics::Direction;
+use crate::upstream::correlator::Resolution;
 
 use std::sync::Arc;
 

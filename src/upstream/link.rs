@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
-use crate::router::correlator::Correlator;
+use crate::upstream::correlator::Correlator;
 
 use super::UpstreamShared;
 
