@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::sbp::Sbp;
 use super::Outgoing;
 use crate::dialect::render::{render, render_batch, Style};
+use crate::dialect::sideband::session::Sbp;
 use crate::dialect::Dialect;
 use crate::envelope::Message;
 use crate::error::{ErrorKind, GatewayError, Side};

@@ -8,7 +8,6 @@ use tokio_util::task::TaskTracker;
 
 pub(crate) mod accept;
 pub(crate) mod codec;
-pub(crate) mod sbp;
 pub mod session;
 pub(crate) mod tls;
 pub(crate) mod unix;

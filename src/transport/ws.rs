@@ -224,9 +224,9 @@ async fn run(mut socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr)
             session.drain().await;
             if route.cfg.dialect == Dialect::Sideband {
                 let _ = tx
-                    .send(Outgoing::Binary(crate::transport::sbp::Sbp::close_frame(
-                        "shutdown",
-                    )))
+                    .send(Outgoing::Binary(
+                        crate::dialect::sideband::session::Sbp::close_frame("shutdown"),
+                    ))
                     .await;
             }
             // The writer may already be gone with the client.

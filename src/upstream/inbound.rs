@@ -15,7 +15,7 @@ use crate::upstream::correlator::Resolution;
 use std::sync::Arc;
 
 use super::link::{Link, ReplyResult, Waiter, Wire};
-use crate::transport::sbp::SbpEvent;
+use crate::dialect::sideband::session::SbpEvent;
 
 // === impl Link ===
 

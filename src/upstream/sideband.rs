@@ -19,7 +19,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use super::link::Link;
 use super::ws::{io_err, Ws};
-use crate::transport::sbp::{Sbp, SbpEvent};
+use crate::dialect::sideband::session::{Sbp, SbpEvent};
 
 /// The reason both sides give a refused handshake (close 1000).
 pub(super) const NEGOTIATION_FAILED: &str = "negotiation_failed";

@@ -13,6 +13,9 @@
 //!   [`FrameError`].
 //! - [`subject`]: subject validation and classification (§5): [`Subject`].
 //! - [`handshake`]: the Control Handshake JSON (§3): [`Handshake`].
+//! - `session`: one side of an SBP session, for either role (handshake
+//!   state, control frames, duplicate frame ids, legacy reply subjects),
+//!   still pure: the transport feeds it frames and sends what it returns.
 //! - [`envelope`]: `r`/`R`/`E`/`N` ⇄ neutral [`Message`] (§6, §7):
 //!   [`decode_envelope`], [`encode_envelope`], [`Encoding`].
 //! - [`transcode`]: JSON ⇄ CBOR payload values by §7's tables.
@@ -30,6 +33,7 @@ use crate::error::{ErrorKind, GatewayError};
 pub mod envelope;
 pub mod frame;
 pub mod handshake;
+pub(crate) mod session;
 pub mod subject;
 pub mod transcode;
 

@@ -35,8 +35,8 @@ use super::Outgoing;
 use parking_lot::Mutex;
 
 use super::codec::{Form, OutCodec};
-use super::sbp::{Sbp, SbpEvent};
 use crate::dialect::render::Style;
+use crate::dialect::sideband::session::{Sbp, SbpEvent};
 use crate::dialect::{holon, jsonrpc, Dialect, Inbound, Item};
 use crate::envelope::Message;
 use crate::router::{ClientLinks, Pusher, Route};
