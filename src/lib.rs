@@ -16,7 +16,7 @@
 //! - [`config`]: typed, validated configuration (figment: defaults ← TOML ← env).
 //! - [`envelope`]: the protocol-neutral message every dialect maps to.
 //! - [`dialect`]: pure wire codecs, bytes ⇄ neutral message. No sockets, no tokio.
-//! - [`error`]: switchyard's own error kinds and their rendering per dialect.
+//! - [`error`]: switchyard's own error kinds; [`dialect::errors`] renders them per dialect.
 //! - [`limits`]: rate limits and browser-safety checks (Host, Origin, token).
 //! - [`router`]: routes and reply delivery.
 //! - [`upstream`]: connection pools to the services behind switchyard;

@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 
 use super::jsonrpc::parse_error_object;
 use super::{Dialect, Inbound, Item};
+use crate::dialect::errors;
 use crate::envelope::{raw_from_string, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 
@@ -55,7 +56,7 @@ fn request(map: &BTreeMap<String, &RawValue>, id: WireId) -> Item {
         let err = GatewayError::with_detail(ErrorKind::InvalidRequest, reason);
         Item::Invalid(Message::error(
             Some(id.clone()),
-            err.to_object(Dialect::Holon),
+            errors::render(&err, Dialect::Holon),
         ))
     };
     if let Some(key) = unknown_key(map) {

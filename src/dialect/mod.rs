@@ -110,6 +110,7 @@ impl FromStr for Dialect {
     }
 }
 
+pub mod errors;
 pub mod holon;
 pub mod jsonrpc;
 pub mod render;

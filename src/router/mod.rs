@@ -14,6 +14,7 @@ use tokio::time::Instant as TokioInstant;
 use tracing::Instrument;
 
 use crate::config::{ListenerConfig, UpstreamMode};
+use crate::dialect::errors;
 use crate::dialect::jsonrpc::Item;
 use crate::dialect::sideband;
 use crate::dialect::Dialect;
@@ -238,7 +239,7 @@ impl Route {
 
     /// An error reply to `id` in the listener's dialect.
     pub fn error_reply(&self, id: WireId, err: &GatewayError) -> Message {
-        Message::error(Some(id), err.to_object(self.cfg.dialect))
+        Message::error(Some(id), errors::render(err, self.cfg.dialect))
     }
 
     async fn request(

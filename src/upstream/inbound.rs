@@ -5,6 +5,7 @@
 
 use serde_json::value::RawValue;
 
+use crate::dialect::errors;
 use crate::dialect::jsonrpc::{decode_upstream, ReplyError};
 use crate::dialect::Dialect;
 use crate::envelope::{raw_from_string, ErrorObject, Message, Outcome, Payload, WireId};
@@ -143,7 +144,7 @@ impl Link {
                 // An ErrorFrame about one of our requests settles it.
                 Some(gid) => {
                     let origin = ErrorOrigin {
-                        dialect: Dialect::Sideband,
+                        dialect: Dialect::Sideband.as_str(),
                         code: i64::from(code),
                         message,
                     };
@@ -346,9 +347,12 @@ impl Link {
             },
             Ok(_) => Message::error(
                 Some(id),
-                GatewayError::new(ErrorKind::Internal).to_object(self.shared.cfg.dialect),
+                errors::render(
+                    &GatewayError::new(ErrorKind::Internal),
+                    self.shared.cfg.dialect,
+                ),
             ),
-            Err(e) => Message::error(Some(id), e.to_object(self.shared.cfg.dialect)),
+            Err(e) => Message::error(Some(id), errors::render(&e, self.shared.cfg.dialect)),
         };
         self.send_reply_message(&msg);
     }

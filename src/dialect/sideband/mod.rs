@@ -26,6 +26,7 @@
 //!
 //! [`Message`]: crate::envelope::Message
 
+use crate::dialect::errors;
 use crate::dialect::Dialect;
 use crate::envelope::{raw_from_string, ErrorObject, Payload};
 use crate::error::{ErrorKind, GatewayError};
@@ -153,7 +154,7 @@ pub fn error_from_json_dialect(err: &ErrorObject, source: Dialect) -> ErrorObjec
 /// (error-codes.md §4): switchyard's `internal` in `target`'s rendering,
 /// with `{"origin":{"dialect":"sideband","code":…,"message":…}}` as data.
 pub fn error_frame_to_internal(code: u16, message: &str, target: Dialect) -> ErrorObject {
-    let mut error = GatewayError::new(ErrorKind::Internal).to_object(target);
+    let mut error = errors::render(&GatewayError::new(ErrorKind::Internal), target);
     error.data = Some(Payload::Json(json_origin(
         Dialect::Sideband,
         i64::from(code),
@@ -220,11 +221,11 @@ fn as_json(data: &Payload) -> Result<Box<serde_json::value::RawValue>, Transcode
 
 /// §7: error data that cannot be transcoded gives the caller `internal`.
 fn untranslatable(e: &TranscodeError, target: Dialect) -> ErrorObject {
-    GatewayError::with_detail(
+    let err = GatewayError::with_detail(
         ErrorKind::Internal,
         format!("upstream error data cannot be transcoded: {e}"),
-    )
-    .to_object(target)
+    );
+    errors::render(&err, target)
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use super::super::session::{Session, Verdict};
 use super::super::{Outgoing, Serve};
+use crate::dialect::errors;
 use crate::dialect::render::{render, Style};
 use crate::dialect::Dialect;
 use crate::envelope::{Message, WireId};
@@ -192,7 +193,10 @@ async fn too_large(route: &Route, tx: &mpsc::Sender<Outgoing>) {
             ErrorKind::InvalidRequest,
             format!("Message size exceeds maximum of {limit} bytes"),
         );
-        let reply = Message::error(Some(WireId::null()), err.to_object(route.cfg.dialect));
+        let reply = Message::error(
+            Some(WireId::null()),
+            errors::render(&err, route.cfg.dialect),
+        );
         if let Ok(text) = render(&reply, Style::Frame) {
             // Closing anyway; a gone writer changes nothing.
             let _ = tx.send(Outgoing::Text(text)).await;
