@@ -15,6 +15,7 @@
 //! - [`admin`]: the admin listener: `/metrics`, `/livez`, `/readyz`, status page, behind tower-http layers.
 //! - [`config`]: typed, validated configuration (figment: defaults ← TOML ← env).
 //! - [`envelope`]: the protocol-neutral message every dialect maps to.
+//! - [`close`]: the WebSocket close codes switchyard sends, as a closed set.
 //! - [`dialect`]: pure wire codecs, bytes ⇄ neutral message. No sockets, no tokio.
 //! - [`error`]: switchyard's own error kinds; [`dialect::errors`] renders them per dialect.
 //! - [`limits`]: rate limits and browser-safety checks (Host, Origin, token).
@@ -32,6 +33,7 @@
 pub mod admin;
 pub mod app;
 pub mod client;
+pub mod close;
 pub mod config;
 pub mod daemon;
 pub mod demo;

@@ -164,7 +164,7 @@ impl Link {
                 code,
                 reason,
             } => {
-                tracing::warn!(upstream = %self.shared.cfg.name, code, %reason, "closing Sideband upstream link");
+                tracing::warn!(upstream = %self.shared.cfg.name, code = code.as_u16(), %reason, "closing Sideband upstream link");
                 // The writer sends it last, whatever is still queued.
                 self.set_farewell(super::sideband::Farewell {
                     frame,
