@@ -1,4 +1,4 @@
-//! Micro benchmarks of the gateway-id table (`router::correlator`).
+//! Micro benchmarks of the gateway-id table (`upstream::correlator`).
 //!
 //! - `correlator/steady-10k`: a table holding 10,000 pending entries, where
 //!   each iteration inserts one and settles the oldest (resolve, ordered
@@ -14,7 +14,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use switchyard::router::correlator::{Correlator, Resolution};
+use switchyard::upstream::correlator::{Correlator, Resolution};
 
 /// Entries pending in the steady-state table, and the burst size.
 const ENTRIES: usize = 10_000;

@@ -1,12 +1,10 @@
-//! switchyard's own errors: one closed list of kinds, rendered per dialect.
+//! switchyard's own errors: one closed list of kinds, rendered per dialect
+//! by [`crate::dialect::errors`].
 //!
 //! Upstream errors are never reinterpreted (codes in -32000…-32099 mean
 //! different things to different applications); only errors switchyard
 //! itself originates are built from an [`ErrorKind`]. The mapping follows
 //! `error-codes.md` §2.
-
-use crate::dialect::Dialect;
-use crate::envelope::{ErrorObject, Payload};
 
 /// The kinds of error switchyard originates. A closed set: also a metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -65,8 +63,8 @@ pub struct GatewayError {
 /// An error as another dialect reported it (`{"origin": …}` in `data`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ErrorOrigin {
-    /// The dialect that reported it.
-    pub dialect: Dialect,
+    /// The name of the dialect that reported it (`Dialect::as_str`).
+    pub dialect: &'static str,
     /// Its code.
     pub code: i64,
     /// Its message.
@@ -194,145 +192,5 @@ impl GatewayError {
     /// JSON-RPC, `method "M" not registered` for holon-rpc).
     pub fn no_route(method: &str) -> Self {
         GatewayError::with_detail(ErrorKind::MethodNotFound, method)
-    }
-
-    /// Renders this error as the error object `dialect` expects. For
-    /// `method_not_found` the detail is the method name.
-    pub fn to_object(&self, dialect: Dialect) -> ErrorObject {
-        if self.kind == ErrorKind::MethodNotFound {
-            return self.no_route_object(dialect);
-        }
-        if let Some(origin) = &self.origin {
-            let mut obj = GatewayError::new(self.kind).to_object(dialect);
-            let origin = serde_json::json!({
-                "dialect": origin.dialect.as_str(),
-                "code": origin.code,
-                "message": origin.message,
-            });
-            let data = match dialect {
-                // Sideband's 2000 carries the kind beside the origin.
-                Dialect::Sideband => {
-                    serde_json::json!({"kind": self.kind.as_str(), "origin": origin})
-                }
-                _ => serde_json::json!({ "origin": origin }),
-            };
-            obj.data = Payload::json(&data.to_string()).ok();
-            return obj;
-        }
-        let data = self.detail.as_deref().map(json_string);
-        match dialect {
-            Dialect::JsonRpc | Dialect::Ndjson => {
-                let (code, message) = self.kind.jsonrpc();
-                ErrorObject {
-                    code,
-                    message: message.to_owned(),
-                    data,
-                }
-            }
-            Dialect::Holon => {
-                let message = match self.kind {
-                    ErrorKind::Timeout => "Timeout",
-                    ErrorKind::Unavailable => "Service unavailable",
-                    _ => self.kind.jsonrpc().1,
-                };
-                ErrorObject {
-                    code: self.kind.holon_code(),
-                    message: message.to_owned(),
-                    data,
-                }
-            }
-            Dialect::Sideband => {
-                let (code, message) = match self.kind {
-                    ErrorKind::InvalidRequest => (1100, "Invalid envelope"),
-                    ErrorKind::MethodNotFound => (1101, "Method not found"),
-                    ErrorKind::Timeout => (1103, "Timeout"),
-                    other => (2000, other.jsonrpc().1),
-                };
-                let data = if code == 2000 {
-                    let detail = serde_json::json!({
-                        "kind": self.kind.as_str(),
-                        "detail": self.detail.clone().unwrap_or_default(),
-                    });
-                    Payload::json(&detail.to_string()).ok()
-                } else {
-                    data
-                };
-                ErrorObject {
-                    code,
-                    message: message.to_owned(),
-                    data,
-                }
-            }
-        }
-    }
-}
-
-impl GatewayError {
-    fn no_route_object(&self, dialect: Dialect) -> ErrorObject {
-        let method = self.detail.as_deref();
-        let (code, message) = match (dialect, method) {
-            (Dialect::Holon, Some(m)) => (-32601, format!("method {m:?} not registered")),
-            (Dialect::Sideband, Some(m)) => (1101, format!("Method not found: {m}")),
-            (Dialect::Sideband, None) => (1101, String::from("Method not found")),
-            _ => (-32601, String::from("Method not found")),
-        };
-        ErrorObject {
-            code,
-            message,
-            data: None,
-        }
-    }
-}
-
-/// A JSON string payload.
-fn json_string(text: &str) -> Payload {
-    let encoded = serde_json::to_string(text).unwrap_or_else(|_| String::from("\"\""));
-    Payload::Json(crate::envelope::raw_from_string(encoded))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn jsonrpc_rendering_uses_appendix_c_codes() {
-        let e = GatewayError::with_detail(ErrorKind::Timeout, "no reply");
-        let obj = e.to_object(Dialect::JsonRpc);
-        assert_eq!(obj.code, -32008);
-        assert_eq!(obj.message, "Timeout");
-        assert_eq!(
-            obj.data
-                .and_then(|d| d.as_json().map(str::to_owned))
-                .as_deref(),
-            Some("\"no reply\"")
-        );
-        assert_eq!(
-            GatewayError::new(ErrorKind::Unavailable)
-                .to_object(Dialect::Ndjson)
-                .code,
-            -32009
-        );
-    }
-
-    #[test]
-    fn holon_and_sideband_rendering() {
-        assert_eq!(
-            GatewayError::new(ErrorKind::Timeout)
-                .to_object(Dialect::Holon)
-                .code,
-            4
-        );
-        assert_eq!(
-            GatewayError::new(ErrorKind::Unavailable)
-                .to_object(Dialect::Holon)
-                .code,
-            14
-        );
-        let sb = GatewayError::new(ErrorKind::Unavailable).to_object(Dialect::Sideband);
-        assert_eq!(sb.code, 2000);
-        assert!(sb
-            .data
-            .and_then(|d| d.as_json().map(str::to_owned))
-            .is_some_and(|d| d.contains("unavailable")));
     }
 }

@@ -8,18 +8,26 @@
 //! request to a pooled upstream with room is placed at once from the
 //! reader, anything else gets a task) → [`router`] (method → upstream) →
 //! [`upstream`] (pooled links, gateway ids in a
-//! [`router::correlator::Correlator`]) → and the reply back the same way,
+//! [`upstream::correlator::Correlator`]) → and the reply back the same way,
 //! with the client's original id restored.
+//!
+//! Layers, lowest first, each importing only from the ones before it:
+//! [`envelope`], [`close`] and [`error`] (nothing from the crate) →
+//! [`dialect`] → [`upstream`] → [`router`] → [`transport`]. One exception
+//! remains: [`router::client`] writes pushes into the client's outbox through
+//! `transport::Outgoing` and `transport::codec::OutCodec`.
 //!
 //! - [`app`]: composition root; bind every listener, then run; shutdown order.
 //! - [`admin`]: the admin listener: `/metrics`, `/livez`, `/readyz`, status page, behind tower-http layers.
 //! - [`config`]: typed, validated configuration (figment: defaults ← TOML ← env).
 //! - [`envelope`]: the protocol-neutral message every dialect maps to.
+//! - [`close`]: the WebSocket close codes switchyard sends, as a closed set.
 //! - [`dialect`]: pure wire codecs, bytes ⇄ neutral message. No sockets, no tokio.
-//! - [`error`]: switchyard's own error kinds and their rendering per dialect.
+//! - [`error`]: switchyard's own error kinds; [`dialect::errors`] renders them per dialect.
 //! - [`limits`]: rate limits, browser-safety checks (Host, Origin, token) and the method policy.
-//! - [`router`]: routes and reply delivery; [`router::correlator`] keeps gateway ids.
-//! - [`upstream`]: connection pools to the services behind switchyard.
+//! - [`router`]: routes and reply delivery.
+//! - [`upstream`]: connection pools to the services behind switchyard;
+//!   [`upstream::correlator`] keeps one connection's gateway ids.
 //! - [`transport`]: client-facing I/O: WebSocket listeners, sessions, outboxes.
 //! - [`telemetry`]: logging, Prometheus metrics and OpenTelemetry trace export.
 //! - [`shutdown`]: SIGINT/SIGTERM as one future.
@@ -31,6 +39,7 @@
 pub mod admin;
 pub mod app;
 pub mod client;
+pub mod close;
 pub mod config;
 pub mod daemon;
 pub mod demo;

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
-use switchyard::router::correlator::{Correlator, Resolution, MAX_GATEWAY_ID};
+use switchyard::upstream::correlator::{Correlator, Resolution, MAX_GATEWAY_ID};
 
 /// A waiter as the gateway keeps it: which call, of which client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

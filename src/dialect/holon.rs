@@ -13,8 +13,13 @@ use serde_json::value::RawValue;
 
 use super::jsonrpc::parse_error_object;
 use super::{Dialect, Inbound, Item};
+use crate::close::CloseCode;
+use crate::dialect::errors;
 use crate::envelope::{raw_from_string, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
+
+/// The close for an unusable message: 1002, protocol error.
+const PROTOCOL_ERROR: u16 = CloseCode::ProtocolError.as_u16();
 
 /// The six top-level keys a holon envelope may carry.
 const KEYS: [&str; 6] = ["jsonrpc", "id", "method", "params", "result", "error"];
@@ -32,15 +37,15 @@ pub fn decode(text: &str) -> Inbound {
     // anything else is only checked for being JSON at all.
     if !text.trim_start().starts_with('{') {
         return match serde_json::from_str::<&RawValue>(text) {
-            Ok(_) => Inbound::Close(1002, NOT_OBJECT),
-            Err(_) => Inbound::Close(1002, MALFORMED),
+            Ok(_) => Inbound::Close(PROTOCOL_ERROR, NOT_OBJECT),
+            Err(_) => Inbound::Close(PROTOCOL_ERROR, MALFORMED),
         };
     }
     let Ok(map) = serde_json::from_str::<BTreeMap<String, &RawValue>>(text) else {
-        return Inbound::Close(1002, MALFORMED);
+        return Inbound::Close(PROTOCOL_ERROR, MALFORMED);
     };
     let Some(id) = map.get("id").copied().filter(|id| is_usable_id(id)) else {
-        return Inbound::Close(1002, NO_ID);
+        return Inbound::Close(PROTOCOL_ERROR, NO_ID);
     };
     let id = WireId::Json(id.to_owned());
     if map.contains_key("method") {
@@ -55,7 +60,7 @@ fn request(map: &BTreeMap<String, &RawValue>, id: WireId) -> Item {
         let err = GatewayError::with_detail(ErrorKind::InvalidRequest, reason);
         Item::Invalid(Message::error(
             Some(id.clone()),
-            err.to_object(Dialect::Holon),
+            errors::render(&err, Dialect::Holon),
         ))
     };
     if let Some(key) = unknown_key(map) {

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
+use crate::dialect::errors;
 use crate::envelope::{ErrorObject, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 
@@ -225,11 +226,14 @@ fn reject(kind: ErrorKind, detail: Option<String>) -> Message {
         detail,
         origin: None,
     };
-    Message::error(Some(WireId::null()), err.to_object(Dialect::JsonRpc))
+    Message::error(Some(WireId::null()), errors::render(&err, Dialect::JsonRpc))
 }
 
 fn invalid_request(id: Option<WireId>) -> Message {
-    let err = GatewayError::new(ErrorKind::InvalidRequest).to_object(Dialect::JsonRpc);
+    let err = errors::render(
+        &GatewayError::new(ErrorKind::InvalidRequest),
+        Dialect::JsonRpc,
+    );
     Message::error(Some(id.unwrap_or_else(WireId::null)), err)
 }
 

@@ -19,8 +19,9 @@ pub enum Inbound {
     /// The whole text is rejected with this single error reply (parse error,
     /// empty batch, over-limit batch). The connection stays open.
     Rejected(Message),
-    /// The text is fatal: close the connection with this code and reason
-    /// (holon-rpc: malformed JSON, no usable id).
+    /// The text is fatal: close the connection with this code (a
+    /// [`crate::close::CloseCode`] number) and reason (holon-rpc: malformed
+    /// JSON, no usable id).
     Close(u16, &'static str),
 }
 
@@ -110,6 +111,7 @@ impl FromStr for Dialect {
     }
 }
 
+pub mod errors;
 pub mod holon;
 pub mod jsonrpc;
 pub mod render;

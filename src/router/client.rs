@@ -22,10 +22,10 @@ use crate::dialect::holon::{object_params, wrap_params};
 use crate::dialect::Dialect;
 use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
-use crate::router::correlator::{Correlator, Resolution};
 use crate::telemetry::metrics::Metrics;
 use crate::transport::codec::OutCodec;
 use crate::transport::Outgoing;
+use crate::upstream::correlator::{Correlator, Resolution};
 use crate::upstream::link::{Link, Owner, OwnerRef, PendingPush, ReplyResult};
 use crate::upstream::Upstream;
 

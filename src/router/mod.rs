@@ -3,7 +3,8 @@
 //! A [`Route`] is one listener's view of the world: its config and the
 //! upstreams its methods map to. [`Route::handle`] takes one decoded client
 //! item and produces the reply to send back (if any), with the client's
-//! original id restored. Correlation itself lives in [`correlator`].
+//! original id restored. Correlation itself lives in
+//! [`crate::upstream::correlator`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use tokio::time::Instant as TokioInstant;
 use tracing::Instrument;
 
 use crate::config::{ListenerConfig, UpstreamMode};
+use crate::dialect::errors;
 use crate::dialect::jsonrpc::Item;
 use crate::dialect::sideband;
 use crate::dialect::Dialect;
@@ -23,7 +25,6 @@ use crate::upstream::Upstream;
 
 mod batch;
 pub mod client;
-pub mod correlator;
 mod policy;
 
 pub use client::{ClientLinks, Pusher};
@@ -239,7 +240,7 @@ impl Route {
 
     /// An error reply to `id` in the listener's dialect.
     pub fn error_reply(&self, id: WireId, err: &GatewayError) -> Message {
-        Message::error(Some(id), err.to_object(self.cfg.dialect))
+        Message::error(Some(id), errors::render(err, self.cfg.dialect))
     }
 
     async fn request(

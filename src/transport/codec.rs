@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::sbp::Sbp;
 use super::Outgoing;
+use crate::dialect::errors;
 use crate::dialect::render::{render, render_batch, Style};
+use crate::dialect::sideband::session::Sbp;
 use crate::dialect::Dialect;
 use crate::envelope::Message;
 use crate::error::{ErrorKind, GatewayError, Side};
@@ -64,7 +65,10 @@ impl OutCodec {
             ErrorKind::Internal,
             "the reply cannot be carried in this dialect",
         );
-        self.try_encode(&Message::error(Some(id), err.to_object(self.dialect())))
+        self.try_encode(&Message::error(
+            Some(id),
+            errors::render(&err, self.dialect()),
+        ))
     }
 
     /// Encodes a batch reply (JSON dialects only).

@@ -4,11 +4,12 @@
 //! transport-independent request handling every connection shares.
 
 use tokio_util::sync::CancellationToken;
+
+use crate::close::CloseCode;
 use tokio_util::task::TaskTracker;
 
 pub(crate) mod accept;
 pub(crate) mod codec;
-pub(crate) mod sbp;
 pub mod session;
 pub(crate) mod tls;
 pub(crate) mod unix;
@@ -35,7 +36,7 @@ pub enum Outgoing {
     /// A WebSocket ping (liveness check).
     Ping,
     /// Close the connection with this code and reason.
-    Close(u16, std::borrow::Cow<'static, str>),
+    Close(CloseCode, std::borrow::Cow<'static, str>),
 }
 
 /// Counts a client connection as accepted and open; closed when dropped.

@@ -30,6 +30,7 @@ use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 
 use super::session::{Session, Verdict};
 use super::{Outgoing, Serve};
+use crate::dialect::errors;
 use crate::dialect::render::{render, Style};
 use crate::dialect::Dialect;
 use crate::envelope::{Message, WireId};
@@ -120,7 +121,7 @@ async fn refuse(mut stream: UnixStream, route: Arc<Route>) {
         .metrics()
         .count_rejected_connection(&route.cfg.name, RejectReason::Limit);
     let err = GatewayError::with_detail(ErrorKind::ResourceExhausted, "max connections exceeded");
-    let reply = Message::error(Some(WireId::null()), err.to_object(Dialect::Ndjson));
+    let reply = Message::error(Some(WireId::null()), errors::render(&err, Dialect::Ndjson));
     if let Ok(mut line) = render(&reply, Style::Line) {
         line.push('\n');
         // Refused either way; the line is a courtesy.
@@ -246,7 +247,7 @@ async fn on_line(session: &Session, line: &[u8]) -> Verdict {
     match std::str::from_utf8(line) {
         Ok(text) => session.on_text(text).await,
         Err(_) => {
-            let err = GatewayError::new(ErrorKind::ParseError).to_object(Dialect::Ndjson);
+            let err = errors::render(&GatewayError::new(ErrorKind::ParseError), Dialect::Ndjson);
             session
                 .send(&Message::error(Some(WireId::null()), err))
                 .await;
@@ -266,7 +267,7 @@ async fn line_too_long(route: &Route, tx: &mpsc::Sender<Outgoing>) {
         ErrorKind::InvalidRequest,
         format!("Line exceeds maximum of {limit} bytes"),
     );
-    let reply = Message::error(Some(WireId::null()), err.to_object(Dialect::Ndjson));
+    let reply = Message::error(Some(WireId::null()), errors::render(&err, Dialect::Ndjson));
     if let Ok(text) = render(&reply, Style::Line) {
         // Closing anyway; a gone writer changes nothing.
         let _ = tx.send(Outgoing::Text(text)).await;

@@ -26,6 +26,7 @@ use self::frames::{read_loop, write_loop, End};
 use super::accept::Place;
 use super::session::Session;
 use super::{Outgoing, Serve};
+use crate::close::CloseCode;
 use crate::dialect::Dialect;
 use crate::limits::origin::Refusal;
 use crate::limits::rate::PRUNE_INTERVAL;
@@ -196,7 +197,7 @@ async fn run(mut socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr)
             .metrics()
             .count_rejected_connection(&name, RejectReason::Limit);
         let frame = CloseFrame {
-            code: 1008,
+            code: CloseCode::PolicyViolation.as_u16(),
             reason: "max connections exceeded".into(),
         };
         // The peer may be gone already; it is refused either way.
@@ -224,19 +225,24 @@ async fn run(mut socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr)
             session.drain().await;
             if route.cfg.dialect == Dialect::Sideband {
                 let _ = tx
-                    .send(Outgoing::Binary(crate::transport::sbp::Sbp::close_frame(
-                        "shutdown",
-                    )))
+                    .send(Outgoing::Binary(
+                        crate::dialect::sideband::session::Sbp::close_frame("shutdown"),
+                    ))
                     .await;
             }
             // The writer may already be gone with the client.
-            let _ = tx.send(Outgoing::Close(1001, "going away".into())).await;
+            let _ = tx
+                .send(Outgoing::Close(CloseCode::GoingAway, "going away".into()))
+                .await;
         }
         End::UpstreamLost => {
             session.drain().await;
             // The writer may already be gone with the client.
             let _ = tx
-                .send(Outgoing::Close(1001, "upstream connection lost".into()))
+                .send(Outgoing::Close(
+                    CloseCode::GoingAway,
+                    "upstream connection lost".into(),
+                ))
                 .await;
         }
     }

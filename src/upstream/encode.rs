@@ -12,8 +12,8 @@ use crate::dialect::sideband::{EnvelopeError, Member};
 use crate::dialect::Dialect;
 use crate::envelope::{raw_from_string, Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
-use crate::router::correlator::parse_gateway_id;
 use crate::telemetry::metrics::Direction;
+use crate::upstream::correlator::parse_gateway_id;
 
 use super::link::{Link, Wire};
 

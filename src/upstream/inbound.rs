@@ -5,17 +5,18 @@
 
 use serde_json::value::RawValue;
 
+use crate::dialect::errors;
 use crate::dialect::jsonrpc::{decode_upstream, ReplyError};
 use crate::dialect::Dialect;
 use crate::envelope::{raw_from_string, ErrorObject, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, ErrorOrigin, GatewayError, Side};
-use crate::router::correlator::Resolution;
 use crate::telemetry::metrics::Direction;
+use crate::upstream::correlator::Resolution;
 
 use std::sync::Arc;
 
 use super::link::{Link, ReplyResult, Waiter, Wire};
-use crate::transport::sbp::SbpEvent;
+use crate::dialect::sideband::session::SbpEvent;
 
 // === impl Link ===
 
@@ -143,7 +144,7 @@ impl Link {
                 // An ErrorFrame about one of our requests settles it.
                 Some(gid) => {
                     let origin = ErrorOrigin {
-                        dialect: Dialect::Sideband,
+                        dialect: Dialect::Sideband.as_str(),
                         code: i64::from(code),
                         message,
                     };
@@ -163,7 +164,7 @@ impl Link {
                 code,
                 reason,
             } => {
-                tracing::warn!(upstream = %self.shared.cfg.name, code, %reason, "closing Sideband upstream link");
+                tracing::warn!(upstream = %self.shared.cfg.name, code = code.as_u16(), %reason, "closing Sideband upstream link");
                 // The writer sends it last, whatever is still queued.
                 self.set_farewell(super::sideband::Farewell {
                     frame,
@@ -346,9 +347,12 @@ impl Link {
             },
             Ok(_) => Message::error(
                 Some(id),
-                GatewayError::new(ErrorKind::Internal).to_object(self.shared.cfg.dialect),
+                errors::render(
+                    &GatewayError::new(ErrorKind::Internal),
+                    self.shared.cfg.dialect,
+                ),
             ),
-            Err(e) => Message::error(Some(id), e.to_object(self.shared.cfg.dialect)),
+            Err(e) => Message::error(Some(id), errors::render(&e, self.shared.cfg.dialect)),
         };
         self.send_reply_message(&msg);
     }

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
-use crate::router::correlator::Correlator;
+use crate::upstream::correlator::Correlator;
 
 use super::UpstreamShared;
 
@@ -83,7 +83,7 @@ impl Wire {
 #[derive(Debug)]
 pub(crate) struct SidebandState {
     /// SBP session (handshake done before the link is published).
-    pub(crate) sbp: crate::transport::sbp::Sbp,
+    pub(crate) sbp: crate::dialect::sideband::session::Sbp,
     /// cid → gateway id.
     pub(crate) by_cid: std::collections::HashMap<[u8; 16], u64>,
     /// gateway id → cid, to forget abandoned calls.
@@ -143,7 +143,7 @@ impl Link {
         out: mpsc::Sender<Wire>,
         shared: Arc<UpstreamShared>,
         owner: Option<OwnerRef>,
-        sbp: Option<crate::transport::sbp::Sbp>,
+        sbp: Option<crate::dialect::sideband::session::Sbp>,
     ) -> Arc<Self> {
         let depth = shared.cfg.max_in_flight_per_connection.get();
         let sideband = sbp.map(|sbp| {

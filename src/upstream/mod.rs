@@ -24,6 +24,7 @@ use crate::telemetry::metrics::Metrics;
 pub use self::health::HealthSnapshot;
 
 mod batch;
+pub mod correlator;
 pub(crate) mod direct;
 mod encode;
 mod health;

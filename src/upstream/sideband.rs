@@ -13,13 +13,14 @@
 use std::borrow::Cow;
 
 use futures_util::{SinkExt, StreamExt};
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode as WsCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use super::link::Link;
 use super::ws::{io_err, Ws};
-use crate::transport::sbp::{Sbp, SbpEvent};
+use crate::close::CloseCode;
+use crate::dialect::sideband::session::{Sbp, SbpEvent};
 
 /// The reason both sides give a refused handshake (close 1000).
 pub(super) const NEGOTIATION_FAILED: &str = "negotiation_failed";
@@ -30,7 +31,7 @@ pub(crate) struct Farewell {
     /// A last SBP frame (Control Close, or an ErrorFrame), if any.
     pub(crate) frame: Option<Vec<u8>>,
     /// The WebSocket close code.
-    pub(crate) code: u16,
+    pub(crate) code: CloseCode,
     /// The WebSocket close reason.
     pub(crate) reason: Cow<'static, str>,
 }
@@ -46,7 +47,7 @@ pub(super) struct NegotiationFailed(String);
 
 impl Farewell {
     /// A close without a last frame.
-    pub(crate) fn plain(code: u16, reason: impl Into<Cow<'static, str>>) -> Self {
+    pub(crate) fn plain(code: CloseCode, reason: impl Into<Cow<'static, str>>) -> Self {
         Farewell {
             frame: None,
             code,
@@ -55,7 +56,7 @@ impl Farewell {
     }
 
     /// Control Close `reason`, then the WebSocket close.
-    fn control(reason: &str, code: u16, ws_reason: &'static str) -> Self {
+    fn control(reason: &str, code: CloseCode, ws_reason: &'static str) -> Self {
         Farewell {
             frame: Some(Sbp::close_frame(reason)),
             code,
@@ -72,7 +73,9 @@ pub(super) fn is_refusal(e: &std::io::Error) -> bool {
 
 /// True when a WebSocket close from the upstream refuses our handshake.
 pub(super) fn refuses(frame: Option<&CloseFrame>) -> bool {
-    frame.is_some_and(|f| u16::from(f.code) == 1000 && f.reason == NEGOTIATION_FAILED)
+    frame.is_some_and(|f| {
+        u16::from(f.code) == CloseCode::Normal.as_u16() && f.reason == NEGOTIATION_FAILED
+    })
 }
 
 // === impl Link ===
@@ -89,15 +92,15 @@ impl Link {
     /// The goodbye to send now that the link closes (see the module docs).
     pub(super) fn farewell(&self) -> Farewell {
         let Some(sb) = &self.sideband else {
-            return Farewell::plain(1000, "closing");
+            return Farewell::plain(CloseCode::Normal, "closing");
         };
         if let Some(farewell) = sb.lock().farewell.take() {
             return farewell;
         }
         if self.shared.stopping.is_cancelled() {
-            Farewell::control("shutdown", 1001, "going away")
+            Farewell::control("shutdown", CloseCode::GoingAway, "going away")
         } else {
-            Farewell::control("disconnect", 1000, "closing")
+            Farewell::control("disconnect", CloseCode::Normal, "closing")
         }
     }
 
@@ -135,7 +138,7 @@ pub(super) async fn handshake(ws: &mut Ws) -> std::io::Result<Sbp> {
                         let _ = ws.send(WsMessage::Binary(frame.into())).await;
                     }
                     let close = CloseFrame {
-                        code: CloseCode::from(code),
+                        code: WsCode::from(code.as_u16()),
                         reason: reason.to_string().into(),
                     };
                     // Failing anyway; the close frame is a courtesy.
@@ -150,7 +153,7 @@ pub(super) async fn handshake(ws: &mut Ws) -> std::io::Result<Sbp> {
             },
             Some(Ok(WsMessage::Text(_))) => {
                 let close = CloseFrame {
-                    code: CloseCode::Unsupported,
+                    code: WsCode::Unsupported,
                     reason: "Text frames not supported".into(),
                 };
                 // Failing anyway; the close frame is a courtesy.

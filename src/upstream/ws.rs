@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::header::{ORIGIN, SEC_WEBSOCKET_PROTOCOL};
 use tokio_tungstenite::tungstenite::http::HeaderValue;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode as WsCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
@@ -33,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 use super::link::{Link, OwnerRef, Wire};
 use super::sideband::{self, Farewell};
 use super::UpstreamShared;
+use crate::close::CloseCode;
 use crate::dialect::Dialect;
 
 pub(super) type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
@@ -81,7 +82,7 @@ pub(super) async fn connect(
         && !echoed.is_some_and(|p| p.eq_ignore_ascii_case(HOLON))
     {
         let frame = CloseFrame {
-            code: CloseCode::Protocol,
+            code: WsCode::Protocol,
             reason: "missing holon-rpc subprotocol".into(),
         };
         // The link is refused either way; the close frame is a courtesy.
@@ -222,10 +223,10 @@ async fn write_loop(
             }
             _ = tick.tick() => {
                 if holon && link.heartbeat_overdue(timeout) {
-                    break Some(Farewell::plain(4000, "heartbeat timeout"));
+                    break Some(Farewell::plain(CloseCode::HeartbeatTimeout, "heartbeat timeout"));
                 }
                 if !holon && last_rx.lock().elapsed() > interval + timeout {
-                    break Some(Farewell::plain(1001, "pong timeout"));
+                    break Some(Farewell::plain(CloseCode::GoingAway, "pong timeout"));
                 }
                 if Instant::now() < next_beat {
                     continue;
@@ -248,15 +249,15 @@ async fn write_loop(
     };
     let detail = match close {
         Some(bye) => {
-            if !matches!(bye.code, 1000 | 1001) {
-                tracing::warn!(upstream = %cfg.name, code = bye.code, reason = %bye.reason, "closing upstream link");
+            if !bye.code.is_orderly() {
+                tracing::warn!(upstream = %cfg.name, code = bye.code.as_u16(), reason = %bye.reason, "closing upstream link");
             }
             if let Some(last) = bye.frame {
                 // The upstream may be gone already; we are closing either way.
                 let _ = sink.send(WsMessage::Binary(last.into())).await;
             }
             let frame = CloseFrame {
-                code: CloseCode::from(bye.code),
+                code: WsCode::from(bye.code.as_u16()),
                 reason: bye.reason.to_string().into(),
             };
             // The upstream may be gone already; we are closing either way.

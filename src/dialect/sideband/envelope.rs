@@ -14,6 +14,7 @@
 //! transcodes the others by §7. Both encodings share one set of member
 //! rules (`build`); only the reading of members differs.
 
+use crate::dialect::errors;
 use crate::dialect::Dialect;
 use crate::envelope::{ErrorObject, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
@@ -268,8 +269,10 @@ impl EnvelopeError {
         Some(match self.cid() {
             Some(cid) => EnvelopeReply::Envelope(Message::Error {
                 id: Some(WireId::Cid(cid)),
-                error: GatewayError::with_detail(ErrorKind::InvalidRequest, self.to_string())
-                    .to_object(Dialect::Sideband),
+                error: errors::render(
+                    &GatewayError::with_detail(ErrorKind::InvalidRequest, self.to_string()),
+                    Dialect::Sideband,
+                ),
             }),
             None => EnvelopeReply::Frame(Frame::error(frame_id, INVALID_FRAME, MALFORMED_ENVELOPE)),
         })

@@ -13,6 +13,9 @@
 //!   [`FrameError`].
 //! - [`subject`]: subject validation and classification (§5): [`Subject`].
 //! - [`handshake`]: the Control Handshake JSON (§3): [`Handshake`].
+//! - `session`: one side of an SBP session, for either role (handshake
+//!   state, control frames, duplicate frame ids, legacy reply subjects),
+//!   still pure: the transport feeds it frames and sends what it returns.
 //! - [`envelope`]: `r`/`R`/`E`/`N` ⇄ neutral [`Message`] (§6, §7):
 //!   [`decode_envelope`], [`encode_envelope`], [`Encoding`].
 //! - [`transcode`]: JSON ⇄ CBOR payload values by §7's tables.
@@ -23,6 +26,7 @@
 //!
 //! [`Message`]: crate::envelope::Message
 
+use crate::dialect::errors;
 use crate::dialect::Dialect;
 use crate::envelope::{raw_from_string, ErrorObject, Payload};
 use crate::error::{ErrorKind, GatewayError};
@@ -30,6 +34,7 @@ use crate::error::{ErrorKind, GatewayError};
 pub mod envelope;
 pub mod frame;
 pub mod handshake;
+pub(crate) mod session;
 pub mod subject;
 pub mod transcode;
 
@@ -149,7 +154,7 @@ pub fn error_from_json_dialect(err: &ErrorObject, source: Dialect) -> ErrorObjec
 /// (error-codes.md §4): switchyard's `internal` in `target`'s rendering,
 /// with `{"origin":{"dialect":"sideband","code":…,"message":…}}` as data.
 pub fn error_frame_to_internal(code: u16, message: &str, target: Dialect) -> ErrorObject {
-    let mut error = GatewayError::new(ErrorKind::Internal).to_object(target);
+    let mut error = errors::render(&GatewayError::new(ErrorKind::Internal), target);
     error.data = Some(Payload::Json(json_origin(
         Dialect::Sideband,
         i64::from(code),
@@ -216,11 +221,11 @@ fn as_json(data: &Payload) -> Result<Box<serde_json::value::RawValue>, Transcode
 
 /// §7: error data that cannot be transcoded gives the caller `internal`.
 fn untranslatable(e: &TranscodeError, target: Dialect) -> ErrorObject {
-    GatewayError::with_detail(
+    let err = GatewayError::with_detail(
         ErrorKind::Internal,
         format!("upstream error data cannot be transcoded: {e}"),
-    )
-    .to_object(target)
+    );
+    errors::render(&err, target)
 }
 
 #[cfg(test)]

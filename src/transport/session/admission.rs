@@ -6,6 +6,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{Session, Verdict};
+use crate::close::CloseCode;
 use crate::dialect::Item;
 use crate::envelope::Message;
 use crate::error::{ErrorKind, GatewayError};
@@ -48,10 +49,11 @@ impl Session {
         metrics.count_limit(&self.route.cfg.name, limit_label(limited));
         if let RateVerdict::Abuse(_) = verdict {
             // Closing anyway; a gone writer changes nothing.
-            let _ = self
-                .outbox
-                .try_send(Outgoing::Close(1008, "rate limit exceeded".into()));
-            return Err(Verdict::Close(1008));
+            let _ = self.outbox.try_send(Outgoing::Close(
+                CloseCode::PolicyViolation,
+                "rate limit exceeded".into(),
+            ));
+            return Err(Verdict::Close(CloseCode::PolicyViolation));
         }
         match item {
             Item::Valid(Message::Request { id, .. }) => {

@@ -27,6 +27,7 @@ use in_place::InPlace;
 
 use std::net::{IpAddr, Ipv4Addr};
 
+use crate::close::CloseCode;
 use crate::error::Side;
 use crate::limits::rate::ConnectionRate;
 use crate::telemetry::metrics::Direction;
@@ -35,8 +36,8 @@ use super::Outgoing;
 use parking_lot::Mutex;
 
 use super::codec::{Form, OutCodec};
-use super::sbp::{Sbp, SbpEvent};
 use crate::dialect::render::Style;
+use crate::dialect::sideband::session::{Sbp, SbpEvent};
 use crate::dialect::{holon, jsonrpc, Dialect, Inbound, Item};
 use crate::envelope::Message;
 use crate::router::{ClientLinks, Pusher, Route};
@@ -75,7 +76,7 @@ pub enum Verdict {
     /// Keep reading.
     Continue,
     /// Close the connection with this code (the close frame is queued).
-    Close(u16),
+    Close(CloseCode),
 }
 
 // === impl Session ===
@@ -157,6 +158,8 @@ impl Session {
             }
             Inbound::Close(code, reason) => {
                 self.route.count_protocol_error("fatal_message");
+                // holon-rpc's only fatal close is 1002 (protocol error).
+                let code = CloseCode::from_u16(code).unwrap_or(CloseCode::ProtocolError);
                 // The writer is gone only when the connection is closing.
                 let _ = self.outbox.send(Outgoing::Close(code, reason.into())).await;
                 return Verdict::Close(code);
@@ -217,7 +220,7 @@ impl Session {
     /// Handles one inbound binary frame (Sideband).
     pub async fn on_binary(&self, bytes: &[u8]) -> Verdict {
         let Form::Sideband(sbp) = &self.codec.form else {
-            return Verdict::Close(1003);
+            return Verdict::Close(CloseCode::Unsupported);
         };
         let metrics = self.route.metrics();
         metrics.count_frame(Dialect::Sideband, Side::Client, Direction::In, bytes.len());

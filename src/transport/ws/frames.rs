@@ -12,6 +12,8 @@ use tokio::time::Instant;
 
 use super::super::session::{Session, Verdict};
 use super::super::{Outgoing, Serve};
+use crate::close::CloseCode;
+use crate::dialect::errors;
 use crate::dialect::render::{render, Style};
 use crate::dialect::Dialect;
 use crate::envelope::{Message, WireId};
@@ -89,7 +91,7 @@ pub(super) async fn read_loop(
                 route.count_protocol_error("slow_consumer");
                 route.metrics().count_limit(&cfg.name, crate::telemetry::metrics::Limit::SlowConsumer);
                 // The outbox is full: the close frame may not fit; the socket goes anyway.
-                let _ = tx.try_send(Outgoing::Close(1008, "slow consumer".into()));
+                let _ = tx.try_send(Outgoing::Close(CloseCode::PolicyViolation, "slow consumer".into()));
                 return End::Gone;
             }
             _ = tick.tick() => {
@@ -100,11 +102,11 @@ pub(super) async fn read_loop(
                     ping_sent = None;
                 }
                 if let Some(reason) = expired(&cfg.protection, opened, last_rx) {
-                    let _ = tx.send(Outgoing::Close(1001, reason.into())).await;
+                    let _ = tx.send(Outgoing::Close(CloseCode::GoingAway, reason.into())).await;
                     return End::Closing;
                 }
                 if session.negotiating() && opened.elapsed() >= SIDEBAND_HANDSHAKE_TIMEOUT {
-                    let _ = tx.send(Outgoing::Close(1000, "negotiation_failed".into())).await;
+                    let _ = tx.send(Outgoing::Close(CloseCode::Normal, "negotiation_failed".into())).await;
                     return End::Closing;
                 }
                 if ping_sent.is_some_and(|t| t.elapsed() >= cfg.pong_timeout) {
@@ -125,7 +127,10 @@ pub(super) async fn read_loop(
             Some(Ok(WsMessage::Text(_))) if cfg.dialect == Dialect::Sideband => {
                 route.count_protocol_error("text_frame");
                 let _ = tx
-                    .send(Outgoing::Close(1003, "Text frames not supported".into()))
+                    .send(Outgoing::Close(
+                        CloseCode::Unsupported,
+                        "Text frames not supported".into(),
+                    ))
                     .await;
                 return End::Closing;
             }
@@ -151,7 +156,7 @@ pub(super) async fn read_loop(
                 route.count_protocol_error("binary_frame");
                 let _ = tx
                     .send(Outgoing::Close(
-                        1003,
+                        CloseCode::Unsupported,
                         "binary frames are not supported".into(),
                     ))
                     .await;
@@ -166,7 +171,7 @@ pub(super) async fn read_loop(
                 // the echo of the client's close; the writer flushes it. A
                 // full outbox (a client that closes without reading) is
                 // not waited for.
-                return match tx.try_send(Outgoing::Close(1000, "".into())) {
+                return match tx.try_send(Outgoing::Close(CloseCode::Normal, "".into())) {
                     Ok(()) => End::Closing,
                     Err(_) => End::Gone,
                 };
@@ -199,7 +204,10 @@ async fn too_large(route: &Route, tx: &mpsc::Sender<Outgoing>) {
             ErrorKind::InvalidRequest,
             format!("Message size exceeds maximum of {limit} bytes"),
         );
-        let reply = Message::error(Some(WireId::null()), err.to_object(route.cfg.dialect));
+        let reply = Message::error(
+            Some(WireId::null()),
+            errors::render(&err, route.cfg.dialect),
+        );
         if let Ok(text) = render(&reply, Style::Frame) {
             // Closing anyway; a gone writer changes nothing.
             let _ = tx.send(Outgoing::Text(text)).await;
@@ -210,7 +218,9 @@ async fn too_large(route: &Route, tx: &mpsc::Sender<Outgoing>) {
     } else {
         "message too large"
     };
-    let _ = tx.send(Outgoing::Close(1009, reason.into())).await;
+    let _ = tx
+        .send(Outgoing::Close(CloseCode::TooBig, reason.into()))
+        .await;
 }
 
 /// True when the library refused a message above even its (larger) limit:
@@ -242,7 +252,7 @@ pub(super) async fn write_loop(
             Outgoing::Ping => sink.feed(WsMessage::Ping(Default::default())).await,
             Outgoing::Close(code, reason) => {
                 let frame = CloseFrame {
-                    code,
+                    code: code.as_u16(),
                     reason: reason.into_owned().into(),
                 };
                 // The peer may be gone already; we are closing either way.

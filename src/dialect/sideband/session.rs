@@ -7,6 +7,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
+use crate::close::CloseCode;
 use crate::dialect::sideband::{
     decode_envelope, encode_envelope, fits_subject, frame, random_id, random_peer_id, Body,
     Channel, Cid, Control, Encoding, EnvelopeError, Frame, FrameId, Handshake, Subject,
@@ -64,7 +65,7 @@ pub(crate) enum SbpEvent {
         /// A last frame to send.
         frame: Option<Vec<u8>>,
         /// WebSocket close code.
-        code: u16,
+        code: CloseCode,
         /// Close reason.
         reason: std::borrow::Cow<'static, str>,
     },
@@ -228,7 +229,7 @@ impl Sbp {
                     // negotiation (§3, §10).
                     return SbpEvent::Close {
                         frame: reply,
-                        code: 1000,
+                        code: CloseCode::Normal,
                         reason: "negotiation_failed".into(),
                     };
                 }
@@ -237,7 +238,7 @@ impl Sbp {
                 }
                 return SbpEvent::Close {
                     frame: reply,
-                    code: 1002,
+                    code: CloseCode::ProtocolError,
                     reason: "invalid frame".into(),
                 };
             }
@@ -252,7 +253,7 @@ impl Sbp {
                     1000,
                     "Unexpected second handshake",
                 ))),
-                code: 1002,
+                code: CloseCode::ProtocolError,
                 reason: "protocol violation".into(),
             },
             Body::Control(Control::Ping) => {
@@ -262,7 +263,7 @@ impl Sbp {
             // Stop sending; close 1000 with the peer's own reason.
             Body::Control(Control::Close(reason)) => SbpEvent::Close {
                 frame: None,
-                code: 1000,
+                code: CloseCode::Normal,
                 reason: reason.into(),
             },
             Body::Error { code, message, .. } => SbpEvent::PeerError {
@@ -277,7 +278,7 @@ impl Sbp {
     fn negotiate(&mut self, frame: Frame) -> SbpEvent {
         let fail = |code: u16, message: String| SbpEvent::Close {
             frame: Some(frame::encode(&Frame::error(frame.id, code, message))),
-            code: 1000,
+            code: CloseCode::Normal,
             reason: "negotiation_failed".into(),
         };
         let Body::Control(Control::Handshake(data)) = &frame.body else {

@@ -1,0 +1,146 @@
+//! switchyard's own errors as each dialect carries them (error-codes.md §2).
+//!
+//! [`GatewayError`] says what went wrong; this module alone knows how each
+//! dialect spells it: JSON-RPC and NDJSON use Appendix C codes, holon-rpc
+//! its gRPC-style codes, Sideband 1100/1101/1103 or 2000 with the kind in
+//! `data`.
+
+use crate::dialect::Dialect;
+use crate::envelope::{raw_from_string, ErrorObject, Payload};
+use crate::error::{ErrorKind, GatewayError};
+
+/// Renders `err` as the error object `dialect` expects. For
+/// `method_not_found` the detail is the method name.
+pub fn render(err: &GatewayError, dialect: Dialect) -> ErrorObject {
+    if err.kind == ErrorKind::MethodNotFound {
+        return no_route_object(err, dialect);
+    }
+    if let Some(origin) = &err.origin {
+        let mut obj = render(&GatewayError::new(err.kind), dialect);
+        let origin = serde_json::json!({
+            "dialect": origin.dialect,
+            "code": origin.code,
+            "message": origin.message,
+        });
+        let data = match dialect {
+            // Sideband's 2000 carries the kind beside the origin.
+            Dialect::Sideband => {
+                serde_json::json!({"kind": err.kind.as_str(), "origin": origin})
+            }
+            _ => serde_json::json!({ "origin": origin }),
+        };
+        obj.data = Payload::json(&data.to_string()).ok();
+        return obj;
+    }
+    let data = err.detail.as_deref().map(json_string);
+    match dialect {
+        Dialect::JsonRpc | Dialect::Ndjson => {
+            let (code, message) = err.kind.jsonrpc();
+            ErrorObject {
+                code,
+                message: message.to_owned(),
+                data,
+            }
+        }
+        Dialect::Holon => {
+            let message = match err.kind {
+                ErrorKind::Timeout => "Timeout",
+                ErrorKind::Unavailable => "Service unavailable",
+                _ => err.kind.jsonrpc().1,
+            };
+            ErrorObject {
+                code: err.kind.holon_code(),
+                message: message.to_owned(),
+                data,
+            }
+        }
+        Dialect::Sideband => {
+            let (code, message) = match err.kind {
+                ErrorKind::InvalidRequest => (1100, "Invalid envelope"),
+                ErrorKind::MethodNotFound => (1101, "Method not found"),
+                ErrorKind::Timeout => (1103, "Timeout"),
+                other => (2000, other.jsonrpc().1),
+            };
+            let data = if code == 2000 {
+                let detail = serde_json::json!({
+                    "kind": err.kind.as_str(),
+                    "detail": err.detail.clone().unwrap_or_default(),
+                });
+                Payload::json(&detail.to_string()).ok()
+            } else {
+                data
+            };
+            ErrorObject {
+                code,
+                message: message.to_owned(),
+                data,
+            }
+        }
+    }
+}
+
+/// `method_not_found`, with the method name where the dialect carries it.
+fn no_route_object(err: &GatewayError, dialect: Dialect) -> ErrorObject {
+    let method = err.detail.as_deref();
+    let (code, message) = match (dialect, method) {
+        (Dialect::Holon, Some(m)) => (-32601, format!("method {m:?} not registered")),
+        (Dialect::Sideband, Some(m)) => (1101, format!("Method not found: {m}")),
+        (Dialect::Sideband, None) => (1101, String::from("Method not found")),
+        _ => (-32601, String::from("Method not found")),
+    };
+    ErrorObject {
+        code,
+        message,
+        data: None,
+    }
+}
+
+/// A JSON string payload.
+fn json_string(text: &str) -> Payload {
+    let encoded = serde_json::to_string(text).unwrap_or_else(|_| String::from("\"\""));
+    Payload::Json(raw_from_string(encoded))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jsonrpc_rendering_uses_appendix_c_codes() {
+        let e = GatewayError::with_detail(ErrorKind::Timeout, "no reply");
+        let obj = render(&e, Dialect::JsonRpc);
+        assert_eq!(obj.code, -32008);
+        assert_eq!(obj.message, "Timeout");
+        assert_eq!(
+            obj.data
+                .and_then(|d| d.as_json().map(str::to_owned))
+                .as_deref(),
+            Some("\"no reply\"")
+        );
+        assert_eq!(
+            render(&GatewayError::new(ErrorKind::Unavailable), Dialect::Ndjson).code,
+            -32009
+        );
+    }
+
+    #[test]
+    fn holon_and_sideband_rendering() {
+        assert_eq!(
+            render(&GatewayError::new(ErrorKind::Timeout), Dialect::Holon).code,
+            4
+        );
+        assert_eq!(
+            render(&GatewayError::new(ErrorKind::Unavailable), Dialect::Holon).code,
+            14
+        );
+        let sb = render(
+            &GatewayError::new(ErrorKind::Unavailable),
+            Dialect::Sideband,
+        );
+        assert_eq!(sb.code, 2000);
+        assert!(sb
+            .data
+            .and_then(|d| d.as_json().map(str::to_owned))
+            .is_some_and(|d| d.contains("unavailable")));
+    }
+}
