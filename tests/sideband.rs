@@ -447,10 +447,14 @@ async fn json_and_cbor_clients_get_identical_results() {
     let gw = bound.spawn();
     common::wait_connected(&gw, "daemon").await;
     common::wait_connected(&gw, "fake").await;
+    // The gateway counts the link as connected once the handshakes are
+    // exchanged; the fake records the gateway's a moment later.
+    let recorded = || !fake.lock().expect("lock").encodings.is_empty();
+    assert!(common::eventually(Duration::from_secs(20), recorded).await);
     {
         let log = fake.lock().expect("lock");
         assert!(
-            !log.encodings.is_empty() && log.encodings.iter().all(|e| *e == Encoding::Cbor),
+            log.encodings.iter().all(|e| *e == Encoding::Cbor),
             "the gateway and a CBOR-capable upstream agree on CBOR: {log:?}"
         );
     }
