@@ -268,7 +268,15 @@ impl Bound {
             .map(|u| {
                 (
                     u.name.clone(),
-                    Upstream::start(u.clone(), metrics.clone(), upstream_stop.clone()),
+                    // A child of `shutdown`: cancelled in the same instant,
+                    // before any session sees the shutdown and closes a
+                    // dedicated link.
+                    Upstream::start(
+                        u.clone(),
+                        metrics.clone(),
+                        shutdown.child_token(),
+                        upstream_stop.clone(),
+                    ),
                 )
             })
             .collect();
@@ -343,9 +351,6 @@ impl Bound {
         servers.close();
         shutdown.cancelled().await;
         tracing::info!("shutting down: no new connections; draining requests in flight");
-        for upstream in upstreams.values() {
-            upstream.stopping();
-        }
         let grace = self.cfg.gateway.shutdown_grace;
         let grace_over = ctx.grace_over.clone();
         tokio::spawn(async move {

@@ -256,7 +256,8 @@ async fn call(ws: &mut common::Ws, method: &str, id: u32) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_and_unknown_replies_from_the_upstream() {
     let fake = Fake::start(Mode::Serve).await;
-    let (gw, url) = gateway(&[("sb", &fake.url)], "").await;
+    // One connection, so that its log (conn 0) holds every call.
+    let (gw, url) = gateway(&[("sb", &fake.url)], "pool_size = 1").await;
     common::wait_connected(&gw, "sb").await;
     let mut ws = common::connect(&url).await;
     for (method, quoted) in [("badcode", r#""code":"x""#), ("badcode.cbor", "CBOR a4")] {
@@ -285,7 +286,9 @@ async fn invalid_and_unknown_replies_from_the_upstream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_control_close_reason_is_echoed() {
     let fake = Fake::start(Mode::Serve).await;
-    let (gw, url) = gateway(&[("sb", &fake.url)], "").await;
+    // One connection, so that the call goes on conn 0 (with the default
+    // pool of 4 it may take any).
+    let (gw, url) = gateway(&[("sb", &fake.url)], "pool_size = 1").await;
     common::wait_connected(&gw, "sb").await;
     let mut ws = common::connect(&url).await;
     let v = call(&mut ws, "maintenance", 1).await;

@@ -6,7 +6,7 @@
 //! and discarded; EOF or a half-close ends the stream. Events and heartbeats
 //! are dropped, not queued, when the client stops reading, as in hld.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -138,8 +138,8 @@ fn event_line(seq: u64) -> Vec<u8> {
 
 /// `YYYYMMDDhhmmss-<16 hex>`, the shape of hld's subscription ids.
 fn subscription_id() -> String {
-    let (date, time, _) = civil(SystemTime::now());
-    let compact: String = format!("{date}{time}")
+    let compact: String = humantime::format_rfc3339_seconds(SystemTime::now())
+        .to_string()
         .chars()
         .filter(char::is_ascii_digit)
         .collect();
@@ -148,29 +148,7 @@ fn subscription_id() -> String {
 
 /// RFC 3339 in UTC with nanoseconds: `2025-07-15T12:00:00.123456789Z`.
 fn rfc3339(at: SystemTime) -> String {
-    let (date, time, nanos) = civil(at);
-    format!("{date}T{time}.{nanos:09}Z")
-}
-
-/// (`YYYY-MM-DD`, `hh:mm:ss`, nanoseconds) in UTC.
-fn civil(at: SystemTime) -> (String, String, u32) {
-    // Clocks before 1970 are not worth a failure path for a demo timestamp.
-    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Howard Hinnant's civil_from_days, for days since 1970-01-01.
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    let date = format!("{year:04}-{month:02}-{day:02}");
-    let time = format!("{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60);
-    (date, time, since.subsec_nanos())
+    humantime::format_rfc3339_nanos(at).to_string()
 }
 
 // === impl Params ===
@@ -189,6 +167,7 @@ impl Default for Params {
 #[allow(clippy::unwrap_used)] // in tests a panic is the failure report
 mod tests {
     use super::*;
+    use std::time::UNIX_EPOCH;
 
     #[test]
     fn civil_dates() {

@@ -66,7 +66,15 @@ struct AbandonGuard {
 
 impl Upstream {
     /// Starts the pool's supervisors; connections come up in the background.
-    pub fn start(cfg: UpstreamConfig, metrics: Metrics, shutdown: CancellationToken) -> Arc<Self> {
+    /// `stopping` is cancelled the moment switchyard starts to stop (links
+    /// closed from then on say goodbye as at shutdown, whatever closes
+    /// them first); `shutdown` when the links themselves must go.
+    pub fn start(
+        cfg: UpstreamConfig,
+        metrics: Metrics,
+        stopping: CancellationToken,
+        shutdown: CancellationToken,
+    ) -> Arc<Self> {
         let entries = metrics.correlator_entries.with_label_values(&[&cfg.name]);
         let calls = (
             metrics.upstream_in_flight.with_label_values(&[&cfg.name]),
@@ -80,7 +88,7 @@ impl Upstream {
             metrics,
             entries,
             calls,
-            stopping: CancellationToken::new(),
+            stopping,
             writers: TaskTracker::new(),
             health: health::LinkHealth::new(),
         });
@@ -103,12 +111,6 @@ impl Upstream {
             pending,
             queued: AtomicUsize::new(0),
         })
-    }
-
-    /// switchyard starts to stop: links closed from now on say goodbye as
-    /// at shutdown.
-    pub(crate) fn stopping(&self) {
-        self.shared.stopping.cancel();
     }
 
     /// Waits until every WebSocket link of this upstream has sent its

@@ -2,7 +2,7 @@
 //! minute (from `admin/window.rs`), since when an upstream is down with its
 //! last connect error, and the configuration generation.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use super::{esc, uptime};
 use crate::admin::window::{Series, WINDOW};
@@ -106,50 +106,23 @@ pub(super) fn generation(started: SystemTime) -> String {
     )
 }
 
-/// `2026-11-25 13:40:02 UTC`.
+/// `2026-11-25T13:40:02Z` (RFC 3339, UTC).
 pub(super) fn utc(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let (y, m, d) = civil_from_days(days);
-    let s = secs % 86_400;
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        s / 3600,
-        s / 60 % 60,
-        s % 60
-    )
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
-/// (H. Hinnant's `civil_from_days`).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (
-        y,
-        u32::try_from(m).unwrap_or(1),
-        u32::try_from(d).unwrap_or(1),
-    )
+    humantime::format_rfc3339_seconds(t).to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::UNIX_EPOCH;
 
     #[test]
     fn utc_dates() {
-        assert_eq!(utc(UNIX_EPOCH), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(UNIX_EPOCH), "1970-01-01T00:00:00Z");
         let t = UNIX_EPOCH + Duration::from_secs(1_795_613_063);
-        assert_eq!(utc(t), "2026-11-25 13:24:23 UTC");
+        assert_eq!(utc(t), "2026-11-25T13:24:23Z");
         let leap = UNIX_EPOCH + Duration::from_secs(951_782_400);
-        assert_eq!(utc(leap), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(leap), "2000-02-29T00:00:00Z");
     }
 
     #[test]
