@@ -5,7 +5,8 @@
 #
 #   scripts/stress-tests.sh [RUNS]
 #
-# Each run's output is kept in $STRESS_LOG_DIR (default: a new temp dir); a
+# Each run is `cargo test --no-fail-fast` (every test binary, even after a
+# failure); its output is kept in $STRESS_LOG_DIR (default: a new temp dir); a
 # failed run's failing tests are printed. Exits non-zero if any run failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +31,7 @@ passed=0
 failed=0
 for i in $(seq "$runs"); do
     start=$(date +%s)
-    if cargo test >"$logs/run-$i.log" 2>&1; then
+    if cargo test --no-fail-fast >"$logs/run-$i.log" 2>&1; then
         passed=$((passed + 1))
         echo "run $i: ok ($(($(date +%s) - start)) s)"
     else

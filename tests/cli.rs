@@ -303,12 +303,22 @@ fn run_sizes_its_runtime_from_gateway_worker_threads() {
             std::thread::sleep(Duration::from_millis(20));
         }
         assert!(socket.exists(), "the gateway never listened");
-        let tasks = std::fs::read_dir(format!("/proc/{}/task", gw.id())).expect("/proc");
-        let named_workers = tasks
-            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-            // tokio's default thread name (no blocking threads run yet).
-            .filter(|name| name.trim() == "tokio-rt-worker")
-            .count();
+        // A new thread takes its name a moment after it exists: on a busy
+        // machine, count again until the number settles (or time is up).
+        let count = || {
+            std::fs::read_dir(format!("/proc/{}/task", gw.id()))
+                .expect("/proc")
+                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                // tokio's default thread name (no blocking threads run yet).
+                .filter(|name| name.trim() == "tokio-rt-worker")
+                .count()
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut named_workers = count();
+        while named_workers != workers && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            named_workers = count();
+        }
         let _ = gw.kill();
         let _ = gw.wait();
         assert_eq!(named_workers, workers, "runtime worker threads");
