@@ -20,7 +20,12 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let json = cbor_to_json(&cbor).expect("switchyard's own CBOR transcodes back");
-    let before: Value = serde_json::from_str(raw.get()).expect("valid JSON");
+    // A raw value may hold what a Value refuses (a lone surrogate escape in
+    // a duplicate key's earlier value, which the transcoder drops: the last
+    // one wins); there is nothing to compare against then.
+    let Ok(before) = serde_json::from_str::<Value>(raw.get()) else {
+        return;
+    };
     let after: Value = serde_json::from_str(json.get()).expect("transcoder writes JSON");
     assert!(
         same(&before, &after),
