@@ -126,9 +126,7 @@ pub async fn call_holon(
     timeout: Duration,
 ) -> Result<String, ClientError> {
     let params = params.map(|p| checked_params(p, true)).transpose()?;
-    let Target::Ws(url) = parse_url(url)? else {
-        return Err(ClientError::UnsupportedUrl(url.to_owned()));
-    };
+    let url = ws_only(url)?;
     let request = format!(
         "{{\"jsonrpc\":\"2.0\",\"id\":\"1\",\"method\":{},\"params\":{}}}",
         json_string(method),
@@ -188,6 +186,14 @@ fn parse_url(url: &str) -> Result<Target<'_>, ClientError> {
         Ok(Target::Unix(Path::new(path)))
     } else {
         Err(ClientError::UnsupportedUrl(url.to_owned()))
+    }
+}
+
+/// The `ws://` URL of a dialect that only speaks WebSocket.
+fn ws_only(url: &str) -> Result<&str, ClientError> {
+    match parse_url(url)? {
+        Target::Ws(ws) => Ok(ws),
+        Target::Unix(_) => Err(ClientError::UnsupportedUrl(url.to_owned())),
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 
-use super::{checked_params, parse_url, ClientError, Target};
+use super::{checked_params, ws_only, ClientError};
 use serde_json::value::RawValue;
 
 use crate::dialect::sideband::{
@@ -26,9 +26,7 @@ pub async fn call_sideband(
     timeout: Duration,
 ) -> Result<String, ClientError> {
     let params = params.map(|p| checked_params(p, false)).transpose()?;
-    let Target::Ws(url) = parse_url(url)? else {
-        return Err(ClientError::UnsupportedUrl(url.to_owned()));
-    };
+    let url = ws_only(url)?;
     let id = frame::random_id();
     let params = params
         .map(|p| RawValue::from_string(p).map(Payload::Json))
