@@ -25,6 +25,7 @@
 //! - [`dialect`]: pure wire codecs, bytes ⇄ neutral message. No sockets, no tokio.
 //! - [`error`]: switchyard's own error kinds; [`dialect::errors`] renders them per dialect.
 //! - [`limits`]: rate limits, browser-safety checks (Host, Origin, token) and the method policy.
+//! - [`outbox`]: the one way anything is written to a client: bounded queue, codec, slow-consumer policy.
 //! - [`router`]: routes and reply delivery.
 //! - [`upstream`]: connection pools to the services behind switchyard;
 //!   [`upstream::correlator`] keeps one connection's gateway ids.
@@ -47,6 +48,7 @@ pub mod dialect;
 pub mod envelope;
 pub mod error;
 pub mod limits;
+pub mod outbox;
 pub mod router;
 pub mod shutdown;
 pub mod stdout;

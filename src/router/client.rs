@@ -15,16 +15,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::dialect::holon::{object_params, wrap_params};
 use crate::dialect::Dialect;
 use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
+use crate::outbox::{Offer, Outbox};
 use crate::telemetry::metrics::Metrics;
-use crate::transport::codec::OutCodec;
-use crate::transport::Outgoing;
 use crate::upstream::correlator::{Correlator, Resolution};
 use crate::upstream::link::{Link, Owner, OwnerRef, PendingPush, ReplyResult};
 use crate::upstream::Upstream;
@@ -44,10 +43,9 @@ pub struct ClientLinks {
 #[derive(Debug, Clone)]
 pub struct Pusher {
     dialect: Dialect,
-    codec: OutCodec,
     /// Sideband clients: cid of each push → its `s<N>` number.
     cids: Arc<Mutex<HashMap<[u8; 16], u64>>>,
-    outbox: mpsc::Sender<Outgoing>,
+    outbox: Outbox,
     pushes: Arc<Mutex<Correlator<Option<oneshot::Sender<ReplyResult>>>>>,
     max_unanswered: usize,
     timeout: Duration,
@@ -147,15 +145,13 @@ impl Owner for Pusher {
 impl Pusher {
     /// A pusher writing to a client's outbox.
     pub(crate) fn new(
-        codec: OutCodec,
-        outbox: mpsc::Sender<Outgoing>,
+        outbox: Outbox,
         max_unanswered: usize,
         timeout: Duration,
         metrics: Metrics,
     ) -> Self {
         Pusher {
-            dialect: codec.dialect(),
-            codec,
+            dialect: outbox.codec().dialect(),
             cids: Arc::new(Mutex::new(HashMap::new())),
             outbox,
             pushes: Arc::new(Mutex::new(Correlator::new(false))),
@@ -180,13 +176,10 @@ impl Pusher {
                 method: method.to_owned(),
                 params,
             };
-            match self.codec.encode(&msg) {
-                Some(out) => {
-                    if self.outbox.try_send(out).is_err() {
-                        self.count_dropped("slow_consumer");
-                    }
-                }
-                None => self.count_dropped("untranslatable"),
+            match self.outbox.offer(&msg) {
+                Offer::Queued | Offer::Closed => {}
+                Offer::Full => self.count_dropped("slow_consumer"),
+                Offer::Untranslatable => self.count_dropped("untranslatable"),
             }
             return;
         }
@@ -253,11 +246,7 @@ impl Pusher {
             method: method.to_owned(),
             params,
         };
-        let sent = match self.codec.encode(&msg) {
-            Some(out) => self.outbox.try_send(out).is_ok(),
-            None => false,
-        };
-        if !sent {
+        if self.outbox.offer(&msg) != Offer::Queued {
             table.cancel(gid);
             self.count_dropped("slow_consumer");
             return Err(GatewayError::with_detail(

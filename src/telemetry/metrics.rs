@@ -111,6 +111,10 @@ pub struct Metrics {
     /// The most messages ever queued in one client outbox, by listener
     /// (bounded by `outbox_capacity`: shows memory stays bounded).
     pub outbox_high_water: IntGaugeVec,
+    /// The most bytes ever queued (or waiting for room) in one client
+    /// outbox, by listener: bounded by
+    /// `(outbox_capacity + max_in_flight) × max_message_bytes`.
+    pub outbox_queued_bytes_max: IntGaugeVec,
     /// Items per client batch, by listener.
     pub batch_size: HistogramVec,
     /// Calls written to an upstream and not yet settled, by upstream.
@@ -251,6 +255,12 @@ impl Metrics {
                 &registry,
                 "outbox_high_water",
                 "Most messages ever queued in one client outbox",
+                &["listener"],
+            )?,
+            outbox_queued_bytes_max: gauge(
+                &registry,
+                "outbox_queued_bytes_max",
+                "Most bytes ever queued in one client outbox",
                 &["listener"],
             )?,
             upstream_in_flight: gauge(
