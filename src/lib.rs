@@ -13,9 +13,7 @@
 //!
 //! Layers, lowest first, each importing only from the ones before it:
 //! [`envelope`], [`close`] and [`error`] (nothing from the crate) →
-//! [`dialect`] → [`upstream`] → [`router`] → [`transport`]. One exception
-//! remains: [`router::client`] writes pushes into the client's outbox through
-//! `transport::Outgoing` and `transport::codec::OutCodec`.
+//! [`dialect`] → [`upstream`], [`outbox`] → [`router`] → [`transport`].
 //!
 //! - [`app`]: composition root; bind every listener, then run; shutdown order.
 //! - [`admin`]: the admin listener: `/metrics`, `/livez`, `/readyz`, status page, behind tower-http layers.
