@@ -14,10 +14,12 @@ use std::time::Duration;
 
 mod listener;
 mod protection;
+mod publish;
 pub mod raw;
 mod upstream;
 pub mod validate;
 
+pub use publish::{Feed, Publish};
 pub use validate::ConfigError;
 
 use crate::dialect::Dialect;
@@ -155,6 +157,9 @@ pub struct ListenerConfig {
     /// Requests switchyard may have pushed to one client and not yet seen
     /// answered (`s<N>` ids); further notifications are dropped, counted.
     pub max_unanswered_pushes: usize,
+    /// Pub/sub patterns one client connection may hold; past it,
+    /// `rpc.subscribe` gets `resource_exhausted`.
+    pub max_subscriptions: usize,
     /// Sideband: advertise CBOR envelopes (`encoding/cbor`); they are used
     /// when the peer advertises them too.
     pub sideband_cbor: bool,
@@ -323,6 +328,8 @@ pub struct UpstreamConfig {
     pub streaming_methods: Vec<String>,
     /// The readiness probe waits for this upstream to be connected.
     pub required: bool,
+    /// What it publishes to the pub/sub broker.
+    pub publish: Publish,
 }
 
 // === impl Config ===
