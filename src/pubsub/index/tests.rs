@@ -1,3 +1,6 @@
+//! The subject index against every rule of jsonrpc-ws.md §7.1, and against
+//! a naive matcher on random patterns and topics.
+
 use std::collections::BTreeSet;
 
 use proptest::prelude::*;
