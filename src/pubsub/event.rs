@@ -4,8 +4,9 @@
 
 use std::sync::{Arc, OnceLock};
 
+use crate::dialect::sideband::envelope::{encode_envelope, Encoding, EnvelopeError};
 use crate::dialect::sideband::transcode::{self, TranscodeError};
-use crate::envelope::Payload;
+use crate::envelope::{Message, Payload};
 
 /// A connection's receiving end, registered with the broker.
 ///
@@ -44,6 +45,10 @@ pub struct Event<'a> {
     /// The whole JSON-RPC `rpc.notification` frame, computed by the first
     /// JSON-RPC or NDJSON subscriber.
     notification: OnceLock<Result<Arc<str>, TranscodeError>>,
+    /// The Sideband `N` envelope `{t:"N", e:topic, d:data}` per encoding
+    /// (JSON v1, CBOR v2): it carries no per-peer id, so only the frame
+    /// around it differs between Sideband subscribers.
+    sideband: [OnceLock<Result<Arc<[u8]>, EnvelopeError>>; 2],
 }
 
 /// The outcome of one [`super::Broker::publish`], counted in connections.
@@ -72,6 +77,7 @@ impl<'a> Event<'a> {
             data,
             params: OnceLock::new(),
             notification: OnceLock::new(),
+            sideband: [OnceLock::new(), OnceLock::new()],
         }
     }
 
@@ -95,6 +101,23 @@ impl<'a> Event<'a> {
                 )))
             })
             .as_ref()
+    }
+
+    /// The Sideband `N` envelope in `enc`, shared by every Sideband
+    /// subscriber using that encoding (data transcoded if needed).
+    pub fn sideband_envelope(&self, enc: Encoding) -> Result<&Arc<[u8]>, &EnvelopeError> {
+        let slot = match enc {
+            Encoding::Json => &self.sideband[0],
+            Encoding::Cbor => &self.sideband[1],
+        };
+        slot.get_or_init(|| {
+            let msg = Message::Notification {
+                method: self.topic.to_owned(),
+                params: Some(self.data.clone()),
+            };
+            encode_envelope(&msg, enc).map(Arc::from)
+        })
+        .as_ref()
     }
 }
 
@@ -137,6 +160,27 @@ mod tests {
         assert_eq!(
             &**event.params_json().unwrap(),
             r#"{"topic":"t","data":{"a":1}}"#
+        );
+    }
+
+    #[test]
+    fn sideband_envelopes_per_encoding() {
+        use crate::dialect::sideband::envelope::decode_envelope;
+        let data = Payload::json(r#"{"a":1}"#).unwrap();
+        let event = Event::new("hld.events", &data);
+        let json = Arc::clone(event.sideband_envelope(Encoding::Json).unwrap());
+        assert!(Arc::ptr_eq(
+            &json,
+            event.sideband_envelope(Encoding::Json).unwrap()
+        ));
+        assert_eq!(&*json, br#"{"t":"N","e":"hld.events","d":{"a":1}}"#);
+        let cbor = event.sideband_envelope(Encoding::Cbor).unwrap();
+        assert_eq!(
+            decode_envelope(cbor, Encoding::Cbor).unwrap(),
+            Message::Notification {
+                method: "hld.events".to_owned(),
+                params: Some(Payload::Cbor(vec![0xa1, 0x61, 0x61, 0x01])),
+            }
         );
     }
 

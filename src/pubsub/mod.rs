@@ -23,7 +23,8 @@
 //!   sublist): matching costs nothing per non-matching subscription.
 //! - [`broker`]: [`Broker`] shared by all connections, [`Registration`]
 //!   per connection (dropping it removes its subscriptions), feed interest.
-//! - [`event`]: [`Event`] (rendered once for all subscribers),
+//! - [`event`]: [`Event`] (its JSON params, JSON-RPC notification and
+//!   Sideband `N` envelopes each rendered once for all subscribers),
 //!   [`Subscriber`], [`Delivery`], [`Published`].
 //! - [`methods`]: the four methods' params and results.
 //!
