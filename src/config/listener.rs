@@ -45,7 +45,6 @@ pub(super) fn listener(
         max_unanswered_pushes: p
             .nonzero(&key, "max_unanswered_pushes", raw.max_unanswered_pushes)
             .map_or(1, |n| n.get()),
-        max_subscriptions: raw.max_subscriptions,
         sideband_cbor: raw.sideband_cbor,
         sideband_legacy_subjects: raw.sideband_legacy_subjects,
         sideband_reject_app: match raw.sideband_app_subjects.as_str() {

@@ -157,9 +157,6 @@ pub struct ListenerConfig {
     /// Requests switchyard may have pushed to one client and not yet seen
     /// answered (`s<N>` ids); further notifications are dropped, counted.
     pub max_unanswered_pushes: usize,
-    /// Pub/sub patterns one client connection may hold; past it,
-    /// `rpc.subscribe` gets `resource_exhausted`.
-    pub max_subscriptions: usize,
     /// Sideband: advertise CBOR envelopes (`encoding/cbor`); they are used
     /// when the peer advertises them too.
     pub sideband_cbor: bool,

@@ -53,7 +53,7 @@ pub(super) fn publish(
     p: &mut Problems,
 ) -> Publish {
     for (method, topic) in &raw.topics {
-        if let Err(e) = crate::pubsub::topic::concrete(topic) {
+        if let Err(e) = crate::pubsub::topic::validate_topic(topic) {
             p.at(key, &format!("topics.{method}"), e);
         }
     }
@@ -61,7 +61,11 @@ pub(super) fn publish(
     for (i, feed) in raw.feeds.iter().enumerate() {
         let field = format!("feeds[{i}]");
         if dialect.is_some_and(Dialect::is_websocket) {
-            p.at(key, &field, "feeds are streaming NDJSON methods: ndjson upstreams only");
+            p.at(
+                key,
+                &field,
+                "feeds are streaming NDJSON methods: ndjson upstreams only",
+            );
         }
         if feed.method.is_empty() {
             p.at(key, &format!("{field}.method"), "must not be empty");
@@ -70,11 +74,15 @@ pub(super) fn publish(
             .topic
             .clone()
             .unwrap_or_else(|| format!("{name}.{}", feed.method));
-        if let Err(e) = crate::pubsub::topic::concrete(&topic) {
+        if let Err(e) = crate::pubsub::topic::validate_topic(&topic) {
             p.at(key, &format!("{field}.topic"), e);
         }
         if feeds.iter().any(|f: &Feed| f.topic == topic) {
-            p.at(key, &format!("{field}.topic"), format!("{topic:?} is fed twice"));
+            p.at(
+                key,
+                &format!("{field}.topic"),
+                format!("{topic:?} is fed twice"),
+            );
         }
         feeds.push(Feed {
             method: feed.method.clone(),

@@ -63,9 +63,6 @@ pub struct RawListener {
     /// Requests pushed to one client and not yet answered (holon `s<N>`).
     /// Default `64`.
     pub max_unanswered_pushes: usize,
-    /// Pub/sub patterns one client connection may hold (`rpc.subscribe`).
-    /// Default `1000`.
-    pub max_subscriptions: usize,
     /// `sideband`: advertise CBOR envelopes (`encoding/cbor`). Default `true`.
     pub sideband_cbor: bool,
     /// `sideband`: accept the legacy `rpc/<method>` / `event/<name>`
@@ -148,7 +145,6 @@ impl Default for RawListener {
             request_timeout_ms: 30_000,
             answer_ping_notification: true,
             max_unanswered_pushes: 64,
-            max_subscriptions: 1000,
             sideband_cbor: true,
             sideband_legacy_subjects: false,
             sideband_app_subjects: String::from("drop"),
