@@ -648,7 +648,10 @@ fn publishing_keys_are_validated_and_defaulted() {
     let publish = &config.upstreams[0].publish;
     assert!(publish.notifications, "published by default");
     assert!(publish.feeds.is_empty());
-    assert_eq!(publish.topic_for("daemon", "thoughts/update"), "daemon.thoughts.update");
+    assert_eq!(
+        publish.topic_for("daemon", "thoughts/update"),
+        "daemon.thoughts.update"
+    );
 
     let feeds = MINIMAL.replace(
         "socket = \"/tmp/d.sock\"",
@@ -659,8 +662,14 @@ fn publishing_keys_are_validated_and_defaulted() {
     );
     let found = problems(&feeds);
     assert_has(&found, "upstreams.daemon.topics.a");
-    assert_has(&found, "upstreams.daemon.feeds[1].method: must not be empty");
-    assert_has(&found, "upstreams.daemon.feeds[1].topic: \"daemon.Subscribe\" is fed twice");
+    assert_has(
+        &found,
+        "upstreams.daemon.feeds[1].method: must not be empty",
+    );
+    assert_has(
+        &found,
+        "upstreams.daemon.feeds[1].topic: \"daemon.Subscribe\" is fed twice",
+    );
     assert_has(&found, "upstreams.daemon.feeds[2].topic");
     assert_eq!(found.len(), 4, "{found:?}");
 
