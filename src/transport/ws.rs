@@ -2,27 +2,25 @@
 //!
 //! Listeners that share an address are served by one HTTP server, each on
 //! its own path; the path picks the dialect, never the offered subprotocol,
-//! and an unknown path gets 404. Each connection runs one reader loop (this
-//! task) and one writer task joined by the session's bounded outbox; both
-//! are in `frames`.
+//! and an unknown path gets 404. Each connection runs the shared connection
+//! driver (`super::driver`): one reader loop (this task) and one writer task
+//! joined by the session's bounded outbox; this file only maps WebSocket
+//! messages to and from its frames.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, Extension};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use futures_util::StreamExt;
+use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
 use tracing::Instrument;
 
-mod frames;
-
-use self::frames::{read_loop, write_loop, End};
 use super::accept::Place;
+use super::driver::{self, FrameSink, Incoming, Liveness};
 use super::session::Session;
 use super::{Outgoing, Serve};
 use crate::close::CloseCode;
@@ -45,9 +43,6 @@ const READ_BUFFER: usize = 8 * 1024;
 /// Frames are written to the socket once this much is buffered (or the
 /// outbox runs empty). The buffer itself grows only as frames arrive.
 const WRITE_THRESHOLD: usize = 64 * 1024;
-
-/// How long a closing connection's writer has to send what is queued.
-const WRITER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Serves every WebSocket listener bound to `listener` until shutdown.
 /// With `tls`, every connection is `wss://` (see [`super::tls`]); caps and
@@ -212,43 +207,75 @@ async fn run(mut socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr)
     );
     let (session, rx) = Session::new(route.clone(), ctx.grace_over.clone());
     let session = session.with_peer(peer);
-    let mut writer = tokio::spawn(write_loop(sink, rx, sent));
-    let tx = session.outbox().clone();
+    let writer = tokio::spawn(driver::write_loop(WsSink(sink), rx, sent));
     if let Some(hello) = session.greeting() {
         // Sideband: both sides send their handshake at once.
-        tx.send_frame(hello).await;
+        session.outbox().send_frame(hello).await;
     }
-    let end = read_loop(stream, &session, &route, &ctx).await;
-    match end {
-        End::Gone | End::Closing => session.abort().await,
-        End::Shutdown => {
-            session.drain().await;
-            if route.cfg.dialect == Dialect::Sideband {
-                tx.send_frame(Outgoing::Binary(
-                    crate::dialect::sideband::session::Sbp::close_frame("shutdown"),
-                ))
-                .await;
-            }
-            tx.close(CloseCode::GoingAway, "going away").await;
-        }
-        End::UpstreamLost => {
-            session.drain().await;
-            tx.close(CloseCode::GoingAway, "upstream connection lost")
-                .await;
+    let liveness = Liveness {
+        ping: Some((route.cfg.ping_interval, route.cfg.pong_timeout)),
+    };
+    let frames = stream.map(incoming);
+    let end = driver::read_loop(frames, &session, &route, &ctx, liveness).await;
+    driver::finish(end, session, writer).await;
+}
+
+/// A WebSocket message as the driver sees it.
+fn incoming(msg: Result<WsMessage, axum::Error>) -> Incoming<axum::extract::ws::Utf8Bytes> {
+    match msg {
+        Ok(WsMessage::Text(text)) => Incoming::Text(text),
+        Ok(WsMessage::Binary(bytes)) => Incoming::Binary(bytes),
+        Ok(WsMessage::Ping(_) | WsMessage::Pong(_)) => Incoming::Control,
+        Ok(WsMessage::Close(frame)) => Incoming::Close(frame.map_or(1005, |f| f.code)),
+        Err(e) if library_too_large(&e) => Incoming::TooLarge,
+        Err(e) => {
+            tracing::debug!(error = %e, "websocket read failed");
+            Incoming::Gone
         }
     }
-    drop(session);
-    drop(tx);
-    // Closing: the writer sends and flushes what is queued (the close frame
-    // last), within the writer timeout; a client that does not read is cut
-    // off then.
-    if matches!(end, End::Gone) {
-        writer.abort();
-    } else if tokio::time::timeout(WRITER_TIMEOUT, &mut writer)
-        .await
-        .is_err()
-    {
-        writer.abort();
-        tracing::debug!(listener = %name, "writer did not finish closing in time");
+}
+
+/// True when the library refused a message above even its (larger) limit:
+/// tungstenite's capacity error, under axum's error.
+fn library_too_large(e: &axum::Error) -> bool {
+    use tokio_tungstenite::tungstenite::error::{CapacityError, Error};
+    std::error::Error::source(e)
+        .and_then(|inner| inner.downcast_ref::<Error>())
+        .is_some_and(|inner| matches!(inner, Error::Capacity(CapacityError::MessageTooLong { .. })))
+}
+
+/// The client's socket, written frame by frame (coalesced by the library
+/// up to its write buffer, flushed when the outbox runs empty).
+struct WsSink(futures_util::stream::SplitSink<WebSocket, WsMessage>);
+
+impl FrameSink for WsSink {
+    async fn feed(&mut self, out: Outgoing) -> Result<(), ()> {
+        let msg = match out {
+            Outgoing::Text(text) => WsMessage::Text(text.into()),
+            Outgoing::Binary(bytes) => WsMessage::Binary(bytes.into()),
+            Outgoing::Ping => WsMessage::Ping(Default::default()),
+            Outgoing::Close(..) => return Ok(()),
+        };
+        self.0.feed(msg).await.map_err(drop)
+    }
+
+    async fn flush(&mut self) -> Result<(), ()> {
+        self.0.flush().await.map_err(drop)
+    }
+
+    async fn close(&mut self, out: Outgoing) {
+        let Outgoing::Close(code, reason) = out else {
+            return;
+        };
+        let frame = CloseFrame {
+            code: code.as_u16(),
+            reason: reason.into_owned().into(),
+        };
+        // The peer may be gone already; we are closing either way. After
+        // the peer's own close the library refuses a second one; the flush
+        // still sends the echo it queued.
+        if self.0.send(WsMessage::Close(Some(frame))).await.is_err() {
+            let _ = self.0.flush().await;
+        }
     }
 }

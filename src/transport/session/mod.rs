@@ -22,6 +22,7 @@ use tokio_util::task::TaskTracker;
 
 mod admission;
 mod dispatch;
+mod edges;
 mod in_place;
 
 use in_place::InPlace;
