@@ -251,6 +251,7 @@ mod tests {
 
     use super::*;
     use crate::config::Config;
+    use crate::router::RouteCell;
 
     fn routes(extra_a: &str, extra_b: &str) -> Vec<Arc<Route>> {
         let toml = format!(
@@ -301,7 +302,7 @@ mod tests {
         assert!(!routes[0].rate.is_pruning());
         let server = tokio::spawn(super::super::ws::serve(
             listener,
-            routes.clone(),
+            routes.iter().cloned().map(RouteCell::new).collect(),
             ctx.clone(),
             None,
         ));

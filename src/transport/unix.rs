@@ -35,7 +35,7 @@ use crate::dialect::render::{render, Style};
 use crate::dialect::Dialect;
 use crate::envelope::{Message, WireId};
 use crate::error::{ErrorKind, GatewayError};
-use crate::router::Route;
+use crate::router::{Route, RouteCell};
 use crate::telemetry::metrics::RejectReason;
 
 /// Binds `path` with `mode`, handling stale sockets as the module explains.
@@ -85,7 +85,7 @@ fn remove_stale(path: &Path) -> io::Result<()> {
 }
 
 /// Accepts NDJSON clients until shutdown, then removes the socket file.
-pub(crate) async fn serve(listener: UnixListener, path: PathBuf, route: Arc<Route>, ctx: Serve) {
+pub(crate) async fn serve(listener: UnixListener, path: PathBuf, cell: Arc<RouteCell>, ctx: Serve) {
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -93,18 +93,19 @@ pub(crate) async fn serve(listener: UnixListener, path: PathBuf, route: Arc<Rout
         };
         match accepted {
             Ok((stream, _)) => {
+                let route = cell.load();
                 let Some(permit) = route.conns.admit(IpAddr::V4(Ipv4Addr::UNSPECIFIED)) else {
-                    ctx.sessions.spawn(refuse(stream, route.clone()));
+                    ctx.sessions.spawn(refuse(stream, route));
                     continue;
                 };
-                let (route, ctx2) = (route.clone(), ctx.clone());
+                let (cell, ctx2) = (cell.clone(), ctx.clone());
                 ctx.sessions.spawn(async move {
-                    run(stream, route, ctx2).await;
+                    run(stream, cell, ctx2).await;
                     drop(permit);
                 });
             }
             Err(e) => {
-                tracing::warn!(listener = %route.cfg.name, error = %e, "accept failed");
+                tracing::warn!(listener = %cell.load().cfg.name, error = %e, "accept failed");
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         }
@@ -140,7 +141,11 @@ enum End {
     Shutdown,
 }
 
-async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
+async fn run(stream: UnixStream, cell: Arc<RouteCell>, ctx: Serve) {
+    // Read once for what is fixed for the connection's life (its outbox,
+    // line limit and timers); requests read the cell themselves, and the
+    // route is not held (a reload may replace it).
+    let route = cell.load();
     let name = route.cfg.name.clone();
     let _open = super::OpenConnection::count(&route);
     let (read, write) = stream.into_split();
@@ -151,7 +156,7 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
         crate::telemetry::metrics::Direction::Out,
     );
     let writer = tokio::spawn(write_lines(write, rx, sent));
-    let session = Session::new(route.clone(), tx.clone(), ctx.grace_over.clone());
+    let session = Session::new(cell.clone(), tx.clone(), ctx.grace_over.clone());
     let codec = AnyDelimiterCodec::new_with_max_length(
         vec![b'\n'],
         vec![b'\n'],
@@ -163,7 +168,9 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
     let mut last_rx = opened;
     // Made once, not per line: each registers a waiter or a timer.
     let (lost, slow, shutdown) = (lost.cancelled(), slow.cancelled(), ctx.shutdown.cancelled());
-    let expired = tokio::time::sleep_until(expiry(&route.cfg.protection, opened, last_rx));
+    let protection = route.cfg.protection.clone();
+    drop(route);
+    let expired = tokio::time::sleep_until(expiry(&protection, opened, last_rx));
     tokio::pin!(lost, slow, shutdown, expired);
     let end = loop {
         let next = tokio::select! {
@@ -174,7 +181,7 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
             // Idle too long, or lived too long: answer what is pending, close.
             // (The timer is moved on only when it fires, not per line.)
             () = &mut expired => {
-                let due = expiry(&route.cfg.protection, opened, last_rx);
+                let due = expiry(&protection, opened, last_rx);
                 if due <= tokio::time::Instant::now() {
                     break End::Eof;
                 }
@@ -184,6 +191,7 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
             // Pending calls on the lost link fail at once; answer, then close.
             () = &mut lost => break End::Eof,
             () = &mut slow => {
+                let route = cell.load();
                 route.count_protocol_error("slow_consumer");
                 route.metrics().count_limit(&route.cfg.name, crate::telemetry::metrics::Limit::SlowConsumer);
                 break End::Closing;
@@ -202,7 +210,7 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
                 }
             }
             Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
-                line_too_long(&route, &tx).await;
+                line_too_long(&cell.load(), &tx).await;
                 break End::Closing;
             }
             Some(Err(e)) => {

@@ -30,7 +30,7 @@ use crate::close::CloseCode;
 use crate::dialect::Dialect;
 use crate::limits::origin::Refusal;
 use crate::limits::rate::PRUNE_INTERVAL;
-use crate::router::Route;
+use crate::router::{Route, RouteCell};
 use crate::telemetry::metrics::RejectReason;
 use crate::telemetry::trace::connection_span;
 
@@ -56,10 +56,11 @@ const WRITER_TIMEOUT: Duration = Duration::from_secs(2);
 /// listener's per-IP rate state.
 pub(crate) async fn serve(
     listener: TcpListener,
-    routes: Vec<Arc<Route>>,
+    cells: Vec<Arc<RouteCell>>,
     ctx: Serve,
     tls: Option<super::tls::Acceptor>,
 ) -> std::io::Result<()> {
+    let routes: Vec<Arc<Route>> = cells.iter().map(|c| c.load()).collect();
     let Some(http) = super::accept::Http::of(&routes) else {
         return Ok(());
     };
@@ -69,8 +70,11 @@ pub(crate) async fn serve(
             .start_pruning(PRUNE_INTERVAL, ctx.shutdown.clone());
     }
     let mut app = axum::Router::new();
-    for route in routes {
+    for (route, cell) in routes.into_iter().zip(cells) {
+        // The path is the listener's identity: a reload that changes it
+        // replaces the listener.
         let ListenAddrPath(path) = ListenAddrPath::of(&route);
+        drop(route);
         let ctx = ctx.clone();
         app = app.route(
             &path,
@@ -80,8 +84,9 @@ pub(crate) async fn serve(
                       ConnectInfo(peer): ConnectInfo<SocketAddr>,
                       place: Option<Extension<Place>>,
                       ws: WebSocketUpgrade| {
-                    let (route, ctx) = (route.clone(), ctx.clone());
+                    let (cell, ctx) = (cell.clone(), ctx.clone());
                     async move {
+                        let route = cell.load();
                         if let Err(refused) = check_upgrade(&route, &headers, &uri, peer.ip()) {
                             return *refused;
                         }
@@ -90,7 +95,7 @@ pub(crate) async fn serve(
                         if let Some(Extension(place)) = place {
                             place.release();
                         }
-                        upgrade(ws, &headers, route, ctx, peer.ip())
+                        upgrade(ws, &headers, &route, cell, ctx, peer.ip())
                     }
                 },
             ),
@@ -115,7 +120,8 @@ impl ListenAddrPath {
 fn upgrade(
     ws: WebSocketUpgrade,
     headers: &HeaderMap,
-    route: Arc<Route>,
+    route: &Route,
+    cell: Arc<RouteCell>,
     ctx: Serve,
     peer: IpAddr,
 ) -> Response {
@@ -131,7 +137,7 @@ fn upgrade(
     let span = connection_span(headers, &route.cfg.name, route.cfg.dialect.as_str());
     let sessions = ctx.sessions.clone();
     ws.on_upgrade(move |socket| {
-        sessions.track_future(run(socket, route, ctx, peer).instrument(span))
+        sessions.track_future(run(socket, cell, ctx, peer).instrument(span))
     })
 }
 
@@ -189,7 +195,10 @@ fn check_upgrade(
 }
 
 /// Drives one client connection to its end.
-async fn run(mut socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr) {
+async fn run(mut socket: WebSocket, cell: Arc<RouteCell>, ctx: Serve, peer: IpAddr) {
+    // Read once for what is fixed for the connection's life (its outbox,
+    // its counters); requests read the cell themselves.
+    let route = cell.load();
     let name = route.cfg.name.clone();
     let Some(_permit) = route.conns.admit(peer) else {
         // Upgraded first, so that a browser can read the reason.
@@ -213,17 +222,21 @@ async fn run(mut socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr)
         crate::telemetry::metrics::Direction::Out,
     );
     let mut writer = tokio::spawn(write_loop(sink, rx, sent));
-    let session = Session::new(route.clone(), tx.clone(), ctx.grace_over.clone()).with_peer(peer);
+    let session = Session::new(cell.clone(), tx.clone(), ctx.grace_over.clone()).with_peer(peer);
     if let Some(hello) = session.greeting() {
         // Sideband: both sides send their handshake at once.
         let _ = tx.send(hello).await;
     }
-    let end = read_loop(stream, &session, &route, &tx, &ctx).await;
+    let dialect = route.cfg.dialect;
+    // Not held while the connection lives: the route of a past
+    // generation goes as soon as its last request is answered.
+    drop(route);
+    let end = read_loop(stream, &session, &cell, &tx, &ctx).await;
     match end {
         End::Gone | End::Closing => session.abort().await,
         End::Shutdown => {
             session.drain().await;
-            if route.cfg.dialect == Dialect::Sideband {
+            if dialect == Dialect::Sideband {
                 let _ = tx
                     .send(Outgoing::Binary(
                         crate::dialect::sideband::session::Sbp::close_frame("shutdown"),

@@ -28,7 +28,7 @@ impl Session {
     /// call switchyard made, or an item already answered with an error.
     pub(super) async fn single(&self, item: Item) -> Verdict {
         if let Item::Valid(Message::Request { id, method, .. }) = &item {
-            if self.route.cfg.dialect == Dialect::Holon && method == "rpc.heartbeat" {
+            if self.route().cfg.dialect == Dialect::Holon && method == "rpc.heartbeat" {
                 // Answered at once: never routed, never queued, and never
                 // counted against the rate limits (holon-rpc.md §10).
                 let ok = Payload::Json(raw_from_string(String::from("{}")));
@@ -62,7 +62,7 @@ impl Session {
                         params,
                         permit,
                     };
-                    match self.in_place.place(&self.route, &self.parent, req) {
+                    match self.in_place.place(&self.route(), &self.parent, req) {
                         Ok(()) => return Verdict::Continue,
                         Err(req) => {
                             return self.spawn(
@@ -77,10 +77,10 @@ impl Session {
                     }
                 }
                 None => {
-                    self.route
+                    self.route()
                         .metrics()
-                        .count_limit(&self.route.cfg.name, Limit::MaxInFlight);
-                    let reply = self.route.error_reply(id.clone(), &busy());
+                        .count_limit(&self.route().cfg.name, Limit::MaxInFlight);
+                    let reply = self.route().error_reply(id.clone(), &busy());
                     self.send(&reply).await;
                     return Verdict::Continue;
                 }
@@ -92,7 +92,7 @@ impl Session {
 
     /// Runs one item in a task of its own (the waiting path).
     fn spawn(&self, item: Item, permit: Option<OwnedSemaphorePermit>) -> Verdict {
-        let (route, client, answer) = (self.route.clone(), self.client.clone(), self.answer());
+        let (route, client, answer) = (self.route(), self.client.clone(), self.answer());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
         let task = async move {
             let Some(reply) = settle(&route, item, &client, &gone, &grace_over).await else {
@@ -132,16 +132,16 @@ impl Session {
                         item
                     }
                     None => {
-                        self.route
+                        self.route()
                             .metrics()
-                            .count_limit(&self.route.cfg.name, Limit::MaxInFlight);
-                        Item::Invalid(self.route.error_reply(id.clone(), &busy()))
+                            .count_limit(&self.route().cfg.name, Limit::MaxInFlight);
+                        Item::Invalid(self.route().error_reply(id.clone(), &busy()))
                     }
                 },
                 _ => item,
             })
             .collect();
-        let (route, client, answer) = (self.route.clone(), self.client.clone(), self.answer());
+        let (route, client, answer) = (self.route(), self.client.clone(), self.answer());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
         let span = tracing::info_span!(parent: &self.parent, "rpc.batch", otel.kind = "server", rpc.batch.size = request_ids.len());
         let task = async move {
@@ -170,7 +170,7 @@ impl Session {
         Answer {
             codec: self.codec.clone(),
             outbox: self.outbox.clone(),
-            patience: self.route.cfg.protection.slow_consumer_timeout,
+            patience: self.route().cfg.protection.slow_consumer_timeout,
             slow: self.slow.clone(),
             high_water: self.high_water.clone(),
         }

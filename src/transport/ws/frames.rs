@@ -18,7 +18,7 @@ use crate::dialect::render::{render, Style};
 use crate::dialect::Dialect;
 use crate::envelope::{Message, WireId};
 use crate::error::{ErrorKind, GatewayError};
-use crate::router::Route;
+use crate::router::{Route, RouteCell};
 use crate::telemetry::metrics::FrameCounter;
 
 /// How long a Sideband client has to send its handshake.
@@ -37,12 +37,36 @@ pub(super) enum End {
     UpstreamLost,
 }
 
+/// A connection's settings fixed when it opens: its ping, idle and
+/// lifetime timers and its message limit (a reload applies them to new
+/// connections).
+struct Fixed {
+    name: String,
+    dialect: Dialect,
+    max_message_bytes: usize,
+    ping_interval: Duration,
+    pong_timeout: Duration,
+    idle_timeout: Option<Duration>,
+    max_connection_lifetime: Option<Duration>,
+}
+
+impl Fixed {
+    fn of(route: &Route) -> Self {
+        let cfg = &route.cfg;
+        Fixed {
+            name: cfg.name.clone(),
+            dialect: cfg.dialect,
+            max_message_bytes: cfg.max_message_bytes,
+            ping_interval: cfg.ping_interval,
+            pong_timeout: cfg.pong_timeout,
+            idle_timeout: cfg.protection.idle_timeout,
+            max_connection_lifetime: cfg.protection.max_connection_lifetime,
+        }
+    }
+}
+
 /// Why a connection must close now: idle too long, or lived too long.
-fn expired(
-    p: &crate::config::Protection,
-    opened: Instant,
-    last_rx: Instant,
-) -> Option<&'static str> {
+fn expired(p: &Fixed, opened: Instant, last_rx: Instant) -> Option<&'static str> {
     if p.idle_timeout.is_some_and(|t| last_rx.elapsed() >= t) {
         return Some("idle timeout");
     }
@@ -57,16 +81,15 @@ fn expired(
 pub(super) async fn read_loop(
     mut stream: futures_util::stream::SplitStream<WebSocket>,
     session: &Session,
-    route: &Route,
+    cell: &RouteCell,
     tx: &mpsc::Sender<Outgoing>,
     ctx: &Serve,
 ) -> End {
-    let cfg = &route.cfg;
-    let limits = [
-        cfg.protection.idle_timeout,
-        cfg.protection.max_connection_lifetime,
-    ];
-    let period = limits
+    // What is fixed for the connection's life (its timers); the route
+    // itself is read again where it is needed, never held (a reload may
+    // replace it).
+    let cfg = Fixed::of(&cell.load());
+    let period = [cfg.idle_timeout, cfg.max_connection_lifetime]
         .into_iter()
         .flatten()
         .fold(cfg.ping_interval.min(cfg.pong_timeout), Duration::min)
@@ -88,6 +111,7 @@ pub(super) async fn read_loop(
             frame = stream.next() => frame,
             () = &mut lost => return End::UpstreamLost,
             () = &mut slow => {
+                let route = cell.load();
                 route.count_protocol_error("slow_consumer");
                 route.metrics().count_limit(&cfg.name, crate::telemetry::metrics::Limit::SlowConsumer);
                 // The outbox is full: the close frame may not fit; the socket goes anyway.
@@ -101,7 +125,7 @@ pub(super) async fn read_loop(
                     last_rx = Instant::now();
                     ping_sent = None;
                 }
-                if let Some(reason) = expired(&cfg.protection, opened, last_rx) {
+                if let Some(reason) = expired(&cfg, opened, last_rx) {
                     let _ = tx.send(Outgoing::Close(CloseCode::GoingAway, reason.into())).await;
                     return End::Closing;
                 }
@@ -125,7 +149,7 @@ pub(super) async fn read_loop(
         seen = true;
         match frame {
             Some(Ok(WsMessage::Text(_))) if cfg.dialect == Dialect::Sideband => {
-                route.count_protocol_error("text_frame");
+                cell.load().count_protocol_error("text_frame");
                 let _ = tx
                     .send(Outgoing::Close(
                         CloseCode::Unsupported,
@@ -136,7 +160,7 @@ pub(super) async fn read_loop(
             }
             Some(Ok(WsMessage::Text(text))) => {
                 if text.len() > cfg.max_message_bytes {
-                    too_large(route, tx).await;
+                    too_large(&cell.load(), tx).await;
                     return End::Closing;
                 }
                 if let Verdict::Close(..) = session.on_text(text.as_str()).await {
@@ -145,7 +169,7 @@ pub(super) async fn read_loop(
             }
             Some(Ok(WsMessage::Binary(bytes))) if cfg.dialect == Dialect::Sideband => {
                 if bytes.len() > cfg.max_message_bytes {
-                    too_large(route, tx).await;
+                    too_large(&cell.load(), tx).await;
                     return End::Closing;
                 }
                 if let Verdict::Close(..) = session.on_binary(&bytes).await {
@@ -153,7 +177,7 @@ pub(super) async fn read_loop(
                 }
             }
             Some(Ok(WsMessage::Binary(_))) => {
-                route.count_protocol_error("binary_frame");
+                cell.load().count_protocol_error("binary_frame");
                 let _ = tx
                     .send(Outgoing::Close(
                         CloseCode::Unsupported,
@@ -165,8 +189,9 @@ pub(super) async fn read_loop(
             Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => {}
             Some(Ok(WsMessage::Close(frame))) => {
                 let code = frame.map_or(1005, |f| f.code);
-                let m = route.metrics();
-                m.count_ws_close(cfg.dialect, crate::error::Side::Client, code);
+                cell.load()
+                    .metrics()
+                    .count_ws_close(cfg.dialect, crate::error::Side::Client, code);
                 // Complete the closing handshake: the library has queued
                 // the echo of the client's close; the writer flushes it. A
                 // full outbox (a client that closes without reading) is
@@ -180,7 +205,7 @@ pub(super) async fn read_loop(
             Some(Err(e)) if library_too_large(&e) => {
                 // The library stopped at the frame header: answer like any
                 // oversize message, and let the writer send it all.
-                too_large(route, tx).await;
+                too_large(&cell.load(), tx).await;
                 return End::Closing;
             }
             Some(Err(e)) => {

@@ -1,0 +1,345 @@
+//! The running gateway's parts that a reload changes: the configuration,
+//! the started upstreams, each listener's route cell, and the serving
+//! groups (one per WebSocket address, one per Unix socket), each with its
+//! own stop and grace tokens so that a reload can stop one alone.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::{TcpListener, UnixListener};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::{BindError, CLOSE_SLACK};
+use crate::admin::{self, reload::Record, Health, View};
+use crate::config::{Config, ListenAddr, ListenerConfig, UpstreamConfig};
+use crate::router::{Route, RouteCell};
+use crate::telemetry::metrics::Metrics;
+use crate::transport::{tls, ws, Serve};
+use crate::upstream::Upstream;
+
+/// What a serving group is bound to: a WebSocket address (the listeners
+/// on it share one HTTP server) or a Unix socket path.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) enum GroupKey {
+    /// Configured address (port 0 included) of WebSocket listeners.
+    Ws(SocketAddr),
+    /// Socket path of one NDJSON listener.
+    Unix(PathBuf),
+}
+
+/// A group's socket, bound and not yet served.
+#[derive(Debug)]
+pub(super) enum BoundGroup {
+    /// WebSocket listeners sharing an address, with their TLS acceptor.
+    Ws {
+        listener: TcpListener,
+        key: SocketAddr,
+        names: Vec<String>,
+        tls: Option<tls::Acceptor>,
+    },
+    /// One Unix (NDJSON) listener.
+    Unix {
+        listener: UnixListener,
+        name: String,
+        path: PathBuf,
+    },
+}
+
+/// A group being served.
+#[derive(Debug)]
+pub(super) struct Group {
+    pub(super) key: GroupKey,
+    pub(super) names: Vec<String>,
+    /// Stops this group alone (a child of the gateway's shutdown).
+    stop: CancellationToken,
+    /// Ends this group's grace period (a child of the gateway's).
+    grace_over: CancellationToken,
+}
+
+/// A started upstream and the tokens that close it alone.
+#[derive(Debug)]
+pub(super) struct Started {
+    pub(super) upstream: Arc<Upstream>,
+    /// Its links say goodbye as at shutdown once cancelled.
+    stopping: CancellationToken,
+    /// Its links close once cancelled.
+    stop: CancellationToken,
+}
+
+/// The running gateway, owned by its serve task (reloads are applied one
+/// at a time there).
+#[derive(Debug)]
+pub(super) struct Live {
+    pub(super) cfg: Config,
+    pub(super) generation: u64,
+    pub(super) metrics: Metrics,
+    pub(super) upstreams: HashMap<String, Started>,
+    pub(super) cells: HashMap<String, Arc<RouteCell>>,
+    pub(super) groups: Vec<Group>,
+    /// Bound address of each WebSocket listener.
+    pub(super) addrs: BTreeMap<String, SocketAddr>,
+    /// The gateway-wide shutdown and grace tokens, and every connection.
+    pub(super) ctx: Serve,
+    pub(super) servers: TaskTracker,
+    /// Upstreams draining after a reload removed or changed them.
+    pub(super) retiring: TaskTracker,
+    pub(super) health: Arc<Health>,
+    pub(super) upstream_stop: CancellationToken,
+    /// The admin listener's view, when there is one.
+    pub(super) view: Option<View>,
+    pub(super) started: Instant,
+    pub(super) record: Arc<Record>,
+    pub(super) reloads: Option<admin::reload::Requests>,
+    /// Where a reload reads the configuration: `Some(file)` (`None` file:
+    /// defaults and environment only); `None` when this gateway was not
+    /// started from a configuration source.
+    pub(super) source: Option<Option<PathBuf>>,
+}
+
+/// The group of a listener.
+pub(super) fn key_of(l: &ListenerConfig) -> GroupKey {
+    match &l.addr {
+        ListenAddr::Ws { addr, .. } => GroupKey::Ws(*addr),
+        ListenAddr::Unix { path, .. } => GroupKey::Unix(path.clone()),
+    }
+}
+
+/// True when `new` can keep serving on `old`'s socket: same name, dialect,
+/// address (WebSocket: and path) and TLS files. Anything else is a new
+/// listener (remove + add). A Unix socket's mode is applied in place.
+pub(super) fn same_listener(old: &ListenerConfig, new: &ListenerConfig) -> bool {
+    let same_addr = match (&old.addr, &new.addr) {
+        (ListenAddr::Ws { .. }, ListenAddr::Ws { .. }) => old.addr == new.addr,
+        (ListenAddr::Unix { path: a, .. }, ListenAddr::Unix { path: b, .. }) => a == b,
+        _ => false,
+    };
+    same_addr && old.name == new.name && old.dialect == new.dialect && old.tls == new.tls
+}
+
+/// Binds the groups of `cfg` that `wanted` selects.
+pub(super) async fn bind_groups(
+    cfg: &Config,
+    wanted: impl Fn(&GroupKey) -> bool,
+) -> Result<(Vec<BoundGroup>, BTreeMap<String, SocketAddr>), BindError> {
+    let mut ws: BTreeMap<SocketAddr, Vec<&ListenerConfig>> = BTreeMap::new();
+    let mut bound = Vec::new();
+    for l in cfg.listeners.iter().filter(|l| wanted(&key_of(l))) {
+        match &l.addr {
+            ListenAddr::Ws { addr, .. } => ws.entry(*addr).or_default().push(l),
+            ListenAddr::Unix { path, mode } => {
+                let listener = crate::transport::unix::bind(path, *mode).map_err(|source| {
+                    BindError::Unix {
+                        listener: l.name.clone(),
+                        path: path.display().to_string(),
+                        source,
+                    }
+                })?;
+                let (name, path) = (l.name.clone(), path.clone());
+                bound.push(BoundGroup::Unix {
+                    listener,
+                    name,
+                    path,
+                });
+            }
+        }
+    }
+    let mut addrs = BTreeMap::new();
+    for (addr, members) in ws {
+        let names: Vec<String> = members.iter().map(|l| l.name.clone()).collect();
+        // Validation makes listeners sharing an address agree on TLS.
+        let files = members.first().and_then(|l| l.tls.as_ref());
+        let tls = files
+            .map(tls::acceptor)
+            .transpose()
+            .map_err(|e| BindError::Tls {
+                listener: names.join(","),
+                message: e.to_string(),
+            })?;
+        let error = |source| BindError::Tcp {
+            listener: names.join(","),
+            addr,
+            source,
+        };
+        let listener = TcpListener::bind(addr).await.map_err(error)?;
+        let local = listener.local_addr().map_err(error)?;
+        for name in &names {
+            addrs.insert(name.clone(), local);
+        }
+        bound.push(BoundGroup::Ws {
+            listener,
+            key: addr,
+            names,
+            tls,
+        });
+    }
+    Ok((bound, addrs))
+}
+
+/// Starts one upstream with tokens of its own, children of the gateway's.
+pub(super) fn start_upstream(
+    cfg: &UpstreamConfig,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+    upstream_stop: &CancellationToken,
+) -> Started {
+    // `stopping` is a child of `shutdown`: cancelled in the same instant,
+    // before any session sees the shutdown and closes a dedicated link.
+    let (stopping, stop) = (shutdown.child_token(), upstream_stop.child_token());
+    let upstream = Upstream::start(cfg.clone(), metrics.clone(), stopping.clone(), stop.clone());
+    Started {
+        upstream,
+        stopping,
+        stop,
+    }
+}
+
+/// The upstreams by name, as routes resolve them.
+pub(super) fn by_name(upstreams: &HashMap<String, Started>) -> HashMap<String, Arc<Upstream>> {
+    upstreams
+        .iter()
+        .map(|(n, s)| (n.clone(), s.upstream.clone()))
+        .collect()
+}
+
+// === impl Live ===
+
+impl Live {
+    /// Serves a bound group with tokens of its own.
+    pub(super) fn serve_group(&mut self, bound: BoundGroup) {
+        let stop = self.ctx.shutdown.child_token();
+        let grace_over = self.ctx.grace_over.child_token();
+        let ctx = Serve {
+            shutdown: stop.clone(),
+            grace_over: grace_over.clone(),
+            sessions: self.ctx.sessions.clone(),
+        };
+        let (key, names) = match bound {
+            BoundGroup::Ws {
+                listener,
+                key,
+                names,
+                tls,
+            } => {
+                let cells = names
+                    .iter()
+                    .filter_map(|n| self.cells.get(n).cloned())
+                    .collect();
+                let serving = self.health.serving(names.clone());
+                self.servers.spawn(async move {
+                    let _serving = serving;
+                    if let Err(e) = ws::serve(listener, cells, ctx, tls).await {
+                        tracing::error!(error = %e, "WebSocket server failed");
+                    }
+                });
+                (GroupKey::Ws(key), names)
+            }
+            BoundGroup::Unix {
+                listener,
+                name,
+                path,
+            } => {
+                if let Some(cell) = self.cells.get(&name).cloned() {
+                    let serving = self.health.serving(vec![name.clone()]);
+                    let serve = crate::transport::unix::serve(listener, path.clone(), cell, ctx);
+                    self.servers.spawn(async move {
+                        let _serving = serving;
+                        serve.await;
+                    });
+                }
+                (GroupKey::Unix(path), vec![name])
+            }
+        };
+        self.groups.push(Group {
+            key,
+            names,
+            stop,
+            grace_over,
+        });
+    }
+
+    /// Stops a group as shutdown does: no new connections; its
+    /// connections finish their requests within the grace period, then
+    /// close (WebSocket 1001).
+    pub(super) fn stop_group(&self, group: &Group) {
+        tracing::info!(listeners = %group.names.join(","), "listener removed: draining its connections");
+        group.stop.cancel();
+        let (grace, grace_over) = (self.cfg.gateway.shutdown_grace, group.grace_over.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            grace_over.cancel();
+        });
+    }
+
+    /// Builds every listener's route against the current upstreams,
+    /// taking over the previous route's counts and buckets.
+    pub(super) fn routes(&self) -> HashMap<String, Arc<Route>> {
+        let upstreams = by_name(&self.upstreams);
+        self.cfg
+            .listeners
+            .iter()
+            .map(|l| {
+                let route = Route::new(l.clone(), &upstreams, self.metrics.clone());
+                let route = match self.cells.get(&l.name) {
+                    Some(cell) => route.succeeding(&cell.load()),
+                    None => route,
+                };
+                (l.name.clone(), Arc::new(route))
+            })
+            .collect()
+    }
+
+    /// The admin listener's view of the gateway now.
+    pub(super) fn gateway(&self) -> admin::Gateway {
+        admin::Gateway {
+            cfg: self.cfg.clone(),
+            metrics: self.metrics.clone(),
+            upstreams: by_name(&self.upstreams).into_iter().collect(),
+            addrs: self.addrs.clone(),
+            health: self.health.clone(),
+            started: self.started,
+            record: self.record.clone(),
+            reloads: self.reloads.clone(),
+        }
+    }
+
+    /// Drains an upstream a reload removed or replaced: new calls already
+    /// go to the new definition; this waits until nothing holds the old
+    /// one (every route that named it, every call on it answered) or the
+    /// longest request timeout has passed, then closes its links.
+    pub(super) fn retire(&self, started: Started, patience: Duration) {
+        let Started {
+            upstream,
+            stopping,
+            stop,
+        } = started;
+        self.retiring.spawn(async move {
+            let until = tokio::time::Instant::now() + patience;
+            // Polled: an `Arc` has no "last other owner gone" event.
+            while Arc::strong_count(&upstream) > 1 && tokio::time::Instant::now() < until {
+                tokio::time::sleep(RETIRE_POLL).await;
+            }
+            tracing::info!(
+                upstream = upstream.name(),
+                "upstream drained; closing its connections"
+            );
+            stopping.cancel();
+            stop.cancel();
+            if tokio::time::timeout(CLOSE_SLACK, upstream.links_closed())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    upstream = upstream.name(),
+                    "some upstream connections did not close in time"
+                );
+            }
+        });
+    }
+}
+
+/// How often a retiring upstream checks whether it is still in use.
+const RETIRE_POLL: Duration = Duration::from_millis(50);

@@ -1,0 +1,232 @@
+//! Applying a new configuration to the running gateway (SIGHUP,
+//! `POST /reload`, [`super::Running::reload`]).
+//!
+//! The file and environment are read and validated exactly as at start;
+//! any problem rejects the reload and the running configuration serves on.
+//! Otherwise, in this order: new listener sockets are bound (a failure
+//! rejects the whole reload, nothing changed yet); new and changed
+//! upstreams are started; every listener's route is rebuilt and swapped
+//! into its cell (the next request admitted sees it; calls in flight finish
+//! on the route they started with); new listeners start serving; removed
+//! listeners stop accepting and drain as on shutdown; removed and replaced
+//! upstreams drain, then close.
+//!
+//! What applies to established connections: routes, method policy, rate
+//! limits (a connection whose listener's rates changed gets a fresh bucket
+//! of its own), connection caps (counted over the connections already
+//! open), request timeouts, the slow-consumer timeout, push limits. What
+//! applies to new connections only, being fixed when a connection opens:
+//! `max_in_flight`, `outbox_capacity`, `max_message_bytes`, ping, pong,
+//! idle and lifetime timers, the Sideband settings, and the Host, Origin
+//! and token checks (made at the upgrade). A per-client upstream's
+//! dedicated connection stays with the definition it was opened under
+//! until its client leaves. Needing a restart: `[admin] address`,
+//! `log.format`, `gateway.worker_threads`, and turning trace export on or
+//! off or moving it (`tracing.enabled`, `endpoint`, `service_name`); a
+//! reload changing them is applied otherwise and says so in the log.
+
+use std::collections::HashSet;
+
+use super::live::{bind_groups, key_of, same_listener, start_upstream, GroupKey, Live};
+use super::{Outcome, CLOSE_SLACK};
+use crate::config::{Config, ListenAddr};
+use crate::router::RouteCell;
+
+// === impl Live ===
+
+impl Live {
+    /// Loads, checks and applies the configuration; see the module docs.
+    pub(super) async fn reload(&mut self) -> Outcome {
+        let outcome = self.try_reload().await;
+        match &outcome {
+            Ok(generation) => {
+                self.metrics.config_reloads.with_label_values(&["ok"]).inc();
+                self.metrics.config_generation.set(gauge(*generation));
+                self.record.applied(*generation);
+                tracing::info!(generation, "configuration reloaded");
+            }
+            Err(problems) => {
+                self.metrics
+                    .config_reloads
+                    .with_label_values(&["rejected"])
+                    .inc();
+                let first = problems.first().map_or("", String::as_str);
+                self.record.rejected(first);
+                for problem in problems {
+                    tracing::error!(%problem, "configuration reload rejected");
+                }
+            }
+        }
+        outcome
+    }
+
+    async fn try_reload(&mut self) -> Outcome {
+        let Some(file) = self.source.clone() else {
+            return Err(vec![
+                "this gateway was not started from a configuration to reload".to_owned(),
+            ]);
+        };
+        tracing::info!(file = ?file, "reloading the configuration");
+        let cfg = Config::load(file.as_deref()).map_err(|e| e.problems().to_vec())?;
+        self.check_groups(&cfg)?;
+        let kept: HashSet<GroupKey> = self.groups.iter().map(|g| g.key.clone()).collect();
+        // Bound first: a bind failure leaves everything as it was.
+        let (added, addrs) = bind_groups(&cfg, |k| !kept.contains(k))
+            .await
+            .map_err(|e| vec![e.to_string()])?;
+        self.warn_restart_only(&cfg);
+        let old = std::mem::replace(&mut self.cfg, cfg);
+        let patience = old
+            .listeners
+            .iter()
+            .map(|l| l.request_timeout)
+            .max()
+            .unwrap_or_default()
+            + CLOSE_SLACK;
+        // Upstreams: removed or changed ones leave the table now (and drain
+        // below); added or changed ones start.
+        let mut retired = Vec::new();
+        for name in old.upstreams.iter().map(|u| &u.name) {
+            let same = self.cfg.upstream(name) == old.upstream(name);
+            if !same {
+                if let Some(started) = self.upstreams.remove(name) {
+                    retired.push(started);
+                }
+            }
+        }
+        for u in &self.cfg.upstreams {
+            if !self.upstreams.contains_key(&u.name) {
+                let started =
+                    start_upstream(u, &self.metrics, &self.ctx.shutdown, &self.upstream_stop);
+                self.upstreams.insert(u.name.clone(), started);
+            }
+        }
+        self.metrics.init_labels(&self.cfg);
+        // Listeners: removed ones (and the old side of replaced ones) stop;
+        // the others get their new route; added ones start serving.
+        let (stopped, groups): (Vec<_>, Vec<_>) = std::mem::take(&mut self.groups)
+            .into_iter()
+            .partition(|g| !self.cfg.listeners.iter().any(|l| key_of(l) == g.key));
+        self.groups = groups;
+        for group in &stopped {
+            self.stop_group(group);
+            for name in &group.names {
+                self.cells.remove(name);
+                self.addrs.remove(name);
+            }
+        }
+        for (name, route) in self.routes() {
+            match self.cells.get(&name) {
+                Some(cell) => {
+                    cell.store(route);
+                }
+                None => {
+                    self.cells.insert(name, RouteCell::new(route));
+                }
+            }
+        }
+        self.apply_unix_modes(&old);
+        self.addrs.extend(addrs);
+        self.servers.reopen();
+        for group in added {
+            self.serve_group(group);
+        }
+        self.servers.close();
+        for started in retired {
+            self.retire(started, patience);
+        }
+        crate::telemetry::live::set_log_level(&self.cfg.log.level);
+        crate::telemetry::live::set_sampling_ratio(self.cfg.tracing.sampling_ratio);
+        crate::telemetry::set_record_ids(self.cfg.tracing.record_ids);
+        self.generation += 1;
+        if let Some(view) = &self.view {
+            view.store(self.gateway());
+        }
+        Ok(self.generation)
+    }
+
+    /// Problems with serving `cfg` on the groups running now: a WebSocket
+    /// address stays served by one HTTP server (a Unix socket by one
+    /// listener), so its set of listeners (names, paths, dialects, TLS)
+    /// must stay the same while it runs. Listeners on a new address, and
+    /// removing every listener of an address, are fine.
+    fn check_groups(&self, cfg: &Config) -> Result<(), Vec<String>> {
+        let mut problems = Vec::new();
+        for group in &self.groups {
+            let new: Vec<_> = cfg
+                .listeners
+                .iter()
+                .filter(|l| key_of(l) == group.key)
+                .collect();
+            if new.is_empty() {
+                continue;
+            }
+            let same = new.len() == group.names.len()
+                && new
+                    .iter()
+                    .all(|l| self.cfg.listeners.iter().any(|o| same_listener(o, l)));
+            if !same {
+                let at = match &group.key {
+                    GroupKey::Ws(addr) => addr.to_string(),
+                    GroupKey::Unix(path) => path.display().to_string(),
+                };
+                problems.push(format!(
+                    "listeners on {at}: adding, removing or changing a listener on an address \
+                     that stays in use needs a restart (or move it to another address)"
+                ));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// Unix sockets kept across the reload get their new file mode.
+    fn apply_unix_modes(&self, old: &Config) {
+        for l in &self.cfg.listeners {
+            let ListenAddr::Unix { path, mode } = &l.addr else {
+                continue;
+            };
+            let before = old.listeners.iter().find_map(|o| match &o.addr {
+                ListenAddr::Unix { path: p, mode: m } if p == path => Some(*m),
+                _ => None,
+            });
+            if before.is_some_and(|m| m != *mode) {
+                use std::os::unix::fs::PermissionsExt;
+                let perms = std::fs::Permissions::from_mode(*mode);
+                if let Err(e) = std::fs::set_permissions(path, perms) {
+                    tracing::warn!(listener = %l.name, error = %e, "socket mode not changed");
+                }
+            }
+        }
+    }
+
+    /// Logs the settings a reload cannot apply (they need a restart).
+    fn warn_restart_only(&self, cfg: &Config) {
+        let (old, new) = (&self.cfg, cfg);
+        let mut restart = Vec::new();
+        if old.admin.addr != new.admin.addr {
+            restart.push("admin.address");
+        }
+        if old.log.format != new.log.format {
+            restart.push("log.format");
+        }
+        if old.gateway.worker_threads != new.gateway.worker_threads {
+            restart.push("gateway.worker_threads");
+        }
+        let (a, b) = (&old.tracing, &new.tracing);
+        if a.enabled != b.enabled || a.endpoint != b.endpoint || a.service_name != b.service_name {
+            restart.push("tracing.enabled/endpoint/service_name");
+        }
+        for key in restart {
+            tracing::warn!(key, "changed, but applies only after a restart");
+        }
+    }
+}
+
+/// A generation as a gauge value.
+fn gauge(generation: u64) -> i64 {
+    i64::try_from(generation).unwrap_or(i64::MAX)
+}
