@@ -16,6 +16,8 @@ use switchyard::client::reload::{reload, ReloadError, Reloaded};
 use switchyard::config::Config;
 use switchyard::daemon::{Daemon, DaemonOptions};
 
+#[path = "reload/listeners.rs"]
+mod listeners;
 #[path = "reload/load.rs"]
 mod load;
 

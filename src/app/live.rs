@@ -120,13 +120,34 @@ pub(super) fn same_listener(old: &ListenerConfig, new: &ListenerConfig) -> bool 
     same_addr && old.name == new.name && old.dialect == new.dialect && old.tls == new.tls
 }
 
-/// Binds the groups of `cfg` that `wanted` selects.
+/// Binds the groups of `cfg` that `wanted` selects: all of them, or none
+/// (the socket files of those bound before a failure are removed).
 pub(super) async fn bind_groups(
     cfg: &Config,
     wanted: impl Fn(&GroupKey) -> bool,
 ) -> Result<(Vec<BoundGroup>, BTreeMap<String, SocketAddr>), BindError> {
-    let mut ws: BTreeMap<SocketAddr, Vec<&ListenerConfig>> = BTreeMap::new();
     let mut bound = Vec::new();
+    let result = bind_into(cfg, wanted, &mut bound).await;
+    match result {
+        Ok(addrs) => Ok((bound, addrs)),
+        Err(e) => {
+            for group in bound {
+                if let BoundGroup::Unix { path, .. } = group {
+                    // Ours, just made; nothing else listens there.
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+async fn bind_into(
+    cfg: &Config,
+    wanted: impl Fn(&GroupKey) -> bool,
+    bound: &mut Vec<BoundGroup>,
+) -> Result<BTreeMap<String, SocketAddr>, BindError> {
+    let mut ws: BTreeMap<SocketAddr, Vec<&ListenerConfig>> = BTreeMap::new();
     for l in cfg.listeners.iter().filter(|l| wanted(&key_of(l))) {
         match &l.addr {
             ListenAddr::Ws { addr, .. } => ws.entry(*addr).or_default().push(l),
@@ -176,7 +197,7 @@ pub(super) async fn bind_groups(
             tls,
         });
     }
-    Ok((bound, addrs))
+    Ok(addrs)
 }
 
 /// Starts one upstream with tokens of its own, children of the gateway's.

@@ -89,6 +89,9 @@ impl Live {
         for name in old.upstreams.iter().map(|u| &u.name) {
             let same = self.cfg.upstream(name) == old.upstream(name);
             if !same {
+                if let Some(u) = old.upstream(name) {
+                    self.metrics.forget_upstream(u);
+                }
                 if let Some(started) = self.upstreams.remove(name) {
                     retired.push(started);
                 }
