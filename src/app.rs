@@ -66,8 +66,8 @@ pub struct Running {
     shutdown: CancellationToken,
     task: JoinHandle<()>,
     metrics: Metrics,
-    /// The upstreams started with the first configuration.
-    upstreams: HashMap<String, Arc<Upstream>>,
+    /// The upstreams serving now (a reload updates it).
+    upstreams: live::Current,
     admin_addr: Option<SocketAddr>,
     reloads: Requests,
 }
@@ -246,6 +246,7 @@ impl Bound {
             started: Instant::now(),
             record: Arc::new(Record::new()),
             reloads: Some(reloads.clone()),
+            current: live::Current::default(),
             source: self.source.take(),
         };
         live.upstreams = self
@@ -269,7 +270,8 @@ impl Bound {
         let admin_addr = self.admin_addr();
         let admin_stop = CancellationToken::new();
         let admin = self.spawn_admin(&mut live, admin_stop.clone());
-        let upstreams = live::by_name(&live.upstreams);
+        let upstreams = live.current.clone();
+        *upstreams.write() = live::by_name(&live.upstreams);
         let task = tokio::spawn(serve(live, requests, admin, admin_stop));
         Running {
             shutdown,
@@ -388,9 +390,11 @@ impl Running {
         &self.metrics
     }
 
-    /// A started upstream, by name.
-    pub fn upstream(&self, name: &str) -> Option<&Arc<Upstream>> {
-        self.upstreams.get(name)
+    /// A started upstream of the configuration serving now, by name.
+    /// (Holding it keeps a reload from closing it before the longest
+    /// request timeout.)
+    pub fn upstream(&self, name: &str) -> Option<Arc<Upstream>> {
+        self.upstreams.read().get(name).cloned()
     }
 
     /// The bound address of the admin listener, if enabled.

@@ -98,7 +98,13 @@ pub(super) struct Live {
     /// defaults and environment only); `None` when this gateway was not
     /// started from a configuration source.
     pub(super) source: Option<Option<PathBuf>>,
+    /// The upstreams serving now, shared with [`super::Running`].
+    pub(super) current: Current,
 }
+
+/// The upstreams serving now, by name (replaced whole by a reload, so a
+/// retired upstream is not held here).
+pub(super) type Current = Arc<parking_lot::RwLock<HashMap<String, Arc<Upstream>>>>;
 
 /// The group of a listener.
 pub(super) fn key_of(l: &ListenerConfig) -> GroupKey {

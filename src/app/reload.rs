@@ -30,6 +30,7 @@ use std::collections::HashSet;
 use super::live::{bind_groups, key_of, same_listener, start_upstream, GroupKey, Live};
 use super::{Outcome, CLOSE_SLACK};
 use crate::config::{Config, ListenAddr};
+use crate::limits::rate::PRUNE_INTERVAL;
 use crate::router::RouteCell;
 
 // === impl Live ===
@@ -119,6 +120,11 @@ impl Live {
             }
         }
         for (name, route) in self.routes() {
+            // Rates a reload changed are new state to prune (a no-op when
+            // the listener kept its rates).
+            route
+                .rate
+                .start_pruning(PRUNE_INTERVAL, self.ctx.shutdown.clone());
             match self.cells.get(&name) {
                 Some(cell) => {
                     cell.store(route);
@@ -142,6 +148,7 @@ impl Live {
         crate::telemetry::live::set_sampling_ratio(self.cfg.tracing.sampling_ratio);
         crate::telemetry::set_record_ids(self.cfg.tracing.record_ids);
         self.generation += 1;
+        *self.current.write() = super::live::by_name(&self.upstreams);
         if let Some(view) = &self.view {
             view.store(self.gateway());
         }

@@ -153,6 +153,15 @@ async fn twenty_reloads_under_load_lose_misroute_and_close_nothing() {
     );
     assert!(ca > 0 && cb > 0, "exact checks: a {ca}, b {cb}");
     let m = |name, labels| metric_value(&gateway, name, labels);
+    // Every replaced `a` drained and closed: only the last one's pool
+    // (generation 21: 2 connections) is left, long before the request
+    // timeout (60 s) that bounds a drain.
+    let a_conns = || m("switchyard_upstream_connections", &[("upstream", "a")]);
+    assert!(
+        eventually(Duration::from_secs(30), || a_conns() == 2.0).await,
+        "connections to a: {}",
+        a_conns()
+    );
     assert_eq!(m("switchyard_config_generation", &[]), (RELOADS + 1) as f64);
     assert_eq!(
         m("switchyard_config_reloads_total", &[("result", "ok")]),
