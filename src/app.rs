@@ -12,6 +12,11 @@
 //! upstream connections and wait (briefly) for their goodbyes, Sideband's
 //! being Control Close `shutdown` then 1001 → stop the admin listener, which
 //! serves throughout.
+//!
+//! While running, [`Running::reload`] (and SIGHUP, and the admin listener's
+//! `POST /reload`) applies a new configuration in place: `app/reload.rs`
+//! says what changes and how; `app/live.rs` holds what a reload changes;
+//! `app/run.rs` applies reloads one at a time, then shuts down.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -35,6 +40,7 @@ use crate::upstream::Upstream;
 
 mod live;
 mod reload;
+mod run;
 
 use live::{BoundGroup, Live};
 
@@ -272,7 +278,7 @@ impl Bound {
         let admin = self.spawn_admin(&mut live, admin_stop.clone());
         let upstreams = live.current.clone();
         *upstreams.write() = live::by_name(&live.upstreams);
-        let task = tokio::spawn(serve(live, requests, admin, admin_stop));
+        let task = tokio::spawn(run::serve(live, requests, admin, admin_stop));
         Running {
             shutdown,
             task,
@@ -303,70 +309,6 @@ impl Bound {
             extra,
             stop,
         )))
-    }
-}
-
-/// Applies reloads one at a time until shutdown, then shuts down: stop
-/// accepting (readiness turns `503` at once) → requests in flight finish
-/// within the grace period → what is left is answered `unavailable` →
-/// client connections close → upstream connections close → the admin
-/// listener stops.
-async fn serve(
-    mut live: Live,
-    mut requests: mpsc::Receiver<oneshot::Sender<Outcome>>,
-    admin: Option<JoinHandle<()>>,
-    admin_stop: CancellationToken,
-) {
-    let shutdown = live.ctx.shutdown.clone();
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => break,
-            request = requests.recv() => {
-                let Some(reply) = request else { break };
-                let outcome = live.reload().await;
-                // The asker may have given up waiting.
-                let _ = reply.send(outcome);
-            }
-        }
-    }
-    drop(requests);
-    shutdown.cancelled().await;
-    tracing::info!("shutting down: no new connections; draining requests in flight");
-    let grace = live.cfg.gateway.shutdown_grace;
-    let grace_over = live.ctx.grace_over.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(grace).await;
-        grace_over.cancel();
-    });
-    live.ctx.sessions.close();
-    let all_done = async {
-        live.ctx.sessions.wait().await;
-        live.servers.wait().await;
-    };
-    if tokio::time::timeout(grace + CLOSE_SLACK, all_done)
-        .await
-        .is_err()
-    {
-        tracing::warn!("some connections did not close within the grace period");
-    }
-    live.upstream_stop.cancel();
-    live.retiring.close();
-    let goodbyes =
-        futures_util::future::join_all(live.upstreams.values().map(|u| u.upstream.links_closed()));
-    let retired = live.retiring.wait();
-    if tokio::time::timeout(CLOSE_SLACK, futures_util::future::join(goodbyes, retired))
-        .await
-        .is_err()
-    {
-        tracing::warn!("some upstream connections did not close in time");
-    }
-    admin_stop.cancel();
-    if let Some(task) = admin {
-        let abort = task.abort_handle();
-        if tokio::time::timeout(CLOSE_SLACK, task).await.is_err() {
-            // A scraper holding a request open must not delay exit.
-            abort.abort();
-        }
     }
 }
 

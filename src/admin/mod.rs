@@ -18,8 +18,8 @@
 //! asks the gateway to reload and waits for the outcome. The admin listener
 //! is bound in `app::bind`, served next to the client listeners by `app`,
 //! keeps answering while the gateway drains (so orchestrators see `/readyz`
-//! turn `503`), and stops last. A reload gives it a new [`Gateway`] view
-//! ([`View::store`]). Nothing user-controlled reaches a handler besides the
+//! turn `503`), and stops last. A reload gives it a new `Gateway` view
+//! (`View::store`). Nothing user-controlled reaches a handler besides the
 //! path and, for `/reload`, the `Authorization` header.
 
 use std::collections::BTreeMap;
