@@ -27,9 +27,9 @@ use switchyard::daemon::{Daemon, DaemonOptions};
 const CLIENTS: usize = 20;
 const WINDOW: usize = 50;
 const RELOADS: u64 = 20;
-/// Answers between two reloads (all clients together), so each
-/// generation really serves traffic.
-const BETWEEN: u64 = 400;
+/// Requests each generation answers, whole lives within it (exactly
+/// checked), before the next reload: each one really serves traffic.
+const PER_GENERATION: u64 = 100;
 
 /// Generation `g`'s configuration: odd ones route `who*` to `a`, even ones
 /// to `b`; limits and `a`'s pool differ.
@@ -118,10 +118,17 @@ async fn twenty_reloads_under_load_lose_misroute_and_close_nothing() {
         clients.push(tokio::spawn(client(c, ws, epoch, stop, seen)));
     }
     for k in 0..RELOADS {
-        let target = seen.answered.load(Ordering::SeqCst) + BETWEEN;
+        // Generation k + 1 serves until it has answered enough requests
+        // admitted and answered within it.
+        let checked = if k % 2 == 0 {
+            &seen.checked_a
+        } else {
+            &seen.checked_b
+        };
+        let target = checked.load(Ordering::SeqCst) + PER_GENERATION;
         assert!(
             eventually(Duration::from_secs(120), || {
-                seen.answered.load(Ordering::SeqCst) >= target
+                checked.load(Ordering::SeqCst) >= target
             })
             .await,
             "traffic stalled before reload {k}"
@@ -136,10 +143,10 @@ async fn twenty_reloads_under_load_lose_misroute_and_close_nothing() {
         );
         epoch.fetch_add(1, Ordering::SeqCst);
     }
-    let target = seen.answered.load(Ordering::SeqCst) + BETWEEN;
+    let target = seen.checked_a.load(Ordering::SeqCst) + PER_GENERATION;
     assert!(
         eventually(Duration::from_secs(120), || {
-            seen.answered.load(Ordering::SeqCst) >= target
+            seen.checked_a.load(Ordering::SeqCst) >= target
         })
         .await
     );
@@ -151,7 +158,9 @@ async fn twenty_reloads_under_load_lose_misroute_and_close_nothing() {
         seen.checked_a.load(Ordering::SeqCst),
         seen.checked_b.load(Ordering::SeqCst),
     );
+    let answered = seen.answered.load(Ordering::SeqCst);
     assert!(ca > 0 && cb > 0, "exact checks: a {ca}, b {cb}");
+    assert!(answered >= ca + cb, "{answered} answers");
     let m = |name, labels| metric_value(&gateway, name, labels);
     // Every replaced `a` drained and closed: only the last one's pool
     // (generation 21: 2 connections) is left, long before the request
