@@ -154,7 +154,7 @@ pub(crate) fn router(state: AdminState, extra: Option<Router>) -> Router {
         Some(extra) => routes.merge(extra),
         None => routes,
     };
-    http::layers(routes, &state.gateway())
+    http::layers(routes, state.inner.clone())
 }
 
 /// Serves the admin routes on `listener` until `stop` is cancelled, then

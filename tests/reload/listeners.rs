@@ -122,3 +122,47 @@ async fn a_reloaded_policy_applies_to_established_connections() {
     gateway.shutdown().await;
     s.daemon.stop().await;
 }
+
+#[tokio::test]
+async fn a_websocket_listener_added_by_reload_serves_and_its_removal_drains_it() {
+    let s = setup(&format!("reload_token = \"{TOKEN}\"")).await;
+    let (gateway, _, admin) = start(&s.file).await;
+    let admin_line = format!("reload_token = \"{TOKEN}\"");
+    // Another address (all of 127.0.0.2 is loopback too): a new server.
+    let extra = "[listeners.extra]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.2:0\"\n\
+                 path = \"/x\"\n\n[[routes]]\nlistener = \"extra\"\nupstream = \"daemon\"\n";
+    std::fs::write(&s.file, config_text(&s.socket, &admin_line, extra)).expect("write");
+    let outcome = reload(&admin, Some(TOKEN), Duration::from_secs(30)).await;
+    assert!(matches!(outcome, Ok(Reloaded::Ok(2))), "{outcome:?}");
+    // Its bound port is on the admin answers' CSP (read per answer).
+    let (_, headers, _) = tokio::task::spawn_blocking({
+        let admin = admin.clone();
+        move || super::common::demo::http_get(&format!("{admin}/livez"), &[])
+    })
+    .await
+    .expect("get");
+    let csp = headers
+        .iter()
+        .find(|(n, _)| n == "content-security-policy")
+        .map(|(_, v)| v.clone())
+        .expect("CSP");
+    let port = csp
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("ws://127.0.0.2:"))
+        .expect("the new listener in connect-src")
+        .to_owned();
+    let mut ws = connect(&format!("ws://127.0.0.2:{port}/x")).await;
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"echo","params":[5],"id":5}"#,
+    )
+    .await;
+    assert_eq!(json(&recv(&mut ws).await)["result"][0], 5);
+    // Removed: its open connection is closed as on shutdown (1001).
+    std::fs::write(&s.file, config_text(&s.socket, &admin_line, "")).expect("write");
+    let outcome = reload(&admin, Some(TOKEN), Duration::from_secs(30)).await;
+    assert!(matches!(outcome, Ok(Reloaded::Ok(3))), "{outcome:?}");
+    assert_eq!(expect_close(&mut ws).await.0, 1001);
+    gateway.shutdown().await;
+    s.daemon.stop().await;
+}
