@@ -14,10 +14,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{BindError, CLOSE_SLACK};
+use crate::admin::health::Serving;
 use crate::admin::{self, reload::Record, Health, View};
 use crate::config::{Config, ListenAddr, ListenerConfig, UpstreamConfig};
 use crate::router::{Route, RouteCell};
 use crate::telemetry::metrics::Metrics;
+use crate::transport::ws::{Entry, Paths};
 use crate::transport::{tls, ws, Serve};
 use crate::upstream::Upstream;
 
@@ -58,6 +60,11 @@ pub(super) struct Group {
     stop: CancellationToken,
     /// Ends this group's grace period (a child of the gateway's).
     grace_over: CancellationToken,
+    /// WebSocket: the listeners by path, which a reload may change while
+    /// the address serves, and the address it bound.
+    pub(super) paths: Option<(Arc<Paths>, SocketAddr)>,
+    /// Readiness of the listeners a reload added to the group.
+    added: Vec<Serving>,
 }
 
 /// A started upstream and the tokens that close it alone.
@@ -244,25 +251,27 @@ impl Live {
             grace_over: grace_over.clone(),
             sessions: self.ctx.sessions.clone(),
         };
-        let (key, names) = match bound {
+        let (key, names, paths) = match bound {
             BoundGroup::Ws {
                 listener,
                 key,
                 names,
                 tls,
             } => {
-                let cells = names
-                    .iter()
-                    .filter_map(|n| self.cells.get(n).cloned())
-                    .collect();
+                let paths = Arc::new(Paths::default());
+                for name in &names {
+                    self.add_path(&paths, &ctx, name);
+                }
+                let local = listener.local_addr().unwrap_or(key);
                 let serving = self.health.serving(names.clone());
+                let served = paths.clone();
                 self.servers.spawn(async move {
                     let _serving = serving;
-                    if let Err(e) = ws::serve(listener, cells, ctx, tls).await {
+                    if let Err(e) = ws::serve(listener, served, ctx, tls).await {
                         tracing::error!(error = %e, "WebSocket server failed");
                     }
                 });
-                (GroupKey::Ws(key), names)
+                (GroupKey::Ws(key), names, Some((paths, local)))
             }
             BoundGroup::Unix {
                 listener,
@@ -277,7 +286,7 @@ impl Live {
                         serve.await;
                     });
                 }
-                (GroupKey::Unix(path), vec![name])
+                (GroupKey::Unix(path), vec![name], None)
             }
         };
         self.groups.push(Group {
@@ -285,6 +294,81 @@ impl Live {
             names,
             stop,
             grace_over,
+            paths,
+            added: Vec::new(),
+        });
+    }
+
+    /// Serves listener `name` (its cell made already) on its path of
+    /// `paths`, with tokens that are children of the address's `ctx`.
+    fn add_path(&self, paths: &Paths, ctx: &Serve, name: &str) {
+        let path = self.cfg.listeners.iter().find_map(|l| match &l.addr {
+            ListenAddr::Ws { path, .. } if l.name == name => Some(path.clone()),
+            _ => None,
+        });
+        let (Some(path), Some(cell)) = (path, self.cells.get(name).cloned()) else {
+            return;
+        };
+        let ctx = Serve {
+            shutdown: ctx.shutdown.child_token(),
+            grace_over: ctx.grace_over.child_token(),
+            sessions: ctx.sessions.clone(),
+        };
+        paths.insert(path, Entry { cell, ctx });
+    }
+
+    /// A reload added listener `name` to a WebSocket group that keeps
+    /// serving.
+    pub(super) fn join_group(&mut self, index: usize, name: &str) {
+        let Some(group) = self.groups.get(index) else {
+            return;
+        };
+        let Some((paths, local)) = group.paths.clone() else {
+            return;
+        };
+        let ctx = Serve {
+            shutdown: group.stop.clone(),
+            grace_over: group.grace_over.clone(),
+            sessions: self.ctx.sessions.clone(),
+        };
+        self.add_path(&paths, &ctx, name);
+        self.addrs.insert(name.to_owned(), local);
+        let serving = self.health.serving(vec![name.to_owned()]);
+        if let Some(group) = self.groups.get_mut(index) {
+            group.names.push(name.to_owned());
+            group.added.push(serving);
+        }
+        tracing::info!(listener = name, "listener added");
+    }
+
+    /// A reload removed (or replaced) listener `name`, served on `path` of
+    /// a WebSocket group that keeps serving: no new upgrades there; its
+    /// connections drain as on shutdown.
+    pub(super) fn leave_group(&mut self, index: usize, name: &str, path: &str) {
+        let Some(group) = self.groups.get_mut(index) else {
+            return;
+        };
+        group.names.retain(|n| n != name);
+        let Some(entry) = group.paths.as_ref().and_then(|(p, _)| p.remove(path)) else {
+            return;
+        };
+        tracing::info!(
+            listener = name,
+            "listener removed: draining its connections"
+        );
+        self.cells.remove(name);
+        self.addrs.remove(name);
+        self.drain(entry.ctx.shutdown, entry.ctx.grace_over);
+    }
+
+    /// Stops what `stop` serves and ends its grace period after
+    /// `shutdown_grace`.
+    fn drain(&self, stop: CancellationToken, grace_over: CancellationToken) {
+        stop.cancel();
+        let grace = self.cfg.gateway.shutdown_grace;
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            grace_over.cancel();
         });
     }
 
@@ -293,12 +377,7 @@ impl Live {
     /// close (WebSocket 1001).
     pub(super) fn stop_group(&self, group: &Group) {
         tracing::info!(listeners = %group.names.join(","), "listener removed: draining its connections");
-        group.stop.cancel();
-        let (grace, grace_over) = (self.cfg.gateway.shutdown_grace, group.grace_over.clone());
-        tokio::spawn(async move {
-            tokio::time::sleep(grace).await;
-            grace_over.cancel();
-        });
+        self.drain(group.stop.clone(), group.grace_over.clone());
     }
 
     /// Builds every listener's route against the current upstreams,

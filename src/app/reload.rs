@@ -9,7 +9,10 @@
 //! into its cell (the next request admitted sees it; calls in flight finish
 //! on the route they started with); new listeners start serving; removed
 //! listeners stop accepting and drain as on shutdown; removed and replaced
-//! upstreams drain, then close.
+//! upstreams drain, then close. A listener whose address, path or dialect
+//! changes is removed and added; on a WebSocket address that keeps serving,
+//! listeners join and leave by path. Rejected: new TLS files for an address
+//! in use, a new name for the listener of a Unix socket that stays.
 //!
 //! What applies to established connections: routes, method policy, rate
 //! limits (a connection whose listener's rates changed gets a fresh bucket
@@ -119,6 +122,7 @@ impl Live {
                 self.addrs.remove(name);
             }
         }
+        let joining = self.leave_kept_groups(&old);
         for (name, route) in self.routes() {
             // Rates a reload changed are new state to prune (a no-op when
             // the listener kept its rates).
@@ -133,6 +137,9 @@ impl Live {
                     self.cells.insert(name, RouteCell::new(route));
                 }
             }
+        }
+        for (index, name) in joining {
+            self.join_group(index, &name);
         }
         self.apply_unix_modes(&old);
         self.addrs.extend(addrs);
@@ -155,11 +162,40 @@ impl Live {
         Ok(self.generation)
     }
 
-    /// Problems with serving `cfg` on the groups running now: a WebSocket
-    /// address stays served by one HTTP server (a Unix socket by one
-    /// listener), so its set of listeners (names, paths, dialects, TLS)
-    /// must stay the same while it runs. Listeners on a new address, and
-    /// removing every listener of an address, are fine.
+    /// On the WebSocket addresses that keep serving, stops the listeners
+    /// the new configuration drops or replaces; returns those it adds
+    /// there (group index, name), to join once their routes exist.
+    fn leave_kept_groups(&mut self, old: &Config) -> Vec<(usize, String)> {
+        let mut joining = Vec::new();
+        for index in 0..self.groups.len() {
+            let group = &self.groups[index];
+            let (key, names) = (group.key.clone(), group.names.clone());
+            if !matches!(key, GroupKey::Ws(_)) {
+                continue;
+            }
+            for name in names {
+                let Some(before) = old.listeners.iter().find(|l| l.name == name) else {
+                    continue;
+                };
+                let kept = self.cfg.listeners.iter().any(|l| same_listener(before, l));
+                if let (false, ListenAddr::Ws { path, .. }) = (kept, &before.addr) {
+                    self.leave_group(index, &name, path);
+                }
+            }
+            let members = &self.groups[index].names;
+            let new = self.cfg.listeners.iter().filter(|l| key_of(l) == key);
+            for l in new.filter(|l| !members.contains(&l.name)) {
+                joining.push((index, l.name.clone()));
+            }
+        }
+        joining
+    }
+
+    /// Problems with serving `cfg` on the groups running now. A WebSocket
+    /// address that keeps serving keeps its TLS certificate and key (its
+    /// listeners may change); a Unix socket that stays must keep its
+    /// listener's name. Listeners on a new address, and removing every
+    /// listener of an address, are fine.
     fn check_groups(&self, cfg: &Config) -> Result<(), Vec<String>> {
         let mut problems = Vec::new();
         for group in &self.groups {
@@ -171,18 +207,24 @@ impl Live {
             if new.is_empty() {
                 continue;
             }
-            let same = new.len() == group.names.len()
-                && new
+            let same = match &group.key {
+                GroupKey::Ws(_) => {
+                    let before = self.cfg.listeners.iter().find(|l| key_of(l) == group.key);
+                    let tls = before.map(|l| &l.tls);
+                    new.iter().all(|l| tls == Some(&l.tls))
+                }
+                GroupKey::Unix(_) => new
                     .iter()
-                    .all(|l| self.cfg.listeners.iter().any(|o| same_listener(o, l)));
+                    .all(|l| self.cfg.listeners.iter().any(|o| same_listener(o, l))),
+            };
             if !same {
                 let at = match &group.key {
                     GroupKey::Ws(addr) => addr.to_string(),
                     GroupKey::Unix(path) => path.display().to_string(),
                 };
                 problems.push(format!(
-                    "listeners on {at}: adding, removing or changing a listener on an address \
-                     that stays in use needs a restart (or move it to another address)"
+                    "listeners on {at}: changing the TLS files of an address (or renaming the \
+                     listener of a socket) that stays in use needs a restart (or another address)"
                 ));
             }
         }

@@ -300,12 +300,16 @@ mod tests {
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         assert!(!routes[0].rate.is_pruning());
-        let server = tokio::spawn(super::super::ws::serve(
-            listener,
-            routes.iter().cloned().map(RouteCell::new).collect(),
-            ctx.clone(),
-            None,
-        ));
+        let paths = std::sync::Arc::new(super::super::ws::Paths::default());
+        for (route, path) in routes.iter().zip(["/a", "/b"]) {
+            let cell = RouteCell::new(route.clone());
+            let entry = super::super::ws::Entry {
+                cell,
+                ctx: ctx.clone(),
+            };
+            paths.insert(path.to_owned(), entry);
+        }
+        let server = tokio::spawn(super::super::ws::serve(listener, paths, ctx.clone(), None));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         while !routes[0].rate.is_pruning() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;

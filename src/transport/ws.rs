@@ -10,19 +10,21 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, Extension};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use futures_util::StreamExt;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
 mod frames;
+mod paths;
 
 use self::frames::{read_loop, write_loop, End};
+pub(crate) use self::paths::{Entry, Paths};
 use super::accept::Place;
 use super::session::Session;
 use super::{Outgoing, Serve};
@@ -50,17 +52,19 @@ const WRITE_THRESHOLD: usize = 64 * 1024;
 /// How long a closing connection's writer has to send what is queued.
 const WRITER_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Serves every WebSocket listener bound to `listener` until shutdown.
-/// With `tls`, every connection is `wss://` (see [`super::tls`]); caps and
-/// timeouts before the upgrade are in [`super::accept`]. Also prunes each
-/// listener's per-IP rate state.
+/// Serves every WebSocket listener bound to `listener` until shutdown,
+/// each on its path in `paths` (a reload may change them; an unknown path
+/// gets 404). With `tls`, every connection is `wss://` (see
+/// [`super::tls`]); caps and timeouts before the upgrade are in
+/// [`super::accept`], from the listeners served at the start. Also prunes
+/// each listener's per-IP rate state.
 pub(crate) async fn serve(
     listener: TcpListener,
-    cells: Vec<Arc<RouteCell>>,
+    paths: Arc<Paths>,
     ctx: Serve,
     tls: Option<super::tls::Acceptor>,
 ) -> std::io::Result<()> {
-    let routes: Vec<Arc<Route>> = cells.iter().map(|c| c.load()).collect();
+    let routes: Vec<Arc<Route>> = paths.cells().iter().map(|c| c.load()).collect();
     let Some(http) = super::accept::Http::of(&routes) else {
         return Ok(());
     };
@@ -69,50 +73,40 @@ pub(crate) async fn serve(
             .rate
             .start_pruning(PRUNE_INTERVAL, ctx.shutdown.clone());
     }
-    let mut app = axum::Router::new();
-    for (route, cell) in routes.into_iter().zip(cells) {
-        // The path is the listener's identity: a reload that changes it
-        // replaces the listener.
-        let ListenAddrPath(path) = ListenAddrPath::of(&route);
-        drop(route);
-        let ctx = ctx.clone();
-        app = app.route(
-            &path,
-            get(
-                move |headers: HeaderMap,
-                      uri: Uri,
-                      ConnectInfo(peer): ConnectInfo<SocketAddr>,
-                      place: Option<Extension<Place>>,
-                      ws: WebSocketUpgrade| {
-                    let (cell, ctx) = (cell.clone(), ctx.clone());
-                    async move {
-                        let route = cell.load();
-                        if let Err(refused) = check_upgrade(&route, &headers, &uri, peer.ip()) {
-                            return *refused;
-                        }
-                        // No longer pending: the session counts from here,
-                        // before the client can see the 101.
-                        if let Some(Extension(place)) = place {
-                            place.release();
-                        }
-                        upgrade(ws, &headers, &route, cell, ctx, peer.ip())
-                    }
-                },
-            ),
-        );
-    }
+    drop(routes);
+    let app = axum::Router::new().fallback(
+        move |method: Method,
+              headers: HeaderMap,
+              uri: Uri,
+              ConnectInfo(peer): ConnectInfo<SocketAddr>,
+              place: Option<Extension<Place>>,
+              ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>| {
+            let entry = paths.get(uri.path());
+            async move {
+                let Some(Entry { cell, ctx }) = entry else {
+                    return StatusCode::NOT_FOUND.into_response();
+                };
+                if method != Method::GET {
+                    return StatusCode::METHOD_NOT_ALLOWED.into_response();
+                }
+                let ws = match ws {
+                    Ok(ws) => ws,
+                    Err(rejection) => return rejection.into_response(),
+                };
+                let route = cell.load();
+                if let Err(refused) = check_upgrade(&route, &headers, &uri, peer.ip()) {
+                    return *refused;
+                }
+                // No longer pending: the session counts from here, before
+                // the client can see the 101.
+                if let Some(Extension(place)) = place {
+                    place.release();
+                }
+                upgrade(ws, &headers, &route, cell, ctx, peer.ip())
+            }
+        },
+    );
     super::accept::serve(listener, app, tls, http, &ctx).await
-}
-
-struct ListenAddrPath(String);
-
-impl ListenAddrPath {
-    fn of(route: &Route) -> Self {
-        match &route.cfg.addr {
-            crate::config::ListenAddr::Ws { path, .. } => ListenAddrPath(path.clone()),
-            crate::config::ListenAddr::Unix { .. } => ListenAddrPath(String::from("/")),
-        }
-    }
 }
 
 /// Accepts the upgrade; the connection runs in a span whose OpenTelemetry

@@ -166,3 +166,62 @@ async fn a_websocket_listener_added_by_reload_serves_and_its_removal_drains_it()
     gateway.shutdown().await;
     s.daemon.stop().await;
 }
+
+#[tokio::test]
+async fn listeners_sharing_an_address_change_while_it_serves() {
+    use super::common::clients::{Speak, TestClient};
+    let s = setup(&format!("reload_token = \"{TOKEN}\"")).await;
+    let (gateway, url, admin) = start(&s.file).await;
+    let admin_line = format!("reload_token = \"{TOKEN}\"");
+    let mut old = connect(&url).await;
+    send(
+        &mut old,
+        r#"{"jsonrpc":"2.0","method":"echo","params":[1],"id":1}"#,
+    )
+    .await;
+    assert_eq!(json(&recv(&mut old).await)["result"][0], 1);
+    // `public` turns holon-rpc on the same address and path (remove + add),
+    // and `second` joins the address on its own path.
+    let text = config_text(&s.socket, &admin_line, "")
+        .replace("dialect = \"jsonrpc-ws\"", "dialect = \"holon-rpc\"")
+        + "[listeners.second]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\n\
+           path = \"/second\"\n\n[[routes]]\nlistener = \"second\"\nupstream = \"daemon\"\n";
+    std::fs::write(&s.file, text).expect("write");
+    let outcome = reload(&admin, Some(TOKEN), Duration::from_secs(30)).await;
+    assert!(matches!(outcome, Ok(Reloaded::Ok(2))), "{outcome:?}");
+    // The JSON-RPC connection of the replaced listener drains and closes.
+    assert_eq!(expect_close(&mut old).await.0, 1001);
+    let mut h = TestClient::connect(Speak::Holon, &url).await;
+    h.send(r#"{"jsonrpc":"2.0","id":"7","method":"echo","params":{"x":1}}"#)
+        .await;
+    assert_eq!(json(&h.recv().await)["result"]["x"], 1);
+    let second = url.replace("/rpc", "/second");
+    let mut ws = connect(&second).await;
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"echo","params":[2],"id":2}"#,
+    )
+    .await;
+    assert_eq!(json(&recv(&mut ws).await)["result"][0], 2);
+    // And `second` leaves again: 404 for new upgrades, 1001 for its own.
+    std::fs::write(
+        &s.file,
+        config_text(&s.socket, &admin_line, "")
+            .replace("dialect = \"jsonrpc-ws\"", "dialect = \"holon-rpc\""),
+    )
+    .expect("write");
+    let outcome = reload(&admin, Some(TOKEN), Duration::from_secs(30)).await;
+    assert!(matches!(outcome, Ok(Reloaded::Ok(3))), "{outcome:?}");
+    assert_eq!(expect_close(&mut ws).await.0, 1001);
+    match tokio_tungstenite::connect_async(second.as_str()).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+            assert_eq!(resp.status(), 404)
+        }
+        other => panic!("expected HTTP 404, got {other:?}"),
+    }
+    h.send(r#"{"jsonrpc":"2.0","id":"8","method":"echo","params":{"x":2}}"#)
+        .await;
+    assert_eq!(json(&h.recv().await)["result"]["x"], 2);
+    gateway.shutdown().await;
+    s.daemon.stop().await;
+}
