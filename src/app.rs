@@ -38,11 +38,13 @@ use crate::telemetry::metrics::Metrics;
 use crate::transport::Serve;
 use crate::upstream::Upstream;
 
+mod binding;
 mod live;
 mod reload;
 mod run;
 
-use live::{BoundGroup, Live};
+use binding::BoundGroup;
+use live::Live;
 
 /// Extra time, beyond the grace period, for connections to send their
 /// closing frames before shutdown stops waiting for them.
@@ -126,7 +128,7 @@ pub enum BindError {
 pub async fn bind(cfg: Config) -> Result<Bound, BindError> {
     let metrics = Metrics::new()?;
     metrics.init_labels(&cfg);
-    let (groups, addrs) = live::bind_groups(&cfg, |_| true).await?;
+    let (groups, addrs) = binding::bind_groups(&cfg, |_| true).await?;
     let admin = match cfg.admin.addr {
         Some(addr) => Some(bind_admin(addr).await?),
         None => None,

@@ -30,7 +30,8 @@
 
 use std::collections::HashSet;
 
-use super::live::{bind_groups, key_of, same_listener, start_upstream, GroupKey, Live};
+use super::binding::{bind_groups, key_of, same_listener, GroupKey};
+use super::live::{start_upstream, Live};
 use super::{Outcome, CLOSE_SLACK};
 use crate::config::{Config, ListenAddr};
 use crate::limits::rate::PRUNE_INTERVAL;
