@@ -211,6 +211,11 @@ async fn an_invalid_reload_lists_every_problem_and_the_old_config_serves_on() {
 #[tokio::test]
 async fn sighup_reloads_a_running_gateway() {
     let s = setup("").await;
+    // The reload's own log line is held back by the first log level and
+    // let through by the second: the level is reloaded too.
+    let quiet = "[log]\nlevel = \"warn,switchyard::app=info,switchyard::app::reload=warn\"\n";
+    let text = config_text(&s.socket, "", "");
+    std::fs::write(&s.file, format!("{quiet}{text}")).expect("write");
     let mut child = Command::new(BIN)
         .args(["run", "--config"])
         .arg(&s.file)
@@ -220,29 +225,39 @@ async fn sighup_reloads_a_running_gateway() {
         .spawn()
         .expect("spawn switchyard");
     let pid = child.id();
-    // The admin address is in the log; the lines after it are drained so
-    // that the child never blocks on a full pipe.
+    // The admin address is in the log; every line is read, so that the
+    // child never blocks on a full pipe.
     let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stderr)
             .lines()
             .map_while(Result::ok)
         {
-            if line.contains("admin listener serving") {
-                let addr = line
-                    .split_whitespace()
-                    .find_map(|w| w.strip_prefix("addr="))
-                    .map(str::to_owned);
-                let _ = tx.send(addr);
-            }
+            let _ = tx.send(line);
         }
     });
-    let admin = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(60)))
-        .await
-        .expect("join")
-        .expect("the admin listener started")
-        .expect("its address is logged");
+    let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+    // The next log line containing `needle`.
+    let line_with = |needle: &'static str| {
+        let rx = rx.clone();
+        tokio::task::spawn_blocking(move || {
+            let rx = rx.lock().expect("lock");
+            loop {
+                match rx.recv_timeout(Duration::from_secs(60)) {
+                    Ok(line) if line.contains(needle) => return Some(line),
+                    Ok(_) => continue,
+                    Err(_) => return None,
+                }
+            }
+        })
+    };
+    let started = line_with("admin listener serving").await.expect("join");
+    let admin = started
+        .as_deref()
+        .and_then(|l| l.split_whitespace().find_map(|w| w.strip_prefix("addr=")))
+        .expect("the admin address is logged")
+        .to_owned();
     let scrape = move || {
         let url = format!("http://{admin}/metrics");
         tokio::task::spawn_blocking(move || {
@@ -257,6 +272,8 @@ async fn sighup_reloads_a_running_gateway() {
     };
     let before = scrape().await.expect("scrape");
     assert_eq!(generation(&before).as_deref(), Some("1"), "{before}");
+    std::fs::write(&s.file, &text).expect("write");
+    let reloaded = line_with("configuration reloaded");
     let sent = Command::new("kill")
         .args(["-HUP", &pid.to_string()])
         .status()
@@ -274,6 +291,11 @@ async fn sighup_reloads_a_running_gateway() {
     assert!(
         now.contains("switchyard_config_reloads_total{result=\"ok\"} 1"),
         "{now}"
+    );
+    let logged = reloaded.await.expect("join");
+    assert!(
+        logged.is_some_and(|l| l.contains("generation=2")),
+        "log level not reloaded"
     );
     let _ = Command::new("kill").arg(pid.to_string()).status();
     let done = tokio::task::spawn_blocking(move || child.wait())
