@@ -113,9 +113,15 @@ pub(super) async fn reload(State(state): State<AdminState>, headers: HeaderMap) 
     };
     drop(gw);
     let (tx, rx) = oneshot::channel();
-    if requests.try_send(tx).is_err() {
-        let body = serde_json::json!({ "error": "too many reloads waiting; try again" });
-        return answer(StatusCode::SERVICE_UNAVAILABLE, body);
+    if let Err(e) = requests.try_send(tx) {
+        let why = match e {
+            mpsc::error::TrySendError::Full(_) => "too many reloads waiting; try again",
+            mpsc::error::TrySendError::Closed(_) => "the gateway is shutting down",
+        };
+        return answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({ "error": why }),
+        );
     }
     match rx.await {
         Ok(Ok(generation)) => answer(

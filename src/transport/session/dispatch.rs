@@ -28,7 +28,7 @@ impl Session {
     /// call switchyard made, or an item already answered with an error.
     pub(super) async fn single(&self, item: Item) -> Verdict {
         if let Item::Valid(Message::Request { id, method, .. }) = &item {
-            if self.route().cfg.dialect == Dialect::Holon && method == "rpc.heartbeat" {
+            if self.codec.dialect() == Dialect::Holon && method == "rpc.heartbeat" {
                 // Answered at once: never routed, never queued, and never
                 // counted against the rate limits (holon-rpc.md §10).
                 let ok = Payload::Json(raw_from_string(String::from("{}")));

@@ -160,7 +160,7 @@ impl Session {
 
     /// Handles one inbound text frame or line.
     pub async fn on_text(&self, text: &str) -> Verdict {
-        let inbound = match self.route().cfg.dialect {
+        let inbound = match self.codec.dialect() {
             Dialect::Holon => holon::decode(text),
             _ => jsonrpc::decode(text, self.route().cfg.max_batch_items),
         };
