@@ -195,13 +195,31 @@ async fn an_invalid_reload_lists_every_problem_and_the_old_config_serves_on() {
     assert!(page.contains("Last rejected reload"), "{page}");
     // Fixed again, the reload applies (and the CLI says so).
     std::fs::write(&s.file, good).expect("write");
-    let ok = reload(
-        &format!("http://{}", gateway.admin_addr().expect("admin")),
-        Some(TOKEN),
-        Duration::from_secs(30),
-    )
-    .await;
-    assert!(matches!(ok, Ok(Reloaded::Ok(2))), "{ok:?}");
+    let admin = format!("http://{}", gateway.admin_addr().expect("admin"));
+    let cli = tokio::task::spawn_blocking({
+        let admin = admin.clone();
+        move || {
+            Command::new(BIN)
+                .args(["reload", "--admin", &admin, "--token", TOKEN])
+                .output()
+                .expect("run the CLI")
+        }
+    })
+    .await
+    .expect("CLI");
+    let stdout = String::from_utf8_lossy(&cli.stdout);
+    assert!(
+        cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    assert!(stdout.contains("generation 2"), "{stdout}");
+    let (_, _, page) =
+        tokio::task::spawn_blocking(move || common::demo::http_get(&format!("{admin}/"), &[]))
+            .await
+            .expect("page");
+    let page = String::from_utf8_lossy(&page);
+    assert!(page.contains("config generation 2"), "{page}");
     echo(&url, 3).await;
     gateway.shutdown().await;
     s.daemon.stop().await;
