@@ -322,3 +322,27 @@ async fn sighup_reloads_a_running_gateway() {
     assert!(done.expect("wait").success());
     s.daemon.stop().await;
 }
+
+/// A replaced upstream still in use waits for its users (up to the longest
+/// request timeout, here 10 minutes); a shutdown does not wait for that.
+#[tokio::test]
+async fn shutdown_does_not_wait_for_a_draining_upstream() {
+    let s = setup(&format!("reload_token = \"{TOKEN}\"")).await;
+    let slow = "request_timeout_ms = 600000\n";
+    let text = config_text(&s.socket, &format!("reload_token = \"{TOKEN}\""), "")
+        .replace("path = \"/rpc\"\n", &format!("path = \"/rpc\"\n{slow}"));
+    std::fs::write(&s.file, &text).expect("write");
+    let (gateway, url, admin) = start(&s.file).await;
+    wait_connected(&gateway, "daemon").await;
+    // Held here, the old `daemon` cannot finish draining.
+    let held = gateway.upstream("daemon").expect("upstream");
+    let changed = text.replace("backoff_max_ms = 200", "backoff_max_ms = 300");
+    std::fs::write(&s.file, changed).expect("write");
+    let outcome = reload(&admin, Some(TOKEN), Duration::from_secs(30)).await;
+    assert!(matches!(outcome, Ok(Reloaded::Ok(2))), "{outcome:?}");
+    echo(&url, 1).await;
+    let stopped = tokio::time::timeout(Duration::from_secs(120), gateway.shutdown()).await;
+    assert!(stopped.is_ok(), "shutdown waited for the drain");
+    drop(held);
+    s.daemon.stop().await;
+}

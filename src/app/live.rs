@@ -296,9 +296,13 @@ impl Live {
         } = started;
         self.retiring.spawn(async move {
             let until = tokio::time::Instant::now() + patience;
-            // Polled: an `Arc` has no "last other owner gone" event.
+            // (Polled: an `Arc` has no "last other owner gone" event.) A
+            // gateway shutdown cancels `stop` and ends the wait.
             while Arc::strong_count(&upstream) > 1 && tokio::time::Instant::now() < until {
-                tokio::time::sleep(RETIRE_POLL).await;
+                tokio::select! {
+                    () = tokio::time::sleep(RETIRE_POLL) => {}
+                    () = stop.cancelled() => break,
+                }
             }
             tracing::info!(
                 upstream = upstream.name(),
