@@ -17,11 +17,12 @@
 //! What applies to established connections: routes, method policy, rate
 //! limits (a connection whose listener's rates changed gets a fresh bucket
 //! of its own), connection caps (counted over the connections already
-//! open), request timeouts, the slow-consumer timeout, push limits. What
-//! applies to new connections only, being fixed when a connection opens:
-//! `max_in_flight`, `outbox_capacity`, `max_message_bytes`, ping, pong,
-//! idle and lifetime timers, the Sideband settings, and the Host, Origin
-//! and token checks (made at the upgrade). A per-client upstream's
+//! open), `max_batch_items`, request timeouts, the slow-consumer timeout.
+//! What applies to new connections only, being fixed when a connection
+//! opens: `max_in_flight`, `outbox_capacity`, `max_message_bytes`,
+//! `max_unanswered_pushes` and the push timeout, ping, pong, idle and
+//! lifetime timers, the Sideband settings, and the Host, Origin and token
+//! checks (made at the upgrade). A per-client upstream's
 //! dedicated connection stays with the definition it was opened under
 //! until its client leaves. Needing a restart: `[admin] address`,
 //! `log.format`, `gateway.worker_threads`, and turning trace export on or
