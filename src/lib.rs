@@ -16,8 +16,8 @@
 //! [`dialect`] → [`pubsub`] → [`upstream`], [`outbox`] → [`router`] →
 //! [`transport`].
 //!
-//! - [`app`]: composition root; bind every listener, then run; shutdown order.
-//! - [`admin`]: the admin listener: `/metrics`, `/livez`, `/readyz`, status page, behind tower-http layers.
+//! - [`app`]: composition root; bind every listener, then run; configuration reload; shutdown order.
+//! - [`admin`]: the admin listener: `/metrics`, `/livez`, `/readyz`, status page, `POST /reload`, behind tower-http layers.
 //! - [`config`]: typed, validated configuration (figment: defaults ← TOML ← env).
 //! - [`envelope`]: the protocol-neutral message every dialect maps to.
 //! - [`close`]: the WebSocket close codes switchyard sends, as a closed set.
@@ -32,7 +32,7 @@
 //!   [`upstream::correlator`] keeps one connection's gateway ids.
 //! - [`transport`]: client-facing I/O: WebSocket listeners, sessions, outboxes.
 //! - [`telemetry`]: logging, Prometheus metrics and OpenTelemetry trace export.
-//! - [`shutdown`]: SIGINT/SIGTERM as one future.
+//! - [`shutdown`]: SIGINT/SIGTERM as one future; SIGHUP (reload) as events.
 //! - [`stdout`]: the CLI's output, with a closed stdout a clean end, never a panic.
 //! - [`daemon`]: the bundled reference NDJSON daemon (demo, tests, benches).
 //! - [`client`]: a tiny client for `switchyard call`, speaking each listener dialect.

@@ -24,10 +24,12 @@ use crate::telemetry::metrics::Metrics;
 use crate::upstream::Upstream;
 
 mod batch;
+mod cell;
 pub mod client;
 mod events;
 mod policy;
 
+pub use cell::RouteCell;
 pub use client::{ClientLinks, Pusher};
 
 /// At most one log line per upstream and failure (or upgrade refusal

@@ -19,8 +19,9 @@ use tokio::time::Instant;
 use super::session::{Session, Verdict};
 use super::Serve;
 use crate::close::CloseCode;
+use crate::config::ListenerConfig;
 use crate::outbox::{OutboxReader, Outgoing};
-use crate::router::Route;
+use crate::router::RouteCell;
 use crate::telemetry::metrics::{FrameCounter, Limit};
 
 /// How long a Sideband client has to send its handshake.
@@ -67,13 +68,30 @@ pub(crate) enum End {
     UpstreamLost,
 }
 
-/// What the transport checks besides the configured idle and lifetime
-/// limits.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Liveness {
+/// A connection's settings fixed when it opens (a reload applies them to
+/// new connections): its message limit and its timers.
+#[derive(Debug, Clone)]
+pub(crate) struct Fixed {
+    name: String,
+    max_message_bytes: usize,
+    idle_timeout: Option<Duration>,
+    max_connection_lifetime: Option<Duration>,
     /// WebSocket: ping after this much silence, drop the peer if nothing
     /// comes back within the second.
-    pub(crate) ping: Option<(Duration, Duration)>,
+    ping: Option<(Duration, Duration)>,
+}
+
+impl Fixed {
+    /// The settings of `cfg`, with `ping` for WebSocket connections.
+    pub(crate) fn of(cfg: &ListenerConfig, ping: Option<(Duration, Duration)>) -> Self {
+        Fixed {
+            name: cfg.name.clone(),
+            max_message_bytes: cfg.max_message_bytes,
+            idle_timeout: cfg.protection.idle_timeout,
+            max_connection_lifetime: cfg.protection.max_connection_lifetime,
+            ping,
+        }
+    }
 }
 
 /// Where the writer loop puts frames.
@@ -88,20 +106,22 @@ pub(crate) trait FrameSink: Send {
 }
 
 /// Reads the client until the connection must end; see [`End`].
+///
+/// The route is read from `cell` only where it is needed, never held (a
+/// reload may replace it); what is fixed for the connection is in `cfg`.
 pub(crate) async fn read_loop<S, T>(
     mut frames: S,
     session: &Session,
-    route: &Route,
+    cell: &RouteCell,
     ctx: &Serve,
-    liveness: Liveness,
+    cfg: &Fixed,
 ) -> End
 where
     S: Stream<Item = Incoming<T>> + Unpin,
     T: std::ops::Deref<Target = str>,
 {
-    let cfg = &route.cfg;
     let outbox = session.outbox();
-    let mut clock = Clock::new(cfg, liveness);
+    let mut clock = Clock::new(cfg);
     let (lost, slow) = (session.upstream_lost(), session.slow_consumer());
     // Made once, not per frame: each `cancelled()` registers a waiter.
     let (lost, slow, shutdown) = (lost.cancelled(), slow.cancelled(), ctx.shutdown.cancelled());
@@ -114,6 +134,7 @@ where
             frame = frames.next() => frame.unwrap_or(Incoming::Gone),
             () = &mut lost => return End::UpstreamLost,
             () = &mut slow => {
+                let route = cell.load();
                 route.count_protocol_error("slow_consumer");
                 route.metrics().count_limit(&cfg.name, Limit::SlowConsumer);
                 // The outbox is full: the close frame may not fit; the socket goes anyway.
@@ -137,31 +158,31 @@ where
         clock.seen = true;
         let verdict = match frame {
             Incoming::Text(_) if session.binary() => {
-                route.count_protocol_error("text_frame");
+                cell.load().count_protocol_error("text_frame");
                 outbox
                     .close(CloseCode::Unsupported, "Text frames not supported")
                     .await;
                 return End::Closing;
             }
             Incoming::Binary(_) if !session.binary() => {
-                route.count_protocol_error("binary_frame");
+                cell.load().count_protocol_error("binary_frame");
                 outbox
                     .close(CloseCode::Unsupported, "binary frames are not supported")
                     .await;
                 return End::Closing;
             }
             Incoming::Text(text) if text.len() > cfg.max_message_bytes => {
-                session.too_large().await;
+                session.too_large(cfg.max_message_bytes).await;
                 return End::Closing;
             }
             Incoming::Binary(bytes) if bytes.len() > cfg.max_message_bytes => {
-                session.too_large().await;
+                session.too_large(cfg.max_message_bytes).await;
                 return End::Closing;
             }
             Incoming::TooLarge => {
                 // The transport stopped at the frame header: answer like any
                 // oversize message, and let the writer send it all.
-                session.too_large().await;
+                session.too_large(cfg.max_message_bytes).await;
                 return End::Closing;
             }
             Incoming::Text(text) => session.on_text(&text).await,
@@ -169,9 +190,7 @@ where
             Incoming::NotUtf8 => session.not_utf8().await,
             Incoming::Control => Verdict::Continue,
             Incoming::Close(code) => {
-                route
-                    .metrics()
-                    .count_ws_close(cfg.dialect, crate::error::Side::Client, code);
+                session.count_close(code);
                 // Complete the closing handshake: the library has queued
                 // the echo of the client's close; the writer flushes it. A
                 // full outbox (a client that closes without reading) is
@@ -216,7 +235,7 @@ pub(crate) async fn finish(end: End, session: Session, mut writer: tokio::task::
                 .await;
         }
     }
-    let name = session.listener().to_owned();
+    let name = session.listener();
     drop(session);
     drop(outbox);
     if end == End::Gone {
@@ -267,7 +286,6 @@ pub(crate) async fn write_loop<K: FrameSink>(
 /// The reader's clock: a coarse tick instead of a clock read per frame.
 struct Clock {
     tick: tokio::time::Interval,
-    liveness: Liveness,
     opened: Instant,
     last_rx: Instant,
     ping_sent: Option<Instant>,
@@ -285,10 +303,9 @@ enum Check {
 }
 
 impl Clock {
-    fn new(cfg: &crate::config::ListenerConfig, liveness: Liveness) -> Self {
-        let p = &cfg.protection;
-        let ping = liveness.ping.map(|(every, wait)| every.min(wait));
-        let mut limits = [p.idle_timeout, p.max_connection_lifetime, ping]
+    fn new(cfg: &Fixed) -> Self {
+        let ping = cfg.ping.map(|(every, wait)| every.min(wait));
+        let mut limits = [cfg.idle_timeout, cfg.max_connection_lifetime, ping]
             .into_iter()
             .flatten()
             .peekable();
@@ -300,7 +317,6 @@ impl Clock {
         let now = Instant::now();
         Clock {
             tick: tokio::time::interval_at(now + period, period),
-            liveness,
             opened: now,
             last_rx: now,
             ping_sent: None,
@@ -308,17 +324,20 @@ impl Clock {
         }
     }
 
-    fn check(&mut self, session: &Session, cfg: &crate::config::ListenerConfig) -> Check {
+    fn check(&mut self, session: &Session, cfg: &Fixed) -> Check {
         // Frames since the last tick count as "now".
         if std::mem::take(&mut self.seen) {
             self.last_rx = Instant::now();
             self.ping_sent = None;
         }
-        let p = &cfg.protection;
-        if p.idle_timeout.is_some_and(|t| self.last_rx.elapsed() >= t) {
+        if cfg
+            .idle_timeout
+            .is_some_and(|t| self.last_rx.elapsed() >= t)
+        {
             return Check::Close(CloseCode::GoingAway, "idle timeout");
         }
-        if p.max_connection_lifetime
+        if cfg
+            .max_connection_lifetime
             .is_some_and(|t| self.opened.elapsed() >= t)
         {
             return Check::Close(CloseCode::GoingAway, "connection lifetime reached");
@@ -326,7 +345,7 @@ impl Clock {
         if session.negotiating() && self.opened.elapsed() >= SIDEBAND_HANDSHAKE_TIMEOUT {
             return Check::Close(CloseCode::Normal, "negotiation_failed");
         }
-        let Some((every, wait)) = self.liveness.ping else {
+        let Some((every, wait)) = cfg.ping else {
             return Check::Fine;
         };
         if self.ping_sent.is_some_and(|t| t.elapsed() >= wait) {

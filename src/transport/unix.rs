@@ -27,7 +27,7 @@ use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 
-use super::driver::{self, FrameSink, Incoming, Liveness};
+use super::driver::{self, Fixed, FrameSink, Incoming};
 use super::session::Session;
 use super::{Outgoing, Serve};
 use crate::dialect::errors;
@@ -35,7 +35,7 @@ use crate::dialect::render::{render, Style};
 use crate::dialect::Dialect;
 use crate::envelope::{Message, WireId};
 use crate::error::{ErrorKind, GatewayError};
-use crate::router::Route;
+use crate::router::{Route, RouteCell};
 use crate::telemetry::metrics::RejectReason;
 
 /// Binds `path` with `mode`, handling stale sockets as the module explains.
@@ -85,7 +85,7 @@ fn remove_stale(path: &Path) -> io::Result<()> {
 }
 
 /// Accepts NDJSON clients until shutdown, then removes the socket file.
-pub(crate) async fn serve(listener: UnixListener, path: PathBuf, route: Arc<Route>, ctx: Serve) {
+pub(crate) async fn serve(listener: UnixListener, path: PathBuf, cell: Arc<RouteCell>, ctx: Serve) {
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -93,18 +93,19 @@ pub(crate) async fn serve(listener: UnixListener, path: PathBuf, route: Arc<Rout
         };
         match accepted {
             Ok((stream, _)) => {
+                let route = cell.load();
                 let Some(permit) = route.conns.admit(IpAddr::V4(Ipv4Addr::UNSPECIFIED)) else {
-                    ctx.sessions.spawn(refuse(stream, route.clone()));
+                    ctx.sessions.spawn(refuse(stream, route));
                     continue;
                 };
-                let (route, ctx2) = (route.clone(), ctx.clone());
+                let (cell, ctx2) = (cell.clone(), ctx.clone());
                 ctx.sessions.spawn(async move {
-                    run(stream, route, ctx2).await;
+                    run(stream, cell, ctx2).await;
                     drop(permit);
                 });
             }
             Err(e) => {
-                tracing::warn!(listener = %route.cfg.name, error = %e, "accept failed");
+                tracing::warn!(listener = %cell.load().cfg.name, error = %e, "accept failed");
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         }
@@ -130,7 +131,11 @@ async fn refuse(mut stream: UnixStream, route: Arc<Route>) {
     let _ = stream.shutdown().await;
 }
 
-async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
+async fn run(stream: UnixStream, cell: Arc<RouteCell>, ctx: Serve) {
+    // Read once for what is fixed for the connection's life (its outbox,
+    // line limit and timers); requests read the cell themselves, and the
+    // route is not held (a reload may replace it).
+    let route = cell.load();
     let _open = super::OpenConnection::count(&route);
     let (read, write) = stream.into_split();
     let sent = route.metrics().frame_counter(
@@ -138,7 +143,7 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
         crate::error::Side::Client,
         crate::telemetry::metrics::Direction::Out,
     );
-    let (session, rx) = Session::new(route.clone(), ctx.grace_over.clone());
+    let (session, rx) = Session::new(cell.clone(), ctx.grace_over.clone());
     let writer = tokio::spawn(driver::write_loop(
         LineSink(BufWriter::new(write)),
         rx,
@@ -158,7 +163,9 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
             Incoming::Eof,
         )));
     let lines = std::pin::pin!(lines);
-    let end = driver::read_loop(lines, &session, &route, &ctx, Liveness { ping: None }).await;
+    let fixed = Fixed::of(&route.cfg, None);
+    drop(route);
+    let end = driver::read_loop(lines, &session, &cell, &ctx, &fixed).await;
     driver::finish(end, session, writer).await;
 }
 

@@ -2,32 +2,34 @@
 //!
 //! Listeners that share an address are served by one HTTP server, each on
 //! its own path; the path picks the dialect, never the offered subprotocol,
-//! and an unknown path gets 404. Each connection runs the shared connection
-//! driver (`super::driver`): one reader loop (this task) and one writer task
-//! joined by the session's bounded outbox; this file only maps WebSocket
-//! messages to and from its frames.
+//! and an unknown path gets 404. Each connection runs one reader loop (this
+//! task) and one writer task joined by the session's bounded outbox; both
+//! are in `frames`.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, Extension};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
 use tracing::Instrument;
 
+mod paths;
+
+pub(crate) use self::paths::{Entry, Paths};
 use super::accept::Place;
-use super::driver::{self, FrameSink, Incoming, Liveness};
+use super::driver::{self, Fixed, FrameSink, Incoming};
 use super::session::Session;
 use super::{Outgoing, Serve};
 use crate::close::CloseCode;
 use crate::dialect::Dialect;
 use crate::limits::origin::Refusal;
 use crate::limits::rate::PRUNE_INTERVAL;
-use crate::router::Route;
+use crate::router::{Route, RouteCell};
 use crate::telemetry::metrics::RejectReason;
 use crate::telemetry::trace::connection_span;
 
@@ -44,16 +46,19 @@ const READ_BUFFER: usize = 8 * 1024;
 /// outbox runs empty). The buffer itself grows only as frames arrive.
 const WRITE_THRESHOLD: usize = 64 * 1024;
 
-/// Serves every WebSocket listener bound to `listener` until shutdown.
-/// With `tls`, every connection is `wss://` (see [`super::tls`]); caps and
-/// timeouts before the upgrade are in [`super::accept`]. Also prunes each
-/// listener's per-IP rate state.
+/// Serves every WebSocket listener bound to `listener` until shutdown,
+/// each on its path in `paths` (a reload may change them; an unknown path
+/// gets 404). With `tls`, every connection is `wss://` (see
+/// [`super::tls`]); caps and timeouts before the upgrade are in
+/// [`super::accept`], from the listeners served at the start. Also prunes
+/// each listener's per-IP rate state.
 pub(crate) async fn serve(
     listener: TcpListener,
-    routes: Vec<Arc<Route>>,
+    paths: Arc<Paths>,
     ctx: Serve,
     tls: Option<super::tls::Acceptor>,
 ) -> std::io::Result<()> {
+    let routes: Vec<Arc<Route>> = paths.cells().iter().map(|c| c.load()).collect();
     let Some(http) = super::accept::Http::of(&routes) else {
         return Ok(());
     };
@@ -62,46 +67,40 @@ pub(crate) async fn serve(
             .rate
             .start_pruning(PRUNE_INTERVAL, ctx.shutdown.clone());
     }
-    let mut app = axum::Router::new();
-    for route in routes {
-        let ListenAddrPath(path) = ListenAddrPath::of(&route);
-        let ctx = ctx.clone();
-        app = app.route(
-            &path,
-            get(
-                move |headers: HeaderMap,
-                      uri: Uri,
-                      ConnectInfo(peer): ConnectInfo<SocketAddr>,
-                      place: Option<Extension<Place>>,
-                      ws: WebSocketUpgrade| {
-                    let (route, ctx) = (route.clone(), ctx.clone());
-                    async move {
-                        if let Err(refused) = check_upgrade(&route, &headers, &uri, peer.ip()) {
-                            return *refused;
-                        }
-                        // No longer pending: the session counts from here,
-                        // before the client can see the 101.
-                        if let Some(Extension(place)) = place {
-                            place.release();
-                        }
-                        upgrade(ws, &headers, route, ctx, peer.ip())
-                    }
-                },
-            ),
-        );
-    }
+    drop(routes);
+    let app = axum::Router::new().fallback(
+        move |method: Method,
+              headers: HeaderMap,
+              uri: Uri,
+              ConnectInfo(peer): ConnectInfo<SocketAddr>,
+              place: Option<Extension<Place>>,
+              ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>| {
+            let entry = paths.get(uri.path());
+            async move {
+                let Some(Entry { cell, ctx }) = entry else {
+                    return StatusCode::NOT_FOUND.into_response();
+                };
+                if method != Method::GET {
+                    return StatusCode::METHOD_NOT_ALLOWED.into_response();
+                }
+                let ws = match ws {
+                    Ok(ws) => ws,
+                    Err(rejection) => return rejection.into_response(),
+                };
+                let route = cell.load();
+                if let Err(refused) = check_upgrade(&route, &headers, &uri, peer.ip()) {
+                    return *refused;
+                }
+                // No longer pending: the session counts from here, before
+                // the client can see the 101.
+                if let Some(Extension(place)) = place {
+                    place.release();
+                }
+                upgrade(ws, &headers, &route, cell, ctx, peer.ip())
+            }
+        },
+    );
     super::accept::serve(listener, app, tls, http, &ctx).await
-}
-
-struct ListenAddrPath(String);
-
-impl ListenAddrPath {
-    fn of(route: &Route) -> Self {
-        match &route.cfg.addr {
-            crate::config::ListenAddr::Ws { path, .. } => ListenAddrPath(path.clone()),
-            crate::config::ListenAddr::Unix { .. } => ListenAddrPath(String::from("/")),
-        }
-    }
 }
 
 /// Accepts the upgrade; the connection runs in a span whose OpenTelemetry
@@ -109,7 +108,8 @@ impl ListenAddrPath {
 fn upgrade(
     ws: WebSocketUpgrade,
     headers: &HeaderMap,
-    route: Arc<Route>,
+    route: &Route,
+    cell: Arc<RouteCell>,
     ctx: Serve,
     peer: IpAddr,
 ) -> Response {
@@ -125,7 +125,7 @@ fn upgrade(
     let span = connection_span(headers, &route.cfg.name, route.cfg.dialect.as_str());
     let sessions = ctx.sessions.clone();
     ws.on_upgrade(move |socket| {
-        sessions.track_future(run(socket, route, ctx, peer).instrument(span))
+        sessions.track_future(run(socket, cell, ctx, peer).instrument(span))
     })
 }
 
@@ -183,7 +183,10 @@ fn check_upgrade(
 }
 
 /// Drives one client connection to its end.
-async fn run(mut socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr) {
+async fn run(mut socket: WebSocket, cell: Arc<RouteCell>, ctx: Serve, peer: IpAddr) {
+    // Read once for what is fixed for the connection's life (its outbox,
+    // its counters); requests read the cell themselves.
+    let route = cell.load();
     let name = route.cfg.name.clone();
     let Some(_permit) = route.conns.admit(peer) else {
         // Upgraded first, so that a browser can read the reason.
@@ -205,18 +208,21 @@ async fn run(mut socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr)
         crate::error::Side::Client,
         crate::telemetry::metrics::Direction::Out,
     );
-    let (session, rx) = Session::new(route.clone(), ctx.grace_over.clone());
+    let (session, rx) = Session::new(cell.clone(), ctx.grace_over.clone());
     let session = session.with_peer(peer);
     let writer = tokio::spawn(driver::write_loop(WsSink(sink), rx, sent));
     if let Some(hello) = session.greeting() {
         // Sideband: both sides send their handshake at once.
         session.outbox().send_frame(hello).await;
     }
-    let liveness = Liveness {
-        ping: Some((route.cfg.ping_interval, route.cfg.pong_timeout)),
-    };
-    let frames = stream.map(incoming);
-    let end = driver::read_loop(frames, &session, &route, &ctx, liveness).await;
+    let fixed = Fixed::of(
+        &route.cfg,
+        Some((route.cfg.ping_interval, route.cfg.pong_timeout)),
+    );
+    // Not held while the connection lives: the route of a past
+    // generation goes as soon as its last request is answered.
+    drop(route);
+    let end = driver::read_loop(stream.map(incoming), &session, &cell, &ctx, &fixed).await;
     driver::finish(end, session, writer).await;
 }
 

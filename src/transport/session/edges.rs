@@ -18,24 +18,24 @@ use crate::telemetry::metrics::Limit;
 impl Session {
     /// True when the dialect reads binary frames (Sideband), false for text.
     pub fn binary(&self) -> bool {
-        self.route.cfg.dialect == Dialect::Sideband
+        self.dialect() == Dialect::Sideband
     }
 
     /// The listener's name.
-    pub fn listener(&self) -> &str {
-        &self.route.cfg.name
+    pub fn listener(&self) -> String {
+        self.route().cfg.name.clone()
     }
 
-    /// The dialect's answer to an oversize message, then close 1009 (an
-    /// NDJSON client gets its error line, then the connection closes).
-    pub async fn too_large(&self) {
-        let route = &self.route;
+    /// The dialect's answer to a message over `limit` bytes, then close
+    /// 1009 (an NDJSON client gets its error line, then the connection
+    /// closes).
+    pub async fn too_large(&self, limit: usize) {
+        let route = self.route();
         route.count_protocol_error("message_too_large");
         route
             .metrics()
             .count_limit(&route.cfg.name, Limit::MaxMessageBytes);
-        let limit = route.cfg.max_message_bytes;
-        let (detail, style, reason) = match route.cfg.dialect {
+        let (detail, style, reason) = match self.dialect() {
             Dialect::JsonRpc => (
                 Some(format!("Message size exceeds maximum of {limit} bytes")),
                 Style::Frame,
@@ -51,15 +51,19 @@ impl Session {
         };
         if let Some(detail) = detail {
             let err = GatewayError::with_detail(ErrorKind::InvalidRequest, detail);
-            let reply = Message::error(
-                Some(WireId::null()),
-                errors::render(&err, route.cfg.dialect),
-            );
+            let reply = Message::error(Some(WireId::null()), errors::render(&err, self.dialect()));
             if let Ok(text) = render(&reply, style) {
                 self.outbox.send_frame(Outgoing::Text(text)).await;
             }
         }
         self.outbox.close(CloseCode::TooBig, reason).await;
+    }
+
+    /// Counts the client's WebSocket close frame, by code.
+    pub fn count_close(&self, code: u16) {
+        self.route()
+            .metrics()
+            .count_ws_close(self.dialect(), crate::error::Side::Client, code);
     }
 
     /// An NDJSON line that is not UTF-8: a parse error; the connection
@@ -73,7 +77,7 @@ impl Session {
     /// What to send before the shutdown close: a Sideband Control Close
     /// `shutdown`.
     pub fn goodbye(&self) -> Option<Outgoing> {
-        (self.route.cfg.dialect == Dialect::Sideband)
+        (self.dialect() == Dialect::Sideband)
             .then(|| Outgoing::Binary(Sbp::close_frame("shutdown")))
     }
 }
