@@ -2,14 +2,15 @@
 //!
 //! # Layout
 //!
-//! A client frame flows: [`transport`] (accept, framing, per-connection
-//! reader and writer) → [`dialect`] (pure decode into a neutral
-//! [`envelope::Message`]) → [`transport::session`] (in-flight permit; a
-//! request to a pooled upstream with room is placed at once from the
-//! reader, anything else gets a task) → [`router`] (method → upstream) →
-//! [`upstream`] (pooled links, gateway ids in a
-//! [`upstream::correlator::Correlator`]) → and the reply back the same way,
-//! with the client's original id restored.
+//! A client frame flows: [`transport`] (accept, framing, the one
+//! connection driver) → [`dialect`] (pure decode into a neutral
+//! [`envelope::Message`]) → [`transport::session`] (in-flight permit, or
+//! back-pressure at the cap; a request to a pooled upstream with room is
+//! placed at once from the reader, anything else gets a task) → [`router`]
+//! (method → upstream; the pub/sub methods are served here) → [`upstream`]
+//! (pooled links, gateway ids in a [`upstream::correlator::Correlator`]) →
+//! and the reply back the same way, with the client's original id
+//! restored, into the client's [`outbox::Outbox`].
 //!
 //! Layers, lowest first, each importing only from the ones before it:
 //! [`envelope`], [`close`] and [`error`] (nothing from the crate) →
@@ -27,10 +28,10 @@
 //!   shared by all connections, and the four methods.
 //! - [`limits`]: rate limits, browser-safety checks (Host, Origin, token) and the method policy.
 //! - [`outbox`]: the one way anything is written to a client: bounded queue, codec, slow-consumer policy.
-//! - [`router`]: routes and reply delivery.
+//! - [`router`]: routes (in a reloadable cell), reply delivery, the pub/sub methods and event delivery.
 //! - [`upstream`]: connection pools to the services behind switchyard;
 //!   [`upstream::correlator`] keeps one connection's gateway ids.
-//! - [`transport`]: client-facing I/O: WebSocket listeners, sessions, outboxes.
+//! - [`transport`]: client-facing I/O: WebSocket and Unix listeners, the connection driver, sessions.
 //! - [`telemetry`]: logging, Prometheus metrics and OpenTelemetry trace export.
 //! - [`shutdown`]: SIGINT/SIGTERM as one future; SIGHUP (reload) as events.
 //! - [`stdout`]: the CLI's output, with a closed stdout a clean end, never a panic.
