@@ -26,6 +26,7 @@ use super::driver::{self, Fixed, FrameSink, Incoming};
 use super::session::Session;
 use super::{Outgoing, Serve};
 use crate::close::CloseCode;
+use crate::dialect::client::ClientCodec;
 use crate::dialect::Dialect;
 use crate::limits::origin::Refusal;
 use crate::limits::rate::PRUNE_INTERVAL;
@@ -129,27 +130,16 @@ fn upgrade(
     })
 }
 
-/// Echoes the listener's subprotocol when the client offers it (no offer
-/// is fine too). holon-rpc matches the offer case-insensitively and echoes
-/// the client's spelling, as WebBridge does: browsers fail the connection
-/// unless the echo is exactly one of their offers (holon-rpc.md §1, §10).
-/// The other dialects' notes name their exact token.
+/// Selects the listener's subprotocol when the client offers it (no
+/// offer is fine too), spelled as offered: see [`ClientCodec::subprotocol`].
 fn select_subprotocol(mut ws: WebSocketUpgrade, dialect: Dialect) -> WebSocketUpgrade {
-    match dialect {
-        Dialect::JsonRpc => ws.protocols(["jsonrpc"]),
-        Dialect::Sideband => ws.protocols(["sideband.v1"]),
-        Dialect::Holon => {
-            let offered = ws
-                .requested_protocols()
-                .find(|p| p.as_bytes().eq_ignore_ascii_case(b"holon-rpc"))
-                .cloned();
-            if let Some(spelling) = offered {
-                ws.set_selected_protocol(spelling);
-            }
-            ws
-        }
-        Dialect::Ndjson => ws,
+    let offered: Vec<_> = ws.requested_protocols().cloned().collect();
+    let chosen =
+        ClientCodec::of(dialect).subprotocol(offered.iter().filter_map(|p| p.to_str().ok()));
+    if let Some(chosen) = chosen.and_then(|c| offered.iter().find(|p| p.to_str().ok() == Some(c))) {
+        ws.set_selected_protocol(chosen.clone());
     }
+    ws
 }
 
 /// Browser safety before the upgrade: Host and Origin allow-lists and the

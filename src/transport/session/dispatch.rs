@@ -13,8 +13,8 @@ use tracing::Instrument;
 use super::admission::Checked;
 use super::in_place::NotPlaced;
 use super::{Session, Verdict};
-use crate::dialect::{Dialect, Item};
-use crate::envelope::{raw_from_string, Message, Outcome, Payload};
+use crate::dialect::Item;
+use crate::envelope::Message;
 use crate::error::{ErrorKind, GatewayError};
 use crate::router::{ClientLinks, Route};
 use crate::telemetry::metrics::Limit;
@@ -25,15 +25,12 @@ impl Session {
     /// One message (not a batch): a request, a notification, a reply to a
     /// call switchyard made, or an item already answered with an error.
     pub(super) async fn single(&self, item: Item) -> Verdict {
-        if let Item::Valid(Message::Request { id, method, .. }) = &item {
-            if self.dialect() == Dialect::Holon && method == "rpc.heartbeat" {
-                // Answered at once: never routed, never queued, and never
-                // counted against the rate limits (holon-rpc.md §10).
-                let ok = Payload::Json(raw_from_string(String::from("{}")));
-                let reply = Message::Response {
-                    id: id.clone(),
-                    result: Outcome::Value(ok),
-                };
+        if let Item::Valid(msg @ Message::Request { .. }) = &item {
+            // holon-rpc's heartbeat is answered at once: never routed, never
+            // queued, and never counted against the rate limits
+            // (holon-rpc.md §10). (A `ping` notification is answered by the
+            // router, after the rate limits.)
+            if let Some(reply) = self.codec().local_reply(msg, false) {
                 self.send(&reply).await;
                 return Verdict::Continue;
             }

@@ -4,11 +4,8 @@
 
 use super::Session;
 use crate::close::CloseCode;
-use crate::dialect::errors;
-use crate::dialect::render::{render, Style};
-use crate::dialect::sideband::session::Sbp;
-use crate::dialect::Dialect;
-use crate::envelope::{Message, WireId};
+use crate::dialect::client::Oversize;
+use crate::envelope::WireId;
 use crate::error::{ErrorKind, GatewayError};
 use crate::outbox::Outgoing;
 use crate::telemetry::metrics::Limit;
@@ -18,7 +15,7 @@ use crate::telemetry::metrics::Limit;
 impl Session {
     /// True when the dialect reads binary frames (Sideband), false for text.
     pub fn binary(&self) -> bool {
-        self.dialect() == Dialect::Sideband
+        self.codec().reads_binary()
     }
 
     /// The listener's name.
@@ -28,33 +25,16 @@ impl Session {
 
     /// The dialect's answer to a message over `limit` bytes, then close
     /// 1009 (an NDJSON client gets its error line, then the connection
-    /// closes).
+    /// closes): see [`ClientCodec::oversize`].
     pub async fn too_large(&self, limit: usize) {
         let route = self.route();
         route.count_protocol_error("message_too_large");
         route
             .metrics()
             .count_limit(&route.cfg.name, Limit::MaxMessageBytes);
-        let (detail, style, reason) = match self.dialect() {
-            Dialect::JsonRpc => (
-                Some(format!("Message size exceeds maximum of {limit} bytes")),
-                Style::Frame,
-                "message too large",
-            ),
-            Dialect::Ndjson => (
-                Some(format!("Line exceeds maximum of {limit} bytes")),
-                Style::Line,
-                "message too large",
-            ),
-            Dialect::Sideband => (None, Style::Frame, "Message too large"),
-            Dialect::Holon => (None, Style::Holon, "message too large"),
-        };
-        if let Some(detail) = detail {
-            let err = GatewayError::with_detail(ErrorKind::InvalidRequest, detail);
-            let reply = Message::error(Some(WireId::null()), errors::render(&err, self.dialect()));
-            if let Ok(text) = render(&reply, style) {
-                self.outbox.send_frame(Outgoing::Text(text)).await;
-            }
+        let Oversize { reply, reason } = self.codec().oversize(limit);
+        if let Some(reply) = reply {
+            self.send(&reply).await;
         }
         self.outbox.close(CloseCode::TooBig, reason).await;
     }
@@ -69,15 +49,15 @@ impl Session {
     /// An NDJSON line that is not UTF-8: a parse error; the connection
     /// stays open.
     pub async fn not_utf8(&self) -> super::Verdict {
-        let err = errors::render(&GatewayError::new(ErrorKind::ParseError), Dialect::Ndjson);
-        self.send(&Message::error(Some(WireId::null()), err)).await;
+        let err = GatewayError::new(ErrorKind::ParseError);
+        self.send(&self.codec().error_reply(WireId::null(), &err))
+            .await;
         super::Verdict::Continue
     }
 
     /// What to send before the shutdown close: a Sideband Control Close
     /// `shutdown`.
     pub fn goodbye(&self) -> Option<Outgoing> {
-        (self.dialect() == Dialect::Sideband)
-            .then(|| Outgoing::Binary(Sbp::close_frame("shutdown")))
+        self.codec().goodbye().map(Outgoing::Binary)
     }
 }

@@ -28,9 +28,9 @@ mod in_place;
 use in_place::InPlace;
 
 use crate::close::CloseCode;
-use crate::dialect::render::Style;
+use crate::dialect::client::ClientCodec;
 use crate::dialect::sideband::session::{Sbp, SbpEvent};
-use crate::dialect::{holon, jsonrpc, Dialect, Inbound, Item};
+use crate::dialect::{Dialect, Inbound, Item};
 use crate::envelope::Message;
 use crate::error::Side;
 use crate::limits::rate::ConnectionRate;
@@ -85,17 +85,16 @@ impl Session {
     /// its outbox (for the connection's writer).
     pub fn new(routes: Arc<RouteCell>, grace_over: CancellationToken) -> (Self, OutboxReader) {
         let route = routes.load();
-        let d = route.cfg.dialect;
-        let form = match d {
-            Dialect::Ndjson => Form::Text(d, Style::Line),
-            Dialect::Holon => Form::Text(d, Style::Holon),
-            Dialect::JsonRpc => Form::Text(d, Style::Frame),
-            Dialect::Sideband => Form::Sideband(Arc::new(Mutex::new(
+        let codec = ClientCodec::of(route.cfg.dialect);
+        let form = if codec.reads_binary() {
+            Form::Sideband(Arc::new(Mutex::new(
                 Sbp::new(route.cfg.sideband_cbor).with_subjects(
                     route.cfg.sideband_legacy_subjects,
                     route.cfg.sideband_reject_app,
                 ),
-            ))),
+            )))
+        } else {
+            Form::Text(codec.dialect(), codec.style())
         };
         let metrics = route.metrics();
         let name = [route.cfg.name.as_str()];
@@ -142,6 +141,11 @@ impl Session {
         self.outbox.codec().dialect()
     }
 
+    /// The client's dialect, as a listener sees it.
+    fn codec(&self) -> ClientCodec {
+        ClientCodec::of(self.dialect())
+    }
+
     /// The client's outbox.
     pub fn outbox(&self) -> &Outbox {
         &self.outbox
@@ -155,10 +159,7 @@ impl Session {
 
     /// Handles one inbound text frame or line.
     pub async fn on_text(&self, text: &str) -> Verdict {
-        let inbound = match self.dialect() {
-            Dialect::Holon => holon::decode(text),
-            _ => jsonrpc::decode(text, self.route().cfg.max_batch_items),
-        };
+        let inbound = self.codec().decode(text, self.route().cfg.max_batch_items);
         self.count_in(text.len(), &inbound);
         match inbound {
             Inbound::Rejected(reply) => {
@@ -223,10 +224,10 @@ impl Session {
         };
         let route = self.route();
         let metrics = route.metrics();
-        metrics.count_frame(Dialect::Sideband, Side::Client, Direction::In, bytes.len());
+        metrics.count_frame(self.dialect(), Side::Client, Direction::In, bytes.len());
         let event = sbp.lock().on_frame(bytes);
         if let SbpEvent::Rpc(msg) = &event {
-            metrics.count_message(Dialect::Sideband, Side::Client, Direction::In, msg.kind());
+            metrics.count_message(self.dialect(), Side::Client, Direction::In, msg.kind());
         }
         match event {
             SbpEvent::Nothing | SbpEvent::Ready => {}
