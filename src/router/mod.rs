@@ -26,6 +26,7 @@ mod batch;
 mod cell;
 pub mod client;
 mod events;
+pub(crate) mod in_place;
 mod policy;
 
 pub use cell::RouteCell;

@@ -11,11 +11,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::admission::Checked;
-use super::in_place::NotPlaced;
 use super::{Session, Verdict};
 use crate::dialect::Item;
 use crate::envelope::Message;
 use crate::error::{ErrorKind, GatewayError};
+use crate::router::in_place::NotPlaced;
 use crate::router::{ClientLinks, Route};
 use crate::telemetry::metrics::Limit;
 

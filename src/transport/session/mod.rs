@@ -23,9 +23,6 @@ use tokio_util::task::TaskTracker;
 mod admission;
 mod dispatch;
 mod edges;
-mod in_place;
-
-use in_place::InPlace;
 
 use crate::close::CloseCode;
 use crate::dialect::client::ClientCodec;
@@ -35,6 +32,7 @@ use crate::envelope::Message;
 use crate::error::Side;
 use crate::limits::rate::ConnectionRate;
 use crate::outbox::{Form, Gauges, OutCodec, Outbox, OutboxReader, Outgoing};
+use crate::router::in_place::InPlace;
 use crate::router::{ClientLinks, Pusher, Route, RouteCell};
 use crate::telemetry::metrics::Direction;
 

@@ -18,10 +18,10 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::{record_outcome, Route};
 use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::outbox::Outbox;
-use crate::router::{record_outcome, Route};
 use crate::upstream::direct::Slots;
 use crate::upstream::link::{Completion, Link, ReplyResult};
 use crate::upstream::Upstream;
