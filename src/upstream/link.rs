@@ -21,6 +21,7 @@ use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::upstream::correlator::Correlator;
 
+use super::error::LinkError;
 use super::UpstreamShared;
 
 pub(crate) use super::waiter::{Completion, ReplyResult, Waiter};
@@ -371,13 +372,9 @@ impl Link {
 
     /// Reads inbound texts until the stream ends or the link is closed,
     /// then fails every call still in flight.
-    pub(crate) async fn run_reader<S, E>(
-        self: Arc<Self>,
-        mut inbound: S,
-        shutdown: CancellationToken,
-    ) where
-        S: Stream<Item = Result<String, E>> + Unpin,
-        E: std::fmt::Display,
+    pub(crate) async fn run_reader<S>(self: Arc<Self>, mut inbound: S, shutdown: CancellationToken)
+    where
+        S: Stream<Item = Result<String, LinkError>> + Unpin,
     {
         let closed = self.closed.clone();
         let (closed, shutdown) = (closed.cancelled(), shutdown.cancelled());
@@ -396,6 +393,9 @@ impl Link {
                     }
                 }
                 Some(Err(e)) => {
+                    if let LinkError::TooLarge { .. } = e {
+                        self.shared.count_protocol_error("response_too_large");
+                    }
                     tracing::warn!(upstream = %self.shared.cfg.name, error = %e, "upstream read failed");
                     break;
                 }

@@ -27,6 +27,7 @@ mod batch;
 pub mod correlator;
 pub(crate) mod direct;
 mod encode;
+mod error;
 mod feed;
 mod health;
 mod heartbeat;

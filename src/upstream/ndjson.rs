@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
 
+use super::error::LinkError;
 use super::link::{Link, OwnerRef, Wire};
 use super::UpstreamShared;
 
@@ -32,21 +33,20 @@ pub(super) async fn connect(
     shared: Arc<UpstreamShared>,
     owner: Option<OwnerRef>,
     shutdown: CancellationToken,
-) -> std::io::Result<Arc<Link>> {
-    let stream = UnixStream::connect(path).await?;
+) -> Result<Arc<Link>, LinkError> {
+    let stream = UnixStream::connect(path)
+        .await
+        .map_err(LinkError::Connect)?;
     let (read, write) = stream.into_split();
     let capacity = shared.cfg.max_in_flight_per_connection.get() + EXTRA_QUEUE;
     let (tx, rx) = mpsc::channel(capacity);
     // Lines up to twice the limit are read whole so that an oversize reply
     // fails only its own call; longer ones close the connection.
-    let codec = AnyDelimiterCodec::new_with_max_length(
-        b"\n".to_vec(),
-        Vec::new(),
-        super::hard_cap(shared.cfg.max_response_bytes),
-    );
+    let limit = super::hard_cap(shared.cfg.max_response_bytes);
+    let codec = AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), limit);
     let counts = shared.clone();
     let lines = FramedRead::new(read, codec)
-        .filter_map(move |line| std::future::ready(text_line(line, &counts)));
+        .filter_map(move |line| std::future::ready(text_line(line, limit, &counts)));
     let link = Link::new(tx, shared, owner);
     tokio::spawn(write_lines(write, rx, link.clone()));
     tokio::spawn(link.clone().run_reader(lines, shutdown));
@@ -57,11 +57,15 @@ pub(super) async fn connect(
 /// (skipped) and for one that is not UTF-8 (counted and dropped).
 fn text_line(
     line: Result<Bytes, AnyDelimiterCodecError>,
+    limit: usize,
     shared: &UpstreamShared,
-) -> Option<Result<String, AnyDelimiterCodecError>> {
+) -> Option<Result<String, LinkError>> {
     let bytes = match line {
         Ok(bytes) => bytes,
-        Err(e) => return Some(Err(e)),
+        Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => {
+            return Some(Err(LinkError::TooLarge { limit }))
+        }
+        Err(AnyDelimiterCodecError::Io(e)) => return Some(Err(LinkError::Read(e))),
     };
     let bytes = bytes.strip_suffix(b"\r").unwrap_or(&bytes);
     match std::str::from_utf8(bytes) {

@@ -22,6 +22,7 @@ use tokio::net::UnixStream;
 use tokio_util::codec::{FramedRead, LinesCodec};
 use tokio_util::sync::CancellationToken;
 
+use super::error::LinkError;
 use super::link::Owner;
 use super::UpstreamShared;
 use crate::config::UpstreamTarget;
@@ -79,17 +80,10 @@ pub(super) async fn connect(
     let UpstreamTarget::Unix(path) = &shared.cfg.target else {
         return Err(GatewayError::no_route(method));
     };
-    let unavailable = |e: std::io::Error| {
-        GatewayError::with_detail(
-            ErrorKind::Unavailable,
-            format!("stream connection failed: {e}"),
-        )
-    };
     let stream = tokio::time::timeout(shared.cfg.connect_timeout, UnixStream::connect(path))
         .await
-        .map_err(|_| {
-            GatewayError::with_detail(ErrorKind::Unavailable, "stream connection timed out")
-        })?
+        .map_err(|_| LinkError::Timeout)
+        .and_then(|r| r.map_err(LinkError::Connect))
         .map_err(unavailable)?;
     let (read, mut write) = stream.into_split();
     let request = Message::Request {
@@ -103,7 +97,7 @@ pub(super) async fn connect(
     write
         .write_all(line.as_bytes())
         .await
-        .map_err(unavailable)?;
+        .map_err(|e| unavailable(LinkError::Write(e)))?;
     let mut lines = FramedRead::new(
         read,
         LinesCodec::new_with_max_length(shared.cfg.max_response_bytes),
@@ -135,6 +129,15 @@ pub(super) async fn connect(
         _write: write,
     });
     Ok((reply, stream))
+}
+
+/// A stream that could not be opened fails its call with `unavailable`.
+fn unavailable(e: LinkError) -> GatewayError {
+    let detail = match e {
+        LinkError::Timeout => String::from("stream connection timed out"),
+        e => format!("stream connection failed: {e}"),
+    };
+    GatewayError::with_detail(ErrorKind::Unavailable, detail)
 }
 
 /// Where one stream's events go.
