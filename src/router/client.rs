@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::dialect::holon::{object_params, wrap_params};
 use crate::dialect::Dialect;
 use crate::envelope::{Message, Payload, WireId};
-use crate::error::{ErrorKind, GatewayError};
+use crate::error::{ErrorKind, GatewayError, Side};
 use crate::outbox::{Offer, Outbox};
 use crate::pubsub::Registration;
 use crate::telemetry::metrics::{EventDrop, Metrics};
@@ -292,9 +292,9 @@ impl Pusher {
             self.count_dropped("push_window");
             return Err(Refused::Window);
         }
-        let gid = table
-            .insert(Some(tx))
-            .map_err(|_| Refused::Other(GatewayError::new(ErrorKind::Unavailable)))?;
+        let gid = table.insert(Some(tx)).map_err(|_| {
+            Refused::Other(GatewayError::new(ErrorKind::Unavailable).on(Side::Client))
+        })?;
         let id = match self.dialect {
             Dialect::Sideband => {
                 // A fresh random cid, which is also the request frame's id.
@@ -322,11 +322,11 @@ impl Pusher {
     async fn wait(&self, gid: u64, rx: oneshot::Receiver<ReplyResult>) -> ReplyResult {
         match tokio::time::timeout(self.timeout, rx).await {
             Ok(Ok(reply)) => reply,
-            Ok(Err(_)) => Err(GatewayError::new(ErrorKind::Unavailable)),
+            Ok(Err(_)) => Err(GatewayError::new(ErrorKind::Unavailable).on(Side::Client)),
             Err(_) => {
                 self.pushes.lock().abandon(gid);
                 self.cids.lock().retain(|_, g| *g != gid);
-                Err(GatewayError::new(ErrorKind::Timeout))
+                Err(GatewayError::new(ErrorKind::Timeout).on(Side::Client))
             }
         }
     }

@@ -19,7 +19,7 @@ use crate::dialect::jsonrpc::Item;
 use crate::dialect::sideband;
 use crate::dialect::Dialect;
 use crate::envelope::{ErrorObject, Message, Outcome, Payload, WireId};
-use crate::error::{ErrorKind, GatewayError};
+use crate::error::{ErrorKind, GatewayError, Side};
 use crate::telemetry::metrics::Metrics;
 use crate::upstream::Upstream;
 
@@ -185,7 +185,8 @@ impl Route {
             Item::BadReply(id) => {
                 self.count_protocol_error("invalid_response");
                 let err =
-                    GatewayError::with_detail(ErrorKind::Internal, "invalid reply from the client");
+                    GatewayError::with_detail(ErrorKind::Internal, "invalid reply from the client")
+                        .on(Side::Client);
                 client.pusher().settle(&id, Err(err));
                 None
             }
@@ -243,8 +244,10 @@ impl Route {
             .then(|| self.error_reply(id, &GatewayError::new(ErrorKind::InvalidRequest)))
     }
 
-    /// An error reply to `id` in the listener's dialect.
+    /// An error reply to `id` in the listener's dialect, counted by the
+    /// side that caused it.
     pub fn error_reply(&self, id: WireId, err: &GatewayError) -> Message {
+        self.metrics.count_error(&self.cfg.name, err);
         Message::error(Some(id), errors::render(err, self.cfg.dialect))
     }
 
@@ -348,7 +351,7 @@ impl Route {
             }
             Err(mut err) => {
                 self.count_request(upstream, err.kind.as_str());
-                self.log_failure(upstream, err.kind);
+                self.log_failure(upstream, &err);
                 if err.kind == ErrorKind::Timeout {
                     let ms = self.cfg.request_timeout.as_millis();
                     err.detail = Some(format!("no reply from upstream within {ms} ms"));
@@ -413,13 +416,13 @@ impl Route {
         self.upstream_for(method)
     }
 
-    /// Tells the operator that requests fail for a reason that is not the
-    /// client's (throttled: one line per upstream and outcome per second).
-    fn log_failure(&self, upstream: &str, kind: ErrorKind) {
-        if !matches!(kind, ErrorKind::Unavailable | ErrorKind::Timeout) {
+    /// Tells the operator that requests fail because of the upstream
+    /// (throttled: one line per upstream and outcome per second).
+    fn log_failure(&self, upstream: &str, err: &GatewayError) {
+        if err.side != Side::Upstream {
             return;
         }
-        let outcome = kind.as_str();
+        let outcome = err.kind.as_str();
         let Some(suppressed) = self.logs.admit(&format!("{upstream}\0{outcome}")) else {
             return;
         };

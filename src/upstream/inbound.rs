@@ -65,10 +65,7 @@ impl Link {
         }
         self.settle(
             gid,
-            Err(GatewayError::with_detail(
-                ErrorKind::ResourceExhausted,
-                detail,
-            )),
+            Err(GatewayError::with_detail(ErrorKind::ResourceExhausted, detail).on(Side::Upstream)),
         )
     }
 
@@ -84,10 +81,8 @@ impl Link {
                     "invalid reply from upstream ({why}): {}",
                     truncate(text, 512)
                 );
-                return self.settle(
-                    gid,
-                    Err(GatewayError::with_detail(ErrorKind::Internal, detail)),
-                );
+                let err = GatewayError::with_detail(ErrorKind::Internal, detail);
+                return self.settle(gid, Err(err.on(Side::Upstream)));
             }
             Err(e) => {
                 tracing::debug!(upstream = %self.shared.cfg.name, error = %e, "invalid message from upstream");
@@ -127,10 +122,8 @@ impl Link {
                 Some(gid) => {
                     self.shared.count_protocol_error("invalid_reply");
                     let detail = format!("invalid reply from upstream ({detail})");
-                    self.settle(
-                        Some(gid),
-                        Err(GatewayError::with_detail(ErrorKind::Internal, detail)),
-                    )
+                    let err = GatewayError::with_detail(ErrorKind::Internal, detail);
+                    self.settle(Some(gid), Err(err.on(Side::Upstream)))
                 }
                 None => {
                     self.shared.count_protocol_error("invalid_envelope");
@@ -148,10 +141,8 @@ impl Link {
                         code: i64::from(code),
                         message,
                     };
-                    self.settle(
-                        Some(gid),
-                        Err(GatewayError::with_origin(ErrorKind::Internal, origin)),
-                    )
+                    let err = GatewayError::with_origin(ErrorKind::Internal, origin);
+                    self.settle(Some(gid), Err(err.on(Side::Upstream)))
                 }
                 None => {
                     tracing::debug!(upstream = %self.shared.cfg.name, code, message, "ErrorFrame from upstream");

@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::envelope::{Message, Payload, WireId};
-use crate::error::{ErrorKind, GatewayError};
+use crate::error::{ErrorKind, GatewayError, Side};
 use crate::upstream::correlator::Correlator;
 
 use super::error::LinkError;
@@ -119,6 +119,12 @@ pub(crate) type OwnerRef = Arc<dyn Owner>;
 
 /// How many recent batches are remembered for batch-wide error replies.
 const BATCHES_REMEMBERED: usize = 64;
+
+/// The upstream does not read its requests as fast as they come.
+fn queue_full() -> GatewayError {
+    GatewayError::with_detail(ErrorKind::ResourceExhausted, "upstream write queue full")
+        .on(Side::Upstream)
+}
 
 /// Takes back the ids of a batch that could not be sent.
 fn cancel_all(table: &mut Correlator<Waiter>, ids: &[Option<u64>]) {
@@ -231,11 +237,7 @@ impl Link {
         // Queued under the lock so that write order equals id order, which
         // ordered (hld) connections rely on.
         if self.out.try_send(line).is_err() {
-            let e = GatewayError::with_detail(
-                ErrorKind::ResourceExhausted,
-                "upstream write queue full",
-            );
-            return taken(&mut table, e);
+            return taken(&mut table, queue_full());
         }
         self.shared.entries_gauge().inc();
         if direct {
@@ -283,11 +285,9 @@ impl Link {
                 }
             }
         }
-        let sent = self.encode_batch(&msgs).and_then(|text| {
-            self.out.try_send(text).map_err(|_| {
-                GatewayError::with_detail(ErrorKind::ResourceExhausted, "upstream write queue full")
-            })
-        });
+        let sent = self
+            .encode_batch(&msgs)
+            .and_then(|text| self.out.try_send(text).map_err(|_| queue_full()));
         if let Err(e) = sent {
             cancel_all(&mut table, &ids);
             return Err(e);
@@ -315,9 +315,7 @@ impl Link {
             params: self.params(params)?,
         };
         let line = self.encode(&msg)?;
-        self.out.try_send(line).map_err(|_| {
-            GatewayError::with_detail(ErrorKind::ResourceExhausted, "upstream write queue full")
-        })
+        self.out.try_send(line).map_err(|_| queue_full())
     }
 
     /// Gives up on a call that timed out or whose client left, and returns

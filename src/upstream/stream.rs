@@ -29,7 +29,7 @@ use crate::config::UpstreamTarget;
 use crate::dialect::jsonrpc::decode_upstream;
 use crate::dialect::render::{render, Style};
 use crate::envelope::{raw_from_string, Message, Outcome, Payload, WireId};
-use crate::error::{ErrorKind, GatewayError};
+use crate::error::{ErrorKind, GatewayError, Side};
 
 /// How long the first line (the call's answer) may take.
 const FIRST_LINE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -119,10 +119,9 @@ pub(super) async fn connect(
     };
     let Ok(reply @ (Message::Response { .. } | Message::Error { .. })) = decode_upstream(&first)
     else {
-        return Err(GatewayError::with_detail(
-            ErrorKind::Internal,
-            "invalid first line from the stream",
-        ));
+        let err =
+            GatewayError::with_detail(ErrorKind::Internal, "invalid first line from the stream");
+        return Err(err.on(Side::Upstream));
     };
     let stream = matches!(reply, Message::Response { .. }).then(|| Stream {
         lines,

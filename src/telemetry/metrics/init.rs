@@ -10,7 +10,7 @@ use super::{Direction, Limit, Metrics, RejectReason};
 use crate::config::{Config, UpstreamMode};
 use crate::dialect::Dialect;
 use crate::envelope::Kind;
-use crate::error::Side;
+use crate::error::{ErrorKind, Side};
 
 /// Request outcomes whose series exist from the start: the router counts
 /// `ok`, `upstream_error` and switchyard's own `ErrorKind` names; these are
@@ -54,6 +54,12 @@ impl Metrics {
             for reason in RejectReason::ALL {
                 let labels = [name, reason.as_str()];
                 self.connections_rejected.with_label_values(&labels);
+            }
+            for side in Side::ALL {
+                for kind in ErrorKind::ALL {
+                    let labels = [name, side.as_str(), kind.as_str()];
+                    self.errors.with_label_values(&labels);
+                }
             }
             for limit in Limit::ALL {
                 self.limit_rejections

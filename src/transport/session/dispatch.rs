@@ -146,7 +146,7 @@ impl Session {
                 replies = route.handle_batch(items, &client) => replies,
                 () = gone.cancelled() => return,
                 () = grace_over.cancelled() => {
-                    let err = GatewayError::with_detail(ErrorKind::Unavailable, "switchyard is shutting down");
+                    let err = GatewayError::with_detail(ErrorKind::Unavailable, "switchyard is shutting down").on(crate::error::Side::Internal);
                     request_ids.into_iter().map(|id| route.error_reply(id, &err)).collect()
                 }
             };
@@ -183,7 +183,7 @@ async fn settle(
         reply = route.handle(item, client) => reply,
         () = gone.cancelled() => None,
         () = grace_over.cancelled() => {
-            let err = GatewayError::with_detail(ErrorKind::Unavailable, "switchyard is shutting down");
+            let err = GatewayError::with_detail(ErrorKind::Unavailable, "switchyard is shutting down").on(crate::error::Side::Internal);
             id.map(|id| route.error_reply(id, &err))
         }
     }
