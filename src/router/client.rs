@@ -24,7 +24,7 @@ use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::outbox::{Offer, Outbox};
 use crate::pubsub::Registration;
-use crate::telemetry::metrics::{EventDrop, Metrics};
+use crate::telemetry::metrics::{DropReason, EventDrop, Metrics};
 use crate::upstream::correlator::{Correlator, Resolution};
 use crate::upstream::link::{Link, Owner, OwnerRef, PendingPush, ReplyResult};
 use crate::upstream::Upstream;
@@ -225,11 +225,11 @@ impl Pusher {
             return match self.outbox.offer(&msg) {
                 Offer::Queued | Offer::Closed => Ok(()),
                 Offer::Full => {
-                    self.count_dropped("slow_consumer");
+                    self.count_dropped(DropReason::SlowConsumer);
                     Err(EventDrop::SlowConsumer)
                 }
                 Offer::Untranslatable => {
-                    self.count_dropped("untranslatable");
+                    self.count_dropped(DropReason::Untranslatable);
                     Err(EventDrop::Untranslatable)
                 }
             };
@@ -252,7 +252,7 @@ impl Pusher {
         let this = self.clone();
         tokio::spawn(async move {
             if let Ok(Message::Error { .. }) = this.wait(gid, rx).await {
-                this.count_dropped("push_rejected");
+                this.count_dropped(DropReason::PushRejected);
             }
         });
         Ok(())
@@ -289,7 +289,7 @@ impl Pusher {
         let (tx, rx) = oneshot::channel();
         let mut table = self.pushes.lock();
         if table.len() >= self.max_unanswered {
-            self.count_dropped("push_window");
+            self.count_dropped(DropReason::PushWindow);
             return Err(Refused::Window);
         }
         let gid = table.insert(Some(tx)).map_err(|_| {
@@ -311,7 +311,7 @@ impl Pusher {
         };
         if self.outbox.offer(&msg) != Offer::Queued {
             table.cancel(gid);
-            self.count_dropped("slow_consumer");
+            self.count_dropped(DropReason::SlowConsumer);
             return Err(Refused::Full);
         }
         Ok((gid, rx))
@@ -362,11 +362,9 @@ impl Pusher {
         false
     }
 
-    fn count_dropped(&self, reason: &str) {
+    fn count_dropped(&self, reason: DropReason) {
         self.metrics
-            .dropped_messages
-            .with_label_values(&[self.dialect.as_str(), "client", reason])
-            .inc();
+            .count_dropped(self.dialect, Side::Client, reason);
     }
 
     fn count_quirk(&self, quirk: &str) {

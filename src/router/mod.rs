@@ -20,7 +20,7 @@ use crate::dialect::sideband;
 use crate::dialect::Dialect;
 use crate::envelope::{ErrorObject, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
-use crate::telemetry::metrics::Metrics;
+use crate::telemetry::metrics::{DropReason, Metrics, ProtocolError};
 use crate::upstream::Upstream;
 
 mod batch;
@@ -164,7 +164,7 @@ impl Route {
     pub async fn handle(&self, item: Item, client: &ClientLinks) -> Option<Message> {
         match item {
             Item::Invalid(reply) => {
-                self.count_protocol_error("invalid_request");
+                self.count_protocol_error(ProtocolError::InvalidRequest);
                 Some(reply)
             }
             Item::Valid(Message::Request { id, method, params }) => {
@@ -183,7 +183,7 @@ impl Route {
                 self.client_reply(reply, client)
             }
             Item::BadReply(id) => {
-                self.count_protocol_error("invalid_response");
+                self.count_protocol_error(ProtocolError::InvalidResponse);
                 let err =
                     GatewayError::with_detail(ErrorKind::Internal, "invalid reply from the client")
                         .on(Side::Client);
@@ -380,7 +380,7 @@ impl Route {
             return None;
         }
         let Some(upstream) = self.routed(method) else {
-            self.count_dropped("no_route");
+            self.count_dropped(DropReason::NoRoute);
             return None;
         };
         let sent = match upstream.config().mode {
@@ -401,7 +401,7 @@ impl Route {
         };
         if let Err(e) = sent {
             tracing::debug!(listener = %self.cfg.name, upstream = upstream.name(), error = %e, "notification not delivered");
-            self.count_dropped(e.kind.as_str());
+            self.count_dropped(DropReason::Undelivered(e.kind));
         }
         None
     }
@@ -452,23 +452,19 @@ impl Route {
     }
 
     /// Counts a client message dropped for `reason`.
-    pub fn count_dropped_client(&self, reason: &str) {
+    pub fn count_dropped_client(&self, reason: DropReason) {
         self.count_dropped(reason);
     }
 
-    fn count_dropped(&self, reason: &str) {
+    fn count_dropped(&self, reason: DropReason) {
         self.metrics
-            .dropped_messages
-            .with_label_values(&[self.cfg.dialect.as_str(), "client", reason])
-            .inc();
+            .count_dropped(self.cfg.dialect, Side::Client, reason);
     }
 
     /// Counts a malformed client message.
-    pub fn count_protocol_error(&self, reason: &str) {
+    pub fn count_protocol_error(&self, reason: ProtocolError) {
         self.metrics
-            .protocol_errors
-            .with_label_values(&[self.cfg.dialect.as_str(), "client", reason])
-            .inc();
+            .count_protocol_error(self.cfg.dialect, Side::Client, reason);
     }
 
     /// The upgrade checks of this listener (WebSocket): allow-lists and

@@ -50,7 +50,7 @@ impl Route {
             return false;
         }
         tracing::debug!(listener = %self.cfg.name, method, "notification forbidden by policy");
-        self.count_dropped(FORBIDDEN);
+        self.count_dropped(crate::telemetry::metrics::DropReason::Forbidden);
         true
     }
 }

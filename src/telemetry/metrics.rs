@@ -40,10 +40,12 @@ mod cache;
 mod events;
 mod init;
 mod labels;
+mod reasons;
 
 pub use cache::FrameCounter;
 pub use events::{EventDrop, EventMetrics};
 pub use labels::{close_code, Direction, Limit, RejectReason};
+pub use reasons::{DropReason, ProtocolError};
 
 /// Request latency buckets, seconds.
 const LATENCY_BUCKETS: &[f64] = &[

@@ -183,7 +183,7 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
             // Pending calls on the lost link fail at once; answer, then close.
             () = &mut lost => break End::Eof,
             () = &mut slow => {
-                route.count_protocol_error("slow_consumer");
+                route.count_protocol_error(crate::telemetry::metrics::ProtocolError::SlowConsumer);
                 route.metrics().count_limit(&route.cfg.name, crate::telemetry::metrics::Limit::SlowConsumer);
                 break End::Closing;
             }
@@ -255,7 +255,7 @@ async fn on_line(session: &Session, line: &[u8]) -> Verdict {
 }
 
 async fn line_too_long(route: &Route, outbox: &Outbox) {
-    route.count_protocol_error("message_too_large");
+    route.count_protocol_error(crate::telemetry::metrics::ProtocolError::MessageTooLarge);
     route.metrics().count_limit(
         &route.cfg.name,
         crate::telemetry::metrics::Limit::MaxMessageBytes,

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
+use crate::telemetry::metrics::ProtocolError;
 use crate::upstream::correlator::Correlator;
 
 use super::error::LinkError;
@@ -392,7 +393,8 @@ impl Link {
                 }
                 Some(Err(e)) => {
                     if let LinkError::TooLarge { .. } = e {
-                        self.shared.count_protocol_error("response_too_large");
+                        self.shared
+                            .count_protocol_error(ProtocolError::ResponseTooLarge);
                     }
                     tracing::warn!(upstream = %self.shared.cfg.name, error = %e, "upstream read failed");
                     break;

@@ -224,7 +224,8 @@ impl Upstream {
             }
             NotificationPolicy::AsRequest => match self.call(method, params).await? {
                 Message::Error { .. } => {
-                    self.shared.count_dropped("notification_error");
+                    self.shared
+                        .count_dropped(crate::telemetry::metrics::DropReason::NotificationError);
                     Ok(())
                 }
                 _ => Ok(()),

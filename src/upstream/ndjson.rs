@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::error::LinkError;
 use super::link::{Link, OwnerRef, Wire};
 use super::UpstreamShared;
+use crate::telemetry::metrics::ProtocolError;
 
 /// Room in the write queue beyond the in-flight cap, for notifications and
 /// refusals of upstream-originated requests.
@@ -73,7 +74,7 @@ fn text_line(
         Ok(text) => Some(Ok(text.to_owned())),
         Err(e) => {
             tracing::debug!(upstream = %shared.cfg.name, error = %e, "line from upstream is not UTF-8; dropped");
-            shared.count_protocol_error("invalid_message");
+            shared.count_protocol_error(ProtocolError::InvalidMessage);
             None
         }
     }

@@ -9,8 +9,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::UpstreamConfig;
 use crate::envelope::{raw_from_string, Payload};
+use crate::error::Side;
 use crate::pubsub::Broker;
-use crate::telemetry::metrics::{Metrics, UpstreamCall};
+use crate::telemetry::metrics::{DropReason, Metrics, ProtocolError, UpstreamCall};
 
 /// Settings and metrics shared by an upstream's links.
 #[derive(Debug)]
@@ -62,7 +63,7 @@ impl UpstreamShared {
     /// (`<upstream>.<method>` unless renamed), unless publishing is off.
     pub(crate) fn publish_notification(&self, method: &str, params: Option<Payload>) {
         if !self.cfg.publish.notifications {
-            self.count_dropped("no_subscriber");
+            self.count_dropped(DropReason::NoSubscriber);
             return;
         }
         let topic = self.cfg.publish.topic_for(&self.cfg.name, method);
@@ -76,16 +77,14 @@ impl UpstreamShared {
             Ok(_) => self.published.inc(),
             Err(e) => {
                 tracing::debug!(upstream = %self.cfg.name, topic, error = %e, "event not published");
-                self.count_dropped("invalid_topic");
+                self.count_dropped(DropReason::InvalidTopic);
             }
         }
     }
 
-    pub(crate) fn count_dropped(&self, reason: &str) {
+    pub(crate) fn count_dropped(&self, reason: DropReason) {
         self.metrics
-            .dropped_messages
-            .with_label_values(&[self.cfg.dialect.as_str(), "upstream", reason])
-            .inc();
+            .count_dropped(self.cfg.dialect, Side::Upstream, reason);
     }
 
     pub(crate) fn count_close(&self, code: u16) {
@@ -106,11 +105,9 @@ impl UpstreamShared {
             .inc();
     }
 
-    pub(crate) fn count_protocol_error(&self, reason: &str) {
+    pub(crate) fn count_protocol_error(&self, reason: ProtocolError) {
         self.metrics
-            .protocol_errors
-            .with_label_values(&[self.cfg.dialect.as_str(), "upstream", reason])
-            .inc();
+            .count_protocol_error(self.cfg.dialect, Side::Upstream, reason);
     }
 }
 

@@ -30,6 +30,7 @@ use crate::dialect::jsonrpc::decode_upstream;
 use crate::dialect::render::{render, Style};
 use crate::envelope::{raw_from_string, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
+use crate::telemetry::metrics::DropReason;
 
 /// How long the first line (the call's answer) may take.
 const FIRST_LINE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -190,11 +191,11 @@ impl StreamRelay {
             result: Outcome::Value(Payload::Json(raw)),
         }) = decode_upstream(text)
         else {
-            self.shared.count_dropped("stream_line");
+            self.shared.count_dropped(DropReason::StreamLine);
             return;
         };
         if id.as_json() != Some("null") {
-            self.shared.count_dropped("stream_line");
+            self.shared.count_dropped(DropReason::StreamLine);
             return;
         }
         if is_heartbeat(raw.get()) {

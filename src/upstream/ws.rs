@@ -36,6 +36,7 @@ use super::sideband::{self, Farewell};
 use super::UpstreamShared;
 use crate::close::CloseCode;
 use crate::dialect::Dialect;
+use crate::telemetry::metrics::ProtocolError;
 
 pub(super) type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -140,7 +141,7 @@ async fn read_frames(
                 }
             }
             Some(Ok(WsMessage::Text(_))) => {
-                link.shared.count_protocol_error("text_frame");
+                link.shared.count_protocol_error(ProtocolError::TextFrame);
                 break;
             }
             Some(Ok(WsMessage::Close(frame))) => {
@@ -171,7 +172,7 @@ fn texts(
             match frame {
                 Ok(WsMessage::Text(text)) => Some(Ok(text.to_string())),
                 Ok(WsMessage::Binary(_)) => {
-                    link.shared.count_protocol_error("binary_frame");
+                    link.shared.count_protocol_error(ProtocolError::BinaryFrame);
                     Some(Err(LinkError::BinaryFrame))
                 }
                 Ok(WsMessage::Close(frame)) => {

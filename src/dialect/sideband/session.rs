@@ -27,13 +27,38 @@ const LEGACY_REPLIES: usize = 4096;
 /// How much of an invalid envelope is quoted in an error's detail.
 const QUOTED_BYTES: usize = 512;
 
+/// Why a Message frame was dropped (a metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SbpDrop {
+    /// A frame id seen before.
+    DuplicateFrame,
+    /// An `app` subject, which switchyard does not serve.
+    AppSubject,
+    /// An envelope that does not match its subject.
+    EnvelopeSubjectMismatch,
+    /// An event whose envelope cannot be read.
+    InvalidEventEnvelope,
+}
+
+impl SbpDrop {
+    /// Stable label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            SbpDrop::DuplicateFrame => "duplicate_frame",
+            SbpDrop::AppSubject => "app_subject",
+            SbpDrop::EnvelopeSubjectMismatch => "envelope_subject_mismatch",
+            SbpDrop::InvalidEventEnvelope => "invalid_event_envelope",
+        }
+    }
+}
+
 /// What the transport must do after an inbound frame.
 #[derive(Debug)]
 pub(crate) enum SbpEvent {
     /// Nothing (Ack, Pong).
     Nothing,
     /// The frame was dropped for this reason (counted by the caller).
-    Dropped(&'static str),
+    Dropped(SbpDrop),
     /// The peer's handshake arrived: Message frames may now be sent.
     Ready,
     /// Send this frame and carry on.
@@ -296,7 +321,7 @@ impl Sbp {
 
     fn on_message(&mut self, id: FrameId, subject: &Subject, data: &[u8]) -> SbpEvent {
         if !self.remember(id) {
-            return SbpEvent::Dropped("duplicate_frame");
+            return SbpEvent::Dropped(SbpDrop::DuplicateFrame);
         }
         match subject.channel() {
             Channel::Stream => SbpEvent::Send(frame::encode(&Frame::error(
@@ -309,17 +334,17 @@ impl Sbp {
                 1003,
                 "Unsupported feature: app subjects",
             ))),
-            Channel::App => SbpEvent::Dropped("app_subject"),
+            Channel::App => SbpEvent::Dropped(SbpDrop::AppSubject),
             Channel::Rpc | Channel::Event => match decode_envelope(data, Encoding::detect(data)) {
                 Ok(msg) if fits_subject(&msg, subject) => {
                     self.note_subject(&msg, subject);
                     SbpEvent::Rpc(msg)
                 }
-                Ok(_) => SbpEvent::Dropped("envelope_subject_mismatch"),
+                Ok(_) => SbpEvent::Dropped(SbpDrop::EnvelopeSubjectMismatch),
                 Err(e) if subject.channel() == Channel::Rpc => {
                     self.invalid_envelope(id, subject, &e, data)
                 }
-                Err(_) => SbpEvent::Dropped("invalid_event_envelope"),
+                Err(_) => SbpEvent::Dropped(SbpDrop::InvalidEventEnvelope),
             },
         }
     }

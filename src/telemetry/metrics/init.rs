@@ -6,7 +6,7 @@
 //! alerts sees zeros instead of "no data", and a renamed metric is caught
 //! by `tests/dashboards.rs` without having to provoke every error first.
 
-use super::{Direction, Limit, Metrics, RejectReason};
+use super::{Direction, DropReason, Limit, Metrics, ProtocolError, RejectReason};
 use crate::config::{Config, UpstreamMode};
 use crate::dialect::Dialect;
 use crate::envelope::Kind;
@@ -94,8 +94,8 @@ impl Metrics {
         }
     }
 
-    /// The per-dialect series of one side: traffic, and the most common
-    /// error and drop reasons the data path reports for that side.
+    /// The per-dialect series of one side: traffic, and every protocol
+    /// error and drop reason that side can report.
     fn init_side(&self, dialect: Dialect, side: Side) {
         let (d, s) = (dialect.as_str(), side.as_str());
         for direction in [Direction::In, Direction::Out] {
@@ -106,12 +106,14 @@ impl Metrics {
                 self.messages.with_label_values(&[d, s, dir, kind.as_str()]);
             }
         }
-        let (error, drop) = match side {
-            Side::Client => ("invalid_request", "slow_consumer"),
-            Side::Upstream | Side::Internal => ("invalid_message", "client_gone"),
-        };
-        self.protocol_errors.with_label_values(&[d, s, error]);
-        self.dropped_messages.with_label_values(&[d, s, drop]);
+        for reason in ProtocolError::ALL.into_iter().filter(|r| r.seen_on(side)) {
+            self.protocol_errors
+                .with_label_values(&[d, s, reason.as_str()]);
+        }
+        for reason in DropReason::ALL.into_iter().filter(|r| r.seen_on(side)) {
+            self.dropped_messages
+                .with_label_values(&[d, s, reason.as_str()]);
+        }
         if side == Side::Upstream {
             for kind in UNMATCHED_KINDS {
                 self.unmatched_responses.with_label_values(&[d, s, kind]);

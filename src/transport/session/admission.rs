@@ -7,7 +7,7 @@ use crate::dialect::Item;
 use crate::envelope::Message;
 use crate::error::{ErrorKind, GatewayError};
 use crate::limits::rate::{Limited, Verdict as RateVerdict};
-use crate::telemetry::metrics::Limit;
+use crate::telemetry::metrics::{DropReason, Limit};
 
 /// An item after the rate limits.
 pub(super) enum Checked {
@@ -55,7 +55,7 @@ impl Session {
                 Ok(Checked::Limited(self.route.error_reply(id, &err)))
             }
             _ => {
-                self.route.count_dropped_client("rate_limited");
+                self.route.count_dropped_client(DropReason::RateLimited);
                 Ok(Checked::Dropped)
             }
         }

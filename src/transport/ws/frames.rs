@@ -88,7 +88,7 @@ pub(super) async fn read_loop(
             frame = stream.next() => frame,
             () = &mut lost => return End::UpstreamLost,
             () = &mut slow => {
-                route.count_protocol_error("slow_consumer");
+                route.count_protocol_error(crate::telemetry::metrics::ProtocolError::SlowConsumer);
                 route.metrics().count_limit(&cfg.name, crate::telemetry::metrics::Limit::SlowConsumer);
                 // The outbox is full: the close frame may not fit; the socket goes anyway.
                 tx.try_close(CloseCode::PolicyViolation, "slow consumer");
@@ -124,7 +124,7 @@ pub(super) async fn read_loop(
         seen = true;
         match frame {
             Some(Ok(WsMessage::Text(_))) if cfg.dialect == Dialect::Sideband => {
-                route.count_protocol_error("text_frame");
+                route.count_protocol_error(crate::telemetry::metrics::ProtocolError::TextFrame);
                 tx.close(CloseCode::Unsupported, "Text frames not supported")
                     .await;
                 return End::Closing;
@@ -148,7 +148,7 @@ pub(super) async fn read_loop(
                 }
             }
             Some(Ok(WsMessage::Binary(_))) => {
-                route.count_protocol_error("binary_frame");
+                route.count_protocol_error(crate::telemetry::metrics::ProtocolError::BinaryFrame);
                 tx.close(CloseCode::Unsupported, "binary frames are not supported")
                     .await;
                 return End::Closing;
@@ -185,7 +185,7 @@ pub(super) async fn read_loop(
 
 /// The dialect's answer to an oversize message, then close 1009.
 async fn too_large(route: &Route, tx: &Outbox) {
-    route.count_protocol_error("message_too_large");
+    route.count_protocol_error(crate::telemetry::metrics::ProtocolError::MessageTooLarge);
     route.metrics().count_limit(
         &route.cfg.name,
         crate::telemetry::metrics::Limit::MaxMessageBytes,
