@@ -24,7 +24,7 @@ use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::outbox::{Offer, Outbox};
 use crate::pubsub::Registration;
-use crate::telemetry::metrics::{DropReason, EventDrop, Metrics};
+use crate::telemetry::metrics::{DropReason, EventDrop, Metrics, Quirk, Unmatched};
 use crate::upstream::correlator::{Correlator, Resolution};
 use crate::upstream::link::{Link, Owner, OwnerRef, PendingPush, ReplyResult};
 use crate::upstream::Upstream;
@@ -236,7 +236,7 @@ impl Pusher {
         }
         let params = match &params {
             Some(p) if object_params(Some(p)).is_none() => {
-                self.count_quirk("params_wrapped");
+                self.count_quirk(Quirk::ParamsWrapped);
                 wrap_params(p)
             }
             other => other.clone(),
@@ -351,13 +351,13 @@ impl Pusher {
                 }
                 return true;
             }
-            Resolution::Stale => "stale",
-            Resolution::Duplicate => "duplicate",
-            Resolution::Unknown => "unknown",
+            Resolution::Stale => Unmatched::Stale,
+            Resolution::Duplicate => Unmatched::Duplicate,
+            Resolution::Unknown => Unmatched::Unknown,
         };
         self.metrics
             .unmatched_responses
-            .with_label_values(&[self.dialect.as_str(), "client", kind])
+            .with_label_values(&[self.dialect.as_str(), Side::Client.as_str(), kind.as_str()])
             .inc();
         false
     }
@@ -367,10 +367,10 @@ impl Pusher {
             .count_dropped(self.dialect, Side::Client, reason);
     }
 
-    fn count_quirk(&self, quirk: &str) {
+    fn count_quirk(&self, quirk: Quirk) {
         self.metrics
             .peer_quirks
-            .with_label_values(&[self.dialect.as_str(), quirk])
+            .with_label_values(&[self.dialect.as_str(), quirk.as_str()])
             .inc();
     }
 }

@@ -20,7 +20,7 @@ use crate::dialect::sideband;
 use crate::dialect::Dialect;
 use crate::envelope::{ErrorObject, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
-use crate::telemetry::metrics::{DropReason, Metrics, ProtocolError};
+use crate::telemetry::metrics::{DropReason, Metrics, ProtocolError, RequestOutcome};
 use crate::upstream::Upstream;
 
 mod batch;
@@ -132,9 +132,11 @@ impl Route {
             let labels = [cfg.name.as_str(), up.name()];
             let s = Series {
                 duration: metrics.request_duration.with_label_values(&labels),
-                ok: metrics
-                    .requests
-                    .with_label_values(&[cfg.name.as_str(), up.name(), "ok"]),
+                ok: metrics.requests.with_label_values(&[
+                    cfg.name.as_str(),
+                    up.name(),
+                    RequestOutcome::Ok.as_str(),
+                ]),
             };
             series.push((up.clone(), s));
         }
@@ -265,7 +267,7 @@ impl Route {
             return reply;
         }
         let Some(upstream) = self.routed(method) else {
-            self.count_request("none", ErrorKind::MethodNotFound.as_str());
+            self.count_request("none", RequestOutcome::Error(ErrorKind::MethodNotFound));
             return self.error_reply(id, &GatewayError::no_route(method));
         };
         tracing::Span::current().record("switchyard.upstream", upstream.name());
@@ -334,11 +336,11 @@ impl Route {
         let upstream = up.name();
         match result {
             Ok(Message::Response { result, .. }) => {
-                self.count_request(upstream, "ok");
+                self.count_request(upstream, RequestOutcome::Ok);
                 Message::Response { id, result }
             }
             Ok(Message::Error { error, .. }) => {
-                self.count_request(upstream, "upstream_error");
+                self.count_request(upstream, RequestOutcome::UpstreamError);
                 let error = translate_error(&error, up.config().dialect, self.cfg.dialect);
                 Message::Error {
                     id: Some(id),
@@ -346,11 +348,11 @@ impl Route {
                 }
             }
             Ok(_) => {
-                self.count_request(upstream, ErrorKind::Internal.as_str());
+                self.count_request(upstream, RequestOutcome::Error(ErrorKind::Internal));
                 self.error_reply(id, &GatewayError::new(ErrorKind::Internal))
             }
             Err(mut err) => {
-                self.count_request(upstream, err.kind.as_str());
+                self.count_request(upstream, RequestOutcome::Error(err.kind));
                 self.log_failure(upstream, &err);
                 if err.kind == ErrorKind::Timeout {
                     let ms = self.cfg.request_timeout.as_millis();
@@ -444,10 +446,10 @@ impl Route {
         tracing::info!(listener = %self.cfg.name, %peer, reason, suppressed, "upgrade refused");
     }
 
-    fn count_request(&self, upstream: &str, outcome: &str) {
+    fn count_request(&self, upstream: &str, outcome: RequestOutcome) {
         self.metrics
             .requests
-            .with_label_values(&[self.cfg.name.as_str(), upstream, outcome])
+            .with_label_values(&[self.cfg.name.as_str(), upstream, outcome.as_str()])
             .inc();
     }
 

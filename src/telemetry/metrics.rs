@@ -44,7 +44,7 @@ mod reasons;
 
 pub use cache::FrameCounter;
 pub use events::{EventDrop, EventMetrics};
-pub use labels::{close_code, Direction, Limit, RejectReason};
+pub use labels::{close_code, Direction, Limit, Quirk, RejectReason, RequestOutcome, Unmatched};
 pub use reasons::{DropReason, ProtocolError};
 
 /// Request latency buckets, seconds.

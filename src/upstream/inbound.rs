@@ -10,7 +10,7 @@ use crate::dialect::jsonrpc::{decode_upstream, ReplyError};
 use crate::dialect::Dialect;
 use crate::envelope::{raw_from_string, ErrorObject, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, ErrorOrigin, GatewayError, Side};
-use crate::telemetry::metrics::{Direction, DropReason, ProtocolError};
+use crate::telemetry::metrics::{Direction, DropReason, ProtocolError, Unmatched};
 use crate::upstream::correlator::Resolution;
 
 use std::sync::Arc;
@@ -191,7 +191,7 @@ impl Link {
             } => match self.gid_of_cid(&cid) {
                 Some(gid) => self.settle(Some(gid), Ok(msg)),
                 None => {
-                    self.shared.count_unmatched("unknown");
+                    self.shared.count_unmatched(Unmatched::Unknown);
                     true
                 }
             },
@@ -212,7 +212,7 @@ impl Link {
                 } else if !in_batch && self.fail_oldest_batch(&error) {
                     true
                 } else {
-                    self.shared.count_unmatched("no_id");
+                    self.shared.count_unmatched(Unmatched::NoId);
                     true
                 }
             }
@@ -225,7 +225,7 @@ impl Link {
                 true
             }
             Message::Response { .. } => {
-                self.shared.count_unmatched("no_id");
+                self.shared.count_unmatched(Unmatched::NoId);
                 true
             }
         }
@@ -257,9 +257,9 @@ impl Link {
                     self.shared.count_dropped(DropReason::ClientGone);
                 }
             }
-            Resolution::Stale => self.shared.count_unmatched("stale"),
-            Resolution::Duplicate => self.shared.count_unmatched("duplicate"),
-            Resolution::Unknown => self.shared.count_unmatched("unknown"),
+            Resolution::Stale => self.shared.count_unmatched(Unmatched::Stale),
+            Resolution::Duplicate => self.shared.count_unmatched(Unmatched::Duplicate),
+            Resolution::Unknown => self.shared.count_unmatched(Unmatched::Unknown),
         }
         !drained
     }

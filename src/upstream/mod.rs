@@ -211,7 +211,8 @@ impl Upstream {
                 if self.shared.cfg.dialect != Dialect::Sideband
                     && !crate::dialect::holon::is_structured(p) =>
             {
-                self.shared.count_quirk("params_wrapped");
+                self.shared
+                    .count_quirk(crate::telemetry::metrics::Quirk::ParamsWrapped);
                 wrapped = crate::dialect::holon::wrap_params(p);
                 wrapped.as_ref()
             }
@@ -238,7 +239,8 @@ impl Upstream {
     pub(crate) fn holon_params(&self, params: Option<&Payload>) -> Option<Payload> {
         match params {
             Some(p) if crate::dialect::holon::object_params(Some(p)).is_none() => {
-                self.shared.count_quirk("params_wrapped");
+                self.shared
+                    .count_quirk(crate::telemetry::metrics::Quirk::ParamsWrapped);
                 crate::dialect::holon::wrap_params(p)
             }
             other => other.cloned(),

@@ -11,7 +11,9 @@ use crate::config::UpstreamConfig;
 use crate::envelope::{raw_from_string, Payload};
 use crate::error::Side;
 use crate::pubsub::Broker;
-use crate::telemetry::metrics::{DropReason, Metrics, ProtocolError, UpstreamCall};
+use crate::telemetry::metrics::{
+    DropReason, Metrics, ProtocolError, Quirk, Unmatched, UpstreamCall,
+};
 
 /// Settings and metrics shared by an upstream's links.
 #[derive(Debug)]
@@ -52,10 +54,14 @@ impl UpstreamShared {
         UpstreamCall::start_at(self.calls.0.clone(), self.calls.1.clone(), now)
     }
 
-    pub(crate) fn count_unmatched(&self, kind: &str) {
+    pub(crate) fn count_unmatched(&self, kind: Unmatched) {
         self.metrics
             .unmatched_responses
-            .with_label_values(&[self.cfg.dialect.as_str(), "upstream", kind])
+            .with_label_values(&[
+                self.cfg.dialect.as_str(),
+                Side::Upstream.as_str(),
+                kind.as_str(),
+            ])
             .inc();
     }
 
@@ -98,10 +104,10 @@ impl UpstreamShared {
             .inc();
     }
 
-    pub(crate) fn count_quirk(&self, quirk: &str) {
+    pub(crate) fn count_quirk(&self, quirk: Quirk) {
         self.metrics
             .peer_quirks
-            .with_label_values(&[self.cfg.dialect.as_str(), quirk])
+            .with_label_values(&[self.cfg.dialect.as_str(), quirk.as_str()])
             .inc();
     }
 

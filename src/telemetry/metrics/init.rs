@@ -6,27 +6,14 @@
 //! alerts sees zeros instead of "no data", and a renamed metric is caught
 //! by `tests/dashboards.rs` without having to provoke every error first.
 
-use super::{Direction, DropReason, Limit, Metrics, ProtocolError, RejectReason};
+use super::{
+    Direction, DropReason, Limit, Metrics, ProtocolError, Quirk, RejectReason, RequestOutcome,
+    Unmatched,
+};
 use crate::config::{Config, UpstreamMode};
 use crate::dialect::Dialect;
 use crate::envelope::Kind;
 use crate::error::{ErrorKind, Side};
-
-/// Request outcomes whose series exist from the start: the router counts
-/// `ok`, `upstream_error` and switchyard's own `ErrorKind` names; these are
-/// the ones a failing upstream produces.
-const INITIAL_OUTCOMES: [&str; 6] = [
-    "ok",
-    "upstream_error",
-    "timeout",
-    "unavailable",
-    "resource_exhausted",
-    "internal",
-];
-
-/// Kinds of unmatched replies (the documented label set of
-/// `switchyard_unmatched_responses_total`).
-const UNMATCHED_KINDS: [&str; 4] = ["unknown", "duplicate", "stale", "no_id"];
 
 /// Every message kind.
 const KINDS: [Kind; 4] = [
@@ -68,8 +55,9 @@ impl Metrics {
             let prefixed = l.routes.prefixes.iter().map(|(_, u)| u);
             for upstream in l.routes.default.iter().chain(prefixed) {
                 self.request_duration.with_label_values(&[name, upstream]);
-                for outcome in INITIAL_OUTCOMES {
-                    self.requests.with_label_values(&[name, upstream, outcome]);
+                for outcome in RequestOutcome::INITIAL {
+                    let labels = [name, upstream.as_str(), outcome.as_str()];
+                    self.requests.with_label_values(&labels);
                 }
             }
             self.init_side(l.dialect, Side::Client);
@@ -106,6 +94,9 @@ impl Metrics {
                 self.messages.with_label_values(&[d, s, dir, kind.as_str()]);
             }
         }
+        for quirk in Quirk::ALL {
+            self.peer_quirks.with_label_values(&[d, quirk.as_str()]);
+        }
         for reason in ProtocolError::ALL.into_iter().filter(|r| r.seen_on(side)) {
             self.protocol_errors
                 .with_label_values(&[d, s, reason.as_str()]);
@@ -115,8 +106,9 @@ impl Metrics {
                 .with_label_values(&[d, s, reason.as_str()]);
         }
         if side == Side::Upstream {
-            for kind in UNMATCHED_KINDS {
-                self.unmatched_responses.with_label_values(&[d, s, kind]);
+            for kind in Unmatched::ALL {
+                let labels = [d, s, kind.as_str()];
+                self.unmatched_responses.with_label_values(&labels);
             }
         }
     }
