@@ -164,7 +164,7 @@ impl ClientLinks {
         // Its subscriptions go with it.
         drop(self.subscriptions.lock().take());
         for link in self.links.lock().await.values() {
-            link.close("client gone");
+            link.client_gone();
         }
     }
 }

@@ -4,8 +4,11 @@
 //!
 //! `Display` is what operators read: the warn and debug lines of the pool
 //! supervisors and readers, the status page's last connect error, and the
-//! `detail` of the `unavailable` error a failed call gets. Wrapped library
-//! errors show the library's own text.
+//! `detail` of the `unavailable` error a failed call gets (a connection
+//! that could not be opened, or [`Link::fail_all`] when one ends). Wrapped
+//! library errors show the library's own text.
+//!
+//! [`Link::fail_all`]: super::link::Link::fail_all
 
 use std::borrow::Cow;
 use std::io;
@@ -87,6 +90,27 @@ pub(crate) enum LinkError {
     /// Writing to the NDJSON socket failed.
     #[error(transparent)]
     Write(io::Error),
+
+    // --- why an open link ended (the detail its failed calls get) ---
+    /// The upstream's side ended: end of stream, read error, close.
+    #[error("upstream connection lost")]
+    Lost,
+    /// Writing to the upstream failed.
+    #[error("upstream write failed")]
+    WriteFailed,
+    /// A retired connection's late replies were not all in in time.
+    #[error("retired connection closed")]
+    Retired,
+    /// The client owning the link has gone.
+    #[error("client gone")]
+    ClientGone,
+    /// switchyard closed the link with this reason (heartbeat or pong
+    /// timeout, a Sideband session's close).
+    #[error("{reason}")]
+    Farewell {
+        /// The close reason sent.
+        reason: Cow<'static, str>,
+    },
 }
 
 /// Which side refused a Sideband handshake.
@@ -173,6 +197,16 @@ mod tests {
             (
                 LinkError::Closed { code: 1001 },
                 "upstream closed the WebSocket (1001)",
+            ),
+            (LinkError::Lost, "upstream connection lost"),
+            (LinkError::WriteFailed, "upstream write failed"),
+            (LinkError::Retired, "retired connection closed"),
+            (LinkError::ClientGone, "client gone"),
+            (
+                LinkError::Farewell {
+                    reason: "heartbeat timeout".into(),
+                },
+                "heartbeat timeout",
             ),
             (
                 LinkError::Refused {

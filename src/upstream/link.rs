@@ -364,9 +364,9 @@ impl Link {
         next
     }
 
-    /// Closes the link on purpose (client gone, heartbeat missed).
-    pub(crate) fn close(&self, detail: &str) {
-        self.fail_all(detail);
+    /// Closes the link because the client owning it has gone.
+    pub(crate) fn client_gone(&self) {
+        self.fail_all(&LinkError::ClientGone);
     }
 
     /// Reads inbound texts until the stream ends or the link is closed,
@@ -405,16 +405,18 @@ impl Link {
                 }
             }
         }
-        self.fail_all("upstream connection lost");
+        self.fail_all(&LinkError::Lost);
     }
 
-    /// Closes the link and fails every pending call with `unavailable`.
-    pub(crate) fn fail_all(&self, detail: &str) {
+    /// Closes the link and fails every pending call with `unavailable`,
+    /// saying `why`.
+    pub(crate) fn fail_all(&self, why: &LinkError) {
+        let detail = why.to_string();
         self.shut();
         let waiters = self.correlator.lock().close();
         self.shared.entries_gauge().sub(waiters.len() as i64);
         for waiter in waiters {
-            let err = GatewayError::with_detail(ErrorKind::Unavailable, detail);
+            let err = GatewayError::with_detail(ErrorKind::Unavailable, detail.as_str());
             // The caller may have gone away meanwhile; nothing to tell then.
             let _ = waiter.complete(Err(err));
         }

@@ -98,13 +98,13 @@ async fn write_lines(write: OwnedWriteHalf, mut rx: mpsc::Receiver<Wire>, link: 
         line.push('\n');
         if let Err(e) = out.write_all(line.as_bytes()).await {
             tracing::debug!(error = %e, "upstream write failed");
-            link.fail_all("upstream write failed");
+            link.fail_all(&LinkError::WriteFailed);
             break;
         }
         if rx.is_empty() {
             if let Err(e) = out.flush().await {
                 tracing::debug!(error = %e, "upstream flush failed");
-                link.fail_all("upstream write failed");
+                link.fail_all(&LinkError::WriteFailed);
                 break;
             }
         }

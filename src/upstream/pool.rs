@@ -101,7 +101,7 @@ async fn supervise(
             let old = link.clone();
             tokio::spawn(async move {
                 tokio::select! {
-                    () = tokio::time::sleep(RETIRED_LINGER) => old.fail_all("retired connection closed"),
+                    () = tokio::time::sleep(RETIRED_LINGER) => old.fail_all(&LinkError::Retired),
                     () = old.closed.cancelled() => {}
                 }
             });

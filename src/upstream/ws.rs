@@ -156,7 +156,7 @@ async fn read_frames(
             Some(Err(_)) | None => break,
         }
     }
-    link.fail_all("upstream connection lost");
+    link.fail_all(&LinkError::Lost);
 }
 
 /// The upstream's text frames; a binary frame or a close ends the stream.
@@ -248,7 +248,7 @@ async fn write_loop(
             () = link.closed.cancelled() => break Some(link.farewell()),
         }
     };
-    let detail = match close {
+    let why = match close {
         Some(bye) => {
             if !bye.code.is_orderly() {
                 tracing::warn!(upstream = %cfg.name, code = bye.code.as_u16(), reason = %bye.reason, "closing upstream link");
@@ -263,9 +263,9 @@ async fn write_loop(
             };
             // The upstream may be gone already; we are closing either way.
             let _ = sink.send(WsMessage::Close(Some(frame))).await;
-            bye.reason
+            LinkError::Farewell { reason: bye.reason }
         }
-        None => "upstream write failed".into(),
+        None => LinkError::WriteFailed,
     };
-    link.fail_all(&detail);
+    link.fail_all(&why);
 }
