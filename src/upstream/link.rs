@@ -392,11 +392,7 @@ impl Link {
                     }
                 }
                 Some(Err(e)) => {
-                    if let LinkError::TooLarge { .. } = e {
-                        self.shared
-                            .count_protocol_error(ProtocolError::ResponseTooLarge);
-                    }
-                    tracing::warn!(upstream = %self.shared.cfg.name, error = %e, "upstream read failed");
+                    self.read_failed(&e);
                     break;
                 }
                 None => {
@@ -406,6 +402,16 @@ impl Link {
             }
         }
         self.fail_all(&LinkError::Lost);
+    }
+
+    /// Notes why reading the upstream failed: logged, and counted when the
+    /// upstream sent more than can be read.
+    pub(super) fn read_failed(&self, e: &LinkError) {
+        if let LinkError::TooLarge { .. } = e {
+            self.shared
+                .count_protocol_error(ProtocolError::ResponseTooLarge);
+        }
+        tracing::warn!(upstream = %self.shared.cfg.name, error = %e, "upstream read failed");
     }
 
     /// Closes the link and fails every pending call with `unavailable`,

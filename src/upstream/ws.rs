@@ -108,7 +108,7 @@ pub(super) async fn connect(
         .writers
         .spawn(write_loop(sink, rx, link.clone(), last_rx.clone()));
     if sideband {
-        tokio::spawn(read_frames(stream, link.clone(), last_rx, shutdown));
+        tokio::spawn(read_frames(stream, link.clone(), last_rx, shutdown, limit));
     } else {
         let texts = texts(stream, link.clone(), last_rx, limit);
         tokio::spawn(link.clone().run_reader(texts, shutdown));
@@ -122,6 +122,7 @@ async fn read_frames(
     link: Arc<Link>,
     last_rx: Arc<Mutex<Instant>>,
     shutdown: CancellationToken,
+    limit: usize,
 ) {
     let closed = link.closed.clone();
     let (closed, shutdown) = (closed.cancelled(), shutdown.cancelled());
@@ -153,7 +154,11 @@ async fn read_frames(
                 break;
             }
             Some(Ok(_)) => {}
-            Some(Err(_)) | None => break,
+            Some(Err(e)) => {
+                link.read_failed(&LinkError::read(e, limit));
+                break;
+            }
+            None => break,
         }
     }
     link.fail_all(&LinkError::Lost);
