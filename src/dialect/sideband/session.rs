@@ -15,6 +15,8 @@ use crate::dialect::sideband::{
 };
 use crate::envelope::{Message, WireId};
 
+pub(crate) use super::dropped::SbpDrop;
+
 /// Message frame ids remembered to drop duplicates.
 const SEEN_FRAMES: usize = 1024;
 
@@ -26,31 +28,6 @@ const LEGACY_REPLIES: usize = 4096;
 
 /// How much of an invalid envelope is quoted in an error's detail.
 const QUOTED_BYTES: usize = 512;
-
-/// Why a Message frame was dropped (a metric label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SbpDrop {
-    /// A frame id seen before.
-    DuplicateFrame,
-    /// An `app` subject, which switchyard does not serve.
-    AppSubject,
-    /// An envelope that does not match its subject.
-    EnvelopeSubjectMismatch,
-    /// An event whose envelope cannot be read.
-    InvalidEventEnvelope,
-}
-
-impl SbpDrop {
-    /// Stable label value.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            SbpDrop::DuplicateFrame => "duplicate_frame",
-            SbpDrop::AppSubject => "app_subject",
-            SbpDrop::EnvelopeSubjectMismatch => "envelope_subject_mismatch",
-            SbpDrop::InvalidEventEnvelope => "invalid_event_envelope",
-        }
-    }
-}
 
 /// What the transport must do after an inbound frame.
 #[derive(Debug)]
