@@ -47,11 +47,19 @@ pub enum Side {
 }
 
 /// A switchyard-originated error with an optional detail string.
+///
+/// It carries the [`Side`] that caused it, set where it is created: the
+/// constructors start from the kind's usual side ([`ErrorKind::side`]) and
+/// [`on`](GatewayError::on) corrects it where the error says otherwise (an
+/// upstream's oversize reply is `resource_exhausted` caused by the
+/// upstream, not by the client).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind:?}: {detail:?}")]
 pub struct GatewayError {
     /// What went wrong.
     pub kind: ErrorKind,
+    /// Who caused it (the `side` label of `switchyard_errors_total`).
+    pub side: Side,
     /// A short detail for the client, never internal state.
     pub detail: Option<String>,
     /// The peer error this one stands for, when a protocol-level error
@@ -127,7 +135,24 @@ impl ErrorKind {
         }
     }
 
-    /// Who is at fault when this kind occurs.
+    /// Every kind, for label initialisation.
+    pub const ALL: [ErrorKind; 12] = [
+        ErrorKind::ParseError,
+        ErrorKind::InvalidRequest,
+        ErrorKind::MethodNotFound,
+        ErrorKind::InvalidParams,
+        ErrorKind::Internal,
+        ErrorKind::Unauthorized,
+        ErrorKind::NotFound,
+        ErrorKind::Conflict,
+        ErrorKind::RateLimited,
+        ErrorKind::ResourceExhausted,
+        ErrorKind::Timeout,
+        ErrorKind::Unavailable,
+    ];
+
+    /// Who is usually at fault when this kind occurs: where a
+    /// [`GatewayError`] is built without saying otherwise.
     pub const fn side(self) -> Side {
         match self {
             ErrorKind::ParseError
@@ -148,6 +173,9 @@ impl ErrorKind {
 // === impl Side ===
 
 impl Side {
+    /// Every side, for label initialisation.
+    pub const ALL: [Side; 3] = [Side::Client, Side::Upstream, Side::Internal];
+
     /// Stable label value.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -165,6 +193,7 @@ impl GatewayError {
     pub const fn new(kind: ErrorKind) -> Self {
         GatewayError {
             kind,
+            side: kind.side(),
             detail: None,
             origin: None,
         }
@@ -174,6 +203,7 @@ impl GatewayError {
     pub fn with_detail(kind: ErrorKind, detail: impl Into<String>) -> Self {
         GatewayError {
             kind,
+            side: kind.side(),
             detail: Some(detail.into()),
             origin: None,
         }
@@ -183,9 +213,17 @@ impl GatewayError {
     pub fn with_origin(kind: ErrorKind, origin: ErrorOrigin) -> Self {
         GatewayError {
             kind,
+            side: kind.side(),
             detail: None,
             origin: Some(Box::new(origin)),
         }
+    }
+
+    /// The same error, caused by `side`.
+    #[must_use]
+    pub const fn on(mut self, side: Side) -> Self {
+        self.side = side;
+        self
     }
 
     /// `method_not_found` for `method` (rendered per dialect: no data for

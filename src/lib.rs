@@ -23,7 +23,7 @@
 //! - [`envelope`]: the protocol-neutral message every dialect maps to.
 //! - [`close`]: the WebSocket close codes switchyard sends, as a closed set.
 //! - [`dialect`]: pure wire codecs, bytes ⇄ neutral message. No sockets, no tokio.
-//! - [`error`]: switchyard's own error kinds; [`dialect::errors`] renders them per dialect.
+//! - [`error`]: switchyard's own error kinds and the side that caused each; [`dialect::errors`] renders them per dialect.
 //! - [`pubsub`]: topic pub/sub (`rpc.subscribe` …): topic syntax, the subject trie, the broker
 //!   shared by all connections, and the four methods.
 //! - [`limits`]: rate limits, browser-safety checks (Host, Origin, token) and the method policy.

@@ -274,6 +274,42 @@ async fn metrics_move_by_exactly_the_traffic_sent() {
     }
     let limit = [PUBLIC, ("limit", "max_batch_items")];
     assert!(find(&before, "switchyard_limit_rejections_total", &limit).is_some());
+    // Every reason of the closed label sets, on the side that reports it.
+    let series = [
+        (
+            "switchyard_errors_total",
+            [PUBLIC, ("side", "upstream")],
+            ("kind", "resource_exhausted"),
+        ),
+        (
+            "switchyard_protocol_errors_total",
+            [("side", "client"), ("dialect", "jsonrpc-ws")],
+            ("reason", "message_too_large"),
+        ),
+        (
+            "switchyard_protocol_errors_total",
+            [("side", "upstream"), ("dialect", "ndjson")],
+            ("reason", "response_too_large"),
+        ),
+        (
+            "switchyard_dropped_messages_total",
+            [("side", "client"), ("dialect", "jsonrpc-ws")],
+            ("reason", "no_route"),
+        ),
+        (
+            "switchyard_dropped_messages_total",
+            [("side", "upstream"), ("dialect", "ndjson")],
+            ("reason", "upstream_queue_full"),
+        ),
+    ];
+    for (family, [a, b], c) in series {
+        assert!(
+            find(&before, family, &[a, b, c]).is_some(),
+            "{family} {a:?} {b:?} {c:?}"
+        );
+    }
+    let client_only = [("side", "upstream"), ("reason", "message_too_large")];
+    assert!(find(&before, "switchyard_protocol_errors_total", &client_only).is_none());
     stack.gateway.shutdown().await;
 }
 

@@ -243,6 +243,73 @@ async fn an_oversize_upstream_reply_fails_only_its_own_call() {
     stack.gateway.shutdown().await;
 }
 
+/// The client asked for nothing wrong: the upstream's oversize reply is
+/// the upstream's fault, and counted on its side (not as a client error,
+/// which `resource_exhausted` usually is).
+#[tokio::test]
+async fn an_oversize_upstream_reply_is_counted_on_the_upstream_side() {
+    let stack = Stack::start(
+        "",
+        "pool_size = 1\nmax_response_bytes = 1024",
+        DaemonOptions::default(),
+    )
+    .await;
+    let mut ws = stack.client().await;
+    let big = "x".repeat(1500);
+    send(
+        &mut ws,
+        &format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{big}"],"id":1}}"#),
+    )
+    .await;
+    let v = json(&recv(&mut ws).await);
+    assert_eq!(v["error"]["code"], -32007, "{v}");
+    let errors = |side| {
+        stack.counter(
+            "switchyard_errors_total",
+            &[("side", side), ("kind", "resource_exhausted")],
+        )
+    };
+    assert_eq!(errors("upstream"), 1.0);
+    assert_eq!(errors("client"), 0.0);
+    assert_eq!(
+        stack.counter(
+            "switchyard_protocol_errors_total",
+            &[("side", "upstream"), ("reason", "response_too_large")],
+        ),
+        1.0
+    );
+    stack.gateway.shutdown().await;
+}
+
+/// A reply too long to read whole (over twice `max_response_bytes`) ends
+/// the connection; it is counted as the upstream's oversize reply.
+#[tokio::test]
+async fn a_reply_too_long_to_read_ends_the_link_and_is_counted() {
+    let stack = Stack::start(
+        "",
+        "pool_size = 1\nmax_response_bytes = 1024",
+        DaemonOptions::default(),
+    )
+    .await;
+    let mut ws = stack.client().await;
+    let huge = "x".repeat(3000);
+    send(
+        &mut ws,
+        &format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{huge}"],"id":1}}"#),
+    )
+    .await;
+    let v = json(&recv(&mut ws).await);
+    assert_eq!(v["error"]["code"], -32009, "{v}");
+    assert_eq!(
+        stack.counter(
+            "switchyard_protocol_errors_total",
+            &[("side", "upstream"), ("reason", "response_too_large")],
+        ),
+        1.0
+    );
+    stack.gateway.shutdown().await;
+}
+
 /// An upstream that, once three requests are in, answers them with a
 /// non-UTF-8 line and a non-JSON line between the replies, then answers
 /// plainly. Counts the connections it accepts.

@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 
 use crate::dialect::errors;
 use crate::envelope::{ErrorObject, Message, Outcome, Payload, WireId};
-use crate::error::{ErrorKind, GatewayError};
+use crate::error::{ErrorKind, GatewayError, Side};
 
 use super::Dialect;
 
@@ -223,6 +223,7 @@ fn json_str(v: &RawValue) -> Option<String> {
 fn reject(kind: ErrorKind, detail: Option<String>) -> Message {
     let err = GatewayError {
         kind,
+        side: Side::Client,
         detail,
         origin: None,
     };

@@ -21,10 +21,10 @@ use tokio_util::sync::CancellationToken;
 use crate::dialect::client::ClientCodec;
 use crate::dialect::Dialect;
 use crate::envelope::{Message, Payload, WireId};
-use crate::error::{ErrorKind, GatewayError};
+use crate::error::{ErrorKind, GatewayError, Side};
 use crate::outbox::{Offer, Outbox};
 use crate::pubsub::Registration;
-use crate::telemetry::metrics::{EventDrop, Metrics};
+use crate::telemetry::metrics::{DropReason, EventDrop, Metrics, Quirk, Unmatched};
 use crate::upstream::correlator::{Correlator, Resolution};
 use crate::upstream::link::{Link, Owner, OwnerRef, PendingPush, ReplyResult};
 use crate::upstream::Upstream;
@@ -164,7 +164,7 @@ impl ClientLinks {
         // Its subscriptions go with it.
         drop(self.subscriptions.lock().take());
         for link in self.links.lock().await.values() {
-            link.close("client gone");
+            link.client_gone();
         }
     }
 }
@@ -225,11 +225,11 @@ impl Pusher {
             return match self.outbox.offer(&msg) {
                 Offer::Queued | Offer::Closed => Ok(()),
                 Offer::Full => {
-                    self.count_dropped("slow_consumer");
+                    self.count_dropped(DropReason::SlowConsumer);
                     Err(EventDrop::SlowConsumer)
                 }
                 Offer::Untranslatable => {
-                    self.count_dropped("untranslatable");
+                    self.count_dropped(DropReason::Untranslatable);
                     Err(EventDrop::Untranslatable)
                 }
             };
@@ -238,7 +238,7 @@ impl Pusher {
             .codec
             .push_notification_params(params)
             .unwrap_or_else(|wrapped| {
-                self.count_quirk("params_wrapped");
+                self.count_quirk(Quirk::ParamsWrapped);
                 wrapped
             });
         // A full window or outbox was counted by start().
@@ -252,7 +252,7 @@ impl Pusher {
         let this = self.clone();
         tokio::spawn(async move {
             if let Ok(Message::Error { .. }) = this.wait(gid, rx).await {
-                this.count_dropped("push_rejected");
+                this.count_dropped(DropReason::PushRejected);
             }
         });
         Ok(())
@@ -282,12 +282,12 @@ impl Pusher {
         let (tx, rx) = oneshot::channel();
         let mut table = self.pushes.lock();
         if table.len() >= self.max_unanswered {
-            self.count_dropped("push_window");
+            self.count_dropped(DropReason::PushWindow);
             return Err(Refused::Window);
         }
-        let gid = table
-            .insert(Some(tx))
-            .map_err(|_| Refused::Other(GatewayError::new(ErrorKind::Unavailable)))?;
+        let gid = table.insert(Some(tx)).map_err(|_| {
+            Refused::Other(GatewayError::new(ErrorKind::Unavailable).on(Side::Client))
+        })?;
         let id = if self.codec.pushes_by_cid() {
             // A fresh random cid, which is also the request frame's id.
             let cid: [u8; 16] = rand::random();
@@ -303,7 +303,7 @@ impl Pusher {
         };
         if self.outbox.offer(&msg) != Offer::Queued {
             table.cancel(gid);
-            self.count_dropped("slow_consumer");
+            self.count_dropped(DropReason::SlowConsumer);
             return Err(Refused::Full);
         }
         Ok((gid, rx))
@@ -314,11 +314,11 @@ impl Pusher {
     async fn wait(&self, gid: u64, rx: oneshot::Receiver<ReplyResult>) -> ReplyResult {
         match tokio::time::timeout(self.timeout, rx).await {
             Ok(Ok(reply)) => reply,
-            Ok(Err(_)) => Err(GatewayError::new(ErrorKind::Unavailable)),
+            Ok(Err(_)) => Err(GatewayError::new(ErrorKind::Unavailable).on(Side::Client)),
             Err(_) => {
                 self.pushes.lock().abandon(gid);
                 self.cids.lock().retain(|_, g| *g != gid);
-                Err(GatewayError::new(ErrorKind::Timeout))
+                Err(GatewayError::new(ErrorKind::Timeout).on(Side::Client))
             }
         }
     }
@@ -343,28 +343,30 @@ impl Pusher {
                 }
                 return true;
             }
-            Resolution::Stale => "stale",
-            Resolution::Duplicate => "duplicate",
-            Resolution::Unknown => "unknown",
+            Resolution::Stale => Unmatched::Stale,
+            Resolution::Duplicate => Unmatched::Duplicate,
+            Resolution::Unknown => Unmatched::Unknown,
         };
         self.metrics
             .unmatched_responses
-            .with_label_values(&[self.codec.dialect().as_str(), "client", kind])
+            .with_label_values(&[
+                self.codec.dialect().as_str(),
+                Side::Client.as_str(),
+                kind.as_str(),
+            ])
             .inc();
         false
     }
 
-    fn count_dropped(&self, reason: &str) {
+    fn count_dropped(&self, reason: DropReason) {
         self.metrics
-            .dropped_messages
-            .with_label_values(&[self.codec.dialect().as_str(), "client", reason])
-            .inc();
+            .count_dropped(self.codec.dialect(), Side::Client, reason);
     }
 
-    fn count_quirk(&self, quirk: &str) {
+    fn count_quirk(&self, quirk: Quirk) {
         self.metrics
             .peer_quirks
-            .with_label_values(&[self.codec.dialect().as_str(), quirk])
+            .with_label_values(&[self.codec.dialect().as_str(), quirk.as_str()])
             .inc();
     }
 }

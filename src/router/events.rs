@@ -26,7 +26,7 @@ use crate::error::{ErrorKind, GatewayError};
 use crate::outbox::{Offer, Outgoing};
 use crate::pubsub::event::NOTIFICATION_METHOD;
 use crate::pubsub::{methods, Delivery, Event, Subscriber};
-use crate::telemetry::metrics::EventDrop;
+use crate::telemetry::metrics::{EventDrop, RequestOutcome};
 
 /// The `upstream` label of requests switchyard answers itself.
 const PUBSUB: &str = "pubsub";
@@ -132,14 +132,14 @@ impl Route {
         );
         let reply = match outcome {
             Some(Ok(result)) => {
-                self.count_request(PUBSUB, "ok");
+                self.count_request(PUBSUB, RequestOutcome::Ok);
                 Message::Response {
                     id: id.clone(),
                     result: Outcome::Value(result),
                 }
             }
             Some(Err(e)) => {
-                self.count_request(PUBSUB, e.kind.as_str());
+                self.count_request(PUBSUB, RequestOutcome::Error(e.kind));
                 self.error_reply(id.clone(), &e)
             }
             None => {

@@ -157,7 +157,8 @@ impl InPlace {
                 let err = GatewayError::with_detail(
                     ErrorKind::Unavailable,
                     "switchyard is shutting down",
-                );
+                )
+                .on(crate::error::Side::Internal);
                 waiter.complete(Err(err));
             }
         }

@@ -18,8 +18,8 @@ use crate::dialect::client::ClientCodec;
 use crate::dialect::errors;
 use crate::dialect::jsonrpc::Item;
 use crate::envelope::{Message, Outcome, Payload, WireId};
-use crate::error::{ErrorKind, GatewayError};
-use crate::telemetry::metrics::Metrics;
+use crate::error::{ErrorKind, GatewayError, Side};
+use crate::telemetry::metrics::{DropReason, Metrics, ProtocolError, RequestOutcome};
 use crate::upstream::Upstream;
 
 mod batch;
@@ -120,9 +120,11 @@ impl Route {
             let labels = [cfg.name.as_str(), up.name()];
             let s = Series {
                 duration: metrics.request_duration.with_label_values(&labels),
-                ok: metrics
-                    .requests
-                    .with_label_values(&[cfg.name.as_str(), up.name(), "ok"]),
+                ok: metrics.requests.with_label_values(&[
+                    cfg.name.as_str(),
+                    up.name(),
+                    RequestOutcome::Ok.as_str(),
+                ]),
             };
             series.push((up.clone(), s));
         }
@@ -152,7 +154,7 @@ impl Route {
     pub async fn handle(&self, item: Item, client: &ClientLinks) -> Option<Message> {
         match item {
             Item::Invalid(reply) => {
-                self.count_protocol_error("invalid_request");
+                self.count_protocol_error(ProtocolError::InvalidRequest);
                 Some(reply)
             }
             Item::Valid(Message::Request { id, method, params }) => {
@@ -171,9 +173,10 @@ impl Route {
                 self.client_reply(reply, client)
             }
             Item::BadReply(id) => {
-                self.count_protocol_error("invalid_response");
+                self.count_protocol_error(ProtocolError::InvalidResponse);
                 let err =
-                    GatewayError::with_detail(ErrorKind::Internal, "invalid reply from the client");
+                    GatewayError::with_detail(ErrorKind::Internal, "invalid reply from the client")
+                        .on(Side::Client);
                 client.pusher().settle(&id, Err(err));
                 None
             }
@@ -232,8 +235,10 @@ impl Route {
             .then(|| self.error_reply(id, &GatewayError::new(ErrorKind::InvalidRequest)))
     }
 
-    /// An error reply to `id` in the listener's dialect.
+    /// An error reply to `id` in the listener's dialect, counted by the
+    /// side that caused it.
     pub fn error_reply(&self, id: WireId, err: &GatewayError) -> Message {
+        self.metrics.count_error(&self.cfg.name, err);
         Message::error(Some(id), errors::render(err, self.cfg.dialect))
     }
 
@@ -251,7 +256,7 @@ impl Route {
             return reply;
         }
         let Some(upstream) = self.routed(method) else {
-            self.count_request("none", ErrorKind::MethodNotFound.as_str());
+            self.count_request("none", RequestOutcome::Error(ErrorKind::MethodNotFound));
             return self.error_reply(id, &GatewayError::no_route(method));
         };
         tracing::Span::current().record("switchyard.upstream", upstream.name());
@@ -320,11 +325,11 @@ impl Route {
         let upstream = up.name();
         match result {
             Ok(Message::Response { result, .. }) => {
-                self.count_request(upstream, "ok");
+                self.count_request(upstream, RequestOutcome::Ok);
                 Message::Response { id, result }
             }
             Ok(Message::Error { error, .. }) => {
-                self.count_request(upstream, "upstream_error");
+                self.count_request(upstream, RequestOutcome::UpstreamError);
                 let error = errors::translate(&error, up.config().dialect, self.cfg.dialect);
                 Message::Error {
                     id: Some(id),
@@ -332,12 +337,12 @@ impl Route {
                 }
             }
             Ok(_) => {
-                self.count_request(upstream, ErrorKind::Internal.as_str());
+                self.count_request(upstream, RequestOutcome::Error(ErrorKind::Internal));
                 self.error_reply(id, &GatewayError::new(ErrorKind::Internal))
             }
             Err(mut err) => {
-                self.count_request(upstream, err.kind.as_str());
-                self.log_failure(upstream, err.kind);
+                self.count_request(upstream, RequestOutcome::Error(err.kind));
+                self.log_failure(upstream, &err);
                 if err.kind == ErrorKind::Timeout {
                     let ms = self.cfg.request_timeout.as_millis();
                     err.detail = Some(format!("no reply from upstream within {ms} ms"));
@@ -361,7 +366,7 @@ impl Route {
             return None;
         }
         let Some(upstream) = self.routed(method) else {
-            self.count_dropped("no_route");
+            self.count_dropped(DropReason::NoRoute);
             return None;
         };
         let sent = match upstream.config().mode {
@@ -382,7 +387,7 @@ impl Route {
         };
         if let Err(e) = sent {
             tracing::debug!(listener = %self.cfg.name, upstream = upstream.name(), error = %e, "notification not delivered");
-            self.count_dropped(e.kind.as_str());
+            self.count_dropped(DropReason::Undelivered(e.kind));
         }
         None
     }
@@ -397,13 +402,13 @@ impl Route {
         self.upstream_for(method)
     }
 
-    /// Tells the operator that requests fail for a reason that is not the
-    /// client's (throttled: one line per upstream and outcome per second).
-    fn log_failure(&self, upstream: &str, kind: ErrorKind) {
-        if !matches!(kind, ErrorKind::Unavailable | ErrorKind::Timeout) {
+    /// Tells the operator that requests fail because of the upstream
+    /// (throttled: one line per upstream and outcome per second).
+    fn log_failure(&self, upstream: &str, err: &GatewayError) {
+        if err.side != Side::Upstream {
             return;
         }
-        let outcome = kind.as_str();
+        let outcome = err.kind.as_str();
         let Some(suppressed) = self.logs.admit(&format!("{upstream}\0{outcome}")) else {
             return;
         };
@@ -425,31 +430,27 @@ impl Route {
         tracing::info!(listener = %self.cfg.name, %peer, reason, suppressed, "upgrade refused");
     }
 
-    fn count_request(&self, upstream: &str, outcome: &str) {
+    fn count_request(&self, upstream: &str, outcome: RequestOutcome) {
         self.metrics
             .requests
-            .with_label_values(&[self.cfg.name.as_str(), upstream, outcome])
+            .with_label_values(&[self.cfg.name.as_str(), upstream, outcome.as_str()])
             .inc();
     }
 
     /// Counts a client message dropped for `reason`.
-    pub fn count_dropped_client(&self, reason: &str) {
+    pub fn count_dropped_client(&self, reason: DropReason) {
         self.count_dropped(reason);
     }
 
-    fn count_dropped(&self, reason: &str) {
+    fn count_dropped(&self, reason: DropReason) {
         self.metrics
-            .dropped_messages
-            .with_label_values(&[self.cfg.dialect.as_str(), "client", reason])
-            .inc();
+            .count_dropped(self.cfg.dialect, Side::Client, reason);
     }
 
     /// Counts a malformed client message.
-    pub fn count_protocol_error(&self, reason: &str) {
+    pub fn count_protocol_error(&self, reason: ProtocolError) {
         self.metrics
-            .protocol_errors
-            .with_label_values(&[self.cfg.dialect.as_str(), "client", reason])
-            .inc();
+            .count_protocol_error(self.cfg.dialect, Side::Client, reason);
     }
 
     /// The upgrade checks of this listener (WebSocket): allow-lists and

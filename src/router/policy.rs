@@ -7,11 +7,7 @@
 use super::Route;
 use crate::envelope::{Message, WireId};
 use crate::error::{ErrorKind, GatewayError};
-
-/// The `outcome` of a refused request (`switchyard_requests_total`) and
-/// the `reason` of a refused notification
-/// (`switchyard_dropped_messages_total`).
-const FORBIDDEN: &str = "forbidden";
+use crate::telemetry::metrics::{DropReason, RequestOutcome};
 
 /// The detail of the `unauthorized` error: the policy, not the token.
 const DETAIL: &str = "forbidden by policy";
@@ -38,7 +34,7 @@ impl Route {
         }
         // The client's doing: logged at debug, like every client fault.
         tracing::debug!(listener = %self.cfg.name, method, "request forbidden by policy");
-        self.count_request("none", FORBIDDEN);
+        self.count_request("none", RequestOutcome::Forbidden);
         let err = GatewayError::with_detail(ErrorKind::Unauthorized, DETAIL);
         Some(self.error_reply(id.clone(), &err))
     }
@@ -50,7 +46,7 @@ impl Route {
             return false;
         }
         tracing::debug!(listener = %self.cfg.name, method, "notification forbidden by policy");
-        self.count_dropped(FORBIDDEN);
+        self.count_dropped(DropReason::Forbidden);
         true
     }
 }

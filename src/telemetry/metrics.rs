@@ -20,7 +20,8 @@
 //!   accept or upgrade is refused.
 //! - sessions and the router: [`Metrics::count_message`] per decoded or
 //!   encoded item; [`Metrics::observe_batch`] per client batch;
-//!   [`Metrics::count_limit`] whenever a configured limit refuses something.
+//!   [`Metrics::count_limit`] whenever a configured limit refuses something;
+//!   [`Metrics::count_error`] for every error answered (`Route::error_reply`).
 //! - upstream admission (`upstream::Upstream::call*`):
 //!   [`Metrics::start_upstream_call`] when a call is written to a link, and
 //!   [`UpstreamCall::settled`] when its reply arrives.
@@ -33,16 +34,18 @@ use prometheus::{
 
 use crate::dialect::Dialect;
 use crate::envelope::Kind;
-use crate::error::Side;
+use crate::error::{GatewayError, Side};
 
 mod cache;
 mod events;
 mod init;
 mod labels;
+mod reasons;
 
 pub use cache::FrameCounter;
 pub use events::{EventDrop, EventMetrics};
-pub use labels::{close_code, Direction, Limit, RejectReason};
+pub use labels::{close_code, Direction, Limit, Quirk, RejectReason, RequestOutcome, Unmatched};
+pub use reasons::{DropReason, ProtocolError};
 
 /// Request latency buckets, seconds.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -83,6 +86,9 @@ pub struct Metrics {
     /// Replies whose id was not pending, by dialect, side and kind
     /// (`unknown`, `duplicate`, `stale`, `no_id`).
     pub unmatched_responses: IntCounterVec,
+    /// Errors switchyard answered requests with, by listener, the side
+    /// that caused them ([`GatewayError::side`]) and kind.
+    pub errors: IntCounterVec,
     /// Malformed input, answered or fatal, by dialect, side and reason.
     pub protocol_errors: IntCounterVec,
     /// Messages dropped, by dialect, side and reason.
@@ -181,6 +187,12 @@ impl Metrics {
                 "unmatched_responses_total",
                 "Replies whose id was not pending",
                 &["dialect", "side", "kind"],
+            )?,
+            errors: counter(
+                &registry,
+                "errors_total",
+                "Errors switchyard answered requests with, by the side that caused them",
+                &["listener", "side", "kind"],
             )?,
             protocol_errors: counter(
                 &registry,
@@ -368,6 +380,13 @@ impl Metrics {
     pub fn count_ws_close(&self, dialect: Dialect, side: Side, code: u16) {
         let labels = [dialect.as_str(), side.as_str(), close_code(code)];
         self.ws_closes.with_label_values(&labels).inc();
+    }
+
+    /// Counts an error `listener` answered a request with, on the side
+    /// that caused it.
+    pub fn count_error(&self, listener: &str, err: &GatewayError) {
+        let labels = [listener, err.side.as_str(), err.kind.as_str()];
+        self.errors.with_label_values(&labels).inc();
     }
 
     /// Counts something `limit` refused on `listener`.

@@ -22,7 +22,7 @@ use crate::close::CloseCode;
 use crate::config::ListenerConfig;
 use crate::outbox::{OutboxReader, Outgoing};
 use crate::router::RouteCell;
-use crate::telemetry::metrics::{FrameCounter, Limit};
+use crate::telemetry::metrics::{FrameCounter, Limit, ProtocolError};
 
 /// How long a Sideband client has to send its handshake.
 const SIDEBAND_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -135,7 +135,7 @@ where
             () = &mut lost => return End::UpstreamLost,
             () = &mut slow => {
                 let route = cell.load();
-                route.count_protocol_error("slow_consumer");
+                route.count_protocol_error(ProtocolError::SlowConsumer);
                 route.metrics().count_limit(&cfg.name, Limit::SlowConsumer);
                 // The outbox is full: the close frame may not fit; the socket goes anyway.
                 outbox.try_close(CloseCode::PolicyViolation, "slow consumer");
@@ -158,14 +158,14 @@ where
         clock.seen = true;
         let verdict = match frame {
             Incoming::Text(_) if session.binary() => {
-                cell.load().count_protocol_error("text_frame");
+                cell.load().count_protocol_error(ProtocolError::TextFrame);
                 outbox
                     .close(CloseCode::Unsupported, "Text frames not supported")
                     .await;
                 return End::Closing;
             }
             Incoming::Binary(_) if !session.binary() => {
-                cell.load().count_protocol_error("binary_frame");
+                cell.load().count_protocol_error(ProtocolError::BinaryFrame);
                 outbox
                     .close(CloseCode::Unsupported, "binary frames are not supported")
                     .await;

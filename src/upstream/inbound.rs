@@ -10,7 +10,7 @@ use crate::dialect::jsonrpc::{decode_upstream, ReplyError};
 use crate::dialect::Dialect;
 use crate::envelope::{raw_from_string, ErrorObject, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, ErrorOrigin, GatewayError, Side};
-use crate::telemetry::metrics::Direction;
+use crate::telemetry::metrics::{Direction, DropReason, ProtocolError, Unmatched};
 use crate::upstream::correlator::Resolution;
 
 use std::sync::Arc;
@@ -33,7 +33,8 @@ impl Link {
         }
         if text.trim_start().starts_with('[') {
             let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(text) else {
-                self.shared.count_protocol_error("invalid_message");
+                self.shared
+                    .count_protocol_error(ProtocolError::InvalidMessage);
                 return true;
             };
             return items.iter().all(|item| self.on_message(item.get(), true));
@@ -49,7 +50,8 @@ impl Link {
             #[serde(borrow)]
             id: Option<&'a RawValue>,
         }
-        self.shared.count_protocol_error("response_too_large");
+        self.shared
+            .count_protocol_error(ProtocolError::ResponseTooLarge);
         let id = serde_json::from_str::<IdOnly<'_>>(text)
             .ok()
             .and_then(|m| m.id);
@@ -60,15 +62,12 @@ impl Link {
             self.shared.cfg.max_response_bytes
         );
         if gid.is_none() && !self.shared.cfg.ordered_replies {
-            self.shared.count_dropped("response_too_large");
+            self.shared.count_dropped(DropReason::ResponseTooLarge);
             return true;
         }
         self.settle(
             gid,
-            Err(GatewayError::with_detail(
-                ErrorKind::ResourceExhausted,
-                detail,
-            )),
+            Err(GatewayError::with_detail(ErrorKind::ResourceExhausted, detail).on(Side::Upstream)),
         )
     }
 
@@ -78,20 +77,20 @@ impl Link {
             Ok(msg) => msg,
             Err(ReplyError::InvalidReply { id, why }) => {
                 // The call gets `internal`, with the raw reply as detail.
-                self.shared.count_protocol_error("invalid_reply");
+                self.shared
+                    .count_protocol_error(ProtocolError::InvalidReply);
                 let gid = id.as_json().and_then(|t| self.parse_id(t));
                 let detail = format!(
                     "invalid reply from upstream ({why}): {}",
                     truncate(text, 512)
                 );
-                return self.settle(
-                    gid,
-                    Err(GatewayError::with_detail(ErrorKind::Internal, detail)),
-                );
+                let err = GatewayError::with_detail(ErrorKind::Internal, detail);
+                return self.settle(gid, Err(err.on(Side::Upstream)));
             }
             Err(e) => {
                 tracing::debug!(upstream = %self.shared.cfg.name, error = %e, "invalid message from upstream");
-                self.shared.count_protocol_error("invalid_message");
+                self.shared
+                    .count_protocol_error(ProtocolError::InvalidMessage);
                 return true;
             }
         };
@@ -112,12 +111,12 @@ impl Link {
         match event {
             SbpEvent::Nothing | SbpEvent::Ready => true,
             SbpEvent::Dropped(reason) => {
-                self.shared.count_dropped(reason);
+                self.shared.count_dropped(DropReason::Sideband(reason));
                 true
             }
             SbpEvent::Send(frame) => {
                 if self.out.try_send(Wire::Binary(frame)).is_err() {
-                    self.shared.count_dropped("upstream_queue_full");
+                    self.shared.count_dropped(DropReason::UpstreamQueueFull);
                 }
                 true
             }
@@ -125,17 +124,17 @@ impl Link {
             SbpEvent::InvalidEnvelope { cid, reply, detail } => match self.gid_of_cid(&cid) {
                 // An unreadable reply to one of our calls settles it at once.
                 Some(gid) => {
-                    self.shared.count_protocol_error("invalid_reply");
+                    self.shared
+                        .count_protocol_error(ProtocolError::InvalidReply);
                     let detail = format!("invalid reply from upstream ({detail})");
-                    self.settle(
-                        Some(gid),
-                        Err(GatewayError::with_detail(ErrorKind::Internal, detail)),
-                    )
+                    let err = GatewayError::with_detail(ErrorKind::Internal, detail);
+                    self.settle(Some(gid), Err(err.on(Side::Upstream)))
                 }
                 None => {
-                    self.shared.count_protocol_error("invalid_envelope");
+                    self.shared
+                        .count_protocol_error(ProtocolError::InvalidEnvelope);
                     if reply.is_some_and(|f| self.out.try_send(Wire::Binary(f)).is_err()) {
-                        self.shared.count_dropped("upstream_queue_full");
+                        self.shared.count_dropped(DropReason::UpstreamQueueFull);
                     }
                     true
                 }
@@ -148,14 +147,13 @@ impl Link {
                         code: i64::from(code),
                         message,
                     };
-                    self.settle(
-                        Some(gid),
-                        Err(GatewayError::with_origin(ErrorKind::Internal, origin)),
-                    )
+                    let err = GatewayError::with_origin(ErrorKind::Internal, origin);
+                    self.settle(Some(gid), Err(err.on(Side::Upstream)))
                 }
                 None => {
                     tracing::debug!(upstream = %self.shared.cfg.name, code, message, "ErrorFrame from upstream");
-                    self.shared.count_protocol_error("peer_error_frame");
+                    self.shared
+                        .count_protocol_error(ProtocolError::PeerErrorFrame);
                     true
                 }
             },
@@ -193,7 +191,7 @@ impl Link {
             } => match self.gid_of_cid(&cid) {
                 Some(gid) => self.settle(Some(gid), Ok(msg)),
                 None => {
-                    self.shared.count_unmatched("unknown");
+                    self.shared.count_unmatched(Unmatched::Unknown);
                     true
                 }
             },
@@ -214,7 +212,7 @@ impl Link {
                 } else if !in_batch && self.fail_oldest_batch(&error) {
                     true
                 } else {
-                    self.shared.count_unmatched("no_id");
+                    self.shared.count_unmatched(Unmatched::NoId);
                     true
                 }
             }
@@ -227,7 +225,7 @@ impl Link {
                 true
             }
             Message::Response { .. } => {
-                self.shared.count_unmatched("no_id");
+                self.shared.count_unmatched(Unmatched::NoId);
                 true
             }
         }
@@ -243,7 +241,7 @@ impl Link {
                 Err(e) => {
                     drop(table);
                     tracing::warn!(upstream = %self.shared.cfg.name, error = %e, "upstream replies out of order; closing the connection");
-                    self.shared.count_protocol_error("out_of_order");
+                    self.shared.count_protocol_error(ProtocolError::OutOfOrder);
                     return false;
                 }
             }
@@ -256,12 +254,12 @@ impl Link {
             Resolution::Pending(waiter) => {
                 self.shared.entries_gauge().dec();
                 if !waiter.complete(reply) {
-                    self.shared.count_dropped("client_gone");
+                    self.shared.count_dropped(DropReason::ClientGone);
                 }
             }
-            Resolution::Stale => self.shared.count_unmatched("stale"),
-            Resolution::Duplicate => self.shared.count_unmatched("duplicate"),
-            Resolution::Unknown => self.shared.count_unmatched("unknown"),
+            Resolution::Stale => self.shared.count_unmatched(Unmatched::Stale),
+            Resolution::Duplicate => self.shared.count_unmatched(Unmatched::Duplicate),
+            Resolution::Unknown => self.shared.count_unmatched(Unmatched::Unknown),
         }
         !drained
     }
@@ -291,7 +289,7 @@ impl Link {
                     error: error.clone(),
                 };
                 if !w.complete(Ok(reply)) {
-                    self.shared.count_dropped("client_gone");
+                    self.shared.count_dropped(DropReason::ClientGone);
                 }
             }
             return true;
@@ -312,7 +310,7 @@ impl Link {
         }
         let Some(owner) = &self.owner else {
             tracing::debug!(upstream = %self.shared.cfg.name, method, "refusing upstream-originated request");
-            self.shared.count_dropped("upstream_request");
+            self.shared.count_dropped(DropReason::UpstreamRequest);
             self.send_reply(id, Err(GatewayError::no_route(&method)));
             return;
         };
@@ -362,7 +360,7 @@ impl Link {
             // A full queue means the upstream is not reading; the reply can go.
             Ok(text) => {
                 if self.out.try_send(text).is_err() {
-                    self.shared.count_dropped("upstream_queue_full");
+                    self.shared.count_dropped(DropReason::UpstreamQueueFull);
                 }
             }
             Err(e) => {

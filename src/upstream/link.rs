@@ -18,9 +18,11 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::envelope::{Message, Payload, WireId};
-use crate::error::{ErrorKind, GatewayError};
+use crate::error::{ErrorKind, GatewayError, Side};
+use crate::telemetry::metrics::ProtocolError;
 use crate::upstream::correlator::Correlator;
 
+use super::error::LinkError;
 use super::UpstreamShared;
 
 pub(crate) use super::waiter::{Completion, ReplyResult, Waiter};
@@ -118,6 +120,12 @@ pub(crate) type OwnerRef = Arc<dyn Owner>;
 
 /// How many recent batches are remembered for batch-wide error replies.
 const BATCHES_REMEMBERED: usize = 64;
+
+/// The upstream does not read its requests as fast as they come.
+fn queue_full() -> GatewayError {
+    GatewayError::with_detail(ErrorKind::ResourceExhausted, "upstream write queue full")
+        .on(Side::Upstream)
+}
 
 /// Takes back the ids of a batch that could not be sent.
 fn cancel_all(table: &mut Correlator<Waiter>, ids: &[Option<u64>]) {
@@ -230,11 +238,7 @@ impl Link {
         // Queued under the lock so that write order equals id order, which
         // ordered (hld) connections rely on.
         if self.out.try_send(line).is_err() {
-            let e = GatewayError::with_detail(
-                ErrorKind::ResourceExhausted,
-                "upstream write queue full",
-            );
-            return taken(&mut table, e);
+            return taken(&mut table, queue_full());
         }
         self.shared.entries_gauge().inc();
         if direct {
@@ -282,11 +286,9 @@ impl Link {
                 }
             }
         }
-        let sent = self.encode_batch(&msgs).and_then(|text| {
-            self.out.try_send(text).map_err(|_| {
-                GatewayError::with_detail(ErrorKind::ResourceExhausted, "upstream write queue full")
-            })
-        });
+        let sent = self
+            .encode_batch(&msgs)
+            .and_then(|text| self.out.try_send(text).map_err(|_| queue_full()));
         if let Err(e) = sent {
             cancel_all(&mut table, &ids);
             return Err(e);
@@ -314,9 +316,7 @@ impl Link {
             params: self.params(params)?,
         };
         let line = self.encode(&msg)?;
-        self.out.try_send(line).map_err(|_| {
-            GatewayError::with_detail(ErrorKind::ResourceExhausted, "upstream write queue full")
-        })
+        self.out.try_send(line).map_err(|_| queue_full())
     }
 
     /// Gives up on a call that timed out or whose client left, and returns
@@ -364,20 +364,16 @@ impl Link {
         next
     }
 
-    /// Closes the link on purpose (client gone, heartbeat missed).
-    pub(crate) fn close(&self, detail: &str) {
-        self.fail_all(detail);
+    /// Closes the link because the client owning it has gone.
+    pub(crate) fn client_gone(&self) {
+        self.fail_all(&LinkError::ClientGone);
     }
 
     /// Reads inbound texts until the stream ends or the link is closed,
     /// then fails every call still in flight.
-    pub(crate) async fn run_reader<S, E>(
-        self: Arc<Self>,
-        mut inbound: S,
-        shutdown: CancellationToken,
-    ) where
-        S: Stream<Item = Result<String, E>> + Unpin,
-        E: std::fmt::Display,
+    pub(crate) async fn run_reader<S>(self: Arc<Self>, mut inbound: S, shutdown: CancellationToken)
+    where
+        S: Stream<Item = Result<String, LinkError>> + Unpin,
     {
         let closed = self.closed.clone();
         let (closed, shutdown) = (closed.cancelled(), shutdown.cancelled());
@@ -396,7 +392,7 @@ impl Link {
                     }
                 }
                 Some(Err(e)) => {
-                    tracing::warn!(upstream = %self.shared.cfg.name, error = %e, "upstream read failed");
+                    self.read_failed(&e);
                     break;
                 }
                 None => {
@@ -405,16 +401,28 @@ impl Link {
                 }
             }
         }
-        self.fail_all("upstream connection lost");
+        self.fail_all(&LinkError::Lost);
     }
 
-    /// Closes the link and fails every pending call with `unavailable`.
-    pub(crate) fn fail_all(&self, detail: &str) {
+    /// Notes why reading the upstream failed: logged, and counted when the
+    /// upstream sent more than can be read.
+    pub(super) fn read_failed(&self, e: &LinkError) {
+        if let LinkError::TooLarge { .. } = e {
+            self.shared
+                .count_protocol_error(ProtocolError::ResponseTooLarge);
+        }
+        tracing::warn!(upstream = %self.shared.cfg.name, error = %e, "upstream read failed");
+    }
+
+    /// Closes the link and fails every pending call with `unavailable`,
+    /// saying `why`.
+    pub(crate) fn fail_all(&self, why: &LinkError) {
+        let detail = why.to_string();
         self.shut();
         let waiters = self.correlator.lock().close();
         self.shared.entries_gauge().sub(waiters.len() as i64);
         for waiter in waiters {
-            let err = GatewayError::with_detail(ErrorKind::Unavailable, detail);
+            let err = GatewayError::with_detail(ErrorKind::Unavailable, detail.as_str());
             // The caller may have gone away meanwhile; nothing to tell then.
             let _ = waiter.complete(Err(err));
         }

@@ -27,6 +27,7 @@ mod batch;
 pub mod correlator;
 pub(crate) mod direct;
 mod encode;
+mod error;
 mod feed;
 mod health;
 mod heartbeat;
@@ -221,7 +222,8 @@ impl Upstream {
                 if self.shared.cfg.dialect != Dialect::Sideband
                     && !crate::dialect::holon::is_structured(p) =>
             {
-                self.shared.count_quirk("params_wrapped");
+                self.shared
+                    .count_quirk(crate::telemetry::metrics::Quirk::ParamsWrapped);
                 wrapped = crate::dialect::holon::wrap_params(p);
                 wrapped.as_ref()
             }
@@ -234,7 +236,8 @@ impl Upstream {
             }
             NotificationPolicy::AsRequest => match self.call(method, params).await? {
                 Message::Error { .. } => {
-                    self.shared.count_dropped("notification_error");
+                    self.shared
+                        .count_dropped(crate::telemetry::metrics::DropReason::NotificationError);
                     Ok(())
                 }
                 _ => Ok(()),
@@ -247,7 +250,8 @@ impl Upstream {
     pub(crate) fn holon_params(&self, params: Option<&Payload>) -> Option<Payload> {
         match params {
             Some(p) if crate::dialect::holon::object_params(Some(p)).is_none() => {
-                self.shared.count_quirk("params_wrapped");
+                self.shared
+                    .count_quirk(crate::telemetry::metrics::Quirk::ParamsWrapped);
                 crate::dialect::holon::wrap_params(p)
             }
             other => other.cloned(),
@@ -393,10 +397,12 @@ impl Upstream {
             return Ok(permit);
         }
         let exhausted = || {
+            // The upstream's capacity ran out, not the client's.
             GatewayError::with_detail(
                 ErrorKind::ResourceExhausted,
                 "upstream pending limit reached",
             )
+            .on(crate::error::Side::Upstream)
         };
         if self.queued.fetch_add(1, Ordering::AcqRel) >= self.shared.cfg.max_queued {
             self.queued.fetch_sub(1, Ordering::AcqRel);
@@ -415,7 +421,8 @@ impl Upstream {
                     "no upstream capacity within the queue timeout ({} ms)",
                     patience.as_millis()
                 ),
-            )),
+            )
+            .on(crate::error::Side::Upstream)),
         }
     }
 

@@ -19,8 +19,10 @@ use tokio::sync::mpsc;
 use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
 
+use super::error::LinkError;
 use super::link::{Link, OwnerRef, Wire};
 use super::UpstreamShared;
+use crate::telemetry::metrics::ProtocolError;
 
 /// Room in the write queue beyond the in-flight cap, for notifications and
 /// refusals of upstream-originated requests.
@@ -32,21 +34,20 @@ pub(super) async fn connect(
     shared: Arc<UpstreamShared>,
     owner: Option<OwnerRef>,
     shutdown: CancellationToken,
-) -> std::io::Result<Arc<Link>> {
-    let stream = UnixStream::connect(path).await?;
+) -> Result<Arc<Link>, LinkError> {
+    let stream = UnixStream::connect(path)
+        .await
+        .map_err(LinkError::Connect)?;
     let (read, write) = stream.into_split();
     let capacity = shared.cfg.max_in_flight_per_connection.get() + EXTRA_QUEUE;
     let (tx, rx) = mpsc::channel(capacity);
     // Lines up to twice the limit are read whole so that an oversize reply
     // fails only its own call; longer ones close the connection.
-    let codec = AnyDelimiterCodec::new_with_max_length(
-        b"\n".to_vec(),
-        Vec::new(),
-        super::hard_cap(shared.cfg.max_response_bytes),
-    );
+    let limit = super::hard_cap(shared.cfg.max_response_bytes);
+    let codec = AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), limit);
     let counts = shared.clone();
     let lines = FramedRead::new(read, codec)
-        .filter_map(move |line| std::future::ready(text_line(line, &counts)));
+        .filter_map(move |line| std::future::ready(text_line(line, limit, &counts)));
     let link = Link::new(tx, shared, owner);
     tokio::spawn(write_lines(write, rx, link.clone()));
     tokio::spawn(link.clone().run_reader(lines, shutdown));
@@ -57,11 +58,15 @@ pub(super) async fn connect(
 /// (skipped) and for one that is not UTF-8 (counted and dropped).
 fn text_line(
     line: Result<Bytes, AnyDelimiterCodecError>,
+    limit: usize,
     shared: &UpstreamShared,
-) -> Option<Result<String, AnyDelimiterCodecError>> {
+) -> Option<Result<String, LinkError>> {
     let bytes = match line {
         Ok(bytes) => bytes,
-        Err(e) => return Some(Err(e)),
+        Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => {
+            return Some(Err(LinkError::TooLarge { limit }))
+        }
+        Err(AnyDelimiterCodecError::Io(e)) => return Some(Err(LinkError::Read(e))),
     };
     let bytes = bytes.strip_suffix(b"\r").unwrap_or(&bytes);
     match std::str::from_utf8(bytes) {
@@ -69,7 +74,7 @@ fn text_line(
         Ok(text) => Some(Ok(text.to_owned())),
         Err(e) => {
             tracing::debug!(upstream = %shared.cfg.name, error = %e, "line from upstream is not UTF-8; dropped");
-            shared.count_protocol_error("invalid_message");
+            shared.count_protocol_error(ProtocolError::InvalidMessage);
             None
         }
     }
@@ -93,13 +98,13 @@ async fn write_lines(write: OwnedWriteHalf, mut rx: mpsc::Receiver<Wire>, link: 
         line.push('\n');
         if let Err(e) = out.write_all(line.as_bytes()).await {
             tracing::debug!(error = %e, "upstream write failed");
-            link.fail_all("upstream write failed");
+            link.fail_all(&LinkError::WriteFailed);
             break;
         }
         if rx.is_empty() {
             if let Err(e) = out.flush().await {
                 tracing::debug!(error = %e, "upstream flush failed");
-                link.fail_all("upstream write failed");
+                link.fail_all(&LinkError::WriteFailed);
                 break;
             }
         }

@@ -11,8 +11,9 @@ use rand::Rng;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::error::LinkError;
 use super::link::{Link, OwnerRef};
-use super::{ndjson, sideband, ws, UpstreamShared};
+use super::{ndjson, ws, UpstreamShared};
 use crate::config::UpstreamTarget;
 
 /// How long a retired connection may wait for its late replies.
@@ -59,7 +60,7 @@ async fn supervise(
         let link = match link {
             Ok(link) => link,
             Err(e) => {
-                let refused = sideband::is_refusal(&e);
+                let refused = e.is_refusal();
                 let delay = backoff.after(refused);
                 failures += 1;
                 if refused {
@@ -100,7 +101,7 @@ async fn supervise(
             let old = link.clone();
             tokio::spawn(async move {
                 tokio::select! {
-                    () = tokio::time::sleep(RETIRED_LINGER) => old.fail_all("retired connection closed"),
+                    () = tokio::time::sleep(RETIRED_LINGER) => old.fail_all(&LinkError::Retired),
                     () = old.closed.cancelled() => {}
                 }
             });
@@ -122,18 +123,13 @@ async fn supervise(
 async fn connect(
     shared: &Arc<UpstreamShared>,
     shutdown: &CancellationToken,
-) -> std::io::Result<Arc<Link>> {
+) -> Result<Arc<Link>, LinkError> {
     tokio::time::timeout(
         shared.cfg.connect_timeout,
         dial(shared, None, shutdown.clone()),
     )
     .await
-    .unwrap_or_else(|_| {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "connect timed out",
-        ))
-    })
+    .unwrap_or(Err(LinkError::Timeout))
 }
 
 /// Opens one connection to the upstream, whatever its transport.
@@ -141,7 +137,7 @@ pub(super) async fn dial(
     shared: &Arc<UpstreamShared>,
     owner: Option<OwnerRef>,
     shutdown: CancellationToken,
-) -> std::io::Result<Arc<Link>> {
+) -> Result<Arc<Link>, LinkError> {
     match &shared.cfg.target {
         UpstreamTarget::Unix(path) => ndjson::connect(path, shared.clone(), owner, shutdown).await,
         UpstreamTarget::Ws(url) => ws::connect(url, shared.clone(), owner, shutdown).await,

@@ -9,8 +9,11 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::UpstreamConfig;
 use crate::envelope::{raw_from_string, Payload};
+use crate::error::Side;
 use crate::pubsub::Broker;
-use crate::telemetry::metrics::{Metrics, UpstreamCall};
+use crate::telemetry::metrics::{
+    DropReason, Metrics, ProtocolError, Quirk, Unmatched, UpstreamCall,
+};
 
 /// Settings and metrics shared by an upstream's links.
 #[derive(Debug)]
@@ -51,10 +54,14 @@ impl UpstreamShared {
         UpstreamCall::start_at(self.calls.0.clone(), self.calls.1.clone(), now)
     }
 
-    pub(crate) fn count_unmatched(&self, kind: &str) {
+    pub(crate) fn count_unmatched(&self, kind: Unmatched) {
         self.metrics
             .unmatched_responses
-            .with_label_values(&[self.cfg.dialect.as_str(), "upstream", kind])
+            .with_label_values(&[
+                self.cfg.dialect.as_str(),
+                Side::Upstream.as_str(),
+                kind.as_str(),
+            ])
             .inc();
     }
 
@@ -62,7 +69,7 @@ impl UpstreamShared {
     /// (`<upstream>.<method>` unless renamed), unless publishing is off.
     pub(crate) fn publish_notification(&self, method: &str, params: Option<Payload>) {
         if !self.cfg.publish.notifications {
-            self.count_dropped("no_subscriber");
+            self.count_dropped(DropReason::NoSubscriber);
             return;
         }
         let topic = self.cfg.publish.topic_for(&self.cfg.name, method);
@@ -76,16 +83,14 @@ impl UpstreamShared {
             Ok(_) => self.published.inc(),
             Err(e) => {
                 tracing::debug!(upstream = %self.cfg.name, topic, error = %e, "event not published");
-                self.count_dropped("invalid_topic");
+                self.count_dropped(DropReason::InvalidTopic);
             }
         }
     }
 
-    pub(crate) fn count_dropped(&self, reason: &str) {
+    pub(crate) fn count_dropped(&self, reason: DropReason) {
         self.metrics
-            .dropped_messages
-            .with_label_values(&[self.cfg.dialect.as_str(), "upstream", reason])
-            .inc();
+            .count_dropped(self.cfg.dialect, Side::Upstream, reason);
     }
 
     pub(crate) fn count_close(&self, code: u16) {
@@ -99,18 +104,16 @@ impl UpstreamShared {
             .inc();
     }
 
-    pub(crate) fn count_quirk(&self, quirk: &str) {
+    pub(crate) fn count_quirk(&self, quirk: Quirk) {
         self.metrics
             .peer_quirks
-            .with_label_values(&[self.cfg.dialect.as_str(), quirk])
+            .with_label_values(&[self.cfg.dialect.as_str(), quirk.as_str()])
             .inc();
     }
 
-    pub(crate) fn count_protocol_error(&self, reason: &str) {
+    pub(crate) fn count_protocol_error(&self, reason: ProtocolError) {
         self.metrics
-            .protocol_errors
-            .with_label_values(&[self.cfg.dialect.as_str(), "upstream", reason])
-            .inc();
+            .count_protocol_error(self.cfg.dialect, Side::Upstream, reason);
     }
 }
 

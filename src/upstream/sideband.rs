@@ -17,8 +17,9 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode as WsCode
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
+use super::error::{LinkError, Refuser};
 use super::link::Link;
-use super::ws::{io_err, Ws};
+use super::ws::Ws;
 use crate::close::CloseCode;
 use crate::dialect::sideband::session::{Sbp, SbpEvent};
 
@@ -35,13 +36,6 @@ pub(crate) struct Farewell {
     /// The WebSocket close reason.
     pub(crate) reason: Cow<'static, str>,
 }
-
-/// The handshake failed with close 1000 `negotiation_failed`, sent or
-/// received: retrying soon would fail the same way (§10: wait the maximum
-/// backoff).
-#[derive(Debug, thiserror::Error)]
-#[error("Sideband negotiation failed: {0}")]
-pub(super) struct NegotiationFailed(String);
 
 // === impl Farewell ===
 
@@ -63,12 +57,6 @@ impl Farewell {
             reason: ws_reason.into(),
         }
     }
-}
-
-/// True when `e` is a refused Sideband handshake.
-pub(super) fn is_refusal(e: &std::io::Error) -> bool {
-    e.get_ref()
-        .is_some_and(|inner| inner.is::<NegotiationFailed>())
 }
 
 /// True when a WebSocket close from the upstream refuses our handshake.
@@ -119,11 +107,11 @@ impl Link {
 
 /// Sends our SBP handshake and waits for the upstream's: no Message frame
 /// may go out before it, because the envelope encoding depends on it.
-pub(super) async fn handshake(ws: &mut Ws) -> std::io::Result<Sbp> {
+pub(super) async fn handshake(ws: &mut Ws) -> Result<Sbp, LinkError> {
     let mut sbp = Sbp::new(true);
     ws.send(WsMessage::Binary(sbp.hello().into()))
         .await
-        .map_err(io_err)?;
+        .map_err(|e| LinkError::WebSocket(Box::new(e)))?;
     loop {
         match ws.next().await {
             Some(Ok(WsMessage::Binary(bytes))) => match sbp.on_frame(&bytes) {
@@ -144,9 +132,9 @@ pub(super) async fn handshake(ws: &mut Ws) -> std::io::Result<Sbp> {
                     // Failing anyway; the close frame is a courtesy.
                     let _ = ws.close(Some(close)).await;
                     return Err(if reason == NEGOTIATION_FAILED {
-                        std::io::Error::other(NegotiationFailed(String::from("refused by us")))
+                        LinkError::NegotiationFailed { by: Refuser::Us }
                     } else {
-                        std::io::Error::other(format!("Sideband handshake failed: {reason}"))
+                        LinkError::Handshake { reason }
                     });
                 }
                 _ => continue,
@@ -158,20 +146,16 @@ pub(super) async fn handshake(ws: &mut Ws) -> std::io::Result<Sbp> {
                 };
                 // Failing anyway; the close frame is a courtesy.
                 let _ = ws.close(Some(close)).await;
-                return Err(std::io::Error::other("text frame from a Sideband upstream"));
+                return Err(LinkError::TextFrame);
             }
             Some(Ok(WsMessage::Close(frame))) if refuses(frame.as_ref()) => {
-                return Err(std::io::Error::other(NegotiationFailed(String::from(
-                    "refused by the upstream",
-                ))));
+                return Err(LinkError::NegotiationFailed {
+                    by: Refuser::Upstream,
+                });
             }
             Some(Ok(_)) => continue,
-            Some(Err(e)) => return Err(io_err(e)),
-            None => {
-                return Err(std::io::Error::other(
-                    "upstream closed during the Sideband handshake",
-                ))
-            }
+            Some(Err(e)) => return Err(LinkError::WebSocket(Box::new(e))),
+            None => return Err(LinkError::HandshakeClosed),
         }
     }
 }

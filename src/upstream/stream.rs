@@ -22,13 +22,15 @@ use tokio::net::UnixStream;
 use tokio_util::codec::{FramedRead, LinesCodec};
 use tokio_util::sync::CancellationToken;
 
+use super::error::LinkError;
 use super::link::Owner;
 use super::UpstreamShared;
 use crate::config::UpstreamTarget;
 use crate::dialect::jsonrpc::decode_upstream;
 use crate::dialect::render::{render, Style};
 use crate::envelope::{raw_from_string, Message, Outcome, Payload, WireId};
-use crate::error::{ErrorKind, GatewayError};
+use crate::error::{ErrorKind, GatewayError, Side};
+use crate::telemetry::metrics::DropReason;
 
 /// How long the first line (the call's answer) may take.
 const FIRST_LINE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -79,17 +81,10 @@ pub(super) async fn connect(
     let UpstreamTarget::Unix(path) = &shared.cfg.target else {
         return Err(GatewayError::no_route(method));
     };
-    let unavailable = |e: std::io::Error| {
-        GatewayError::with_detail(
-            ErrorKind::Unavailable,
-            format!("stream connection failed: {e}"),
-        )
-    };
     let stream = tokio::time::timeout(shared.cfg.connect_timeout, UnixStream::connect(path))
         .await
-        .map_err(|_| {
-            GatewayError::with_detail(ErrorKind::Unavailable, "stream connection timed out")
-        })?
+        .map_err(|_| LinkError::Timeout)
+        .and_then(|r| r.map_err(LinkError::Connect))
         .map_err(unavailable)?;
     let (read, mut write) = stream.into_split();
     let request = Message::Request {
@@ -103,7 +98,7 @@ pub(super) async fn connect(
     write
         .write_all(line.as_bytes())
         .await
-        .map_err(unavailable)?;
+        .map_err(|e| unavailable(LinkError::Write(e)))?;
     let mut lines = FramedRead::new(
         read,
         LinesCodec::new_with_max_length(shared.cfg.max_response_bytes),
@@ -125,16 +120,24 @@ pub(super) async fn connect(
     };
     let Ok(reply @ (Message::Response { .. } | Message::Error { .. })) = decode_upstream(&first)
     else {
-        return Err(GatewayError::with_detail(
-            ErrorKind::Internal,
-            "invalid first line from the stream",
-        ));
+        let err =
+            GatewayError::with_detail(ErrorKind::Internal, "invalid first line from the stream");
+        return Err(err.on(Side::Upstream));
     };
     let stream = matches!(reply, Message::Response { .. }).then(|| Stream {
         lines,
         _write: write,
     });
     Ok((reply, stream))
+}
+
+/// A stream that could not be opened fails its call with `unavailable`.
+fn unavailable(e: LinkError) -> GatewayError {
+    let detail = match e {
+        LinkError::Timeout => String::from("stream connection timed out"),
+        e => format!("stream connection failed: {e}"),
+    };
+    GatewayError::with_detail(ErrorKind::Unavailable, detail)
 }
 
 /// Where one stream's events go.
@@ -188,11 +191,11 @@ impl StreamRelay {
             result: Outcome::Value(Payload::Json(raw)),
         }) = decode_upstream(text)
         else {
-            self.shared.count_dropped("stream_line");
+            self.shared.count_dropped(DropReason::StreamLine);
             return;
         };
         if id.as_json() != Some("null") {
-            self.shared.count_dropped("stream_line");
+            self.shared.count_dropped(DropReason::StreamLine);
             return;
         }
         if is_heartbeat(raw.get()) {

@@ -30,11 +30,13 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 
+use super::error::LinkError;
 use super::link::{Link, OwnerRef, Wire};
 use super::sideband::{self, Farewell};
 use super::UpstreamShared;
 use crate::close::CloseCode;
 use crate::dialect::Dialect;
+use crate::telemetry::metrics::ProtocolError;
 
 pub(super) type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -50,8 +52,10 @@ pub(super) async fn connect(
     shared: Arc<UpstreamShared>,
     owner: Option<OwnerRef>,
     shutdown: CancellationToken,
-) -> std::io::Result<Arc<Link>> {
-    let mut request = url.into_client_request().map_err(io_err)?;
+) -> Result<Arc<Link>, LinkError> {
+    let mut request = url
+        .into_client_request()
+        .map_err(|e| LinkError::Url(Box::new(e)))?;
     let offer = match shared.cfg.dialect {
         Dialect::Holon => Some(HOLON),
         Dialect::JsonRpc if shared.cfg.offer_subprotocol => Some("jsonrpc"),
@@ -63,7 +67,7 @@ pub(super) async fn connect(
             .insert(SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(token));
     }
     if let Some(origin) = &shared.cfg.origin {
-        let value = HeaderValue::from_str(origin).map_err(io_err)?;
+        let value = HeaderValue::from_str(origin).map_err(LinkError::Origin)?;
         request.headers_mut().insert(ORIGIN, value);
     }
     let limit = super::hard_cap(shared.cfg.max_response_bytes);
@@ -73,7 +77,7 @@ pub(super) async fn connect(
     let (mut ws, response) =
         tokio_tungstenite::connect_async_with_config(request, Some(config), true)
             .await
-            .map_err(io_err)?;
+            .map_err(LinkError::dial)?;
     let echoed = response
         .headers()
         .get(SEC_WEBSOCKET_PROTOCOL)
@@ -87,9 +91,7 @@ pub(super) async fn connect(
         };
         // The link is refused either way; the close frame is a courtesy.
         let _ = ws.close(Some(frame)).await;
-        return Err(std::io::Error::other(
-            "upstream did not select the holon-rpc subprotocol",
-        ));
+        return Err(LinkError::Subprotocol);
     }
     let sbp = match shared.cfg.dialect {
         Dialect::Sideband => Some(sideband::handshake(&mut ws).await?),
@@ -106,12 +108,10 @@ pub(super) async fn connect(
         .writers
         .spawn(write_loop(sink, rx, link.clone(), last_rx.clone()));
     if sideband {
-        tokio::spawn(read_frames(stream, link.clone(), last_rx, shutdown));
+        tokio::spawn(read_frames(stream, link.clone(), last_rx, shutdown, limit));
     } else {
-        tokio::spawn(
-            link.clone()
-                .run_reader(texts(stream, link.clone(), last_rx), shutdown),
-        );
+        let texts = texts(stream, link.clone(), last_rx, limit);
+        tokio::spawn(link.clone().run_reader(texts, shutdown));
     }
     Ok(link)
 }
@@ -122,6 +122,7 @@ async fn read_frames(
     link: Arc<Link>,
     last_rx: Arc<Mutex<Instant>>,
     shutdown: CancellationToken,
+    limit: usize,
 ) {
     let closed = link.closed.clone();
     let (closed, shutdown) = (closed.cancelled(), shutdown.cancelled());
@@ -141,7 +142,7 @@ async fn read_frames(
                 }
             }
             Some(Ok(WsMessage::Text(_))) => {
-                link.shared.count_protocol_error("text_frame");
+                link.shared.count_protocol_error(ProtocolError::TextFrame);
                 break;
             }
             Some(Ok(WsMessage::Close(frame))) => {
@@ -153,10 +154,14 @@ async fn read_frames(
                 break;
             }
             Some(Ok(_)) => {}
-            Some(Err(_)) | None => break,
+            Some(Err(e)) => {
+                link.read_failed(&LinkError::read(e, limit));
+                break;
+            }
+            None => break,
         }
     }
-    link.fail_all("upstream connection lost");
+    link.fail_all(&LinkError::Lost);
 }
 
 /// The upstream's text frames; a binary frame or a close ends the stream.
@@ -164,23 +169,24 @@ fn texts(
     stream: SplitStream<Ws>,
     link: Arc<Link>,
     last_rx: Arc<Mutex<Instant>>,
-) -> impl futures_util::Stream<Item = Result<String, String>> + Unpin {
+    limit: usize,
+) -> impl futures_util::Stream<Item = Result<String, LinkError>> + Unpin {
     stream
         .map(move |frame| {
             *last_rx.lock() = Instant::now();
             match frame {
                 Ok(WsMessage::Text(text)) => Some(Ok(text.to_string())),
                 Ok(WsMessage::Binary(_)) => {
-                    link.shared.count_protocol_error("binary_frame");
-                    Some(Err(String::from("binary frame from upstream")))
+                    link.shared.count_protocol_error(ProtocolError::BinaryFrame);
+                    Some(Err(LinkError::BinaryFrame))
                 }
                 Ok(WsMessage::Close(frame)) => {
                     let code = frame.map_or(1005, |f| u16::from(f.code));
                     link.shared.count_close(code);
-                    Some(Err(format!("upstream closed the WebSocket ({code})")))
+                    Some(Err(LinkError::Closed { code }))
                 }
                 Ok(_) => None,
-                Err(e) => Some(Err(e.to_string())),
+                Err(e) => Some(Err(LinkError::read(e, limit))),
             }
         })
         .filter_map(std::future::ready)
@@ -247,7 +253,7 @@ async fn write_loop(
             () = link.closed.cancelled() => break Some(link.farewell()),
         }
     };
-    let detail = match close {
+    let why = match close {
         Some(bye) => {
             if !bye.code.is_orderly() {
                 tracing::warn!(upstream = %cfg.name, code = bye.code.as_u16(), reason = %bye.reason, "closing upstream link");
@@ -262,13 +268,9 @@ async fn write_loop(
             };
             // The upstream may be gone already; we are closing either way.
             let _ = sink.send(WsMessage::Close(Some(frame))).await;
-            bye.reason
+            LinkError::Farewell { reason: bye.reason }
         }
-        None => "upstream write failed".into(),
+        None => LinkError::WriteFailed,
     };
-    link.fail_all(&detail);
-}
-
-pub(super) fn io_err(e: impl std::fmt::Display) -> std::io::Error {
-    std::io::Error::other(e.to_string())
+    link.fail_all(&why);
 }

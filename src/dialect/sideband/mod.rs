@@ -39,6 +39,7 @@ pub mod subject;
 pub mod transcode;
 
 mod cbor;
+mod dropped;
 mod hex;
 mod scalar;
 #[cfg(test)]

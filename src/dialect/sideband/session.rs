@@ -15,6 +15,8 @@ use crate::dialect::sideband::{
 };
 use crate::envelope::{Message, WireId};
 
+pub(crate) use super::dropped::SbpDrop;
+
 /// Message frame ids remembered to drop duplicates.
 const SEEN_FRAMES: usize = 1024;
 
@@ -33,7 +35,7 @@ pub(crate) enum SbpEvent {
     /// Nothing (Ack, Pong).
     Nothing,
     /// The frame was dropped for this reason (counted by the caller).
-    Dropped(&'static str),
+    Dropped(SbpDrop),
     /// The peer's handshake arrived: Message frames may now be sent.
     Ready,
     /// Send this frame and carry on.
@@ -296,7 +298,7 @@ impl Sbp {
 
     fn on_message(&mut self, id: FrameId, subject: &Subject, data: &[u8]) -> SbpEvent {
         if !self.remember(id) {
-            return SbpEvent::Dropped("duplicate_frame");
+            return SbpEvent::Dropped(SbpDrop::DuplicateFrame);
         }
         match subject.channel() {
             Channel::Stream => SbpEvent::Send(frame::encode(&Frame::error(
@@ -309,17 +311,17 @@ impl Sbp {
                 1003,
                 "Unsupported feature: app subjects",
             ))),
-            Channel::App => SbpEvent::Dropped("app_subject"),
+            Channel::App => SbpEvent::Dropped(SbpDrop::AppSubject),
             Channel::Rpc | Channel::Event => match decode_envelope(data, Encoding::detect(data)) {
                 Ok(msg) if fits_subject(&msg, subject) => {
                     self.note_subject(&msg, subject);
                     SbpEvent::Rpc(msg)
                 }
-                Ok(_) => SbpEvent::Dropped("envelope_subject_mismatch"),
+                Ok(_) => SbpEvent::Dropped(SbpDrop::EnvelopeSubjectMismatch),
                 Err(e) if subject.channel() == Channel::Rpc => {
                     self.invalid_envelope(id, subject, &e, data)
                 }
-                Err(_) => SbpEvent::Dropped("invalid_event_envelope"),
+                Err(_) => SbpEvent::Dropped(SbpDrop::InvalidEventEnvelope),
             },
         }
     }

@@ -6,27 +6,14 @@
 //! alerts sees zeros instead of "no data", and a renamed metric is caught
 //! by `tests/dashboards.rs` without having to provoke every error first.
 
-use super::{Direction, Limit, Metrics, RejectReason};
+use super::{
+    Direction, DropReason, Limit, Metrics, ProtocolError, Quirk, RejectReason, RequestOutcome,
+    Unmatched,
+};
 use crate::config::{Config, UpstreamConfig, UpstreamMode};
 use crate::dialect::Dialect;
 use crate::envelope::Kind;
-use crate::error::Side;
-
-/// Request outcomes whose series exist from the start: the router counts
-/// `ok`, `upstream_error` and switchyard's own `ErrorKind` names; these are
-/// the ones a failing upstream produces.
-const INITIAL_OUTCOMES: [&str; 6] = [
-    "ok",
-    "upstream_error",
-    "timeout",
-    "unavailable",
-    "resource_exhausted",
-    "internal",
-];
-
-/// Kinds of unmatched replies (the documented label set of
-/// `switchyard_unmatched_responses_total`).
-const UNMATCHED_KINDS: [&str; 4] = ["unknown", "duplicate", "stale", "no_id"];
+use crate::error::{ErrorKind, Side};
 
 /// Every message kind.
 const KINDS: [Kind; 4] = [
@@ -55,6 +42,12 @@ impl Metrics {
                 let labels = [name, reason.as_str()];
                 self.connections_rejected.with_label_values(&labels);
             }
+            for side in Side::ALL {
+                for kind in ErrorKind::ALL {
+                    let labels = [name, side.as_str(), kind.as_str()];
+                    self.errors.with_label_values(&labels);
+                }
+            }
             for limit in Limit::ALL {
                 self.limit_rejections
                     .with_label_values(&[name, limit.as_str()]);
@@ -62,8 +55,9 @@ impl Metrics {
             let prefixed = l.routes.prefixes.iter().map(|(_, u)| u);
             for upstream in l.routes.default.iter().chain(prefixed) {
                 self.request_duration.with_label_values(&[name, upstream]);
-                for outcome in INITIAL_OUTCOMES {
-                    self.requests.with_label_values(&[name, upstream, outcome]);
+                for outcome in RequestOutcome::INITIAL {
+                    let labels = [name, upstream.as_str(), outcome.as_str()];
+                    self.requests.with_label_values(&labels);
                 }
             }
             self.init_side(l.dialect, Side::Client);
@@ -89,8 +83,8 @@ impl Metrics {
         let _ = self.upstream_info.remove_label_values(&info_labels(u));
     }
 
-    /// The per-dialect series of one side: traffic, and the most common
-    /// error and drop reasons the data path reports for that side.
+    /// The per-dialect series of one side: traffic, and every protocol
+    /// error and drop reason that side can report.
     fn init_side(&self, dialect: Dialect, side: Side) {
         let (d, s) = (dialect.as_str(), side.as_str());
         for direction in [Direction::In, Direction::Out] {
@@ -101,15 +95,21 @@ impl Metrics {
                 self.messages.with_label_values(&[d, s, dir, kind.as_str()]);
             }
         }
-        let (error, drop) = match side {
-            Side::Client => ("invalid_request", "slow_consumer"),
-            Side::Upstream | Side::Internal => ("invalid_message", "client_gone"),
-        };
-        self.protocol_errors.with_label_values(&[d, s, error]);
-        self.dropped_messages.with_label_values(&[d, s, drop]);
+        for quirk in Quirk::ALL {
+            self.peer_quirks.with_label_values(&[d, quirk.as_str()]);
+        }
+        for reason in ProtocolError::ALL.into_iter().filter(|r| r.seen_on(side)) {
+            self.protocol_errors
+                .with_label_values(&[d, s, reason.as_str()]);
+        }
+        for reason in DropReason::ALL.into_iter().filter(|r| r.seen_on(side)) {
+            self.dropped_messages
+                .with_label_values(&[d, s, reason.as_str()]);
+        }
         if side == Side::Upstream {
-            for kind in UNMATCHED_KINDS {
-                self.unmatched_responses.with_label_values(&[d, s, kind]);
+            for kind in Unmatched::ALL {
+                let labels = [d, s, kind.as_str()];
+                self.unmatched_responses.with_label_values(&labels);
             }
         }
     }

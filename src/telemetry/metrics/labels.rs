@@ -2,6 +2,8 @@
 //! and connection refusals. Each value has a stable `as_str`; nothing
 //! user-controlled ever becomes one of these labels.
 
+use crate::error::ErrorKind;
+
 /// Which way a message travels, seen from switchyard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Direction {
@@ -54,6 +56,41 @@ pub enum Limit {
     GlobalRatePerSecond,
     /// `listeners.*.slow_consumer_timeout_ms`: a client that stopped reading.
     SlowConsumer,
+}
+
+/// How a request was settled (`outcome` of `switchyard_requests_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RequestOutcome {
+    /// The upstream's result.
+    Ok,
+    /// The upstream's own error, passed through.
+    UpstreamError,
+    /// Refused by the listener's method policy.
+    Forbidden,
+    /// switchyard answered with its own error of this kind.
+    Error(ErrorKind),
+}
+
+/// Why a reply matched no pending id (`kind` of
+/// `switchyard_unmatched_responses_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unmatched {
+    /// An id never issued (or already forgotten).
+    Unknown,
+    /// A second reply for a settled id.
+    Duplicate,
+    /// A reply for a call that timed out or whose client left.
+    Stale,
+    /// A reply without an id.
+    NoId,
+}
+
+/// A tolerated deviation of a real peer (`quirk` of
+/// `switchyard_peer_quirks_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Quirk {
+    /// Params that were neither an array nor an object, wrapped.
+    ParamsWrapped,
 }
 
 /// A WebSocket close code as a label from a closed set (anything
@@ -110,6 +147,67 @@ impl RejectReason {
             RejectReason::Host => "host",
             RejectReason::Origin => "origin",
             RejectReason::Token => "token",
+        }
+    }
+}
+
+// === impl RequestOutcome ===
+
+impl RequestOutcome {
+    /// The outcomes whose series exist from the start: those a failing
+    /// upstream produces.
+    pub const INITIAL: [RequestOutcome; 6] = [
+        RequestOutcome::Ok,
+        RequestOutcome::UpstreamError,
+        RequestOutcome::Error(ErrorKind::Timeout),
+        RequestOutcome::Error(ErrorKind::Unavailable),
+        RequestOutcome::Error(ErrorKind::ResourceExhausted),
+        RequestOutcome::Error(ErrorKind::Internal),
+    ];
+
+    /// Stable label value (an error's kind name).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RequestOutcome::Ok => "ok",
+            RequestOutcome::UpstreamError => "upstream_error",
+            RequestOutcome::Forbidden => "forbidden",
+            RequestOutcome::Error(kind) => kind.as_str(),
+        }
+    }
+}
+
+// === impl Unmatched ===
+
+impl Unmatched {
+    /// Every kind, for label initialisation.
+    pub const ALL: [Unmatched; 4] = [
+        Unmatched::Unknown,
+        Unmatched::Duplicate,
+        Unmatched::Stale,
+        Unmatched::NoId,
+    ];
+
+    /// Stable label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Unmatched::Unknown => "unknown",
+            Unmatched::Duplicate => "duplicate",
+            Unmatched::Stale => "stale",
+            Unmatched::NoId => "no_id",
+        }
+    }
+}
+
+// === impl Quirk ===
+
+impl Quirk {
+    /// Every quirk, for label initialisation.
+    pub const ALL: [Quirk; 1] = [Quirk::ParamsWrapped];
+
+    /// Stable label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Quirk::ParamsWrapped => "params_wrapped",
         }
     }
 }

@@ -7,7 +7,7 @@ use crate::dialect::Item;
 use crate::envelope::Message;
 use crate::error::{ErrorKind, GatewayError};
 use crate::limits::rate::{Limited, Verdict as RateVerdict};
-use crate::telemetry::metrics::Limit;
+use crate::telemetry::metrics::{DropReason, Limit};
 
 /// An item after the rate limits.
 pub(super) enum Checked {
@@ -65,7 +65,7 @@ impl Session {
                 Ok(Checked::Limited(route.error_reply(id, &err)))
             }
             _ => {
-                route.count_dropped_client("rate_limited");
+                route.count_dropped_client(DropReason::RateLimited);
                 Ok(Checked::Dropped)
             }
         }

@@ -212,4 +212,5 @@ enum NoSlot {
 
 fn shutting_down() -> GatewayError {
     GatewayError::with_detail(ErrorKind::Unavailable, "switchyard is shutting down")
+        .on(crate::error::Side::Internal)
 }

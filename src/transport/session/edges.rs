@@ -8,7 +8,7 @@ use crate::dialect::client::Oversize;
 use crate::envelope::WireId;
 use crate::error::{ErrorKind, GatewayError};
 use crate::outbox::Outgoing;
-use crate::telemetry::metrics::Limit;
+use crate::telemetry::metrics::{Limit, ProtocolError};
 
 // === impl Session ===
 
@@ -28,7 +28,7 @@ impl Session {
     /// closes): see [`ClientCodec::oversize`].
     pub async fn too_large(&self, limit: usize) {
         let route = self.route();
-        route.count_protocol_error("message_too_large");
+        route.count_protocol_error(ProtocolError::MessageTooLarge);
         route
             .metrics()
             .count_limit(&route.cfg.name, Limit::MaxMessageBytes);

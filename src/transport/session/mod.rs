@@ -34,7 +34,7 @@ use crate::limits::rate::ConnectionRate;
 use crate::outbox::{Form, Gauges, OutCodec, Outbox, OutboxReader, Outgoing};
 use crate::router::in_place::InPlace;
 use crate::router::{ClientLinks, Pusher, Route, RouteCell};
-use crate::telemetry::metrics::Direction;
+use crate::telemetry::metrics::{Direction, DropReason, ProtocolError};
 
 /// Request handling state of one client connection.
 #[derive(Debug)]
@@ -161,11 +161,13 @@ impl Session {
         self.count_in(text.len(), &inbound);
         match inbound {
             Inbound::Rejected(reply) => {
-                self.route().count_protocol_error("rejected_message");
+                self.route()
+                    .count_protocol_error(ProtocolError::RejectedMessage);
                 self.send(&reply).await;
             }
             Inbound::Close(code, reason) => {
-                self.route().count_protocol_error("fatal_message");
+                self.route()
+                    .count_protocol_error(ProtocolError::FatalMessage);
                 // holon-rpc's only fatal close is 1002 (protocol error).
                 let code = CloseCode::from_u16(code).unwrap_or(CloseCode::ProtocolError);
                 self.outbox.close(code, reason).await;
@@ -229,7 +231,7 @@ impl Session {
         }
         match event {
             SbpEvent::Nothing | SbpEvent::Ready => {}
-            SbpEvent::Dropped(reason) => route.count_dropped_client(reason),
+            SbpEvent::Dropped(reason) => route.count_dropped_client(DropReason::Sideband(reason)),
             SbpEvent::Send(frame)
             | SbpEvent::InvalidEnvelope {
                 reply: Some(frame), ..
@@ -240,14 +242,14 @@ impl Session {
             SbpEvent::Rpc(msg) => return self.single(Item::Valid(msg)).await,
             SbpEvent::PeerError { code, message, .. } => {
                 tracing::debug!(listener = %route.cfg.name, code, message, "ErrorFrame from client");
-                route.count_protocol_error("peer_error_frame");
+                route.count_protocol_error(ProtocolError::PeerErrorFrame);
             }
             SbpEvent::Close {
                 frame,
                 code,
                 reason,
             } => {
-                route.count_protocol_error("fatal_frame");
+                route.count_protocol_error(ProtocolError::FatalFrame);
                 if let Some(frame) = frame {
                     self.outbox.send_frame(Outgoing::Binary(frame)).await;
                 }
