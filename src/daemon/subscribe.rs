@@ -2,7 +2,8 @@
 //!
 //! After the confirmation line the daemon emits a synthetic `new_approval`
 //! event every `interval_ms` and a heartbeat after `heartbeat_ms` without an
-//! event (`ndjson-unix.md` §6). Whatever the client writes afterwards is read
+//! event (`ndjson-unix.md` §6). `pad_bytes` (not in hld) sizes the events for
+//! benchmarks. Whatever the client writes afterwards is read
 //! and discarded; EOF or a half-close ends the stream. Events and heartbeats
 //! are dropped, not queued, when the client stops reading, as in hld.
 
@@ -27,7 +28,14 @@ struct Params {
     count: Option<u64>,
     /// Milliseconds without an event before a heartbeat.
     heartbeat_ms: u64,
+    /// Length of a `"pad":"xxx…"` string added to each event's `data`, so
+    /// benchmarks can size events; 0 (the default) adds no `pad` member.
+    pad_bytes: usize,
 }
+
+/// The largest `pad_bytes` accepted (1 MiB), so one call cannot make the
+/// daemon build arbitrarily large lines.
+const MAX_PAD_BYTES: usize = 1024 * 1024;
 
 const HEARTBEAT: &[u8] =
     b"{\"jsonrpc\":\"2.0\",\"result\":{\"message\":\"Connection alive\",\"type\":\"heartbeat\"},\"id\":null}\n";
@@ -89,6 +97,9 @@ fn parse(raw: Option<&RawValue>) -> Result<Params, String> {
     if params.interval_ms == 0 || params.heartbeat_ms == 0 {
         return Err("interval_ms and heartbeat_ms must be at least 1".to_owned());
     }
+    if params.pad_bytes > MAX_PAD_BYTES {
+        return Err(format!("pad_bytes must be at most {MAX_PAD_BYTES}"));
+    }
     Ok(params)
 }
 
@@ -110,13 +121,14 @@ async fn emit(tx: &mpsc::Sender<Vec<u8>>, params: &Params) {
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let idle = time::sleep(heartbeat);
     tokio::pin!(idle);
+    let pad = "x".repeat(params.pad_bytes);
     let mut seq: u64 = 0;
     loop {
         let events_left = params.count.is_none_or(|count| seq < count);
         let line = tokio::select! {
             _ = ticks.tick(), if events_left => {
                 seq += 1;
-                event_line(seq)
+                event_line(seq, &pad)
             }
             () = &mut idle => HEARTBEAT.to_vec(),
         };
@@ -128,9 +140,16 @@ async fn emit(tx: &mpsc::Sender<Vec<u8>>, params: &Params) {
     }
 }
 
-fn event_line(seq: u64) -> Vec<u8> {
+/// One event; `pad` (only `x`s, no escaping needed) is added to its `data`
+/// when not empty.
+fn event_line(seq: u64, pad: &str) -> Vec<u8> {
+    let pad = if pad.is_empty() {
+        String::new()
+    } else {
+        format!(",\"pad\":\"{pad}\"")
+    };
     format!(
-        "{{\"jsonrpc\":\"2.0\",\"result\":{{\"event\":{{\"type\":\"new_approval\",\"timestamp\":\"{}\",\"data\":{{\"seq\":{seq}}}}}}},\"id\":null}}\n",
+        "{{\"jsonrpc\":\"2.0\",\"result\":{{\"event\":{{\"type\":\"new_approval\",\"timestamp\":\"{}\",\"data\":{{\"seq\":{seq}{pad}}}}}}},\"id\":null}}\n",
         rfc3339(SystemTime::now())
     )
     .into_bytes()
@@ -159,6 +178,7 @@ impl Default for Params {
             interval_ms: 100,
             count: None,
             heartbeat_ms: 30_000,
+            pad_bytes: 0,
         }
     }
 }
@@ -191,8 +211,30 @@ mod tests {
             serde_json::from_str::<&RawValue>("{\"interval_ms\":5,\"count\":2,\"event_types\":[]}")
                 .unwrap();
         assert_eq!(
-            parse(Some(raw)).map(|p| (p.interval_ms, p.count)).ok(),
-            Some((5, Some(2)))
+            parse(Some(raw))
+                .map(|p| (p.interval_ms, p.count, p.pad_bytes))
+                .ok(),
+            Some((5, Some(2), 0))
         );
+        let raw = serde_json::from_str::<&RawValue>("{\"pad_bytes\":3}").unwrap();
+        assert_eq!(parse(Some(raw)).map(|p| p.pad_bytes).ok(), Some(3));
+        let raw = serde_json::from_str::<&RawValue>("{\"pad_bytes\":1048577}").unwrap();
+        assert!(parse(Some(raw)).is_err());
+    }
+
+    #[test]
+    fn events_are_padded_only_when_asked() {
+        let plain = String::from_utf8(event_line(7, "")).unwrap();
+        assert!(
+            plain.ends_with("\"data\":{\"seq\":7}}},\"id\":null}\n"),
+            "{plain}"
+        );
+        let padded = String::from_utf8(event_line(7, "xxx")).unwrap();
+        assert!(
+            padded.ends_with("\"data\":{\"seq\":7,\"pad\":\"xxx\"}}},\"id\":null}\n"),
+            "{padded}"
+        );
+        let value: serde_json::Value = serde_json::from_str(&padded).unwrap();
+        assert_eq!(value["result"]["event"]["data"]["pad"], "xxx");
     }
 }
