@@ -5,6 +5,7 @@
 pub mod clients;
 pub mod demo;
 pub mod node;
+pub mod scrape;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
