@@ -2,10 +2,11 @@
 //!
 //! After the confirmation line the daemon emits a synthetic `new_approval`
 //! event every `interval_ms` and a heartbeat after `heartbeat_ms` without an
-//! event (`ndjson-unix.md` §6). `pad_bytes` (not in hld) sizes the events for
-//! benchmarks. Whatever the client writes afterwards is read
-//! and discarded; EOF or a half-close ends the stream. Events and heartbeats
-//! are dropped, not queued, when the client stops reading, as in hld.
+//! event (`ndjson-unix.md` §6). Two params hld does not have serve
+//! benchmarks: `pad_bytes` sizes the events and `catch_up` keeps their rate
+//! exact. Whatever the client writes afterwards is read and discarded; EOF
+//! or a half-close ends the stream. Events and heartbeats are dropped, not
+//! queued, when the client stops reading, as in hld.
 
 use std::time::{Duration, SystemTime};
 
@@ -31,6 +32,11 @@ struct Params {
     /// Length of a `"pad":"xxx…"` string added to each event's `data`, so
     /// benchmarks can size events; 0 (the default) adds no `pad` member.
     pad_bytes: usize,
+    /// Make up missed ticks at once (tokio's `Burst`), so that the long-run
+    /// rate is exactly one event per `interval_ms` even when the timer fires
+    /// late; by default (false) a late tick delays the following ones, as
+    /// hld's ticker does. Benchmarks use it for a steady 1,000 events/s.
+    catch_up: bool,
 }
 
 /// The largest `pad_bytes` accepted (1 MiB), so one call cannot make the
@@ -118,7 +124,11 @@ async fn emit(tx: &mpsc::Sender<Vec<u8>>, params: &Params) {
     let interval = Duration::from_millis(params.interval_ms);
     let heartbeat = Duration::from_millis(params.heartbeat_ms);
     let mut ticks = time::interval_at(Instant::now() + interval, interval);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    ticks.set_missed_tick_behavior(if params.catch_up {
+        MissedTickBehavior::Burst
+    } else {
+        MissedTickBehavior::Delay
+    });
     let idle = time::sleep(heartbeat);
     tokio::pin!(idle);
     let pad = "x".repeat(params.pad_bytes);
@@ -179,6 +189,7 @@ impl Default for Params {
             count: None,
             heartbeat_ms: 30_000,
             pad_bytes: 0,
+            catch_up: false,
         }
     }
 }
@@ -216,8 +227,12 @@ mod tests {
                 .ok(),
             Some((5, Some(2), 0))
         );
-        let raw = serde_json::from_str::<&RawValue>("{\"pad_bytes\":3}").unwrap();
-        assert_eq!(parse(Some(raw)).map(|p| p.pad_bytes).ok(), Some(3));
+        let raw = serde_json::from_str::<&RawValue>("{\"pad_bytes\":3,\"catch_up\":true}").unwrap();
+        assert_eq!(
+            parse(Some(raw)).map(|p| (p.pad_bytes, p.catch_up)).ok(),
+            Some((3, true))
+        );
+        assert_eq!(parse(None).map(|p| p.catch_up).ok(), Some(false));
         let raw = serde_json::from_str::<&RawValue>("{\"pad_bytes\":1048577}").unwrap();
         assert!(parse(Some(raw)).is_err());
     }
