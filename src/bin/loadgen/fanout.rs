@@ -145,11 +145,12 @@ pub(crate) async fn run(
         )));
     }
     drop(subscribed_tx);
-    let deadline = Instant::now() + SUBSCRIBE_TIMEOUT;
-    while out.subscribed + (out.errors as usize) < n {
+    // Refusals are counted by the subscribers themselves, as errors.
+    let (deadline, mut refused) = (Instant::now() + SUBSCRIBE_TIMEOUT, 0);
+    while out.subscribed + refused < tasks.len() {
         match timeout_at(deadline, subscribed_rx.recv()).await {
             Ok(Some(true)) => out.subscribed += 1,
-            Ok(Some(false)) => out.errors += 1,
+            Ok(Some(false)) => refused += 1,
             Ok(None) | Err(_) => break,
         }
     }
@@ -234,7 +235,8 @@ async fn subscriber(
         sub.errors += 1;
         return sub;
     }
-    let mut confirmed = false;
+    // `Some(confirmed)` once the answer to `rpc.subscribe` was reported.
+    let mut reported: Option<bool> = None;
     // Until the window is known, wait at most the subscribe timeout.
     let mut deadline = Instant::now() + SUBSCRIBE_TIMEOUT + Duration::from_secs(60);
     loop {
@@ -244,7 +246,11 @@ async fn subscriber(
         let msg = match timeout_at(deadline, rx.recv()).await {
             Err(_) => {
                 let want = *target.borrow();
-                sub.lost += want.saturating_sub(sub.last.unwrap_or(want));
+                match sub.last {
+                    Some(last) => sub.lost += want.saturating_sub(last),
+                    // Subscribed, open, and not a single event.
+                    None => sub.errors += 1,
+                }
                 break;
             }
             Ok(None | Some(Err(_))) => {
@@ -258,8 +264,9 @@ async fn subscriber(
             sub.errors += 1;
             continue;
         };
-        if !confirmed && text.contains(r#""id":1"#) {
-            confirmed = text.contains(r#""result":{"subscribed":true}"#);
+        if reported.is_none() && text.contains(r#""id":1"#) {
+            let confirmed = text.contains(r#""result":{"subscribed":true}"#);
+            reported = Some(confirmed);
             let _ = subscribed.send(confirmed).await;
             if !confirmed {
                 sub.errors += 1;
@@ -278,8 +285,9 @@ async fn subscriber(
             break;
         }
     }
-    if !confirmed && !sub.ended {
+    if reported.is_none() {
         let _ = subscribed.send(false).await;
+        sub.errors += 1;
     }
     sub
 }
