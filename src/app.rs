@@ -27,6 +27,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::admin::{self, AdminState, Health};
 use crate::config::{Config, ListenAddr};
+use crate::pubsub::Broker;
 use crate::router::Route;
 use crate::telemetry::metrics::Metrics;
 use crate::transport::{tls, ws, Serve};
@@ -261,6 +262,8 @@ impl Bound {
         let shutdown = CancellationToken::new();
         let metrics = self.metrics.clone();
         let upstream_stop = CancellationToken::new();
+        // One broker: every listener's subscribers, every upstream's events.
+        let broker = Arc::new(Broker::new(crate::pubsub::DEFAULT_MAX_SUBSCRIPTIONS));
         let upstreams: HashMap<String, Arc<Upstream>> = self
             .cfg
             .upstreams
@@ -274,6 +277,7 @@ impl Bound {
                     Upstream::start(
                         u.clone(),
                         metrics.clone(),
+                        broker.clone(),
                         shutdown.child_token(),
                         upstream_stop.clone(),
                     ),
@@ -281,7 +285,8 @@ impl Bound {
             })
             .collect();
         let admin_addr = self.admin_addr();
-        let task = tokio::spawn(self.serve(upstreams.clone(), shutdown.clone(), upstream_stop));
+        let task =
+            tokio::spawn(self.serve(upstreams.clone(), broker, shutdown.clone(), upstream_stop));
         Running {
             shutdown,
             task,
@@ -301,6 +306,7 @@ impl Bound {
     async fn serve(
         mut self,
         upstreams: HashMap<String, Arc<Upstream>>,
+        broker: Arc<Broker>,
         shutdown: CancellationToken,
         upstream_stop: CancellationToken,
     ) {
@@ -319,7 +325,12 @@ impl Bound {
             .map(|l| {
                 (
                     l.name.clone(),
-                    Arc::new(Route::new(l.clone(), &upstreams, self.metrics.clone())),
+                    Arc::new(Route::new(
+                        l.clone(),
+                        &upstreams,
+                        broker.clone(),
+                        self.metrics.clone(),
+                    )),
                 )
             })
             .collect();

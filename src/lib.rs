@@ -13,9 +13,8 @@
 //!
 //! Layers, lowest first, each importing only from the ones before it:
 //! [`envelope`], [`close`] and [`error`] (nothing from the crate) →
-//! [`dialect`] → [`upstream`] → [`router`] → [`transport`]. One exception
-//! remains: [`router::client`] writes pushes into the client's outbox through
-//! `transport::Outgoing` and `transport::codec::OutCodec`.
+//! [`dialect`] → [`pubsub`] → [`upstream`], [`outbox`] → [`router`] →
+//! [`transport`].
 //!
 //! - [`app`]: composition root; bind every listener, then run; shutdown order.
 //! - [`admin`]: the admin listener: `/metrics`, `/livez`, `/readyz`, status page, behind tower-http layers.
@@ -24,7 +23,10 @@
 //! - [`close`]: the WebSocket close codes switchyard sends, as a closed set.
 //! - [`dialect`]: pure wire codecs, bytes ⇄ neutral message. No sockets, no tokio.
 //! - [`error`]: switchyard's own error kinds; [`dialect::errors`] renders them per dialect.
+//! - [`pubsub`]: topic pub/sub (`rpc.subscribe` …): topic syntax, the subject trie, the broker
+//!   shared by all connections, and the four methods.
 //! - [`limits`]: rate limits, browser-safety checks (Host, Origin, token) and the method policy.
+//! - [`outbox`]: the one way anything is written to a client: bounded queue, codec, slow-consumer policy.
 //! - [`router`]: routes and reply delivery.
 //! - [`upstream`]: connection pools to the services behind switchyard;
 //!   [`upstream::correlator`] keeps one connection's gateway ids.
@@ -47,6 +49,8 @@ pub mod dialect;
 pub mod envelope;
 pub mod error;
 pub mod limits;
+pub mod outbox;
+pub mod pubsub;
 pub mod router;
 pub mod shutdown;
 pub mod stdout;

@@ -641,3 +641,61 @@ fn star_allows_any_origin_even_on_loopback() {
         .check(Some(&b"localhost"[..]), Some(&b"null"[..]), None, None)
         .is_err());
 }
+
+#[test]
+fn publishing_keys_are_validated_and_defaulted() {
+    let config = Config::from_toml(MINIMAL).expect("minimal config is valid");
+    let publish = &config.upstreams[0].publish;
+    assert!(publish.notifications, "published by default");
+    assert!(publish.feeds.is_empty());
+    assert_eq!(
+        publish.topic_for("daemon", "thoughts/update"),
+        "daemon.thoughts.update"
+    );
+
+    let feeds = MINIMAL.replace(
+        "socket = \"/tmp/d.sock\"",
+        "socket = \"/tmp/d.sock\"\ntopics = { \"a\" = \"x.*\" }\n\
+         [[upstreams.daemon.feeds]]\nmethod = \"Subscribe\"\nparams = { interval_ms = 5 }\n\
+         [[upstreams.daemon.feeds]]\nmethod = \"\"\ntopic = \"daemon.Subscribe\"\n\
+         [[upstreams.daemon.feeds]]\nmethod = \"Watch\"\ntopic = \"bad..topic\"",
+    );
+    let found = problems(&feeds);
+    assert_has(&found, "upstreams.daemon.topics.a");
+    assert_has(
+        &found,
+        "upstreams.daemon.feeds[1].method: must not be empty",
+    );
+    assert_has(
+        &found,
+        "upstreams.daemon.feeds[1].topic: \"daemon.Subscribe\" is fed twice",
+    );
+    assert_has(&found, "upstreams.daemon.feeds[2].topic");
+    assert_eq!(found.len(), 4, "{found:?}");
+
+    let ok = MINIMAL.replace(
+        "socket = \"/tmp/d.sock\"",
+        "socket = \"/tmp/d.sock\"\n[[upstreams.daemon.feeds]]\nmethod = \"Subscribe\"\nparams = { interval_ms = 5 }",
+    );
+    let config = Config::from_toml(&ok).expect("a feed with default topic");
+    let feed = &config.upstreams[0].publish.feeds[0];
+    assert_eq!(feed.topic, "daemon.Subscribe");
+    assert_eq!(feed.params.as_deref(), Some(r#"{"interval_ms":5}"#));
+
+    let ws = r#"
+[listeners.public]
+dialect = "jsonrpc-ws"
+address = "127.0.0.1:0"
+
+[upstreams.w]
+dialect = "jsonrpc-ws"
+url = "ws://127.0.0.1:1/"
+[[upstreams.w.feeds]]
+method = "Subscribe"
+
+[[routes]]
+listener = "public"
+upstream = "w"
+"#;
+    assert_has(&problems(ws), "ndjson upstreams only");
+}

@@ -115,6 +115,15 @@ fn playground_calls_every_websocket_dialect_from_chromium_and_other_origins_are_
     assert!(batch.len() >= 3, "{batch:#?}");
     assert!(batch.iter().any(|r| r["answer"] == "7"), "{batch:#?}");
 
+    // Pub/sub: the subscription was answered by switchyard and the daemon's
+    // feed reached the page.
+    assert_eq!(
+        summary["subscribed"],
+        serde_json::json!([{"state": "answered", "answer": "{\"subscribed\":true}"}]),
+        "{summary:#}"
+    );
+    assert!(summary["events"].as_u64() >= Some(1), "{summary:#}");
+
     // Every handshake from the playground carried its real Origin and got
     // 101.
     let handshakes = summary["handshakes"].as_array().expect("handshakes");

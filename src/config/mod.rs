@@ -14,10 +14,12 @@ use std::time::Duration;
 
 mod listener;
 mod protection;
+mod publish;
 pub mod raw;
 mod upstream;
 pub mod validate;
 
+pub use publish::{Feed, Publish};
 pub use validate::ConfigError;
 
 use crate::dialect::Dialect;
@@ -323,6 +325,8 @@ pub struct UpstreamConfig {
     pub streaming_methods: Vec<String>,
     /// The readiness probe waits for this upstream to be connected.
     pub required: bool,
+    /// What it publishes to the pub/sub broker.
+    pub publish: Publish,
 }
 
 // === impl Config ===

@@ -43,7 +43,9 @@ pub(super) fn upstream(name: &str, raw: &RawUpstream, p: &mut Problems) -> Optio
     let max_pending = p.nonzero(&key, "max_pending", raw.max_pending);
     p.nonzero(&key, "max_request_bytes", raw.max_request_bytes);
     p.nonzero(&key, "max_response_bytes", raw.max_response_bytes);
+    let publish = super::publish::publish(&key, name, raw, dialect, p);
     Some(UpstreamConfig {
+        publish,
         connect_timeout: p.millis(&key, "connect_timeout_ms", raw.connect_timeout_ms),
         backoff_initial: p.millis(&key, "backoff_initial_ms", raw.backoff_initial_ms),
         ping_interval: p.millis(&key, "ping_interval_ms", raw.ping_interval_ms),

@@ -160,7 +160,8 @@ async fn free_or_fallback(
     Ok((probe, local))
 }
 
-/// The demo's configuration: every listener routed to the daemon.
+/// The demo's configuration: every listener routed to the daemon, and
+/// the daemon's `Subscribe` stream as the pub/sub feed `daemon.events`.
 pub fn config(
     ws: SocketAddr,
     admin: SocketAddr,
@@ -172,6 +173,8 @@ pub fn config(
         "[gateway]\nshutdown_grace_ms = 1000\n\n[admin]\naddress = \"{admin}\"\n\n\
          [upstreams.daemon]\ndialect = \"ndjson\"\nsocket = \"{}\"\npool_size = 2\n\
          required = true\n\n\
+         [[upstreams.daemon.feeds]]\nmethod = \"Subscribe\"\nparams = {{ interval_ms = 1000 }}\n\
+         topic = \"daemon.events\"\n\n\
          [listeners.ndjson]\ndialect = \"ndjson\"\nsocket = \"{}\"\n\n\
          [[routes]]\nlistener = \"ndjson\"\nupstream = \"daemon\"\n",
         toml_str(socket),

@@ -15,16 +15,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::dialect::holon::{object_params, wrap_params};
 use crate::dialect::Dialect;
 use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
-use crate::telemetry::metrics::Metrics;
-use crate::transport::codec::OutCodec;
-use crate::transport::Outgoing;
+use crate::outbox::{Offer, Outbox};
+use crate::pubsub::Registration;
+use crate::telemetry::metrics::{EventDrop, Metrics};
 use crate::upstream::correlator::{Correlator, Resolution};
 use crate::upstream::link::{Link, Owner, OwnerRef, PendingPush, ReplyResult};
 use crate::upstream::Upstream;
@@ -38,20 +38,49 @@ pub struct ClientLinks {
     lost: CancellationToken,
     /// Cancelled when the client is gone: links and push tasks stop.
     gone: CancellationToken,
+    /// The client's pub/sub subscriptions, registered on first use and
+    /// removed when the client is gone.
+    subscriptions: Mutex<Option<Registration>>,
 }
 
 /// Sends switchyard-originated requests and notifications to one client.
 #[derive(Debug, Clone)]
 pub struct Pusher {
     dialect: Dialect,
-    codec: OutCodec,
     /// Sideband clients: cid of each push → its `s<N>` number.
     cids: Arc<Mutex<HashMap<[u8; 16], u64>>>,
-    outbox: mpsc::Sender<Outgoing>,
+    outbox: Outbox,
     pushes: Arc<Mutex<Correlator<Option<oneshot::Sender<ReplyResult>>>>>,
     max_unanswered: usize,
     timeout: Duration,
     metrics: Metrics,
+}
+
+/// Why a push could not be queued.
+#[derive(Debug)]
+enum Refused {
+    /// `max_unanswered` pushes are unanswered already.
+    Window,
+    /// The client's outbox is full.
+    Full,
+    /// The client cannot take it (its dialect, its params).
+    Other(GatewayError),
+}
+
+// === impl Refused ===
+
+impl Refused {
+    fn into_error(self) -> GatewayError {
+        match self {
+            Refused::Window => {
+                GatewayError::with_detail(ErrorKind::ResourceExhausted, "client push window full")
+            }
+            Refused::Full => {
+                GatewayError::with_detail(ErrorKind::ResourceExhausted, "client outbox full")
+            }
+            Refused::Other(e) => e,
+        }
+    }
 }
 
 // === impl ClientLinks ===
@@ -64,7 +93,19 @@ impl ClientLinks {
             pusher,
             lost: CancellationToken::new(),
             gone: CancellationToken::new(),
+            subscriptions: Mutex::new(None),
         }
+    }
+
+    /// Runs `f` on the client's broker registration, made by `register` on
+    /// first use.
+    pub(crate) fn with_subscriptions<R>(
+        &self,
+        register: impl FnOnce() -> Registration,
+        f: impl FnOnce(&Registration) -> R,
+    ) -> R {
+        let mut slot = self.subscriptions.lock();
+        f(slot.get_or_insert_with(register))
     }
 
     /// Fires when a dedicated upstream link of this client dropped.
@@ -120,6 +161,8 @@ impl ClientLinks {
     /// The client is gone: close its dedicated links.
     pub async fn close(&self) {
         self.gone.cancel();
+        // Its subscriptions go with it.
+        drop(self.subscriptions.lock().take());
         for link in self.links.lock().await.values() {
             link.close("client gone");
         }
@@ -134,28 +177,27 @@ impl Owner for Pusher {
         method: &str,
         params: Option<Payload>,
     ) -> Result<PendingPush, GatewayError> {
-        let (gid, rx) = self.start(method, params)?;
+        let (gid, rx) = self.start(method, params).map_err(Refused::into_error)?;
         let this = self.clone();
         Ok(Box::pin(async move { this.wait(gid, rx).await }))
     }
 
     fn push_notification(&self, method: &str, params: Option<Payload>) {
-        self.notification(method, params);
+        // Counted by the pusher when dropped.
+        let _ = self.notification(method, params);
     }
 }
 
 impl Pusher {
     /// A pusher writing to a client's outbox.
     pub(crate) fn new(
-        codec: OutCodec,
-        outbox: mpsc::Sender<Outgoing>,
+        outbox: Outbox,
         max_unanswered: usize,
         timeout: Duration,
         metrics: Metrics,
     ) -> Self {
         Pusher {
-            dialect: codec.dialect(),
-            codec,
+            dialect: outbox.codec().dialect(),
             cids: Arc::new(Mutex::new(HashMap::new())),
             outbox,
             pushes: Arc::new(Mutex::new(Correlator::new(false))),
@@ -167,28 +209,30 @@ impl Pusher {
 
     /// Sends the client a request and waits for its reply.
     pub async fn request(&self, method: &str, params: Option<Payload>) -> ReplyResult {
-        let (gid, rx) = self.start(method, params)?;
+        let (gid, rx) = self.start(method, params).map_err(Refused::into_error)?;
         self.wait(gid, rx).await
     }
 
     /// Sends the client a notification (a consumed `s<N>` request for
     /// holon-rpc clients). Never waits: a full outbox or push window drops
-    /// it, counted.
-    pub fn notification(&self, method: &str, params: Option<Payload>) {
+    /// it, counted, and says why.
+    pub fn notification(&self, method: &str, params: Option<Payload>) -> Result<(), EventDrop> {
         if self.dialect != Dialect::Holon {
             let msg = Message::Notification {
                 method: method.to_owned(),
                 params,
             };
-            match self.codec.encode(&msg) {
-                Some(out) => {
-                    if self.outbox.try_send(out).is_err() {
-                        self.count_dropped("slow_consumer");
-                    }
+            return match self.outbox.offer(&msg) {
+                Offer::Queued | Offer::Closed => Ok(()),
+                Offer::Full => {
+                    self.count_dropped("slow_consumer");
+                    Err(EventDrop::SlowConsumer)
                 }
-                None => self.count_dropped("untranslatable"),
-            }
-            return;
+                Offer::Untranslatable => {
+                    self.count_dropped("untranslatable");
+                    Err(EventDrop::Untranslatable)
+                }
+            };
         }
         let params = match &params {
             Some(p) if object_params(Some(p)).is_none() => {
@@ -198,15 +242,30 @@ impl Pusher {
             other => other.clone(),
         };
         // A full window or outbox was counted by start().
-        let Ok((gid, rx)) = self.start(method, params) else {
-            return;
-        };
+        let (gid, rx) = self
+            .start(method, params)
+            .map_err(|refused| match refused {
+                Refused::Window => EventDrop::PushWindow,
+                Refused::Full => EventDrop::SlowConsumer,
+                Refused::Other(_) => EventDrop::Untranslatable,
+            })?;
         let this = self.clone();
         tokio::spawn(async move {
             if let Ok(Message::Error { .. }) = this.wait(gid, rx).await {
                 this.count_dropped("push_rejected");
             }
         });
+        Ok(())
+    }
+
+    /// The client's outbox.
+    pub(crate) fn outbox(&self) -> &Outbox {
+        &self.outbox
+    }
+
+    /// The client's dialect.
+    pub(crate) fn dialect(&self) -> Dialect {
+        self.dialect
     }
 
     /// Queues a request to the client now: checks the push window, takes
@@ -215,15 +274,15 @@ impl Pusher {
         &self,
         method: &str,
         params: Option<Payload>,
-    ) -> Result<(u64, oneshot::Receiver<ReplyResult>), GatewayError> {
+    ) -> Result<(u64, oneshot::Receiver<ReplyResult>), Refused> {
         let params = match self.dialect {
             // switchyard sends no requests to NDJSON clients.
-            Dialect::Ndjson => return Err(GatewayError::no_route(method)),
+            Dialect::Ndjson => return Err(Refused::Other(GatewayError::no_route(method))),
             Dialect::Holon => Some(object_params(params.as_ref()).ok_or_else(|| {
-                GatewayError::with_detail(
+                Refused::Other(GatewayError::with_detail(
                     ErrorKind::InvalidParams,
                     "params must be an object for holon-rpc clients",
-                )
+                ))
             })?),
             _ => params,
         };
@@ -231,14 +290,11 @@ impl Pusher {
         let mut table = self.pushes.lock();
         if table.len() >= self.max_unanswered {
             self.count_dropped("push_window");
-            return Err(GatewayError::with_detail(
-                ErrorKind::ResourceExhausted,
-                "client push window full",
-            ));
+            return Err(Refused::Window);
         }
         let gid = table
             .insert(Some(tx))
-            .map_err(|_| GatewayError::new(ErrorKind::Unavailable))?;
+            .map_err(|_| Refused::Other(GatewayError::new(ErrorKind::Unavailable)))?;
         let id = match self.dialect {
             Dialect::Sideband => {
                 // A fresh random cid, which is also the request frame's id.
@@ -253,17 +309,10 @@ impl Pusher {
             method: method.to_owned(),
             params,
         };
-        let sent = match self.codec.encode(&msg) {
-            Some(out) => self.outbox.try_send(out).is_ok(),
-            None => false,
-        };
-        if !sent {
+        if self.outbox.offer(&msg) != Offer::Queued {
             table.cancel(gid);
             self.count_dropped("slow_consumer");
-            return Err(GatewayError::with_detail(
-                ErrorKind::ResourceExhausted,
-                "client outbox full",
-            ));
+            return Err(Refused::Full);
         }
         Ok((gid, rx))
     }

@@ -25,6 +25,7 @@ use crate::upstream::Upstream;
 
 mod batch;
 pub mod client;
+mod events;
 mod policy;
 
 pub use client::{ClientLinks, Pusher};
@@ -69,6 +70,8 @@ pub struct Route {
     pub rate: Arc<crate::limits::rate::RateLimits>,
     /// The listener's connection caps.
     pub conns: crate::limits::conns::ConnLimits,
+    /// The pub/sub broker every listener shares.
+    broker: Arc<crate::pubsub::Broker>,
     default: Option<Arc<Upstream>>,
     prefixes: Vec<(String, Arc<Upstream>)>,
     metrics: Metrics,
@@ -96,6 +99,7 @@ impl Route {
     pub fn new(
         cfg: ListenerConfig,
         upstreams: &HashMap<String, Arc<Upstream>>,
+        broker: Arc<crate::pubsub::Broker>,
         metrics: Metrics,
     ) -> Self {
         let default = cfg
@@ -138,6 +142,7 @@ impl Route {
             cfg,
             rate,
             conns,
+            broker,
             default,
             prefixes,
             metrics,
@@ -252,6 +257,9 @@ impl Route {
     ) -> Message {
         if let Some(refusal) = self.refuse_request(&id, method) {
             return refusal;
+        }
+        if let Some(reply) = self.pubsub(&id, method, params, client) {
+            return reply;
         }
         let Some(upstream) = self.routed(method) else {
             self.count_request("none", ErrorKind::MethodNotFound.as_str());

@@ -36,10 +36,12 @@ use crate::envelope::Kind;
 use crate::error::Side;
 
 mod cache;
+mod events;
 mod init;
 mod labels;
 
 pub use cache::FrameCounter;
+pub use events::{EventDrop, EventMetrics};
 pub use labels::{close_code, Direction, Limit, RejectReason};
 
 /// Request latency buckets, seconds.
@@ -111,6 +113,12 @@ pub struct Metrics {
     /// The most messages ever queued in one client outbox, by listener
     /// (bounded by `outbox_capacity`: shows memory stays bounded).
     pub outbox_high_water: IntGaugeVec,
+    /// The most bytes ever queued (or waiting for room) in one client
+    /// outbox, by listener: bounded by
+    /// `(outbox_capacity + max_in_flight) × max_message_bytes`.
+    pub outbox_queued_bytes_max: IntGaugeVec,
+    /// Pub/sub: subscriptions, events published, delivered, dropped.
+    pub events: EventMetrics,
     /// Items per client batch, by listener.
     pub batch_size: HistogramVec,
     /// Calls written to an upstream and not yet settled, by upstream.
@@ -253,6 +261,13 @@ impl Metrics {
                 "Most messages ever queued in one client outbox",
                 &["listener"],
             )?,
+            outbox_queued_bytes_max: gauge(
+                &registry,
+                "outbox_queued_bytes_max",
+                "Most bytes ever queued in one client outbox",
+                &["listener"],
+            )?,
+            events: EventMetrics::new(&registry)?,
             upstream_in_flight: gauge(
                 &registry,
                 "upstream_in_flight",

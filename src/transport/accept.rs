@@ -261,7 +261,15 @@ mod tests {
         let metrics = Metrics::new().expect("metrics");
         cfg.listeners
             .iter()
-            .map(|l| Arc::new(Route::new(l.clone(), &HashMap::new(), metrics.clone())))
+            .map(|l| {
+                let broker = Arc::new(crate::pubsub::Broker::new(1));
+                Arc::new(Route::new(
+                    l.clone(),
+                    &HashMap::new(),
+                    broker,
+                    metrics.clone(),
+                ))
+            })
             .collect()
     }
 

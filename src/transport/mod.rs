@@ -5,11 +5,9 @@
 
 use tokio_util::sync::CancellationToken;
 
-use crate::close::CloseCode;
 use tokio_util::task::TaskTracker;
 
 pub(crate) mod accept;
-pub(crate) mod codec;
 pub mod session;
 pub(crate) mod tls;
 pub(crate) mod unix;
@@ -26,18 +24,7 @@ pub(crate) struct Serve {
     pub(crate) sessions: TaskTracker,
 }
 
-/// What the writer of a connection sends.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outgoing {
-    /// One text frame / NDJSON line.
-    Text(String),
-    /// One binary frame (Sideband).
-    Binary(Vec<u8>),
-    /// A WebSocket ping (liveness check).
-    Ping,
-    /// Close the connection with this code and reason.
-    Close(CloseCode, std::borrow::Cow<'static, str>),
-}
+pub use crate::outbox::Outgoing;
 
 /// Counts a client connection as accepted and open; closed when dropped.
 #[derive(Debug)]

@@ -21,11 +21,11 @@ use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::outbox::{Outbox, OutboxReader};
 use futures_util::StreamExt;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::mpsc;
 use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 
 use super::session::{Session, Verdict};
@@ -144,14 +144,13 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
     let name = route.cfg.name.clone();
     let _open = super::OpenConnection::count(&route);
     let (read, write) = stream.into_split();
-    let (tx, rx) = mpsc::channel(route.cfg.outbox_capacity);
     let sent = route.metrics().frame_counter(
         Dialect::Ndjson,
         crate::error::Side::Client,
         crate::telemetry::metrics::Direction::Out,
     );
+    let (session, rx) = Session::new(route.clone(), ctx.grace_over.clone());
     let writer = tokio::spawn(write_lines(write, rx, sent));
-    let session = Session::new(route.clone(), tx.clone(), ctx.grace_over.clone());
     let codec = AnyDelimiterCodec::new_with_max_length(
         vec![b'\n'],
         vec![b'\n'],
@@ -202,7 +201,7 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
                 }
             }
             Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
-                line_too_long(&route, &tx).await;
+                line_too_long(&route, session.outbox()).await;
                 break End::Closing;
             }
             Some(Err(e)) => {
@@ -217,7 +216,6 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
         End::Eof | End::Shutdown => session.drain().await,
     }
     drop(session);
-    drop(tx);
     let mut writer = writer;
     if tokio::time::timeout(std::time::Duration::from_secs(2), &mut writer)
         .await
@@ -256,7 +254,7 @@ async fn on_line(session: &Session, line: &[u8]) -> Verdict {
     }
 }
 
-async fn line_too_long(route: &Route, tx: &mpsc::Sender<Outgoing>) {
+async fn line_too_long(route: &Route, outbox: &Outbox) {
     route.count_protocol_error("message_too_large");
     route.metrics().count_limit(
         &route.cfg.name,
@@ -269,15 +267,14 @@ async fn line_too_long(route: &Route, tx: &mpsc::Sender<Outgoing>) {
     );
     let reply = Message::error(Some(WireId::null()), errors::render(&err, Dialect::Ndjson));
     if let Ok(text) = render(&reply, Style::Line) {
-        // Closing anyway; a gone writer changes nothing.
-        let _ = tx.send(Outgoing::Text(text)).await;
+        outbox.send_frame(Outgoing::Text(text)).await;
     }
 }
 
 /// Writes queued lines until the outbox is dropped or a close is queued.
 async fn write_lines(
     write: OwnedWriteHalf,
-    mut rx: mpsc::Receiver<Outgoing>,
+    mut rx: OutboxReader,
     sent: crate::telemetry::metrics::FrameCounter,
 ) {
     let mut out = BufWriter::new(write);

@@ -17,7 +17,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures_util::StreamExt;
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
 use tracing::Instrument;
 
 mod frames;
@@ -206,43 +205,35 @@ async fn run(mut socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr)
     };
     let _open = super::OpenConnection::count(&route);
     let (sink, stream) = socket.split();
-    let (tx, rx) = mpsc::channel(route.cfg.outbox_capacity);
     let sent = route.metrics().frame_counter(
         route.cfg.dialect,
         crate::error::Side::Client,
         crate::telemetry::metrics::Direction::Out,
     );
+    let (session, rx) = Session::new(route.clone(), ctx.grace_over.clone());
+    let session = session.with_peer(peer);
     let mut writer = tokio::spawn(write_loop(sink, rx, sent));
-    let session = Session::new(route.clone(), tx.clone(), ctx.grace_over.clone()).with_peer(peer);
+    let tx = session.outbox().clone();
     if let Some(hello) = session.greeting() {
         // Sideband: both sides send their handshake at once.
-        let _ = tx.send(hello).await;
+        tx.send_frame(hello).await;
     }
-    let end = read_loop(stream, &session, &route, &tx, &ctx).await;
+    let end = read_loop(stream, &session, &route, &ctx).await;
     match end {
         End::Gone | End::Closing => session.abort().await,
         End::Shutdown => {
             session.drain().await;
             if route.cfg.dialect == Dialect::Sideband {
-                let _ = tx
-                    .send(Outgoing::Binary(
-                        crate::dialect::sideband::session::Sbp::close_frame("shutdown"),
-                    ))
-                    .await;
-            }
-            // The writer may already be gone with the client.
-            let _ = tx
-                .send(Outgoing::Close(CloseCode::GoingAway, "going away".into()))
+                tx.send_frame(Outgoing::Binary(
+                    crate::dialect::sideband::session::Sbp::close_frame("shutdown"),
+                ))
                 .await;
+            }
+            tx.close(CloseCode::GoingAway, "going away").await;
         }
         End::UpstreamLost => {
             session.drain().await;
-            // The writer may already be gone with the client.
-            let _ = tx
-                .send(Outgoing::Close(
-                    CloseCode::GoingAway,
-                    "upstream connection lost".into(),
-                ))
+            tx.close(CloseCode::GoingAway, "upstream connection lost")
                 .await;
         }
     }

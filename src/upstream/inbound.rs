@@ -329,11 +329,11 @@ impl Link {
     }
 
     /// An upstream notification: to the owning client, or (shared mode)
-    /// to the topic broker, which does not exist yet: counted and dropped.
+    /// published to the pub/sub broker.
     fn upstream_notification(&self, method: String, params: Option<Payload>) {
         match &self.owner {
             Some(owner) => owner.push_notification(&method, params),
-            None => self.shared.count_dropped("no_subscriber"),
+            None => self.shared.publish_notification(&method, params),
         }
     }
 

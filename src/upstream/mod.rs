@@ -27,6 +27,7 @@ mod batch;
 pub mod correlator;
 pub(crate) mod direct;
 mod encode;
+mod feed;
 mod health;
 mod heartbeat;
 mod inbound;
@@ -72,6 +73,7 @@ impl Upstream {
     pub fn start(
         cfg: UpstreamConfig,
         metrics: Metrics,
+        broker: Arc<crate::pubsub::Broker>,
         stopping: CancellationToken,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
@@ -83,7 +85,10 @@ impl Upstream {
                 .with_label_values(&[&cfg.name]),
         );
         let pending = Arc::new(Semaphore::new(cfg.max_pending.get()));
+        let published = metrics.events.published.with_label_values(&[&cfg.name]);
         let shared = Arc::new(UpstreamShared {
+            broker,
+            published,
             cfg,
             metrics,
             entries,
@@ -99,6 +104,9 @@ impl Upstream {
             UpstreamMode::Shared => shared.cfg.pool_size.get(),
             UpstreamMode::PerClient => 0,
         };
+        for f in &shared.cfg.publish.feeds {
+            tokio::spawn(feed::run(shared.clone(), f.clone(), shutdown.clone()));
+        }
         let slots = (0..pooled)
             .map(|slot| {
                 pool::spawn_slot(slot, shared.clone(), changed_tx.clone(), shutdown.clone())

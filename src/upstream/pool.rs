@@ -167,14 +167,14 @@ fn publish(
 
 /// Exponential backoff with +0–10 % jitter.
 #[derive(Debug)]
-struct Backoff {
+pub(super) struct Backoff {
     initial: Duration,
     max: Duration,
     current: Duration,
 }
 
 impl Backoff {
-    fn new(initial: Duration, max: Duration) -> Self {
+    pub(super) fn new(initial: Duration, max: Duration) -> Self {
         Backoff {
             initial,
             max,
@@ -182,7 +182,7 @@ impl Backoff {
         }
     }
 
-    fn next_delay(&mut self) -> Duration {
+    pub(super) fn next_delay(&mut self) -> Duration {
         let base = self.current;
         self.current = (self.current * 2).min(self.max);
         let jitter = rand::rng().random_range(0.0..0.1);
@@ -198,7 +198,7 @@ impl Backoff {
         self.next_delay()
     }
 
-    fn reset(&mut self) {
+    pub(super) fn reset(&mut self) {
         self.current = self.initial;
     }
 }

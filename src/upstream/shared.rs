@@ -1,11 +1,15 @@
 //! What an upstream's links share: its settings, its metrics handle and
 //! the counting helpers every link reports through.
 
-use prometheus::{Histogram, IntGauge};
+use std::sync::Arc;
+
+use prometheus::{Histogram, IntCounter, IntGauge};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::UpstreamConfig;
+use crate::envelope::{raw_from_string, Payload};
+use crate::pubsub::Broker;
 use crate::telemetry::metrics::{Metrics, UpstreamCall};
 
 /// Settings and metrics shared by an upstream's links.
@@ -24,6 +28,10 @@ pub(crate) struct UpstreamShared {
     pub(crate) writers: TaskTracker,
     /// Down since when, last connect error (pool supervisors write it).
     pub(super) health: super::health::LinkHealth,
+    /// Where notifications on shared connections and feed events go.
+    pub(crate) broker: Arc<Broker>,
+    /// `switchyard_events_published_total` of this upstream.
+    pub(super) published: IntCounter,
 }
 
 // === impl UpstreamShared ===
@@ -48,6 +56,29 @@ impl UpstreamShared {
             .unmatched_responses
             .with_label_values(&[self.cfg.dialect.as_str(), "upstream", kind])
             .inc();
+    }
+
+    /// Publishes `params` of the notification `method` under its topic
+    /// (`<upstream>.<method>` unless renamed), unless publishing is off.
+    pub(crate) fn publish_notification(&self, method: &str, params: Option<Payload>) {
+        if !self.cfg.publish.notifications {
+            self.count_dropped("no_subscriber");
+            return;
+        }
+        let topic = self.cfg.publish.topic_for(&self.cfg.name, method);
+        self.publish(&topic, params);
+    }
+
+    /// Publishes `data` (`null` when absent) under the concrete `topic`.
+    pub(crate) fn publish(&self, topic: &str, data: Option<Payload>) {
+        let data = data.unwrap_or_else(|| Payload::Json(raw_from_string(String::from("null"))));
+        match self.broker.publish(topic, &data) {
+            Ok(_) => self.published.inc(),
+            Err(e) => {
+                tracing::debug!(upstream = %self.cfg.name, topic, error = %e, "event not published");
+                self.count_dropped("invalid_topic");
+            }
+        }
     }
 
     pub(crate) fn count_dropped(&self, reason: &str) {

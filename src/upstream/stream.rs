@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 use tokio_util::codec::{FramedRead, LinesCodec};
 use tokio_util::sync::CancellationToken;
@@ -42,6 +43,39 @@ pub(super) async fn open(
     owner: Arc<dyn Owner>,
     gone: CancellationToken,
 ) -> Result<Message, GatewayError> {
+    let (reply, stream) = connect(&shared, method, params).await?;
+    if let Some(stream) = stream {
+        let relay = StreamRelay {
+            shared,
+            events: Events::Client {
+                method: method.to_owned(),
+                client_id: client_id.clone(),
+                owner,
+            },
+        };
+        tokio::spawn(async move {
+            if let Some(reason) = stream.relay(&relay, &gone).await {
+                relay.end(reason);
+            }
+        });
+    }
+    Ok(reply)
+}
+
+/// An open stream: its lines, and its write half, kept (never written
+/// to, never half-closed) until the stream is dropped.
+pub(super) struct Stream {
+    lines: FramedRead<OwnedReadHalf, LinesCodec>,
+    _write: OwnedWriteHalf,
+}
+
+/// Connects, writes the call and reads its answer: the reply, and the
+/// stream of events when the answer is a success.
+pub(super) async fn connect(
+    shared: &UpstreamShared,
+    method: &str,
+    params: Option<&Payload>,
+) -> Result<(Message, Option<Stream>), GatewayError> {
     let UpstreamTarget::Unix(path) = &shared.cfg.target else {
         return Err(GatewayError::no_route(method));
     };
@@ -96,55 +130,58 @@ pub(super) async fn open(
             "invalid first line from the stream",
         ));
     };
-    if let Message::Response { .. } = reply {
-        let sub = StreamRelay {
-            shared,
-            method: method.to_owned(),
-            client_id: client_id.clone(),
-            owner,
-        };
-        // `write` moves into the relay: the connection stays open (never
-        // half-closed) until the relay ends.
-        tokio::spawn(async move {
-            let reason = sub.relay(&mut lines, &gone).await;
-            if let Some(reason) = reason {
-                sub.end(reason);
-            }
-            drop(write);
-        });
-    }
-    Ok(reply)
+    let stream = matches!(reply, Message::Response { .. }).then(|| Stream {
+        lines,
+        _write: write,
+    });
+    Ok((reply, stream))
 }
 
-/// Relays one stream's events to its client.
-struct StreamRelay {
-    shared: Arc<UpstreamShared>,
-    method: String,
-    client_id: WireId,
-    owner: Arc<dyn Owner>,
+/// Where one stream's events go.
+pub(super) struct StreamRelay {
+    pub(super) shared: Arc<UpstreamShared>,
+    pub(super) events: Events,
 }
 
-impl StreamRelay {
+/// The receiver of a stream's events.
+pub(super) enum Events {
+    /// One client (per-stream mode): `<method>.event` notifications.
+    Client {
+        method: String,
+        client_id: WireId,
+        owner: Arc<dyn Owner>,
+    },
+    /// A feed: each event's result published under `topic`.
+    Feed { topic: String },
+}
+
+// === impl Stream ===
+
+impl Stream {
     /// Relays lines until the upstream ends (returns the reason) or the
-    /// client leaves (returns `None`).
-    async fn relay(
-        &self,
-        lines: &mut FramedRead<tokio::net::unix::OwnedReadHalf, LinesCodec>,
+    /// receiver goes away (returns `None`).
+    pub(super) async fn relay(
+        mut self,
+        to: &StreamRelay,
         gone: &CancellationToken,
     ) -> Option<String> {
         loop {
             let next = tokio::select! {
-                next = lines.next() => next,
+                next = self.lines.next() => next,
                 () = gone.cancelled() => return None,
             };
             match next {
-                Some(Ok(text)) => self.on_line(&text),
+                Some(Ok(text)) => to.on_line(&text),
                 Some(Err(e)) => return Some(format!("stream read failed: {e}")),
                 None => return Some(String::from("upstream closed the stream")),
             }
         }
     }
+}
 
+// === impl StreamRelay ===
+
+impl StreamRelay {
     fn on_line(&self, text: &str) {
         let Ok(Message::Response {
             id,
@@ -161,37 +198,56 @@ impl StreamRelay {
         if is_heartbeat(raw.get()) {
             return;
         }
+        let (method, client_id, owner) = match &self.events {
+            Events::Feed { topic } => {
+                self.shared.publish(topic, Some(Payload::Json(raw)));
+                return;
+            }
+            Events::Client {
+                method,
+                client_id,
+                owner,
+            } => (method, client_id, owner),
+        };
         let params = format!(
             r#"{{"subscription":{},"result":{}}}"#,
-            self.subscription(),
+            subscription(client_id),
             raw.get()
         );
         let params = Payload::Json(raw_from_string(params));
-        self.owner
-            .push_notification(&format!("{}.event", self.method), Some(params));
+        owner.push_notification(&format!("{method}.event"), Some(params));
     }
 
+    /// Tells the client its stream ended (a feed is reopened instead).
     fn end(&self, reason: String) {
+        let Events::Client {
+            method,
+            client_id,
+            owner,
+        } = &self.events
+        else {
+            return;
+        };
         let reason = serde_json::to_string(&reason).unwrap_or_else(|_| String::from("\"\""));
         let params = format!(
             r#"{{"subscription":{},"reason":{reason}}}"#,
-            self.subscription()
+            subscription(client_id)
         );
-        self.owner.push_notification(
-            &format!("{}.end", self.method),
+        owner.push_notification(
+            &format!("{method}.end"),
             Some(Payload::Json(raw_from_string(params))),
         );
     }
+}
 
-    /// The original request id: the raw token, or a `cid` as 32 hex chars.
-    fn subscription(&self) -> String {
-        match &self.client_id {
-            WireId::Json(raw) => raw.get().to_owned(),
-            WireId::Cid(cid) => format!(
-                "\"{}\"",
-                cid.iter().map(|b| format!("{b:02x}")).collect::<String>()
-            ),
-        }
+/// The original request id: the raw token, or a `cid` as 32 hex chars.
+fn subscription(client_id: &WireId) -> String {
+    match client_id {
+        WireId::Json(raw) => raw.get().to_owned(),
+        WireId::Cid(cid) => format!(
+            "\"{}\"",
+            cid.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        ),
     }
 }
 

@@ -209,6 +209,21 @@ async function main() {
       upstreamId: tr.dataset.upstreamId ?? null,
       answer: tr.querySelector('td.answer').textContent,
     })));
+    // Pub/sub: subscribe to the daemon's feed; its events arrive on the page.
+    await setInput(page, '#method', 'rpc.subscribe');
+    await setInput(page, '#params', '{"topic":"daemon.>"}');
+    await page.click('#send');
+    await page.waitForFunction(
+      () => Array.from(document.querySelectorAll('#client-log li'), (li) => li.textContent)
+        .some((t) => t.includes('"rpc.notification"') && t.includes('"daemon.events"')),
+      { timeout: STEP_MS },
+    );
+    summary.subscribed = await page.$$eval('#calls tr[data-dialect="jsonrpc"]', (rows) => rows
+      .filter((tr) => tr.cells[2].textContent === 'rpc.subscribe')
+      .map((tr) => ({ state: tr.dataset.state, answer: tr.querySelector('td.answer').textContent })));
+    summary.events = await page.$$eval('#client-log li', (lis) => lis
+      .map((li) => li.textContent)
+      .filter((t) => t.includes('"rpc.notification"')).length);
     // Counters show the traffic (polled every 2 s by the page).
     await page.waitForFunction(
       () => Number(document.querySelector('#counters tr[data-listener="sideband"] td.requests')?.textContent) >= 1,

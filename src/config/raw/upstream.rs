@@ -1,10 +1,13 @@
 //! `[upstreams.<name>]` as written, before validation, and the `hld`
 //! profile's defaults.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// `[upstreams.<name>]`: one backend switchyard forwards to.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+// Not `Eq`: feed params are any JSON value.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawUpstream {
     /// Upstream dialect: `"ndjson"` (Unix socket) or `"jsonrpc-ws"`,
@@ -76,12 +79,37 @@ pub struct RawUpstream {
     pub streaming_methods: Vec<String>,
     /// Readiness waits for this upstream to be connected. Default `false`.
     pub required: bool,
+    /// Publish the notifications this upstream sends on its shared
+    /// connections to the pub/sub broker, under `<upstream>.<method>`.
+    /// Default `true`.
+    pub publish_notifications: bool,
+    /// Topics for published notifications, by method, instead of
+    /// `<upstream>.<method>`. Default `{}`.
+    pub topics: BTreeMap<String, String>,
+    /// `[[upstreams.<name>.feeds]]`: streaming methods switchyard opens
+    /// itself, once, while a subscriber wants their topic. Default `[]`.
+    pub feeds: Vec<RawFeed>,
     /// `"none"` or `"hld"` (`ndjson` only). `hld` sets
     /// `notifications = "as-request"`, `ordered_replies = true`,
     /// `fill_empty_params = true`, `streaming_methods = ["Subscribe"]` and
     /// `max_request_bytes = 10485760` wherever those keys are left at their
     /// defaults. Default `"none"`.
     pub profile: String,
+}
+
+/// `[[upstreams.<name>.feeds]]`: one streaming feed.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFeed {
+    /// The streaming method to call (hld: `"Subscribe"`). Required.
+    pub method: String,
+    /// Its params, as written (a TOML table or value). Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<serde_json::Value>,
+    /// The topic its events are published under. Default
+    /// `"<upstream>.<method>"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
 }
 
 /// Request size the `hld` profile allows (hld's own line limit is 10 MiB).
@@ -144,6 +172,9 @@ impl Default for RawUpstream {
             streaming_methods: Vec::new(),
             required: false,
             profile: "none".to_owned(),
+            publish_notifications: true,
+            topics: BTreeMap::new(),
+            feeds: Vec::new(),
         }
     }
 }

@@ -335,7 +335,8 @@ async function pollUpstream() {
   } catch (e) {
     // The demo stopped, or a request failed: try again later.
   }
-  const waiting = state.calls.some((c) => !c.upstream || c.row.dataset.state === 'sent');
+  // rpc.* (pub/sub) is served by switchyard itself: never upstream.
+  const waiting = state.calls.some((c) => !c.method.startsWith('rpc.') && (!c.upstream || c.row.dataset.state === 'sent'));
   schedulePoll(waiting ? FAST_POLL_MS : SLOW_POLL_MS);
 }
 
@@ -367,6 +368,11 @@ async function init() {
     $('method').value = method;
     $('params').value = params;
     connect();
+  });
+  $('method').addEventListener('change', () => {
+    if (!$('method').value.startsWith('rpc.')) return;
+    $('params').value = '{"topic":"daemon.events"}';
+    hint('Pub/sub, served by switchyard itself: the daemon\'s Subscribe stream is opened once for every subscriber; its events arrive as rpc.notification (holon: s<N> requests, Sideband: N on event).');
   });
   $('send').addEventListener('click', () => send(false));
   $('batch').addEventListener('click', () => send(true));

@@ -49,6 +49,8 @@ impl Metrics {
             self.connections_accepted.with_label_values(&[name]);
             self.batch_size.with_label_values(&[name]);
             self.outbox_high_water.with_label_values(&[name]);
+            self.outbox_queued_bytes_max.with_label_values(&[name]);
+            self.events.init_listener(name);
             for reason in RejectReason::ALL {
                 let labels = [name, reason.as_str()];
                 self.connections_rejected.with_label_values(&labels);
@@ -71,6 +73,8 @@ impl Metrics {
             self.upstream_connections.with_label_values(&[name]);
             self.upstream_reconnects.with_label_values(&[name]);
             self.correlator_entries.with_label_values(&[name]);
+            self.events.published.with_label_values(&[name]);
+            self.events.feeds_open.with_label_values(&[name]);
             self.upstream_in_flight.with_label_values(&[name]);
             self.upstream_request_duration.with_label_values(&[name]);
             let mode = match u.mode {

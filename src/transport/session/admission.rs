@@ -1,9 +1,5 @@
 //! Admission of client messages: rate limits (a request over a limit is
-//! answered, a notification dropped, an abuser closed) and bounded delivery
-//! to the outbox (a client that stops reading is a slow consumer).
-
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+//! answered, a notification dropped, an abuser closed).
 
 use super::{Session, Verdict};
 use crate::close::CloseCode;
@@ -12,7 +8,6 @@ use crate::envelope::Message;
 use crate::error::{ErrorKind, GatewayError};
 use crate::limits::rate::{Limited, Verdict as RateVerdict};
 use crate::telemetry::metrics::Limit;
-use crate::transport::Outgoing;
 
 /// An item after the rate limits.
 pub(super) enum Checked {
@@ -48,11 +43,10 @@ impl Session {
         let metrics = self.route.metrics();
         metrics.count_limit(&self.route.cfg.name, limit_label(limited));
         if let RateVerdict::Abuse(_) = verdict {
-            // Closing anyway; a gone writer changes nothing.
-            let _ = self.outbox.try_send(Outgoing::Close(
-                CloseCode::PolicyViolation,
-                "rate limit exceeded".into(),
-            ));
+            // Closing anyway: a client that is not reading is cut off
+            // without the close frame.
+            self.outbox
+                .try_close(CloseCode::PolicyViolation, "rate limit exceeded");
             return Err(Verdict::Close(CloseCode::PolicyViolation));
         }
         match item {
@@ -63,29 +57,6 @@ impl Session {
             _ => {
                 self.route.count_dropped_client("rate_limited");
                 Ok(Checked::Dropped)
-            }
-        }
-    }
-}
-
-/// Queues `out`, waiting at most `patience` for room: a client whose
-/// outbox stays full that long is a slow consumer and `slow` fires.
-pub(super) async fn deliver(
-    outbox: &mpsc::Sender<Outgoing>,
-    out: Outgoing,
-    patience: std::time::Duration,
-    slow: &CancellationToken,
-    high_water: &prometheus::IntGauge,
-) {
-    use tokio::sync::mpsc::error::SendTimeoutError;
-    match outbox.send_timeout(out, patience).await {
-        Err(SendTimeoutError::Timeout(_)) => slow.cancel(),
-        Err(SendTimeoutError::Closed(_)) => {}
-        Ok(()) => {
-            let queued = outbox.max_capacity() - outbox.capacity();
-            let queued = i64::try_from(queued).unwrap_or(i64::MAX);
-            if queued > high_water.get() {
-                high_water.set(queued);
             }
         }
     }

@@ -4,15 +4,11 @@
 //! item by item (each request takes a permit, or is answered busy) and runs
 //! in one task that answers it as one reply.
 
-use std::time::Duration;
-
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::super::codec::OutCodec;
-use super::super::Outgoing;
-use super::admission::{deliver, Checked};
+use super::admission::Checked;
 use super::in_place::NotPlaced;
 use super::{Session, Verdict};
 use crate::dialect::{Dialect, Item};
@@ -92,16 +88,16 @@ impl Session {
 
     /// Runs one item in a task of its own (the waiting path).
     fn spawn(&self, item: Item, permit: Option<OwnedSemaphorePermit>) -> Verdict {
-        let (route, client, answer) = (self.route.clone(), self.client.clone(), self.answer());
+        let (route, client, outbox) =
+            (self.route.clone(), self.client.clone(), self.outbox.clone());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
         let task = async move {
             let Some(reply) = settle(&route, item, &client, &gone, &grace_over).await else {
                 return;
             };
+            // The in-flight slot is freed once the reply is queued.
+            outbox.send(&reply).await;
             drop(permit);
-            if let Some(out) = answer.codec.encode(&reply) {
-                answer.send(out).await;
-            }
         };
         self.tasks.spawn(task.instrument(self.parent.clone()));
         Verdict::Continue
@@ -141,7 +137,8 @@ impl Session {
                 _ => item,
             })
             .collect();
-        let (route, client, answer) = (self.route.clone(), self.client.clone(), self.answer());
+        let (route, client, outbox) =
+            (self.route.clone(), self.client.clone(), self.outbox.clone());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
         let span = tracing::info_span!(parent: &self.parent, "rpc.batch", otel.kind = "server", rpc.batch.size = request_ids.len());
         let task = async move {
@@ -153,59 +150,19 @@ impl Session {
                     request_ids.into_iter().map(|id| route.error_reply(id, &err)).collect()
                 }
             };
+            if !replies.is_empty() {
+                outbox.send_batch(&replies).await;
+            }
+            // The in-flight slots are freed once the reply is queued.
             drop(permits);
-            if replies.is_empty() {
-                return;
-            }
-            if let Some(out) = answer.codec.encode_batch(&replies) {
-                answer.send(out).await;
-            }
         };
         self.tasks.spawn(task.instrument(span));
         Verdict::Continue
     }
 
-    /// What a task needs to put its reply in this client's outbox.
-    fn answer(&self) -> Answer {
-        Answer {
-            codec: self.codec.clone(),
-            outbox: self.outbox.clone(),
-            patience: self.route.cfg.protection.slow_consumer_timeout,
-            slow: self.slow.clone(),
-            high_water: self.high_water.clone(),
-        }
-    }
-
     /// An in-flight permit, if the connection has one free.
     fn permit(&self) -> Option<OwnedSemaphorePermit> {
         self.in_flight.clone().try_acquire_owned().ok()
-    }
-}
-
-/// The way back to the client, for a request running in its own task.
-struct Answer {
-    codec: OutCodec,
-    outbox: mpsc::Sender<Outgoing>,
-    /// How long a full outbox may block before the client is slow.
-    patience: Duration,
-    slow: CancellationToken,
-    high_water: prometheus::IntGauge,
-}
-
-// === impl Answer ===
-
-impl Answer {
-    /// Queues an encoded reply. A closed outbox means the client left
-    /// while the request ran: the reply is dropped.
-    async fn send(&self, out: Outgoing) {
-        deliver(
-            &self.outbox,
-            out,
-            self.patience,
-            &self.slow,
-            &self.high_water,
-        )
-        .await;
     }
 }
 

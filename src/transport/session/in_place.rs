@@ -13,20 +13,15 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
-use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio::sync::OwnedSemaphorePermit;
-use tokio_util::sync::CancellationToken;
 
-use super::admission::deliver;
 use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
+use crate::outbox::Outbox;
 use crate::router::{record_outcome, Route};
-use crate::transport::codec::OutCodec;
-use crate::transport::Outgoing;
 use crate::upstream::direct::Slots;
 use crate::upstream::link::{Completion, Link, ReplyResult};
 use crate::upstream::Upstream;
@@ -34,12 +29,7 @@ use crate::upstream::Upstream;
 /// Where a session's in-place replies go, and the calls still out.
 #[derive(Debug)]
 pub(crate) struct InPlace {
-    outbox: mpsc::Sender<Outgoing>,
-    codec: OutCodec,
-    /// Patience with a full outbox before the client is a slow consumer.
-    slow_after: Duration,
-    slow: CancellationToken,
-    high_water: prometheus::IntGauge,
+    outbox: Outbox,
     next: AtomicU64,
     /// Calls out, by token: the link and gateway id once written.
     calls: Mutex<HashMap<u64, Option<Written>>>,
@@ -77,20 +67,10 @@ struct Call {
 // === impl InPlace ===
 
 impl InPlace {
-    /// Replies go to `outbox`, rendered by `codec`.
-    pub(crate) fn new(
-        outbox: mpsc::Sender<Outgoing>,
-        codec: OutCodec,
-        slow_after: Duration,
-        slow: CancellationToken,
-        high_water: prometheus::IntGauge,
-    ) -> Arc<Self> {
+    /// Replies go to `outbox`.
+    pub(crate) fn new(outbox: Outbox) -> Arc<Self> {
         Arc::new(InPlace {
             outbox,
-            codec,
-            slow_after,
-            slow,
-            high_water,
             next: AtomicU64::new(0),
             calls: Mutex::new(HashMap::default()),
         })
@@ -183,33 +163,11 @@ impl InPlace {
         }
     }
 
-    /// Queues a rendered reply without waiting; a full outbox hands it to
-    /// a task that waits for room, up to the slow-consumer timeout (after
-    /// which the client is closed). The request's in-flight slot is freed
-    /// first, as on the waiting path. Returns false when the client is gone.
-    fn deliver(self: &Arc<Self>, msg: &Message, permit: OwnedSemaphorePermit) -> bool {
-        drop(permit);
-        let Some(out) = self.codec.encode(msg) else {
-            return true;
-        };
-        match self.outbox.try_send(out) {
-            Ok(()) => {
-                let queued = self.outbox.max_capacity() - self.outbox.capacity();
-                let queued = i64::try_from(queued).unwrap_or(i64::MAX);
-                if queued > self.high_water.get() {
-                    self.high_water.set(queued);
-                }
-                true
-            }
-            Err(TrySendError::Full(out)) => {
-                let to = self.clone();
-                tokio::spawn(async move {
-                    deliver(&to.outbox, out, to.slow_after, &to.slow, &to.high_water).await;
-                });
-                true
-            }
-            Err(TrySendError::Closed(_)) => false,
-        }
+    /// Queues a settled reply without waiting (see `Outbox::settle`); the
+    /// request's in-flight slot is freed once the reply is queued, as on
+    /// the waiting path. Returns false when the client is gone.
+    fn deliver(&self, msg: &Message, permit: OwnedSemaphorePermit) -> bool {
+        self.outbox.settle(msg, permit)
     }
 }
 

@@ -12,9 +12,11 @@
 //! until the grace period ends; what is left is answered with
 //! `unavailable`.
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, Semaphore};
+use parking_lot::Mutex;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -22,32 +24,25 @@ mod admission;
 mod dispatch;
 mod in_place;
 
-use admission::deliver;
 use in_place::InPlace;
 
-use std::net::{IpAddr, Ipv4Addr};
-
 use crate::close::CloseCode;
-use crate::error::Side;
-use crate::limits::rate::ConnectionRate;
-use crate::telemetry::metrics::Direction;
-
-use super::Outgoing;
-use parking_lot::Mutex;
-
-use super::codec::{Form, OutCodec};
 use crate::dialect::render::Style;
 use crate::dialect::sideband::session::{Sbp, SbpEvent};
 use crate::dialect::{holon, jsonrpc, Dialect, Inbound, Item};
 use crate::envelope::Message;
+use crate::error::Side;
+use crate::limits::rate::ConnectionRate;
+use crate::outbox::{Form, Gauges, OutCodec, Outbox, OutboxReader, Outgoing};
 use crate::router::{ClientLinks, Pusher, Route};
+use crate::telemetry::metrics::Direction;
 
 /// Request handling state of one client connection.
 #[derive(Debug)]
 pub struct Session {
     route: Arc<Route>,
-    codec: OutCodec,
-    outbox: mpsc::Sender<Outgoing>,
+    /// The only way anything is written to the client.
+    outbox: Outbox,
     /// Requests in flight for this client (`max_in_flight`).
     in_flight: Arc<Semaphore>,
     tasks: TaskTracker,
@@ -62,10 +57,6 @@ pub struct Session {
     parent: tracing::Span,
     /// This connection's rate limits (`None` when none is configured).
     rate: Option<Mutex<ConnectionRate>>,
-    /// Cancelled when the client's outbox stayed full too long.
-    slow: CancellationToken,
-    /// The listener's outbox high-water mark.
-    high_water: prometheus::IntGauge,
     /// Requests settled in place (the fast path) and where they reply.
     in_place: Arc<InPlace>,
 }
@@ -82,12 +73,9 @@ pub enum Verdict {
 // === impl Session ===
 
 impl Session {
-    /// A session replying through `outbox`.
-    pub fn new(
-        route: Arc<Route>,
-        outbox: mpsc::Sender<Outgoing>,
-        grace_over: CancellationToken,
-    ) -> Self {
+    /// A session for one client of `route`'s listener, and the reader of
+    /// its outbox (for the connection's writer).
+    pub fn new(route: Arc<Route>, grace_over: CancellationToken) -> (Self, OutboxReader) {
         let d = route.cfg.dialect;
         let form = match d {
             Dialect::Ndjson => Form::Text(d, Style::Line),
@@ -100,30 +88,28 @@ impl Session {
                 ),
             ))),
         };
-        let codec = OutCodec::new(form, route.metrics().clone());
-        let high_water = route
-            .metrics()
-            .outbox_high_water
-            .with_label_values(&[route.cfg.name.as_str()]);
+        let metrics = route.metrics();
+        let name = [route.cfg.name.as_str()];
+        let gauges = Gauges {
+            messages: metrics.outbox_high_water.with_label_values(&name),
+            bytes: metrics.outbox_queued_bytes_max.with_label_values(&name),
+        };
+        let (outbox, reader) = Outbox::channel(
+            route.cfg.outbox_capacity,
+            OutCodec::new(form, metrics.clone()),
+            route.cfg.protection.slow_consumer_timeout,
+            gauges,
+        );
         let pusher = Pusher::new(
-            codec.clone(),
             outbox.clone(),
             route.cfg.max_unanswered_pushes,
             route.cfg.request_timeout,
-            route.metrics().clone(),
+            metrics.clone(),
         );
-        let slow = CancellationToken::new();
-        let in_place = InPlace::new(
-            outbox.clone(),
-            codec.clone(),
-            route.cfg.protection.slow_consumer_timeout,
-            slow.clone(),
-            high_water.clone(),
-        );
-        Session {
+        let session = Session {
             in_flight: Arc::new(Semaphore::new(route.cfg.max_in_flight)),
+            in_place: InPlace::new(outbox.clone()),
             route,
-            codec,
             outbox,
             tasks: TaskTracker::new(),
             gone: CancellationToken::new(),
@@ -131,11 +117,14 @@ impl Session {
             client: Arc::new(ClientLinks::new(pusher)),
             parent: tracing::Span::current(),
             rate: None,
-            slow,
-            high_water,
-            in_place,
         }
-        .with_peer(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+        .with_peer(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        (session, reader)
+    }
+
+    /// The client's outbox.
+    pub fn outbox(&self) -> &Outbox {
+        &self.outbox
     }
 
     /// Keys the per-IP rate limit on the client's address.
@@ -160,8 +149,7 @@ impl Session {
                 self.route.count_protocol_error("fatal_message");
                 // holon-rpc's only fatal close is 1002 (protocol error).
                 let code = CloseCode::from_u16(code).unwrap_or(CloseCode::ProtocolError);
-                // The writer is gone only when the connection is closing.
-                let _ = self.outbox.send(Outgoing::Close(code, reason.into())).await;
+                self.outbox.close(code, reason).await;
                 return Verdict::Close(code);
             }
             Inbound::Single(item) => return self.single(item).await,
@@ -191,22 +179,12 @@ impl Session {
 
     /// Queues a reply rendered by the session's codec.
     pub async fn send(&self, msg: &Message) {
-        if let Some(out) = self.codec.encode(msg) {
-            // The writer is gone only when the connection is closing.
-            deliver(
-                &self.outbox,
-                out,
-                self.route.cfg.protection.slow_consumer_timeout,
-                &self.slow,
-                &self.high_water,
-            )
-            .await;
-        }
+        self.outbox.send(msg).await;
     }
 
     /// The frames to send when the connection opens (Sideband handshake).
     pub fn greeting(&self) -> Option<Outgoing> {
-        match &self.codec.form {
+        match &self.outbox.codec().form {
             Form::Sideband(sbp) => Some(Outgoing::Binary(sbp.lock().hello())),
             Form::Text(..) => None,
         }
@@ -214,12 +192,12 @@ impl Session {
 
     /// True while a Sideband peer has not sent its handshake.
     pub fn negotiating(&self) -> bool {
-        matches!(&self.codec.form, Form::Sideband(sbp) if !sbp.lock().ready())
+        matches!(&self.outbox.codec().form, Form::Sideband(sbp) if !sbp.lock().ready())
     }
 
     /// Handles one inbound binary frame (Sideband).
     pub async fn on_binary(&self, bytes: &[u8]) -> Verdict {
-        let Form::Sideband(sbp) = &self.codec.form else {
+        let Form::Sideband(sbp) = &self.outbox.codec().form else {
             return Verdict::Close(CloseCode::Unsupported);
         };
         let metrics = self.route.metrics();
@@ -235,8 +213,7 @@ impl Session {
             | SbpEvent::InvalidEnvelope {
                 reply: Some(frame), ..
             } => {
-                // The writer is gone only when the connection is closing.
-                let _ = self.outbox.send(Outgoing::Binary(frame)).await;
+                self.outbox.send_frame(Outgoing::Binary(frame)).await;
             }
             SbpEvent::InvalidEnvelope { reply: None, .. } => {}
             SbpEvent::Rpc(msg) => return self.single(Item::Valid(msg)).await,
@@ -251,9 +228,9 @@ impl Session {
             } => {
                 self.route.count_protocol_error("fatal_frame");
                 if let Some(frame) = frame {
-                    let _ = self.outbox.send(Outgoing::Binary(frame)).await;
+                    self.outbox.send_frame(Outgoing::Binary(frame)).await;
                 }
-                let _ = self.outbox.send(Outgoing::Close(code, reason)).await;
+                self.outbox.close(code, reason).await;
                 return Verdict::Close(code);
             }
         }
@@ -263,7 +240,7 @@ impl Session {
     /// Fires when the client's outbox stayed full for the slow-consumer
     /// timeout: the transport closes it (1008).
     pub fn slow_consumer(&self) -> CancellationToken {
-        self.slow.clone()
+        self.outbox.slow().clone()
     }
 
     /// Fires when a dedicated upstream link dropped: close the client.

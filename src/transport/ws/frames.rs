@@ -7,17 +7,17 @@ use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket};
 use futures_util::{SinkExt, StreamExt};
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::super::session::{Session, Verdict};
-use super::super::{Outgoing, Serve};
+use super::super::Serve;
 use crate::close::CloseCode;
 use crate::dialect::errors;
 use crate::dialect::render::{render, Style};
 use crate::dialect::Dialect;
 use crate::envelope::{Message, WireId};
 use crate::error::{ErrorKind, GatewayError};
+use crate::outbox::{Outbox, OutboxReader, Outgoing};
 use crate::router::Route;
 use crate::telemetry::metrics::FrameCounter;
 
@@ -58,10 +58,10 @@ pub(super) async fn read_loop(
     mut stream: futures_util::stream::SplitStream<WebSocket>,
     session: &Session,
     route: &Route,
-    tx: &mpsc::Sender<Outgoing>,
     ctx: &Serve,
 ) -> End {
     let cfg = &route.cfg;
+    let tx = session.outbox();
     let limits = [
         cfg.protection.idle_timeout,
         cfg.protection.max_connection_lifetime,
@@ -91,7 +91,7 @@ pub(super) async fn read_loop(
                 route.count_protocol_error("slow_consumer");
                 route.metrics().count_limit(&cfg.name, crate::telemetry::metrics::Limit::SlowConsumer);
                 // The outbox is full: the close frame may not fit; the socket goes anyway.
-                let _ = tx.try_send(Outgoing::Close(CloseCode::PolicyViolation, "slow consumer".into()));
+                tx.try_close(CloseCode::PolicyViolation, "slow consumer");
                 return End::Gone;
             }
             _ = tick.tick() => {
@@ -102,11 +102,11 @@ pub(super) async fn read_loop(
                     ping_sent = None;
                 }
                 if let Some(reason) = expired(&cfg.protection, opened, last_rx) {
-                    let _ = tx.send(Outgoing::Close(CloseCode::GoingAway, reason.into())).await;
+                    tx.close(CloseCode::GoingAway, reason).await;
                     return End::Closing;
                 }
                 if session.negotiating() && opened.elapsed() >= SIDEBAND_HANDSHAKE_TIMEOUT {
-                    let _ = tx.send(Outgoing::Close(CloseCode::Normal, "negotiation_failed".into())).await;
+                    tx.close(CloseCode::Normal, "negotiation_failed").await;
                     return End::Closing;
                 }
                 if ping_sent.is_some_and(|t| t.elapsed() >= cfg.pong_timeout) {
@@ -114,8 +114,7 @@ pub(super) async fn read_loop(
                     return End::Gone;
                 }
                 if ping_sent.is_none() && last_rx.elapsed() >= cfg.ping_interval {
-                    // A full outbox already shows the peer is slow; skip this ping.
-                    let _ = tx.try_send(Outgoing::Ping);
+                    tx.try_ping();
                     ping_sent = Some(Instant::now());
                 }
                 continue;
@@ -126,11 +125,7 @@ pub(super) async fn read_loop(
         match frame {
             Some(Ok(WsMessage::Text(_))) if cfg.dialect == Dialect::Sideband => {
                 route.count_protocol_error("text_frame");
-                let _ = tx
-                    .send(Outgoing::Close(
-                        CloseCode::Unsupported,
-                        "Text frames not supported".into(),
-                    ))
+                tx.close(CloseCode::Unsupported, "Text frames not supported")
                     .await;
                 return End::Closing;
             }
@@ -154,11 +149,7 @@ pub(super) async fn read_loop(
             }
             Some(Ok(WsMessage::Binary(_))) => {
                 route.count_protocol_error("binary_frame");
-                let _ = tx
-                    .send(Outgoing::Close(
-                        CloseCode::Unsupported,
-                        "binary frames are not supported".into(),
-                    ))
+                tx.close(CloseCode::Unsupported, "binary frames are not supported")
                     .await;
                 return End::Closing;
             }
@@ -171,9 +162,10 @@ pub(super) async fn read_loop(
                 // the echo of the client's close; the writer flushes it. A
                 // full outbox (a client that closes without reading) is
                 // not waited for.
-                return match tx.try_send(Outgoing::Close(CloseCode::Normal, "".into())) {
-                    Ok(()) => End::Closing,
-                    Err(_) => End::Gone,
+                return if tx.try_close(CloseCode::Normal, "") {
+                    End::Closing
+                } else {
+                    End::Gone
                 };
             }
             None => return End::Gone,
@@ -192,7 +184,7 @@ pub(super) async fn read_loop(
 }
 
 /// The dialect's answer to an oversize message, then close 1009.
-async fn too_large(route: &Route, tx: &mpsc::Sender<Outgoing>) {
+async fn too_large(route: &Route, tx: &Outbox) {
     route.count_protocol_error("message_too_large");
     route.metrics().count_limit(
         &route.cfg.name,
@@ -209,8 +201,7 @@ async fn too_large(route: &Route, tx: &mpsc::Sender<Outgoing>) {
             errors::render(&err, route.cfg.dialect),
         );
         if let Ok(text) = render(&reply, Style::Frame) {
-            // Closing anyway; a gone writer changes nothing.
-            let _ = tx.send(Outgoing::Text(text)).await;
+            tx.send_frame(Outgoing::Text(text)).await;
         }
     }
     let reason = if route.cfg.dialect == Dialect::Sideband {
@@ -218,9 +209,7 @@ async fn too_large(route: &Route, tx: &mpsc::Sender<Outgoing>) {
     } else {
         "message too large"
     };
-    let _ = tx
-        .send(Outgoing::Close(CloseCode::TooBig, reason.into()))
-        .await;
+    tx.close(CloseCode::TooBig, reason).await;
 }
 
 /// True when the library refused a message above even its (larger) limit:
@@ -236,7 +225,7 @@ fn library_too_large(e: &axum::Error) -> bool {
 /// is dropped.
 pub(super) async fn write_loop(
     mut sink: futures_util::stream::SplitSink<WebSocket, WsMessage>,
-    mut rx: mpsc::Receiver<Outgoing>,
+    mut rx: OutboxReader,
     sent: FrameCounter,
 ) {
     while let Some(out) = rx.recv().await {

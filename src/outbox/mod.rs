@@ -1,0 +1,337 @@
+//! The one way anything is written to a client: its [`Outbox`].
+//!
+//! Replies (single, batch, settled in place), switchyard's pushes to the
+//! client and pub/sub events all go through the connection's `Outbox`,
+//! which owns the bounded queue the connection's writer drains, the
+//! client's [`OutCodec`], the high-water gauges and the slow-consumer
+//! policy:
+//!
+//! - a **reply** waits for room ([`Outbox::send`]) at most the
+//!   slow-consumer timeout; the reply the client asked for is never
+//!   dropped while the client reads;
+//! - a **push or event** never waits ([`Outbox::offer`]): a full queue
+//!   drops it, and the caller counts the drop;
+//! - either way, a queue that stays full for the slow-consumer timeout
+//!   fires [`Outbox::slow`]: the transport closes the client (1008).
+//!
+//! Bound: the queue holds at most `outbox_capacity` messages, each at most
+//! the listener's `max_message_bytes` once rendered (upstream replies are
+//! limited to `max_response_bytes` when read), and the client's requests in
+//! flight hold at most one reply each while they wait for room. So one
+//! client makes switchyard hold at most
+//! `(outbox_capacity + max_in_flight) × max_message_bytes` of replies and
+//! events; `switchyard_outbox_queued_bytes_max` shows the most bytes ever
+//! queued (or waiting to be) for one connection, per listener.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc::{self, error::SendTimeoutError, error::TrySendError};
+use tokio_util::sync::CancellationToken;
+
+use crate::close::CloseCode;
+use crate::envelope::Message;
+
+pub(crate) mod codec;
+
+pub(crate) use codec::{Form, OutCodec};
+
+/// What the writer of a connection sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outgoing {
+    /// One text frame / NDJSON line.
+    Text(String),
+    /// One binary frame (Sideband).
+    Binary(Vec<u8>),
+    /// A WebSocket ping (liveness check).
+    Ping,
+    /// Close the connection with this code and reason.
+    Close(CloseCode, std::borrow::Cow<'static, str>),
+}
+
+// === impl Outgoing ===
+
+impl Outgoing {
+    /// Bytes of payload it holds.
+    fn size(&self) -> i64 {
+        let size = match self {
+            Outgoing::Text(t) => t.len(),
+            Outgoing::Binary(b) => b.len(),
+            Outgoing::Ping | Outgoing::Close(..) => 0,
+        };
+        i64::try_from(size).unwrap_or(i64::MAX)
+    }
+}
+
+/// A client connection's outbox: cheap to clone, shared by everything that
+/// writes to the client.
+#[derive(Debug, Clone)]
+pub struct Outbox {
+    inner: Arc<Inner>,
+}
+
+/// The writer's end: what it takes out stops counting as queued.
+#[derive(Debug)]
+pub struct OutboxReader {
+    rx: mpsc::Receiver<Outgoing>,
+    inner: Arc<Inner>,
+}
+
+/// Gauges an outbox keeps current (per listener).
+#[derive(Debug, Clone)]
+pub struct Gauges {
+    /// Most messages ever queued in one outbox.
+    pub messages: prometheus::IntGauge,
+    /// Most bytes ever queued (or waiting for room) in one outbox.
+    pub bytes: prometheus::IntGauge,
+}
+
+#[derive(Debug)]
+struct Inner {
+    tx: mpsc::Sender<Outgoing>,
+    codec: OutCodec,
+    /// How long the queue may stay full before the client is slow.
+    patience: Duration,
+    /// Fired when the queue stayed full for `patience`.
+    slow: CancellationToken,
+    gauges: Gauges,
+    /// Bytes queued, or waiting for room, right now.
+    bytes: AtomicI64,
+    /// A watch on a full queue is running (started by a dropped offer).
+    watching: AtomicBool,
+}
+
+/// What became of an offered push or event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offer {
+    /// Queued.
+    Queued,
+    /// The queue is full: dropped.
+    Full,
+    /// The client is gone.
+    Closed,
+    /// The dialect cannot carry it: dropped.
+    Untranslatable,
+}
+
+// === impl Outbox ===
+
+impl Outbox {
+    /// An outbox of `capacity` messages rendered by `codec`; a queue that
+    /// stays full for `patience` makes the client a slow consumer.
+    pub(crate) fn channel(
+        capacity: usize,
+        codec: OutCodec,
+        patience: Duration,
+        gauges: Gauges,
+    ) -> (Outbox, OutboxReader) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let inner = Arc::new(Inner {
+            tx,
+            codec,
+            patience,
+            slow: CancellationToken::new(),
+            gauges,
+            bytes: AtomicI64::new(0),
+            watching: AtomicBool::new(false),
+        });
+        let reader = OutboxReader {
+            rx,
+            inner: inner.clone(),
+        };
+        (Outbox { inner }, reader)
+    }
+
+    /// The client's codec.
+    pub(crate) fn codec(&self) -> &OutCodec {
+        &self.inner.codec
+    }
+
+    /// Fires when the client stopped reading for the slow-consumer timeout.
+    pub fn slow(&self) -> &CancellationToken {
+        &self.inner.slow
+    }
+
+    /// Queues a reply, waiting for room at most the slow-consumer timeout
+    /// (then the client is slow and the reply is dropped with it). A gone
+    /// client drops it too.
+    pub async fn send(&self, msg: &Message) {
+        if let Some(out) = self.inner.codec.encode(msg) {
+            self.send_frame(out).await;
+        }
+    }
+
+    /// Queues a batch reply, as [`send`](Self::send).
+    pub async fn send_batch(&self, msgs: &[Message]) {
+        if let Some(out) = self.inner.codec.encode_batch(msgs) {
+            self.send_frame(out).await;
+        }
+    }
+
+    /// Queues a reply from code that cannot wait (a reply settled by an
+    /// upstream link's reader): at once when there is room, else by a task
+    /// that waits as [`send`](Self::send) does. `slot` (the request's
+    /// in-flight slot) is released once the reply is queued, so a client
+    /// cannot make replies pile up beyond its in-flight cap. False when the
+    /// client is gone.
+    pub(crate) fn settle<S: Send + 'static>(&self, msg: &Message, slot: S) -> bool {
+        let Some(out) = self.inner.codec.encode(msg) else {
+            return true;
+        };
+        let size = self.inner.hold(&out);
+        match self.inner.tx.try_send(out) {
+            Ok(()) => {
+                self.inner.queued();
+                true
+            }
+            Err(TrySendError::Full(out)) => {
+                let this = self.clone();
+                tokio::spawn(async move {
+                    this.wait_for_room(out, size).await;
+                    drop(slot);
+                });
+                true
+            }
+            Err(TrySendError::Closed(_)) => {
+                self.inner.release(size);
+                false
+            }
+        }
+    }
+
+    /// Offers a push or an event: queued if there is room, else dropped
+    /// (the caller counts it) and the queue watched for the slow-consumer
+    /// timeout.
+    pub fn offer(&self, msg: &Message) -> Offer {
+        match self.inner.codec.encode(msg) {
+            Some(out) => self.offer_frame(out),
+            None => Offer::Untranslatable,
+        }
+    }
+
+    /// [`offer`](Self::offer) for a frame rendered already (an event
+    /// rendered once for many subscribers).
+    pub fn offer_frame(&self, out: Outgoing) -> Offer {
+        let size = self.inner.hold(&out);
+        match self.inner.tx.try_send(out) {
+            Ok(()) => {
+                self.inner.queued();
+                Offer::Queued
+            }
+            Err(TrySendError::Full(_)) => {
+                self.inner.release(size);
+                self.watch_full();
+                Offer::Full
+            }
+            Err(TrySendError::Closed(_)) => {
+                self.inner.release(size);
+                Offer::Closed
+            }
+        }
+    }
+
+    /// Queues a frame as a reply is queued (handshakes, control frames).
+    pub async fn send_frame(&self, out: Outgoing) {
+        let size = self.inner.hold(&out);
+        self.wait_for_room(out, size).await;
+    }
+
+    /// Queues the close frame; the writer sends it last and stops. Waits
+    /// for room like a reply.
+    pub async fn close(&self, code: CloseCode, reason: impl Into<std::borrow::Cow<'static, str>>) {
+        self.send_frame(Outgoing::Close(code, reason.into())).await;
+    }
+
+    /// Queues the close frame only if there is room now (a client that is
+    /// not reading is cut off without it). True when queued.
+    pub fn try_close(
+        &self,
+        code: CloseCode,
+        reason: impl Into<std::borrow::Cow<'static, str>>,
+    ) -> bool {
+        self.inner
+            .tx
+            .try_send(Outgoing::Close(code, reason.into()))
+            .is_ok()
+    }
+
+    /// Queues a WebSocket ping unless the queue is full (a full queue
+    /// shows the peer is slow already).
+    pub(crate) fn try_ping(&self) {
+        // Dropped when full or closed: see above.
+        let _ = self.inner.tx.try_send(Outgoing::Ping);
+    }
+
+    async fn wait_for_room(&self, out: Outgoing, size: i64) {
+        match self.inner.tx.send_timeout(out, self.inner.patience).await {
+            Ok(()) => self.inner.queued(),
+            Err(SendTimeoutError::Timeout(_)) => {
+                self.inner.release(size);
+                self.inner.slow.cancel();
+            }
+            Err(SendTimeoutError::Closed(_)) => self.inner.release(size),
+        }
+    }
+
+    /// After a dropped offer: if the queue gets no room within the
+    /// slow-consumer timeout, the client is slow. One watch at a time.
+    fn watch_full(&self) {
+        if self.inner.watching.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            match tokio::time::timeout(inner.patience, inner.tx.reserve()).await {
+                // Room again: the slot goes straight back.
+                Ok(Ok(permit)) => drop(permit),
+                Ok(Err(_)) => {}
+                Err(_) => inner.slow.cancel(),
+            }
+            inner.watching.store(false, Ordering::Release);
+        });
+    }
+}
+
+// === impl Inner ===
+
+impl Inner {
+    /// Counts `out` as held; returns its size.
+    fn hold(&self, out: &Outgoing) -> i64 {
+        let size = out.size();
+        let now = self.bytes.fetch_add(size, Ordering::AcqRel) + size;
+        if now > self.gauges.bytes.get() {
+            self.gauges.bytes.set(now);
+        }
+        size
+    }
+
+    fn release(&self, size: i64) {
+        self.bytes.fetch_sub(size, Ordering::AcqRel);
+    }
+
+    /// Updates the message high-water mark after a message was queued.
+    fn queued(&self) {
+        let queued = self.tx.max_capacity() - self.tx.capacity();
+        let queued = i64::try_from(queued).unwrap_or(i64::MAX);
+        if queued > self.gauges.messages.get() {
+            self.gauges.messages.set(queued);
+        }
+    }
+}
+
+// === impl OutboxReader ===
+
+impl OutboxReader {
+    /// The next frame to write; `None` once every [`Outbox`] is dropped.
+    pub async fn recv(&mut self) -> Option<Outgoing> {
+        let out = self.rx.recv().await?;
+        self.inner.release(out.size());
+        Some(out)
+    }
+
+    /// True when nothing is queued (time to flush).
+    pub fn is_empty(&self) -> bool {
+        self.rx.is_empty()
+    }
+}
