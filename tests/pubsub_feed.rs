@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::clients::{Ended, Speak, TestClient};
-use common::scrape::{scrape, value, value_like, wait_value};
+use common::scrape::{scrape, value, wait_above, wait_value};
 use common::{eventually, Ws};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
@@ -59,13 +59,14 @@ impl Feed {
             .await
             .expect("daemon");
         let mut toml = String::from("[admin]\naddress = \"127.0.0.1:0\"\n");
+        // Listeners on port 0 share one server, so each needs its own path.
         for (name, dialect) in [
             ("public", "jsonrpc-ws"),
             ("holon", "holon-rpc"),
             ("sb", "sideband"),
         ] {
             toml.push_str(&format!(
-                "\n[listeners.{name}]\ndialect = \"{dialect}\"\naddress = \"127.0.0.1:0\"\npath = \"/rpc\"\n{listener_extra}\n"
+                "\n[listeners.{name}]\ndialect = \"{dialect}\"\naddress = \"127.0.0.1:0\"\npath = \"/{name}\"\n{listener_extra}\n"
             ));
         }
         toml.push_str(&format!(
@@ -285,6 +286,11 @@ async fn fifty_subscribers_in_every_dialect_share_one_upstream_stream() {
         open: 1,
     };
     assert_eq!(feed.daemon.subscribe_streams(), one);
+    let metrics = scrape(feed.admin).await;
+    let daemon = [("upstream", "daemon")];
+    assert_eq!(value(&metrics, "switchyard_feeds_open", &daemon), 1.0);
+    let published = value(&metrics, "switchyard_events_published_total", &daemon);
+    assert!(published >= EVENTS as f64, "published {published}");
     for (name, n) in [
         ("public", 20.0),
         ("holon", 10.0),
@@ -321,6 +327,15 @@ async fn fifty_subscribers_in_every_dialect_share_one_upstream_stream() {
         open: 0,
     };
     assert_eq!(feed.streams_become(ended).await, ended);
+    let open = wait_value(
+        feed.admin,
+        "switchyard_feeds_open",
+        &[("upstream", "daemon")],
+        0.0,
+        SETTLE,
+    )
+    .await;
+    assert_eq!(open, 0.0);
     assert_eq!(feed.subscriptions(listener(last_speak)).await, 0.0);
     feed.stop().await;
 }
@@ -449,24 +464,16 @@ async fn a_subscriber_that_never_reads_is_dropped_then_closed_and_slows_nobody()
     );
 
     // The slow one's events are dropped and counted…
-    let mut dropped = (0.0, Vec::new());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while tokio::time::Instant::now() < deadline {
-        dropped = value_like(
-            &scrape(feed.admin).await,
-            "dropped",
-            &[("reason", "slow_consumer")],
-        );
-        if dropped.0 > 0.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        dropped.0 > 0.0,
-        "no slow_consumer drops counted (metrics {:?})",
-        dropped.1
-    );
+    let slow_drops = [("listener", "public"), ("reason", "slow_consumer")];
+    let dropped = wait_above(
+        feed.admin,
+        "switchyard_events_dropped_total",
+        &slow_drops,
+        0.0,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(dropped > 0.0, "no slow_consumer drops counted");
     // …then it is closed after the slow-consumer timeout: its subscription
     // goes with its connection.
     assert_eq!(
@@ -480,6 +487,24 @@ async fn a_subscriber_that_never_reads_is_dropped_then_closed_and_slows_nobody()
         .await,
         99.0,
         "the slow subscriber was not closed"
+    );
+    // Memory per subscriber stayed within its outbox: at most
+    // outbox_capacity events (about 16.5 KiB each as frames) were queued.
+    let metrics = scrape(feed.admin).await;
+    let high_water = value(
+        &metrics,
+        "switchyard_outbox_high_water",
+        &[("listener", "public")],
+    );
+    assert!(high_water <= 128.0, "outbox high water {high_water}");
+    let queued = value(
+        &metrics,
+        "switchyard_outbox_queued_bytes_max",
+        &[("listener", "public")],
+    );
+    assert!(
+        queued <= 128.0 * 17.0 * 1024.0,
+        "{queued} bytes queued for one subscriber"
     );
     // Draining it now shows the end: a close (1008) or the connection gone.
     let end = drain(&mut slow).await;

@@ -68,20 +68,23 @@ pub fn value(s: &Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
         .fold(0.0, |a, b| a + b)
 }
 
-/// The sum over every metric whose name contains `part` and whose samples
-/// carry every label of `labels`, with the names found.
-pub fn value_like(s: &Scrape, part: &str, labels: &[(&str, &str)]) -> (f64, Vec<String>) {
-    let mut names = Vec::new();
-    let mut total = 0.0;
-    for x in s.samples.iter().filter(|x| {
-        x.metric.contains(part) && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v))
-    }) {
-        if !names.contains(&x.metric) {
-            names.push(x.metric.clone());
+/// Scrapes until `metric{labels}` is above `floor` or `within` passes;
+/// returns the last value seen.
+pub async fn wait_above(
+    admin: SocketAddr,
+    metric: &str,
+    labels: &[(&str, &str)],
+    floor: f64,
+    within: Duration,
+) -> f64 {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let got = value(&scrape(admin).await, metric, labels);
+        if got > floor || tokio::time::Instant::now() > deadline {
+            return got;
         }
-        total += scalar(x);
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    (total, names)
 }
 
 /// Scrapes until `metric{labels}` equals `want` or `within` passes; returns
