@@ -99,7 +99,9 @@ fn scenario(name: &'static str, o: &Options) -> Scenario {
         "fanout" => fanout_runs(o.smoke),
         _ => floors_and_gateways(Shape::Traffic(traffic_load(name, o.smoke)), o),
     };
-    let about = if o.smoke {
+    let about = if o.smoke && name == "fanout" {
+        format!("{} (smoke: 1 and 3 subscribers)", about(name))
+    } else if o.smoke {
         format!("{} (smoke: scaled down, see the load column)", about(name))
     } else {
         about(name).to_owned()
