@@ -4,6 +4,7 @@
 
 pub mod clients;
 pub mod demo;
+pub mod feed;
 pub mod node;
 pub mod scrape;
 
