@@ -133,7 +133,8 @@ fn defaults_are_as_documented() {
     assert_eq!(u.pool_size, NonZeroUsize::new(4).expect("4 > 0"));
     assert_eq!(u.max_in_flight_per_connection.get(), 32);
     assert_eq!(u.max_pending.get(), 256);
-    assert_eq!(u.max_queued, 1024);
+    assert_eq!(u.max_queued, 65_536);
+    assert_eq!(u.queue_timeout, Duration::from_secs(10));
     assert_eq!(u.max_request_bytes, 1_048_576);
     assert_eq!(u.max_response_bytes, 16_777_216);
     assert_eq!(u.connect_timeout, Duration::from_millis(2000));

@@ -139,8 +139,8 @@ pub struct ListenerConfig {
     pub max_message_bytes: usize,
     /// Largest JSON-RPC batch accepted (items).
     pub max_batch_items: usize,
-    /// Requests one client connection may have in flight; above it the
-    /// client gets `resource_exhausted`.
+    /// Requests one client connection may have in flight; at the cap the
+    /// connection is not read until a reply frees a slot (back-pressure).
     pub max_in_flight: usize,
     /// Outbound messages queued for one client before its writer applies
     /// backpressure.
@@ -289,6 +289,9 @@ pub struct UpstreamConfig {
     /// Requests allowed to wait for a free slot when the upstream is at
     /// `max_pending`.
     pub max_queued: usize,
+    /// How long a request may wait for a free slot; then
+    /// `resource_exhausted`.
+    pub queue_timeout: Duration,
     /// Largest message switchyard sends (what the upstream accepts,
     /// including the NDJSON `\n`).
     pub max_request_bytes: usize,

@@ -63,6 +63,7 @@ pub(super) fn upstream(name: &str, raw: &RawUpstream, p: &mut Problems) -> Optio
         max_in_flight_per_connection: per_conn?,
         max_pending: max_pending?,
         max_queued: raw.max_queued,
+        queue_timeout: p.millis(&key, "queue_timeout_ms", raw.queue_timeout_ms),
         max_request_bytes: raw.max_request_bytes,
         max_response_bytes: raw.max_response_bytes,
         notifications: notifications?,

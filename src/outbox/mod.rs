@@ -335,3 +335,6 @@ impl OutboxReader {
         self.rx.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -391,9 +391,21 @@ impl Upstream {
             self.queued.fetch_sub(1, Ordering::AcqRel);
             return Err(exhausted());
         }
-        let permit = self.pending.clone().acquire_many_owned(n).await;
+        let patience = self.shared.cfg.queue_timeout;
+        let permit =
+            tokio::time::timeout(patience, self.pending.clone().acquire_many_owned(n)).await;
         self.queued.fetch_sub(1, Ordering::AcqRel);
-        permit.map_err(|_| exhausted())
+        match permit {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(_)) => Err(exhausted()),
+            Err(_) => Err(GatewayError::with_detail(
+                ErrorKind::ResourceExhausted,
+                format!(
+                    "no upstream capacity within the queue timeout ({} ms)",
+                    patience.as_millis()
+                ),
+            )),
+        }
     }
 
     /// The least-loaded live link, waiting up to the connect timeout for one.

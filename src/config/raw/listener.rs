@@ -44,8 +44,8 @@ pub struct RawListener {
     pub max_message_bytes: usize,
     /// Largest JSON-RPC batch, in items. Default `100`.
     pub max_batch_items: usize,
-    /// Requests one client connection may have in flight before it gets
-    /// `resource_exhausted`. Default `256`.
+    /// Requests one client connection may have in flight; at the cap the
+    /// connection is not read until a reply frees a slot. Default `256`.
     pub max_in_flight: usize,
     /// Outbound messages queued per client before its writer applies
     /// backpressure; bounds memory held for a slow client. Default `1024`.

@@ -32,9 +32,14 @@ pub struct RawUpstream {
     pub max_in_flight_per_connection: usize,
     /// Requests in flight on the whole upstream. Default `256`.
     pub max_pending: usize,
-    /// Requests that may wait for a slot at `max_pending` before calls fail
-    /// with `resource_exhausted`; 0 disables waiting. Default `1024`.
+    /// Requests that may wait for a slot at `max_pending`; past it, calls
+    /// fail with `resource_exhausted`; 0 disables waiting. The waiting
+    /// requests are also bounded by the clients' in-flight caps. Default
+    /// `65536`.
     pub max_queued: usize,
+    /// How long a request may wait for a slot at `max_pending` before it
+    /// fails with `resource_exhausted`. Default `10000`.
+    pub queue_timeout_ms: u64,
     /// Largest message sent upstream (NDJSON: including the `\n`).
     /// Default `1048576` (1 MiB; the `hld` profile raises it to 10 MiB).
     pub max_request_bytes: usize,
@@ -153,7 +158,8 @@ impl Default for RawUpstream {
             pool_size: 4,
             max_in_flight_per_connection: 32,
             max_pending: 256,
-            max_queued: 1024,
+            max_queued: 65_536,
+            queue_timeout_ms: 10_000,
             max_request_bytes: 1 << 20,
             max_response_bytes: 16 << 20,
             connect_timeout_ms: 2_000,

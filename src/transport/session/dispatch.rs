@@ -1,8 +1,10 @@
 //! Dispatching what a client sent. A single request is rate-checked and
 //! admitted under an in-flight permit, then placed in place when its
 //! upstream has room, or run in a task of its own. A batch is rate-checked
-//! item by item (each request takes a permit, or is answered busy) and runs
-//! in one task that answers it as one reply.
+//! item by item (each request takes a permit) and runs in one task that
+//! answers it as one reply. At the connection's in-flight cap the reader
+//! waits for a slot: the client is no longer read (TCP back-pressure)
+//! instead of being refused.
 
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
@@ -46,44 +48,38 @@ impl Session {
             Ok(Checked::Dropped) => return Verdict::Continue,
             Err(verdict) => return verdict,
         };
-        let permit = match &item {
-            Item::Valid(Message::Request { id, .. }) => match self.permit() {
-                Some(permit) => {
-                    let Item::Valid(Message::Request { id, method, params }) = item else {
+        match item {
+            Item::Valid(Message::Request { id, method, params }) => {
+                let permit = match self.permits(1).await {
+                    Ok(permit) => permit,
+                    Err(NoSlot::ShuttingDown) => {
+                        self.send(&self.route.error_reply(id, &shutting_down()))
+                            .await;
                         return Verdict::Continue;
-                    };
-                    let req = NotPlaced {
-                        id,
-                        method,
-                        params,
-                        permit,
-                    };
-                    match self.in_place.place(&self.route, &self.parent, req) {
-                        Ok(()) => return Verdict::Continue,
-                        Err(req) => {
-                            return self.spawn(
-                                Item::Valid(Message::Request {
-                                    id: req.id,
-                                    method: req.method,
-                                    params: req.params,
-                                }),
-                                Some(req.permit),
-                            )
-                        }
                     }
+                    // Being closed: nobody reads the answer.
+                    Err(NoSlot::Slow) => return Verdict::Continue,
+                };
+                let req = NotPlaced {
+                    id,
+                    method,
+                    params,
+                    permit,
+                };
+                match self.in_place.place(&self.route, &self.parent, req) {
+                    Ok(()) => Verdict::Continue,
+                    Err(req) => self.spawn(
+                        Item::Valid(Message::Request {
+                            id: req.id,
+                            method: req.method,
+                            params: req.params,
+                        }),
+                        Some(req.permit),
+                    ),
                 }
-                None => {
-                    self.route
-                        .metrics()
-                        .count_limit(&self.route.cfg.name, Limit::MaxInFlight);
-                    let reply = self.route.error_reply(id.clone(), &busy());
-                    self.send(&reply).await;
-                    return Verdict::Continue;
-                }
-            },
-            _ => None,
-        };
-        self.spawn(item, permit)
+            }
+            item => self.spawn(item, None),
+        }
     }
 
     /// Runs one item in a task of its own (the waiting path).
@@ -106,8 +102,6 @@ impl Session {
     /// A client batch, answered as one batch reply (nothing when it held
     /// only notifications).
     pub(super) async fn batch(&self, items: Vec<Item>) -> Verdict {
-        let mut permits = Vec::new();
-        let mut request_ids = Vec::new();
         let mut checked = Vec::with_capacity(items.len());
         for item in items {
             // Every batch item counts against the rate limits.
@@ -118,25 +112,34 @@ impl Session {
                 Err(verdict) => return verdict,
             }
         }
-        let items: Vec<Item> = checked
-            .into_iter()
-            .map(|item| match &item {
-                Item::Valid(Message::Request { id, .. }) => match self.permit() {
-                    Some(p) => {
-                        permits.push(p);
-                        request_ids.push(id.clone());
-                        item
-                    }
-                    None => {
-                        self.route
-                            .metrics()
-                            .count_limit(&self.route.cfg.name, Limit::MaxInFlight);
-                        Item::Invalid(self.route.error_reply(id.clone(), &busy()))
-                    }
-                },
-                _ => item,
+        let request_ids: Vec<_> = checked
+            .iter()
+            .filter_map(|item| match item {
+                Item::Valid(Message::Request { id, .. }) => Some(id.clone()),
+                _ => None,
             })
             .collect();
+        let items = checked;
+        // One slot per request, at most the whole cap (a batch larger than
+        // the cap runs under all of it).
+        let wanted = request_ids.len().min(self.route.cfg.max_in_flight);
+        let permits = if wanted == 0 {
+            None
+        } else {
+            match self.permits(wanted).await {
+                Ok(p) => Some(p),
+                Err(NoSlot::Slow) => return Verdict::Continue,
+                Err(NoSlot::ShuttingDown) => {
+                    let err = shutting_down();
+                    let replies: Vec<Message> = request_ids
+                        .into_iter()
+                        .map(|id| self.route.error_reply(id, &err))
+                        .collect();
+                    self.outbox.send_batch(&replies).await;
+                    return Verdict::Continue;
+                }
+            }
+        };
         let (route, client, outbox) =
             (self.route.clone(), self.client.clone(), self.outbox.clone());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
@@ -146,7 +149,7 @@ impl Session {
                 replies = route.handle_batch(items, &client) => replies,
                 () = gone.cancelled() => return,
                 () = grace_over.cancelled() => {
-                    let err = GatewayError::with_detail(ErrorKind::Unavailable, "switchyard is shutting down");
+                    let err = shutting_down();
                     request_ids.into_iter().map(|id| route.error_reply(id, &err)).collect()
                 }
             };
@@ -160,9 +163,24 @@ impl Session {
         Verdict::Continue
     }
 
-    /// An in-flight permit, if the connection has one free.
-    fn permit(&self) -> Option<OwnedSemaphorePermit> {
-        self.in_flight.clone().try_acquire_owned().ok()
+    /// `n` in-flight slots. At the connection's cap the reader waits here,
+    /// so the client is no longer read (TCP back-pressure) until a reply
+    /// frees a slot.
+    async fn permits(&self, n: usize) -> Result<OwnedSemaphorePermit, NoSlot> {
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        if let Ok(permit) = self.in_flight.clone().try_acquire_many_owned(n) {
+            return Ok(permit);
+        }
+        self.route
+            .metrics()
+            .count_limit(&self.route.cfg.name, Limit::MaxInFlight);
+        tokio::select! {
+            permit = self.in_flight.clone().acquire_many_owned(n) => {
+                permit.map_err(|_| NoSlot::ShuttingDown)
+            }
+            () = self.grace_over.cancelled() => Err(NoSlot::ShuttingDown),
+            () = self.outbox.slow().cancelled() => Err(NoSlot::Slow),
+        }
     }
 }
 
@@ -183,15 +201,19 @@ async fn settle(
         reply = route.handle(item, client) => reply,
         () = gone.cancelled() => None,
         () = grace_over.cancelled() => {
-            let err = GatewayError::with_detail(ErrorKind::Unavailable, "switchyard is shutting down");
-            id.map(|id| route.error_reply(id, &err))
+            id.map(|id| route.error_reply(id, &shutting_down()))
         }
     }
 }
 
-fn busy() -> GatewayError {
-    GatewayError::with_detail(
-        ErrorKind::ResourceExhausted,
-        "too many requests in flight on this connection",
-    )
+/// Why a request got no in-flight slot.
+enum NoSlot {
+    /// The shutdown grace period is over.
+    ShuttingDown,
+    /// The client stopped reading and is being closed.
+    Slow,
+}
+
+fn shutting_down() -> GatewayError {
+    GatewayError::with_detail(ErrorKind::Unavailable, "switchyard is shutting down")
 }

@@ -1,0 +1,166 @@
+//! The Outbox bound under random producer and consumer speeds: whatever
+//! the interleaving of offers (events), replies that wait for room, and
+//! reads by the writer, the queue never holds more than its capacity, the
+//! bytes it counts are exactly what is queued or waiting, every queued
+//! frame is read once and in order, and a full queue drops offers rather
+//! than growing.
+
+#![allow(clippy::unwrap_used)] // in tests a panic is the failure report
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::dialect::render::Style;
+use crate::dialect::Dialect;
+use crate::telemetry::metrics::Metrics;
+
+const CAPACITY: usize = 4;
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// A producer offers an event of this many bytes (never waits).
+    Offer(usize),
+    /// A reply of this many bytes is queued, waiting for room if needed.
+    Reply(usize),
+    /// The writer reads this many frames (what is there).
+    Read(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (1usize..2048).prop_map(Op::Offer),
+        (1usize..2048).prop_map(Op::Reply),
+        (1usize..6).prop_map(Op::Read),
+    ]
+}
+
+/// What the writer does with a frame: release it, and keep its tag.
+fn take(reader: &OutboxReader, out: Outgoing) -> String {
+    reader.inner.release(out.size());
+    match out {
+        Outgoing::Text(t) => t.split_inclusive(':').next().unwrap_or_default().to_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn outbox(patience: Duration) -> (Outbox, OutboxReader, prometheus::IntGauge) {
+    let metrics = Metrics::new().unwrap();
+    let gauges = Gauges {
+        messages: prometheus::IntGauge::new("m", "m").unwrap(),
+        bytes: prometheus::IntGauge::new("b", "b").unwrap(),
+    };
+    let bytes = gauges.bytes.clone();
+    let codec = OutCodec::new(Form::Text(Dialect::JsonRpc, Style::Frame), metrics);
+    let (o, r) = Outbox::channel(CAPACITY, codec, patience, gauges);
+    (o, r, bytes)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn the_queue_stays_bounded_and_loses_nothing_it_accepted(ops in proptest::collection::vec(op(), 1..120)) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (outbox, mut reader, high) = outbox(Duration::from_secs(60));
+            let mut accepted: Vec<String> = Vec::new();
+            let mut replies = 0usize;
+            let mut read: Vec<String> = Vec::new();
+            let mut waiting: Vec<tokio::task::JoinHandle<()>> = Vec::new();
+            let mut largest = 0usize;
+            for op in ops {
+                match op {
+                    Op::Offer(n) => {
+                        let tag = format!("o{}:", accepted.len() + read.len() + replies);
+                        let text = format!("{tag}{}", "x".repeat(n));
+                        largest = largest.max(text.len());
+                        match outbox.offer_frame(Outgoing::Text(text)) {
+                            Offer::Queued => accepted.push(tag),
+                            Offer::Full => prop_assert_eq!(reader.rx.len(), CAPACITY),
+                            other => prop_assert!(false, "unexpected {other:?}"),
+                        }
+                    }
+                    Op::Reply(n) => {
+                        replies += 1;
+                        let text = format!("r{replies}:{}", "y".repeat(n));
+                        largest = largest.max(text.len());
+                        // A reply is never dropped: it waits for room.
+                        let o = outbox.clone();
+                        waiting.push(tokio::spawn(async move {
+                            o.send_frame(Outgoing::Text(text)).await;
+                        }));
+                        tokio::task::yield_now().await;
+                    }
+                    Op::Read(k) => {
+                        for _ in 0..k {
+                            match reader.rx.try_recv() {
+                                Ok(out) => read.push(take(&reader, out)),
+                                Err(_) => break,
+                            }
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                }
+                prop_assert!(reader.rx.len() <= CAPACITY);
+                // What is counted is what is queued plus what waits: never
+                // more than (capacity + waiting replies) frames.
+                let held = outbox.inner.bytes.load(Ordering::Acquire);
+                let bound = (CAPACITY + waiting.len()) * largest;
+                prop_assert!(held >= 0 && usize::try_from(held).unwrap() <= bound, "held {held} > {bound}");
+            }
+            // Drain: every waiting reply gets in, everything is read.
+            loop {
+                tokio::task::yield_now().await;
+                match reader.rx.try_recv() {
+                    Ok(out) => read.push(take(&reader, out)),
+                    Err(_) if waiting.iter().all(tokio::task::JoinHandle::is_finished) => break,
+                    Err(_) => {}
+                }
+            }
+            prop_assert_eq!(outbox.inner.bytes.load(Ordering::Acquire), 0, "all released");
+            prop_assert!(high.get() <= i64::try_from((CAPACITY + waiting.len()) * largest).unwrap());
+            // Every accepted offer was read once, in the order offered, and
+            // every reply once.
+            let offers: Vec<String> = read.iter().filter(|t| t.starts_with('o')).cloned().collect();
+            prop_assert_eq!(offers, accepted);
+            let mut got: Vec<String> = read.iter().filter(|t| t.starts_with('r')).cloned().collect();
+            got.sort();
+            got.dedup();
+            prop_assert_eq!(got.len(), replies);
+            prop_assert_eq!(read.iter().filter(|t| t.starts_with('r')).count(), replies);
+            Ok(())
+        })?;
+    }
+}
+
+#[tokio::test]
+async fn a_queue_that_gets_room_again_is_not_slow() {
+    let (outbox, mut reader, _) = outbox(Duration::from_secs(60));
+    for _ in 0..CAPACITY {
+        assert_eq!(outbox.offer_frame(Outgoing::Ping), Offer::Queued);
+    }
+    // Full: the offer is dropped and the watch starts...
+    assert_eq!(outbox.offer_frame(Outgoing::Ping), Offer::Full);
+    assert!(outbox.inner.watching.load(Ordering::Acquire));
+    // ...and ends as soon as there is room again.
+    assert!(reader.recv().await.is_some());
+    while outbox.inner.watching.load(Ordering::Acquire) {
+        tokio::task::yield_now().await;
+    }
+    assert!(!outbox.slow().is_cancelled());
+}
+
+#[tokio::test]
+async fn a_queue_full_for_the_patience_makes_the_client_slow() {
+    let (outbox, _reader, _) = outbox(Duration::from_millis(50));
+    for _ in 0..CAPACITY {
+        assert_eq!(outbox.offer_frame(Outgoing::Ping), Offer::Queued);
+    }
+    assert_eq!(outbox.offer_frame(Outgoing::Ping), Offer::Full);
+    // Nobody reads: slow once the patience is over.
+    tokio::time::timeout(Duration::from_secs(30), outbox.slow().cancelled())
+        .await
+        .expect("the client became slow");
+}
