@@ -13,7 +13,8 @@ mod common;
 
 use common::clients::{Speak, TestClient};
 use common::feed::*;
-use common::scrape::{scrape, value, wait_value};
+use common::scrape::{scrape, value, wait_above, wait_value};
+use serde_json::{json, Value};
 use switchyard::daemon::SubscribeStreams;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -164,5 +165,47 @@ async fn a_feed_the_upstream_ends_is_reopened_for_its_subscribers() {
         open: 0,
     };
     assert_eq!(feed.streams_become(ended).await, ended);
+    feed.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holon_subscriber_gets_at_most_64_unanswered_events() {
+    let feed = Feed::start("{ interval_ms = 5 }", "").await;
+    let mut c = TestClient::connect(Speak::Holon, &feed.holon).await;
+    let request = json!({"jsonrpc": "2.0", "method": "rpc.subscribe", "params": {"topic": TOPIC}, "id": "sub"});
+    c.send(&request.to_string()).await;
+    // 64 events, none answered.
+    let mut pending = Vec::new();
+    while pending.len() < 64 {
+        let msg: Value = serde_json::from_str(&c.recv().await).expect("JSON");
+        if msg["id"] == "sub" {
+            assert_eq!(msg["result"], json!({"subscribed": true}), "{msg}");
+            continue;
+        }
+        let (_, data) = event_of(Speak::Holon, &msg).unwrap_or_else(|| panic!("{msg}"));
+        pending.push((msg["id"].as_str().expect("s<N>").to_owned(), seq_of(&data)));
+    }
+    // Further events are dropped and counted…
+    let dropped = wait_above(
+        feed.admin,
+        "switchyard_events_dropped_total",
+        &[("listener", "holon"), ("reason", "push_window")],
+        0.0,
+        SETTLE,
+    )
+    .await;
+    assert!(dropped > 0.0, "no push_window drops counted");
+    // …not queued: once the 64 are answered, the next event is a later one.
+    let last = pending.last().map(|(_, seq)| *seq).expect("events");
+    for (id, _) in &pending {
+        c.send(&json!({"jsonrpc": "2.0", "id": id, "result": {}}).to_string())
+            .await;
+    }
+    let (_, next) = collect_more(c, 1).await;
+    assert!(
+        next[0] > last + 1,
+        "event {} after {last}: the window let a 65th through",
+        next[0]
+    );
     feed.stop().await;
 }
