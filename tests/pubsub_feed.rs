@@ -142,7 +142,7 @@ async fn a_feed_the_upstream_ends_is_reopened_for_its_subscribers() {
     while after.len() < 3 {
         let (next, seq) = collect_more(c, 1).await;
         c = next;
-        if !after.is_empty() || seq[0] < last {
+        if !after.is_empty() || seq[0] <= last {
             after.push(seq[0]);
         }
         last = seq[0];
@@ -207,5 +207,34 @@ async fn a_holon_subscriber_gets_at_most_64_unanswered_events() {
         "event {} after {last}: the window let a 65th through",
         next[0]
     );
+    feed.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feed_that_ran_is_reopened_after_the_initial_backoff_every_time() {
+    // Doubling from 200 ms without a reset, the 7th reopen would wait
+    // 12.8 s: longer than a subscriber waits for an event (10 s).
+    let keys = "backoff_initial_ms = 200\nbackoff_max_ms = 60000";
+    let mut feed = Feed::start_with("{ interval_ms = 10 }", "", keys).await;
+    let c = TestClient::connect(Speak::JsonRpc, &feed.jsonrpc).await;
+    let (mut c, seqs) = subscribe_and_collect(c, TOPIC, 2).await;
+    let mut last = *seqs.last().expect("events");
+    for restart in 1..=7 {
+        feed.restart_daemon().await;
+        // The new stream starts again at seq 1.
+        loop {
+            let (next, seq) = collect_more(c, 1).await;
+            c = next;
+            // A stream's seq only grows: a step back is a new stream.
+            let fresh = seq[0] <= last;
+            last = seq[0];
+            if fresh {
+                break;
+            }
+        }
+        let streams = feed.daemon().subscribe_streams();
+        assert_eq!(streams.started, 1, "restart {restart}: {streams:?}");
+    }
+    drop(c);
     feed.stop().await;
 }

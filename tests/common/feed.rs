@@ -39,6 +39,13 @@ impl Feed {
     /// `feed_params`: the TOML inline table passed to `Subscribe`;
     /// `listener_extra`: lines added to every listener.
     pub async fn start(feed_params: &str, listener_extra: &str) -> Feed {
+        let backoff = "backoff_initial_ms = 50\nbackoff_max_ms = 200";
+        Feed::start_with(feed_params, listener_extra, backoff).await
+    }
+
+    /// [`Feed::start`] with `upstream_keys` (which must set the backoff)
+    /// in the upstream's table.
+    pub async fn start_with(feed_params: &str, listener_extra: &str, upstream_keys: &str) -> Feed {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("daemon.sock");
         let local = dir.path().join("gw.sock");
@@ -65,8 +72,7 @@ impl Feed {
 [upstreams.daemon]
 dialect = "ndjson"
 socket = "{}"
-backoff_initial_ms = 50
-backoff_max_ms = 200
+{upstream_keys}
 
 [[upstreams.daemon.feeds]]
 method = "Subscribe"
