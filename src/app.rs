@@ -12,26 +12,40 @@
 //! upstream connections and wait (briefly) for their goodbyes, Sideband's
 //! being Control Close `shutdown` then 1001 → stop the admin listener, which
 //! serves throughout.
+//!
+//! While running, [`Running::reload`] (and SIGHUP, and the admin listener's
+//! `POST /reload`) applies a new configuration in place: `app/reload.rs`
+//! says what changes and how; `app/live.rs` holds what a reload changes;
+//! `app/run.rs` applies reloads one at a time, then shuts down.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use std::path::PathBuf;
-
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::admin::{self, AdminState, Health};
+use crate::admin::reload::{Outcome, Record, Requests};
+use crate::admin::{self, AdminState, Health, View};
 use crate::config::{Config, ListenAddr};
 use crate::pubsub::Broker;
-use crate::router::Route;
+use crate::router::RouteCell;
 use crate::telemetry::metrics::Metrics;
-use crate::transport::{tls, ws, Serve};
+use crate::transport::Serve;
 use crate::upstream::Upstream;
+
+mod binding;
+mod live;
+mod reload;
+mod run;
+
+use binding::BoundGroup;
+use live::Live;
 
 /// Extra time, beyond the grace period, for connections to send their
 /// closing frames before shutdown stops waiting for them.
@@ -42,21 +56,17 @@ const CLOSE_SLACK: Duration = Duration::from_secs(2);
 pub struct Bound {
     cfg: Config,
     metrics: Metrics,
-    /// One TCP listener per distinct address, with the listener names on it
-    /// and its TLS acceptor when `tls_cert`/`tls_key` are set.
-    ws: Vec<(
-        TcpListener,
-        Vec<String>,
-        Option<crate::transport::tls::Acceptor>,
-    )>,
+    /// One group per WebSocket address (with the listener names on it and
+    /// its TLS acceptor) and one per Unix (NDJSON) listener.
+    groups: Vec<BoundGroup>,
     /// Actual local address of each WebSocket listener, by name.
     addrs: BTreeMap<String, SocketAddr>,
-    /// Unix listeners (NDJSON), with their names and socket paths.
-    unix: Vec<(UnixListener, String, PathBuf)>,
     /// The admin listener and its actual address, if `[admin]` enables it.
     admin: Option<(TcpListener, SocketAddr)>,
     /// Routes added to the admin listener (the demo's playground).
     admin_extra: Option<axum::Router>,
+    /// Where a reload reads the configuration (see [`Bound::reload_from`]).
+    source: Option<Option<PathBuf>>,
 }
 
 /// A gateway running in the background.
@@ -65,8 +75,10 @@ pub struct Running {
     shutdown: CancellationToken,
     task: JoinHandle<()>,
     metrics: Metrics,
-    upstreams: HashMap<String, Arc<Upstream>>,
+    /// The upstreams serving now (a reload updates it).
+    upstreams: live::Current,
     admin_addr: Option<SocketAddr>,
+    reloads: Requests,
 }
 
 /// Binding failed.
@@ -117,56 +129,7 @@ pub enum BindError {
 pub async fn bind(cfg: Config) -> Result<Bound, BindError> {
     let metrics = Metrics::new()?;
     metrics.init_labels(&cfg);
-    let mut groups: BTreeMap<SocketAddr, Vec<String>> = BTreeMap::new();
-    let mut unix = Vec::new();
-    for l in &cfg.listeners {
-        match &l.addr {
-            ListenAddr::Ws { addr, .. } => groups.entry(*addr).or_default().push(l.name.clone()),
-            ListenAddr::Unix { path, mode } => {
-                let listener = crate::transport::unix::bind(path, *mode).map_err(|source| {
-                    BindError::Unix {
-                        listener: l.name.clone(),
-                        path: path.display().to_string(),
-                        source,
-                    }
-                })?;
-                unix.push((listener, l.name.clone(), path.clone()));
-            }
-        }
-    }
-    let mut ws = Vec::new();
-    let mut addrs = BTreeMap::new();
-    for (addr, names) in groups {
-        // Validation makes listeners sharing an address agree on TLS.
-        let files = cfg
-            .listeners
-            .iter()
-            .find(|l| names.contains(&l.name))
-            .and_then(|l| l.tls.as_ref());
-        let tls = files
-            .map(tls::acceptor)
-            .transpose()
-            .map_err(|e| BindError::Tls {
-                listener: names.join(","),
-                message: e.to_string(),
-            })?;
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| BindError::Tcp {
-                listener: names.join(","),
-                addr,
-                source,
-            })?;
-        let local = listener.local_addr().map_err(|source| BindError::Tcp {
-            listener: names.join(","),
-            addr,
-            source,
-        })?;
-        for name in &names {
-            addrs.insert(name.clone(), local);
-        }
-        ws.push((listener, names, tls));
-    }
+    let (groups, addrs) = binding::bind_groups(&cfg, |_| true).await?;
     let admin = match cfg.admin.addr {
         Some(addr) => Some(bind_admin(addr).await?),
         None => None,
@@ -174,11 +137,11 @@ pub async fn bind(cfg: Config) -> Result<Bound, BindError> {
     Ok(Bound {
         cfg,
         metrics,
-        ws,
+        groups,
         addrs,
-        unix,
         admin,
         admin_extra: None,
+        source: None,
     })
 }
 
@@ -224,10 +187,19 @@ impl Bound {
 
     /// The socket path of a Unix (NDJSON) listener.
     pub fn unix_path(&self, listener: &str) -> Option<PathBuf> {
-        self.unix
-            .iter()
-            .find(|(_, n, _)| n == listener)
-            .map(|(_, _, p)| p.clone())
+        self.groups.iter().find_map(|g| match g {
+            BoundGroup::Unix { name, path, .. } if name == listener => Some(path.clone()),
+            _ => None,
+        })
+    }
+
+    /// Lets this gateway reload (SIGHUP, `POST /reload`,
+    /// [`Running::reload`]) by reading `file` (if any) and the
+    /// environment again, exactly as at start. Without it, a reload is
+    /// rejected.
+    pub fn reload_from(mut self, file: Option<PathBuf>) -> Self {
+        self.source = Some(file);
+        self
     }
 
     /// Names every listener and the address it really bound (port 0
@@ -257,42 +229,68 @@ impl Bound {
     }
 
     /// Runs in the background; see [`Running`].
-    pub fn spawn(self) -> Running {
+    pub fn spawn(mut self) -> Running {
         self.log_addresses();
         let shutdown = CancellationToken::new();
-        let metrics = self.metrics.clone();
         let upstream_stop = CancellationToken::new();
-        // One broker: every listener's subscribers, every upstream's events.
-        let broker = Arc::new(Broker::new(crate::pubsub::DEFAULT_MAX_SUBSCRIPTIONS));
-        let upstreams: HashMap<String, Arc<Upstream>> = self
+        let (reloads, requests) = mpsc::channel(admin::reload::QUEUE);
+        let mut live = Live {
+            health: Health::new(&self.cfg.listeners, shutdown.clone()),
+            cfg: self.cfg.clone(),
+            generation: 1,
+            metrics: self.metrics.clone(),
+            broker: Arc::new(Broker::new(crate::pubsub::DEFAULT_MAX_SUBSCRIPTIONS)),
+            upstreams: HashMap::new(),
+            cells: HashMap::new(),
+            groups: Vec::new(),
+            addrs: std::mem::take(&mut self.addrs),
+            ctx: Serve {
+                shutdown: shutdown.clone(),
+                grace_over: CancellationToken::new(),
+                sessions: TaskTracker::new(),
+            },
+            servers: TaskTracker::new(),
+            retiring: TaskTracker::new(),
+            upstream_stop: upstream_stop.clone(),
+            view: None,
+            started: Instant::now(),
+            record: Arc::new(Record::new()),
+            reloads: Some(reloads.clone()),
+            current: live::Current::default(),
+            source: self.source.take(),
+        };
+        live.upstreams = self
             .cfg
             .upstreams
             .iter()
             .map(|u| {
-                (
-                    u.name.clone(),
-                    // A child of `shutdown`: cancelled in the same instant,
-                    // before any session sees the shutdown and closes a
-                    // dedicated link.
-                    Upstream::start(
-                        u.clone(),
-                        metrics.clone(),
-                        broker.clone(),
-                        shutdown.child_token(),
-                        upstream_stop.clone(),
-                    ),
-                )
+                let started =
+                    live::start_upstream(u, &self.metrics, &live.broker, &shutdown, &upstream_stop);
+                (u.name.clone(), started)
             })
             .collect();
+        live.cells = live
+            .routes()
+            .into_iter()
+            .map(|(name, route)| (name, RouteCell::new(route)))
+            .collect();
+        for group in std::mem::take(&mut self.groups) {
+            live.serve_group(group);
+        }
+        live.servers.close();
         let admin_addr = self.admin_addr();
-        let task =
-            tokio::spawn(self.serve(upstreams.clone(), broker, shutdown.clone(), upstream_stop));
+        let admin_stop = CancellationToken::new();
+        let admin = self.spawn_admin(&mut live, admin_stop.clone());
+        let upstreams = live.current.clone();
+        *upstreams.write() = live::by_name(&live.upstreams);
+        let task = tokio::spawn(run::serve(live, requests, admin, admin_stop));
         Running {
             shutdown,
             task,
-            metrics,
+            metrics: self.metrics.clone(),
             upstreams,
             admin_addr,
+            reloads,
         }
     }
 
@@ -303,119 +301,19 @@ impl Bound {
         running.shutdown().await;
     }
 
-    async fn serve(
-        mut self,
-        upstreams: HashMap<String, Arc<Upstream>>,
-        broker: Arc<Broker>,
-        shutdown: CancellationToken,
-        upstream_stop: CancellationToken,
-    ) {
-        let health = Health::new(&self.cfg.listeners, shutdown.clone());
-        let admin_stop = CancellationToken::new();
-        let admin = self.spawn_admin(&upstreams, &health, admin_stop.clone());
-        let ctx = Serve {
-            shutdown: shutdown.clone(),
-            grace_over: CancellationToken::new(),
-            sessions: TaskTracker::new(),
-        };
-        let routes: HashMap<String, Arc<Route>> = self
-            .cfg
-            .listeners
-            .iter()
-            .map(|l| {
-                (
-                    l.name.clone(),
-                    Arc::new(Route::new(
-                        l.clone(),
-                        &upstreams,
-                        broker.clone(),
-                        self.metrics.clone(),
-                    )),
-                )
-            })
-            .collect();
-        let servers = TaskTracker::new();
-        for (listener, names, tls) in self.ws {
-            let group = names
-                .iter()
-                .filter_map(|n| routes.get(n).cloned())
-                .collect();
-            let ctx = ctx.clone();
-            let serving = health.serving(names);
-            servers.spawn(async move {
-                let _serving = serving;
-                if let Err(e) = ws::serve(listener, group, ctx, tls).await {
-                    tracing::error!(error = %e, "WebSocket server failed");
-                }
-            });
-        }
-        for (listener, name, path) in self.unix {
-            if let Some(route) = routes.get(&name).cloned() {
-                let serving = health.serving(vec![name]);
-                let serve = crate::transport::unix::serve(listener, path, route, ctx.clone());
-                servers.spawn(async move {
-                    let _serving = serving;
-                    serve.await;
-                });
-            }
-        }
-        servers.close();
-        shutdown.cancelled().await;
-        tracing::info!("shutting down: no new connections; draining requests in flight");
-        let grace = self.cfg.gateway.shutdown_grace;
-        let grace_over = ctx.grace_over.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(grace).await;
-            grace_over.cancel();
-        });
-        ctx.sessions.close();
-        let all_done = async {
-            ctx.sessions.wait().await;
-            servers.wait().await;
-        };
-        if tokio::time::timeout(grace + CLOSE_SLACK, all_done)
-            .await
-            .is_err()
-        {
-            tracing::warn!("some connections did not close within the grace period");
-        }
-        upstream_stop.cancel();
-        let goodbyes = futures_util::future::join_all(upstreams.values().map(|u| u.links_closed()));
-        if tokio::time::timeout(CLOSE_SLACK, goodbyes).await.is_err() {
-            tracing::warn!("some upstream connections did not close in time");
-        }
-        admin_stop.cancel();
-        if let Some(task) = admin {
-            let abort = task.abort_handle();
-            if tokio::time::timeout(CLOSE_SLACK, task).await.is_err() {
-                // A scraper holding a request open must not delay exit.
-                abort.abort();
-            }
-        }
-    }
-
     /// Starts serving the admin listener, if any; it runs until `stop`.
-    fn spawn_admin(
-        &mut self,
-        upstreams: &HashMap<String, Arc<Upstream>>,
-        health: &Arc<Health>,
-        stop: CancellationToken,
-    ) -> Option<JoinHandle<()>> {
+    fn spawn_admin(&mut self, live: &mut Live, stop: CancellationToken) -> Option<JoinHandle<()>> {
         let (listener, addr) = self.admin.take()?;
-        let state = AdminState::new(admin::Gateway {
-            cfg: self.cfg.clone(),
-            metrics: self.metrics.clone(),
-            upstreams: upstreams
-                .iter()
-                .map(|(n, u)| (n.clone(), u.clone()))
-                .collect(),
-            addrs: self.addrs.clone(),
-            health: health.clone(),
-            started: Instant::now(),
-        });
-        tracing::info!(%addr, "admin listener serving /metrics, /livez, /readyz and /");
+        let view = View::new(live.gateway());
+        live.view = Some(view.clone());
+        tracing::info!(%addr, "admin listener serving /metrics, /livez, /readyz, /reload and /");
         let extra = self.admin_extra.take();
-        Some(tokio::spawn(admin::serve(listener, state, extra, stop)))
+        Some(tokio::spawn(admin::serve(
+            listener,
+            AdminState::new(view),
+            extra,
+            stop,
+        )))
     }
 }
 
@@ -439,13 +337,25 @@ impl Running {
         &self.metrics
     }
 
-    /// A started upstream, by name.
-    pub fn upstream(&self, name: &str) -> Option<&Arc<Upstream>> {
-        self.upstreams.get(name)
+    /// A started upstream of the configuration serving now, by name.
+    /// (Holding it keeps a reload from closing it before the longest
+    /// request timeout.)
+    pub fn upstream(&self, name: &str) -> Option<Arc<Upstream>> {
+        self.upstreams.read().get(name).cloned()
     }
 
     /// The bound address of the admin listener, if enabled.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin_addr
+    }
+
+    /// Reloads the configuration, as SIGHUP and `POST /reload` do: the
+    /// generation now serving, or every problem that rejected it (the
+    /// running configuration then serves on, untouched).
+    pub async fn reload(&self) -> Outcome {
+        let (tx, rx) = oneshot::channel();
+        let gone = || vec!["the gateway is shutting down".to_owned()];
+        self.reloads.send(tx).await.map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())?
     }
 }

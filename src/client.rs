@@ -9,6 +9,8 @@
 //!   in WebSocket text frames. `wss://` is refused: this build has no TLS.
 //! - `unix:///abs/path.sock` or `/abs/path.sock`: NDJSON over a Unix socket.
 //! - `ws://…` with [`call_sideband`]: Sideband SBP frames, JSON envelopes.
+//!
+//! [`reload`] is `switchyard reload`: `POST /reload` to an admin listener.
 
 use std::path::Path;
 use std::time::Duration;
@@ -26,6 +28,7 @@ use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
 use crate::error::{ErrorKind, Side};
 
+pub mod reload;
 mod sideband;
 
 pub use sideband::call_sideband;

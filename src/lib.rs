@@ -2,22 +2,23 @@
 //!
 //! # Layout
 //!
-//! A client frame flows: [`transport`] (accept, framing, per-connection
-//! reader and writer) → [`dialect`] (pure decode into a neutral
-//! [`envelope::Message`]) → [`transport::session`] (in-flight permit; a
-//! request to a pooled upstream with room is placed at once from the
-//! reader, anything else gets a task) → [`router`] (method → upstream) →
-//! [`upstream`] (pooled links, gateway ids in a
-//! [`upstream::correlator::Correlator`]) → and the reply back the same way,
-//! with the client's original id restored.
+//! A client frame flows: [`transport`] (accept, framing, the one
+//! connection driver) → [`dialect`] (pure decode into a neutral
+//! [`envelope::Message`]) → [`transport::session`] (in-flight permit, or
+//! back-pressure at the cap; a request to a pooled upstream with room is
+//! placed at once from the reader, anything else gets a task) → [`router`]
+//! (method → upstream; the pub/sub methods are served here) → [`upstream`]
+//! (pooled links, gateway ids in a [`upstream::correlator::Correlator`]) →
+//! and the reply back the same way, with the client's original id
+//! restored, into the client's [`outbox::Outbox`].
 //!
 //! Layers, lowest first, each importing only from the ones before it:
 //! [`envelope`], [`close`] and [`error`] (nothing from the crate) →
 //! [`dialect`] → [`pubsub`] → [`upstream`], [`outbox`] → [`router`] →
 //! [`transport`].
 //!
-//! - [`app`]: composition root; bind every listener, then run; shutdown order.
-//! - [`admin`]: the admin listener: `/metrics`, `/livez`, `/readyz`, status page, behind tower-http layers.
+//! - [`app`]: composition root; bind every listener, then run; configuration reload; shutdown order.
+//! - [`admin`]: the admin listener: `/metrics`, `/livez`, `/readyz`, status page, `POST /reload`, behind tower-http layers.
 //! - [`config`]: typed, validated configuration (figment: defaults ← TOML ← env).
 //! - [`envelope`]: the protocol-neutral message every dialect maps to.
 //! - [`close`]: the WebSocket close codes switchyard sends, as a closed set.
@@ -27,12 +28,12 @@
 //!   shared by all connections, and the four methods.
 //! - [`limits`]: rate limits, browser-safety checks (Host, Origin, token) and the method policy.
 //! - [`outbox`]: the one way anything is written to a client: bounded queue, codec, slow-consumer policy.
-//! - [`router`]: routes and reply delivery.
+//! - [`router`]: routes (in a reloadable cell), reply delivery, the pub/sub methods and event delivery.
 //! - [`upstream`]: connection pools to the services behind switchyard;
 //!   [`upstream::correlator`] keeps one connection's gateway ids.
-//! - [`transport`]: client-facing I/O: WebSocket listeners, sessions, outboxes.
+//! - [`transport`]: client-facing I/O: WebSocket and Unix listeners, the connection driver, sessions.
 //! - [`telemetry`]: logging, Prometheus metrics and OpenTelemetry trace export.
-//! - [`shutdown`]: SIGINT/SIGTERM as one future.
+//! - [`shutdown`]: SIGINT/SIGTERM as one future; SIGHUP (reload) as events.
 //! - [`stdout`]: the CLI's output, with a closed stdout a clean end, never a panic.
 //! - [`daemon`]: the bundled reference NDJSON daemon (demo, tests, benches).
 //! - [`client`]: a tiny client for `switchyard call`, speaking each listener dialect.

@@ -67,6 +67,19 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         timeout: u64,
     },
+    /// Ask a running gateway to reload its configuration (POST /reload on its admin listener).
+    Reload {
+        /// The admin listener, http://host:port
+        #[arg(long)]
+        admin: String,
+        /// The gateway's `[admin] reload_token` [default: $SWITCHYARD_ADMIN__RELOAD_TOKEN,
+        /// the variable that also sets it on the gateway].
+        #[arg(long)]
+        token: Option<String>,
+        /// Seconds to wait for the verdict.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+    },
     /// Run a reference daemon alone: NDJSON on a Unix socket, or WebSocket.
     #[command(group(ArgGroup::new("listen").required(true).args(["socket", "ws_listen"])))]
     Daemon {
@@ -98,10 +111,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // `run` reads its config first: it sizes the runtime.
     let (job, workers) = match cli.command {
-        Command::Run { config } => match load(config) {
+        Command::Run { config } => match load(config.clone()) {
             Ok(cfg) => {
                 let workers = cfg.gateway.worker_threads;
-                (Job::Gateway(Box::new(cfg)), workers)
+                (Job::Gateway(Box::new(cfg), config), workers)
             }
             Err(code) => return code,
         },
@@ -120,7 +133,7 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async {
         match job {
-            Job::Gateway(cfg) => gateway(*cfg).await,
+            Job::Gateway(cfg, file) => gateway(*cfg, file).await,
             Job::Other(command) => run(command).await,
         }
     })
@@ -128,16 +141,19 @@ fn main() -> ExitCode {
 
 /// What `main` runs once the runtime is up.
 enum Job {
-    /// `switchyard run`, its config loaded.
-    Gateway(Box<Config>),
+    /// `switchyard run`, its config loaded from this file (reloads read
+    /// it again).
+    Gateway(Box<Config>, Option<PathBuf>),
     /// Every other command.
     Other(Command),
 }
 
-/// `switchyard run`: serve until a shutdown signal.
-async fn gateway(cfg: Config) -> ExitCode {
+/// `switchyard run`: serve until a shutdown signal; reload on SIGHUP.
+async fn gateway(cfg: Config, file: Option<PathBuf>) -> ExitCode {
     // Kept until exit: its shutdown sends the spans still queued.
     let telemetry = telemetry::init(&cfg.log, &cfg.tracing);
+    // Before anything is served: from now on SIGHUP reloads.
+    let mut hangups = shutdown::Hangups::new();
     let bound = match app::bind(cfg).await {
         Ok(b) => b,
         Err(e) => {
@@ -145,9 +161,20 @@ async fn gateway(cfg: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let running = bound.spawn();
+    let running = bound.reload_from(file).spawn();
     tracing::info!("switchyard is running");
-    shutdown::signal().await;
+    let stop = shutdown::signal();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            () = hangups.recv() => {
+                tracing::info!("SIGHUP received");
+                // The outcome is logged and counted by the reload itself.
+                let _ = running.reload().await;
+            }
+        }
+    }
     running.shutdown().await;
     telemetry.shutdown().await;
     ExitCode::SUCCESS
@@ -156,10 +183,18 @@ async fn gateway(cfg: Config) -> ExitCode {
 async fn run(command: Command) -> ExitCode {
     match command {
         // `main` loads it first (to size the runtime); kept for completeness.
-        Command::Run { config } => match load(config) {
-            Ok(cfg) => gateway(cfg).await,
+        Command::Run { config } => match load(config.clone()) {
+            Ok(cfg) => gateway(cfg, config).await,
             Err(code) => code,
         },
+        Command::Reload {
+            admin,
+            token,
+            timeout,
+        } => {
+            let token = token.or_else(|| std::env::var("SWITCHYARD_ADMIN__RELOAD_TOKEN").ok());
+            reload(&admin, token.as_deref(), Duration::from_secs(timeout)).await
+        }
         Command::Check { config } => check(config),
         Command::Demo { listen, admin, dir } => {
             report(demo::run(demo::DemoOptions { listen, admin, dir }).await)
@@ -210,6 +245,27 @@ async fn run(command: Command) -> ExitCode {
                 (None, None) => Err(std::io::Error::other("--socket or --ws-listen is required")),
             };
             report(ran.map_err(Into::into))
+        }
+    }
+}
+
+/// `switchyard reload`: prints the new generation, or every problem that
+/// rejected the reload (then exits with 64, as for an invalid config).
+async fn reload(admin: &str, token: Option<&str>, timeout: Duration) -> ExitCode {
+    match client::reload::reload(admin, token, timeout).await {
+        Ok(client::reload::Reloaded::Ok(generation)) => {
+            print(&format!("reloaded: configuration generation {generation}"))
+        }
+        Ok(client::reload::Reloaded::Rejected(problems)) => {
+            eprintln!("switchyard reload: rejected; the running configuration is unchanged:");
+            for p in &problems {
+                eprintln!("  - {p}");
+            }
+            ExitCode::from(EXIT_CONFIG as u8)
+        }
+        Err(e) => {
+            eprintln!("switchyard reload: {e}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -562,21 +562,13 @@ async fn connection_lifetime_closes_even_busy_connections() {
 
 #[tokio::test]
 async fn upstream_pending_cap_and_wait_queue_answer_resource_exhausted() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let daemon = Daemon::start(&dir.path().join("d.sock"), DaemonOptions::default())
-        .await
-        .expect("daemon");
-    let toml = common::stack_toml(
-        daemon.path(),
+    let stack = common::Stack::start(
         "",
         "pool_size = 1\nmax_pending = 1\nmax_queued = 1",
-    );
-    let cfg = switchyard::config::Config::from_toml(&toml).expect("config");
-    let bound = switchyard::app::bind(cfg).await.expect("bind");
-    let url = bound.ws_url("public").expect("url");
-    let gateway = bound.spawn();
-    common::wait_connected(&gateway, "daemon").await;
-    let mut c = TestClient::connect(Speak::JsonRpc, &url).await;
+        DaemonOptions::default(),
+    )
+    .await;
+    let mut c = TestClient::connect(Speak::JsonRpc, &stack.url).await;
     // One in flight, one waiting in the queue, the third refused at once.
     for i in 0..3 {
         c.send(&format!(
@@ -592,27 +584,18 @@ async fn upstream_pending_cap_and_wait_queue_answer_resource_exhausted() {
         ok += usize::from(json(&c.recv().await).get("result").is_some());
     }
     assert_eq!(ok, 2);
-    gateway.shutdown().await;
-    daemon.stop().await;
+    stack.gateway.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_request_waiting_longer_than_the_queue_timeout_gets_resource_exhausted() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let daemon = Daemon::start(&dir.path().join("d.sock"), DaemonOptions::default())
-        .await
-        .expect("daemon");
-    let toml = common::stack_toml(
-        daemon.path(),
+    let stack = common::Stack::start(
         "",
         "pool_size = 1\nmax_pending = 1\nqueue_timeout_ms = 100",
-    );
-    let cfg = switchyard::config::Config::from_toml(&toml).expect("config");
-    let bound = switchyard::app::bind(cfg).await.expect("bind");
-    let url = bound.ws_url("public").expect("url");
-    let gateway = bound.spawn();
-    common::wait_connected(&gateway, "daemon").await;
-    let mut c = TestClient::connect(Speak::JsonRpc, &url).await;
+        DaemonOptions::default(),
+    )
+    .await;
+    let mut c = TestClient::connect(Speak::JsonRpc, &stack.url).await;
     // The first holds the only slot for 3 s; the second waits for it in
     // the queue and gives up after 100 ms.
     for i in 0..2 {
@@ -630,6 +613,5 @@ async fn a_request_waiting_longer_than_the_queue_timeout_gets_resource_exhausted
     );
     let second = json(&c.recv().await);
     assert_eq!(second["result"], 3000, "{second}");
-    gateway.shutdown().await;
-    daemon.stop().await;
+    stack.gateway.shutdown().await;
 }

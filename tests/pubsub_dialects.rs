@@ -231,3 +231,56 @@ async fn a_streaming_feed_is_opened_for_the_first_subscriber_and_closed_after_th
     gw.gateway.shutdown().await;
     daemon.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_survive_a_reload_and_a_changed_feed_is_reopened() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let daemon = Daemon::start(&dir.path().join("d.sock"), DaemonOptions::default())
+        .await
+        .expect("daemon");
+    let file = dir.path().join("switchyard.toml");
+    let write = |interval: u64| {
+        let text = format!(
+            "[listeners.j]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/rpc\"\n\n\
+             [upstreams.up]\ndialect = \"ndjson\"\nsocket = \"{}\"\n\n\
+             [[upstreams.up.feeds]]\nmethod = \"Subscribe\"\nparams = {{ interval_ms = {interval} }}\ntopic = \"up.events\"\n\n\
+             [[routes]]\nlistener = \"j\"\nupstream = \"up\"\n",
+            daemon.path().display()
+        );
+        std::fs::write(&file, text).expect("write config");
+    };
+    write(20);
+    let cfg = switchyard::config::Config::load(Some(&file)).expect("config");
+    let bound = switchyard::app::bind(cfg).await.expect("bind");
+    let url = bound.ws_url("j").expect("url");
+    let gateway = bound.reload_from(Some(file.clone())).spawn();
+    common::wait_connected(&gateway, "up").await;
+    let mut c = TestClient::connect(Speak::JsonRpc, &url).await;
+    let ok = call(&mut c, "1", "rpc.subscribe", json!({"topic": "up.>"})).await;
+    assert_eq!(ok, json!({"subscribed": true}));
+    let seq = |d: &serde_json::Value| d["event"]["data"]["seq"].as_u64().expect("seq");
+    let (_, first) = event(&mut c).await;
+    assert!(seq(&first) >= 1);
+    // A changed feed: the upstream is replaced, its stream closed, and the
+    // new definition opens one at once for the subscription already held.
+    write(25);
+    gateway.reload().await.expect("reload");
+    loop {
+        let (topic, data) = event(&mut c).await;
+        assert_eq!(topic, "up.events");
+        if seq(&data) == 1 {
+            // The new stream's first event: the subscription survived.
+            break;
+        }
+    }
+    let (_, next) = event(&mut c).await;
+    assert_eq!(seq(&next), 2, "the new stream, in order");
+    let open = || common::metric_value(&gateway, "switchyard_feeds_open", &[("upstream", "up")]);
+    assert!(
+        common::eventually(common::STEP, || open() == 1.0).await,
+        "feeds open: {}",
+        open()
+    );
+    gateway.shutdown().await;
+    daemon.stop().await;
+}

@@ -17,8 +17,9 @@
 //! must not be restarted for it.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+use parking_lot::RwLock;
 
 use tokio_util::sync::CancellationToken;
 
@@ -30,8 +31,10 @@ use crate::config::{ListenerConfig, UpstreamMode};
 pub(crate) struct Health {
     /// The gateway's shutdown token: cancelled means draining.
     draining: CancellationToken,
-    /// Per listener name: its accept loop is running.
-    serving: BTreeMap<String, AtomicBool>,
+    /// Per listener name: how many accept loops serve it (0 or 1, but a
+    /// reload that replaces a listener starts the new loop before the old
+    /// one ends). One entry per listener name ever configured.
+    serving: RwLock<BTreeMap<String, usize>>,
 }
 
 /// Marks listeners as serving while it lives; held by each listener's task.
@@ -71,11 +74,11 @@ pub(crate) fn check(gw: &Gateway) -> Vec<String> {
 impl Health {
     /// No listener serving yet; `draining` is the gateway's shutdown token.
     pub(crate) fn new(listeners: &[ListenerConfig], draining: CancellationToken) -> Arc<Self> {
-        let serving = listeners
-            .iter()
-            .map(|l| (l.name.clone(), AtomicBool::new(false)))
-            .collect();
-        Arc::new(Self { draining, serving })
+        let serving = listeners.iter().map(|l| (l.name.clone(), 0)).collect();
+        Arc::new(Self {
+            draining,
+            serving: RwLock::new(serving),
+        })
     }
 
     /// Marks `names` as serving until the returned guard is dropped.
@@ -94,16 +97,14 @@ impl Health {
 
     /// The listener's accept loop is running.
     pub(crate) fn is_serving(&self, listener: &str) -> bool {
-        self.serving
-            .get(listener)
-            .is_some_and(|s| s.load(Ordering::Acquire))
+        self.serving.read().get(listener).is_some_and(|n| *n > 0)
     }
 
     fn set(&self, names: &[String], value: bool) {
+        let mut serving = self.serving.write();
         for name in names {
-            if let Some(flag) = self.serving.get(name) {
-                flag.store(value, Ordering::Release);
-            }
+            let n = serving.entry(name.clone()).or_insert(0);
+            *n = if value { *n + 1 } else { n.saturating_sub(1) };
         }
     }
 }

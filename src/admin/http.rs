@@ -16,20 +16,22 @@ use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
-use super::Gateway;
+use super::{Gateway, View};
 use crate::config::ListenAddr;
 
 /// How long one admin request may take before it is answered `503`. The
 /// handlers only read in-process state; this bounds a slow client instead.
 pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Wraps `router` in the admin layers; `gw` names the WebSocket listeners
-/// the CSP lets pages connect to.
-pub(super) fn layers(router: Router, gw: &Gateway) -> Router {
-    let csp = HeaderValue::from_str(&content_security_policy(gw)).unwrap_or_else(|_| {
+/// Wraps `router` in the admin layers; the gateway's current WebSocket
+/// listeners (read per answer: a reload may add some) are those the CSP
+/// lets pages connect to.
+pub(super) fn layers(router: Router, view: View) -> Router {
+    let csp = move |_: &axum::response::Response| {
+        let value = HeaderValue::from_str(&content_security_policy(&view.load()));
         // Listener addresses are IPs and ports: always a valid header value.
-        HeaderValue::from_static("default-src 'none'")
-    });
+        Some(value.unwrap_or_else(|_| HeaderValue::from_static("default-src 'none'")))
+    };
     // The first layer added is the innermost: headers are set on every
     // answer, the timeout's `503` included.
     router

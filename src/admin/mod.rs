@@ -7,16 +7,20 @@
 //! | `GET /livez` (alias `/live`) | `200` while the process runs |
 //! | `GET /readyz` (alias `/ready`) | `200` when ready, `503` with the reasons otherwise (rules in `admin/health.rs`) |
 //! | `GET /` | the HTML status page (no script, no external assets) and its stylesheet `GET /status.css` |
+//! | `POST /reload` | reloads the configuration (needs `[admin] reload_token` as a bearer token; see `admin/reload.rs`) |
 //!
 //! The demo adds its playground routes ([`crate::app::Bound::add_admin_routes`]).
 //! Every answer goes through the layers of `admin/http.rs`: request tracing,
 //! a time limit, gzip when the client accepts it, and security headers
 //! (a CSP without inline scripts or styles, `nosniff`, `no-referrer`).
 //!
-//! Everything here only *reads* the gateway: the admin listener is bound in
-//! `app::bind`, served next to the client listeners by `app`, keeps answering
-//! while the gateway drains (so orchestrators see `/readyz` turn `503`), and
-//! stops last. Nothing user-controlled reaches a handler besides the path.
+//! Everything here only *reads* the gateway, except `POST /reload`, which
+//! asks the gateway to reload and waits for the outcome. The admin listener
+//! is bound in `app::bind`, served next to the client listeners by `app`,
+//! keeps answering while the gateway drains (so orchestrators see `/readyz`
+//! turn `503`), and stops last. A reload gives it a new `Gateway` view
+//! (`View::store`). Nothing user-controlled reaches a handler besides the
+//! path and, for `/reload`, the `Authorization` header.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,7 +30,7 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -37,6 +41,7 @@ use crate::upstream::Upstream;
 
 pub(crate) mod health;
 mod http;
+pub mod reload;
 mod status;
 mod window;
 
@@ -48,7 +53,7 @@ const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// What the admin endpoints read; cheap to clone (one `Arc`).
 #[derive(Debug, Clone)]
 pub(crate) struct AdminState {
-    inner: Arc<Gateway>,
+    inner: View,
     /// Last-minute latency and rates for the status page.
     window: Arc<window::Window>,
 }
@@ -69,21 +74,49 @@ pub(crate) struct Gateway {
     pub(crate) health: Arc<Health>,
     /// When the gateway started serving, for the page's uptime.
     pub(crate) started: Instant,
+    /// Generation, last reload and last failure.
+    pub(crate) record: Arc<reload::Record>,
+    /// Where `POST /reload` sends its request (`None`: cannot reload).
+    pub(crate) reloads: Option<reload::Requests>,
+}
+
+/// The gateway as the admin listener sees it now; a reload stores a new
+/// view (same metrics, health and record; new config, upstreams, addresses).
+#[derive(Debug, Clone)]
+pub(crate) struct View(Arc<parking_lot::RwLock<Arc<Gateway>>>);
+
+// === impl View ===
+
+impl View {
+    /// A view of `gateway`.
+    pub(crate) fn new(gateway: Gateway) -> Self {
+        View(Arc::new(parking_lot::RwLock::new(Arc::new(gateway))))
+    }
+
+    /// The gateway now.
+    pub(crate) fn load(&self) -> Arc<Gateway> {
+        self.0.read().clone()
+    }
+
+    /// Shows `gateway` from now on.
+    pub(crate) fn store(&self, gateway: Gateway) {
+        *self.0.write() = Arc::new(gateway);
+    }
 }
 
 // === impl AdminState ===
 
 impl AdminState {
     /// Wraps a view of the gateway.
-    pub(crate) fn new(gateway: Gateway) -> Self {
+    pub(crate) fn new(view: View) -> Self {
         Self {
-            inner: Arc::new(gateway),
+            inner: view,
             window: Arc::default(),
         }
     }
 
-    fn gateway(&self) -> &Gateway {
-        &self.inner
+    fn gateway(&self) -> Arc<Gateway> {
+        self.inner.load()
     }
 
     fn window(&self) -> &window::Window {
@@ -98,7 +131,7 @@ impl AdminState {
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
-                _ = every.tick() => self.window.sample(&self.inner.metrics),
+                _ = every.tick() => self.window.sample(&self.gateway().metrics),
             }
         }
     }
@@ -115,12 +148,13 @@ pub(crate) fn router(state: AdminState, extra: Option<Router>) -> Router {
         .route("/live", get(livez))
         .route("/readyz", get(readyz))
         .route("/ready", get(readyz))
+        .route("/reload", post(reload::reload))
         .with_state(state.clone());
     let routes = match extra {
         Some(extra) => routes.merge(extra),
         None => routes,
     };
-    http::layers(routes, state.gateway())
+    http::layers(routes, state.inner.clone())
 }
 
 /// Serves the admin routes on `listener` until `stop` is cancelled, then
@@ -144,7 +178,7 @@ pub(crate) async fn serve(
 async fn metrics(State(state): State<AdminState>) -> Response {
     let gw = state.gateway();
     // Refresh the readiness gauge so a scrape sees the current state.
-    health::check(gw);
+    health::check(&gw);
     let families = gw.metrics.registry().gather();
     match prometheus::TextEncoder::new().encode_to_string(&families) {
         Ok(text) => ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], text).into_response(),
@@ -163,7 +197,7 @@ async fn livez() -> &'static str {
 
 /// `GET /readyz`: `200 ready` or `503` listing every reason.
 async fn readyz(State(state): State<AdminState>) -> Response {
-    let problems = health::check(state.gateway());
+    let problems = health::check(&state.gateway());
     if problems.is_empty() {
         return (StatusCode::OK, "ready\n").into_response();
     }

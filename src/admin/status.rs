@@ -55,9 +55,8 @@ pub(super) async fn page(State(state): State<AdminState>) -> Html<String> {
 
 /// The whole document.
 fn render(state: &AdminState) -> String {
-    let gw = state.gateway();
+    let gw = &*state.gateway();
     let now = SystemTime::now();
-    let started = now.checked_sub(gw.started.elapsed()).unwrap_or(now);
     let problems = health::check(gw);
     let (class, label) = match (gw.health.is_draining(), problems.is_empty()) {
         (true, _) => ("warn", "draining"),
@@ -76,8 +75,11 @@ fn render(state: &AdminState) -> String {
          </header><main>",
         env!("CARGO_PKG_VERSION"),
         uptime(gw.started.elapsed()),
-        recent::generation(started),
+        recent::generation(&gw.record.snapshot()),
     ));
+    if let Some(failure) = recent::last_failure(&gw.record.snapshot()) {
+        out.push_str(&failure);
+    }
     if !problems.is_empty() {
         out.push_str("<section><h2>Readiness</h2><ul class=\"reasons\">");
         for p in &problems {

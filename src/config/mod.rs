@@ -51,6 +51,9 @@ pub struct AdminConfig {
     /// Address to bind (port 0 picks a free port); `None` disables the admin
     /// listener.
     pub addr: Option<SocketAddr>,
+    /// Bearer token `POST /reload` must carry; `None` (the default): the
+    /// endpoint refuses every request.
+    pub reload_token: Option<String>,
 }
 
 /// Process-wide settings.
@@ -269,7 +272,7 @@ pub enum UpstreamTarget {
 }
 
 /// One named upstream.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamConfig {
     /// Config name, used in logs and metric labels.
     pub name: String,

@@ -96,6 +96,10 @@ pub struct RawAdmin {
     /// gateways (or test runs) on one host never fight over a fixed port;
     /// deployments set it, e.g. `"127.0.0.1:9090"`.
     pub address: String,
+    /// Bearer token that `POST /reload` must send (`Authorization: Bearer
+    /// <token>`). Default `""`: the endpoint refuses every request (SIGHUP
+    /// and `switchyard reload` still work, the latter only with a token).
+    pub reload_token: String,
 }
 
 /// `[gateway]`: process-wide settings.

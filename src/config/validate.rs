@@ -112,15 +112,22 @@ fn log_config(raw: &RawLog, p: &mut Problems) -> LogConfig {
 /// `admin.address`: empty disables; otherwise an `IP:port` that is not a
 /// client listener's (metrics and probes never share a client port).
 fn admin_config(raw: &RawAdmin, listeners: &[ListenerConfig], p: &mut Problems) -> AdminConfig {
+    let reload_token = (!raw.reload_token.is_empty()).then(|| raw.reload_token.clone());
     if raw.address.is_empty() {
-        return AdminConfig { addr: None };
+        return AdminConfig {
+            addr: None,
+            reload_token,
+        };
     }
     let addr = match raw.address.parse::<SocketAddr>() {
         Ok(addr) => addr,
         Err(e) => {
             let msg = format!("invalid IP:port {:?}: {e}", raw.address);
             p.at("admin", "address", msg);
-            return AdminConfig { addr: None };
+            return AdminConfig {
+                addr: None,
+                reload_token,
+            };
         }
     };
     let overlaps = |l: &&ListenerConfig| match &l.addr {
@@ -134,7 +141,10 @@ fn admin_config(raw: &RawAdmin, listeners: &[ListenerConfig], p: &mut Problems) 
         );
         p.at("admin", "address", msg);
     }
-    AdminConfig { addr: Some(addr) }
+    AdminConfig {
+        addr: Some(addr),
+        reload_token,
+    }
 }
 
 /// Both addresses would bind the same port on a common interface.

@@ -101,6 +101,23 @@ fn json_string(text: &str) -> Payload {
     Payload::Json(raw_from_string(encoded))
 }
 
+/// An upstream error as the client's dialect carries it (error-codes.md
+/// §3): unchanged between JSON dialects, mapped by table to and from
+/// Sideband, with the original kept under `data.origin` when lossy.
+pub fn translate(error: &ErrorObject, from: Dialect, to: Dialect) -> ErrorObject {
+    match (from, to) {
+        (Dialect::Sideband, Dialect::Sideband) => error.clone(),
+        (Dialect::Sideband, target) => super::sideband::error_to_json_dialect(
+            error.code,
+            &error.message,
+            error.data.as_ref(),
+            target,
+        ),
+        (source, Dialect::Sideband) => super::sideband::error_from_json_dialect(error, source),
+        _ => error.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -111,6 +111,7 @@ impl FromStr for Dialect {
     }
 }
 
+pub mod client;
 pub mod errors;
 pub mod holon;
 pub mod jsonrpc;

@@ -8,24 +8,36 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The connection caps of one listener.
+///
+/// The counts live apart from the caps, so that a configuration reload can
+/// give the listener new caps ([`ConnLimits::with_caps`]) while the
+/// connections already open keep counting against them.
 #[derive(Debug)]
 pub struct ConnLimits {
-    total: Option<Arc<Semaphore>>,
+    /// Largest number of open connections; 0 = no cap.
+    max: usize,
+    /// Largest number of open connections per client IP; 0 = no cap.
     per_ip_max: usize,
-    per_ip: PerIp,
+    counts: Counts,
 }
 
-/// Open connections per client IP.
-type PerIp = Arc<Mutex<HashMap<IpAddr, usize>>>;
+/// Open connections, in all and per client IP (an entry per IP with an
+/// open connection: bounded by the open connections).
+type Counts = Arc<Mutex<Open>>;
+
+#[derive(Debug, Default)]
+struct Open {
+    total: usize,
+    per_ip: HashMap<IpAddr, usize>,
+}
 
 /// One admitted connection; dropping it frees its places.
 #[derive(Debug)]
 pub struct ConnPermit {
-    _total: Option<OwnedSemaphorePermit>,
-    ip: Option<(IpAddr, PerIp)>,
+    ip: IpAddr,
+    counts: Counts,
 }
 
 // === impl ConnLimits ===
@@ -34,30 +46,37 @@ impl ConnLimits {
     /// Caps of `max` connections (0 = none) and `per_ip_max` per IP (0 = none).
     pub fn new(max: usize, per_ip_max: usize) -> Self {
         ConnLimits {
-            total: (max > 0).then(|| Arc::new(Semaphore::new(max))),
+            max,
             per_ip_max,
-            per_ip: Arc::new(Mutex::new(HashMap::new())),
+            counts: Counts::default(),
+        }
+    }
+
+    /// New caps over the same open connections (a reload).
+    pub fn with_caps(&self, max: usize, per_ip_max: usize) -> Self {
+        ConnLimits {
+            max,
+            per_ip_max,
+            counts: self.counts.clone(),
         }
     }
 
     /// Admits a connection from `ip`, or `None` when a cap is reached.
     pub fn admit(&self, ip: IpAddr) -> Option<ConnPermit> {
-        let total = match &self.total {
-            Some(sem) => Some(sem.clone().try_acquire_owned().ok()?),
-            None => None,
-        };
-        let ip = if self.per_ip_max > 0 {
-            let mut counts = self.per_ip.lock();
-            let n = counts.entry(ip).or_insert(0);
-            if *n >= self.per_ip_max {
-                return None;
-            }
-            *n += 1;
-            Some((ip, self.per_ip.clone()))
-        } else {
-            None
-        };
-        Some(ConnPermit { _total: total, ip })
+        let mut open = self.counts.lock();
+        if self.max > 0 && open.total >= self.max {
+            return None;
+        }
+        let n = open.per_ip.get(&ip).copied().unwrap_or(0);
+        if self.per_ip_max > 0 && n >= self.per_ip_max {
+            return None;
+        }
+        open.total += 1;
+        open.per_ip.insert(ip, n + 1);
+        Some(ConnPermit {
+            ip,
+            counts: self.counts.clone(),
+        })
     }
 }
 
@@ -65,13 +84,12 @@ impl ConnLimits {
 
 impl Drop for ConnPermit {
     fn drop(&mut self) {
-        if let Some((ip, counts)) = self.ip.take() {
-            let mut counts = counts.lock();
-            if let Some(n) = counts.get_mut(&ip) {
-                *n -= 1;
-                if *n == 0 {
-                    counts.remove(&ip);
-                }
+        let mut open = self.counts.lock();
+        open.total = open.total.saturating_sub(1);
+        if let Some(n) = open.per_ip.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.per_ip.remove(&self.ip);
             }
         }
     }
@@ -92,6 +110,10 @@ mod tests {
         let _p3 = limits.admit(b).expect("other IP");
         assert!(limits.admit(b).is_none(), "global cap");
         drop(p1);
-        assert!(limits.admit(a).is_some(), "released on drop");
+        let p4 = limits.admit(a).expect("released on drop");
+        let wider = limits.with_caps(4, 3);
+        let _p5 = wider.admit(a).expect("new caps over the same count");
+        assert!(wider.admit(a).is_none(), "the open ones still count");
+        drop(p4);
     }
 }

@@ -204,6 +204,18 @@ fn ascii(raw: &[u8]) -> Option<&str> {
         .flatten()
 }
 
+/// The token of an `Authorization: Bearer <token>` header value, if it is
+/// one (the admin listener's `POST /reload` reads it too).
+pub(crate) fn bearer(raw: &[u8]) -> Option<&str> {
+    ascii(raw).and_then(bearer_token)
+}
+
+/// True when `given` is `expected`, compared in constant time (it does not
+/// leak how much matched).
+pub(crate) fn same_token(given: &str, expected: &str) -> bool {
+    given.len() == expected.len() && bool::from(given.as_bytes().ct_eq(expected.as_bytes()))
+}
+
 /// The credentials of `Authorization: Bearer <token>`; the scheme is
 /// case-insensitive (RFC 9110 §11.1).
 fn bearer_token(value: &str) -> Option<&str> {

@@ -173,6 +173,12 @@ impl RateLimits {
 // === impl ConnectionRate ===
 
 impl ConnectionRate {
+    /// True when this connection's state was made from `limits` (a reload
+    /// that changed the rates makes new ones).
+    pub fn follows(&self, limits: &Arc<RateLimits>) -> bool {
+        Arc::ptr_eq(&self.shared, limits)
+    }
+
     /// Charges one message (`method`'s weight) against every limit.
     pub fn check(&mut self, method: &str) -> Verdict {
         let weight = self

@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::dialect::holon::{object_params, wrap_params};
+use crate::dialect::client::ClientCodec;
 use crate::dialect::Dialect;
 use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
@@ -46,7 +46,7 @@ pub struct ClientLinks {
 /// Sends switchyard-originated requests and notifications to one client.
 #[derive(Debug, Clone)]
 pub struct Pusher {
-    dialect: Dialect,
+    codec: ClientCodec,
     /// Sideband clients: cid of each push → its `s<N>` number.
     cids: Arc<Mutex<HashMap<[u8; 16], u64>>>,
     outbox: Outbox,
@@ -197,7 +197,7 @@ impl Pusher {
         metrics: Metrics,
     ) -> Self {
         Pusher {
-            dialect: outbox.codec().dialect(),
+            codec: ClientCodec::of(outbox.codec().dialect()),
             cids: Arc::new(Mutex::new(HashMap::new())),
             outbox,
             pushes: Arc::new(Mutex::new(Correlator::new(false))),
@@ -217,7 +217,7 @@ impl Pusher {
     /// holon-rpc clients). Never waits: a full outbox or push window drops
     /// it, counted, and says why.
     pub fn notification(&self, method: &str, params: Option<Payload>) -> Result<(), EventDrop> {
-        if self.dialect != Dialect::Holon {
+        if !self.codec.notifies_by_request() {
             let msg = Message::Notification {
                 method: method.to_owned(),
                 params,
@@ -234,13 +234,13 @@ impl Pusher {
                 }
             };
         }
-        let params = match &params {
-            Some(p) if object_params(Some(p)).is_none() => {
+        let params = self
+            .codec
+            .push_notification_params(params)
+            .unwrap_or_else(|wrapped| {
                 self.count_quirk("params_wrapped");
-                wrap_params(p)
-            }
-            other => other.clone(),
-        };
+                wrapped
+            });
         // A full window or outbox was counted by start().
         let (gid, rx) = self
             .start(method, params)
@@ -265,7 +265,7 @@ impl Pusher {
 
     /// The client's dialect.
     pub(crate) fn dialect(&self) -> Dialect {
-        self.dialect
+        self.codec.dialect()
     }
 
     /// Queues a request to the client now: checks the push window, takes
@@ -275,17 +275,10 @@ impl Pusher {
         method: &str,
         params: Option<Payload>,
     ) -> Result<(u64, oneshot::Receiver<ReplyResult>), Refused> {
-        let params = match self.dialect {
-            // switchyard sends no requests to NDJSON clients.
-            Dialect::Ndjson => return Err(Refused::Other(GatewayError::no_route(method))),
-            Dialect::Holon => Some(object_params(params.as_ref()).ok_or_else(|| {
-                Refused::Other(GatewayError::with_detail(
-                    ErrorKind::InvalidParams,
-                    "params must be an object for holon-rpc clients",
-                ))
-            })?),
-            _ => params,
-        };
+        let params = self
+            .codec
+            .push_request_params(method, params)
+            .map_err(Refused::Other)?;
         let (tx, rx) = oneshot::channel();
         let mut table = self.pushes.lock();
         if table.len() >= self.max_unanswered {
@@ -295,14 +288,13 @@ impl Pusher {
         let gid = table
             .insert(Some(tx))
             .map_err(|_| Refused::Other(GatewayError::new(ErrorKind::Unavailable)))?;
-        let id = match self.dialect {
-            Dialect::Sideband => {
-                // A fresh random cid, which is also the request frame's id.
-                let cid: [u8; 16] = rand::random();
-                self.cids.lock().insert(cid, gid);
-                WireId::Cid(cid)
-            }
-            _ => WireId::string(&format!("s{gid}")),
+        let id = if self.codec.pushes_by_cid() {
+            // A fresh random cid, which is also the request frame's id.
+            let cid: [u8; 16] = rand::random();
+            self.cids.lock().insert(cid, gid);
+            WireId::Cid(cid)
+        } else {
+            WireId::string(&format!("s{gid}"))
         };
         let msg = Message::Request {
             id,
@@ -357,7 +349,7 @@ impl Pusher {
         };
         self.metrics
             .unmatched_responses
-            .with_label_values(&[self.dialect.as_str(), "client", kind])
+            .with_label_values(&[self.codec.dialect().as_str(), "client", kind])
             .inc();
         false
     }
@@ -365,14 +357,14 @@ impl Pusher {
     fn count_dropped(&self, reason: &str) {
         self.metrics
             .dropped_messages
-            .with_label_values(&[self.dialect.as_str(), "client", reason])
+            .with_label_values(&[self.codec.dialect().as_str(), "client", reason])
             .inc();
     }
 
     fn count_quirk(&self, quirk: &str) {
         self.metrics
             .peer_quirks
-            .with_label_values(&[self.dialect.as_str(), quirk])
+            .with_label_values(&[self.codec.dialect().as_str(), quirk])
             .inc();
     }
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use prometheus::IntCounter;
 
 use super::{ClientLinks, Pusher, Route};
-use crate::dialect::Dialect;
+use crate::dialect::client::{ClientCodec, EventForm};
 use crate::envelope::{raw_from_string, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::outbox::{Offer, Outgoing};
@@ -55,8 +55,8 @@ impl EventSink {
     }
 
     fn offer(&self, event: &Event<'_>) -> Result<Offer, EventDrop> {
-        match self.pusher.dialect() {
-            Dialect::JsonRpc | Dialect::Ndjson => {
+        match ClientCodec::of(self.pusher.dialect()).event_form() {
+            EventForm::Notification => {
                 let text = event
                     .notification_json()
                     .map_err(|_| EventDrop::Untranslatable)?;
@@ -69,14 +69,14 @@ impl EventSink {
                     offer => Ok(offer),
                 }
             }
-            Dialect::Holon => {
+            EventForm::Request => {
                 let params = event.params_json().map_err(|_| EventDrop::Untranslatable)?;
                 let params = Payload::Json(raw_from_string(params.to_string()));
                 self.pusher
                     .notification(NOTIFICATION_METHOD, Some(params))
                     .map(|()| Offer::Queued)
             }
-            Dialect::Sideband => self
+            EventForm::Envelope => self
                 .pusher
                 .notification(event.topic, Some(event.data.clone()))
                 .map(|()| Offer::Queued),

@@ -14,39 +14,26 @@ use tokio::time::Instant as TokioInstant;
 use tracing::Instrument;
 
 use crate::config::{ListenerConfig, UpstreamMode};
+use crate::dialect::client::ClientCodec;
 use crate::dialect::errors;
 use crate::dialect::jsonrpc::Item;
-use crate::dialect::sideband;
-use crate::dialect::Dialect;
-use crate::envelope::{ErrorObject, Message, Outcome, Payload, WireId};
+use crate::envelope::{Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::telemetry::metrics::Metrics;
 use crate::upstream::Upstream;
 
 mod batch;
+mod cell;
 pub mod client;
 mod events;
 mod policy;
 
+pub use cell::RouteCell;
 pub use client::{ClientLinks, Pusher};
 
 /// At most one log line per upstream and failure (or upgrade refusal
 /// reason) per this period; the next line counts the ones held back.
 const LOG_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// An upstream error as the client's dialect carries it (error-codes.md
-/// §3): unchanged between JSON dialects, mapped by table to and from
-/// Sideband, with the original kept under `data.origin` when lossy.
-pub fn translate_error(error: &ErrorObject, from: Dialect, to: Dialect) -> ErrorObject {
-    match (from, to) {
-        (Dialect::Sideband, Dialect::Sideband) => error.clone(),
-        (Dialect::Sideband, target) => {
-            sideband::error_to_json_dialect(error.code, &error.message, error.data.as_ref(), target)
-        }
-        (source, Dialect::Sideband) => sideband::error_from_json_dialect(error, source),
-        _ => error.clone(),
-    }
-}
 
 /// Records the outcome of a request on its span.
 pub(crate) fn record_outcome(span: &tracing::Span, reply: &Message) {
@@ -239,7 +226,8 @@ impl Route {
         // invalid message. A Sideband `R` without `result` is a valid void
         // reply (sideband.md §6): with an unknown cid it is dropped like any
         // other reply (§10), and `settle` has counted it.
-        (self.cfg.dialect == Dialect::Holon)
+        ClientCodec::of(self.cfg.dialect)
+            .unmatched_void_is_invalid()
             .then(|| self.error_reply(id, &GatewayError::new(ErrorKind::InvalidRequest)))
     }
 
@@ -336,7 +324,7 @@ impl Route {
             }
             Ok(Message::Error { error, .. }) => {
                 self.count_request(upstream, "upstream_error");
-                let error = translate_error(&error, up.config().dialect, self.cfg.dialect);
+                let error = errors::translate(&error, up.config().dialect, self.cfg.dialect);
                 Message::Error {
                     id: Some(id),
                     error,
@@ -364,14 +352,9 @@ impl Route {
         params: Option<&Payload>,
         client: &ClientLinks,
     ) -> Option<Message> {
-        if method == "ping"
-            && self.cfg.answer_ping_notification
-            && self.cfg.dialect != Dialect::Holon
-        {
-            return Some(Message::Notification {
-                method: "pong".to_owned(),
-                params: None,
-            });
+        let codec = ClientCodec::of(self.cfg.dialect);
+        if let Some(pong) = codec.pong(method, self.cfg.answer_ping_notification) {
+            return Some(pong);
         }
         if self.refuse_notification(method) {
             return None;

@@ -132,6 +132,11 @@ pub struct Metrics {
     /// 1 while the readiness check passes, 0 otherwise; refreshed by the
     /// admin listener on every `/readyz` and `/metrics` request.
     pub ready: IntGauge,
+    /// Configuration reloads, by `result` (`ok`, `rejected`).
+    pub config_reloads: IntCounterVec,
+    /// The configuration generation serving now: 1 at start, +1 per
+    /// applied reload.
+    pub config_generation: IntGauge,
     /// Resolved handles of `messages`, `bytes` and `message_size`.
     traffic: std::sync::Arc<cache::Traffic>,
 }
@@ -292,6 +297,25 @@ impl Metrics {
             ready: {
                 let g = IntGauge::new("switchyard_ready", "1 while the readiness check passes")?;
                 registry.register(Box::new(g.clone()))?;
+                g
+            },
+            config_reloads: {
+                let c = counter(
+                    &registry,
+                    "config_reloads_total",
+                    "Configuration reloads",
+                    &["result"],
+                )?;
+                for result in ["ok", "rejected"] {
+                    c.with_label_values(&[result]);
+                }
+                c
+            },
+            config_generation: {
+                let help = "Configuration generation serving now (1 at start, +1 per reload)";
+                let g = IntGauge::new("switchyard_config_generation", help)?;
+                registry.register(Box::new(g.clone()))?;
+                g.set(1);
                 g
             },
             registry,

@@ -20,6 +20,7 @@ use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 use crate::config::{LogConfig, LogFormat, TracingConfig};
 
+pub mod live;
 pub mod metrics;
 pub mod throttle;
 pub mod trace;
@@ -111,6 +112,9 @@ fn install(log: &LogConfig, tracing: Option<&TracingConfig>) -> Telemetry {
 /// the exporter sees).
 fn log_layer(cfg: &LogConfig) -> BoxedLayer {
     let filter = EnvFilter::try_new(&cfg.level).unwrap_or_else(|_| EnvFilter::new("info"));
+    // Reloadable: a configuration reload changes `log.level` in place.
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    live::keep_filter(handle);
     // Colour only for a person at a terminal: escape codes in a file or a
     // log collector are noise.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());

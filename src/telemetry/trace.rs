@@ -114,7 +114,9 @@ pub fn provider(cfg: &TracingConfig) -> Result<SdkTracerProvider, TraceError> {
         .build();
     // A caller's sampling decision (the traceparent flags) wins; the ratio
     // applies to traces that start here.
-    let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(cfg.sampling_ratio)));
+    // The ratio is read per trace: a reload changes it.
+    super::live::set_sampling_ratio(cfg.sampling_ratio);
+    let sampler = Sampler::ParentBased(Box::new(super::live::LiveRatio));
     let resource = Resource::builder()
         .with_service_name(cfg.service_name.clone())
         .build();

@@ -251,6 +251,7 @@ mod tests {
 
     use super::*;
     use crate::config::Config;
+    use crate::router::RouteCell;
 
     fn routes(extra_a: &str, extra_b: &str) -> Vec<Arc<Route>> {
         let toml = format!(
@@ -307,12 +308,16 @@ mod tests {
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         assert!(!routes[0].rate.is_pruning());
-        let server = tokio::spawn(super::super::ws::serve(
-            listener,
-            routes.clone(),
-            ctx.clone(),
-            None,
-        ));
+        let paths = std::sync::Arc::new(super::super::ws::Paths::default());
+        for (route, path) in routes.iter().zip(["/a", "/b"]) {
+            let cell = RouteCell::new(route.clone());
+            let entry = super::super::ws::Entry {
+                cell,
+                ctx: ctx.clone(),
+            };
+            paths.insert(path.to_owned(), entry);
+        }
+        let server = tokio::spawn(super::super::ws::serve(listener, paths, ctx.clone(), None));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         while !routes[0].rate.is_pruning() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;

@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub(crate) mod accept;
+pub(crate) mod driver;
 pub mod session;
 pub(crate) mod tls;
 pub(crate) mod unix;

@@ -21,21 +21,21 @@ use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::outbox::{Outbox, OutboxReader};
 use futures_util::StreamExt;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 
-use super::session::{Session, Verdict};
+use super::driver::{self, Fixed, FrameSink, Incoming};
+use super::session::Session;
 use super::{Outgoing, Serve};
 use crate::dialect::errors;
 use crate::dialect::render::{render, Style};
 use crate::dialect::Dialect;
 use crate::envelope::{Message, WireId};
 use crate::error::{ErrorKind, GatewayError};
-use crate::router::Route;
+use crate::router::{Route, RouteCell};
 use crate::telemetry::metrics::RejectReason;
 
 /// Binds `path` with `mode`, handling stale sockets as the module explains.
@@ -85,7 +85,7 @@ fn remove_stale(path: &Path) -> io::Result<()> {
 }
 
 /// Accepts NDJSON clients until shutdown, then removes the socket file.
-pub(crate) async fn serve(listener: UnixListener, path: PathBuf, route: Arc<Route>, ctx: Serve) {
+pub(crate) async fn serve(listener: UnixListener, path: PathBuf, cell: Arc<RouteCell>, ctx: Serve) {
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -93,18 +93,19 @@ pub(crate) async fn serve(listener: UnixListener, path: PathBuf, route: Arc<Rout
         };
         match accepted {
             Ok((stream, _)) => {
+                let route = cell.load();
                 let Some(permit) = route.conns.admit(IpAddr::V4(Ipv4Addr::UNSPECIFIED)) else {
-                    ctx.sessions.spawn(refuse(stream, route.clone()));
+                    ctx.sessions.spawn(refuse(stream, route));
                     continue;
                 };
-                let (route, ctx2) = (route.clone(), ctx.clone());
+                let (cell, ctx2) = (cell.clone(), ctx.clone());
                 ctx.sessions.spawn(async move {
-                    run(stream, route, ctx2).await;
+                    run(stream, cell, ctx2).await;
                     drop(permit);
                 });
             }
             Err(e) => {
-                tracing::warn!(listener = %route.cfg.name, error = %e, "accept failed");
+                tracing::warn!(listener = %cell.load().cfg.name, error = %e, "accept failed");
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         }
@@ -130,18 +131,11 @@ async fn refuse(mut stream: UnixStream, route: Arc<Route>) {
     let _ = stream.shutdown().await;
 }
 
-/// How the reader loop ended.
-enum End {
-    /// EOF or a read error: answer what is pending, then close.
-    Eof,
-    /// switchyard closes the connection.
-    Closing,
-    /// Graceful shutdown.
-    Shutdown,
-}
-
-async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
-    let name = route.cfg.name.clone();
+async fn run(stream: UnixStream, cell: Arc<RouteCell>, ctx: Serve) {
+    // Read once for what is fixed for the connection's life (its outbox,
+    // line limit and timers); requests read the cell themselves, and the
+    // route is not held (a reload may replace it).
+    let route = cell.load();
     let _open = super::OpenConnection::count(&route);
     let (read, write) = stream.into_split();
     let sent = route.metrics().frame_counter(
@@ -149,155 +143,86 @@ async fn run(stream: UnixStream, route: Arc<Route>, ctx: Serve) {
         crate::error::Side::Client,
         crate::telemetry::metrics::Direction::Out,
     );
-    let (session, rx) = Session::new(route.clone(), ctx.grace_over.clone());
-    let writer = tokio::spawn(write_lines(write, rx, sent));
+    let (session, rx) = Session::new(cell.clone(), ctx.grace_over.clone());
+    let writer = tokio::spawn(driver::write_loop(
+        LineSink(BufWriter::new(write)),
+        rx,
+        sent,
+    ));
     let codec = AnyDelimiterCodec::new_with_max_length(
         vec![b'\n'],
         vec![b'\n'],
         route.cfg.max_message_bytes,
     );
-    let mut lines = FramedRead::new(read, codec);
-    let (lost, slow) = (session.upstream_lost(), session.slow_consumer());
-    let opened = tokio::time::Instant::now();
-    let mut last_rx = opened;
-    // Made once, not per line: each registers a waiter or a timer.
-    let (lost, slow, shutdown) = (lost.cancelled(), slow.cancelled(), ctx.shutdown.cancelled());
-    let expired = tokio::time::sleep_until(expiry(&route.cfg.protection, opened, last_rx));
-    tokio::pin!(lost, slow, shutdown, expired);
-    let end = loop {
-        let next = tokio::select! {
-            // Lines first: the other branches are polled only when no line
-            // is ready.
-            biased;
-            next = lines.next() => next,
-            // Idle too long, or lived too long: answer what is pending, close.
-            // (The timer is moved on only when it fires, not per line.)
-            () = &mut expired => {
-                let due = expiry(&route.cfg.protection, opened, last_rx);
-                if due <= tokio::time::Instant::now() {
-                    break End::Eof;
-                }
-                expired.as_mut().reset(due);
-                continue;
+    // Empty lines (after one trailing `\r` is stripped) are skipped.
+    let lines = FramedRead::new(read, codec)
+        .map(incoming)
+        .filter(|line| std::future::ready(!matches!(line, Incoming::Text(Line(l)) if l.is_empty())))
+        // The end of input (a half-close): answer what is pending, then close.
+        .chain(futures_util::stream::once(std::future::ready(
+            Incoming::Eof,
+        )));
+    let lines = std::pin::pin!(lines);
+    let fixed = Fixed::of(&route.cfg, None);
+    drop(route);
+    let end = driver::read_loop(lines, &session, &cell, &ctx, &fixed).await;
+    driver::finish(end, session, writer).await;
+}
+
+/// One NDJSON line without its `\r`, checked to be UTF-8 when made.
+struct Line(bytes::Bytes);
+
+impl std::ops::Deref for Line {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        // Checked when the line was made: never the empty fallback.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+/// A line as the driver sees it.
+fn incoming(line: Result<bytes::Bytes, AnyDelimiterCodecError>) -> Incoming<Line> {
+    match line {
+        Ok(mut line) => {
+            if line.ends_with(b"\r") {
+                line.truncate(line.len() - 1);
             }
-            // Pending calls on the lost link fail at once; answer, then close.
-            () = &mut lost => break End::Eof,
-            () = &mut slow => {
-                route.count_protocol_error("slow_consumer");
-                route.metrics().count_limit(&route.cfg.name, crate::telemetry::metrics::Limit::SlowConsumer);
-                break End::Closing;
+            match std::str::from_utf8(&line) {
+                Ok(_) => Incoming::Text(Line(line)),
+                Err(_) => Incoming::NotUtf8,
             }
-            () = &mut shutdown => break End::Shutdown,
+        }
+        // Not buffered beyond the limit: the rest of it is never read.
+        Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => Incoming::TooLarge,
+        Err(e) => {
+            tracing::debug!(error = %e, "read failed");
+            Incoming::Eof
+        }
+    }
+}
+
+/// The client's socket, written line by line through a buffer flushed
+/// when the outbox runs empty.
+struct LineSink(BufWriter<OwnedWriteHalf>);
+
+impl FrameSink for LineSink {
+    async fn feed(&mut self, out: Outgoing) -> Result<(), ()> {
+        // NDJSON has no binary frames and no pings.
+        let Outgoing::Text(line) = out else {
+            return Ok(());
         };
-        last_rx = tokio::time::Instant::now();
-        match next {
-            Some(Ok(line)) => {
-                let line = line.strip_suffix(b"\r").unwrap_or(&line);
-                if line.is_empty() {
-                    continue;
-                }
-                if let Verdict::Close(..) = on_line(&session, line).await {
-                    break End::Closing;
-                }
-            }
-            Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
-                line_too_long(&route, session.outbox()).await;
-                break End::Closing;
-            }
-            Some(Err(e)) => {
-                tracing::debug!(listener = %name, error = %e, "read failed");
-                break End::Eof;
-            }
-            None => break End::Eof,
-        }
-    };
-    match end {
-        End::Closing => session.abort().await,
-        End::Eof | End::Shutdown => session.drain().await,
+        self.0.write_all(line.as_bytes()).await.map_err(drop)?;
+        self.0.write_all(b"\n").await.map_err(drop)
     }
-    drop(session);
-    let mut writer = writer;
-    if tokio::time::timeout(std::time::Duration::from_secs(2), &mut writer)
-        .await
-        .is_err()
-    {
-        // A client that does not read keeps the writer stuck: cut it off.
-        writer.abort();
-        tracing::debug!(listener = %name, "writer did not finish in time");
-    }
-}
 
-/// When the connection must close: idle timeout after the last line, or
-/// the connection lifetime (far in the future when neither is set).
-fn expiry(
-    p: &crate::config::Protection,
-    opened: tokio::time::Instant,
-    last_rx: tokio::time::Instant,
-) -> tokio::time::Instant {
-    let never = opened + std::time::Duration::from_secs(100 * 365 * 24 * 3600);
-    let idle = p.idle_timeout.map_or(never, |t| last_rx + t);
-    let life = p.max_connection_lifetime.map_or(never, |t| opened + t);
-    idle.min(life)
-}
-
-/// One line: JSON-RPC if it is UTF-8, else a parse error.
-async fn on_line(session: &Session, line: &[u8]) -> Verdict {
-    match std::str::from_utf8(line) {
-        Ok(text) => session.on_text(text).await,
-        Err(_) => {
-            let err = errors::render(&GatewayError::new(ErrorKind::ParseError), Dialect::Ndjson);
-            session
-                .send(&Message::error(Some(WireId::null()), err))
-                .await;
-            Verdict::Continue
-        }
+    async fn flush(&mut self) -> Result<(), ()> {
+        self.0.flush().await.map_err(drop)
     }
-}
 
-async fn line_too_long(route: &Route, outbox: &Outbox) {
-    route.count_protocol_error("message_too_large");
-    route.metrics().count_limit(
-        &route.cfg.name,
-        crate::telemetry::metrics::Limit::MaxMessageBytes,
-    );
-    let limit = route.cfg.max_message_bytes;
-    let err = GatewayError::with_detail(
-        ErrorKind::InvalidRequest,
-        format!("Line exceeds maximum of {limit} bytes"),
-    );
-    let reply = Message::error(Some(WireId::null()), errors::render(&err, Dialect::Ndjson));
-    if let Ok(text) = render(&reply, Style::Line) {
-        outbox.send_frame(Outgoing::Text(text)).await;
+    async fn close(&mut self, _: Outgoing) {
+        // Best effort: the client may be gone already.
+        let _ = self.0.flush().await;
+        let _ = self.0.shutdown().await;
     }
-}
-
-/// Writes queued lines until the outbox is dropped or a close is queued.
-async fn write_lines(
-    write: OwnedWriteHalf,
-    mut rx: OutboxReader,
-    sent: crate::telemetry::metrics::FrameCounter,
-) {
-    let mut out = BufWriter::new(write);
-    while let Some(item) = rx.recv().await {
-        let Outgoing::Text(line) = item else {
-            if matches!(item, Outgoing::Close(..)) {
-                break;
-            }
-            continue;
-        };
-        sent.count(line.len());
-        let written = async {
-            out.write_all(line.as_bytes()).await?;
-            out.write_all(b"\n").await
-        };
-        if written.await.is_err() {
-            return;
-        }
-        if rx.is_empty() && out.flush().await.is_err() {
-            return;
-        }
-    }
-    // Best effort: the client may be gone already.
-    let _ = out.flush().await;
-    let _ = out.shutdown().await;
 }

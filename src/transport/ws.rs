@@ -8,28 +8,29 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
 
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, Extension};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use futures_util::StreamExt;
+use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
 use tracing::Instrument;
 
-mod frames;
+mod paths;
 
-use self::frames::{read_loop, write_loop, End};
+pub(crate) use self::paths::{Entry, Paths};
 use super::accept::Place;
+use super::driver::{self, Fixed, FrameSink, Incoming};
 use super::session::Session;
 use super::{Outgoing, Serve};
 use crate::close::CloseCode;
+use crate::dialect::client::ClientCodec;
 use crate::dialect::Dialect;
 use crate::limits::origin::Refusal;
 use crate::limits::rate::PRUNE_INTERVAL;
-use crate::router::Route;
+use crate::router::{Route, RouteCell};
 use crate::telemetry::metrics::RejectReason;
 use crate::telemetry::trace::connection_span;
 
@@ -46,19 +47,19 @@ const READ_BUFFER: usize = 8 * 1024;
 /// outbox runs empty). The buffer itself grows only as frames arrive.
 const WRITE_THRESHOLD: usize = 64 * 1024;
 
-/// How long a closing connection's writer has to send what is queued.
-const WRITER_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Serves every WebSocket listener bound to `listener` until shutdown.
-/// With `tls`, every connection is `wss://` (see [`super::tls`]); caps and
-/// timeouts before the upgrade are in [`super::accept`]. Also prunes each
-/// listener's per-IP rate state.
+/// Serves every WebSocket listener bound to `listener` until shutdown,
+/// each on its path in `paths` (a reload may change them; an unknown path
+/// gets 404). With `tls`, every connection is `wss://` (see
+/// [`super::tls`]); caps and timeouts before the upgrade are in
+/// [`super::accept`], from the listeners served at the start. Also prunes
+/// each listener's per-IP rate state.
 pub(crate) async fn serve(
     listener: TcpListener,
-    routes: Vec<Arc<Route>>,
+    paths: Arc<Paths>,
     ctx: Serve,
     tls: Option<super::tls::Acceptor>,
 ) -> std::io::Result<()> {
+    let routes: Vec<Arc<Route>> = paths.cells().iter().map(|c| c.load()).collect();
     let Some(http) = super::accept::Http::of(&routes) else {
         return Ok(());
     };
@@ -67,46 +68,40 @@ pub(crate) async fn serve(
             .rate
             .start_pruning(PRUNE_INTERVAL, ctx.shutdown.clone());
     }
-    let mut app = axum::Router::new();
-    for route in routes {
-        let ListenAddrPath(path) = ListenAddrPath::of(&route);
-        let ctx = ctx.clone();
-        app = app.route(
-            &path,
-            get(
-                move |headers: HeaderMap,
-                      uri: Uri,
-                      ConnectInfo(peer): ConnectInfo<SocketAddr>,
-                      place: Option<Extension<Place>>,
-                      ws: WebSocketUpgrade| {
-                    let (route, ctx) = (route.clone(), ctx.clone());
-                    async move {
-                        if let Err(refused) = check_upgrade(&route, &headers, &uri, peer.ip()) {
-                            return *refused;
-                        }
-                        // No longer pending: the session counts from here,
-                        // before the client can see the 101.
-                        if let Some(Extension(place)) = place {
-                            place.release();
-                        }
-                        upgrade(ws, &headers, route, ctx, peer.ip())
-                    }
-                },
-            ),
-        );
-    }
+    drop(routes);
+    let app = axum::Router::new().fallback(
+        move |method: Method,
+              headers: HeaderMap,
+              uri: Uri,
+              ConnectInfo(peer): ConnectInfo<SocketAddr>,
+              place: Option<Extension<Place>>,
+              ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>| {
+            let entry = paths.get(uri.path());
+            async move {
+                let Some(Entry { cell, ctx }) = entry else {
+                    return StatusCode::NOT_FOUND.into_response();
+                };
+                if method != Method::GET {
+                    return StatusCode::METHOD_NOT_ALLOWED.into_response();
+                }
+                let ws = match ws {
+                    Ok(ws) => ws,
+                    Err(rejection) => return rejection.into_response(),
+                };
+                let route = cell.load();
+                if let Err(refused) = check_upgrade(&route, &headers, &uri, peer.ip()) {
+                    return *refused;
+                }
+                // No longer pending: the session counts from here, before
+                // the client can see the 101.
+                if let Some(Extension(place)) = place {
+                    place.release();
+                }
+                upgrade(ws, &headers, &route, cell, ctx, peer.ip())
+            }
+        },
+    );
     super::accept::serve(listener, app, tls, http, &ctx).await
-}
-
-struct ListenAddrPath(String);
-
-impl ListenAddrPath {
-    fn of(route: &Route) -> Self {
-        match &route.cfg.addr {
-            crate::config::ListenAddr::Ws { path, .. } => ListenAddrPath(path.clone()),
-            crate::config::ListenAddr::Unix { .. } => ListenAddrPath(String::from("/")),
-        }
-    }
 }
 
 /// Accepts the upgrade; the connection runs in a span whose OpenTelemetry
@@ -114,7 +109,8 @@ impl ListenAddrPath {
 fn upgrade(
     ws: WebSocketUpgrade,
     headers: &HeaderMap,
-    route: Arc<Route>,
+    route: &Route,
+    cell: Arc<RouteCell>,
     ctx: Serve,
     peer: IpAddr,
 ) -> Response {
@@ -130,31 +126,20 @@ fn upgrade(
     let span = connection_span(headers, &route.cfg.name, route.cfg.dialect.as_str());
     let sessions = ctx.sessions.clone();
     ws.on_upgrade(move |socket| {
-        sessions.track_future(run(socket, route, ctx, peer).instrument(span))
+        sessions.track_future(run(socket, cell, ctx, peer).instrument(span))
     })
 }
 
-/// Echoes the listener's subprotocol when the client offers it (no offer
-/// is fine too). holon-rpc matches the offer case-insensitively and echoes
-/// the client's spelling, as WebBridge does: browsers fail the connection
-/// unless the echo is exactly one of their offers (holon-rpc.md §1, §10).
-/// The other dialects' notes name their exact token.
+/// Selects the listener's subprotocol when the client offers it (no
+/// offer is fine too), spelled as offered: see [`ClientCodec::subprotocol`].
 fn select_subprotocol(mut ws: WebSocketUpgrade, dialect: Dialect) -> WebSocketUpgrade {
-    match dialect {
-        Dialect::JsonRpc => ws.protocols(["jsonrpc"]),
-        Dialect::Sideband => ws.protocols(["sideband.v1"]),
-        Dialect::Holon => {
-            let offered = ws
-                .requested_protocols()
-                .find(|p| p.as_bytes().eq_ignore_ascii_case(b"holon-rpc"))
-                .cloned();
-            if let Some(spelling) = offered {
-                ws.set_selected_protocol(spelling);
-            }
-            ws
-        }
-        Dialect::Ndjson => ws,
+    let offered: Vec<_> = ws.requested_protocols().cloned().collect();
+    let chosen =
+        ClientCodec::of(dialect).subprotocol(offered.iter().filter_map(|p| p.to_str().ok()));
+    if let Some(chosen) = chosen.and_then(|c| offered.iter().find(|p| p.to_str().ok() == Some(c))) {
+        ws.set_selected_protocol(chosen.clone());
     }
+    ws
 }
 
 /// Browser safety before the upgrade: Host and Origin allow-lists and the
@@ -188,7 +173,10 @@ fn check_upgrade(
 }
 
 /// Drives one client connection to its end.
-async fn run(mut socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr) {
+async fn run(mut socket: WebSocket, cell: Arc<RouteCell>, ctx: Serve, peer: IpAddr) {
+    // Read once for what is fixed for the connection's life (its outbox,
+    // its counters); requests read the cell themselves.
+    let route = cell.load();
     let name = route.cfg.name.clone();
     let Some(_permit) = route.conns.admit(peer) else {
         // Upgraded first, so that a browser can read the reason.
@@ -210,45 +198,80 @@ async fn run(mut socket: WebSocket, route: Arc<Route>, ctx: Serve, peer: IpAddr)
         crate::error::Side::Client,
         crate::telemetry::metrics::Direction::Out,
     );
-    let (session, rx) = Session::new(route.clone(), ctx.grace_over.clone());
+    let (session, rx) = Session::new(cell.clone(), ctx.grace_over.clone());
     let session = session.with_peer(peer);
-    let mut writer = tokio::spawn(write_loop(sink, rx, sent));
-    let tx = session.outbox().clone();
+    let writer = tokio::spawn(driver::write_loop(WsSink(sink), rx, sent));
     if let Some(hello) = session.greeting() {
         // Sideband: both sides send their handshake at once.
-        tx.send_frame(hello).await;
+        session.outbox().send_frame(hello).await;
     }
-    let end = read_loop(stream, &session, &route, &ctx).await;
-    match end {
-        End::Gone | End::Closing => session.abort().await,
-        End::Shutdown => {
-            session.drain().await;
-            if route.cfg.dialect == Dialect::Sideband {
-                tx.send_frame(Outgoing::Binary(
-                    crate::dialect::sideband::session::Sbp::close_frame("shutdown"),
-                ))
-                .await;
-            }
-            tx.close(CloseCode::GoingAway, "going away").await;
-        }
-        End::UpstreamLost => {
-            session.drain().await;
-            tx.close(CloseCode::GoingAway, "upstream connection lost")
-                .await;
+    let fixed = Fixed::of(
+        &route.cfg,
+        Some((route.cfg.ping_interval, route.cfg.pong_timeout)),
+    );
+    // Not held while the connection lives: the route of a past
+    // generation goes as soon as its last request is answered.
+    drop(route);
+    let end = driver::read_loop(stream.map(incoming), &session, &cell, &ctx, &fixed).await;
+    driver::finish(end, session, writer).await;
+}
+
+/// A WebSocket message as the driver sees it.
+fn incoming(msg: Result<WsMessage, axum::Error>) -> Incoming<axum::extract::ws::Utf8Bytes> {
+    match msg {
+        Ok(WsMessage::Text(text)) => Incoming::Text(text),
+        Ok(WsMessage::Binary(bytes)) => Incoming::Binary(bytes),
+        Ok(WsMessage::Ping(_) | WsMessage::Pong(_)) => Incoming::Control,
+        Ok(WsMessage::Close(frame)) => Incoming::Close(frame.map_or(1005, |f| f.code)),
+        Err(e) if library_too_large(&e) => Incoming::TooLarge,
+        Err(e) => {
+            tracing::debug!(error = %e, "websocket read failed");
+            Incoming::Gone
         }
     }
-    drop(session);
-    drop(tx);
-    // Closing: the writer sends and flushes what is queued (the close frame
-    // last), within the writer timeout; a client that does not read is cut
-    // off then.
-    if matches!(end, End::Gone) {
-        writer.abort();
-    } else if tokio::time::timeout(WRITER_TIMEOUT, &mut writer)
-        .await
-        .is_err()
-    {
-        writer.abort();
-        tracing::debug!(listener = %name, "writer did not finish closing in time");
+}
+
+/// True when the library refused a message above even its (larger) limit:
+/// tungstenite's capacity error, under axum's error.
+fn library_too_large(e: &axum::Error) -> bool {
+    use tokio_tungstenite::tungstenite::error::{CapacityError, Error};
+    std::error::Error::source(e)
+        .and_then(|inner| inner.downcast_ref::<Error>())
+        .is_some_and(|inner| matches!(inner, Error::Capacity(CapacityError::MessageTooLong { .. })))
+}
+
+/// The client's socket, written frame by frame (coalesced by the library
+/// up to its write buffer, flushed when the outbox runs empty).
+struct WsSink(futures_util::stream::SplitSink<WebSocket, WsMessage>);
+
+impl FrameSink for WsSink {
+    async fn feed(&mut self, out: Outgoing) -> Result<(), ()> {
+        let msg = match out {
+            Outgoing::Text(text) => WsMessage::Text(text.into()),
+            Outgoing::Binary(bytes) => WsMessage::Binary(bytes.into()),
+            Outgoing::Ping => WsMessage::Ping(Default::default()),
+            Outgoing::Close(..) => return Ok(()),
+        };
+        self.0.feed(msg).await.map_err(drop)
+    }
+
+    async fn flush(&mut self) -> Result<(), ()> {
+        self.0.flush().await.map_err(drop)
+    }
+
+    async fn close(&mut self, out: Outgoing) {
+        let Outgoing::Close(code, reason) = out else {
+            return;
+        };
+        let frame = CloseFrame {
+            code: code.as_u16(),
+            reason: reason.into_owned().into(),
+        };
+        // The peer may be gone already; we are closing either way. After
+        // the peer's own close the library refuses a second one; the flush
+        // still sends the echo it queued.
+        if self.0.send(WsMessage::Close(Some(frame))).await.is_err() {
+            let _ = self.0.flush().await;
+        }
     }
 }

@@ -55,6 +55,9 @@ pub struct Upstream {
     pending: Arc<Semaphore>,
     /// Calls waiting for a pending slot (bounded by `max_queued`).
     queued: AtomicUsize,
+    /// Cancelled to close this upstream's streaming feeds (it was retired
+    /// by a reload, or switchyard stops).
+    feeds: CancellationToken,
 }
 
 /// Gives a call's gateway id up if the caller stops waiting before the reply.
@@ -104,8 +107,9 @@ impl Upstream {
             UpstreamMode::Shared => shared.cfg.pool_size.get(),
             UpstreamMode::PerClient => 0,
         };
+        let feeds = shutdown.child_token();
         for f in &shared.cfg.publish.feeds {
-            tokio::spawn(feed::run(shared.clone(), f.clone(), shutdown.clone()));
+            tokio::spawn(feed::run(shared.clone(), f.clone(), feeds.clone()));
         }
         let slots = (0..pooled)
             .map(|slot| {
@@ -118,7 +122,14 @@ impl Upstream {
             changed,
             pending,
             queued: AtomicUsize::new(0),
+            feeds,
         })
+    }
+
+    /// Closes this upstream's streaming feeds (a reload retired it: the
+    /// new definition opens its own).
+    pub(crate) fn stop_feeds(&self) {
+        self.feeds.cancel();
     }
 
     /// Waits until every WebSocket link of this upstream has sent its

@@ -1,22 +1,19 @@
 //! The status page's operator figures: latency and rates over the last
 //! minute (from `admin/window.rs`), since when an upstream is down with its
-//! last connect error, and the configuration generation.
+//! last connect error, the configuration generation and the last rejected
+//! reload.
 
 use std::time::{Duration, SystemTime};
 
 use super::{esc, uptime};
+use crate::admin::reload::Snapshot;
 use crate::admin::window::{Series, WINDOW};
 use crate::admin::AdminState;
 use crate::upstream::HealthSnapshot;
 
-/// Configuration generation shown on the page. The configuration is read
-/// once at start (there is no reload yet), so it is always 1, loaded when
-/// the gateway started.
-pub(super) const CONFIG_GENERATION: u64 = 1;
-
 /// The "Last minute" section: one row per listener and upstream.
 pub(super) fn last_minute(state: &AdminState, out: &mut String) {
-    let gw = state.gateway();
+    let gw = &*state.gateway();
     let (span, figures) = state.window().figures(&gw.metrics);
     let secs = span.as_secs().min(WINDOW.as_secs());
     out.push_str(&format!(
@@ -98,12 +95,25 @@ pub(super) fn health_row(name: &str, health: &HealthSnapshot, now: SystemTime) -
     )
 }
 
-/// The configuration line of the page header.
-pub(super) fn generation(started: SystemTime) -> String {
+/// The configuration line of the page header: the generation serving and
+/// when it was loaded (at start, or by the last reload).
+pub(super) fn generation(record: &Snapshot) -> String {
     format!(
-        "config generation {CONFIG_GENERATION}, loaded {}",
-        utc(started)
+        "config generation {}, loaded {}",
+        record.generation,
+        utc(record.loaded)
     )
+}
+
+/// The last rejected reload, when and its first problem (the log and the
+/// reload's answer list them all).
+pub(super) fn last_failure(record: &Snapshot) -> Option<String> {
+    let (at, problem) = record.last_failure.as_ref()?;
+    Some(format!(
+        "<section id=\"reload\"><h2>Last rejected reload</h2><p class=\"err\">{}: {}</p></section>",
+        utc(*at),
+        esc(problem)
+    ))
 }
 
 /// `2026-11-25T13:40:02Z` (RFC 3339, UTC).

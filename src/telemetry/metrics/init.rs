@@ -7,7 +7,7 @@
 //! by `tests/dashboards.rs` without having to provoke every error first.
 
 use super::{Direction, Limit, Metrics, RejectReason};
-use crate::config::{Config, UpstreamMode};
+use crate::config::{Config, UpstreamConfig, UpstreamMode};
 use crate::dialect::Dialect;
 use crate::envelope::Kind;
 use crate::error::Side;
@@ -77,15 +77,16 @@ impl Metrics {
             self.events.feeds_open.with_label_values(&[name]);
             self.upstream_in_flight.with_label_values(&[name]);
             self.upstream_request_duration.with_label_values(&[name]);
-            let mode = match u.mode {
-                UpstreamMode::Shared => "shared",
-                UpstreamMode::PerClient => "per-client",
-            };
-            let required = if u.required { "true" } else { "false" };
-            let info = [name, u.dialect.as_str(), mode, required];
-            self.upstream_info.with_label_values(&info).set(1);
+            self.upstream_info.with_label_values(&info_labels(u)).set(1);
             self.init_side(u.dialect, Side::Upstream);
         }
+    }
+
+    /// Drops the `upstream_info` series of an upstream a reload removed
+    /// or changed (the new definition, if any, gets its own).
+    pub fn forget_upstream(&self, u: &UpstreamConfig) {
+        // Absent already is fine.
+        let _ = self.upstream_info.remove_label_values(&info_labels(u));
     }
 
     /// The per-dialect series of one side: traffic, and the most common
@@ -112,4 +113,14 @@ impl Metrics {
             }
         }
     }
+}
+
+/// The labels of an upstream's `upstream_info` series.
+fn info_labels(u: &UpstreamConfig) -> [&str; 4] {
+    let mode = match u.mode {
+        UpstreamMode::Shared => "shared",
+        UpstreamMode::PerClient => "per-client",
+    };
+    let required = if u.required { "true" } else { "false" };
+    [u.name.as_str(), u.dialect.as_str(), mode, required]
 }

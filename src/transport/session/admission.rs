@@ -32,16 +32,26 @@ impl Session {
         else {
             return Ok(Checked::Pass(item));
         };
-        let Some(rate) = &self.rate else {
+        let route = self.route();
+        if route.rate.is_off() {
             return Ok(Checked::Pass(item));
+        }
+        let verdict = {
+            let mut rate = self.rate.lock();
+            // First use, or the listener's rates changed in a reload: this
+            // connection's own bucket starts over under the new ones.
+            let rate = match &mut *rate {
+                Some(r) if r.follows(&route.rate) => r,
+                slot => slot.insert(route.rate.connection(self.peer)),
+            };
+            rate.check(method)
         };
-        let verdict = rate.lock().check(method);
         let limited = match verdict {
             RateVerdict::Allow => return Ok(Checked::Pass(item)),
             RateVerdict::Limit(l) | RateVerdict::Abuse(l) => l,
         };
-        let metrics = self.route.metrics();
-        metrics.count_limit(&self.route.cfg.name, limit_label(limited));
+        let metrics = route.metrics();
+        metrics.count_limit(&route.cfg.name, limit_label(limited));
         if let RateVerdict::Abuse(_) = verdict {
             // Closing anyway: a client that is not reading is cut off
             // without the close frame.
@@ -52,10 +62,10 @@ impl Session {
         match item {
             Item::Valid(Message::Request { id, .. }) => {
                 let err = GatewayError::with_detail(ErrorKind::RateLimited, limited.as_str());
-                Ok(Checked::Limited(self.route.error_reply(id, &err)))
+                Ok(Checked::Limited(route.error_reply(id, &err)))
             }
             _ => {
-                self.route.count_dropped_client("rate_limited");
+                route.count_dropped_client("rate_limited");
                 Ok(Checked::Dropped)
             }
         }

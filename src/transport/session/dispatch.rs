@@ -13,8 +13,8 @@ use tracing::Instrument;
 use super::admission::Checked;
 use super::in_place::NotPlaced;
 use super::{Session, Verdict};
-use crate::dialect::{Dialect, Item};
-use crate::envelope::{raw_from_string, Message, Outcome, Payload};
+use crate::dialect::Item;
+use crate::envelope::Message;
 use crate::error::{ErrorKind, GatewayError};
 use crate::router::{ClientLinks, Route};
 use crate::telemetry::metrics::Limit;
@@ -25,15 +25,12 @@ impl Session {
     /// One message (not a batch): a request, a notification, a reply to a
     /// call switchyard made, or an item already answered with an error.
     pub(super) async fn single(&self, item: Item) -> Verdict {
-        if let Item::Valid(Message::Request { id, method, .. }) = &item {
-            if self.route.cfg.dialect == Dialect::Holon && method == "rpc.heartbeat" {
-                // Answered at once: never routed, never queued, and never
-                // counted against the rate limits (holon-rpc.md §10).
-                let ok = Payload::Json(raw_from_string(String::from("{}")));
-                let reply = Message::Response {
-                    id: id.clone(),
-                    result: Outcome::Value(ok),
-                };
+        if let Item::Valid(msg @ Message::Request { .. }) = &item {
+            // holon-rpc's heartbeat is answered at once: never routed, never
+            // queued, and never counted against the rate limits
+            // (holon-rpc.md §10). (A `ping` notification is answered by the
+            // router, after the rate limits.)
+            if let Some(reply) = self.codec().local_reply(msg, false) {
                 self.send(&reply).await;
                 return Verdict::Continue;
             }
@@ -53,7 +50,7 @@ impl Session {
                 let permit = match self.permits(1).await {
                     Ok(permit) => permit,
                     Err(NoSlot::ShuttingDown) => {
-                        self.send(&self.route.error_reply(id, &shutting_down()))
+                        self.send(&self.route().error_reply(id, &shutting_down()))
                             .await;
                         return Verdict::Continue;
                     }
@@ -66,7 +63,7 @@ impl Session {
                     params,
                     permit,
                 };
-                match self.in_place.place(&self.route, &self.parent, req) {
+                match self.in_place.place(&self.route(), &self.parent, req) {
                     Ok(()) => Verdict::Continue,
                     Err(req) => self.spawn(
                         Item::Valid(Message::Request {
@@ -84,8 +81,7 @@ impl Session {
 
     /// Runs one item in a task of its own (the waiting path).
     fn spawn(&self, item: Item, permit: Option<OwnedSemaphorePermit>) -> Verdict {
-        let (route, client, outbox) =
-            (self.route.clone(), self.client.clone(), self.outbox.clone());
+        let (route, client, outbox) = (self.route(), self.client.clone(), self.outbox.clone());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
         let task = async move {
             let Some(reply) = settle(&route, item, &client, &gone, &grace_over).await else {
@@ -122,7 +118,7 @@ impl Session {
         let items = checked;
         // One slot per request, at most the whole cap (a batch larger than
         // the cap runs under all of it).
-        let wanted = request_ids.len().min(self.route.cfg.max_in_flight);
+        let wanted = request_ids.len().min(self.max_in_flight);
         let permits = if wanted == 0 {
             None
         } else {
@@ -133,15 +129,14 @@ impl Session {
                     let err = shutting_down();
                     let replies: Vec<Message> = request_ids
                         .into_iter()
-                        .map(|id| self.route.error_reply(id, &err))
+                        .map(|id| self.route().error_reply(id, &err))
                         .collect();
                     self.outbox.send_batch(&replies).await;
                     return Verdict::Continue;
                 }
             }
         };
-        let (route, client, outbox) =
-            (self.route.clone(), self.client.clone(), self.outbox.clone());
+        let (route, client, outbox) = (self.route(), self.client.clone(), self.outbox.clone());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
         let span = tracing::info_span!(parent: &self.parent, "rpc.batch", otel.kind = "server", rpc.batch.size = request_ids.len());
         let task = async move {
@@ -171,9 +166,10 @@ impl Session {
         if let Ok(permit) = self.in_flight.clone().try_acquire_many_owned(n) {
             return Ok(permit);
         }
-        self.route
+        let route = self.route();
+        route
             .metrics()
-            .count_limit(&self.route.cfg.name, Limit::MaxInFlight);
+            .count_limit(&route.cfg.name, Limit::MaxInFlight);
         tokio::select! {
             permit = self.in_flight.clone().acquire_many_owned(n) => {
                 permit.map_err(|_| NoSlot::ShuttingDown)

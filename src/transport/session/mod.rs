@@ -22,25 +22,32 @@ use tokio_util::task::TaskTracker;
 
 mod admission;
 mod dispatch;
+mod edges;
 mod in_place;
 
 use in_place::InPlace;
 
 use crate::close::CloseCode;
-use crate::dialect::render::Style;
+use crate::dialect::client::ClientCodec;
 use crate::dialect::sideband::session::{Sbp, SbpEvent};
-use crate::dialect::{holon, jsonrpc, Dialect, Inbound, Item};
+use crate::dialect::{Dialect, Inbound, Item};
 use crate::envelope::Message;
 use crate::error::Side;
 use crate::limits::rate::ConnectionRate;
 use crate::outbox::{Form, Gauges, OutCodec, Outbox, OutboxReader, Outgoing};
-use crate::router::{ClientLinks, Pusher, Route};
+use crate::router::{ClientLinks, Pusher, Route, RouteCell};
 use crate::telemetry::metrics::Direction;
 
 /// Request handling state of one client connection.
 #[derive(Debug)]
 pub struct Session {
-    route: Arc<Route>,
+    /// The listener's current route, read per request (a reload swaps it).
+    routes: Arc<RouteCell>,
+    /// `max_in_flight` when the connection opened: the size of
+    /// `in_flight`, fixed for the connection's life.
+    max_in_flight: usize,
+    /// The client's address, for the per-IP rate limit.
+    peer: IpAddr,
     /// The only way anything is written to the client.
     outbox: Outbox,
     /// Requests in flight for this client (`max_in_flight`).
@@ -55,8 +62,9 @@ pub struct Session {
     /// The connection's span (it may carry a `traceparent` from the
     /// upgrade request): the parent of every request span.
     parent: tracing::Span,
-    /// This connection's rate limits (`None` when none is configured).
-    rate: Option<Mutex<ConnectionRate>>,
+    /// This connection's rate limits (`None` until first used), rebuilt
+    /// when a reload changes the listener's rates.
+    rate: Mutex<Option<ConnectionRate>>,
     /// Requests settled in place (the fast path) and where they reply.
     in_place: Arc<InPlace>,
 }
@@ -75,18 +83,18 @@ pub enum Verdict {
 impl Session {
     /// A session for one client of `route`'s listener, and the reader of
     /// its outbox (for the connection's writer).
-    pub fn new(route: Arc<Route>, grace_over: CancellationToken) -> (Self, OutboxReader) {
-        let d = route.cfg.dialect;
-        let form = match d {
-            Dialect::Ndjson => Form::Text(d, Style::Line),
-            Dialect::Holon => Form::Text(d, Style::Holon),
-            Dialect::JsonRpc => Form::Text(d, Style::Frame),
-            Dialect::Sideband => Form::Sideband(Arc::new(Mutex::new(
+    pub fn new(routes: Arc<RouteCell>, grace_over: CancellationToken) -> (Self, OutboxReader) {
+        let route = routes.load();
+        let codec = ClientCodec::of(route.cfg.dialect);
+        let form = if codec.reads_binary() {
+            Form::Sideband(Arc::new(Mutex::new(
                 Sbp::new(route.cfg.sideband_cbor).with_subjects(
                     route.cfg.sideband_legacy_subjects,
                     route.cfg.sideband_reject_app,
                 ),
-            ))),
+            )))
+        } else {
+            Form::Text(codec.dialect(), codec.style())
         };
         let metrics = route.metrics();
         let name = [route.cfg.name.as_str()];
@@ -108,18 +116,34 @@ impl Session {
         );
         let session = Session {
             in_flight: Arc::new(Semaphore::new(route.cfg.max_in_flight)),
+            max_in_flight: route.cfg.max_in_flight,
+            peer: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             in_place: InPlace::new(outbox.clone()),
-            route,
+            routes,
             outbox,
             tasks: TaskTracker::new(),
             gone: CancellationToken::new(),
             grace_over,
             client: Arc::new(ClientLinks::new(pusher)),
             parent: tracing::Span::current(),
-            rate: None,
-        }
-        .with_peer(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+            rate: Mutex::new(None),
+        };
         (session, reader)
+    }
+
+    /// The listener's route as of now.
+    fn route(&self) -> Arc<Route> {
+        self.routes.load()
+    }
+
+    /// The client's dialect (fixed for the connection's life).
+    fn dialect(&self) -> Dialect {
+        self.outbox.codec().dialect()
+    }
+
+    /// The client's dialect, as a listener sees it.
+    fn codec(&self) -> ClientCodec {
+        ClientCodec::of(self.dialect())
     }
 
     /// The client's outbox.
@@ -129,24 +153,21 @@ impl Session {
 
     /// Keys the per-IP rate limit on the client's address.
     pub fn with_peer(mut self, ip: IpAddr) -> Self {
-        self.rate = (!self.route.rate.is_off()).then(|| Mutex::new(self.route.rate.connection(ip)));
+        self.peer = ip;
         self
     }
 
     /// Handles one inbound text frame or line.
     pub async fn on_text(&self, text: &str) -> Verdict {
-        let inbound = match self.route.cfg.dialect {
-            Dialect::Holon => holon::decode(text),
-            _ => jsonrpc::decode(text, self.route.cfg.max_batch_items),
-        };
+        let inbound = self.codec().decode(text, self.route().cfg.max_batch_items);
         self.count_in(text.len(), &inbound);
         match inbound {
             Inbound::Rejected(reply) => {
-                self.route.count_protocol_error("rejected_message");
+                self.route().count_protocol_error("rejected_message");
                 self.send(&reply).await;
             }
             Inbound::Close(code, reason) => {
-                self.route.count_protocol_error("fatal_message");
+                self.route().count_protocol_error("fatal_message");
                 // holon-rpc's only fatal close is 1002 (protocol error).
                 let code = CloseCode::from_u16(code).unwrap_or(CloseCode::ProtocolError);
                 self.outbox.close(code, reason).await;
@@ -160,7 +181,8 @@ impl Session {
 
     /// Counts an inbound frame and its messages (and a batch's size).
     fn count_in(&self, bytes: usize, inbound: &Inbound) {
-        let (m, d) = (self.route.metrics(), self.route.cfg.dialect);
+        let route = self.route();
+        let (m, d) = (route.metrics(), self.dialect());
         m.count_frame(d, Side::Client, Direction::In, bytes);
         let count = |item: &Item| {
             if let Item::Valid(msg) = item {
@@ -170,7 +192,7 @@ impl Session {
         match inbound {
             Inbound::Single(item) => count(item),
             Inbound::Batch(items) => {
-                m.observe_batch(&self.route.cfg.name, items.len());
+                m.observe_batch(&route.cfg.name, items.len());
                 items.iter().for_each(count);
             }
             Inbound::Rejected(_) | Inbound::Close(..) => {}
@@ -200,15 +222,16 @@ impl Session {
         let Form::Sideband(sbp) = &self.outbox.codec().form else {
             return Verdict::Close(CloseCode::Unsupported);
         };
-        let metrics = self.route.metrics();
-        metrics.count_frame(Dialect::Sideband, Side::Client, Direction::In, bytes.len());
+        let route = self.route();
+        let metrics = route.metrics();
+        metrics.count_frame(self.dialect(), Side::Client, Direction::In, bytes.len());
         let event = sbp.lock().on_frame(bytes);
         if let SbpEvent::Rpc(msg) = &event {
-            metrics.count_message(Dialect::Sideband, Side::Client, Direction::In, msg.kind());
+            metrics.count_message(self.dialect(), Side::Client, Direction::In, msg.kind());
         }
         match event {
             SbpEvent::Nothing | SbpEvent::Ready => {}
-            SbpEvent::Dropped(reason) => self.route.count_dropped_client(reason),
+            SbpEvent::Dropped(reason) => route.count_dropped_client(reason),
             SbpEvent::Send(frame)
             | SbpEvent::InvalidEnvelope {
                 reply: Some(frame), ..
@@ -218,15 +241,15 @@ impl Session {
             SbpEvent::InvalidEnvelope { reply: None, .. } => {}
             SbpEvent::Rpc(msg) => return self.single(Item::Valid(msg)).await,
             SbpEvent::PeerError { code, message, .. } => {
-                tracing::debug!(listener = %self.route.cfg.name, code, message, "ErrorFrame from client");
-                self.route.count_protocol_error("peer_error_frame");
+                tracing::debug!(listener = %route.cfg.name, code, message, "ErrorFrame from client");
+                route.count_protocol_error("peer_error_frame");
             }
             SbpEvent::Close {
                 frame,
                 code,
                 reason,
             } => {
-                self.route.count_protocol_error("fatal_frame");
+                route.count_protocol_error("fatal_frame");
                 if let Some(frame) = frame {
                     self.outbox.send_frame(Outgoing::Binary(frame)).await;
                 }
@@ -261,7 +284,7 @@ impl Session {
     pub async fn drain(&self) {
         self.tasks.close();
         // Every in-flight slot back means every request answered.
-        let all = u32::try_from(self.route.cfg.max_in_flight).unwrap_or(u32::MAX);
+        let all = u32::try_from(self.max_in_flight).unwrap_or(u32::MAX);
         tokio::select! {
             _ = self.in_flight.acquire_many(all) => {}
             () = self.grace_over.cancelled() => self.in_place.fail_all(),
@@ -272,6 +295,6 @@ impl Session {
 
     /// Requests in flight right now.
     pub fn in_flight(&self) -> usize {
-        self.route.cfg.max_in_flight - self.in_flight.available_permits()
+        self.max_in_flight - self.in_flight.available_permits()
     }
 }

@@ -1,0 +1,49 @@
+//! The listeners one WebSocket address serves, by HTTP path. A reload
+//! adds and removes entries while the address keeps serving; each entry
+//! has its own stop and grace tokens, so that a removed listener's
+//! connections drain as on shutdown while its neighbours serve on.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::super::Serve;
+use crate::router::RouteCell;
+
+/// One listener on the address.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    /// Its current route.
+    pub(crate) cell: Arc<RouteCell>,
+    /// Its connections' stop and grace tokens (children of the address's).
+    pub(crate) ctx: Serve,
+}
+
+/// Path → listener (paths are unique per address: validation).
+#[derive(Debug, Default)]
+pub(crate) struct Paths(RwLock<HashMap<String, Entry>>);
+
+// === impl Paths ===
+
+impl Paths {
+    /// The listener on `path`, if any.
+    pub(crate) fn get(&self, path: &str) -> Option<Entry> {
+        self.0.read().get(path).cloned()
+    }
+
+    /// Serves `entry` on `path` from now on.
+    pub(crate) fn insert(&self, path: String, entry: Entry) {
+        self.0.write().insert(path, entry);
+    }
+
+    /// Stops serving `path` (new upgrades get 404); returns its entry.
+    pub(crate) fn remove(&self, path: &str) -> Option<Entry> {
+        self.0.write().remove(path)
+    }
+
+    /// Every listener's route cell.
+    pub(crate) fn cells(&self) -> Vec<Arc<RouteCell>> {
+        self.0.read().values().map(|e| e.cell.clone()).collect()
+    }
+}
