@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs besides Rust, when missing:
 #   - Node.js >= 18 with npm, and tests/node's locked dependencies
-#     (ws, puppeteer-core) via `npm ci`;
+#     (ws, json-rpc-2.0, puppeteer-core) via `npm ci`;
 #   - Debian's chromium, which the browser tests drive headless.
 # Uses apt-get (Debian/Ubuntu, as root or through sudo). Safe to run again:
 # what is present is left alone.

@@ -3,7 +3,9 @@
 //! included), every row carried verified traffic, and no reply was lost,
 //! errored or delivered to the wrong request. Performance is not judged
 //! here. A short soak with chaos (`--soak 10s --chaos --smoke`) must report
-//! no lost and no misrouted request; its RSS is not judged.
+//! no lost and no misrouted request; its RSS is not judged. The fanout
+//! scenario at tiny scale (1 and 3 subscribers, 2 s) must deliver every
+//! event to every subscriber, in order.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -37,8 +39,14 @@ const EVERY_TARGET: &[&str] = &[
     "switchyard ndjson → jsonrpc-ws",
 ];
 
+/// The fanout rows in `--smoke` mode.
+const FANOUT_ROWS: &[&str] = &[
+    "switchyard jsonrpc-ws ← ndjson feed x1 subscribers",
+    "switchyard jsonrpc-ws ← ndjson feed x3 subscribers",
+];
+
 /// Each scenario and the rows its table must have (by label prefix).
-const EXPECTED: [(&str, &[&str]); 6] = [
+const EXPECTED: [(&str, &[&str]); 7] = [
     ("latency", EVERY_TARGET),
     ("throughput", EVERY_TARGET),
     ("large", EVERY_TARGET),
@@ -51,6 +59,7 @@ const EXPECTED: [(&str, &[&str]); 6] = [
             "switchyard jsonrpc-ws → ndjson",
         ],
     ),
+    ("fanout", FANOUT_ROWS),
 ];
 
 #[test]
@@ -76,6 +85,35 @@ fn smoke_run_reports_no_lost_or_mismatched_replies() {
         summary.contains(" 0 mismatched, 0 lost, 0 failed runs"),
         "{summary}"
     );
+    assert!(!stdout.contains("FAILED"), "a run failed:\n{stdout}");
+}
+
+#[test]
+fn fanout_smoke_delivers_every_event_to_every_subscriber() {
+    let args = ["--scenario", "fanout", "--smoke", "--duration-ms", "2000"];
+    let (ok, stdout, stderr) = run_loadgen(&args, LIMIT);
+    assert!(ok, "loadgen failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    let table = section(&stdout, "fanout");
+    let labels = check_table("fanout", table);
+    assert_eq!(labels, FANOUT_ROWS, "{table}");
+    let rows: Vec<Vec<String>> = table
+        .lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("|---"))
+        .map(cells)
+        .collect();
+    let col = |name: &str| {
+        rows[0]
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("no {name} column in {:?}", rows[0]))
+    };
+    let (subs, closed, published) = (col("subscribers"), col("closed"), col("published ev/s"));
+    for (row, want) in rows[1..].iter().zip(["1/1", "3/3"]) {
+        assert_eq!(row[subs], want, "{row:?}");
+        assert_eq!(row[closed], "0", "a subscriber was closed: {row:?}");
+        let rate: f64 = row[published].parse().expect("a rate");
+        assert!(rate > 0.0, "the feed published nothing: {row:?}");
+    }
     assert!(!stdout.contains("FAILED"), "a run failed:\n{stdout}");
 }
 
@@ -192,9 +230,12 @@ fn check_table(scenario: &str, section: &str) -> Vec<String> {
             .unwrap_or_else(|| panic!("{scenario}: no {name} column in {header:?}"))
     };
     let (errors, mismatched, lost) = (col("errors"), col("mismatched"), col("lost"));
-    // Traffic tables have req/s; the idle table counts checked connections.
+    // Traffic tables have req/s; the idle table counts checked
+    // connections; the fanout table counts delivered events.
     let traffic = if header.iter().any(|h| h == "req/s") {
         col("req/s")
+    } else if header.iter().any(|h| h == "delivered ev/s") {
+        col("delivered ev/s")
     } else {
         col("checked")
     };

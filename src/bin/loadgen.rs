@@ -1,13 +1,14 @@
 //! `loadgen`: end-to-end load generator for switchyard.
 //!
 //! Runs each scenario (`latency`, `throughput`, `large`, `fixed-rate`,
-//! `idle`, `fan-in`) against fresh instances of its targets: floor A (the
+//! `idle`, `fan-in`, `fanout`) against fresh instances of its targets: floor A (the
 //! reference daemon over NDJSON, no gateway), floor B (a bare in-process
 //! WebSocket echo), floor B2 (the same echo in a process of its own), floor C (a byte relay process in front of the daemon:
 //! the cost of one more process hop, see `relay`) and five switchyard gateways: the JSON-RPC, holon-rpc,
 //! Sideband JSON and Sideband CBOR WebSocket listeners in front of the
 //! NDJSON daemon, and an NDJSON listener in front of the JSON-RPC WebSocket
-//! daemon (`idle` and `fan-in` run the JSON-RPC gateway only). Every reply
+//! daemon (`idle` and `fan-in` run the JSON-RPC gateway only; `fanout`
+//! subscribes N JSON-RPC clients to a pub/sub feed of the NDJSON daemon). Every reply
 //! is checked (id and nonce); the report is a Markdown table per scenario
 //! plus a pass/fail line per target of the performance issue. See
 //! `benches/README.md`.
@@ -17,8 +18,8 @@
 //! performance target was missed.
 //!
 //! Layout: `target` starts what is measured (processes via `procs`, the
-//! echo in `echo`), `conn` and `wire` speak to it, `drive` and `idle` apply
-//! the load, `scenario` defines the runs, `measure` performs one and reads
+//! echo in `echo`), `conn` and `wire` speak to it, `drive`, `idle` and
+//! `fanout` apply the load, `scenario` defines the runs, `measure` performs one and reads
 //! the processes' CPU and memory, `report` prints it all. They live
 //! in `src/bin/loadgen/` (a binary crate root has no module directory of its
 //! own, hence the `#[path]` attributes).
@@ -29,6 +30,8 @@ mod conn;
 mod drive;
 #[path = "loadgen/echo.rs"]
 mod echo;
+#[path = "loadgen/fanout.rs"]
+mod fanout;
 #[path = "loadgen/idle.rs"]
 mod idle;
 #[path = "loadgen/measure.rs"]
@@ -78,7 +81,7 @@ struct Cli {
     #[arg(long)]
     duration_ms: Option<u64>,
     /// Scenarios to run: all, or a comma-separated list of latency,
-    /// throughput, large, fixed-rate, idle, fan-in.
+    /// throughput, large, fixed-rate, idle, fan-in, fanout.
     #[arg(long, value_delimiter = ',', default_value = "all")]
     scenario: Vec<String>,
     /// Tiny loads and durations, 50 idle connections: a quick correctness run.

@@ -25,6 +25,7 @@ use tokio_util::task::TaskTracker;
 use super::request::{self, LineOutcome};
 use super::subscribe;
 use super::tap::Tap;
+use super::StreamCounters;
 
 /// What a connection needs from its daemon.
 #[derive(Debug, Clone)]
@@ -37,6 +38,8 @@ pub(super) struct ConnCtx {
     pub(super) cancel: CancellationToken,
     /// Tracks request tasks too, so `stop` returns only when all are gone.
     pub(super) tracker: TaskTracker,
+    /// Counts `Subscribe` streams.
+    pub(super) streams: Arc<StreamCounters>,
 }
 
 /// Splits a byte stream on `\n`, dropping one trailing `\r`, with a bound on
@@ -118,6 +121,7 @@ async fn read_loop(
             }
             LineOutcome::Subscribe(params) => {
                 let rd = lines.into_inner();
+                let _open = ctx.streams.open();
                 subscribe::run(rd, tx, params.as_deref(), &ctx.cancel).await;
                 return;
             }

@@ -35,6 +35,7 @@ mod tests;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,7 +65,29 @@ pub struct Daemon {
     tracker: TaskTracker,
     /// Set by `stop`, which already cleaned up.
     stopped: bool,
+    streams: Arc<StreamCounters>,
 }
+
+/// How many `Subscribe` streams the daemon served: tests check that a
+/// gateway opens one stream for many subscribers, and closes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubscribeStreams {
+    /// Streams started (confirmed or not) since the daemon started.
+    pub started: u64,
+    /// Streams running now; one ends when its client goes.
+    pub open: u64,
+}
+
+/// The counters behind [`SubscribeStreams`], shared with the connections.
+#[derive(Debug, Default)]
+pub(crate) struct StreamCounters {
+    started: AtomicU64,
+    open: AtomicU64,
+}
+
+/// Counts one stream as open until dropped.
+#[derive(Debug)]
+pub(crate) struct OpenStream(Arc<StreamCounters>);
 
 /// Pause after a failed `accept` (such as EMFILE) before trying again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
@@ -122,7 +145,9 @@ impl Daemon {
             tap,
             cancel: CancellationToken::new(),
             tracker: TaskTracker::new(),
+            streams: Arc::default(),
         };
+        let streams = ctx.streams.clone();
         let (cancel, tracker) = (ctx.cancel.clone(), ctx.tracker.clone());
         tracker.spawn(accept_loop(listener, ctx));
         Ok(Daemon {
@@ -130,7 +155,16 @@ impl Daemon {
             cancel,
             tracker,
             stopped: false,
+            streams,
         })
+    }
+
+    /// The `Subscribe` streams served so far and running now.
+    pub fn subscribe_streams(&self) -> SubscribeStreams {
+        SubscribeStreams {
+            started: self.streams.started.load(Ordering::SeqCst),
+            open: self.streams.open.load(Ordering::SeqCst),
+        }
     }
 
     /// The socket path the daemon listens on.
@@ -156,6 +190,23 @@ impl Drop for Daemon {
             self.cancel.cancel();
             remove_socket(&self.path);
         }
+    }
+}
+
+// === impl StreamCounters ===
+
+impl StreamCounters {
+    /// Counts a stream that starts now; it stays open while the guard lives.
+    pub(crate) fn open(self: &Arc<Self>) -> OpenStream {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        self.open.fetch_add(1, Ordering::SeqCst);
+        OpenStream(self.clone())
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

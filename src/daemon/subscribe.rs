@@ -2,9 +2,11 @@
 //!
 //! After the confirmation line the daemon emits a synthetic `new_approval`
 //! event every `interval_ms` and a heartbeat after `heartbeat_ms` without an
-//! event (`ndjson-unix.md` §6). Whatever the client writes afterwards is read
-//! and discarded; EOF or a half-close ends the stream. Events and heartbeats
-//! are dropped, not queued, when the client stops reading, as in hld.
+//! event (`ndjson-unix.md` §6). Two params hld does not have serve
+//! benchmarks: `pad_bytes` sizes the events and `catch_up` keeps their rate
+//! exact. Whatever the client writes afterwards is read and discarded; EOF
+//! or a half-close ends the stream. Events and heartbeats are dropped, not
+//! queued, when the client stops reading, as in hld.
 
 use std::time::{Duration, SystemTime};
 
@@ -27,7 +29,19 @@ struct Params {
     count: Option<u64>,
     /// Milliseconds without an event before a heartbeat.
     heartbeat_ms: u64,
+    /// Length of a `"pad":"xxx…"` string added to each event's `data`, so
+    /// benchmarks can size events; 0 (the default) adds no `pad` member.
+    pad_bytes: usize,
+    /// Make up missed ticks at once (tokio's `Burst`), so that the long-run
+    /// rate is exactly one event per `interval_ms` even when the timer fires
+    /// late; by default (false) a late tick delays the following ones, as
+    /// hld's ticker does. Benchmarks use it for a steady 1,000 events/s.
+    catch_up: bool,
 }
+
+/// The largest `pad_bytes` accepted (1 MiB), so one call cannot make the
+/// daemon build arbitrarily large lines.
+const MAX_PAD_BYTES: usize = 1024 * 1024;
 
 const HEARTBEAT: &[u8] =
     b"{\"jsonrpc\":\"2.0\",\"result\":{\"message\":\"Connection alive\",\"type\":\"heartbeat\"},\"id\":null}\n";
@@ -89,6 +103,9 @@ fn parse(raw: Option<&RawValue>) -> Result<Params, String> {
     if params.interval_ms == 0 || params.heartbeat_ms == 0 {
         return Err("interval_ms and heartbeat_ms must be at least 1".to_owned());
     }
+    if params.pad_bytes > MAX_PAD_BYTES {
+        return Err(format!("pad_bytes must be at most {MAX_PAD_BYTES}"));
+    }
     Ok(params)
 }
 
@@ -107,16 +124,21 @@ async fn emit(tx: &mpsc::Sender<Vec<u8>>, params: &Params) {
     let interval = Duration::from_millis(params.interval_ms);
     let heartbeat = Duration::from_millis(params.heartbeat_ms);
     let mut ticks = time::interval_at(Instant::now() + interval, interval);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    ticks.set_missed_tick_behavior(if params.catch_up {
+        MissedTickBehavior::Burst
+    } else {
+        MissedTickBehavior::Delay
+    });
     let idle = time::sleep(heartbeat);
     tokio::pin!(idle);
+    let pad = "x".repeat(params.pad_bytes);
     let mut seq: u64 = 0;
     loop {
         let events_left = params.count.is_none_or(|count| seq < count);
         let line = tokio::select! {
             _ = ticks.tick(), if events_left => {
                 seq += 1;
-                event_line(seq)
+                event_line(seq, &pad)
             }
             () = &mut idle => HEARTBEAT.to_vec(),
         };
@@ -128,9 +150,16 @@ async fn emit(tx: &mpsc::Sender<Vec<u8>>, params: &Params) {
     }
 }
 
-fn event_line(seq: u64) -> Vec<u8> {
+/// One event; `pad` (only `x`s, no escaping needed) is added to its `data`
+/// when not empty.
+fn event_line(seq: u64, pad: &str) -> Vec<u8> {
+    let pad = if pad.is_empty() {
+        String::new()
+    } else {
+        format!(",\"pad\":\"{pad}\"")
+    };
     format!(
-        "{{\"jsonrpc\":\"2.0\",\"result\":{{\"event\":{{\"type\":\"new_approval\",\"timestamp\":\"{}\",\"data\":{{\"seq\":{seq}}}}}}},\"id\":null}}\n",
+        "{{\"jsonrpc\":\"2.0\",\"result\":{{\"event\":{{\"type\":\"new_approval\",\"timestamp\":\"{}\",\"data\":{{\"seq\":{seq}{pad}}}}}}},\"id\":null}}\n",
         rfc3339(SystemTime::now())
     )
     .into_bytes()
@@ -159,6 +188,8 @@ impl Default for Params {
             interval_ms: 100,
             count: None,
             heartbeat_ms: 30_000,
+            pad_bytes: 0,
+            catch_up: false,
         }
     }
 }
@@ -191,8 +222,34 @@ mod tests {
             serde_json::from_str::<&RawValue>("{\"interval_ms\":5,\"count\":2,\"event_types\":[]}")
                 .unwrap();
         assert_eq!(
-            parse(Some(raw)).map(|p| (p.interval_ms, p.count)).ok(),
-            Some((5, Some(2)))
+            parse(Some(raw))
+                .map(|p| (p.interval_ms, p.count, p.pad_bytes))
+                .ok(),
+            Some((5, Some(2), 0))
         );
+        let raw = serde_json::from_str::<&RawValue>("{\"pad_bytes\":3,\"catch_up\":true}").unwrap();
+        assert_eq!(
+            parse(Some(raw)).map(|p| (p.pad_bytes, p.catch_up)).ok(),
+            Some((3, true))
+        );
+        assert_eq!(parse(None).map(|p| p.catch_up).ok(), Some(false));
+        let raw = serde_json::from_str::<&RawValue>("{\"pad_bytes\":1048577}").unwrap();
+        assert!(parse(Some(raw)).is_err());
+    }
+
+    #[test]
+    fn events_are_padded_only_when_asked() {
+        let plain = String::from_utf8(event_line(7, "")).unwrap();
+        assert!(
+            plain.ends_with("\"data\":{\"seq\":7}}},\"id\":null}\n"),
+            "{plain}"
+        );
+        let padded = String::from_utf8(event_line(7, "xxx")).unwrap();
+        assert!(
+            padded.ends_with("\"data\":{\"seq\":7,\"pad\":\"xxx\"}}},\"id\":null}\n"),
+            "{padded}"
+        );
+        let value: serde_json::Value = serde_json::from_str(&padded).unwrap();
+        assert_eq!(value["result"]["event"]["data"]["pad"], "xxx");
     }
 }

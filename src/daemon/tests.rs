@@ -325,6 +325,36 @@ async fn subscribe_streams_events_and_heartbeats() {
 }
 
 #[tokio::test]
+async fn subscribe_streams_are_counted_while_open() {
+    let fx = start(false).await;
+    let none = crate::daemon::SubscribeStreams {
+        started: 0,
+        open: 0,
+    };
+    assert_eq!(fx.daemon.subscribe_streams(), none);
+    let mut c = fx.client().await;
+    c.call(r#"{"jsonrpc":"2.0","method":"Subscribe","params":{"interval_ms":10,"pad_bytes":4},"id":1}"#)
+        .await;
+    let event: serde_json::Value = serde_json::from_str(&c.recv().await.unwrap()).unwrap();
+    assert_eq!(event["result"]["event"]["data"]["pad"], "xxxx");
+    let one = crate::daemon::SubscribeStreams {
+        started: 1,
+        open: 1,
+    };
+    assert_eq!(fx.daemon.subscribe_streams(), one);
+    drop(c);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while fx.daemon.subscribe_streams().open > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let ended = crate::daemon::SubscribeStreams {
+        started: 1,
+        open: 0,
+    };
+    assert_eq!(fx.daemon.subscribe_streams(), ended);
+}
+
+#[tokio::test]
 async fn subscribe_bad_params_closes() {
     let fx = start(true).await;
     let mut c = fx.client().await;

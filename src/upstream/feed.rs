@@ -42,6 +42,10 @@ pub(super) async fn run(shared: Arc<UpstreamShared>, feed: Feed, shutdown: Cance
         let ended = match stream::connect(&shared, &feed.method, params.as_ref()).await {
             Ok((_, Some(open))) => {
                 tracing::info!(upstream = %shared.cfg.name, topic = %feed.topic, "feed opened");
+                // It opened: if the upstream ends it later, reopen after the
+                // initial delay, not after a delay grown by earlier failures
+                // (as the pool does after a successful connect).
+                backoff.reset();
                 shared
                     .metrics
                     .events
@@ -68,7 +72,6 @@ pub(super) async fn run(shared: Arc<UpstreamShared>, feed: Feed, shutdown: Cance
                     }
                     None => {
                         tracing::info!(upstream = %shared.cfg.name, topic = %feed.topic, "feed closed");
-                        backoff.reset();
                         false
                     }
                 }

@@ -4,7 +4,10 @@
 
 pub mod clients;
 pub mod demo;
+pub mod feed;
 pub mod node;
+pub mod pubsub_node;
+pub mod scrape;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -130,7 +130,7 @@ fn all_installed(dir: &Path) -> bool {
 }
 
 /// Installs `tests/node`'s locked dependencies unless every pinned one
-/// (`ws`, `puppeteer-core`) is already there.
+/// (`ws`, `json-rpc-2.0`, `puppeteer-core`) is already there.
 pub fn ensure_node_modules(dir: &Path) {
     let pinned = pinned_ws_version(dir);
     if all_installed(dir) {

@@ -8,6 +8,7 @@ use anyhow::bail;
 use tokio::time::Instant;
 
 use super::drive::{self, Load, Tally, Timing};
+use super::fanout::{self, Fanout};
 use super::idle::{self, Idle};
 use super::procs;
 use super::scenario::{Options, Run, Scenario, Shape};
@@ -57,6 +58,8 @@ pub(crate) struct RunResult {
     pub(crate) server_peak_rss_kib: Option<u64>,
     /// Idle-scenario measurements.
     pub(crate) idle: Option<Idle>,
+    /// Fanout-scenario measurements.
+    pub(crate) fanout: Option<Fanout>,
 }
 
 /// A scenario's results.
@@ -82,7 +85,7 @@ struct CpuSnap {
 
 /// CPU used during a run's window.
 #[derive(Debug, Clone, Copy, Default)]
-struct CpuUse {
+pub(crate) struct CpuUse {
     server: Option<Duration>,
     daemon: Option<Duration>,
     loadgen: Option<Duration>,
@@ -128,6 +131,11 @@ async fn run_one(r: &Run, start: &StartOpts, o: &Options) -> anyhow::Result<RunR
             result.lost = idle.lost;
             result.idle = Some(idle);
         }
+        Shape::Fanout(n) => {
+            let pids = [live.server_pid, live.daemon_pid];
+            let (f, cpu) = fanout::run(&live.endpoint, n, o.duration, pids).await?;
+            result.fill_fanout(f, o.duration, cpu);
+        }
         Shape::Traffic(load) => {
             let requests = Requests::new(r.target.wire, load.params_bytes)?;
             let conns = drive::connect_all(&live.endpoint, r.target.wire, load.conns).await?;
@@ -145,7 +153,7 @@ async fn run_one(r: &Run, start: &StartOpts, o: &Options) -> anyhow::Result<RunR
 }
 
 /// Warm-up of a fifth of the duration (at most 1 s), then the window.
-fn timing(duration: Duration) -> Timing {
+pub(crate) fn timing(duration: Duration) -> Timing {
     let begin = Instant::now();
     let start = begin + (duration / 5).min(Duration::from_secs(1));
     Timing {
@@ -158,7 +166,7 @@ fn timing(duration: Duration) -> Timing {
 
 /// CPU used by the server, the daemon, loadgen and everything else
 /// between start and end.
-async fn sample_cpu(pids: [Option<u32>; 2], timing: Timing) -> CpuUse {
+pub(crate) async fn sample_cpu(pids: [Option<u32>; 2], timing: Timing) -> CpuUse {
     let snap = || CpuSnap {
         server: pids[0].and_then(procs::cpu_time),
         daemon: pids[1].and_then(procs::cpu_time),
@@ -194,7 +202,7 @@ impl RunResult {
             role: r.target.role,
             load: match r.shape {
                 Shape::Traffic(load) => Some(load),
-                Shape::Idle(_) => None,
+                Shape::Idle(_) | Shape::Fanout(_) => None,
             },
             failure: Some(why),
             window_secs: 0.0,
@@ -211,7 +219,23 @@ impl RunResult {
             other_cpu_s: None,
             server_peak_rss_kib: None,
             idle: None,
+            fanout: None,
         }
+    }
+
+    /// Copies a fanout run's observations and CPU deltas in: events
+    /// received count as verified replies, lost events as lost, repeated or
+    /// misplaced ones as mismatched.
+    fn fill_fanout(&mut self, f: Fanout, duration: Duration, cpu: CpuUse) {
+        self.window_secs = duration.as_secs_f64();
+        self.rps = f.delivered_per_s;
+        self.latency_us = f.latency_us;
+        self.verified = f.received;
+        self.errors = f.errors;
+        self.mismatches = f.out_of_order;
+        self.lost = f.lost;
+        self.fanout = Some(f);
+        self.set_cpu(cpu);
     }
 
     /// Copies a traffic run's tally and CPU deltas in.
@@ -232,6 +256,10 @@ impl RunResult {
         self.errors = t.errors;
         self.mismatches = t.mismatches;
         self.lost = t.lost;
+        self.set_cpu(cpu);
+    }
+
+    fn set_cpu(&mut self, cpu: CpuUse) {
         let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
         self.server_cpu_s = secs(cpu.server);
         self.daemon_cpu_s = secs(cpu.daemon);

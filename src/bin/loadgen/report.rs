@@ -7,6 +7,8 @@
 //! process), `xA` by floor A's (the daemon over NDJSON with no gateway),
 //! and `p99-B` is the extra p99 latency over floor B.
 
+#[path = "report/fanout.rs"]
+mod fanout;
 #[path = "report/verdicts.rs"]
 mod verdicts;
 
@@ -22,6 +24,8 @@ pub(crate) fn table(sc: &ScenarioResult) -> String {
     let mut out = format!("### scenario: {}\n\n{}\n\n", sc.name, sc.about);
     if sc.runs.iter().any(|r| r.idle.is_some()) {
         idle_table(sc, &mut out);
+    } else if sc.name == "fanout" {
+        fanout::table(sc, &mut out);
     } else {
         traffic_table(sc, &mut out);
     }

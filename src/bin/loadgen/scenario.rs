@@ -1,7 +1,8 @@
 //! The scenarios: what each runs against which target, at what load.
 //!
 //! `latency`, `throughput`, `large` and `fixed-rate` run every target of
-//! `target::standard()`; `idle` and `fan-in` run the JSON-RPC gateway only.
+//! `target::standard()`; `idle` and `fan-in` run the JSON-RPC gateway only;
+//! `fanout` runs the JSON-RPC gateway with a pub/sub feed.
 
 use std::time::Duration;
 
@@ -11,13 +12,14 @@ use super::drive::Load;
 use super::target::{self, TargetSpec};
 
 /// Every scenario, in run order.
-pub(crate) const NAMES: [&str; 6] = [
+pub(crate) const NAMES: [&str; 7] = [
     "latency",
     "throughput",
     "large",
     "fixed-rate",
     "idle",
     "fan-in",
+    "fanout",
 ];
 
 /// Cap on requests in flight per connection in the open-loop scenario.
@@ -44,6 +46,8 @@ pub(crate) enum Shape {
     Traffic(Load),
     /// Connections held open, then one request each.
     Idle(usize),
+    /// Subscribers of one pub/sub feed.
+    Fanout(usize),
 }
 
 /// One target under one load.
@@ -92,9 +96,12 @@ fn scenario(name: &'static str, o: &Options) -> Scenario {
     let runs = match name {
         "idle" => idle_runs(o),
         "fan-in" => fan_in_runs(o.smoke),
+        "fanout" => fanout_runs(o.smoke),
         _ => floors_and_gateways(Shape::Traffic(traffic_load(name, o.smoke)), o),
     };
-    let about = if o.smoke {
+    let about = if o.smoke && name == "fanout" {
+        format!("{} (smoke: 1 and 3 subscribers)", about(name))
+    } else if o.smoke {
         format!("{} (smoke: scaled down, see the load column)", about(name))
     } else {
         about(name).to_owned()
@@ -110,6 +117,10 @@ fn about(name: &str) -> &'static str {
         "large" => "64 connections x 8 in flight, 16 KiB params",
         "fixed-rate" => "5,000 req/s open loop over 16 connections, 256 B params",
         "idle" => "N idle WebSocket connections held open to switchyard",
+        "fanout" => {
+            "one feed at 1,000 events/s of 256 B fanned out to 1, 100 and 1,000 JSON-RPC \
+             WebSocket subscribers (half on daemon.>), DEFAULT configuration plus the feed"
+        }
         _ => "200 clients onto ONE upstream connection vs 16 clients (pool_size 1)",
     }
 }
@@ -182,6 +193,21 @@ fn fan_in_runs(smoke: bool) -> Vec<Run> {
                 rate: None,
             }),
             pool_size: Some(1),
+        })
+        .collect()
+}
+
+/// The feed's subscribers: 1, 100 and 1,000 (1 and 3 with `--smoke`).
+fn fanout_runs(smoke: bool) -> Vec<Run> {
+    let t = target::switchyard_feed();
+    let counts: &[usize] = if smoke { &[1, 3] } else { &[1, 100, 1000] };
+    counts
+        .iter()
+        .map(|&n| Run {
+            label: format!("{} x{n} subscribers", t.name),
+            target: t,
+            shape: Shape::Fanout(n),
+            pool_size: None,
         })
         .collect()
 }

@@ -62,6 +62,10 @@ pub(crate) enum Server {
     /// daemon for `ndjson`, the WebSocket daemon for `jsonrpc-ws`. A
     /// Sideband listener advertises CBOR when the target's wire speaks it.
     Switchyard(Dialect, Dialect),
+    /// A switchyard process in its DEFAULT configuration with one JSON-RPC
+    /// WebSocket listener in front of the NDJSON daemon, whose `Subscribe`
+    /// is configured as a pub/sub feed (the fanout scenario).
+    SwitchyardFeed,
 }
 
 /// One target.
@@ -169,6 +173,17 @@ pub(crate) fn standard() -> Vec<TargetSpec> {
     ]
 }
 
+/// The fanout target: subscribers of the NDJSON daemon's feed on
+/// switchyard's JSON-RPC WebSocket listener.
+pub(crate) fn switchyard_feed() -> TargetSpec {
+    TargetSpec {
+        name: "switchyard jsonrpc-ws ← ndjson feed",
+        role: Role::Gateway,
+        server: Server::SwitchyardFeed,
+        wire: Wire::JsonRpc,
+    }
+}
+
 /// switchyard's JSON-RPC WebSocket listener → NDJSON daemon.
 pub(crate) fn switchyard_jsonrpc() -> TargetSpec {
     TargetSpec {
@@ -233,6 +248,22 @@ impl TargetSpec {
                     _echo: None,
                     _dir: dir,
                 })
+            }
+            Server::SwitchyardFeed => {
+                let (daemon, socket) = launch::ndjson_daemon(opts, dir.path()).await?;
+                let feed = super::fanout::feed_toml();
+                let (gateway, endpoint) =
+                    launch::switchyard_with_feed(opts, &socket, &feed, dir.path())?;
+                let mut live = Live {
+                    endpoint,
+                    server_pid: Some(gateway.id()),
+                    daemon_pid: Some(daemon.id()),
+                    children: vec![gateway, daemon],
+                    _echo: None,
+                    _dir: dir,
+                };
+                probe_echo(&live.endpoint, self.wire, &mut live.children).await?;
+                Ok(live)
             }
             Server::Switchyard(listener, upstream) => {
                 let (daemon, upstream) = match upstream {

@@ -95,6 +95,7 @@ pub(crate) fn verdicts(results: &[ScenarioResult], smoke: bool) -> Vec<Verdict> 
     );
     idle_verdicts(find("idle"), &mut out);
     fan_in_verdict(find("fan-in"), &mut out);
+    super::fanout::verdict(find("fanout"), &mut out);
     if smoke {
         for v in &mut out {
             if v.status != Status::Skip {

@@ -147,6 +147,41 @@ pub(super) fn switchyard(
     Ok((gateway, endpoint))
 }
 
+/// The fanout target: switchyard in its DEFAULT configuration with one
+/// JSON-RPC WebSocket listener in front of the NDJSON daemon at `socket`,
+/// plus `feed` (TOML lines that go after the rest, e.g. a
+/// `[[upstreams.daemon.feeds]]` table). Returns as soon as it is started.
+pub(super) fn switchyard_with_feed(
+    opts: &StartOpts,
+    socket: &Path,
+    feed: &str,
+    dir: &Path,
+) -> anyhow::Result<(ChildGuard, Endpoint)> {
+    let (toml, endpoint) = feed_gateway_toml(opts, socket, feed, dir)?;
+    let gateway = spawn_switchyard(opts, &toml, dir)?;
+    Ok((gateway, endpoint))
+}
+
+/// The configuration of [`switchyard_with_feed`], and where clients connect.
+fn feed_gateway_toml(
+    opts: &StartOpts,
+    socket: &Path,
+    feed: &str,
+    dir: &Path,
+) -> anyhow::Result<(String, Endpoint)> {
+    let (spec, endpoint) = listener_spec("bench", Dialect::JsonRpc, dir)?;
+    let defaults = StartOpts {
+        pool_size: None,
+        gateway_workers: 0,
+        default_config: true,
+        ..opts.clone()
+    };
+    let mut toml = gateway_toml(&[spec], &Upstream::Ndjson(socket.to_owned()), &defaults);
+    toml.push('\n');
+    toml.push_str(feed);
+    Ok((toml, endpoint))
+}
+
 /// Starts `switchyard run` with `listeners`, each routed to `upstream`.
 pub(crate) fn start_switchyard(
     opts: &StartOpts,
@@ -155,6 +190,11 @@ pub(crate) fn start_switchyard(
     dir: &Path,
 ) -> anyhow::Result<ChildGuard> {
     let toml = gateway_toml(listeners, upstream, opts);
+    spawn_switchyard(opts, &toml, dir)
+}
+
+/// `switchyard run` with the configuration `toml`, written to `dir`.
+fn spawn_switchyard(opts: &StartOpts, toml: &str, dir: &Path) -> anyhow::Result<ChildGuard> {
     let config = dir.join("switchyard.toml");
     std::fs::write(&config, toml).context("writing the switchyard config")?;
     let mut cmd = Command::new(&opts.switchyard);
@@ -336,5 +376,31 @@ mod tests {
         let tuned = toml(&opts(false, Some(2)), dir.path());
         assert!(tuned.contains("max_pending = 65536") && tuned.contains("pool_size = 2"));
         assert!(tuned.contains("sideband_cbor = false"));
+    }
+
+    #[test]
+    fn the_fanout_configuration_is_the_default_one_plus_the_feed() {
+        let dir = tempfile::tempdir().expect("dir");
+        let feed = crate::fanout::feed_toml();
+        // Tuned options on the command line do not apply to fanout.
+        let (text, _) = feed_gateway_toml(
+            &opts(false, Some(2)),
+            &dir.path().join("daemon.sock"),
+            &feed,
+            dir.path(),
+        )
+        .expect("toml");
+        let allowed = [
+            "dialect", "address", "path", "socket", "listener", "upstream", "method", "params",
+            "topic",
+        ];
+        for line in text.lines().filter(|l| l.contains('=')) {
+            let key = line.split('=').next().unwrap_or_default().trim();
+            assert!(allowed.contains(&key), "key {key:?} in:\n{text}");
+        }
+        assert!(text.ends_with(&feed), "{text}");
+        if let Err(e) = switchyard::config::Config::from_toml(&text) {
+            panic!("{e}\n{text}");
+        }
     }
 }

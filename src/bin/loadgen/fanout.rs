@@ -1,0 +1,404 @@
+//! The fanout scenario: N JSON-RPC WebSocket subscribers of one pub/sub
+//! feed, the reference daemon's `Subscribe` stream at 1,000 events/s of
+//! about 256 B, which switchyard opens once and fans out.
+//!
+//! Half the subscribers take the exact topic, half the wildcard `daemon.>`.
+//! Each reads its socket in a task of its own and checks every event: the
+//! topic, and the daemon's `seq`, which must grow by exactly one (a jump is
+//! lost events, a step back or a repeat is out of order). The delivery
+//! latency of an event is its receipt time minus the daemon's `timestamp`
+//! (RFC 3339, nanoseconds, the same host clock).
+//!
+//! After the window, every subscriber still open reads on until it has the
+//! highest `seq` any subscriber saw by the end of the window (or the grace
+//! period ends: what is missing then is lost too). A subscriber the gateway
+//! closed (as a slow consumer) is counted apart and its gaps are not loss:
+//! the zero-loss target is for subscribers that keep up.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::bail;
+use futures_util::stream::{self, StreamExt};
+use hdrhistogram::Histogram;
+use tokio::sync::{mpsc, watch};
+use tokio::time::{timeout_at, Instant};
+
+use super::conn::{Buffers, Endpoint, Rx, Tx};
+use super::drive::{new_histogram, Timing};
+use super::measure::{self, CpuUse};
+use super::wire::{Out, Wire};
+
+/// The topic the feed publishes under.
+pub(crate) const TOPIC: &str = "daemon.events";
+/// The wildcard pattern half the subscribers use.
+const WILDCARD: &str = "daemon.>";
+/// One event per millisecond: 1,000 events/s.
+const INTERVAL_MS: u64 = 1;
+/// Size of the published data (the `result` of the daemon's event line).
+pub(crate) const EVENT_BYTES: usize = 256;
+/// Connections opened (and subscribed) at once.
+const CONNECT_CONCURRENCY: usize = 64;
+/// How long all subscriptions may take to be confirmed.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a fanout run measured.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub(crate) struct Fanout {
+    /// Subscribers asked for.
+    pub(crate) requested: usize,
+    /// Subscribers whose `rpc.subscribe` was confirmed.
+    pub(crate) subscribed: usize,
+    /// Events the feed published per second in the window (from the range
+    /// of `seq` received in it).
+    pub(crate) published_per_s: f64,
+    /// Events received in the window, over every subscriber.
+    pub(crate) delivered: u64,
+    /// `delivered` per second.
+    pub(crate) delivered_per_s: f64,
+    /// Delivery latency in µs of events received in the window: p50, p90,
+    /// p99, p99.9, max.
+    pub(crate) latency_us: [f64; 5],
+    /// Events received in all (warm-up and grace included).
+    pub(crate) received: u64,
+    /// Events missing for subscribers that stayed open.
+    pub(crate) lost: u64,
+    /// Events repeated or out of order, or on a wrong topic.
+    pub(crate) out_of_order: u64,
+    /// Subscribers whose connection ended before the run did (closed by
+    /// the gateway, e.g. as slow consumers).
+    pub(crate) closed: u64,
+    /// Failed connections or subscriptions, error replies, unreadable
+    /// frames.
+    pub(crate) errors: u64,
+}
+
+/// The feed's configuration: the daemon's `Subscribe` at 1,000 events/s of
+/// [`EVENT_BYTES`], published under [`TOPIC`].
+pub(crate) fn feed_toml() -> String {
+    format!(
+        "[[upstreams.daemon.feeds]]\nmethod = \"Subscribe\"\n\
+         params = {{ interval_ms = {INTERVAL_MS}, pad_bytes = {}, catch_up = true }}\n\
+         topic = \"{TOPIC}\"\n",
+        pad_bytes()
+    )
+}
+
+/// The pad that makes the published data [`EVENT_BYTES`] long for a
+/// six-digit `seq` (the daemon's event without a pad, measured).
+fn pad_bytes() -> usize {
+    let bare = r#"{"event":{"type":"new_approval","timestamp":"2026-01-01T00:00:00.000000000Z","data":{"seq":100000,"pad":""}}}"#;
+    EVENT_BYTES.saturating_sub(bare.len())
+}
+
+/// One subscriber's observations.
+struct Sub {
+    hist: Histogram<u32>,
+    last: Option<u64>,
+    /// Lowest and highest `seq` received inside the window.
+    window_seqs: Option<(u64, u64)>,
+    received: u64,
+    in_window: u64,
+    lost: u64,
+    out_of_order: u64,
+    errors: u64,
+    ended: bool,
+}
+
+/// Subscribes `n` clients at `endpoint`, measures for `duration` after a
+/// warm-up, and reads the CPU of `pids` (gateway, daemon) in the window.
+pub(crate) async fn run(
+    endpoint: &Endpoint,
+    n: usize,
+    duration: Duration,
+    pids: [Option<u32>; 2],
+) -> anyhow::Result<(Fanout, CpuUse)> {
+    let (subscribed_tx, mut subscribed_rx) = mpsc::channel::<bool>(n.max(1));
+    let (timing_tx, timing_rx) = watch::channel(None::<Timing>);
+    let (target_tx, target_rx) = watch::channel(0u64);
+    let highest = Arc::new(AtomicU64::new(0));
+    let connected: Vec<_> = stream::iter(0..n)
+        .map(|_| endpoint.connect(Wire::JsonRpc, Buffers::Default))
+        .buffer_unordered(CONNECT_CONCURRENCY)
+        .collect()
+        .await;
+    let mut out = Fanout {
+        requested: n,
+        ..Fanout::default()
+    };
+    let mut tasks = Vec::with_capacity(n);
+    for (i, conn) in connected.into_iter().enumerate() {
+        let Ok((tx, rx)) = conn else {
+            out.errors += 1;
+            continue;
+        };
+        let pattern = if i % 2 == 0 { TOPIC } else { WILDCARD };
+        tasks.push(tokio::spawn(subscriber(
+            tx,
+            rx,
+            pattern,
+            subscribed_tx.clone(),
+            timing_rx.clone(),
+            target_rx.clone(),
+            highest.clone(),
+        )));
+    }
+    drop(subscribed_tx);
+    // Refusals are counted by the subscribers themselves, as errors.
+    let (deadline, mut refused) = (Instant::now() + SUBSCRIBE_TIMEOUT, 0);
+    while out.subscribed + refused < tasks.len() {
+        match timeout_at(deadline, subscribed_rx.recv()).await {
+            Ok(Some(true)) => out.subscribed += 1,
+            Ok(Some(false)) => refused += 1,
+            Ok(None) | Err(_) => break,
+        }
+    }
+    if out.subscribed == 0 {
+        bail!("no subscription was confirmed ({} errors)", out.errors);
+    }
+    let timing = measure::timing(duration);
+    let _ = timing_tx.send(Some(timing));
+    let sampler = tokio::spawn(measure::sample_cpu(pids, timing));
+    tokio::time::sleep_until(timing.end).await;
+    let _ = target_tx.send(highest.load(Ordering::Relaxed));
+    // A failed sampler only costs the CPU columns.
+    let cpu = sampler.await.unwrap_or_default();
+    let mut hist = new_histogram();
+    let mut range: Option<(u64, u64)> = None;
+    for task in tasks {
+        let Ok(sub) = task.await else {
+            out.errors += 1;
+            continue;
+        };
+        // Both histograms share the same bounds, so adding cannot fail.
+        let _ = hist.add(&sub.hist);
+        out.received += sub.received;
+        out.delivered += sub.in_window;
+        out.out_of_order += sub.out_of_order;
+        out.errors += sub.errors;
+        if sub.ended {
+            out.closed += 1;
+        } else {
+            out.lost += sub.lost;
+        }
+        if let Some((lo, hi)) = sub.window_seqs {
+            range = Some(range.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
+        }
+    }
+    let window = (timing.end - timing.start).as_secs_f64();
+    out.delivered_per_s = out.delivered as f64 / window;
+    out.published_per_s = range.map_or(0.0, |(lo, hi)| (hi - lo + 1) as f64 / window);
+    let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    out.latency_us = [
+        us(0.5),
+        us(0.9),
+        us(0.99),
+        us(0.999),
+        hist.max() as f64 / 1000.0,
+    ];
+    Ok((out, cpu))
+}
+
+/// One subscriber: subscribes, reports the confirmation, then reads events
+/// until it has the target `seq`, its connection ends, or the grace period
+/// after the window is over.
+async fn subscriber(
+    mut tx: Tx,
+    mut rx: Rx,
+    pattern: &'static str,
+    subscribed: mpsc::Sender<bool>,
+    timing: watch::Receiver<Option<Timing>>,
+    target: watch::Receiver<u64>,
+    highest: Arc<AtomicU64>,
+) -> Sub {
+    let mut sub = Sub {
+        hist: new_histogram(),
+        last: None,
+        window_seqs: None,
+        received: 0,
+        in_window: 0,
+        lost: 0,
+        out_of_order: 0,
+        errors: 0,
+        ended: false,
+    };
+    let request = format!(
+        r#"{{"jsonrpc":"2.0","method":"rpc.subscribe","params":{{"topic":"{pattern}"}},"id":1}}"#
+    );
+    let sent = async {
+        tx.feed(Out::Text(request)).await?;
+        tx.flush().await
+    };
+    if sent.await.is_err() {
+        let _ = subscribed.send(false).await;
+        sub.errors += 1;
+        return sub;
+    }
+    // `Some(confirmed)` once the answer to `rpc.subscribe` was reported.
+    let mut reported: Option<bool> = None;
+    // Until the window is known, wait at most the subscribe timeout.
+    let mut deadline = Instant::now() + SUBSCRIBE_TIMEOUT + Duration::from_secs(60);
+    loop {
+        if let Some(t) = *timing.borrow() {
+            deadline = t.end + t.grace;
+        }
+        let msg = match timeout_at(deadline, rx.recv()).await {
+            Err(_) => {
+                let want = *target.borrow();
+                match sub.last {
+                    Some(last) => sub.lost += want.saturating_sub(last),
+                    // Subscribed, open, and not a single event.
+                    None => sub.errors += 1,
+                }
+                break;
+            }
+            Ok(None | Some(Err(_))) => {
+                sub.ended = true;
+                break;
+            }
+            Ok(Some(Ok(msg))) => msg,
+        };
+        let now = (Instant::now(), SystemTime::now());
+        let Some(text) = msg.text() else {
+            sub.errors += 1;
+            continue;
+        };
+        if reported.is_none() && text.contains(r#""id":1"#) {
+            let confirmed = text.contains(r#""result":{"subscribed":true}"#);
+            reported = Some(confirmed);
+            let _ = subscribed.send(confirmed).await;
+            if !confirmed {
+                sub.errors += 1;
+                break;
+            }
+            continue;
+        }
+        let Some(seq) = event(text) else {
+            sub.errors += 1;
+            continue;
+        };
+        sub.record(seq, text, now, timing.borrow().as_ref());
+        highest.fetch_max(seq, Ordering::Relaxed);
+        let want = *target.borrow();
+        if want > 0 && seq >= want {
+            break;
+        }
+    }
+    if reported.is_none() {
+        let _ = subscribed.send(false).await;
+        sub.errors += 1;
+    }
+    sub
+}
+
+/// The `seq` of an event notification on [`TOPIC`], found without parsing
+/// the frame.
+fn event(text: &str) -> Option<u64> {
+    if !text.contains(r#""method":"rpc.notification""#) || !text.contains(TOPIC_MEMBER) {
+        return None;
+    }
+    let at = text.find(r#""seq":"#)? + r#""seq":"#.len();
+    let digits = text[at..]
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or(&text[at..], |end| &text[at..at + end]);
+    digits.parse().ok()
+}
+
+const TOPIC_MEMBER: &str = r#""topic":"daemon.events""#;
+
+/// The event's daemon timestamp.
+fn published_at(text: &str) -> Option<SystemTime> {
+    let key = r#""timestamp":""#;
+    let at = text.find(key)? + key.len();
+    let end = text[at..].find('"')?;
+    humantime::parse_rfc3339(&text[at..at + end]).ok()
+}
+
+// === impl Sub ===
+
+impl Sub {
+    fn record(
+        &mut self,
+        seq: u64,
+        text: &str,
+        (now, wall): (Instant, SystemTime),
+        timing: Option<&Timing>,
+    ) {
+        self.received += 1;
+        match self.last {
+            Some(last) if seq == last + 1 => {}
+            Some(last) if seq > last => self.lost += seq - last - 1,
+            Some(_) => {
+                self.out_of_order += 1;
+                return;
+            }
+            None => {}
+        }
+        self.last = Some(seq);
+        if !timing.is_some_and(|t| now >= t.start && now < t.end) {
+            return;
+        }
+        self.in_window += 1;
+        self.window_seqs = Some(
+            self.window_seqs
+                .map_or((seq, seq), |(lo, hi)| (lo.min(seq), hi.max(seq))),
+        );
+        match published_at(text).map(|at| wall.duration_since(at)) {
+            Some(Ok(latency)) => {
+                let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+                self.hist.saturating_record(nanos);
+            }
+            // The clock stepped back between publish and receipt: 0.
+            Some(Err(_)) => self.hist.saturating_record(0),
+            None => self.errors += 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FRAME: &str = r#"{"jsonrpc":"2.0","method":"rpc.notification","params":{"topic":"daemon.events","data":{"event":{"type":"new_approval","timestamp":"2026-11-25T16:00:00.123456789Z","data":{"seq":42,"pad":"xx"}}}}}"#;
+
+    #[test]
+    fn events_are_read_without_parsing() {
+        assert_eq!(event(FRAME), Some(42));
+        assert_eq!(event(&FRAME.replace("daemon.events", "other.topic")), None);
+        let at = published_at(FRAME).expect("timestamp");
+        let want = humantime::parse_rfc3339("2026-11-25T16:00:00.123456789Z").expect("time");
+        assert_eq!(at, want);
+    }
+
+    #[test]
+    fn the_pad_makes_256_byte_events() {
+        let data = format!(
+            r#"{{"event":{{"type":"new_approval","timestamp":"2026-11-25T16:00:00.123456789Z","data":{{"seq":123456,"pad":"{}"}}}}}}"#,
+            "x".repeat(pad_bytes())
+        );
+        assert_eq!(data.len(), EVENT_BYTES);
+        assert!(feed_toml().contains("catch_up = true"));
+    }
+
+    #[test]
+    fn gaps_are_lost_and_steps_back_out_of_order() {
+        let mut sub = Sub {
+            hist: new_histogram(),
+            last: None,
+            window_seqs: None,
+            received: 0,
+            in_window: 0,
+            lost: 0,
+            out_of_order: 0,
+            errors: 0,
+            ended: false,
+        };
+        let now = (Instant::now(), SystemTime::now());
+        for seq in [5, 6, 9, 9, 10] {
+            sub.record(seq, FRAME, now, None);
+        }
+        assert_eq!((sub.received, sub.lost, sub.out_of_order), (5, 2, 1));
+        assert_eq!(sub.last, Some(10));
+    }
+}
