@@ -16,11 +16,15 @@ const DETAIL: &str = "forbidden by policy";
 
 impl Route {
     /// True when the listener's method policy refuses `method`.
-    /// switchyard's own `rpc.*` namespace is not subject to it: those
-    /// methods are answered by switchyard, never forwarded.
+    /// switchyard's own `rpc.*` namespace is not subject to it (those
+    /// methods are answered by switchyard, never forwarded), except the
+    /// pub/sub methods: they expose the upstreams' events, so a listener
+    /// with an allow list must allow them (`rpc.subscribe*`,
+    /// `rpc.unsubscribe*`).
     pub(super) fn forbidden(&self, method: &str) -> bool {
         let policy = &self.cfg.protection.methods;
-        if policy.is_open() || method.starts_with("rpc.") {
+        let own = method.starts_with("rpc.") && !crate::pubsub::methods::is_pubsub(method);
+        if policy.is_open() || own {
             return false;
         }
         !policy.permits(method)
