@@ -700,3 +700,22 @@ upstream = "w"
 "#;
     assert_has(&problems(ws), "ndjson upstreams only");
 }
+
+#[test]
+fn two_listeners_on_one_address_and_path_conflict_even_on_port_0() {
+    // Listeners written with one address share one server (port 0: one
+    // free port), so one path can serve only one of them.
+    let text = MINIMAL.replace(
+        "[upstreams.daemon]",
+        "[listeners.second]\ndialect = \"holon-rpc\"\naddress = \"127.0.0.1:0\"\n\n[upstreams.daemon]",
+    );
+    assert_has(
+        &problems(&text),
+        "listeners.second: listens on the same address as listeners.public",
+    );
+    let ok = text.replace(
+        "dialect = \"holon-rpc\"\naddress = \"127.0.0.1:0\"",
+        "dialect = \"holon-rpc\"\naddress = \"127.0.0.1:0\"\npath = \"/holon\"",
+    );
+    Config::from_toml(&ok).expect("another path on the same address is fine");
+}

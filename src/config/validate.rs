@@ -298,9 +298,10 @@ pub(super) fn check_name(key: &str, name: &str, p: &mut Problems) {
 /// Two listeners on one socket, or an upstream that is one of our listeners.
 fn check_conflicts(listeners: &[ListenerConfig], upstreams: &[UpstreamConfig], p: &mut Problems) {
     for (i, l) in listeners.iter().enumerate() {
-        let ephemeral = matches!(&l.addr, ListenAddr::Ws { addr, .. } if addr.port() == 0);
+        // Port 0 too: listeners on one written address share one server
+        // (one port), so one path can serve only one of them.
         let earlier = listeners[..i].iter().find(|other| other.addr == l.addr);
-        if let Some(other) = earlier.filter(|_| !ephemeral) {
+        if let Some(other) = earlier {
             let msg = format!("listens on the same address as listeners.{}", other.name);
             p.push(format!("listeners.{}", l.name), msg);
         }
