@@ -130,9 +130,9 @@ fn defaults_are_as_documented() {
     let u = &config.upstreams[0];
     assert_eq!(u.target, UpstreamTarget::Unix("/tmp/d.sock".into()));
     assert_eq!(u.mode, UpstreamMode::Shared);
-    assert_eq!(u.pool_size, NonZeroUsize::new(4).expect("4 > 0"));
-    assert_eq!(u.max_in_flight_per_connection.get(), 32);
-    assert_eq!(u.max_pending.get(), 256);
+    assert_eq!(u.pool_size, NonZeroUsize::new(2).expect("2 > 0"));
+    assert_eq!(u.max_in_flight_per_connection.get(), 1024);
+    assert_eq!(u.max_pending.get(), 4096);
     assert_eq!(u.max_queued, 65_536);
     assert_eq!(u.queue_timeout, Duration::from_secs(10));
     assert_eq!(u.max_request_bytes, 1_048_576);

@@ -191,7 +191,8 @@ impl Route {
         id: &WireId,
         method: &str,
     ) -> tracing::Span {
-        let span = tracing::info_span!(
+        let span = tracing::debug_span!(
+            target: crate::telemetry::trace::RPC_TARGET,
             parent: parent,
             "rpc.server",
             otel.name = %format_args!("{} {method}", self.cfg.dialect.rpc_system()),

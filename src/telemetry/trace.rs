@@ -56,6 +56,12 @@ use crate::config::{OtlpProtocol, TracingConfig};
 /// logs, never exported.
 pub const LOCAL_TARGET: &str = "switchyard::connection";
 
+/// The target of the per-request spans (`rpc.server`, `rpc.client`,
+/// `rpc.batch`). They are `DEBUG` spans, which the exporter always sees:
+/// with export off and logs at `info` they are never created, so a request
+/// costs no span at all.
+pub const RPC_TARGET: &str = "switchyard::rpc";
+
 /// Ended spans waiting for export. Past it new spans are dropped: memory
 /// stays bounded and requests never wait on the collector.
 pub const MAX_QUEUE: usize = 2048;
@@ -166,15 +172,16 @@ pub fn connection_span(
 }
 
 /// Whether the exporter sees a span or event: this crate's spans at `INFO`
-/// and above (the local connection span aside) and its warnings and errors.
+/// and above (the local connection span aside), its per-request spans
+/// ([`RPC_TARGET`], `DEBUG`) and its warnings and errors.
 fn exported(meta: &Metadata<'_>) -> bool {
     let target = meta.target();
     let ours =
         (target == "switchyard" || target.starts_with("switchyard::")) && target != LOCAL_TARGET;
-    let level = if meta.is_span() {
-        Level::INFO
-    } else {
-        Level::WARN
+    let level = match (meta.is_span(), target == RPC_TARGET) {
+        (true, true) => Level::DEBUG,
+        (true, false) => Level::INFO,
+        (false, _) => Level::WARN,
     };
     ours && *meta.level() <= level
 }

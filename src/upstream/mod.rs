@@ -321,7 +321,8 @@ impl Upstream {
 
     /// The client span of one upstream call under an explicit parent.
     pub(crate) fn client_span_under(&self, parent: &tracing::Span, method: &str) -> tracing::Span {
-        tracing::info_span!(
+        tracing::debug_span!(
+            target: crate::telemetry::trace::RPC_TARGET,
             parent: parent,
             "rpc.client",
             otel.name = %format_args!("{} {method}", self.shared.cfg.dialect.rpc_system()),

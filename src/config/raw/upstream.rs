@@ -26,11 +26,11 @@ pub struct RawUpstream {
     /// `"shared"` (one pool multiplexed for all clients) or `"per-client"`
     /// (one upstream connection per client connection). Default `"shared"`.
     pub mode: String,
-    /// Persistent connections in the shared pool. Default `4`.
+    /// Persistent connections in the shared pool. Default `2`.
     pub pool_size: usize,
-    /// Requests in flight on one upstream connection. Default `32`.
+    /// Requests in flight on one upstream connection. Default `1024`.
     pub max_in_flight_per_connection: usize,
-    /// Requests in flight on the whole upstream. Default `256`.
+    /// Requests in flight on the whole upstream. Default `4096`.
     pub max_pending: usize,
     /// Requests that may wait for a slot at `max_pending`; past it, calls
     /// fail with `resource_exhausted`; 0 disables waiting. The waiting
@@ -155,9 +155,9 @@ impl Default for RawUpstream {
             socket: None,
             url: None,
             mode: "shared".to_owned(),
-            pool_size: 4,
-            max_in_flight_per_connection: 32,
-            max_pending: 256,
+            pool_size: 2,
+            max_in_flight_per_connection: 1024,
+            max_pending: 4096,
             max_queued: 65_536,
             queue_timeout_ms: 10_000,
             max_request_bytes: 1 << 20,

@@ -138,7 +138,7 @@ impl Session {
         };
         let (route, client, outbox) = (self.route(), self.client.clone(), self.outbox.clone());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
-        let span = tracing::info_span!(parent: &self.parent, "rpc.batch", otel.kind = "server", rpc.batch.size = request_ids.len());
+        let span = tracing::debug_span!(target: crate::telemetry::trace::RPC_TARGET, parent: &self.parent, "rpc.batch", otel.kind = "server", rpc.batch.size = request_ids.len());
         let task = async move {
             let replies = tokio::select! {
                 replies = route.handle_batch(items, &client) => replies,
