@@ -131,7 +131,7 @@ fn defaults_are_as_documented() {
     assert_eq!(u.target, UpstreamTarget::Unix("/tmp/d.sock".into()));
     assert_eq!(u.mode, UpstreamMode::Shared);
     assert_eq!(u.pool_size, NonZeroUsize::new(2).expect("2 > 0"));
-    assert_eq!(u.max_in_flight_per_connection.get(), 1024);
+    assert_eq!(u.max_in_flight_per_connection.get(), 4096);
     assert_eq!(u.max_pending.get(), 4096);
     assert_eq!(u.max_queued, 65_536);
     assert_eq!(u.queue_timeout, Duration::from_secs(10));

@@ -28,7 +28,7 @@ pub struct RawUpstream {
     pub mode: String,
     /// Persistent connections in the shared pool. Default `2`.
     pub pool_size: usize,
-    /// Requests in flight on one upstream connection. Default `1024`.
+    /// Requests in flight on one upstream connection. Default `4096`.
     pub max_in_flight_per_connection: usize,
     /// Requests in flight on the whole upstream. Default `4096`.
     pub max_pending: usize,
@@ -156,7 +156,7 @@ impl Default for RawUpstream {
             url: None,
             mode: "shared".to_owned(),
             pool_size: 2,
-            max_in_flight_per_connection: 1024,
+            max_in_flight_per_connection: 4096,
             max_pending: 4096,
             max_queued: 65_536,
             queue_timeout_ms: 10_000,
