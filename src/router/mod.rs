@@ -27,6 +27,7 @@ mod cell;
 pub mod client;
 mod events;
 pub(crate) mod in_place;
+mod outcome;
 mod policy;
 
 pub use cell::RouteCell;
@@ -280,77 +281,6 @@ impl Route {
             },
         };
         self.finish(id, upstream, started, result)
-    }
-
-    /// Records a request's duration and outcome and returns the client's
-    /// reply, with the client's id.
-    pub(crate) fn finish(
-        &self,
-        id: WireId,
-        upstream: &Upstream,
-        started: Instant,
-        result: Result<Message, GatewayError>,
-    ) -> Message {
-        let series = self
-            .series
-            .iter()
-            .find(|(u, _)| std::ptr::eq(Arc::as_ptr(u), upstream))
-            .map(|(_, s)| s);
-        let elapsed = started.elapsed().as_secs_f64();
-        match series {
-            Some(s) => s.duration.observe(elapsed),
-            None => {
-                let labels = [self.cfg.name.as_str(), upstream.name()];
-                self.metrics
-                    .request_duration
-                    .with_label_values(&labels)
-                    .observe(elapsed);
-            }
-        }
-        match (series, result) {
-            (Some(s), Ok(Message::Response { result, .. })) => {
-                s.ok.inc();
-                Message::Response { id, result }
-            }
-            (_, result) => self.reply_for(id, upstream, result),
-        }
-    }
-
-    /// The client's reply for an upstream outcome, with the client's id.
-    fn reply_for(
-        &self,
-        id: WireId,
-        up: &Upstream,
-        result: Result<Message, GatewayError>,
-    ) -> Message {
-        let upstream = up.name();
-        match result {
-            Ok(Message::Response { result, .. }) => {
-                self.count_request(upstream, RequestOutcome::Ok);
-                Message::Response { id, result }
-            }
-            Ok(Message::Error { error, .. }) => {
-                self.count_request(upstream, RequestOutcome::UpstreamError);
-                let error = errors::translate(&error, up.config().dialect, self.cfg.dialect);
-                Message::Error {
-                    id: Some(id),
-                    error,
-                }
-            }
-            Ok(_) => {
-                self.count_request(upstream, RequestOutcome::Error(ErrorKind::Internal));
-                self.error_reply(id, &GatewayError::new(ErrorKind::Internal))
-            }
-            Err(mut err) => {
-                self.count_request(upstream, RequestOutcome::Error(err.kind));
-                self.log_failure(upstream, &err);
-                if err.kind == ErrorKind::Timeout {
-                    let ms = self.cfg.request_timeout.as_millis();
-                    err.detail = Some(format!("no reply from upstream within {ms} ms"));
-                }
-                self.error_reply(id, &err)
-            }
-        }
     }
 
     async fn notification(
