@@ -51,6 +51,7 @@ pub mod envelope;
 pub mod error;
 pub mod limits;
 pub mod outbox;
+pub mod persist;
 pub mod pubsub;
 pub mod router;
 pub mod shutdown;

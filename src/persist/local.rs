@@ -1,0 +1,68 @@
+//! The engine of the single-instance backends: delivery windows, ack
+//! timeouts and retention kept in this process, over a [`Log`] that holds
+//! the messages and positions (in memory, or on disk in the embedded
+//! database).
+
+use std::collections::BTreeSet;
+use std::time::SystemTime;
+
+use super::{PersistError, Retention, Stored};
+use crate::envelope::Payload;
+
+/// A subscription's durable position: its topic, the floor (every message
+/// ≤ floor is acknowledged) and the acknowledged messages above it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Position {
+    /// The topic it follows.
+    pub topic: String,
+    /// Every message ≤ `floor` is acknowledged.
+    pub floor: u64,
+    /// Acknowledged messages above `floor`.
+    pub acked: BTreeSet<u64>,
+}
+
+/// Messages per topic and positions per subscription id. Called from the
+/// engine with its own lock held, so one call at a time; a call returns
+/// once its change is as durable as the log promises (the embedded log:
+/// on disk).
+pub trait Log: Send + 'static {
+    /// Appends `data` to `topic` as sequence `last + 1`, stored at `at`,
+    /// then evicts what `retention` no longer keeps. Returns the stored
+    /// message and the sequences evicted.
+    fn append(
+        &mut self,
+        topic: &str,
+        data: &Payload,
+        at: SystemTime,
+        retention: &Retention,
+    ) -> Result<(Stored, Vec<u64>), PersistError>;
+
+    /// Evicts messages of `topic` older than `retention.max_age` at `now`;
+    /// returns the sequences evicted.
+    fn expire(
+        &mut self,
+        topic: &str,
+        now: SystemTime,
+        retention: &Retention,
+    ) -> Result<Vec<u64>, PersistError>;
+
+    /// Up to `limit` retained messages of `topic` with sequence > `after`,
+    /// in order.
+    fn read(&self, topic: &str, after: u64, limit: usize) -> Result<Vec<Stored>, PersistError>;
+
+    /// The last sequence of `topic` ever stored (0 when none), evicted or
+    /// not.
+    fn last_seq(&self, topic: &str) -> Result<u64, PersistError>;
+
+    /// The position of subscription `id`.
+    fn position(&self, id: &str) -> Result<Option<Position>, PersistError>;
+
+    /// Writes the position of `id` (creating it).
+    fn set_position(&mut self, id: &str, position: &Position) -> Result<(), PersistError>;
+
+    /// Removes `id`; `false` if it did not exist.
+    fn remove_position(&mut self, id: &str) -> Result<bool, PersistError>;
+
+    /// Every topic with stored messages (for age eviction after a restart).
+    fn topics(&self) -> Result<Vec<String>, PersistError>;
+}

@@ -1,0 +1,141 @@
+//! Persistent subscriptions (jsonrpc-ws.md §7.3, spec §11): durable,
+//! acknowledged, retained delivery of the topics configured as persistent
+//! (`[[persistent_topics]]`), served by switchyard itself for every client
+//! dialect and never forwarded upstream.
+//!
+//! An event published to the broker under a persistent topic is also
+//! *stored*: it gets the topic's next `sequence_id` (from 1) and the time it
+//! was stored. A subscription is a named position in one topic: the
+//! messages it was sent and the ones acknowledged. Delivery is at least
+//! once: what is not acknowledged is sent again, with the same
+//! `sequence_id`, when the subscription resumes and after the ack timeout.
+//!
+//! # Layout
+//!
+//! - [`Store`]: the contract every backend meets (publish, open, ack,
+//!   delete), with the types it speaks: [`Stored`], [`Opened`],
+//!   [`Acked`], [`PersistError`], [`Retention`].
+//! - `local`: the engine shared by the single-instance backends: a
+//!   [`local::Log`] (`memory`, `embedded`) of messages and positions, with
+//!   delivery windows, redelivery and retention kept in this process.
+//! - `jetstream`: NATS JetStream, for several instances.
+//! - `hub`: which connection holds which subscription id, and the pump
+//!   from an [`Opened`] subscription into a client's outbox.
+//! - `methods`: the six methods' params and results.
+//!
+//! # Bounds
+//!
+//! Per subscription, at most `window` messages are sent and unacknowledged
+//! at once ([`DEFAULT_WINDOW`]); the next one is read from the store when
+//! one is acknowledged or times out. Retention bounds what a topic keeps.
+//! Nothing else is queued in memory by this module.
+
+use std::future::Future;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::mpsc;
+
+use crate::envelope::Payload;
+
+pub mod local;
+
+/// How many messages a subscription may have sent and unacknowledged.
+pub const DEFAULT_WINDOW: usize = 1024;
+
+/// The default ack timeout (jsonrpc-ws.md §7.3): an unacknowledged message
+/// is sent again on the same connection after it.
+pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One stored message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// The concrete topic.
+    pub topic: String,
+    /// Its sequence in the topic, from 1.
+    pub seq: u64,
+    /// When switchyard stored it (delivered as RFC 3339 UTC, milliseconds).
+    pub stored_at: SystemTime,
+    /// The event's data, in its source encoding.
+    pub data: Payload,
+}
+
+/// What a topic keeps. `None` is no limit on that axis; the oldest
+/// messages go first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Messages older than this are evicted.
+    pub max_age: Option<Duration>,
+    /// At most this many messages.
+    pub max_count: Option<u64>,
+    /// At most this many bytes of data.
+    pub max_bytes: Option<u64>,
+}
+
+/// A subscription just opened (new or resumed) on one connection.
+#[derive(Debug)]
+pub struct Opened {
+    /// For a new subscription, the topic's last sequence (0 when empty);
+    /// for a resumed one, the highest S such that every message ≤ S is
+    /// acknowledged.
+    pub resumed_from: u64,
+    /// What to send the client, in order: unacknowledged retained messages
+    /// above `resumed_from`, then live ones, then redeliveries after the
+    /// ack timeout. At most `window` are unacknowledged at once. Dropping
+    /// the receiver detaches the subscription and keeps its position.
+    pub deliveries: mpsc::Receiver<Stored>,
+}
+
+/// The outcome of one acknowledgement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acked {
+    /// Recorded (or it was already: re-acknowledging is a no-op).
+    Yes,
+    /// That sequence was never sent to this subscription (-32602).
+    NeverDelivered,
+}
+
+/// Why a store operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PersistError {
+    /// No such subscription id (-32003).
+    #[error("unknown subscription id")]
+    NotFound,
+    /// The id exists with another topic, or is held elsewhere (-32005).
+    #[error("{0}")]
+    Conflict(String),
+    /// The topic is not configured as persistent (-32602).
+    #[error("topic {0:?} is not persistent")]
+    NotPersistent(String),
+    /// The store failed (disk, NATS): the call fails as unavailable.
+    #[error("store: {0}")]
+    Store(String),
+}
+
+/// The contract of a backend. Every method is safe to call from several
+/// connections at once; holders (which connection may use an id) are
+/// checked above it, in the hub.
+pub trait Store: Send + Sync + 'static {
+    /// Stores `data` under the persistent `topic`: its next sequence,
+    /// stored now. Returns when it is as durable as the backend promises.
+    fn publish(
+        &self,
+        topic: &str,
+        data: &Payload,
+    ) -> impl Future<Output = Result<Stored, PersistError>> + Send;
+
+    /// Opens subscription `id` on `topic`: creates it after the topic's
+    /// last sequence if it is new, resumes it otherwise (`Conflict` if it
+    /// exists with another topic).
+    fn open(
+        &self,
+        id: &str,
+        topic: &str,
+    ) -> impl Future<Output = Result<Opened, PersistError>> + Send;
+
+    /// Acknowledges `seq` for `id`.
+    fn ack(&self, id: &str, seq: u64) -> impl Future<Output = Result<Acked, PersistError>> + Send;
+
+    /// Deletes subscription `id` and its position; `false` if there was
+    /// none. Its open deliveries end.
+    fn delete(&self, id: &str) -> impl Future<Output = Result<bool, PersistError>> + Send;
+}
