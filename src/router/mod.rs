@@ -13,7 +13,7 @@ use std::time::Instant;
 use tokio::time::Instant as TokioInstant;
 use tracing::Instrument;
 
-use crate::config::{ListenerConfig, UpstreamMode};
+use crate::config::{ListenerConfig, RouteTable, UpstreamMode};
 use crate::dialect::client::ClientCodec;
 use crate::dialect::errors;
 use crate::dialect::jsonrpc::Item;
@@ -61,8 +61,8 @@ pub struct Route {
     pub conns: crate::limits::conns::ConnLimits,
     /// The pub/sub broker every listener shares.
     broker: Arc<crate::pubsub::Broker>,
-    default: Option<Arc<Upstream>>,
-    prefixes: Vec<(String, Arc<Upstream>)>,
+    /// The listener's route table, resolved to started upstreams.
+    table: RouteTable<Arc<Upstream>>,
     metrics: Metrics,
     /// One log line per second per upstream and outcome (`unavailable`,
     /// `timeout`), and per upgrade refusal reason.
@@ -91,17 +91,7 @@ impl Route {
         broker: Arc<crate::pubsub::Broker>,
         metrics: Metrics,
     ) -> Self {
-        let default = cfg
-            .routes
-            .default
-            .as_ref()
-            .and_then(|n| upstreams.get(n).cloned());
-        let prefixes: Vec<(String, Arc<Upstream>)> = cfg
-            .routes
-            .prefixes
-            .iter()
-            .filter_map(|(p, n)| upstreams.get(n).map(|u| (p.clone(), u.clone())))
-            .collect();
+        let table = cfg.routes.resolve(|name| upstreams.get(name).cloned());
         let p = &cfg.protection;
         let rate = crate::limits::rate::RateLimits::new(
             p.rate,
@@ -113,8 +103,7 @@ impl Route {
         let conns =
             crate::limits::conns::ConnLimits::new(p.max_connections, p.max_connections_per_ip);
         let mut series: Vec<(Arc<Upstream>, Series)> = Vec::new();
-        let used = default.iter().chain(prefixes.iter().map(|(_, u)| u));
-        for up in used {
+        for up in table.upstreams() {
             if series.iter().any(|(u, _)| Arc::ptr_eq(u, up)) {
                 continue;
             }
@@ -134,8 +123,7 @@ impl Route {
             rate,
             conns,
             broker,
-            default,
-            prefixes,
+            table,
             metrics,
             series,
             logs: crate::telemetry::throttle::Throttle::new(LOG_PERIOD),
@@ -144,11 +132,7 @@ impl Route {
 
     /// The upstream serving `method`, if any.
     pub fn upstream_for(&self, method: &str) -> Option<&Arc<Upstream>> {
-        self.prefixes
-            .iter()
-            .find(|(p, _)| method.starts_with(p.as_str()))
-            .map(|(_, u)| u)
-            .or(self.default.as_ref())
+        self.table.upstream_for(method)
     }
 
     /// Handles one client item and returns the reply to send, if any.
