@@ -25,11 +25,7 @@ impl Link {
     /// which is also the request frame's id).
     pub(super) fn wire_id(&self, gid: u64) -> WireId {
         if let Some(sb) = &self.sideband {
-            let cid: [u8; 16] = rand::random();
-            let mut sb = sb.lock();
-            sb.by_cid.insert(cid, gid);
-            sb.by_gid.insert(gid, cid);
-            return WireId::Cid(cid);
+            return WireId::Cid(sb.lock().cids.issue(gid));
         }
         match self.shared.cfg.dialect {
             Dialect::Holon => WireId::string(&gid.to_string()),
@@ -39,19 +35,13 @@ impl Link {
 
     /// The gateway id a reply's cid stands for (Sideband); forgets it.
     pub(super) fn gid_of_cid(&self, cid: &[u8; 16]) -> Option<u64> {
-        let mut sb = self.sideband.as_ref()?.lock();
-        let gid = sb.by_cid.remove(cid)?;
-        sb.by_gid.remove(&gid);
-        Some(gid)
+        self.sideband.as_ref()?.lock().cids.take(cid)
     }
 
     /// Forgets the cid of an abandoned or cancelled gateway id.
     pub(super) fn forget_gid(&self, gid: u64) {
         if let Some(sb) = &self.sideband {
-            let mut sb = sb.lock();
-            if let Some(cid) = sb.by_gid.remove(&gid) {
-                sb.by_cid.remove(&cid);
-            }
+            sb.lock().cids.forget(gid);
         }
     }
 

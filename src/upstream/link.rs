@@ -86,10 +86,8 @@ impl Wire {
 pub(crate) struct SidebandState {
     /// SBP session (handshake done before the link is published).
     pub(crate) sbp: crate::dialect::sideband::session::Sbp,
-    /// cid → gateway id.
-    pub(crate) by_cid: std::collections::HashMap<[u8; 16], u64>,
-    /// gateway id → cid, to forget abandoned calls.
-    pub(crate) by_gid: std::collections::HashMap<u64, [u8; 16]>,
+    /// cid ⇄ gateway id of the pending calls.
+    pub(crate) cids: crate::dialect::sideband::cids::CidMap,
     /// The goodbye the session asked for, if any (see `sideband.rs`).
     pub(crate) farewell: Option<super::sideband::Farewell>,
     /// The upstream closed the link with 1000 `negotiation_failed`.
@@ -157,8 +155,7 @@ impl Link {
         let sideband = sbp.map(|sbp| {
             Mutex::new(SidebandState {
                 sbp,
-                by_cid: Default::default(),
-                by_gid: Default::default(),
+                cids: Default::default(),
                 farewell: None,
                 refused: false,
             })
