@@ -63,6 +63,9 @@ pub struct Route {
     broker: Arc<crate::pubsub::Broker>,
     /// The listener's route table, resolved to started upstreams.
     table: RouteTable<Arc<Upstream>>,
+    /// The upgrade checks (Host, Origin, token), built once per
+    /// configuration.
+    upgrade: crate::limits::origin::UpgradePolicy,
     metrics: Metrics,
     /// One log line per second per upstream and outcome (`unavailable`,
     /// `timeout`), and per upgrade refusal reason.
@@ -92,6 +95,7 @@ impl Route {
         metrics: Metrics,
     ) -> Self {
         let table = cfg.routes.resolve(|name| upstreams.get(name).cloned());
+        let upgrade = upgrade_policy(&cfg);
         let p = &cfg.protection;
         let rate = crate::limits::rate::RateLimits::new(
             p.rate,
@@ -124,6 +128,7 @@ impl Route {
             conns,
             broker,
             table,
+            upgrade,
             metrics,
             series,
             logs: crate::telemetry::throttle::Throttle::new(LOG_PERIOD),
@@ -370,23 +375,28 @@ impl Route {
 
     /// The upgrade checks of this listener (WebSocket): allow-lists and
     /// token, with the loopback defaults when bound to loopback.
-    pub fn upgrade_policy(&self) -> crate::limits::origin::UpgradePolicy {
-        let p = &self.cfg.protection;
-        let loopback_only = match &self.cfg.addr {
-            crate::config::ListenAddr::Ws { addr, .. } => addr.ip().is_loopback(),
-            crate::config::ListenAddr::Unix { .. } => false,
-        };
-        crate::limits::origin::UpgradePolicy {
-            hosts: p.allowed_hosts.clone(),
-            origins: p.allowed_origins.clone(),
-            any_origin: p.any_origin,
-            loopback_only,
-            token: p.auth_token.clone(),
-        }
+    pub fn upgrade_policy(&self) -> &crate::limits::origin::UpgradePolicy {
+        &self.upgrade
     }
 
     /// The metrics handle.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+}
+
+/// The upgrade checks of listener `cfg`.
+fn upgrade_policy(cfg: &ListenerConfig) -> crate::limits::origin::UpgradePolicy {
+    let p = &cfg.protection;
+    let loopback_only = match &cfg.addr {
+        crate::config::ListenAddr::Ws { addr, .. } => addr.ip().is_loopback(),
+        crate::config::ListenAddr::Unix { .. } => false,
+    };
+    crate::limits::origin::UpgradePolicy {
+        hosts: p.allowed_hosts.clone(),
+        origins: p.allowed_origins.clone(),
+        any_origin: p.any_origin,
+        loopback_only,
+        token: p.auth_token.clone(),
     }
 }
