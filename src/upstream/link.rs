@@ -51,10 +51,8 @@ pub(crate) struct Link {
     /// The client session that owns this link (per-client mode): it gets
     /// upstream-originated requests and notifications. `None` when shared.
     pub(super) owner: Option<OwnerRef>,
-    /// Sideband session and cid map (Sideband upstreams only).
-    pub(super) sideband: Option<Mutex<SidebandState>>,
-    /// The holon heartbeat in flight: its number and when it was sent.
-    pub(super) heartbeat: Mutex<Option<(u64, Instant)>>,
+    /// What only links of the upstream's dialect keep.
+    pub(super) dialect: LinkDialect,
     /// Signalled when a call settled in place is registered, so the
     /// deadline sweeper wakes from its idle wait.
     pub(super) direct_added: tokio::sync::Notify,
@@ -79,6 +77,18 @@ impl Wire {
             Wire::Binary(b) => b.len(),
         }
     }
+}
+
+/// The state a link keeps for its dialect alone.
+#[derive(Debug)]
+pub(crate) enum LinkDialect {
+    /// NDJSON and JSON-RPC WebSocket links: nothing of their own.
+    Plain,
+    /// holon-rpc links: the heartbeat in flight, its number and when it
+    /// was sent.
+    Holon(Mutex<Option<(u64, Instant)>>),
+    /// Sideband links: the SBP session and the cids of pending calls.
+    Sideband(Box<Mutex<SidebandState>>),
 }
 
 /// Sideband links: the session state and the cid of each gateway id.
@@ -152,14 +162,18 @@ impl Link {
         sbp: Option<crate::dialect::sideband::session::Sbp>,
     ) -> Arc<Self> {
         let depth = shared.cfg.max_in_flight_per_connection.get();
-        let sideband = sbp.map(|sbp| {
-            Mutex::new(SidebandState {
+        let dialect = match sbp {
+            Some(sbp) => LinkDialect::Sideband(Box::new(Mutex::new(SidebandState {
                 sbp,
                 cids: Default::default(),
                 farewell: None,
                 refused: false,
-            })
-        });
+            }))),
+            None if shared.cfg.dialect == crate::dialect::Dialect::Holon => {
+                LinkDialect::Holon(Mutex::new(None))
+            }
+            None => LinkDialect::Plain,
+        };
         Arc::new(Link {
             correlator: Mutex::new(Correlator::new(shared.cfg.ordered_replies)),
             out,
@@ -170,11 +184,18 @@ impl Link {
             retired: CancellationToken::new(),
             batches: Mutex::new(VecDeque::new()),
             owner,
-            sideband,
-            heartbeat: Mutex::new(None),
+            dialect,
             direct_added: tokio::sync::Notify::new(),
             shared,
         })
+    }
+
+    /// The Sideband session state, on a Sideband link.
+    pub(super) fn sideband(&self) -> Option<&Mutex<SidebandState>> {
+        match &self.dialect {
+            LinkDialect::Sideband(sb) => Some(sb),
+            _ => None,
+        }
     }
 
     /// True when the link may take new calls (atomics only: called per
