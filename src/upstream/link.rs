@@ -10,7 +10,6 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use futures_util::{Stream, StreamExt};
 use parking_lot::Mutex;
@@ -25,6 +24,8 @@ use crate::upstream::correlator::Correlator;
 use super::error::LinkError;
 use super::UpstreamShared;
 
+pub(crate) use super::link_dialect::{LinkDialect, SidebandState};
+pub(crate) use super::owner::{Owner, OwnerRef, PendingPush};
 pub(crate) use super::waiter::{Completion, ReplyResult, Waiter};
 
 /// A live connection to an upstream.
@@ -78,53 +79,6 @@ impl Wire {
         }
     }
 }
-
-/// The state a link keeps for its dialect alone.
-#[derive(Debug)]
-pub(crate) enum LinkDialect {
-    /// NDJSON and JSON-RPC WebSocket links: nothing of their own.
-    Plain,
-    /// holon-rpc links: the heartbeat in flight, its number and when it
-    /// was sent.
-    Holon(Mutex<Option<(u64, Instant)>>),
-    /// Sideband links: the SBP session and the cids of pending calls.
-    Sideband(Box<Mutex<SidebandState>>),
-}
-
-/// Sideband links: the session state and the cid of each gateway id.
-#[derive(Debug)]
-pub(crate) struct SidebandState {
-    /// SBP session (handshake done before the link is published).
-    pub(crate) sbp: crate::dialect::sideband::session::Sbp,
-    /// cid ⇄ gateway id of the pending calls.
-    pub(crate) cids: crate::dialect::sideband::cids::CidMap,
-    /// The goodbye the session asked for, if any (see `sideband.rs`).
-    pub(crate) farewell: Option<super::sideband::Farewell>,
-    /// The upstream closed the link with 1000 `negotiation_failed`.
-    pub(crate) refused: bool,
-}
-
-/// The client session owning a per-client link. What the upstream
-/// originates is handed over synchronously, in the order it arrived, so a
-/// push the upstream sent before a reply reaches the client before it.
-pub(crate) trait Owner: Send + Sync + std::fmt::Debug {
-    /// Sends the client a request now; the future resolves to its reply.
-    fn push_request(
-        &self,
-        method: &str,
-        params: Option<Payload>,
-    ) -> Result<PendingPush, GatewayError>;
-    /// Sends the client a notification now (dropped and counted if it
-    /// cannot be queued).
-    fn push_notification(&self, method: &str, params: Option<Payload>);
-}
-
-/// The client's reply to a pushed request, still to come.
-pub(crate) type PendingPush =
-    std::pin::Pin<Box<dyn std::future::Future<Output = ReplyResult> + Send>>;
-
-/// A shared handle to a link's owner.
-pub(crate) type OwnerRef = Arc<dyn Owner>;
 
 /// How many recent batches are remembered for batch-wide error replies.
 const BATCHES_REMEMBERED: usize = 64;
