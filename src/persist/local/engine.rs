@@ -39,7 +39,6 @@ use std::time::{Duration, Instant as StdInstant, SystemTime};
 
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch, Notify};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Log, Position};
@@ -82,28 +81,6 @@ struct State<L> {
 struct Sub {
     position: Position,
     session: Option<Session>,
-}
-
-/// One open subscription's delivery state (not persisted).
-#[derive(Debug)]
-struct Session {
-    id: u64,
-    /// The highest sequence this session has sent or passed over.
-    cursor: u64,
-    /// Sequences above this were never sent by any session: at open, the
-    /// lower of the topic's last sequence and floor + window.
-    owed: u64,
-    /// Sent and unacknowledged: sequence → when it is sent again.
-    in_flight: BTreeMap<u64, Instant>,
-    ack_timeout: Duration,
-    wake: Arc<Notify>,
-    stop: CancellationToken,
-}
-
-/// What one step of a session sends, and when it must look again.
-struct Step {
-    send: Vec<Stored>,
-    next_deadline: Option<Instant>,
 }
 
 // === impl Engine ===
@@ -407,228 +384,15 @@ impl<L: Log> Store for Engine<L> {
     }
 }
 
-// === impl Shared ===
-
-impl<L: Log> Shared<L> {
-    /// Moves the floor of `id` over acknowledged and evicted sequences,
-    /// writes the position if it changed (or `dirty`: changed by the
-    /// caller), and wakes its session if the floor moved.
-    fn compact(&self, state: &mut State<L>, id: &str, dirty: bool) -> Result<(), PersistError> {
-        let Some(sub) = state.subs.get_mut(id) else {
-            return Ok(());
-        };
-        let position = &mut sub.position;
-        let before = position.clone();
-        let last = state.log.last_seq(&position.topic)?;
-        loop {
-            if position.acked.remove(&(position.floor + 1)) {
-                position.floor += 1;
-                continue;
-            }
-            if position.floor >= last {
-                break;
-            }
-            // The first retained message above the floor: what lies
-            // between was evicted (and counted then).
-            let first = state
-                .log
-                .read(&position.topic, position.floor, 1)?
-                .first()
-                .map_or(last + 1, |m| m.seq);
-            if first > position.floor + 1 {
-                position.floor = first - 1;
-                continue;
-            }
-            break;
-        }
-        let floor = position.floor;
-        position.acked = position.acked.split_off(&(floor + 1));
-        if dirty || *position != before {
-            state.log.set_position(id, position)?;
-        }
-        if floor != before.floor {
-            if let Some(session) = sub.session.as_mut() {
-                session.in_flight = session.in_flight.split_off(&(floor + 1));
-                session.cursor = session.cursor.max(floor);
-                session.wake.notify_one();
-            }
-        }
-        Ok(())
-    }
-
-    /// Counts the unacknowledged `evicted` messages of `topic` per
-    /// subscription and moves the floors over them.
-    fn evicted(
-        &self,
-        state: &mut State<L>,
-        topic: &str,
-        evicted: &[u64],
-    ) -> Result<(), PersistError> {
-        let usage = state.log.stats()?;
-        self.meters.stored_messages.set(gauge(usage.messages));
-        self.meters.stored_bytes.set(gauge(usage.bytes));
-        let Some(&highest) = evicted.iter().max() else {
-            return Ok(());
-        };
-        let ids: Vec<String> = state
-            .by_topic
-            .get(topic)
-            .map(|ids| ids.iter().cloned().collect())
-            .unwrap_or_default();
-        let mut lagging = Vec::new();
-        for id in ids {
-            let Some(sub) = state.subs.get(&id) else {
-                continue;
-            };
-            let p = &sub.position;
-            let lost = evicted
-                .iter()
-                .filter(|seq| **seq > p.floor && !p.acked.contains(seq))
-                .count();
-            self.meters
-                .evicted_unacked
-                .inc_by(u64::try_from(lost).unwrap_or(u64::MAX));
-            if p.floor < highest {
-                lagging.push(id);
-            }
-        }
-        for id in lagging {
-            self.compact(state, &id, false)?;
-        }
-        Ok(())
-    }
-
-    /// What session `session` of `id` sends now: due redeliveries, then
-    /// new messages within the window. `None` when the session is over.
-    fn step(&self, id: &str, session: u64, now: Instant) -> Result<Option<Step>, PersistError> {
-        let mut guard = self.state.lock();
-        let state = &mut *guard;
-        let Some(sub) = state.subs.get_mut(id) else {
-            return Ok(None);
-        };
-        let Some(s) = sub.session.as_mut().filter(|s| s.id == session) else {
-            return Ok(None);
-        };
-        let p = &sub.position;
-        let mut send = Vec::new();
-        let due: Vec<u64> = s
-            .in_flight
-            .iter()
-            .filter(|(_, at)| **at <= now)
-            .map(|(seq, _)| *seq)
-            .collect();
-        for seq in due {
-            let again = state.log.read(&p.topic, seq - 1, 1)?.pop();
-            match again.filter(|m| m.seq == seq) {
-                Some(m) => {
-                    s.in_flight.insert(seq, now + s.ack_timeout);
-                    self.meters.redelivered.inc();
-                    send.push(m);
-                }
-                // Evicted meanwhile: counted then.
-                None => {
-                    s.in_flight.remove(&seq);
-                }
-            }
-        }
-        let limit = p.floor.saturating_add(self.window);
-        if s.cursor < limit {
-            let room = usize::try_from(limit - s.cursor)
-                .unwrap_or(usize::MAX)
-                .min(DELIVERY_QUEUE);
-            for m in state.log.read(&p.topic, s.cursor, room)? {
-                if m.seq > limit {
-                    break;
-                }
-                s.cursor = m.seq;
-                if p.acked.contains(&m.seq) {
-                    continue;
-                }
-                s.in_flight.insert(m.seq, now + s.ack_timeout);
-                send.push(m);
-            }
-        }
-        Ok(Some(Step {
-            send,
-            next_deadline: s.in_flight.values().min().copied(),
-        }))
-    }
-
-    /// Session `session` of `id` ended (detached, replaced or deleted).
-    fn end(&self, id: &str, session: u64) {
-        let mut state = self.state.lock();
-        let Some(sub) = state.subs.get_mut(id) else {
-            return;
-        };
-        if sub.session.as_ref().is_some_and(|s| s.id == session) {
-            sub.session = None;
-            self.meters.attached.dec();
-        }
-    }
-}
-
-/// One session's task.
-struct Run<L> {
-    shared: Arc<Shared<L>>,
-    id: String,
-    session: u64,
-    tx: mpsc::Sender<Stored>,
-    wake: Arc<Notify>,
-    stop: CancellationToken,
-    live: watch::Receiver<u64>,
-}
-
-impl<L: Log> Run<L> {
-    async fn run(mut self) {
-        loop {
-            self.live.borrow_and_update();
-            let step = match self.shared.step(&self.id, self.session, Instant::now()) {
-                Ok(Some(step)) => step,
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::warn!(error = %e, "persistent delivery: store read failed");
-                    break;
-                }
-            };
-            let sent_any = !step.send.is_empty();
-            for m in step.send {
-                tokio::select! {
-                    sent = self.tx.send(m) => if sent.is_err() { return self.end() },
-                    () = self.stop.cancelled() => return self.end(),
-                }
-            }
-            if sent_any {
-                // More may be ready (a step reads at most a channel's worth).
-                continue;
-            }
-            let deadline = step.next_deadline;
-            tokio::select! {
-                () = self.stop.cancelled() => break,
-                () = self.tx.closed() => break,
-                changed = self.live.changed() => if changed.is_err() { break },
-                () = self.wake.notified() => {}
-                () = sleep_until(deadline) => {}
-            }
-        }
-        self.end();
-    }
-
-    fn end(&self) {
-        self.shared.end(&self.id, self.session);
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
 /// A count as a gauge value.
 fn gauge(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
+
+mod floor;
+mod session;
+
+use session::{Run, Session};
 
 #[cfg(test)]
 mod tests;
