@@ -28,6 +28,7 @@ pub mod client;
 mod events;
 pub(crate) mod in_place;
 mod outcome;
+mod persistent;
 mod policy;
 
 pub use cell::RouteCell;
@@ -61,6 +62,9 @@ pub struct Route {
     pub conns: crate::limits::conns::ConnLimits,
     /// The pub/sub broker every listener shares.
     broker: Arc<crate::pubsub::Broker>,
+    /// The persistent-subscription hub every listener shares (`None`: the
+    /// persistent methods are not served).
+    hub: Option<Arc<crate::persist::hub::Hub>>,
     /// The listener's route table, resolved to started upstreams.
     table: RouteTable<Arc<Upstream>>,
     /// The upgrade checks (Host, Origin, token), built once per
@@ -127,12 +131,19 @@ impl Route {
             rate,
             conns,
             broker,
+            hub: None,
             table,
             upgrade,
             metrics,
             series,
             logs: crate::telemetry::throttle::Throttle::new(LOG_PERIOD),
         }
+    }
+
+    /// Serves the persistent methods from `hub`.
+    pub fn with_hub(mut self, hub: Arc<crate::persist::hub::Hub>) -> Self {
+        self.hub = Some(hub);
+        self
     }
 
     /// The upstream serving `method`, if any.
@@ -244,6 +255,9 @@ impl Route {
             return refusal;
         }
         if let Some(reply) = self.pubsub(&id, method, params, client) {
+            return reply;
+        }
+        if let Some(reply) = self.persistent(&id, method, params, client).await {
             return reply;
         }
         let Some(upstream) = self.routed(method) else {
