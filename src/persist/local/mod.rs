@@ -7,7 +7,7 @@
 //!   [`Log`]; its bounds are in its module doc.
 //! - [`memory::MemoryLog`]: the log kept in this process only.
 //! - `conformance` (tests only): the suite every [`Log`] must pass,
-//!   generic over `L: Log`; call [`conformance::run`] from a log's tests.
+//!   generic over `L: Log`; call `conformance::run` from a log's tests.
 
 use std::collections::BTreeSet;
 use std::time::SystemTime;
