@@ -39,6 +39,11 @@ pub struct Position {
 /// once its change is as durable as the log promises (the embedded log:
 /// on disk).
 pub trait Log: Send + 'static {
+    /// True when calls block on I/O (the embedded database): the engine
+    /// then makes them from tokio's blocking pool, never from an async
+    /// worker. False (the memory log): called in place.
+    const BLOCKING: bool = false;
+
     /// Appends `data` to `topic` as sequence `last + 1`, stored at `at`,
     /// then evicts what `retention` no longer keeps. Returns the stored
     /// message and the sequences evicted.
