@@ -7,8 +7,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::persist_node::*;
 use common::scrape::{scrape, value, wait_value};
 use serde_json::json;
