@@ -807,6 +807,8 @@ fn persistence_problems_are_all_reported() {
     );
     assert_eq!(found.len(), 9, "{found:#?}");
 
+    let huge = format!("{MINIMAL}\n[persistence]\nwindow = 2000000\n");
+    assert_has(&problems(&huge), "persistence.window: at most 1048576");
     let needs = format!("{MINIMAL}\n[persistence]\nbackend = \"embedded\"\n");
     assert_has(
         &problems(&needs),

@@ -278,12 +278,12 @@ impl Pusher {
 
     /// Sends the client a request whose reply is consumed (a persistent
     /// delivery to a holon-rpc client), waiting for room in the push
-    /// window and then in the outbox rather than dropping it. False when
-    /// the client is gone (or cannot take it: counted).
-    pub(crate) async fn push_waiting(&self, method: &str, params: Option<Payload>) -> bool {
+    /// window and then in the outbox rather than dropping it: `Queued`,
+    /// `Untranslatable` (params the dialect cannot carry) or `Closed` (the
+    /// client is gone).
+    pub(crate) async fn push_waiting(&self, method: &str, params: Option<Payload>) -> Offer {
         let Ok(params) = self.codec.push_request_params(method, params) else {
-            self.count_dropped(DropReason::Untranslatable);
-            return false;
+            return Offer::Untranslatable;
         };
         loop {
             let room = self.room.notified();
@@ -301,7 +301,7 @@ impl Pusher {
             let Some((gid, rx)) = claimed else {
                 tokio::select! {
                     () = &mut room => continue,
-                    () = self.outbox.closed() => return false,
+                    () = self.outbox.closed() => return Offer::Closed,
                 }
             };
             let msg = Message::Request {
@@ -309,9 +309,11 @@ impl Pusher {
                 method: method.to_owned(),
                 params: params.clone(),
             };
-            if !self.outbox.deliver(&msg).await {
+            let offer = self.outbox.deliver(&msg).await;
+            if offer != Offer::Queued {
                 self.pushes.lock().cancel(gid);
-                return false;
+                self.room.notify_waiters();
+                return offer;
             }
             let this = self.clone();
             tokio::spawn(async move {
@@ -319,7 +321,7 @@ impl Pusher {
                     this.count_dropped(DropReason::PushRejected);
                 }
             });
-            return true;
+            return Offer::Queued;
         }
     }
 

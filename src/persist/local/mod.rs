@@ -7,7 +7,7 @@
 //!   [`Log`]; its bounds are in its module doc.
 //! - [`memory::MemoryLog`]: the log kept in this process only.
 //! - `conformance` (tests only): the suite every [`Log`] must pass,
-//!   generic over `L: Log`; call [`conformance::run`] from a log's tests.
+//!   generic over `L: Log`; call `conformance::run` from a log's tests.
 
 use std::collections::BTreeSet;
 use std::time::SystemTime;
@@ -39,6 +39,11 @@ pub struct Position {
 /// once its change is as durable as the log promises (the embedded log:
 /// on disk).
 pub trait Log: Send + 'static {
+    /// True when calls block on I/O (the embedded database): the engine
+    /// then makes them from tokio's blocking pool, never from an async
+    /// worker. False (the memory log): called in place.
+    const BLOCKING: bool = false;
+
     /// Appends `data` to `topic` as sequence `last + 1`, stored at `at`,
     /// then evicts what `retention` no longer keeps. Returns the stored
     /// message and the sequences evicted.

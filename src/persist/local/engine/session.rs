@@ -128,7 +128,7 @@ impl<L: Log> Run<L> {
     pub(super) async fn run(mut self) {
         loop {
             self.live.borrow_and_update();
-            let step = match self.shared.step(&self.id, self.session, Instant::now()) {
+            let step = match self.step().await {
                 Ok(Some(step)) => step,
                 Ok(None) => break,
                 Err(e) => {
@@ -157,6 +157,16 @@ impl<L: Log> Run<L> {
             }
         }
         self.end();
+    }
+
+    /// One step, on the blocking pool when the log blocks.
+    async fn step(&self) -> Result<Option<Step>, PersistError> {
+        let now = Instant::now();
+        if !L::BLOCKING {
+            return self.shared.step(&self.id, self.session, now);
+        }
+        let (shared, id, session) = (self.shared.clone(), self.id.clone(), self.session);
+        super::blocking(move || shared.step(&id, session, now)).await
     }
 
     pub(super) fn end(&self) {
