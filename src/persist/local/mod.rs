@@ -9,6 +9,8 @@ use std::time::SystemTime;
 use super::{PersistError, Retention, Stored};
 use crate::envelope::Payload;
 
+pub mod embedded;
+
 /// A subscription's durable position: its topic, the floor (every message
 /// ≤ floor is acknowledged) and the acknowledged messages above it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
