@@ -45,11 +45,10 @@
 //!
 //! # Bounds
 //!
-//! Retention (`max_count`, `max_bytes` on append, `max_age` in
-//! [`Log::expire`]) bounds what a topic keeps on disk. One exception: the
-//! message just appended is kept even when alone it exceeds `max_bytes`, so
-//! that a stored message is always deliverable at least once. A
-//! subscription's acknowledged set above its floor is bounded by the
+//! Retention (`max_count`, `max_bytes` and `max_age` on append, `max_age`
+//! in [`Log::expire`]) bounds what a topic keeps on disk, oldest first, as
+//! the memory log does (a message alone larger than `max_bytes` is stored,
+//! takes its sequence, and is evicted at once). A subscription's acknowledged set above its floor is bounded by the
 //! engine's delivery window. Nothing is cached in memory here beyond
 //! redb's page cache (its default size).
 //!
@@ -124,6 +123,9 @@ pub struct EmbeddedLog {
     db: Database,
     /// Its file, for error messages.
     path: PathBuf,
+    /// Messages and bytes retained over all topics: summed from `topics`
+    /// when opened, then kept up to date by each commit.
+    usage: Usage,
 }
 
 /// A topic's row in `topics`.
@@ -132,6 +134,15 @@ struct Meta {
     last: u64,
     count: u64,
     bytes: u64,
+}
+
+/// What the log retains (becomes the engine's `Usage` on merge).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Messages retained.
+    pub messages: u64,
+    /// Bytes of data retained.
+    pub bytes: u64,
 }
 
 // === impl EmbeddedLog ===
@@ -155,8 +166,13 @@ impl EmbeddedLog {
             .set_check_integrity_on_open(true)
             .create(&path)
             .map_err(|e| open_error(&path, e))?;
-        let log = EmbeddedLog { db, path };
+        let mut log = EmbeddedLog {
+            db,
+            path,
+            usage: Usage::default(),
+        };
         log.create_tables().map_err(|e| log.error(e))?;
+        log.usage = log.sum_usage().map_err(|e| log.error(e))?;
         Ok(log)
     }
 
@@ -175,6 +191,19 @@ impl EmbeddedLog {
         Ok(())
     }
 
+    /// The retained totals, summed over the `topics` rows.
+    fn sum_usage(&self) -> Result<Usage, redb::Error> {
+        let txn = self.db.begin_read()?;
+        let topics = txn.open_table(TOPICS)?;
+        let mut usage = Usage::default();
+        for entry in topics.iter()? {
+            let (_, count, bytes) = entry?.1.value();
+            usage.messages += count;
+            usage.bytes += bytes;
+        }
+        Ok(usage)
+    }
+
     /// A write transaction that commits durably (the contract).
     fn begin(&self) -> Result<WriteTransaction, redb::Error> {
         let mut txn = self.db.begin_write()?;
@@ -188,7 +217,7 @@ impl EmbeddedLog {
     }
 
     fn do_append(
-        &self,
+        &mut self,
         topic: &str,
         data: &Payload,
         at: SystemTime,
@@ -197,24 +226,27 @@ impl EmbeddedLog {
         let at_ms = millis(at);
         let (tag, bytes) = encode(data);
         let txn = self.begin()?;
-        let (seq, evicted) = {
+        let (seq, evicted, before, after) = {
             let mut topics = txn.open_table(TOPICS)?;
             let mut messages = txn.open_table(MESSAGES)?;
             let mut meta = read_meta(&topics, topic)?;
+            let before = meta;
             let seq = meta.last + 1;
             messages.insert((topic, seq), (at_ms, tag, bytes))?;
             meta.last = seq;
             meta.count += 1;
             meta.bytes += bytes.len() as u64;
-            let evicted = evict(&mut messages, topic, &mut meta, |meta, oldest, _| {
-                oldest != seq
-                    && (retention.max_count.is_some_and(|max| meta.count > max)
-                        || retention.max_bytes.is_some_and(|max| meta.bytes > max))
+            let too_old = age_cutoff(at_ms, retention);
+            let evicted = evict(&mut messages, topic, &mut meta, |meta, stored_at| {
+                retention.max_count.is_some_and(|max| meta.count > max)
+                    || retention.max_bytes.is_some_and(|max| meta.bytes > max)
+                    || too_old.is_some_and(|cutoff| stored_at <= cutoff)
             })?;
             topics.insert(topic, (meta.last, meta.count, meta.bytes))?;
-            (seq, evicted)
+            (seq, evicted, before, meta)
         };
         txn.commit()?;
+        self.usage.change(&before, &after);
         let stored = Stored {
             topic: topic.to_owned(),
             seq,
@@ -225,32 +257,32 @@ impl EmbeddedLog {
     }
 
     fn do_expire(
-        &self,
+        &mut self,
         topic: &str,
         now: SystemTime,
         retention: &Retention,
     ) -> Result<Vec<u64>, redb::Error> {
-        let Some(max_age) = retention.max_age else {
+        let Some(cutoff) = age_cutoff(millis(now), retention) else {
             return Ok(Vec::new());
         };
-        let cutoff =
-            millis(now).saturating_sub(u64::try_from(max_age.as_millis()).unwrap_or(u64::MAX));
         // Look before writing: a periodic expiry that finds nothing to do
         // costs no commit and no fsync.
         match self.do_read(topic, 0, 1)?.first() {
-            Some(oldest) if millis(oldest.stored_at) < cutoff => {}
+            Some(oldest) if millis(oldest.stored_at) <= cutoff => {}
             _ => return Ok(Vec::new()),
         }
         let txn = self.begin()?;
-        let evicted = {
+        let (evicted, before, after) = {
             let mut topics = txn.open_table(TOPICS)?;
             let mut messages = txn.open_table(MESSAGES)?;
             let mut meta = read_meta(&topics, topic)?;
-            let evicted = evict(&mut messages, topic, &mut meta, |_, _, at| at < cutoff)?;
+            let before = meta;
+            let evicted = evict(&mut messages, topic, &mut meta, |_, at| at <= cutoff)?;
             topics.insert(topic, (meta.last, meta.count, meta.bytes))?;
-            evicted
+            (evicted, before, meta)
         };
         txn.commit()?;
+        self.usage.change(&before, &after);
         Ok(evicted)
     }
 
@@ -318,6 +350,23 @@ impl EmbeddedLog {
         Ok(existed)
     }
 
+    fn do_positions(&self) -> Result<Vec<(String, Position)>, redb::Error> {
+        let txn = self.db.begin_read()?;
+        let positions = txn.open_table(POSITIONS)?;
+        let mut out = Vec::new();
+        for entry in positions.iter()? {
+            let (id, row) = entry?;
+            let (topic, floor, acked) = row.value();
+            let position = Position {
+                topic: topic.to_owned(),
+                floor,
+                acked: acked.into_iter().collect(),
+            };
+            out.push((id.value().to_owned(), position));
+        }
+        Ok(out)
+    }
+
     fn do_topics(&self) -> Result<Vec<String>, redb::Error> {
         let txn = self.db.begin_read()?;
         let topics = txn.open_table(TOPICS)?;
@@ -380,11 +429,34 @@ impl Log for EmbeddedLog {
     }
 }
 
+// To move into `impl Log` when the trait gains them (p-core).
+impl EmbeddedLog {
+    /// Every subscription and its position.
+    pub fn positions(&self) -> Result<Vec<(String, Position)>, PersistError> {
+        self.do_positions().map_err(|e| self.error(e))
+    }
+
+    /// Messages and bytes retained now, over all topics.
+    pub fn stats(&self) -> Result<Usage, PersistError> {
+        Ok(self.usage)
+    }
+}
+
 impl fmt::Debug for EmbeddedLog {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EmbeddedLog")
             .field("path", &self.path)
             .finish_non_exhaustive()
+    }
+}
+
+// === impl Usage ===
+
+impl Usage {
+    /// Applies a topic's change from `before` to `after`.
+    fn change(&mut self, before: &Meta, after: &Meta) {
+        self.messages = (self.messages + after.count).saturating_sub(before.count);
+        self.bytes = (self.bytes + after.bytes).saturating_sub(before.bytes);
     }
 }
 
@@ -424,14 +496,14 @@ fn read_meta(
     }))
 }
 
-/// Removes the oldest messages of `topic` while `go(meta, seq, stored_at
-/// ms)` says so for the oldest one; keeps `meta` up to date. Returns the
+/// Removes the oldest messages of `topic` while `go(meta, stored_at ms)`
+/// says so for the oldest one; keeps `meta` up to date. Returns the
 /// sequences removed, oldest first.
 fn evict(
     messages: &mut Table<'_, (&'static str, u64), (u64, u8, &'static [u8])>,
     topic: &str,
     meta: &mut Meta,
-    go: impl Fn(&Meta, u64, u64) -> bool,
+    go: impl Fn(&Meta, u64) -> bool,
 ) -> Result<Vec<u64>, redb::Error> {
     let mut evicted = Vec::new();
     loop {
@@ -444,7 +516,7 @@ fn evict(
             None => break,
         };
         let (seq, at_ms, len) = oldest;
-        if !go(meta, seq, at_ms) {
+        if !go(meta, at_ms) {
             break;
         }
         messages.remove((topic, seq))?;
@@ -453,6 +525,13 @@ fn evict(
         evicted.push(seq);
     }
     Ok(evicted)
+}
+
+/// Messages stored at or before this (ms) are `max_age` old at `now_ms`
+/// (as the memory log counts: an age of exactly `max_age` is evicted).
+fn age_cutoff(now_ms: u64, retention: &Retention) -> Option<u64> {
+    let max_age = u64::try_from(retention.max_age?.as_millis()).unwrap_or(u64::MAX);
+    now_ms.checked_sub(max_age)
 }
 
 /// A payload as its tag and bytes.

@@ -110,14 +110,25 @@ fn count_and_bytes_retention_evict_the_oldest_and_last_seq_survives() {
         log.append("b", &json("2000"), now, &bytes).unwrap();
         let (_, evicted) = log.append("b", &json("3000"), now, &bytes).unwrap();
         assert_eq!(evicted, [1]);
-        // A message larger than the limit alone is kept, the rest go.
+        // A message larger than the limit alone takes its sequence and
+        // goes at once, with the rest (as the memory log does).
         let (big, evicted) = log.append("b", &json("123456789012"), now, &bytes).unwrap();
-        assert_eq!((big.seq, evicted), (4, vec![2, 3]));
-        assert_eq!(seqs(&log, "b"), [4]);
+        assert_eq!((big.seq, evicted), (4, vec![2, 3, 4]));
+        assert!(seqs(&log, "b").is_empty());
         let (_, evicted) = log.append("b", &json("5"), now, &bytes).unwrap();
-        assert_eq!(evicted, [4]);
+        assert!(evicted.is_empty());
+        let usage = Usage {
+            messages: 4,
+            bytes: 4,
+        };
+        assert_eq!(log.stats().unwrap(), usage);
     }
     let mut log = EmbeddedLog::open(dir.path()).unwrap();
+    let usage = Usage {
+        messages: 4,
+        bytes: 4,
+    };
+    assert_eq!(log.stats().unwrap(), usage, "totals summed again on open");
     assert_eq!(seqs(&log, "c"), [2, 3, 4]);
     assert_eq!(log.last_seq("b").unwrap(), 5);
     let (next, _) = log.append("c", &json("5"), now, &none()).unwrap();
@@ -139,18 +150,16 @@ fn expire_evicts_by_age_and_keeps_last_seq() {
     // No max_age: nothing to do.
     let far = t0 + Duration::from_secs(1_000);
     assert!(log.expire("a", far, &none()).unwrap().is_empty());
-    // Exactly 60 s old is kept; older goes.
+    // 59.999 s old is kept; exactly 60 s old goes.
     let at_60 = t0 + Duration::from_secs(60);
-    assert!(log.expire("a", at_60, &age).unwrap().is_empty());
-    assert_eq!(
-        log.expire("a", at_60 + Duration::from_millis(1), &age)
-            .unwrap(),
-        [1]
-    );
+    let before = at_60 - Duration::from_millis(1);
+    assert!(log.expire("a", before, &age).unwrap().is_empty());
+    assert_eq!(log.expire("a", at_60, &age).unwrap(), [1]);
     assert_eq!(log.expire("a", far, &age).unwrap(), [2]);
     assert!(log.expire("a", far, &age).unwrap().is_empty());
     assert!(log.expire("unknown", far, &age).unwrap().is_empty());
     assert!(log.topics().unwrap().is_empty(), "no stored messages left");
+    assert_eq!(log.stats().unwrap(), Usage::default());
     drop(log);
     let log = EmbeddedLog::open(dir.path()).unwrap();
     assert_eq!(log.last_seq("a").unwrap(), 2);
@@ -170,7 +179,14 @@ fn positions_are_replaced_and_removed() {
     position.floor = 5;
     position.acked = BTreeSet::from([7]);
     log.set_position("s", &position).unwrap();
-    assert_eq!(log.position("s").unwrap(), Some(position));
+    assert_eq!(log.position("s").unwrap(), Some(position.clone()));
+    log.set_position("r", &Position::default()).unwrap();
+    let mut all = log.positions().unwrap();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        all,
+        [("r".into(), Position::default()), ("s".into(), position)]
+    );
     assert!(log.remove_position("s").unwrap());
     assert!(!log.remove_position("s").unwrap());
     drop(log);
