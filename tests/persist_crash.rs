@@ -315,3 +315,113 @@ ack_timeout_ms = 600000
         store = store.display(),
     )
 }
+
+/// The child's side of [`the_embedded_log_keeps_every_commit_across_kill_9`]:
+/// set in the environment of the re-executed test binary.
+const CHILD_DIR: &str = "SWITCHYARD_CRASH_CHILD_DIR";
+
+/// The log itself, without the engine: a child process appends and moves a
+/// position as fast as it can and prints each sequence once `append` (or
+/// `set_position`) has returned; it is killed with SIGKILL mid-stream.
+/// Everything it printed must be in the reopened store.
+#[test]
+fn the_embedded_log_keeps_every_commit_across_kill_9() {
+    use std::io::{BufRead, BufReader, Write};
+    use switchyard::persist::local::embedded::EmbeddedLog;
+    use switchyard::persist::local::{Log, Position};
+    use switchyard::persist::Retention;
+
+    if let Some(dir) = std::env::var_os(CHILD_DIR) {
+        // The child: runs until it is killed.
+        let mut log = EmbeddedLog::open(Path::new(&dir)).expect("open");
+        let mut stdout = std::io::stdout().lock();
+        for i in 0u64.. {
+            let data =
+                switchyard::envelope::Payload::json(&format!("{{\"i\":{i}}}")).expect("json");
+            let (stored, _) = log
+                .append(
+                    "t",
+                    &data,
+                    std::time::SystemTime::now(),
+                    &Retention::default(),
+                )
+                .expect("append");
+            writeln!(stdout, "m {}", stored.seq).expect("stdout");
+            if stored.seq % 3 == 0 {
+                let position = Position {
+                    topic: "t".into(),
+                    floor: stored.seq,
+                    acked: BTreeSet::from([stored.seq + 2]),
+                };
+                log.set_position("s", &position).expect("set_position");
+                writeln!(stdout, "p {}", stored.seq).expect("stdout");
+            }
+            stdout.flush().expect("flush");
+        }
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "the_embedded_log_keeps_every_commit_across_kill_9",
+            "--nocapture",
+        ])
+        .env(CHILD_DIR, dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the child");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let (mut messages, mut position) = (0u64, 0u64);
+    while messages < 300 {
+        let line = lines.next().expect("the child ended early").expect("read");
+        record(&line, &mut messages, &mut position);
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+    // What it printed before it died was committed too.
+    for line in lines.map_while(Result::ok) {
+        record(&line, &mut messages, &mut position);
+    }
+
+    let log = EmbeddedLog::open(dir.path()).expect("reopen after kill -9");
+    let last = log.last_seq("t").expect("last_seq");
+    assert!(last >= messages, "last_seq {last} < {messages} printed");
+    assert!(
+        last <= messages + 1,
+        "last_seq {last}: more than one unprinted commit"
+    );
+    let seqs: Vec<u64> = log
+        .read("t", 0, usize::MAX)
+        .expect("read")
+        .iter()
+        .map(|m| m.seq)
+        .collect();
+    assert_eq!(
+        seqs,
+        (1..=last).collect::<Vec<_>>(),
+        "a gap in the stored messages"
+    );
+    let stored = log.position("s").expect("position").expect("a position");
+    assert!(
+        stored.floor >= position,
+        "position {} < {position} printed",
+        stored.floor
+    );
+    assert_eq!(
+        stored.acked,
+        BTreeSet::from([stored.floor + 2]),
+        "{stored:?}"
+    );
+}
+
+/// Takes in one line of the child: `m <seq>` (appended) or `p <seq>`
+/// (position written); the test harness's own lines are ignored.
+fn record(line: &str, messages: &mut u64, position: &mut u64) {
+    match line.split_once(' ') {
+        Some(("m", n)) => *messages = n.parse().expect("seq"),
+        Some(("p", n)) => *position = n.parse().expect("seq"),
+        _ => {}
+    }
+}
