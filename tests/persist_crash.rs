@@ -152,13 +152,8 @@ async fn next_delivery(ws: &mut Ws, next: &mut VecDeque<u64>) -> u64 {
     if let Some(seq) = next.pop_front() {
         return seq;
     }
-    loop {
-        let msg = json(&recv(ws).await);
-        if let Some(seq) = delivery(&msg) {
-            return seq;
-        }
-        panic!("unexpected {msg}");
-    }
+    let msg = json(&recv(ws).await);
+    delivery(&msg).unwrap_or_else(|| panic!("unexpected {msg}"))
 }
 
 /// Acknowledges `seq` and reads until its reply; deliveries read
