@@ -6,6 +6,7 @@ pub mod clients;
 pub mod demo;
 pub mod feed;
 pub mod node;
+pub mod persist_node;
 pub mod pubsub_node;
 pub mod scrape;
 

@@ -94,7 +94,7 @@ use redb::{
 };
 use serde_json::value::RawValue;
 
-use super::{Log, Position};
+use super::{Log, Position, Usage};
 use crate::envelope::Payload;
 use crate::persist::{PersistError, Retention, Stored};
 
@@ -134,15 +134,6 @@ struct Meta {
     last: u64,
     count: u64,
     bytes: u64,
-}
-
-/// What the log retains (becomes the engine's `Usage` on merge).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
-    /// Messages retained.
-    pub messages: u64,
-    /// Bytes of data retained.
-    pub bytes: u64,
 }
 
 // === impl EmbeddedLog ===
@@ -246,7 +237,7 @@ impl EmbeddedLog {
             (seq, evicted, before, meta)
         };
         txn.commit()?;
-        self.usage.change(&before, &after);
+        change(&mut self.usage, &before, &after);
         let stored = Stored {
             topic: topic.to_owned(),
             seq,
@@ -282,7 +273,7 @@ impl EmbeddedLog {
             (evicted, before, meta)
         };
         txn.commit()?;
-        self.usage.change(&before, &after);
+        change(&mut self.usage, &before, &after);
         Ok(evicted)
     }
 
@@ -427,17 +418,12 @@ impl Log for EmbeddedLog {
     fn topics(&self) -> Result<Vec<String>, PersistError> {
         self.do_topics().map_err(|e| self.error(e))
     }
-}
 
-// To move into `impl Log` when the trait gains them (p-core).
-impl EmbeddedLog {
-    /// Every subscription and its position.
-    pub fn positions(&self) -> Result<Vec<(String, Position)>, PersistError> {
+    fn positions(&self) -> Result<Vec<(String, Position)>, PersistError> {
         self.do_positions().map_err(|e| self.error(e))
     }
 
-    /// Messages and bytes retained now, over all topics.
-    pub fn stats(&self) -> Result<Usage, PersistError> {
+    fn stats(&self) -> Result<Usage, PersistError> {
         Ok(self.usage)
     }
 }
@@ -450,14 +436,10 @@ impl fmt::Debug for EmbeddedLog {
     }
 }
 
-// === impl Usage ===
-
-impl Usage {
-    /// Applies a topic's change from `before` to `after`.
-    fn change(&mut self, before: &Meta, after: &Meta) {
-        self.messages = (self.messages + after.count).saturating_sub(before.count);
-        self.bytes = (self.bytes + after.bytes).saturating_sub(before.bytes);
-    }
+/// Applies a topic's change from `before` to `after` to the totals.
+fn change(usage: &mut Usage, before: &Meta, after: &Meta) {
+    usage.messages = (usage.messages + after.count).saturating_sub(before.count);
+    usage.bytes = (usage.bytes + after.bytes).saturating_sub(before.bytes);
 }
 
 // === helpers ===

@@ -243,3 +243,13 @@ fn a_directory_that_cannot_be_created_is_a_clear_error() {
         .to_string();
     assert!(err.contains("cannot create the data directory"), "{err}");
 }
+
+#[test]
+fn conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = 0;
+    crate::persist::local::conformance::run(|| {
+        n += 1;
+        EmbeddedLog::open(&dir.path().join(n.to_string())).unwrap()
+    });
+}

@@ -1,0 +1,230 @@
+//! The [`Hub`]: which connection holds which subscription id, and the
+//! pump from an opened subscription into a client's [`Sink`].
+//!
+//! One `Arc<Hub>` is shared by every listener. A connection makes an
+//! [`Attachment`] on its first persistent call and serves the methods
+//! through it; dropping it (the connection closed) detaches every
+//! subscription it holds and keeps their positions (jsonrpc-ws.md §7.3).
+//!
+//! Holders (§7.3): an id is held by at most one connection. Subscribing to
+//! an id held by another connection, or to an existing id with another
+//! topic, is -32005; repeating it on the holding connection with the same
+//! topic is a no-op that reports the current floor. Acknowledging needs
+//! the id held by this connection (else -32003). Unsubscribing deletes the
+//! id and is idempotent (an id held by another connection is -32003).
+//!
+//! The pump waits for room in the client's outbox rather than dropping: a
+//! persistent message is never lost on the way to a connected client (and
+//! one a slow client never acknowledges is sent again anyway).
+//!
+//! Bounds: one holder per subscription id ([`super::DEFAULT_MAX_SUBSCRIPTIONS`]
+//! in the store), ids of at most [`MAX_ID_BYTES`]; one pump task per held
+//! id; nothing is queued here beyond the store's delivery channel.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use super::{Backend, Stored, Topics};
+use crate::error::{ErrorKind, GatewayError};
+use crate::pubsub::topic;
+
+/// The longest subscription id accepted, in bytes.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// A connection's receiving end of its persistent subscriptions.
+pub trait Sink: Send + Sync + fmt::Debug + 'static {
+    /// Sends `message` of subscription `id` to the client, waiting for
+    /// room; false when the client is gone.
+    fn deliver<'a>(&'a self, id: &'a str, message: &'a Stored) -> BoxFuture<'a, bool>;
+}
+
+/// Holders of every subscription id, over the configured store.
+pub struct Hub {
+    store: Arc<Backend>,
+    topics: Topics,
+    /// Issues connection keys; never reused.
+    next_conn: AtomicU64,
+    holders: Mutex<HashMap<String, Holder>>,
+}
+
+/// A connection's handle on the hub; dropping it detaches its
+/// subscriptions.
+pub struct Attachment {
+    hub: Arc<Hub>,
+    conn: u64,
+    sink: Arc<dyn Sink>,
+    /// Cancelled when the connection is gone: every pump stops.
+    gone: CancellationToken,
+}
+
+mod attachment;
+
+#[derive(Debug)]
+struct Holder {
+    conn: u64,
+    topic: String,
+    /// Which claim made it (a later holder of the same id is another).
+    claim: u64,
+    /// Stops this holder's pump.
+    stop: CancellationToken,
+}
+
+/// One claim of an id: its number and the token that stops its pump.
+#[derive(Debug, Clone)]
+struct Ticket {
+    claim: u64,
+    stop: CancellationToken,
+}
+
+/// What a subscribe found for one id.
+enum Claim {
+    /// Claimed now: open it.
+    Fresh(Ticket),
+    /// Already held by this connection with this topic.
+    Repeat,
+}
+
+// === impl Hub ===
+
+impl Hub {
+    /// A hub over `store`, serving the persistent `topics`.
+    pub fn new(store: Arc<Backend>, topics: Topics) -> Self {
+        Hub {
+            store,
+            topics,
+            next_conn: AtomicU64::new(1),
+            holders: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<Backend> {
+        &self.store
+    }
+
+    /// The persistent topics.
+    pub fn topics(&self) -> &Topics {
+        &self.topics
+    }
+
+    /// Attaches a connection delivering through `sink`.
+    pub fn attach(self: &Arc<Self>, sink: Arc<dyn Sink>) -> Attachment {
+        Attachment {
+            hub: self.clone(),
+            conn: self.next_conn.fetch_add(1, Ordering::Relaxed),
+            sink,
+            gone: CancellationToken::new(),
+        }
+    }
+
+    /// Subscription ids held by a connection now.
+    pub fn held(&self) -> usize {
+        self.holders.lock().len()
+    }
+
+    /// -32602 unless `id` and `topic` can be subscribed: an id of 1 to
+    /// [`MAX_ID_BYTES`] bytes, a concrete topic configured as persistent.
+    pub fn check(&self, id: &str, topic_name: &str) -> Result<(), GatewayError> {
+        if id.is_empty() || id.len() > MAX_ID_BYTES {
+            return Err(invalid(format!(
+                "subscription_id must be 1 to {MAX_ID_BYTES} bytes"
+            )));
+        }
+        topic::validate_topic(topic_name).map_err(|e| invalid(format!("topic: {e}")))?;
+        if self.topics.policy(topic_name).is_none() {
+            return Err(invalid(format!(
+                "topic {topic_name:?} is not persistent (no [[persistent_topics]] entry matches it)"
+            )));
+        }
+        Ok(())
+    }
+
+    fn detach_all(&self, conn: u64) {
+        self.holders.lock().retain(|_, h| {
+            if h.conn == conn {
+                h.stop.cancel();
+            }
+            h.conn != conn
+        });
+    }
+
+    /// Claims `id` for `conn`, or says why not.
+    fn claim(&self, conn: u64, id: &str, topic_name: &str) -> Result<Claim, GatewayError> {
+        let mut holders = self.holders.lock();
+        match holders.get(id) {
+            Some(h) if h.conn != conn => Err(conflict(format!(
+                "subscription {id:?} is active on another connection"
+            ))),
+            Some(h) if h.topic != topic_name => Err(conflict(format!(
+                "subscription {id:?} exists with topic {:?}",
+                h.topic
+            ))),
+            Some(_) => Ok(Claim::Repeat),
+            None => {
+                let ticket = Ticket {
+                    claim: self.next_conn.fetch_add(1, Ordering::Relaxed),
+                    stop: CancellationToken::new(),
+                };
+                holders.insert(
+                    id.to_owned(),
+                    Holder {
+                        conn,
+                        topic: topic_name.to_owned(),
+                        claim: ticket.claim,
+                        stop: ticket.stop.clone(),
+                    },
+                );
+                Ok(Claim::Fresh(ticket))
+            }
+        }
+    }
+
+    /// Gives up `ticket`'s claim of `id` (a later claim stays).
+    fn release(&self, id: &str, ticket: &Ticket) {
+        ticket.stop.cancel();
+        let mut holders = self.holders.lock();
+        if holders.get(id).is_some_and(|h| h.claim == ticket.claim) {
+            holders.remove(id);
+        }
+    }
+
+    fn holds(&self, conn: u64, id: &str) -> bool {
+        self.holders.lock().get(id).is_some_and(|h| h.conn == conn)
+    }
+}
+
+impl fmt::Debug for Hub {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hub")
+            .field("backend", &self.store.kind())
+            .field("held", &self.held())
+            .finish()
+    }
+}
+
+fn invalid(detail: String) -> GatewayError {
+    GatewayError::with_detail(ErrorKind::InvalidParams, detail)
+}
+
+fn conflict(detail: String) -> GatewayError {
+    GatewayError::with_detail(ErrorKind::Conflict, detail)
+}
+
+fn not_held(id: &str) -> GatewayError {
+    GatewayError::with_detail(
+        ErrorKind::NotFound,
+        format!("unknown subscription id {id:?} (or not held by this connection)"),
+    )
+}
+
+/// A batch item's error, naming its index.
+fn at_index(i: usize, e: GatewayError) -> GatewayError {
+    let detail = e.detail.as_deref().unwrap_or_default();
+    GatewayError::with_detail(e.kind, format!("subscriptions[{i}]: {detail}"))
+}
