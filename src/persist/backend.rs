@@ -124,6 +124,16 @@ impl Backend {
         }
     }
 
+    /// Closes the store at shutdown, after the publishers have stopped:
+    /// the embedded store's file (and its lock) is released when this
+    /// returns, so a new gateway can open it at once.
+    pub fn close(&self) {
+        match self {
+            Backend::Memory(e) => e.close(),
+            Backend::Embedded(e) => e.close(),
+        }
+    }
+
     /// Its kind.
     pub fn kind(&self) -> BackendKind {
         match self {

@@ -119,8 +119,9 @@ const TAG_CBOR: u8 = 1;
 
 /// A [`Log`] in a redb database file; see the module doc.
 pub struct EmbeddedLog {
-    /// The open database (locked against other processes while open).
-    db: Database,
+    /// The open database (locked against other processes while open);
+    /// `None` once closed.
+    db: Option<Database>,
     /// Its file, for error messages.
     path: PathBuf,
     /// Messages and bytes retained over all topics: summed from `topics`
@@ -158,7 +159,7 @@ impl EmbeddedLog {
             .create(&path)
             .map_err(|e| open_error(&path, e))?;
         let mut log = EmbeddedLog {
-            db,
+            db: Some(db),
             path,
             usage: Usage::default(),
         };
@@ -184,7 +185,7 @@ impl EmbeddedLog {
 
     /// The retained totals, summed over the `topics` rows.
     fn sum_usage(&self) -> Result<Usage, redb::Error> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db()?.begin_read()?;
         let topics = txn.open_table(TOPICS)?;
         let mut usage = Usage::default();
         for entry in topics.iter()? {
@@ -195,9 +196,14 @@ impl EmbeddedLog {
         Ok(usage)
     }
 
+    /// The database, unless closed.
+    fn db(&self) -> Result<&Database, redb::Error> {
+        self.db.as_ref().ok_or(redb::Error::DatabaseClosed)
+    }
+
     /// A write transaction that commits durably (the contract).
     fn begin(&self) -> Result<WriteTransaction, redb::Error> {
-        let mut txn = self.db.begin_write()?;
+        let mut txn = self.db()?.begin_write()?;
         txn.set_durability(Durability::Immediate)?;
         Ok(txn)
     }
@@ -278,7 +284,7 @@ impl EmbeddedLog {
     }
 
     fn do_read(&self, topic: &str, after: u64, limit: usize) -> Result<Vec<Stored>, redb::Error> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db()?.begin_read()?;
         let messages = txn.open_table(MESSAGES)?;
         let mut out = Vec::new();
         if after == u64::MAX || limit == 0 {
@@ -301,13 +307,13 @@ impl EmbeddedLog {
     }
 
     fn do_last_seq(&self, topic: &str) -> Result<u64, redb::Error> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db()?.begin_read()?;
         let topics = txn.open_table(TOPICS)?;
         Ok(topics.get(topic)?.map_or(0, |row| row.value().0))
     }
 
     fn do_position(&self, id: &str) -> Result<Option<Position>, redb::Error> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db()?.begin_read()?;
         let positions = txn.open_table(POSITIONS)?;
         Ok(positions.get(id)?.map(|row| {
             let (topic, floor, acked) = row.value();
@@ -342,7 +348,7 @@ impl EmbeddedLog {
     }
 
     fn do_positions(&self) -> Result<Vec<(String, Position)>, redb::Error> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db()?.begin_read()?;
         let positions = txn.open_table(POSITIONS)?;
         let mut out = Vec::new();
         for entry in positions.iter()? {
@@ -359,7 +365,7 @@ impl EmbeddedLog {
     }
 
     fn do_topics(&self) -> Result<Vec<String>, redb::Error> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db()?.begin_read()?;
         let topics = txn.open_table(TOPICS)?;
         let mut out = Vec::new();
         for entry in topics.iter()? {
@@ -425,6 +431,12 @@ impl Log for EmbeddedLog {
 
     fn stats(&self) -> Result<Usage, PersistError> {
         Ok(self.usage)
+    }
+
+    fn close(&mut self) {
+        // Every commit is already durable: dropping the handle only
+        // releases the file and its lock.
+        self.db = None;
     }
 }
 

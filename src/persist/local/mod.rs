@@ -90,6 +90,11 @@ pub trait Log: Send + 'static {
     /// Messages and bytes of data retained now, over all topics. Called
     /// after every append and expiry, so kept as running totals.
     fn stats(&self) -> Result<Usage, PersistError>;
+
+    /// Releases what the log holds outside this process's memory (the
+    /// embedded database file and its lock), at shutdown; later calls
+    /// fail. The default does nothing.
+    fn close(&mut self) {}
 }
 
 /// What a log retains.

@@ -253,3 +253,20 @@ fn conforms() {
         EmbeddedLog::open(&dir.path().join(n.to_string())).unwrap()
     });
 }
+
+#[test]
+fn close_releases_the_file_and_later_calls_fail_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = EmbeddedLog::open(dir.path()).unwrap();
+    log.append("t", &json("1"), SystemTime::now(), &none())
+        .unwrap();
+    log.close();
+    let err = log
+        .append("t", &json("2"), SystemTime::now(), &none())
+        .unwrap_err();
+    assert!(matches!(err, PersistError::Store(_)), "{err:?}");
+    assert!(log.read("t", 0, 10).is_err());
+    // Released while `log` still exists: another open succeeds at once.
+    let again = EmbeddedLog::open(dir.path()).unwrap();
+    assert_eq!(again.last_seq("t").unwrap(), 1);
+}
