@@ -37,6 +37,7 @@ use tokio::sync::mpsc;
 
 use crate::envelope::Payload;
 
+pub mod jetstream;
 pub mod local;
 
 /// How many messages a subscription may have sent and unacknowledged.
