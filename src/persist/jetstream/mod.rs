@@ -55,24 +55,24 @@
 //!   and fails as `PersistError::Store`; the client reconnects by itself.
 
 mod delivery;
+mod setup;
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
-use async_nats::jetstream::context::{ConsumerInfoErrorKind, GetStreamErrorKind};
+use async_nats::jetstream::context::ConsumerInfoErrorKind;
 use async_nats::jetstream::kv::CreateErrorKind;
-use async_nats::jetstream::stream::ConsumerErrorKind;
-use async_nats::jetstream::stream::{self, DiscardPolicy, RetentionPolicy, StorageType};
-use async_nats::jetstream::ErrorCode;
-use async_nats::jetstream::{self as js, kv};
+use async_nats::jetstream::{self as js, kv, stream};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
 use self::delivery::{Counters, Held, ENCODING_HEADER};
+pub use self::setup::{consumer_name, stream_name, subject};
+use self::setup::{fail, hex};
 use super::{Acked, Opened, PersistError, Retention, Store, Stored};
 use crate::envelope::Payload;
 
@@ -82,9 +82,6 @@ pub const DELIVERY_QUEUE: usize = 64;
 
 /// The most messages one pull request asks for.
 pub const PULL_BATCH: usize = 256;
-
-/// The KV bucket of subscription id → topic.
-const SUBS_BUCKET: &str = "SWITCHYARD_SUBS";
 
 /// What a persistent topic keeps and how long its messages wait for an
 /// acknowledgement.
@@ -103,18 +100,23 @@ pub type Policies = Arc<dyn Fn(&str) -> Option<TopicPolicy> + Send + Sync>;
 pub struct JetStream {
     client: async_nats::Client,
     js: js::Context,
+    /// Subscription id (hex) → topic.
     subs: kv::Store,
     policies: Policies,
     window: usize,
-    /// Streams known to exist with the configured retention.
+    /// Streams known to exist with the configured retention, by topic.
     streams: Mutex<HashMap<String, stream::Stream>>,
-    /// Subscriptions open on this instance.
-    open: Mutex<HashMap<String, OpenSub>>,
+    /// Subscriptions open on this instance; an entry leaves when its
+    /// deliveries end.
+    open: Arc<Mutex<HashMap<String, OpenSub>>>,
+    /// Tells one opening from the next of the same id.
+    openings: AtomicU64,
     counters: Arc<Counters>,
 }
 
 /// One subscription open on this instance.
 struct OpenSub {
+    opening: u64,
     held: Arc<Mutex<Held>>,
     task: AbortHandle,
 }
@@ -126,68 +128,6 @@ impl std::fmt::Debug for JetStream {
             .field("connected", &self.is_connected())
             .finish_non_exhaustive()
     }
-}
-
-fn store_err(what: &str) -> impl FnOnce(String) -> PersistError + '_ {
-    move |e| PersistError::Store(format!("jetstream {what}: {e}"))
-}
-
-fn hex(s: &str) -> String {
-    s.bytes().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The stream of a topic.
-pub fn stream_name(topic: &str) -> String {
-    format!("SWITCHYARD_{}", hex(topic))
-}
-
-/// The subject a topic's messages are published on.
-pub fn subject(topic: &str) -> String {
-    format!("switchyard.persist.{}", hex(topic))
-}
-
-/// The durable consumer of a subscription id.
-pub fn consumer_name(id: &str) -> String {
-    format!("S_{}", hex(id))
-}
-
-/// Deletes a consumer; one already gone is not an error.
-async fn delete_consumer(stream: &stream::Stream, name: &str) -> Result<(), PersistError> {
-    match stream.delete_consumer(name).await {
-        Ok(_) => Ok(()),
-        Err(e) if matches!(e.kind(), ConsumerErrorKind::JetStream(ref j) if j.error_code() == ErrorCode::CONSUMER_NOT_FOUND) => {
-            Ok(())
-        }
-        Err(e) => Err(store_err("consumer delete")(e.to_string())),
-    }
-}
-
-/// The KV bucket of subscription ids, created if missing. Its backing
-/// stream is created here with the settings `create_key_value` uses,
-/// because that call first reads the account info, which async-nats 0.50
-/// cannot parse from a 2.9 server (no `reserved_memory`).
-async fn subs_bucket(js: &js::Context) -> Result<kv::Store, PersistError> {
-    let config = stream::Config {
-        name: format!("KV_{SUBS_BUCKET}"),
-        subjects: vec![format!("$KV.{SUBS_BUCKET}.>")],
-        max_messages_per_subject: 1,
-        max_messages: -1,
-        max_bytes: -1,
-        allow_rollup: true,
-        deny_delete: true,
-        allow_direct: true,
-        discard: DiscardPolicy::New,
-        retention: RetentionPolicy::Limits,
-        storage: StorageType::File,
-        num_replicas: 1,
-        ..Default::default()
-    };
-    js.get_or_create_stream(config)
-        .await
-        .map_err(|e| store_err("kv stream")(e.to_string()))?;
-    js.get_key_value(SUBS_BUCKET)
-        .await
-        .map_err(|e| store_err("kv bucket")(e.to_string()))
 }
 
 // === impl JetStream ===
@@ -207,7 +147,7 @@ impl JetStream {
             .await
             .map_err(|e| PersistError::Store(format!("cannot connect to NATS at {url}: {e}")))?;
         let js = js::new(client.clone());
-        let subs = subs_bucket(&js).await?;
+        let subs = setup::subs_bucket(&js).await?;
         Ok(JetStream {
             client,
             js,
@@ -215,7 +155,8 @@ impl JetStream {
             policies,
             window: window.max(1),
             streams: Mutex::new(HashMap::new()),
-            open: Mutex::new(HashMap::new()),
+            open: Arc::default(),
+            openings: AtomicU64::new(0),
             counters: Arc::default(),
         })
     }
@@ -235,6 +176,31 @@ impl JetStream {
         self.counters.redeliveries.load(Ordering::Relaxed)
     }
 
+    /// The topic and floor of subscription `id`, if it exists: the
+    /// consumer's ack floor (the stream's last sequence if its consumer is
+    /// gone).
+    pub async fn position(&self, id: &str) -> Result<Option<(String, u64)>, PersistError> {
+        let Some(topic) = self.topic_of(id).await? else {
+            return Ok(None);
+        };
+        let Some(mut stream) = setup::find_stream(&self.js, &topic).await? else {
+            return Ok(Some((topic, 0)));
+        };
+        let floor = match stream.consumer_info(consumer_name(id)).await {
+            Ok(info) => info.ack_floor.stream_sequence,
+            Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => {
+                stream
+                    .info()
+                    .await
+                    .map_err(|e| fail("stream info", e))?
+                    .state
+                    .last_sequence
+            }
+            Err(e) => return Err(fail("consumer info", e)),
+        };
+        Ok(Some((topic, floor)))
+    }
+
     fn policy(&self, topic: &str) -> Result<TopicPolicy, PersistError> {
         (self.policies)(topic).ok_or_else(|| PersistError::NotPersistent(topic.to_owned()))
     }
@@ -248,38 +214,7 @@ impl JetStream {
         if let Some(s) = self.streams.lock().get(topic) {
             return Ok(s.clone());
         }
-        let r = &policy.retention;
-        let limit = |v: Option<u64>| v.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
-        let config = stream::Config {
-            name: stream_name(topic),
-            subjects: vec![subject(topic)],
-            max_age: r.max_age.unwrap_or_default(),
-            max_messages: limit(r.max_count),
-            max_bytes: limit(r.max_bytes),
-            discard: DiscardPolicy::Old,
-            retention: RetentionPolicy::Limits,
-            storage: StorageType::File,
-            ..Default::default()
-        };
-        let err = store_err("stream");
-        let mut s = self
-            .js
-            .get_or_create_stream(config.clone())
-            .await
-            .map_err(|e| err(e.to_string()))?;
-        let info = s
-            .info()
-            .await
-            .map_err(|e| store_err("stream info")(e.to_string()))?;
-        let c = &info.config;
-        if (c.max_age, c.max_messages, c.max_bytes)
-            != (config.max_age, config.max_messages, config.max_bytes)
-        {
-            self.js
-                .update_stream(config)
-                .await
-                .map_err(|e| store_err("stream update")(e.to_string()))?;
-        }
+        let s = setup::ensure_stream(&self.js, topic, &policy.retention).await?;
         self.streams.lock().insert(topic.to_owned(), s.clone());
         Ok(s)
     }
@@ -290,7 +225,7 @@ impl JetStream {
             .subs
             .get(hex(id))
             .await
-            .map_err(|e| store_err("kv get")(e.to_string()))?;
+            .map_err(|e| fail("kv get", e))?;
         Ok(v.map(|b| String::from_utf8_lossy(&b).into_owned()))
     }
 
@@ -308,7 +243,7 @@ impl JetStream {
                 Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
                     self.topic_of(id).await?.unwrap_or_default()
                 }
-                Err(e) => return Err(store_err("kv create")(e.to_string())),
+                Err(e) => return Err(fail("kv create", e)),
             },
         };
         if existing == topic {
@@ -318,6 +253,61 @@ impl JetStream {
                 "subscription id exists with topic {existing:?}"
             )))
         }
+    }
+
+    /// Ends the deliveries of `id` on this instance, if open.
+    fn close(&self, id: &str) {
+        if let Some(old) = self.open.lock().remove(id) {
+            old.task.abort();
+        }
+    }
+
+    /// Starts the pull task of a consumer just created from `start`.
+    async fn attach(
+        &self,
+        id: &str,
+        topic: &str,
+        consumer: js::consumer::PullConsumer,
+        seen: u64,
+        start: u64,
+    ) -> Result<mpsc::Receiver<Stored>, PersistError> {
+        let messages = consumer
+            .stream()
+            .max_messages_per_batch(PULL_BATCH.min(self.window))
+            .messages()
+            .await
+            .map_err(|e| fail("pull", e))?;
+        let held = Arc::new(Mutex::new(Held::new(self.window, seen, start)));
+        let (tx, rx) = mpsc::channel(DELIVERY_QUEUE);
+        let opening = self.openings.fetch_add(1, Ordering::Relaxed);
+        let pump = delivery::pump(
+            topic.to_owned(),
+            messages,
+            tx,
+            held.clone(),
+            self.counters.clone(),
+        );
+        let open = self.open.clone();
+        let key = id.to_owned();
+        // Hold the map's lock while spawning, so that the task's own
+        // removal comes after the insertion below.
+        let mut subs = self.open.lock();
+        let task = tokio::spawn(async move {
+            pump.await;
+            let mut open = open.lock();
+            if open.get(&key).is_some_and(|s| s.opening == opening) {
+                open.remove(&key);
+            }
+        });
+        let sub = OpenSub {
+            opening,
+            held,
+            task: task.abort_handle(),
+        };
+        if let Some(old) = subs.insert(id.to_owned(), sub) {
+            old.task.abort();
+        }
+        Ok(rx)
     }
 }
 
@@ -333,7 +323,6 @@ impl Store for JetStream {
                 (b.clone(), Some(h))
             }
         };
-        let err = store_err("publish");
         let sent = match headers {
             Some(h) => {
                 self.js
@@ -342,13 +331,13 @@ impl Store for JetStream {
             }
             None => self.js.publish(subject(topic), bytes.into()).await,
         };
-        let ack = match sent.map_err(|e| err(e.to_string()))?.await {
+        let ack = match sent.map_err(|e| fail("publish", e))?.await {
             Ok(ack) => ack,
             Err(e) => {
                 // The stream may have been deleted behind our back: look it
                 // up again next time.
                 self.streams.lock().remove(topic);
-                return Err(store_err("publish ack")(e.to_string()));
+                return Err(fail("publish ack", e));
             }
         };
         Ok(Stored {
@@ -374,26 +363,28 @@ impl Store for JetStream {
                     info.delivered.stream_sequence,
                 )),
                 Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => None,
-                Err(e) => return Err(store_err("consumer info")(e.to_string())),
+                Err(e) => return Err(fail("consumer info", e)),
             }
         };
+        // `seen`: acknowledging up to what the old consumer delivered is a
+        // no-op `Yes` until it comes again.
         let (floor, seen) = match prior {
             Some(p) => p,
             None => {
-                let info = stream
+                let last = stream
                     .info()
                     .await
-                    .map_err(|e| store_err("stream info")(e.to_string()))?;
-                (info.state.last_sequence, info.state.last_sequence)
+                    .map_err(|e| fail("stream info", e))?
+                    .state
+                    .last_sequence;
+                (last, last)
             }
         };
         // Recreated from floor + 1, so that every unacknowledged message
         // comes again now, in order.
-        if let Some(old) = self.open.lock().remove(id) {
-            old.task.abort();
-        }
+        self.close(id);
         if prior.is_some() {
-            delete_consumer(&stream, &name).await?;
+            setup::delete_consumer(&stream, &name).await?;
         }
         let config = pull::Config {
             durable_name: Some(name),
@@ -409,38 +400,19 @@ impl Store for JetStream {
         let consumer = stream
             .create_consumer(config)
             .await
-            .map_err(|e| store_err("consumer create")(e.to_string()))?;
-        let messages = consumer
-            .stream()
-            .max_messages_per_batch(PULL_BATCH.min(self.window))
-            .messages()
-            .await
-            .map_err(|e| store_err("pull")(e.to_string()))?;
-        let held = Arc::new(Mutex::new(Held::new(self.window, seen, floor + 1)));
-        let (tx, rx) = mpsc::channel(DELIVERY_QUEUE);
-        let task = tokio::spawn(delivery::pump(
-            topic.to_owned(),
-            messages,
-            tx,
-            held.clone(),
-            self.counters.clone(),
-        ));
-        let sub = OpenSub {
-            held,
-            task: task.abort_handle(),
-        };
-        self.open.lock().insert(id.to_owned(), sub);
+            .map_err(|e| fail("consumer create", e))?;
+        let deliveries = self.attach(id, topic, consumer, seen, floor + 1).await?;
         Ok(Opened {
             resumed_from: floor,
-            deliveries: rx,
+            deliveries,
         })
     }
 
     async fn ack(&self, id: &str, seq: u64) -> Result<Acked, PersistError> {
         let held = match self.open.lock().get(id) {
-            Some(sub) if !sub.task.is_finished() => sub.held.clone(),
+            Some(sub) => sub.held.clone(),
             // Acknowledgements go through the instance that holds the id.
-            _ => return Err(PersistError::NotFound),
+            None => return Err(PersistError::NotFound),
         };
         let acker = match held.lock().take(seq) {
             Ok(acker) => acker,
@@ -450,29 +422,24 @@ impl Store for JetStream {
             Ok(()) => Ok(Acked::Yes),
             Err(e) => {
                 held.lock().put_back(seq, acker);
-                Err(store_err("ack")(e.to_string()))
+                Err(fail("ack", e))
             }
         }
     }
 
     async fn delete(&self, id: &str) -> Result<bool, PersistError> {
-        if let Some(old) = self.open.lock().remove(id) {
-            old.task.abort();
-        }
+        self.close(id);
         let Some(topic) = self.topic_of(id).await? else {
             return Ok(false);
         };
-        match self.js.get_stream(stream_name(&topic)).await {
-            Ok(stream) => delete_consumer(&stream, &consumer_name(id)).await?,
-            // No stream: no consumer either.
-            Err(e) if matches!(e.kind(), GetStreamErrorKind::JetStream(ref j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND) =>
-                {}
-            Err(e) => return Err(store_err("stream")(e.to_string())),
+        // No stream: no consumer either.
+        if let Some(stream) = setup::find_stream(&self.js, &topic).await? {
+            setup::delete_consumer(&stream, &consumer_name(id)).await?;
         }
         self.subs
             .purge(hex(id))
             .await
-            .map_err(|e| store_err("kv purge")(e.to_string()))?;
+            .map_err(|e| fail("kv purge", e))?;
         Ok(true)
     }
 }
