@@ -227,3 +227,35 @@ async fn an_unacknowledged_message_comes_again_after_the_ack_timeout() {
     js.publish("quick", &json(3)).await.unwrap();
     assert_eq!(next(&mut opened.deliveries).await.seq, 3);
 }
+
+#[tokio::test]
+async fn nats_away_fails_calls_as_store_errors_and_the_client_reconnects() {
+    let mut nats = NatsServer::start();
+    let js = backend(&nats).await;
+    assert!(js.is_connected());
+    assert_eq!(js.publish("orders", &json(1)).await.unwrap().seq, 1);
+
+    nats.stop();
+    assert!(
+        common::eventually(STEP, || !js.is_connected()).await,
+        "the connection state follows the server"
+    );
+    assert!(matches!(
+        js.publish("orders", &json(2)).await,
+        Err(PersistError::Store(_))
+    ));
+
+    nats.restart(); // same port, same store
+    assert!(
+        common::eventually(Duration::from_secs(60), || js.is_connected()).await,
+        "reconnected by itself:\n{}",
+        nats.log()
+    );
+    // The stream survived on disk: the sequence goes on.
+    let seq = js.publish("orders", &json(3)).await.unwrap().seq;
+    assert!(seq >= 2, "{seq}");
+    let mut opened = js.open("after", "orders").await.unwrap();
+    assert_eq!(opened.resumed_from, seq);
+    js.publish("orders", &json(4)).await.unwrap();
+    assert_eq!(next(&mut opened.deliveries).await.seq, seq + 1);
+}

@@ -15,7 +15,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A running `nats-server` with JetStream on 127.0.0.1.
 pub struct NatsServer {
-    child: Child,
+    child: Option<Child>,
     /// The server's store and its ports file; removed on drop.
     pub dir: tempfile::TempDir,
     /// `nats://127.0.0.1:PORT`.
@@ -54,38 +54,71 @@ pub fn require_nats_server() -> PathBuf {
 impl NatsServer {
     /// Starts the server and returns once it accepts connections.
     pub fn start() -> NatsServer {
-        let program = require_nats_server();
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = dir.path().join("store");
-        let ports = dir.path().join("ports");
-        std::fs::create_dir_all(&ports).expect("ports dir");
-        let log = std::fs::File::create(dir.path().join("nats.log")).expect("log file");
-        let mut child = Command::new(&program)
-            .args(["-js", "-a", "127.0.0.1", "-p", "-1", "-sd"])
-            .arg(&store)
-            .arg("--ports_file_dir")
-            .arg(&ports)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
-        let url = match wait_ports_file(&mut child, &ports) {
-            Ok(url) => url,
-            Err(why) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                let log = std::fs::read_to_string(dir.path().join("nats.log")).unwrap_or_default();
-                panic!("nats-server did not start: {why}\n{log}");
-            }
-        };
-        NatsServer { child, dir, url }
+        let (child, url) = spawn(&dir, "-1");
+        NatsServer {
+            child: Some(child),
+            dir,
+            url,
+        }
+    }
+
+    /// Stops the server (SIGKILL), keeping its store.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port with the same store.
+    pub fn restart(&mut self) {
+        self.stop();
+        let port = self.url.rsplit(':').next().expect("a port").to_owned();
+        let (child, url) = spawn(&self.dir, &port);
+        assert_eq!(url, self.url);
+        self.child = Some(child);
     }
 
     /// The server's log so far (for failure messages).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("nats.log")).unwrap_or_default()
     }
+}
+
+/// Starts `nats-server` on `port` (`-1`: a random one) with its store in
+/// `dir`; returns once it accepts connections.
+fn spawn(dir: &tempfile::TempDir, port: &str) -> (Child, String) {
+    let program = require_nats_server();
+    let store = dir.path().join("store");
+    let ports = dir.path().join("ports");
+    let _ = std::fs::remove_dir_all(&ports);
+    std::fs::create_dir_all(&ports).expect("ports dir");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.path().join("nats.log"))
+        .expect("log file");
+    let mut child = Command::new(&program)
+        .args(["-js", "-a", "127.0.0.1", "-p", port, "-sd"])
+        .arg(&store)
+        .arg("--ports_file_dir")
+        .arg(&ports)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
+    let url = match wait_ports_file(&mut child, &ports) {
+        Ok(url) => url,
+        Err(why) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = std::fs::read_to_string(dir.path().join("nats.log")).unwrap_or_default();
+            panic!("nats-server did not start: {why}\n{log}");
+        }
+    };
+    (child, url)
 }
 
 /// Waits for `<dir>/nats-server_<pid>.ports` to hold a client URL, and for
@@ -126,7 +159,6 @@ fn read_client_url(dir: &std::path::Path) -> Option<String> {
 
 impl Drop for NatsServer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
     }
 }
