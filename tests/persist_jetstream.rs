@@ -123,6 +123,7 @@ async fn resume_reports_the_ack_floor_and_redelivers_every_unacknowledged_in_ord
     assert_eq!(again.resumed_from, 2);
     // 4 was acknowledged out of order above the floor: delivered again.
     assert_eq!(seqs(&mut again.deliveries, 3).await, [3, 4, 5]);
+    assert_eq!(js.redeliveries(), 3, "3, 4 and 5 were sent before");
     js.publish("orders", &json(6)).await.unwrap();
     assert_eq!(next(&mut again.deliveries).await.seq, 6, "then live ones");
     for seq in [3, 4, 5, 6] {
@@ -199,6 +200,9 @@ async fn max_count_evicts_the_oldest_and_counts_what_a_subscriber_lost() {
     assert_eq!(again.resumed_from, 0);
     assert_eq!(seqs(&mut again.deliveries, 3).await, [3, 4, 5]);
     assert_eq!(js.evicted_before_ack(), 2);
+    let (messages, bytes) = js.usage().await.unwrap();
+    assert_eq!(messages, 3, "the stream keeps max_count");
+    assert!(bytes > 0);
 }
 
 #[tokio::test]

@@ -26,7 +26,8 @@ pub(super) const ENCODING_HEADER: &str = "Switchyard-Encoding";
 pub(super) struct Counters {
     /// Messages evicted from a stream before a subscription got them.
     pub(super) evicted_before_ack: AtomicU64,
-    /// Deliveries JetStream made again (ack timeout), as sent to clients.
+    /// Messages sent again: after the ack timeout (JetStream's
+    /// redelivery), or after a resume (sent before it).
     pub(super) redeliveries: AtomicU64,
 }
 
@@ -46,6 +47,9 @@ pub(super) struct Held {
     /// The next stream sequence expected on a first delivery: a first
     /// delivery above it means the ones between were evicted unsent.
     next: u64,
+    /// Messages ≤ this were sent before this opening: sending one again
+    /// is a redelivery.
+    sent_before: u64,
 }
 
 // `Acker` has no `Debug`: show the sequences held.
@@ -55,6 +59,7 @@ impl std::fmt::Debug for Held {
             .field("ackers", &self.ackers.keys().collect::<Vec<_>>())
             .field("seen", &self.seen)
             .field("next", &self.next)
+            .field("sent_before", &self.sent_before)
             .finish()
     }
 }
@@ -68,6 +73,7 @@ impl Held {
             window,
             seen,
             next: start,
+            sent_before: seen,
         }
     }
 
@@ -87,8 +93,9 @@ impl Held {
     }
 
     /// Records a delivery; returns how many sequences were skipped before
-    /// it (evicted before the subscription got them).
-    fn record(&mut self, seq: u64, delivered: i64, acker: Acker) -> u64 {
+    /// it (evicted before the subscription got them), and whether it is a
+    /// redelivery.
+    fn record(&mut self, seq: u64, delivered: i64, acker: Acker) -> (u64, bool) {
         let mut skipped = 0;
         if delivered <= 1 && seq >= self.next {
             skipped = seq - self.next;
@@ -99,7 +106,7 @@ impl Held {
         while self.ackers.len() > self.window {
             self.ackers.pop_first();
         }
-        skipped
+        (skipped, delivered > 1 || seq <= self.sent_before)
     }
 }
 
@@ -165,13 +172,13 @@ pub(super) async fn pump(
             }
         };
         let (_, acker) = msg.split();
-        let skipped = held.lock().record(seq, delivered, acker);
+        let (skipped, again) = held.lock().record(seq, delivered, acker);
         if skipped > 0 {
             counters
                 .evicted_before_ack
                 .fetch_add(skipped, Ordering::Relaxed);
         }
-        if delivered > 1 {
+        if again {
             counters.redeliveries.fetch_add(1, Ordering::Relaxed);
         }
         if tx.send(stored).await.is_err() {

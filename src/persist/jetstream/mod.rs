@@ -176,6 +176,12 @@ impl JetStream {
         self.counters.redeliveries.load(Ordering::Relaxed)
     }
 
+    /// Messages and bytes its topics' streams keep now (for the stored
+    /// gauges; one JetStream request per 256 streams).
+    pub async fn usage(&self) -> Result<(u64, u64), PersistError> {
+        setup::usage(&self.js).await
+    }
+
     /// The topic and floor of subscription `id`, if it exists: the
     /// consumer's ack floor (the stream's last sequence if its consumer is
     /// gone).

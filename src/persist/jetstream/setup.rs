@@ -8,6 +8,8 @@
 
 use std::fmt::Display;
 
+use futures_util::StreamExt;
+
 use async_nats::jetstream::context::GetStreamErrorKind;
 use async_nats::jetstream::stream::{
     self, ConsumerErrorKind, DiscardPolicy, RetentionPolicy, StorageType,
@@ -29,9 +31,12 @@ pub(super) fn hex(s: &str) -> String {
     s.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
+/// What every topic's stream name starts with.
+const STREAM_PREFIX: &str = "SWITCHYARD_";
+
 /// The stream of a topic: `SWITCHYARD_<hex(topic)>`.
 pub fn stream_name(topic: &str) -> String {
-    format!("SWITCHYARD_{}", hex(topic))
+    format!("{STREAM_PREFIX}{}", hex(topic))
 }
 
 /// The subject a topic's messages are published on:
@@ -81,6 +86,21 @@ pub(super) async fn ensure_stream(
             .map_err(|e| fail("stream update", e))?;
     }
     Ok(s)
+}
+
+/// Messages and bytes kept now in every topic's stream (JetStream's
+/// counts: a message's subject and headers included).
+pub(super) async fn usage(js: &js::Context) -> Result<(u64, u64), PersistError> {
+    let mut infos = js.streams();
+    let (mut messages, mut bytes) = (0, 0);
+    while let Some(info) = infos.next().await {
+        let info = info.map_err(|e| fail("stream list", e))?;
+        if info.config.name.starts_with(STREAM_PREFIX) {
+            messages += info.state.messages;
+            bytes += info.state.bytes;
+        }
+    }
+    Ok((messages, bytes))
 }
 
 /// The stream of `topic` if it exists.
