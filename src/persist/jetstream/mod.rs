@@ -41,18 +41,43 @@
 //!   evicted after being sent and before being acknowledged are not seen
 //!   by the backend and not counted.)
 //!
-//! One instance holds an id at a time as the hub sees it; across
-//! instances the last one to open an id takes it over (recreating the
-//! consumer ends the other instance's deliveries).
+//! - Acknowledging a sequence: held (sent, unacknowledged) → a JetStream
+//!   ack; at or below the highest sequence sent to this subscription (in
+//!   this opening or, before a resume, by the old consumer) → a no-op
+//!   `Yes`; above it → `NeverDelivered`. A sequence evicted unsent below
+//!   the highest sent counts as `Yes` (JetStream keeps no per-message
+//!   record to tell it apart).
+//!
+//! # Across instances
+//!
+//! One connection holds an id at a time as each instance's hub sees it;
+//! across instances the last one to open an id takes it over (recreating
+//! the consumer ends the other instance's deliveries: its pump sees the
+//! consumer deleted). An acknowledgement goes through the instance that
+//! holds the id (elsewhere: `NotFound`, -32003). A subscription's
+//! position lives in NATS only, so `DEFAULT_MAX_SUBSCRIPTIONS` is not
+//! enforced here; JetStream's account limits apply.
+//!
+//! # Failures
+//!
+//! Every JetStream request times out after the client's default (5 s) and
+//! fails as `PersistError::Store`; the client reconnects by itself, and
+//! [`JetStream::is_connected`] feeds `/readyz`. A publish that timed out
+//! while NATS was away may still be stored when the client reconnects
+//! (its message was buffered): it is counted as failed and nobody loses
+//! it, but nobody retries it either. An open subscription's pull resumes
+//! by itself after a reconnection.
 //!
 //! # Bounds
 //!
 //! - Per open subscription: at most `window` deliveries held for
-//!   acknowledgement (JetStream sends no more unacknowledged), and a
-//!   channel of [`DELIVERY_QUEUE`] to the pump; one pull request asks for
-//!   at most [`PULL_BATCH`] messages.
-//! - Every JetStream request times out after the client's default (5 s)
-//!   and fails as `PersistError::Store`; the client reconnects by itself.
+//!   acknowledgement (`max_ack_pending`: JetStream sends no more
+//!   unacknowledged; unlike the local engine, acknowledgements out of
+//!   order above the floor do not count against it), and a channel of
+//!   [`DELIVERY_QUEUE`] to the pump; one pull request asks for at most
+//!   [`PULL_BATCH`] messages.
+//! - The client's own buffers are async-nats's defaults (its subscription
+//!   channels are bounded).
 
 mod delivery;
 mod setup;
