@@ -33,6 +33,9 @@ use tokio_util::task::TaskTracker;
 use crate::admin::reload::{Outcome, Record, Requests};
 use crate::admin::{self, AdminState, Health, View};
 use crate::config::{Config, ListenAddr};
+use crate::persist::hub::Hub;
+use crate::persist::recorder::Recorder;
+use crate::persist::Backend;
 use crate::pubsub::Broker;
 use crate::router::RouteCell;
 use crate::telemetry::metrics::Metrics;
@@ -67,6 +70,9 @@ pub struct Bound {
     admin_extra: Option<axum::Router>,
     /// Where a reload reads the configuration (see [`Bound::reload_from`]).
     source: Option<Option<PathBuf>>,
+    /// The persistent-subscription store, opened before any socket is
+    /// bound (a store that cannot open fails the start).
+    store: Arc<Backend>,
 }
 
 /// A gateway running in the background.
@@ -123,12 +129,28 @@ pub enum BindError {
     /// Metrics registry setup failed.
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    /// The persistent-subscription store could not be opened.
+    #[error("persistence ({backend}): {source}")]
+    Persist {
+        /// `persistence.backend`.
+        backend: &'static str,
+        /// Why.
+        source: crate::persist::PersistError,
+    },
 }
 
 /// Binds every listener of `cfg`. No traffic is served until [`Bound::run`].
 pub async fn bind(cfg: Config) -> Result<Bound, BindError> {
     let metrics = Metrics::new()?;
     metrics.init_labels(&cfg);
+    let settings = &cfg.persistence;
+    let meters = metrics.persist.meters(settings.backend);
+    let store = Backend::open(settings, meters)
+        .await
+        .map_err(|source| BindError::Persist {
+            backend: settings.backend.as_str(),
+            source,
+        })?;
     let (groups, addrs) = binding::bind_groups(&cfg, |_| true).await?;
     let admin = match cfg.admin.addr {
         Some(addr) => Some(bind_admin(addr).await?),
@@ -142,6 +164,7 @@ pub async fn bind(cfg: Config) -> Result<Bound, BindError> {
         admin,
         admin_extra: None,
         source: None,
+        store: Arc::new(store),
     })
 }
 
@@ -234,12 +257,22 @@ impl Bound {
         let shutdown = CancellationToken::new();
         let upstream_stop = CancellationToken::new();
         let (reloads, requests) = mpsc::channel(admin::reload::QUEUE);
+        let topics = self.cfg.persistence.topics.clone();
+        self.store.spawn_background(upstream_stop.clone());
+        let recorder = Recorder::spawn(
+            self.store.clone(),
+            topics.clone(),
+            self.metrics.persist.meters(self.store.kind()),
+            upstream_stop.clone(),
+        );
         let mut live = Live {
             health: Health::new(&self.cfg.listeners, shutdown.clone()),
             cfg: self.cfg.clone(),
             generation: 1,
             metrics: self.metrics.clone(),
             broker: Arc::new(Broker::new(crate::pubsub::DEFAULT_MAX_SUBSCRIPTIONS)),
+            recorder,
+            hub: Arc::new(Hub::new(self.store.clone(), topics)),
             upstreams: HashMap::new(),
             cells: HashMap::new(),
             groups: Vec::new(),
@@ -259,13 +292,14 @@ impl Bound {
             current: live::Current::default(),
             source: self.source.take(),
         };
+        let events = live.events();
         live.upstreams = self
             .cfg
             .upstreams
             .iter()
             .map(|u| {
                 let started =
-                    live::start_upstream(u, &self.metrics, &live.broker, &shutdown, &upstream_stop);
+                    live::start_upstream(u, &self.metrics, &events, &shutdown, &upstream_stop);
                 (u.name.clone(), started)
             })
             .collect();

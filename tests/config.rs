@@ -719,3 +719,89 @@ fn two_listeners_on_one_address_and_path_conflict_even_on_port_0() {
     );
     Config::from_toml(&ok).expect("another path on the same address is fine");
 }
+
+#[test]
+fn persistence_defaults_to_memory_and_embedded_with_a_path() {
+    use switchyard::persist::BackendKind;
+    let config = Config::from_toml(MINIMAL).expect("minimal config is valid");
+    let p = &config.persistence;
+    assert_eq!(p.backend, BackendKind::Memory);
+    assert_eq!(p.window, switchyard::persist::DEFAULT_WINDOW);
+    assert!(p.topics.is_empty(), "no topic is persistent by default");
+
+    let with_path = format!("{MINIMAL}\n[persistence]\npath = \"/var/lib/switchyard\"\n");
+    let config = Config::from_toml(&with_path).expect("a data directory");
+    assert_eq!(config.persistence.backend, BackendKind::Embedded);
+    assert_eq!(
+        config.persistence.path.as_deref(),
+        Some(Path::new("/var/lib/switchyard"))
+    );
+
+    let topics = format!(
+        "{MINIMAL}\n[persistence]\nwindow = 8\n\
+         [[persistent_topics]]\ntopic = \"orders.*\"\nmax_age_seconds = 60\nmax_count = 10\nmax_bytes = 1000\nack_timeout_ms = 250\n\
+         [[persistent_topics]]\ntopic = \"audit\"\n"
+    );
+    let config = Config::from_toml(&topics).expect("persistent topics");
+    let p = &config.persistence;
+    assert_eq!(p.window, 8);
+    let orders = p
+        .topics
+        .policy("orders.eu")
+        .expect("orders.* is persistent");
+    assert_eq!(orders.retention.max_age, Some(Duration::from_secs(60)));
+    assert_eq!(orders.retention.max_count, Some(10));
+    assert_eq!(orders.retention.max_bytes, Some(1000));
+    assert_eq!(orders.ack_timeout, Duration::from_millis(250));
+    let audit = p.topics.policy("audit").expect("audit is persistent");
+    assert_eq!(audit.retention, switchyard::persist::Retention::default());
+    assert_eq!(audit.ack_timeout, Duration::from_secs(60), "default");
+    assert!(p.topics.policy("orders").is_none());
+}
+
+#[test]
+fn persistence_problems_are_all_reported() {
+    let bad = format!(
+        "{MINIMAL}\n[persistence]\nbackend = \"disk\"\nnats_url = \"http://x\"\nwindow = 0\n\
+         [[persistent_topics]]\ntopic = \"a..b\"\nmax_count = 0\n\
+         [[persistent_topics]]\nmax_age_seconds = 5\n\
+         [[persistent_topics]]\ntopic = \"dup\"\nack_timeout_ms = 0\n\
+         [[persistent_topics]]\ntopic = \"dup\"\n"
+    );
+    let found = problems(&bad);
+    assert_has(&found, "persistence.backend: unknown value \"disk\"");
+    assert_has(
+        &found,
+        "persistence.nats_url: only used by backend \"nats\"",
+    );
+    assert_has(&found, "persistence.nats_url: expected a nats:// URL");
+    assert_has(&found, "persistence.window: must be greater than 0");
+    assert_has(&found, "persistent_topics[0].topic");
+    assert_has(
+        &found,
+        "persistent_topics[0].max_count: must be greater than 0",
+    );
+    assert_has(&found, "persistent_topics[1].topic: required");
+    assert_has(
+        &found,
+        "persistent_topics[2].ack_timeout_ms: must be greater than 0",
+    );
+    assert_has(
+        &found,
+        "persistent_topics[3].topic: \"dup\" is listed twice",
+    );
+    assert_eq!(found.len(), 9, "{found:#?}");
+
+    let needs = format!("{MINIMAL}\n[persistence]\nbackend = \"embedded\"\n");
+    assert_has(
+        &problems(&needs),
+        "persistence.path: required for backend \"embedded\"",
+    );
+    let needs = format!("{MINIMAL}\n[persistence]\nbackend = \"nats\"\n");
+    assert_has(
+        &problems(&needs),
+        "persistence.nats_url: required for backend \"nats\"",
+    );
+    let unknown = format!("{MINIMAL}\n[[persistent_topics]]\ntopic = \"a\"\nmax_age = 5\n");
+    assert_has(&problems(&unknown), "max_age");
+}

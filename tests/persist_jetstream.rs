@@ -6,39 +6,55 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use common::nats::NatsServer;
 use serde_json::value::RawValue;
 use switchyard::envelope::Payload;
-use switchyard::persist::jetstream::{JetStream, Policies, TopicPolicy};
-use switchyard::persist::{Acked, PersistError, Retention, Store, Stored, DEFAULT_ACK_TIMEOUT};
+use switchyard::persist::jetstream::JetStream;
+use switchyard::persist::{
+    Acked, Meters, PersistError, Retention, Store, Stored, TopicPolicy, Topics,
+};
 use tokio::sync::mpsc;
 
 /// A failure guard for one expected delivery, never a pause.
 const STEP: Duration = Duration::from_secs(15);
 
-/// `orders*` keep everything; `small` keeps 3 messages; `quick` has a
-/// 300 ms ack timeout; anything else is not persistent.
-fn policies() -> Policies {
-    Arc::new(|topic: &str| {
-        let mut p = TopicPolicy {
-            retention: Retention::default(),
-            ack_timeout: DEFAULT_ACK_TIMEOUT,
-        };
-        match topic {
-            t if t.starts_with("orders") => {}
-            "small" => p.retention.max_count = Some(3),
-            "quick" => p.ack_timeout = Duration::from_millis(300),
-            _ => return None,
-        }
-        Some(p)
-    })
+/// `orders`, `orders-*` keep everything; `small` keeps 3 messages;
+/// `quick` has a 300 ms ack timeout; anything else is not persistent.
+fn topics() -> Topics {
+    let small = TopicPolicy {
+        retention: Retention {
+            max_count: Some(3),
+            ..Retention::default()
+        },
+        ..TopicPolicy::default()
+    };
+    let quick = TopicPolicy {
+        ack_timeout: Duration::from_millis(300),
+        ..TopicPolicy::default()
+    };
+    Topics::new(vec![
+        ("orders".to_owned(), TopicPolicy::default()),
+        ("orders-empty".to_owned(), TopicPolicy::default()),
+        ("orders-other".to_owned(), TopicPolicy::default()),
+        ("orders-two".to_owned(), TopicPolicy::default()),
+        ("small".to_owned(), small),
+        ("quick".to_owned(), quick),
+    ])
 }
 
+/// A backend and the meters it reports to.
 async fn backend(nats: &NatsServer) -> JetStream {
-    JetStream::connect(&nats.url, policies(), 16).await.unwrap()
+    backend_with(nats).await.0
+}
+
+async fn backend_with(nats: &NatsServer) -> (JetStream, Meters) {
+    let meters = Meters::unregistered().unwrap();
+    let js = JetStream::connect(&nats.url, topics(), 16, meters.clone())
+        .await
+        .unwrap();
+    (js, meters)
 }
 
 fn json(n: u64) -> Payload {
@@ -63,11 +79,13 @@ async fn seqs(rx: &mut mpsc::Receiver<Stored>, n: usize) -> Vec<u64> {
 #[tokio::test]
 async fn publish_numbers_from_one_and_a_new_subscription_starts_after_the_last() {
     let nats = NatsServer::start();
-    let js = backend(&nats).await;
+    let (js, meters) = backend_with(&nats).await;
     for n in 1..=3 {
         let s = js.publish("orders", &json(n)).await.unwrap();
         assert_eq!((s.topic.as_str(), s.seq), ("orders", n));
     }
+    assert_eq!(meters.published.get(), 3);
+    assert_eq!(meters.write_seconds.get_sample_count(), 3);
     let mut opened = js.open("sub-a", "orders").await.unwrap();
     assert_eq!(opened.resumed_from, 3);
     let before = SystemTime::now() - Duration::from_secs(5);
@@ -101,7 +119,7 @@ async fn cbor_payloads_keep_their_encoding() {
 #[tokio::test]
 async fn resume_reports_the_ack_floor_and_redelivers_every_unacknowledged_in_order() {
     let nats = NatsServer::start();
-    let js = backend(&nats).await;
+    let (js, meters) = backend_with(&nats).await;
     let mut opened = js.open("r", "orders").await.unwrap();
     assert_eq!(opened.resumed_from, 0);
     for n in 1..=5 {
@@ -117,13 +135,19 @@ async fn resume_reports_the_ack_floor_and_redelivers_every_unacknowledged_in_ord
         "re-ack is a no-op"
     );
     assert_eq!(js.ack("r", 9).await.unwrap(), Acked::NeverDelivered);
+    assert_eq!(meters.acks.get(), 4, "re-acks count too");
+    assert_eq!(
+        js.position("r").await.unwrap(),
+        Some(("orders".to_owned(), 2))
+    );
     drop(opened); // detach: the position stays
 
     let mut again = js.open("r", "orders").await.unwrap();
     assert_eq!(again.resumed_from, 2);
     // 4 was acknowledged out of order above the floor: delivered again.
     assert_eq!(seqs(&mut again.deliveries, 3).await, [3, 4, 5]);
-    assert_eq!(js.redeliveries(), 3, "3, 4 and 5 were sent before");
+    assert_eq!(meters.redelivered.get(), 3, "3, 4 and 5 were sent before");
+    assert_eq!(meters.attached.get(), 1, "the detached one counted down");
     js.publish("orders", &json(6)).await.unwrap();
     assert_eq!(next(&mut again.deliveries).await.seq, 6, "then live ones");
     for seq in [3, 4, 5, 6] {
@@ -181,6 +205,7 @@ async fn unsubscribe_deletes_and_is_idempotent() {
         "its deliveries end"
     );
     assert!(!js.delete("d").await.unwrap());
+    assert_eq!(js.position("d").await.unwrap(), None);
     assert!(matches!(js.ack("d", 1).await, Err(PersistError::NotFound)));
     // The id is free again, even for another topic, and starts anew.
     let fresh = js.open("d", "orders-two").await.unwrap();
@@ -190,7 +215,7 @@ async fn unsubscribe_deletes_and_is_idempotent() {
 #[tokio::test]
 async fn max_count_evicts_the_oldest_and_counts_what_a_subscriber_lost() {
     let nats = NatsServer::start();
-    let js = backend(&nats).await;
+    let (js, meters) = backend_with(&nats).await;
     let opened = js.open("e", "small").await.unwrap();
     drop(opened); // detached while the topic moves on
     for n in 1..=5 {
@@ -199,7 +224,7 @@ async fn max_count_evicts_the_oldest_and_counts_what_a_subscriber_lost() {
     let mut again = js.open("e", "small").await.unwrap();
     assert_eq!(again.resumed_from, 0);
     assert_eq!(seqs(&mut again.deliveries, 3).await, [3, 4, 5]);
-    assert_eq!(js.evicted_before_ack(), 2);
+    assert_eq!(meters.evicted_unacked.get(), 2);
     let (messages, bytes) = js.usage().await.unwrap();
     assert_eq!(messages, 3, "the stream keeps max_count");
     assert!(bytes > 0);
@@ -208,14 +233,14 @@ async fn max_count_evicts_the_oldest_and_counts_what_a_subscriber_lost() {
 #[tokio::test]
 async fn an_unacknowledged_message_comes_again_after_the_ack_timeout() {
     let nats = NatsServer::start();
-    let js = backend(&nats).await;
+    let (js, meters) = backend_with(&nats).await;
     let mut opened = js.open("q", "quick").await.unwrap();
     js.publish("quick", &json(1)).await.unwrap();
     let first = next(&mut opened.deliveries).await;
     let again = next(&mut opened.deliveries).await;
     assert_eq!((first.seq, again.seq), (1, 1));
     assert_eq!(again.data, first.data);
-    assert!(js.redeliveries() >= 1);
+    assert!(meters.redelivered.get() >= 1);
     assert_eq!(js.ack("q", 1).await.unwrap(), Acked::Yes);
     // A redelivery of 1 already on its way may still arrive before 2.
     js.publish("quick", &json(2)).await.unwrap();

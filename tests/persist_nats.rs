@@ -114,16 +114,14 @@ topic = "{TOPIC}"
             }
         }
         let line = listening.unwrap();
-        let address = line
+        // `address=ws://127.0.0.1:PORT/rpc`
+        let url = line
             .split_whitespace()
             .find_map(|w| w.strip_prefix("address="))
             .unwrap_or_else(|| panic!("no address in {line:?}"))
             .trim_matches('"')
             .to_owned();
-        Instance {
-            child,
-            url: format!("ws://{address}/rpc"),
-        }
+        Instance { child, url }
     }
 
     /// SIGKILL, and wait until it is gone.

@@ -346,3 +346,37 @@ async fn shutdown_does_not_wait_for_a_draining_upstream() {
     drop(held);
     s.daemon.stop().await;
 }
+
+#[tokio::test]
+async fn a_reload_changing_persistence_is_rejected_and_the_store_serves_on() {
+    let s = setup("").await;
+    let topics = "\n[[persistent_topics]]\ntopic = \"daemon.orders\"\n";
+    let good = std::fs::read_to_string(&s.file).expect("read") + topics;
+    std::fs::write(&s.file, &good).expect("write");
+    let (gateway, url, _) = start(&s.file).await;
+    let mut ws = connect(&url).await;
+    let subscribe = r#"{"jsonrpc":"2.0","method":"rpc.subscribe.persistent","params":{"subscription_id":"r","topic":"daemon.orders"},"id":1}"#;
+    send(&mut ws, subscribe).await;
+    assert_eq!(
+        json(&recv(&mut ws).await)["result"]["resumed_from_sequence"],
+        0
+    );
+
+    let changed = good.replace("daemon.orders", "daemon.other");
+    std::fs::write(&s.file, changed).expect("write");
+    let problems = gateway.reload().await.expect_err("rejected");
+    assert_eq!(problems.len(), 1, "{problems:#?}");
+    assert!(problems[0].contains("[persistence]"), "{problems:#?}");
+    assert!(problems[0].contains("restart"), "{problems:#?}");
+
+    // Other changes still reload, and the subscription is still held.
+    let other = format!("{good}\n[log]\nlevel = \"debug\"\n");
+    std::fs::write(&s.file, other).expect("write");
+    gateway.reload().await.expect("an unchanged store reloads");
+    send(&mut ws, &subscribe.replace("\"id\":1", "\"id\":2")).await;
+    let again = json(&recv(&mut ws).await);
+    assert_eq!(again["id"], 2);
+    assert_eq!(again["result"]["resumed_from_sequence"], 0, "{again}");
+    gateway.shutdown().await;
+    s.daemon.stop().await;
+}

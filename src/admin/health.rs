@@ -12,6 +12,8 @@
 //!   live pooled connection. `per-client` upstreams keep no standing
 //!   connections (each client dials its own), so there is nothing to wait
 //!   for and `required` does not gate readiness for them.
+//! - the persistent-subscription store can serve (the local backends once
+//!   opened, which happens before binding; NATS while connected).
 //!
 //! Liveness (`/livez`) checks none of this: a gateway whose upstream is down
 //! must not be restarted for it.
@@ -64,6 +66,10 @@ pub(crate) fn check(gw: &Gateway) -> Vec<String> {
         if connected == 0 {
             problems.push(format!("upstream {}: no live connection", u.name));
         }
+    }
+    if let Some(Err(reason)) = gw.store.as_ref().map(|s| s.ready()) {
+        let kind = gw.store.as_ref().map_or("", |s| s.kind().as_str());
+        problems.push(format!("persistent store ({kind}): {reason}"));
     }
     gw.metrics.ready.set(i64::from(problems.is_empty()));
     problems

@@ -78,6 +78,8 @@ pub(crate) struct Gateway {
     pub(crate) record: Arc<reload::Record>,
     /// Where `POST /reload` sends its request (`None`: cannot reload).
     pub(crate) reloads: Option<reload::Requests>,
+    /// The persistent-subscription store, for readiness.
+    pub(crate) store: Option<Arc<crate::persist::Backend>>,
 }
 
 /// The gateway as the admin listener sees it now; a reload stores a new

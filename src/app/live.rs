@@ -60,6 +60,11 @@ pub(super) struct Live {
     /// The pub/sub broker: every listener's subscribers, every upstream's
     /// events (kept across reloads, so subscriptions survive them).
     pub(super) broker: Arc<Broker>,
+    /// The persistent store's hand-off, given to every upstream (kept
+    /// across reloads, as the store is).
+    pub(super) recorder: crate::persist::recorder::Recorder,
+    /// The persistent-subscription hub every listener serves from.
+    pub(super) hub: Arc<crate::persist::hub::Hub>,
     pub(super) upstreams: HashMap<String, Started>,
     pub(super) cells: HashMap<String, Arc<RouteCell>>,
     pub(super) groups: Vec<Group>,
@@ -93,7 +98,7 @@ pub(super) type Current = Arc<parking_lot::RwLock<HashMap<String, Arc<Upstream>>
 pub(super) fn start_upstream(
     cfg: &UpstreamConfig,
     metrics: &Metrics,
-    broker: &Arc<Broker>,
+    events: &crate::upstream::Events,
     shutdown: &CancellationToken,
     upstream_stop: &CancellationToken,
 ) -> Started {
@@ -103,7 +108,7 @@ pub(super) fn start_upstream(
     let upstream = Upstream::start(
         cfg.clone(),
         metrics.clone(),
-        broker.clone(),
+        events.clone(),
         stopping.clone(),
         stop.clone(),
     );
@@ -276,7 +281,8 @@ impl Live {
                     &upstreams,
                     self.broker.clone(),
                     self.metrics.clone(),
-                );
+                )
+                .with_hub(self.hub.clone());
                 let route = match self.cells.get(&l.name) {
                     Some(cell) => route.succeeding(&cell.load()),
                     None => route,
@@ -284,6 +290,14 @@ impl Live {
                 (l.name.clone(), Arc::new(route))
             })
             .collect()
+    }
+
+    /// Where the upstreams' events go.
+    pub(super) fn events(&self) -> crate::upstream::Events {
+        crate::upstream::Events {
+            broker: self.broker.clone(),
+            recorder: Some(self.recorder.clone()),
+        }
     }
 
     /// The admin listener's view of the gateway now.
@@ -297,6 +311,7 @@ impl Live {
             started: self.started,
             record: self.record.clone(),
             reloads: self.reloads.clone(),
+            store: Some(self.hub.store().clone()),
         }
     }
 

@@ -22,7 +22,9 @@
 //! opens: `max_in_flight`, `outbox_capacity`, `max_message_bytes`,
 //! `max_unanswered_pushes` and the push timeout, ping, pong, idle and
 //! lifetime timers, the Sideband settings, and the Host, Origin and token
-//! checks (made at the upgrade). A per-client upstream's
+//! checks (made at the upgrade). A reload that changes `[persistence]` or
+//! `[[persistent_topics]]` is rejected as a whole: the store is opened
+//! once, with its topics and retention, and keeps serving across reloads. A per-client upstream's
 //! dedicated connection stays with the definition it was opened under
 //! until its client leaves. Needing a restart: `[admin] address`,
 //! `log.format`, `gateway.worker_threads`, and turning trace export on or
@@ -75,6 +77,13 @@ impl Live {
         tracing::info!(file = ?file, "reloading the configuration");
         let cfg = Config::load(file.as_deref()).map_err(|e| e.problems().to_vec())?;
         self.check_groups(&cfg)?;
+        if cfg.persistence != self.cfg.persistence {
+            return Err(vec![
+                "[persistence] and [[persistent_topics]] apply at start only (the store is \
+                 opened once); restart switchyard to change them"
+                    .to_owned(),
+            ]);
+        }
         let kept: HashSet<GroupKey> = self.groups.iter().map(|g| g.key.clone()).collect();
         // Bound first: a bind failure leaves everything as it was.
         let (added, addrs) = bind_groups(&cfg, |k| !kept.contains(k))
@@ -108,7 +117,7 @@ impl Live {
                 let started = start_upstream(
                     u,
                     &self.metrics,
-                    &self.broker,
+                    &self.events(),
                     &self.ctx.shutdown,
                     &self.upstream_stop,
                 );

@@ -13,12 +13,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod listener;
+mod persistence;
 mod protection;
 mod publish;
 pub mod raw;
 mod upstream;
 pub mod validate;
 
+pub use persistence::PersistenceConfig;
 pub use publish::{Feed, Publish};
 pub use validate::ConfigError;
 
@@ -42,6 +44,8 @@ pub struct Config {
     pub tracing: TracingConfig,
     /// The admin listener (metrics, probes, status page).
     pub admin: AdminConfig,
+    /// Persistent subscriptions: the store and the persistent topics.
+    pub persistence: PersistenceConfig,
 }
 
 /// The admin listener: `/metrics`, `/livez`, `/readyz` and a status page, on

@@ -64,6 +64,56 @@ pub struct RawConfig {
     pub admin: RawAdmin,
     /// `[tracing]`: span export over OTLP (all keys have defaults; off).
     pub tracing: RawTracing,
+    /// `[persistence]`: the store of persistent subscriptions (all keys
+    /// have defaults: in memory).
+    pub persistence: RawPersistence,
+    /// `[[persistent_topics]]`: the topics stored for persistent
+    /// subscriptions, and what each keeps. Default: none (every
+    /// `rpc.subscribe.persistent` is then -32602).
+    pub persistent_topics: Vec<RawPersistentTopic>,
+}
+
+/// `[persistence]`: where persistent subscriptions are stored.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawPersistence {
+    /// `"memory"` (this process only), `"embedded"` (a database under
+    /// `path`, survives restarts) or `"nats"` (JetStream at `nats_url`,
+    /// shared by several instances). Default `""`: `"embedded"` when
+    /// `path` is set, else `"memory"`.
+    pub backend: String,
+    /// `embedded`: the data directory (created if missing). Default `""`.
+    pub path: String,
+    /// `nats`: the server URL, e.g. `"nats://127.0.0.1:4222"`. Default `""`.
+    pub nats_url: String,
+    /// Messages one subscription may have sent and unacknowledged (more
+    /// precisely: sequences above its acknowledged floor). Default `1024`.
+    pub window: usize,
+}
+
+/// `[[persistent_topics]]`: one pattern of persistent topics.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawPersistentTopic {
+    /// A topic pattern (NATS style, `*` and `>` allowed); every concrete
+    /// topic it matches is stored. The first matching entry decides a
+    /// topic's retention. Required; no default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
+    /// Messages older than this are evicted. Default: no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_age_seconds: Option<u64>,
+    /// At most this many messages per topic, the oldest evicted first.
+    /// Default: no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_count: Option<u64>,
+    /// At most this many bytes of data per topic, the oldest evicted
+    /// first. Default: no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<u64>,
+    /// An unacknowledged message is sent again on the same connection
+    /// after this long. Default `60000`.
+    pub ack_timeout_ms: u64,
 }
 
 /// `[tracing]`: span export (OpenTelemetry, OTLP).
@@ -221,6 +271,33 @@ impl Default for RawLog {
         Self {
             format: "text".to_owned(),
             level: "info".to_owned(),
+        }
+    }
+}
+
+// === impl RawPersistence ===
+
+impl Default for RawPersistence {
+    fn default() -> Self {
+        Self {
+            backend: String::new(),
+            path: String::new(),
+            nats_url: String::new(),
+            window: crate::persist::DEFAULT_WINDOW,
+        }
+    }
+}
+
+// === impl RawPersistentTopic ===
+
+impl Default for RawPersistentTopic {
+    fn default() -> Self {
+        Self {
+            topic: None,
+            max_age_seconds: None,
+            max_count: None,
+            max_bytes: None,
+            ack_timeout_ms: 60_000,
         }
     }
 }

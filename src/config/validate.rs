@@ -82,6 +82,8 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     check_conflicts(&listeners, &upstreams, &mut p);
     let admin = admin_config(&raw.admin, &listeners, &mut p);
     let tracing = tracing_config(&raw.tracing, &mut p);
+    let persistence =
+        super::persistence::persistence(&raw.persistence, &raw.persistent_topics, &mut p);
     if p.0.is_empty() {
         Ok(Config {
             gateway,
@@ -90,6 +92,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             upstreams,
             admin,
             tracing,
+            persistence,
         })
     } else {
         Err(ConfigError::Invalid(p.0))

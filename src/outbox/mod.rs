@@ -162,6 +162,42 @@ impl Outbox {
         }
     }
 
+    /// Queues a persistent delivery as a reply is queued (waiting for
+    /// room; a persistent message is never dropped on the way to a client
+    /// that reads). True when queued; false when the client is gone or
+    /// became slow meanwhile, or the dialect cannot carry it.
+    pub async fn deliver(&self, msg: &Message) -> bool {
+        let Some(out) = self.inner.codec.encode(msg) else {
+            return false;
+        };
+        self.deliver_frame(out).await
+    }
+
+    /// [`deliver`](Self::deliver) for a frame rendered already.
+    pub async fn deliver_frame(&self, out: Outgoing) -> bool {
+        let size = self.inner.hold(&out);
+        match self.inner.tx.send_timeout(out, self.inner.patience).await {
+            Ok(()) => {
+                self.inner.queued();
+                true
+            }
+            Err(SendTimeoutError::Timeout(_)) => {
+                self.inner.release(size);
+                self.inner.slow.cancel();
+                false
+            }
+            Err(SendTimeoutError::Closed(_)) => {
+                self.inner.release(size);
+                false
+            }
+        }
+    }
+
+    /// Resolves once the client is gone (the writer stopped reading).
+    pub async fn closed(&self) {
+        self.inner.tx.closed().await;
+    }
+
     /// Queues a batch reply, as [`send`](Self::send).
     pub async fn send_batch(&self, msgs: &[Message]) {
         if let Some(out) = self.inner.codec.encode_batch(msgs) {

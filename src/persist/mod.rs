@@ -19,16 +19,35 @@
 //!   [`local::Log`] (`memory`, `embedded`) of messages and positions, with
 //!   delivery windows, redelivery and retention kept in this process.
 //! - `jetstream`: NATS JetStream, for several instances.
-//! - `hub`: which connection holds which subscription id, and the pump
-//!   from an [`Opened`] subscription into a client's outbox.
-//! - `methods`: the six methods' params and results.
+//! - [`Backend`]: the configured backend, one variant per kind, as the
+//!   rest of switchyard sees it.
+//! - [`policy`]: which topics are persistent ([`Topics`]) and what each
+//!   keeps ([`TopicPolicy`]).
+//! - [`Meters`]: the metrics every backend reports to.
+//! - [`hub`]: which connection holds which subscription id, and the pump
+//!   from an [`Opened`] subscription into a client's [`hub::Sink`].
+//! - [`methods`]: the six methods' params and results.
+//! - [`recorder`]: the bounded hand-off from the broker's publishers to
+//!   the store.
 //!
 //! # Bounds
 //!
-//! Per subscription, at most `window` messages are sent and unacknowledged
-//! at once ([`DEFAULT_WINDOW`]); the next one is read from the store when
-//! one is acknowledged or times out. Retention bounds what a topic keeps.
-//! Nothing else is queued in memory by this module.
+//! - Per subscription, at most `window` sequences above its floor (every
+//!   message ≤ floor acknowledged) are sent or acknowledged out of order
+//!   ([`DEFAULT_WINDOW`]): so at most `window` messages are sent and
+//!   unacknowledged, and at most `window` acknowledgements above the floor
+//!   are kept. The next message is read from the store when the floor
+//!   moves.
+//! - At most [`DEFAULT_MAX_SUBSCRIPTIONS`] subscription ids exist at once
+//!   (past it, -32007).
+//! - Retention bounds what a topic keeps (`max_age_seconds`, `max_count`,
+//!   `max_bytes`; all optional: a topic without any keeps everything).
+//! - Between the broker and the store, at most
+//!   [`recorder::QUEUE`] events wait (past it they are counted and
+//!   logged, not stored).
+//! - Between the store and a client, each open subscription has a channel
+//!   of [`DELIVERY_QUEUE`] messages; the pump waits for room in the
+//!   client's outbox rather than dropping.
 
 use std::future::Future;
 use std::time::{Duration, SystemTime};
@@ -37,11 +56,32 @@ use tokio::sync::mpsc;
 
 use crate::envelope::Payload;
 
+mod backend;
+pub mod hub;
 pub mod jetstream;
 pub mod local;
+mod meters;
+pub mod methods;
+pub mod policy;
+pub mod recorder;
 
-/// How many messages a subscription may have sent and unacknowledged.
+pub use backend::{Backend, BackendKind, Settings};
+pub use meters::Meters;
+pub use policy::{TopicPolicy, Topics};
+
+/// How many sequences above its floor a subscription may have sent (and
+/// acknowledged out of order): at most this many unacknowledged at once.
 pub const DEFAULT_WINDOW: usize = 1024;
+
+/// The most subscription ids one store keeps (past it, -32007).
+pub const DEFAULT_MAX_SUBSCRIPTIONS: usize = 10_000;
+
+/// Messages waiting between a backend and the pump of one open
+/// subscription.
+pub const DELIVERY_QUEUE: usize = 64;
+
+/// The method name of a persistent delivery (jsonrpc-ws.md §7.3).
+pub const NOTIFICATION_METHOD: &str = "rpc.notification.persistent";
 
 /// The default ack timeout (jsonrpc-ws.md §7.3): an unacknowledged message
 /// is sent again on the same connection after it.
@@ -107,6 +147,9 @@ pub enum PersistError {
     /// The topic is not configured as persistent (-32602).
     #[error("topic {0:?} is not persistent")]
     NotPersistent(String),
+    /// A bound was reached (subscription ids): -32007.
+    #[error("{0}")]
+    Full(String),
     /// The store failed (disk, NATS): the call fails as unavailable.
     #[error("store: {0}")]
     Store(String),
@@ -139,4 +182,58 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes subscription `id` and its position; `false` if there was
     /// none. Its open deliveries end.
     fn delete(&self, id: &str) -> impl Future<Output = Result<bool, PersistError>> + Send;
+
+    /// The topic and current floor (every message ≤ it acknowledged) of
+    /// subscription `id`, if it exists: what a repeated subscribe on the
+    /// holding connection reports, and how a batch subscribe checks topics
+    /// before it opens anything.
+    fn position(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<(String, u64)>, PersistError>> + Send;
+}
+
+// === impl Stored ===
+
+impl Stored {
+    /// Bytes of data, as retention counts them.
+    pub fn size(&self) -> u64 {
+        data_size(&self.data)
+    }
+
+    /// `stored_at` as RFC 3339 UTC with milliseconds
+    /// (`2025-12-26T12:00:00.000Z`).
+    pub fn timestamp(&self) -> String {
+        humantime::format_rfc3339_millis(self.stored_at).to_string()
+    }
+}
+
+/// Bytes of a payload's data, as retention counts them.
+pub fn data_size(data: &Payload) -> u64 {
+    let n = match data {
+        Payload::Json(raw) => raw.get().len(),
+        Payload::Cbor(bytes) => bytes.len(),
+    };
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+// === impl PersistError ===
+
+impl PersistError {
+    /// The error a client gets for it.
+    pub fn to_gateway(&self) -> crate::error::GatewayError {
+        use crate::error::{ErrorKind, GatewayError, Side};
+        let kind = match self {
+            PersistError::NotFound => ErrorKind::NotFound,
+            PersistError::Conflict(_) => ErrorKind::Conflict,
+            PersistError::NotPersistent(_) => ErrorKind::InvalidParams,
+            PersistError::Full(_) => ErrorKind::ResourceExhausted,
+            PersistError::Store(_) => {
+                // The store's own words stay in the log, not on the wire.
+                return GatewayError::with_detail(ErrorKind::Unavailable, "store unavailable")
+                    .on(Side::Internal);
+            }
+        };
+        GatewayError::with_detail(kind, self.to_string())
+    }
 }

@@ -23,6 +23,7 @@ use crate::dialect::Dialect;
 use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::outbox::{Offer, Outbox};
+use crate::persist::hub::Attachment;
 use crate::pubsub::Registration;
 use crate::telemetry::metrics::{DropReason, EventDrop, Metrics, Quirk, Unmatched};
 use crate::upstream::correlator::{Correlator, Resolution};
@@ -41,6 +42,9 @@ pub struct ClientLinks {
     /// The client's pub/sub subscriptions, registered on first use and
     /// removed when the client is gone.
     subscriptions: Mutex<Option<Registration>>,
+    /// The client's persistent subscriptions, attached on first use and
+    /// detached (positions kept) when the client is gone.
+    persistent: Mutex<Option<Arc<Attachment>>>,
 }
 
 /// Sends switchyard-originated requests and notifications to one client.
@@ -51,6 +55,9 @@ pub struct Pusher {
     cids: Arc<Mutex<HashMap<[u8; 16], u64>>>,
     outbox: Outbox,
     pushes: Arc<Mutex<Correlator<Option<oneshot::Sender<ReplyResult>>>>>,
+    /// Woken when a push is answered or abandoned: room in the window for
+    /// a delivery that waits for it ([`Pusher::push_waiting`]).
+    room: Arc<tokio::sync::Notify>,
     max_unanswered: usize,
     timeout: Duration,
     metrics: Metrics,
@@ -94,7 +101,15 @@ impl ClientLinks {
             lost: CancellationToken::new(),
             gone: CancellationToken::new(),
             subscriptions: Mutex::new(None),
+            persistent: Mutex::new(None),
         }
+    }
+
+    /// The client's attachment to the persistent-subscription hub, made by
+    /// `attach` on first use.
+    pub(crate) fn persistent(&self, attach: impl FnOnce() -> Attachment) -> Arc<Attachment> {
+        let mut slot = self.persistent.lock();
+        slot.get_or_insert_with(|| Arc::new(attach())).clone()
     }
 
     /// Runs `f` on the client's broker registration, made by `register` on
@@ -161,8 +176,9 @@ impl ClientLinks {
     /// The client is gone: close its dedicated links.
     pub async fn close(&self) {
         self.gone.cancel();
-        // Its subscriptions go with it.
+        // Its subscriptions go with it; persistent ones detach.
         drop(self.subscriptions.lock().take());
+        drop(self.persistent.lock().take());
         for link in self.links.lock().await.values() {
             link.client_gone();
         }
@@ -201,6 +217,7 @@ impl Pusher {
             cids: Arc::new(Mutex::new(HashMap::new())),
             outbox,
             pushes: Arc::new(Mutex::new(Correlator::new(false))),
+            room: Arc::new(tokio::sync::Notify::new()),
             max_unanswered,
             timeout,
             metrics,
@@ -258,6 +275,64 @@ impl Pusher {
         Ok(())
     }
 
+    /// Sends the client a request whose reply is consumed (a persistent
+    /// delivery to a holon-rpc client), waiting for room in the push
+    /// window and then in the outbox rather than dropping it. False when
+    /// the client is gone (or cannot take it: counted).
+    pub(crate) async fn push_waiting(&self, method: &str, params: Option<Payload>) -> bool {
+        let Ok(params) = self.codec.push_request_params(method, params) else {
+            self.count_dropped(DropReason::Untranslatable);
+            return false;
+        };
+        loop {
+            let room = self.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            let claimed = {
+                let mut table = self.pushes.lock();
+                if table.len() >= self.max_unanswered {
+                    None
+                } else {
+                    let (tx, rx) = oneshot::channel();
+                    table.insert(Some(tx)).ok().map(|gid| (gid, rx))
+                }
+            };
+            let Some((gid, rx)) = claimed else {
+                tokio::select! {
+                    () = &mut room => continue,
+                    () = self.outbox.closed() => return false,
+                }
+            };
+            let msg = Message::Request {
+                id: self.push_id(gid),
+                method: method.to_owned(),
+                params: params.clone(),
+            };
+            if !self.outbox.deliver(&msg).await {
+                self.pushes.lock().cancel(gid);
+                return false;
+            }
+            let this = self.clone();
+            tokio::spawn(async move {
+                if let Ok(Message::Error { .. }) = this.wait(gid, rx).await {
+                    this.count_dropped(DropReason::PushRejected);
+                }
+            });
+            return true;
+        }
+    }
+
+    /// The wire id of push `gid`: a fresh cid (Sideband) or `"s<gid>"`.
+    fn push_id(&self, gid: u64) -> WireId {
+        if self.codec.pushes_by_cid() {
+            let cid: [u8; 16] = rand::random();
+            self.cids.lock().insert(cid, gid);
+            WireId::Cid(cid)
+        } else {
+            WireId::string(&format!("s{gid}"))
+        }
+    }
+
     /// The client's outbox.
     pub(crate) fn outbox(&self) -> &Outbox {
         &self.outbox
@@ -288,16 +363,9 @@ impl Pusher {
         let gid = table.insert(Some(tx)).map_err(|_| {
             Refused::Other(GatewayError::new(ErrorKind::Unavailable).on(Side::Client))
         })?;
-        let id = if self.codec.pushes_by_cid() {
-            // A fresh random cid, which is also the request frame's id.
-            let cid: [u8; 16] = rand::random();
-            self.cids.lock().insert(cid, gid);
-            WireId::Cid(cid)
-        } else {
-            WireId::string(&format!("s{gid}"))
-        };
+        // A Sideband push's fresh random cid is also the request frame's id.
         let msg = Message::Request {
-            id,
+            id: self.push_id(gid),
             method: method.to_owned(),
             params,
         };
@@ -317,6 +385,7 @@ impl Pusher {
             Ok(Err(_)) => Err(GatewayError::new(ErrorKind::Unavailable).on(Side::Client)),
             Err(_) => {
                 self.pushes.lock().abandon(gid);
+                self.room.notify_waiters();
                 self.cids.lock().retain(|_, g| *g != gid);
                 Err(GatewayError::new(ErrorKind::Timeout).on(Side::Client))
             }
@@ -337,6 +406,7 @@ impl Pusher {
         let resolution = gid.map_or(Resolution::Unknown, |gid| self.pushes.lock().resolve(gid));
         let kind = match resolution {
             Resolution::Pending(waiter) => {
+                self.room.notify_waiters();
                 if let Some(waiter) = waiter {
                     // The pushing task may have given up meanwhile.
                     let _ = waiter.send(reply);
@@ -356,6 +426,11 @@ impl Pusher {
             ])
             .inc();
         false
+    }
+
+    /// Counts a message to this client dropped for `reason`.
+    pub(crate) fn count_dropped_client(&self, reason: DropReason) {
+        self.count_dropped(reason);
     }
 
     fn count_dropped(&self, reason: DropReason) {

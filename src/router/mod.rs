@@ -28,6 +28,7 @@ pub mod client;
 mod events;
 pub(crate) mod in_place;
 mod outcome;
+mod persistent;
 mod policy;
 
 pub use cell::RouteCell;
@@ -61,6 +62,9 @@ pub struct Route {
     pub conns: crate::limits::conns::ConnLimits,
     /// The pub/sub broker every listener shares.
     broker: Arc<crate::pubsub::Broker>,
+    /// The persistent-subscription hub every listener shares (`None`: the
+    /// persistent methods are not served).
+    hub: Option<Arc<crate::persist::hub::Hub>>,
     default: Option<Arc<Upstream>>,
     prefixes: Vec<(String, Arc<Upstream>)>,
     metrics: Metrics,
@@ -134,12 +138,19 @@ impl Route {
             rate,
             conns,
             broker,
+            hub: None,
             default,
             prefixes,
             metrics,
             series,
             logs: crate::telemetry::throttle::Throttle::new(LOG_PERIOD),
         }
+    }
+
+    /// Serves the persistent methods from `hub`.
+    pub fn with_hub(mut self, hub: Arc<crate::persist::hub::Hub>) -> Self {
+        self.hub = Some(hub);
+        self
     }
 
     /// The upstream serving `method`, if any.
@@ -255,6 +266,9 @@ impl Route {
             return refusal;
         }
         if let Some(reply) = self.pubsub(&id, method, params, client) {
+            return reply;
+        }
+        if let Some(reply) = self.persistent(&id, method, params, client).await {
             return reply;
         }
         let Some(upstream) = self.routed(method) else {

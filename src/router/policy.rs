@@ -18,12 +18,14 @@ impl Route {
     /// True when the listener's method policy refuses `method`.
     /// switchyard's own `rpc.*` namespace is not subject to it (those
     /// methods are answered by switchyard, never forwarded), except the
-    /// pub/sub methods: they expose the upstreams' events, so a listener
-    /// with an allow list must allow them (`rpc.subscribe*`,
-    /// `rpc.unsubscribe*`).
+    /// pub/sub and persistent methods: they expose the upstreams' events,
+    /// so a listener with an allow list must allow them (`rpc.subscribe*`,
+    /// `rpc.unsubscribe*`, `rpc.acknowledge.persistent*`).
     pub(super) fn forbidden(&self, method: &str) -> bool {
         let policy = &self.cfg.protection.methods;
-        let own = method.starts_with("rpc.") && !crate::pubsub::methods::is_pubsub(method);
+        let own = method.starts_with("rpc.")
+            && !crate::pubsub::methods::is_pubsub(method)
+            && !crate::persist::methods::is_persistent(method);
         if policy.is_open() || own {
             return false;
         }

@@ -40,11 +40,13 @@ mod cache;
 mod events;
 mod init;
 mod labels;
+mod persistent;
 mod reasons;
 
 pub use cache::FrameCounter;
 pub use events::{EventDrop, EventMetrics};
 pub use labels::{close_code, Direction, Limit, Quirk, RejectReason, RequestOutcome, Unmatched};
+pub use persistent::PersistMetrics;
 pub use reasons::{DropReason, ProtocolError};
 
 /// Request latency buckets, seconds.
@@ -125,6 +127,9 @@ pub struct Metrics {
     pub outbox_queued_bytes_max: IntGaugeVec,
     /// Pub/sub: subscriptions, events published, delivered, dropped.
     pub events: EventMetrics,
+    /// Persistent subscriptions: stored, evicted unacknowledged,
+    /// redelivered, acknowledged, write latency, attached.
+    pub persist: PersistMetrics,
     /// Items per client batch, by listener.
     pub batch_size: HistogramVec,
     /// Calls written to an upstream and not yet settled, by upstream.
@@ -285,6 +290,7 @@ impl Metrics {
                 &["listener"],
             )?,
             events: EventMetrics::new(&registry)?,
+            persist: PersistMetrics::new(&registry)?,
             upstream_in_flight: gauge(
                 &registry,
                 "upstream_in_flight",

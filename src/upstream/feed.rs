@@ -8,7 +8,9 @@
 //! closed when the last one goes, and reopened with the upstream's backoff
 //! (`backoff_initial_ms` doubling to `backoff_max_ms`) if the upstream ends
 //! it or refuses it while subscribers remain. Events read while the stream
-//! is open are published in order from this one task.
+//! is open are published in order from this one task. A feed whose topic
+//! is persistent (`[[persistent_topics]]`) is open all the time, so that
+//! its events are stored whether or not anyone is connected.
 
 use std::sync::Arc;
 
@@ -21,9 +23,17 @@ use super::UpstreamShared;
 use crate::config::Feed;
 use crate::envelope::{raw_from_string, Payload};
 
-/// Runs `feed` until `shutdown`.
+/// Runs `feed` until `shutdown`. A feed of a persistent topic is wanted
+/// always: its events are stored for subscriptions not connected now.
 pub(super) async fn run(shared: Arc<UpstreamShared>, feed: Feed, shutdown: CancellationToken) {
-    let mut interest = shared.broker.watch_interest(&feed.topic);
+    // The sender of an always-true watch is kept here: dropped, the watch
+    // would read as "nobody listens".
+    let (_always, mut interest) = if shared.is_persistent(&feed.topic) {
+        let (tx, rx) = watch::channel(true);
+        (Some(tx), rx)
+    } else {
+        (None, shared.broker.watch_interest(&feed.topic))
+    };
     let params = feed
         .params
         .as_ref()

@@ -62,6 +62,16 @@ pub struct Upstream {
     feeds: CancellationToken,
 }
 
+/// Where an upstream's events go: the pub/sub broker, and the persistent
+/// store's hand-off for the topics configured as persistent.
+#[derive(Debug, Clone)]
+pub struct Events {
+    /// Every event is published here.
+    pub broker: Arc<crate::pubsub::Broker>,
+    /// Events of persistent topics are also queued here for the store.
+    pub recorder: Option<crate::persist::recorder::Recorder>,
+}
+
 /// Gives a call's gateway id up if the caller stops waiting before the reply.
 struct AbandonGuard {
     link: Option<(Arc<Link>, u64)>,
@@ -78,10 +88,11 @@ impl Upstream {
     pub fn start(
         cfg: UpstreamConfig,
         metrics: Metrics,
-        broker: Arc<crate::pubsub::Broker>,
+        events: Events,
         stopping: CancellationToken,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
+        let Events { broker, recorder } = events;
         let entries = metrics.correlator_entries.with_label_values(&[&cfg.name]);
         let calls = (
             metrics.upstream_in_flight.with_label_values(&[&cfg.name]),
@@ -93,6 +104,7 @@ impl Upstream {
         let published = metrics.events.published.with_label_values(&[&cfg.name]);
         let shared = Arc::new(UpstreamShared {
             broker,
+            recorder,
             published,
             cfg,
             metrics,

@@ -10,6 +10,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::UpstreamConfig;
 use crate::envelope::{raw_from_string, Payload};
 use crate::error::Side;
+use crate::persist::recorder::Recorder;
 use crate::pubsub::Broker;
 use crate::telemetry::metrics::{
     DropReason, Metrics, ProtocolError, Quirk, Unmatched, UpstreamCall,
@@ -33,6 +34,9 @@ pub(crate) struct UpstreamShared {
     pub(super) health: super::health::LinkHealth,
     /// Where notifications on shared connections and feed events go.
     pub(crate) broker: Arc<Broker>,
+    /// The persistent store's hand-off: events of persistent topics are
+    /// stored too (it never waits; a full queue is counted and logged).
+    pub(crate) recorder: Option<Recorder>,
     /// `switchyard_events_published_total` of this upstream.
     pub(super) published: IntCounter,
 }
@@ -76,16 +80,30 @@ impl UpstreamShared {
         self.publish(&topic, params);
     }
 
-    /// Publishes `data` (`null` when absent) under the concrete `topic`.
+    /// Publishes `data` (`null` when absent) under the concrete `topic`,
+    /// and hands it to the persistent store if the topic is persistent.
     pub(crate) fn publish(&self, topic: &str, data: Option<Payload>) {
         let data = data.unwrap_or_else(|| Payload::Json(raw_from_string(String::from("null"))));
         match self.broker.publish(topic, &data) {
-            Ok(_) => self.published.inc(),
+            Ok(_) => {
+                self.published.inc();
+                if let Some(recorder) = &self.recorder {
+                    recorder.record(topic, &data);
+                }
+            }
             Err(e) => {
                 tracing::debug!(upstream = %self.cfg.name, topic, error = %e, "event not published");
                 self.count_dropped(DropReason::InvalidTopic);
             }
         }
+    }
+
+    /// Whether events under the concrete `topic` are stored (a feed of a
+    /// persistent topic stays open without subscribers).
+    pub(crate) fn is_persistent(&self, topic: &str) -> bool {
+        self.recorder
+            .as_ref()
+            .is_some_and(|r| r.is_persistent(topic))
     }
 
     pub(crate) fn count_dropped(&self, reason: DropReason) {

@@ -7,6 +7,7 @@ pub mod demo;
 pub mod feed;
 pub mod nats;
 pub mod node;
+pub mod persist_node;
 pub mod pubsub_node;
 pub mod scrape;
 

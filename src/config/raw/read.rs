@@ -15,6 +15,9 @@ use figment::Figment;
 use super::RawConfig;
 use crate::config::ConfigError;
 
+/// Arrays of tables: a mistake takes out its element, not the array.
+const TABLE_ARRAYS: [&str; 2] = ["routes", "persistent_topics"];
+
 /// At most this many load errors are collected (each pass finds one); a
 /// file with more gets the first ones listed.
 const MAX_LOAD_ERRORS: usize = 1000;
@@ -65,7 +68,8 @@ pub(crate) fn read(figment: &Figment) -> Result<Read, ConfigError> {
 
 /// The key to take out for an error at `path`: the key itself, except
 /// inside an array, where the whole array goes (its element would only
-/// fail again), unless the array is `routes`, whose elements are tables.
+/// fail again), unless the array is one of [`TABLE_ARRAYS`], whose
+/// elements are tables.
 fn removable(value: &Value, path: &[String]) -> Vec<String> {
     let mut at = value;
     for (i, key) in path.iter().enumerate() {
@@ -74,7 +78,7 @@ fn removable(value: &Value, path: &[String]) -> Vec<String> {
                 Some(v) => v,
                 None => return path[..=i].to_vec(),
             },
-            Value::Array(_, items) if i == 1 && path[0] == "routes" => {
+            Value::Array(_, items) if i == 1 && TABLE_ARRAYS.contains(&path[0].as_str()) => {
                 match key.parse::<usize>().ok().and_then(|n| items.get(n)) {
                     Some(v) => v,
                     None => return path[..i].to_vec(),
@@ -86,8 +90,8 @@ fn removable(value: &Value, path: &[String]) -> Vec<String> {
     path.to_vec()
 }
 
-/// Takes the key at `path` out of `value`; a `routes` element becomes an
-/// empty table so that the later routes keep their index.
+/// Takes the key at `path` out of `value`; an element of a table array
+/// becomes an empty table so that the later ones keep their index.
 fn take_out(value: &mut Value, path: &[String]) -> bool {
     let Some((last, parents)) = path.split_last() else {
         return false;

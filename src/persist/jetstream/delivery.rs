@@ -3,7 +3,6 @@
 //! holds for acknowledgement.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -16,20 +15,10 @@ use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
 use crate::envelope::Payload;
-use crate::persist::{Acked, Stored};
+use crate::persist::{Acked, Meters, Stored};
 
 /// The header that marks a CBOR payload; JSON payloads carry none.
 pub(super) const ENCODING_HEADER: &str = "Switchyard-Encoding";
-
-/// Counters the backend reports (and tests read).
-#[derive(Debug, Default)]
-pub(super) struct Counters {
-    /// Messages evicted from a stream before a subscription got them.
-    pub(super) evicted_before_ack: AtomicU64,
-    /// Messages sent again: after the ack timeout (JetStream's
-    /// redelivery), or after a resume (sent before it).
-    pub(super) redeliveries: AtomicU64,
-}
 
 /// What one open subscription has been sent and may acknowledge.
 pub(super) struct Held {
@@ -146,7 +135,7 @@ pub(super) async fn pump(
     mut messages: Pull,
     tx: mpsc::Sender<Stored>,
     held: Arc<Mutex<Held>>,
-    counters: Arc<Counters>,
+    meters: Meters,
 ) {
     loop {
         let next = tokio::select! {
@@ -173,13 +162,13 @@ pub(super) async fn pump(
         };
         let (_, acker) = msg.split();
         let (skipped, again) = held.lock().record(seq, delivered, acker);
+        // Messages evicted before this subscription got them; messages
+        // sent again after the ack timeout or after a resume.
         if skipped > 0 {
-            counters
-                .evicted_before_ack
-                .fetch_add(skipped, Ordering::Relaxed);
+            meters.evicted_unacked.inc_by(skipped);
         }
         if again {
-            counters.redeliveries.fetch_add(1, Ordering::Relaxed);
+            meters.redelivered.inc();
         }
         if tx.send(stored).await.is_err() {
             return;

@@ -55,7 +55,7 @@
 //! the consumer ends the other instance's deliveries: its pump sees the
 //! consumer deleted). An acknowledgement goes through the instance that
 //! holds the id (elsewhere: `NotFound`, -32003). A subscription's
-//! position lives in NATS only, so `DEFAULT_MAX_SUBSCRIPTIONS` is not
+//! position lives in NATS only, so [`super::DEFAULT_MAX_SUBSCRIPTIONS`] is not
 //! enforced here; JetStream's account limits apply.
 //!
 //! # Failures
@@ -85,7 +85,7 @@ mod setup;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
 use async_nats::jetstream::context::ConsumerInfoErrorKind;
@@ -94,32 +94,21 @@ use async_nats::jetstream::{self as js, kv, stream};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
 
-use self::delivery::{Counters, Held, ENCODING_HEADER};
+use self::delivery::{Held, ENCODING_HEADER};
 pub use self::setup::{consumer_name, stream_name, subject};
 use self::setup::{fail, hex};
-use super::{Acked, Opened, PersistError, Retention, Store, Stored};
+use super::{
+    Acked, Meters, Opened, PersistError, Store, Stored, TopicPolicy, Topics, DELIVERY_QUEUE,
+};
 use crate::envelope::Payload;
-
-/// Messages waiting between the pull task and the pump of one open
-/// subscription.
-pub const DELIVERY_QUEUE: usize = 64;
 
 /// The most messages one pull request asks for.
 pub const PULL_BATCH: usize = 256;
 
-/// What a persistent topic keeps and how long its messages wait for an
-/// acknowledgement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TopicPolicy {
-    /// Retention of the topic's stream.
-    pub retention: Retention,
-    /// The consumer's `ack_wait`.
-    pub ack_timeout: Duration,
-}
-
-/// Which topics are persistent, and their policy.
-pub type Policies = Arc<dyn Fn(&str) -> Option<TopicPolicy> + Send + Sync>;
+/// How often the stored gauges are refreshed from the streams' state.
+pub const USAGE_EVERY: Duration = Duration::from_secs(5);
 
 /// The JetStream backend.
 pub struct JetStream {
@@ -127,7 +116,7 @@ pub struct JetStream {
     js: js::Context,
     /// Subscription id (hex) → topic.
     subs: kv::Store,
-    policies: Policies,
+    topics: Topics,
     window: usize,
     /// Streams known to exist with the configured retention, by topic.
     streams: Mutex<HashMap<String, stream::Stream>>,
@@ -136,7 +125,7 @@ pub struct JetStream {
     open: Arc<Mutex<HashMap<String, OpenSub>>>,
     /// Tells one opening from the next of the same id.
     openings: AtomicU64,
-    counters: Arc<Counters>,
+    meters: Meters,
 }
 
 /// One subscription open on this instance.
@@ -144,6 +133,15 @@ struct OpenSub {
     opening: u64,
     held: Arc<Mutex<Held>>,
     task: AbortHandle,
+}
+
+/// Counts an attached subscription down when its task ends.
+struct Attached(prometheus::IntGauge);
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 impl std::fmt::Debug for JetStream {
@@ -163,8 +161,9 @@ impl JetStream {
     /// reconnects by itself.
     pub async fn connect(
         url: &str,
-        policies: Policies,
+        topics: Topics,
         window: usize,
+        meters: Meters,
     ) -> Result<JetStream, PersistError> {
         let client = async_nats::ConnectOptions::new()
             .name("switchyard")
@@ -177,12 +176,12 @@ impl JetStream {
             client,
             js,
             subs,
-            policies,
+            topics,
             window: window.max(1),
             streams: Mutex::new(HashMap::new()),
             open: Arc::default(),
             openings: AtomicU64::new(0),
-            counters: Arc::default(),
+            meters,
         })
     }
 
@@ -191,14 +190,30 @@ impl JetStream {
         self.client.connection_state() == async_nats::connection::State::Connected
     }
 
-    /// Messages evicted from a stream before a subscription got them.
-    pub fn evicted_before_ack(&self) -> u64 {
-        self.counters.evicted_before_ack.load(Ordering::Relaxed)
-    }
-
-    /// Deliveries JetStream made again after the ack timeout.
-    pub fn redeliveries(&self) -> u64 {
-        self.counters.redeliveries.load(Ordering::Relaxed)
+    /// Refreshes the stored gauges from the streams' state every
+    /// [`USAGE_EVERY`] until `stop`.
+    pub fn spawn_usage(self: &Arc<Self>, stop: CancellationToken) {
+        let this = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let Some(js) = this.upgrade() else { return };
+                match js.usage().await {
+                    Ok((messages, bytes)) => {
+                        let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+                        js.meters.stored_messages.set(gauge(messages));
+                        js.meters.stored_bytes.set(gauge(bytes));
+                    }
+                    Err(e) => {
+                        tracing::debug!(target: "switchyard::persist", error = %e, "jetstream usage");
+                    }
+                }
+                drop(js);
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(USAGE_EVERY) => {}
+                }
+            }
+        });
     }
 
     /// Messages and bytes its topics' streams keep now (for the stored
@@ -210,7 +225,7 @@ impl JetStream {
     /// The topic and floor of subscription `id`, if it exists: the
     /// consumer's ack floor (the stream's last sequence if its consumer is
     /// gone).
-    pub async fn position(&self, id: &str) -> Result<Option<(String, u64)>, PersistError> {
+    async fn position_of(&self, id: &str) -> Result<Option<(String, u64)>, PersistError> {
         let Some(topic) = self.topic_of(id).await? else {
             return Ok(None);
         };
@@ -233,7 +248,10 @@ impl JetStream {
     }
 
     fn policy(&self, topic: &str) -> Result<TopicPolicy, PersistError> {
-        (self.policies)(topic).ok_or_else(|| PersistError::NotPersistent(topic.to_owned()))
+        self.topics
+            .policy(topic)
+            .copied()
+            .ok_or_else(|| PersistError::NotPersistent(topic.to_owned()))
     }
 
     /// The topic's stream, created (or its retention updated) on first use.
@@ -316,14 +334,18 @@ impl JetStream {
             messages,
             tx,
             held.clone(),
-            self.counters.clone(),
+            self.meters.clone(),
         );
         let open = self.open.clone();
         let key = id.to_owned();
         // Hold the map's lock while spawning, so that the task's own
         // removal comes after the insertion below.
         let mut subs = self.open.lock();
+        let attached = self.meters.attached.clone();
+        attached.inc();
         let task = tokio::spawn(async move {
+            // Counted down however the task ends (aborted included).
+            let _attached = Attached(attached);
             pump.await;
             let mut open = open.lock();
             if open.get(&key).is_some_and(|s| s.opening == opening) {
@@ -345,6 +367,7 @@ impl JetStream {
 impl Store for JetStream {
     async fn publish(&self, topic: &str, data: &Payload) -> Result<Stored, PersistError> {
         let policy = self.policy(topic)?;
+        let started = Instant::now();
         self.stream(topic, &policy).await?;
         let (bytes, headers) = match data {
             Payload::Json(raw) => (raw.get().as_bytes().to_vec(), None),
@@ -371,6 +394,10 @@ impl Store for JetStream {
                 return Err(fail("publish ack", e));
             }
         };
+        self.meters
+            .write_seconds
+            .observe(started.elapsed().as_secs_f64());
+        self.meters.published.inc();
         Ok(Stored {
             topic: topic.to_owned(),
             seq: ack.sequence,
@@ -447,10 +474,17 @@ impl Store for JetStream {
         };
         let acker = match held.lock().take(seq) {
             Ok(acker) => acker,
-            Err(acked) => return Ok(acked),
+            Err(Acked::Yes) => {
+                self.meters.acks.inc();
+                return Ok(Acked::Yes);
+            }
+            Err(never) => return Ok(never),
         };
         match acker.double_ack().await {
-            Ok(()) => Ok(Acked::Yes),
+            Ok(()) => {
+                self.meters.acks.inc();
+                Ok(Acked::Yes)
+            }
             Err(e) => {
                 held.lock().put_back(seq, acker);
                 Err(fail("ack", e))
@@ -472,5 +506,8 @@ impl Store for JetStream {
             .await
             .map_err(|e| fail("kv purge", e))?;
         Ok(true)
+    }
+    async fn position(&self, id: &str) -> Result<Option<(String, u64)>, PersistError> {
+        self.position_of(id).await
     }
 }

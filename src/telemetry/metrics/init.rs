@@ -38,6 +38,7 @@ impl Metrics {
             self.outbox_high_water.with_label_values(&[name]);
             self.outbox_queued_bytes_max.with_label_values(&[name]);
             self.events.init_listener(name);
+            self.persist.delivered.with_label_values(&[name]);
             for reason in RejectReason::ALL {
                 let labels = [name, reason.as_str()];
                 self.connections_rejected.with_label_values(&labels);

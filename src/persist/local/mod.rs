@@ -2,12 +2,25 @@
 //! timeouts and retention kept in this process, over a [`Log`] that holds
 //! the messages and positions (in memory, or on disk in the embedded
 //! database).
+//!
+//! - [`Engine`] (`engine.rs`): implements [`super::Store`] over any
+//!   [`Log`]; its bounds are in its module doc.
+//! - [`memory::MemoryLog`]: the log kept in this process only.
+//! - `conformance` (tests only): the suite every [`Log`] must pass,
+//!   generic over `L: Log`; call [`conformance::run`] from a log's tests.
 
 use std::collections::BTreeSet;
 use std::time::SystemTime;
 
 use super::{PersistError, Retention, Stored};
 use crate::envelope::Payload;
+
+#[cfg(test)]
+pub mod conformance;
+mod engine;
+pub mod memory;
+
+pub use engine::{Engine, SWEEP_EVERY};
 
 /// A subscription's durable position: its topic, the floor (every message
 /// ≤ floor is acknowledged) and the acknowledged messages above it.
@@ -65,4 +78,21 @@ pub trait Log: Send + 'static {
 
     /// Every topic with stored messages (for age eviction after a restart).
     fn topics(&self) -> Result<Vec<String>, PersistError>;
+
+    /// Every subscription and its position (the engine caches them when
+    /// it starts: a restarted embedded store resumes them).
+    fn positions(&self) -> Result<Vec<(String, Position)>, PersistError>;
+
+    /// Messages and bytes of data retained now, over all topics. Called
+    /// after every append and expiry, so kept as running totals.
+    fn stats(&self) -> Result<Usage, PersistError>;
+}
+
+/// What a log retains.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Messages retained.
+    pub messages: u64,
+    /// Bytes of data retained (as [`super::data_size`] counts them).
+    pub bytes: u64,
 }

@@ -1,0 +1,169 @@
+//! [`Backend`]: the configured store, one variant per kind. The rest of
+//! switchyard holds an `Arc<Backend>` and calls the [`Store`] methods on
+//! it; each call dispatches to the variant.
+//!
+//! Adding a backend is a variant here, its arm in each `match` below, and
+//! its [`BackendKind`] (the `backend` metric label and config value).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::jetstream::JetStream;
+use super::local::memory::MemoryLog;
+use super::local::Engine;
+use super::{
+    Acked, Meters, Opened, PersistError, Store, Stored, Topics, DEFAULT_MAX_SUBSCRIPTIONS,
+};
+use crate::envelope::Payload;
+
+/// What a backend is opened with (`[persistence]` and
+/// `[[persistent_topics]]`, validated).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// Which store.
+    pub backend: BackendKind,
+    /// `embedded`: the data directory.
+    pub path: Option<PathBuf>,
+    /// `nats`: the server URL.
+    pub nats_url: Option<String>,
+    /// Sequences above its floor one subscription may have sent.
+    pub window: usize,
+    /// The persistent topics and what each keeps.
+    pub topics: Topics,
+}
+
+/// The configured store.
+#[derive(Debug)]
+pub enum Backend {
+    /// Kept in this process only (the default without a data directory).
+    Memory(Engine<MemoryLog>),
+    /// NATS JetStream, shared by several instances.
+    Nats(Arc<JetStream>),
+}
+
+/// The kinds of backend: `persistence.backend`, and the `backend` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// In this process only.
+    Memory,
+    /// An embedded database under `persistence.path`.
+    Embedded,
+    /// NATS JetStream at `persistence.nats_url`.
+    Nats,
+}
+
+// === impl BackendKind ===
+
+impl BackendKind {
+    /// Every kind, as configuration accepts them.
+    pub const ALL: [BackendKind; 3] = [
+        BackendKind::Memory,
+        BackendKind::Embedded,
+        BackendKind::Nats,
+    ];
+
+    /// The config value and metric label.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Memory => "memory",
+            BackendKind::Embedded => "embedded",
+            BackendKind::Nats => "nats",
+        }
+    }
+}
+
+// === impl Backend ===
+
+impl Backend {
+    /// Opens the configured backend, reporting to `meters`.
+    pub async fn open(settings: &Settings, meters: Meters) -> Result<Backend, PersistError> {
+        let topics = settings.topics.clone();
+        match settings.backend {
+            BackendKind::Memory => Ok(Backend::Memory(Engine::new(
+                MemoryLog::new(),
+                topics,
+                settings.window,
+                DEFAULT_MAX_SUBSCRIPTIONS,
+                meters,
+            )?)),
+            BackendKind::Nats => {
+                // Validation requires the URL with this backend.
+                let url = settings.nats_url.as_deref().ok_or_else(|| {
+                    PersistError::Store("backend \"nats\" needs nats_url".to_owned())
+                })?;
+                let js = JetStream::connect(url, topics, settings.window, meters).await?;
+                Ok(Backend::Nats(Arc::new(js)))
+            }
+            kind @ BackendKind::Embedded => Err(PersistError::Store(format!(
+                "backend {:?} is not available in this build yet; use \"memory\"",
+                kind.as_str()
+            ))),
+        }
+    }
+
+    /// Starts its background work until `stop`: retention by age
+    /// (local), the stored gauges (NATS: JetStream keeps retention).
+    pub fn spawn_background(&self, stop: CancellationToken) {
+        match self {
+            Backend::Memory(e) => e.spawn_sweeper(stop),
+            Backend::Nats(js) => js.spawn_usage(stop),
+        }
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> BackendKind {
+        match self {
+            Backend::Memory(_) => BackendKind::Memory,
+            Backend::Nats(_) => BackendKind::Nats,
+        }
+    }
+
+    /// Whether it can serve now (the local backends: once opened, always;
+    /// NATS: while connected).
+    pub fn ready(&self) -> Result<(), String> {
+        match self {
+            Backend::Memory(_) => Ok(()),
+            Backend::Nats(js) if js.is_connected() => Ok(()),
+            Backend::Nats(_) => Err("not connected to NATS".to_owned()),
+        }
+    }
+}
+
+impl Store for Backend {
+    async fn publish(&self, topic: &str, data: &Payload) -> Result<Stored, PersistError> {
+        match self {
+            Backend::Memory(e) => e.publish(topic, data).await,
+            Backend::Nats(js) => js.publish(topic, data).await,
+        }
+    }
+
+    async fn open(&self, id: &str, topic: &str) -> Result<Opened, PersistError> {
+        match self {
+            Backend::Memory(e) => e.open(id, topic).await,
+            Backend::Nats(js) => js.open(id, topic).await,
+        }
+    }
+
+    async fn ack(&self, id: &str, seq: u64) -> Result<Acked, PersistError> {
+        match self {
+            Backend::Memory(e) => e.ack(id, seq).await,
+            Backend::Nats(js) => js.ack(id, seq).await,
+        }
+    }
+
+    async fn delete(&self, id: &str) -> Result<bool, PersistError> {
+        match self {
+            Backend::Memory(e) => e.delete(id).await,
+            Backend::Nats(js) => js.delete(id).await,
+        }
+    }
+
+    async fn position(&self, id: &str) -> Result<Option<(String, u64)>, PersistError> {
+        match self {
+            Backend::Memory(e) => e.position(id).await,
+            Backend::Nats(js) => js.position(id).await,
+        }
+    }
+}

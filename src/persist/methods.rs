@@ -1,0 +1,230 @@
+//! The six persistent-subscription methods switchyard serves itself, for
+//! every client dialect, on a connection's [`Attachment`]
+//! (jsonrpc-ws.md §7.3):
+//!
+//! | method | `params` | `result` |
+//! |---|---|---|
+//! | `rpc.subscribe.persistent` | `{"subscription_id","topic"}` | `{"subscription_id","topic","resumed_from_sequence"}` |
+//! | `rpc.acknowledge.persistent` | `{"subscription_id","sequence_id"}` | `{"acknowledged":true}` |
+//! | `rpc.unsubscribe.persistent` | `{"subscription_id"}` | `{"unsubscribed":true}` |
+//! | `rpc.subscribe.persistent.batch` | `{"subscriptions":[{"subscription_id","topic"},…]}` | `{"subscriptions":[{"subscription_id","resumed_from_sequence"},…]}` |
+//! | `rpc.acknowledge.persistent.batch` | `{"acknowledgments":[{"subscription_id","sequence_id"},…]}` | `{"acknowledged":[{"subscription_id","sequence_id","success"},…]}` |
+//! | `rpc.unsubscribe.persistent.batch` | `{"subscription_ids":[…]}` | `{"unsubscribed":[…]}` |
+//!
+//! Params may be JSON or CBOR (Sideband v2 clients); results are JSON.
+//! Malformed params are -32602 with a detail (a batch names the index).
+//! Batch subscribe and batch unsubscribe are all or nothing; in a batch
+//! acknowledgement each item that names an unknown id, an id this
+//! connection does not hold, or a sequence never delivered gets
+//! `"success":false` and the others are recorded. A batch lists at most
+//! [`MAX_BATCH_ITEMS`] items.
+
+use serde_json::{json, Map, Value};
+
+use super::hub::Attachment;
+use crate::dialect::sideband::transcode;
+use crate::envelope::{raw_from_string, Payload};
+use crate::error::{ErrorKind, GatewayError};
+
+/// The methods [`call`] serves.
+pub const METHODS: [&str; 6] = [
+    SUBSCRIBE,
+    ACKNOWLEDGE,
+    UNSUBSCRIBE,
+    SUBSCRIBE_BATCH,
+    ACKNOWLEDGE_BATCH,
+    UNSUBSCRIBE_BATCH,
+];
+
+/// The most items one batch call may list.
+pub const MAX_BATCH_ITEMS: usize = 1000;
+
+const SUBSCRIBE: &str = "rpc.subscribe.persistent";
+const ACKNOWLEDGE: &str = "rpc.acknowledge.persistent";
+const UNSUBSCRIBE: &str = "rpc.unsubscribe.persistent";
+const SUBSCRIBE_BATCH: &str = "rpc.subscribe.persistent.batch";
+const ACKNOWLEDGE_BATCH: &str = "rpc.acknowledge.persistent.batch";
+const UNSUBSCRIBE_BATCH: &str = "rpc.unsubscribe.persistent.batch";
+
+const SUBSCRIBE_SHAPE: &str =
+    r#"params must be an object {"subscription_id": "<id>", "topic": "<topic>"}"#;
+const ACK_SHAPE: &str =
+    r#"params must be an object {"subscription_id": "<id>", "sequence_id": <n>}"#;
+const UNSUBSCRIBE_SHAPE: &str = r#"params must be an object {"subscription_id": "<id>"}"#;
+const SUBSCRIBE_BATCH_SHAPE: &str = r#"params must be an object {"subscriptions": [{"subscription_id": "<id>", "topic": "<topic>"}, …]}"#;
+const ACK_BATCH_SHAPE: &str = r#"params must be an object {"acknowledgments": [{"subscription_id": "<id>", "sequence_id": <n>}, …]}"#;
+const UNSUBSCRIBE_BATCH_SHAPE: &str =
+    r#"params must be an object {"subscription_ids": ["<id>", …]}"#;
+
+/// Is `method` one of the six (served here, never forwarded upstream)?
+pub fn is_persistent(method: &str) -> bool {
+    METHODS.contains(&method)
+}
+
+/// Serves `method` on `att`; `None` when it is not one of the six.
+pub async fn call(
+    att: &Attachment,
+    method: &str,
+    params: Option<&Payload>,
+) -> Option<Result<Payload, GatewayError>> {
+    let result = match method {
+        SUBSCRIBE => subscribe(att, params).await,
+        ACKNOWLEDGE => acknowledge(att, params).await,
+        UNSUBSCRIBE => unsubscribe(att, params).await,
+        SUBSCRIBE_BATCH => subscribe_batch(att, params).await,
+        ACKNOWLEDGE_BATCH => acknowledge_batch(att, params).await,
+        UNSUBSCRIBE_BATCH => unsubscribe_batch(att, params).await,
+        _ => return None,
+    };
+    Some(result.map(|value| Payload::Json(raw_from_string(value.to_string()))))
+}
+
+async fn subscribe(att: &Attachment, params: Option<&Payload>) -> Result<Value, GatewayError> {
+    let mut object = object(params, SUBSCRIBE_SHAPE)?;
+    let (id, topic) = id_and_topic(&mut object, SUBSCRIBE_SHAPE)?;
+    let resumed = att.subscribe(&id, &topic).await?;
+    Ok(json!({"subscription_id": id, "topic": topic, "resumed_from_sequence": resumed}))
+}
+
+async fn acknowledge(att: &Attachment, params: Option<&Payload>) -> Result<Value, GatewayError> {
+    let mut object = object(params, ACK_SHAPE)?;
+    let (id, seq) = id_and_seq(&mut object, ACK_SHAPE)?;
+    att.ack(&id, seq).await?;
+    Ok(json!({"acknowledged": true}))
+}
+
+async fn unsubscribe(att: &Attachment, params: Option<&Payload>) -> Result<Value, GatewayError> {
+    let mut object = object(params, UNSUBSCRIBE_SHAPE)?;
+    let id = string(&mut object, "subscription_id", UNSUBSCRIBE_SHAPE)?;
+    att.unsubscribe(&id).await?;
+    Ok(json!({"unsubscribed": true}))
+}
+
+async fn subscribe_batch(
+    att: &Attachment,
+    params: Option<&Payload>,
+) -> Result<Value, GatewayError> {
+    let items = list(params, "subscriptions", SUBSCRIBE_BATCH_SHAPE)?;
+    let pairs = items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| match item {
+            Value::Object(mut o) => id_and_topic(&mut o, SUBSCRIBE_BATCH_SHAPE),
+            _ => Err(invalid(format!("subscriptions[{i}] must be an object"))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let resumed = att.subscribe_all(&pairs).await?;
+    let out: Vec<Value> = pairs
+        .iter()
+        .zip(resumed)
+        .map(|((id, _), r)| json!({"subscription_id": id, "resumed_from_sequence": r}))
+        .collect();
+    Ok(json!({"subscriptions": out}))
+}
+
+async fn acknowledge_batch(
+    att: &Attachment,
+    params: Option<&Payload>,
+) -> Result<Value, GatewayError> {
+    let items = list(params, "acknowledgments", ACK_BATCH_SHAPE)?;
+    let pairs = items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| match item {
+            Value::Object(mut o) => id_and_seq(&mut o, ACK_BATCH_SHAPE),
+            _ => Err(invalid(format!("acknowledgments[{i}] must be an object"))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut out = Vec::with_capacity(pairs.len());
+    for (id, seq) in pairs {
+        let success = match att.ack(&id, seq).await {
+            Ok(()) => true,
+            Err(e) if matches!(e.kind, ErrorKind::NotFound | ErrorKind::InvalidParams) => false,
+            // The store failing fails the call.
+            Err(e) => return Err(e),
+        };
+        out.push(json!({"subscription_id": id, "sequence_id": seq, "success": success}));
+    }
+    Ok(json!({"acknowledged": out}))
+}
+
+async fn unsubscribe_batch(
+    att: &Attachment,
+    params: Option<&Payload>,
+) -> Result<Value, GatewayError> {
+    let items = list(params, "subscription_ids", UNSUBSCRIBE_BATCH_SHAPE)?;
+    let ids = items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| match item {
+            Value::String(id) => Ok(id),
+            _ => Err(invalid(format!("subscription_ids[{i}] must be a string"))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    att.unsubscribe_all(&ids).await?;
+    Ok(json!({"unsubscribed": ids}))
+}
+
+fn id_and_topic(
+    object: &mut Map<String, Value>,
+    shape: &str,
+) -> Result<(String, String), GatewayError> {
+    let id = string(object, "subscription_id", shape)?;
+    let topic = string(object, "topic", shape)?;
+    Ok((id, topic))
+}
+
+fn id_and_seq(object: &mut Map<String, Value>, shape: &str) -> Result<(String, u64), GatewayError> {
+    let id = string(object, "subscription_id", shape)?;
+    match object
+        .remove("sequence_id")
+        .as_ref()
+        .and_then(Value::as_u64)
+    {
+        Some(seq) => Ok((id, seq)),
+        None => Err(invalid(format!(
+            "sequence_id must be a non-negative integer; {shape}"
+        ))),
+    }
+}
+
+fn string(object: &mut Map<String, Value>, key: &str, shape: &str) -> Result<String, GatewayError> {
+    match object.remove(key) {
+        Some(Value::String(s)) => Ok(s),
+        _ => Err(invalid(shape)),
+    }
+}
+
+/// The array `key` of a batch call, at most [`MAX_BATCH_ITEMS`] long.
+fn list(params: Option<&Payload>, key: &str, shape: &str) -> Result<Vec<Value>, GatewayError> {
+    let mut object = object(params, shape)?;
+    let Some(Value::Array(items)) = object.remove(key) else {
+        return Err(invalid(shape));
+    };
+    if items.len() > MAX_BATCH_ITEMS {
+        return Err(invalid(format!(
+            "{key}: at most {MAX_BATCH_ITEMS} items per call"
+        )));
+    }
+    Ok(items)
+}
+
+fn object(params: Option<&Payload>, shape: &str) -> Result<Map<String, Value>, GatewayError> {
+    let value: Value = match params {
+        None => return Err(invalid(shape)),
+        Some(Payload::Json(raw)) => serde_json::from_str(raw.get()),
+        Some(Payload::Cbor(bytes)) => {
+            let json = transcode::cbor_to_json(bytes).map_err(|_| invalid(shape))?;
+            serde_json::from_str(json.get())
+        }
+    }
+    .map_err(|_| invalid(shape))?;
+    match value {
+        Value::Object(object) => Ok(object),
+        _ => Err(invalid(shape)),
+    }
+}
+
+fn invalid(detail: impl Into<String>) -> GatewayError {
+    GatewayError::with_detail(ErrorKind::InvalidParams, detail)
+}

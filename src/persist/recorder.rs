@@ -1,0 +1,107 @@
+//! [`Recorder`]: the hand-off from the broker's publishers (upstream
+//! notifications on shared connections, streaming feeds) to the store.
+//!
+//! A publisher must never wait for the store: [`Recorder::record`] only
+//! checks whether the topic is persistent and queues the event for the one
+//! writer task, which stores events in the order they were queued. The
+//! queue holds at most [`QUEUE`] events; one that finds it full is not
+//! stored, and is counted (`switchyard_persistent_publish_failed_total`)
+//! and logged (at most one line per second), as is a publish the store
+//! fails. Never silent.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{Backend, Meters, Store, Topics};
+use crate::envelope::Payload;
+
+/// Events waiting to be stored, at most.
+pub const QUEUE: usize = 4096;
+
+/// The publishers' side of the hand-off: cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Recorder {
+    topics: Arc<Topics>,
+    tx: mpsc::Sender<(String, Payload)>,
+    meters: Meters,
+    /// The second (since the epoch) a failure was last logged.
+    logged: Arc<AtomicU64>,
+}
+
+// === impl Recorder ===
+
+impl Recorder {
+    /// Starts the writer task storing into `store` until `stop` (or every
+    /// recorder is dropped); events of topics not in `topics` are ignored.
+    pub fn spawn(
+        store: Arc<Backend>,
+        topics: Topics,
+        meters: Meters,
+        stop: CancellationToken,
+    ) -> Recorder {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let recorder = Recorder {
+            topics: Arc::new(topics),
+            tx,
+            meters,
+            logged: Arc::new(AtomicU64::new(0)),
+        };
+        tokio::spawn(recorder.clone().write(store, rx, stop));
+        recorder
+    }
+
+    /// Whether events under the concrete `topic` are stored.
+    pub fn is_persistent(&self, topic: &str) -> bool {
+        self.topics.policy(topic).is_some()
+    }
+
+    /// Queues `data`, published under `topic`, for the store if the topic
+    /// is persistent. Never waits.
+    pub fn record(&self, topic: &str, data: &Payload) {
+        if !self.is_persistent(topic) {
+            return;
+        }
+        if self.tx.try_send((topic.to_owned(), data.clone())).is_err() {
+            self.failed(topic, "hand-off queue full (or the store stopped)");
+        }
+    }
+
+    async fn write(
+        self,
+        store: Arc<Backend>,
+        mut rx: mpsc::Receiver<(String, Payload)>,
+        stop: CancellationToken,
+    ) {
+        loop {
+            let next = tokio::select! {
+                next = rx.recv() => next,
+                () = stop.cancelled() => None,
+            };
+            let Some((topic, data)) = next else {
+                return;
+            };
+            if let Err(e) = store.publish(&topic, &data).await {
+                self.failed(&topic, &e.to_string());
+            }
+        }
+    }
+
+    /// Counts a lost event and logs it, at most once a second.
+    fn failed(&self, topic: &str, why: &str) {
+        self.meters.publish_failed.inc();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if self.logged.swap(now, Ordering::Relaxed) != now {
+            tracing::warn!(
+                topic,
+                error = why,
+                "persistent event not stored (counted in switchyard_persistent_publish_failed_total)"
+            );
+        }
+    }
+}

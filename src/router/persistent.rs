@@ -1,0 +1,161 @@
+//! Persistent subscriptions for client connections (jsonrpc-ws.md §7.3):
+//! the six `rpc.*.persistent*` methods, served by switchyard itself (never
+//! forwarded), and [`PersistentSink`], the way a stored message reaches
+//! one client, in its dialect:
+//!
+//! - JSON-RPC and NDJSON clients: the notification
+//!   `{"jsonrpc":"2.0","method":"rpc.notification.persistent","params":{"subscription_id":…,"topic":…,"sequence_id":…,"timestamp":…,"data":…}}`;
+//! - holon-rpc clients: the same method and params as a server request
+//!   with id `s<N>` (its reply is consumed), within the client's push
+//!   window (`max_unanswered_pushes`; holon-rpc.md §8);
+//! - Sideband clients: an `N` envelope on `event` with
+//!   `e` = `rpc.notification.persistent` and `d` = the same params object.
+//!
+//! Unlike a pub/sub event, a delivery waits for room (in the outbox, and
+//! in a holon-rpc client's push window) instead of being dropped; an
+//! outbox that stays full for the slow-consumer timeout closes the client
+//! as for any reply (see `outbox`), and what it did not acknowledge is
+//! sent again when it resumes.
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use prometheus::IntCounter;
+
+use super::{ClientLinks, Pusher, Route};
+use crate::dialect::client::{ClientCodec, EventForm};
+use crate::dialect::sideband::transcode;
+use crate::envelope::{raw_from_string, Message, Outcome, Payload, WireId};
+use crate::error::{ErrorKind, GatewayError};
+use crate::outbox::Outgoing;
+use crate::persist::hub::{Hub, Sink};
+use crate::persist::{methods, Stored, NOTIFICATION_METHOD};
+use crate::telemetry::metrics::{DropReason, RequestOutcome};
+
+/// The `upstream` label of persistent requests switchyard answers itself.
+const PERSISTENT: &str = "persistent";
+
+/// One client's receiving end of its persistent subscriptions.
+#[derive(Debug)]
+pub(crate) struct PersistentSink {
+    pusher: Pusher,
+    delivered: IntCounter,
+}
+
+// === impl PersistentSink ===
+
+impl PersistentSink {
+    fn new(pusher: Pusher, route: &Route) -> Self {
+        let delivered = route
+            .metrics()
+            .persist
+            .delivered
+            .with_label_values(&[route.cfg.name.as_str()]);
+        PersistentSink { pusher, delivered }
+    }
+
+    async fn send(&self, id: &str, message: &Stored) -> bool {
+        let Some(params) = params_json(id, message) else {
+            // Data with no JSON form cannot be delivered to anyone: counted,
+            // and passed over (it stays unacknowledged).
+            self.pusher.count_dropped_client(DropReason::Untranslatable);
+            return true;
+        };
+        let outbox = self.pusher.outbox();
+        let queued = match ClientCodec::of(self.pusher.dialect()).event_form() {
+            EventForm::Notification => {
+                let frame = format!(
+                    r#"{{"jsonrpc":"2.0","method":"{NOTIFICATION_METHOD}","params":{params}}}"#
+                );
+                outbox.deliver_frame(Outgoing::Text(frame)).await
+            }
+            EventForm::Request => {
+                let params = Payload::Json(raw_from_string(params));
+                self.pusher
+                    .push_waiting(NOTIFICATION_METHOD, Some(params))
+                    .await
+            }
+            EventForm::Envelope => {
+                let msg = Message::Notification {
+                    method: NOTIFICATION_METHOD.to_owned(),
+                    params: Some(Payload::Json(raw_from_string(params))),
+                };
+                outbox.deliver(&msg).await
+            }
+        };
+        if queued {
+            self.delivered.inc();
+        }
+        queued
+    }
+}
+
+impl Sink for PersistentSink {
+    fn deliver<'a>(&'a self, id: &'a str, message: &'a Stored) -> BoxFuture<'a, bool> {
+        Box::pin(self.send(id, message))
+    }
+}
+
+/// `{"subscription_id","topic","sequence_id","timestamp","data"}` as JSON
+/// text; `None` when the data has no JSON form.
+fn params_json(id: &str, m: &Stored) -> Option<String> {
+    let transcoded;
+    let data = match &m.data {
+        Payload::Json(raw) => raw.get(),
+        Payload::Cbor(bytes) => {
+            transcoded = transcode::cbor_to_json(bytes).ok()?;
+            transcoded.get()
+        }
+    };
+    let id = serde_json::to_string(id).ok()?;
+    let topic = serde_json::to_string(&m.topic).ok()?;
+    Some(format!(
+        r#"{{"subscription_id":{id},"topic":{topic},"sequence_id":{},"timestamp":"{}","data":{data}}}"#,
+        m.seq,
+        m.timestamp()
+    ))
+}
+
+// === impl Route ===
+
+impl Route {
+    /// Serves one of the persistent methods for `client`; `None` when
+    /// `method` is not one of them.
+    pub(super) async fn persistent(
+        &self,
+        id: &WireId,
+        method: &str,
+        params: Option<&Payload>,
+        client: &ClientLinks,
+    ) -> Option<Message> {
+        if !methods::is_persistent(method) {
+            return None;
+        }
+        let Some(hub) = self.hub.as_ref() else {
+            let e = GatewayError::with_detail(
+                ErrorKind::MethodNotFound,
+                "persistent subscriptions are not enabled",
+            );
+            return Some(self.error_reply(id.clone(), &e));
+        };
+        let attachment = client.persistent(|| {
+            let sink = PersistentSink::new(client.pusher().clone(), self);
+            Hub::attach(hub, Arc::new(sink))
+        });
+        let reply = match methods::call(&attachment, method, params).await {
+            Some(Ok(result)) => {
+                self.count_request(PERSISTENT, RequestOutcome::Ok);
+                Message::Response {
+                    id: id.clone(),
+                    result: Outcome::Value(result),
+                }
+            }
+            Some(Err(e)) => {
+                self.count_request(PERSISTENT, RequestOutcome::Error(e.kind));
+                self.error_reply(id.clone(), &e)
+            }
+            None => self.error_reply(id.clone(), &GatewayError::new(ErrorKind::MethodNotFound)),
+        };
+        Some(reply)
+    }
+}
