@@ -286,3 +286,131 @@ async fn a_client_resumes_on_another_instance_after_a_sigkill_and_loses_nothing(
     drop(b);
     drop(nats);
 }
+
+/// An in-process gateway with backend `nats` and an admin listener.
+async fn gateway(
+    nats_url: &str,
+    upstream: &str,
+) -> Result<(switchyard::app::Running, String), String> {
+    let toml = format!(
+        r#"
+[admin]
+address = "127.0.0.1:0"
+
+[listeners.public]
+dialect = "jsonrpc-ws"
+address = "127.0.0.1:0"
+path = "/rpc"
+
+[upstreams.events]
+dialect = "jsonrpc-ws"
+url = "{upstream}"
+pool_size = 1
+
+[[routes]]
+listener = "public"
+upstream = "events"
+
+[persistence]
+backend = "nats"
+nats_url = "{nats_url}"
+
+[[persistent_topics]]
+topic = "{TOPIC}"
+"#
+    );
+    let cfg = switchyard::config::Config::from_toml(&toml).unwrap();
+    let bound = switchyard::app::bind(cfg)
+        .await
+        .map_err(|e| e.to_string())?;
+    let url = bound.ws_url("public").unwrap();
+    Ok((bound.spawn(), url))
+}
+
+/// `/readyz`: status and body.
+async fn readyz(admin: std::net::SocketAddr) -> (u16, String) {
+    let url = format!("http://{admin}/readyz");
+    tokio::task::spawn_blocking(move || {
+        let (status, _, body) = common::demo::http_get(&url, &[]);
+        (status, String::from_utf8_lossy(&body).into_owned())
+    })
+    .await
+    .unwrap()
+}
+
+/// Polls `/readyz` until it answers `status` (a failure guard of 60 s).
+async fn wait_ready(admin: std::net::SocketAddr, status: u16) -> (u16, String) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = readyz(admin).await;
+        if got.0 == status || tokio::time::Instant::now() > deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_follows_the_nats_connection_and_metrics_carry_backend_nats() {
+    let mut nats = NatsServer::start();
+    let daemon = WsDaemon::start("127.0.0.1:0".parse().unwrap(), WsDialect::JsonRpc)
+        .await
+        .unwrap();
+    let (gw, url) = gateway(&nats.url, &daemon.url()).await.unwrap();
+    common::wait_connected(&gw, "events").await;
+    let admin = gw.admin_addr().unwrap();
+    assert_eq!(wait_ready(admin, 200).await.0, 200);
+
+    let mut c = Client::connect(&url).await;
+    let reply = c
+        .call(
+            "rpc.subscribe.persistent",
+            json!({"subscription_id": "ready-1", "topic": TOPIC}),
+        )
+        .await;
+    assert_eq!(reply["result"]["resumed_from_sequence"], 0, "{reply}");
+    push(&mut c, 1).await;
+    c.until(1).await;
+    let nats_label = [("backend", "nats")];
+    assert_eq!(
+        common::metric_value(&gw, "switchyard_persistent_published_total", &nats_label),
+        1.0
+    );
+    assert_eq!(
+        common::metric_value(
+            &gw,
+            "switchyard_persistent_subscriptions_attached",
+            &nats_label
+        ),
+        1.0
+    );
+
+    nats.stop();
+    let (status, body) = wait_ready(admin, 503).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("nats") && body.contains("NATS"), "{body}");
+    nats.restart();
+    let (status, body) = wait_ready(admin, 200).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test]
+async fn an_unreachable_nats_url_fails_the_start() {
+    // A port nothing listens on: bound, then released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let daemon = WsDaemon::start("127.0.0.1:0".parse().unwrap(), WsDialect::JsonRpc)
+        .await
+        .unwrap();
+    let err = gateway(&format!("nats://127.0.0.1:{port}"), &daemon.url())
+        .await
+        .err()
+        .expect("no NATS, no gateway");
+    assert!(
+        err.contains("persistence (nats)") && err.contains("NATS"),
+        "{err}"
+    );
+}
