@@ -405,10 +405,10 @@ async fn an_unreachable_nats_url_fails_the_start() {
     let daemon = WsDaemon::start("127.0.0.1:0".parse().unwrap(), WsDialect::JsonRpc)
         .await
         .unwrap();
-    let err = gateway(&format!("nats://127.0.0.1:{port}"), &daemon.url())
-        .await
-        .err()
-        .expect("no NATS, no gateway");
+    let url = format!("nats://127.0.0.1:{port}");
+    let Err(err) = gateway(&url, &daemon.url()).await else {
+        panic!("no NATS, no gateway");
+    };
     assert!(
         err.contains("persistence (nats)") && err.contains("NATS"),
         "{err}"
