@@ -199,43 +199,7 @@ impl<L: Log> Engine<L> {
         let mut guard = shared.state.lock();
         let state = &mut *guard;
         let last = state.log.last_seq(topic)?;
-        let created = match state.subs.get(id) {
-            Some(sub) if sub.position.topic != topic => {
-                return Err(PersistError::Conflict(format!(
-                    "subscription {id:?} exists with topic {:?}",
-                    sub.position.topic
-                )));
-            }
-            Some(_) => false,
-            None if state.subs.len() >= shared.max_subscriptions => {
-                return Err(PersistError::Full(format!(
-                    "at most {} persistent subscriptions",
-                    shared.max_subscriptions
-                )));
-            }
-            None => {
-                let position = Position {
-                    topic: topic.to_owned(),
-                    floor: last,
-                    acked: Default::default(),
-                };
-                state.log.set_position(id, &position)?;
-                state
-                    .by_topic
-                    .entry(topic.to_owned())
-                    .or_default()
-                    .insert(id.to_owned());
-                state.subs.insert(
-                    id.to_owned(),
-                    Sub {
-                        position,
-                        session: None,
-                    },
-                );
-                true
-            }
-        };
-        if !created {
+        if !shared.position_for(state, id, topic, last)? {
             shared.compact(state, id, false)?;
         }
         let session_id = state.next_session;
@@ -430,6 +394,49 @@ pub(super) async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .unwrap_or_else(|e| Err(PersistError::Store(format!("store task failed: {e}"))))
+}
+
+// === impl Shared ===
+
+impl<L: Log> Shared<L> {
+    /// Finds the position of `id` on `topic`, or creates it after `last`
+    /// (true when created); `Conflict` for an id of another topic, `Full`
+    /// past the cap on ids.
+    fn position_for(
+        &self,
+        state: &mut State<L>,
+        id: &str,
+        topic: &str,
+        last: u64,
+    ) -> Result<bool, PersistError> {
+        match state.subs.get(id) {
+            Some(sub) if sub.position.topic != topic => Err(PersistError::Conflict(format!(
+                "subscription {id:?} exists with topic {:?}",
+                sub.position.topic
+            ))),
+            Some(_) => Ok(false),
+            None if state.subs.len() >= self.max_subscriptions => Err(PersistError::Full(format!(
+                "at most {} persistent subscriptions",
+                self.max_subscriptions
+            ))),
+            None => {
+                let position = Position {
+                    topic: topic.to_owned(),
+                    floor: last,
+                    acked: Default::default(),
+                };
+                state.log.set_position(id, &position)?;
+                let ids = state.by_topic.entry(topic.to_owned()).or_default();
+                ids.insert(id.to_owned());
+                let sub = Sub {
+                    position,
+                    session: None,
+                };
+                state.subs.insert(id.to_owned(), sub);
+                Ok(true)
+            }
+        }
+    }
 }
 
 /// A count as a gauge value.
