@@ -37,7 +37,8 @@
 //! place otherwise.
 //!
 //! Files: `session.rs` (one open subscription: what it sent, what waits
-//! for an ack, its task), `floor.rs` (floors over acks and evictions).
+//! for an ack, its task), `floor.rs` (positions: made, and their floors
+//! moved over acks and evictions).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -394,49 +395,6 @@ pub(super) async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .unwrap_or_else(|e| Err(PersistError::Store(format!("store task failed: {e}"))))
-}
-
-// === impl Shared ===
-
-impl<L: Log> Shared<L> {
-    /// Finds the position of `id` on `topic`, or creates it after `last`
-    /// (true when created); `Conflict` for an id of another topic, `Full`
-    /// past the cap on ids.
-    fn position_for(
-        &self,
-        state: &mut State<L>,
-        id: &str,
-        topic: &str,
-        last: u64,
-    ) -> Result<bool, PersistError> {
-        match state.subs.get(id) {
-            Some(sub) if sub.position.topic != topic => Err(PersistError::Conflict(format!(
-                "subscription {id:?} exists with topic {:?}",
-                sub.position.topic
-            ))),
-            Some(_) => Ok(false),
-            None if state.subs.len() >= self.max_subscriptions => Err(PersistError::Full(format!(
-                "at most {} persistent subscriptions",
-                self.max_subscriptions
-            ))),
-            None => {
-                let position = Position {
-                    topic: topic.to_owned(),
-                    floor: last,
-                    acked: Default::default(),
-                };
-                state.log.set_position(id, &position)?;
-                let ids = state.by_topic.entry(topic.to_owned()).or_default();
-                ids.insert(id.to_owned());
-                let sub = Sub {
-                    position,
-                    session: None,
-                };
-                state.subs.insert(id.to_owned(), sub);
-                Ok(true)
-            }
-        }
-    }
 }
 
 /// A count as a gauge value.
