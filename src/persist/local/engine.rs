@@ -189,6 +189,13 @@ impl<L: Log> Engine<L> {
         Ok(())
     }
 
+    /// Closes the log (at shutdown, once nothing more is published):
+    /// the embedded store's file is released even while tasks that hold
+    /// the engine are still ending. Later calls fail.
+    pub fn close(&self) {
+        self.shared.state.lock().log.close();
+    }
+
     /// The number of subscription ids kept.
     pub fn subscriptions(&self) -> usize {
         self.shared.state.lock().subs.len()

@@ -6,6 +6,9 @@
 //! - [`Engine`] (`engine.rs`): implements [`super::Store`] over any
 //!   [`Log`]; its bounds are in its module doc.
 //! - [`memory::MemoryLog`]: the log kept in this process only.
+//! - [`embedded::EmbeddedLog`]: the log in a redb database file, every
+//!   change on disk before it returns (its durability contract and the
+//!   choice of redb are in its module doc).
 //! - `conformance` (tests only): the suite every [`Log`] must pass,
 //!   generic over `L: Log`; call `conformance::run` from a log's tests.
 
@@ -17,6 +20,7 @@ use crate::envelope::Payload;
 
 #[cfg(test)]
 pub mod conformance;
+pub mod embedded;
 mod engine;
 pub mod memory;
 
@@ -91,6 +95,11 @@ pub trait Log: Send + 'static {
     /// Messages and bytes of data retained now, over all topics. Called
     /// after every append and expiry, so kept as running totals.
     fn stats(&self) -> Result<Usage, PersistError>;
+
+    /// Releases what the log holds outside this process's memory (the
+    /// embedded database file and its lock), at shutdown; later calls
+    /// fail. The default does nothing.
+    fn close(&mut self) {}
 }
 
 /// What a log retains.
