@@ -4,6 +4,11 @@
 //!
 //! Adding a backend is a variant here, its arm in each `match` below, and
 //! its [`BackendKind`] (the `backend` metric label and config value).
+//!
+//! The embedded backend's calls that may write run on tokio's blocking
+//! pool: each commits and `fsync`s before it returns (its durability
+//! contract), and a runtime worker blocked on a disk would stall every
+//! connection's I/O.
 
 use std::path::PathBuf;
 
@@ -154,28 +159,40 @@ impl Store for Backend {
     async fn publish(&self, topic: &str, data: &Payload) -> Result<Stored, PersistError> {
         match self {
             Backend::Memory(e) => e.publish(topic, data).await,
-            Backend::Embedded(e) => e.publish(topic, data).await,
+            Backend::Embedded(e) => {
+                let (e, topic, data) = (e.clone(), topic.to_owned(), data.clone());
+                blocking(move || block_on(e.publish(&topic, &data))).await
+            }
         }
     }
 
     async fn open(&self, id: &str, topic: &str) -> Result<Opened, PersistError> {
         match self {
             Backend::Memory(e) => e.open(id, topic).await,
-            Backend::Embedded(e) => e.open(id, topic).await,
+            Backend::Embedded(e) => {
+                let (e, id, topic) = (e.clone(), id.to_owned(), topic.to_owned());
+                blocking(move || block_on(e.open(&id, &topic))).await
+            }
         }
     }
 
     async fn ack(&self, id: &str, seq: u64) -> Result<Acked, PersistError> {
         match self {
             Backend::Memory(e) => e.ack(id, seq).await,
-            Backend::Embedded(e) => e.ack(id, seq).await,
+            Backend::Embedded(e) => {
+                let (e, id) = (e.clone(), id.to_owned());
+                blocking(move || block_on(e.ack(&id, seq))).await
+            }
         }
     }
 
     async fn delete(&self, id: &str) -> Result<bool, PersistError> {
         match self {
             Backend::Memory(e) => e.delete(id).await,
-            Backend::Embedded(e) => e.delete(id).await,
+            Backend::Embedded(e) => {
+                let (e, id) = (e.clone(), id.to_owned());
+                blocking(move || block_on(e.delete(&id))).await
+            }
         }
     }
 
@@ -185,4 +202,23 @@ impl Store for Backend {
             Backend::Embedded(e) => e.position(id).await,
         }
     }
+}
+
+/// Runs a call of the embedded engine on tokio's blocking pool: it commits
+/// and `fsync`s before it returns, which must not hold one of the
+/// runtime's few workers (every connection's I/O runs on them). At most
+/// as many threads as calls in flight, within tokio's blocking-pool cap.
+async fn blocking<T: Send + 'static>(
+    call: impl FnOnce() -> Result<T, PersistError> + Send + 'static,
+) -> Result<T, PersistError> {
+    tokio::task::spawn_blocking(call)
+        .await
+        .map_err(|e| PersistError::Store(format!("store call ended: {e}")))?
+}
+
+/// Drives one engine call to its end on the current (blocking-pool)
+/// thread. The engine's calls never wait on I/O or timers; the handle
+/// lets the ones that spawn (a session) reach the runtime.
+fn block_on<F: std::future::Future>(call: F) -> F::Output {
+    tokio::runtime::Handle::current().block_on(call)
 }
