@@ -142,7 +142,7 @@ async fn run_one(r: &Run, start: &StartOpts, o: &Options) -> anyhow::Result<RunR
         Shape::Persist => {
             let pids = [live.server_pid, live.daemon_pid];
             let (p, cpu) = persist::run(&live.endpoint, o.duration, o.smoke, pids).await?;
-            result.fill_persist(p, o.duration, cpu);
+            result.fill_persist(p, cpu);
         }
         Shape::Traffic(load) => {
             let requests = Requests::new(r.target.wire, load.params_bytes)?;
@@ -234,8 +234,8 @@ impl RunResult {
 
     /// Copies a persist run's observations and CPU deltas in: deliveries
     /// count as verified replies, gaps as lost, repeats as mismatched.
-    fn fill_persist(&mut self, p: Persist, duration: Duration, cpu: CpuUse) {
-        self.window_secs = duration.as_secs_f64();
+    fn fill_persist(&mut self, p: Persist, cpu: CpuUse) {
+        self.window_secs = p.window_secs;
         self.rps = p.delivered_per_s;
         self.latency_us = p.latency_us;
         self.verified = p.delivered;

@@ -127,7 +127,7 @@ fn about(name: &str) -> &'static str {
         "persist" => {
             "one feed at 1,000 events/s of 256 B into ONE persistent topic, 10 persistent \
              subscribers acknowledging every message, per store backend; then a 10,000-message \
-             backlog resumed (300 with --smoke)"
+             backlog resumed (20 with --smoke)"
         }
         "fanout" => {
             "one feed at 1,000 events/s of 256 B fanned out to 1, 100 and 1,000 JSON-RPC \
