@@ -7,15 +7,16 @@
 //! [`envelope::Message`]) → [`transport::session`] (in-flight permit, or
 //! back-pressure at the cap; a request to a pooled upstream with room is
 //! placed at once from the reader, anything else gets a task) → [`router`]
-//! (method → upstream; the pub/sub methods are served here) → [`upstream`]
+//! (method → upstream; the pub/sub and persistent methods are served
+//! here) → [`upstream`]
 //! (pooled links, gateway ids in a [`upstream::correlator::Correlator`]) →
 //! and the reply back the same way, with the client's original id
 //! restored, into the client's [`outbox::Outbox`].
 //!
 //! Layers, lowest first, each importing only from the ones before it:
 //! [`envelope`], [`close`] and [`error`] (nothing from the crate) →
-//! [`dialect`] → [`pubsub`] → [`upstream`], [`outbox`] → [`router`] →
-//! [`transport`].
+//! [`dialect`] → [`pubsub`] → [`persist`] → [`upstream`], [`outbox`] →
+//! [`router`] → [`transport`].
 //!
 //! - [`app`]: composition root; bind every listener, then run; configuration reload; shutdown order.
 //! - [`admin`]: the admin listener: `/metrics`, `/livez`, `/readyz`, status page, `POST /reload`, behind tower-http layers.
@@ -26,6 +27,10 @@
 //! - [`error`]: switchyard's own error kinds and the side that caused each; [`dialect::errors`] renders them per dialect.
 //! - [`pubsub`]: topic pub/sub (`rpc.subscribe` …): topic syntax, the subject trie, the broker
 //!   shared by all connections, and the four methods.
+//! - [`persist`]: persistent subscriptions (`rpc.subscribe.persistent` …):
+//!   the store contract and its backends (the local engine over a memory or
+//!   embedded log; NATS JetStream), the hub of subscription holders, the six
+//!   methods, and the hand-off from the broker's publishers to the store.
 //! - [`limits`]: rate limits, browser-safety checks (Host, Origin, token) and the method policy.
 //! - [`outbox`]: the one way anything is written to a client: bounded queue, codec, slow-consumer policy.
 //! - [`router`]: routes (in a reloadable cell), reply delivery, the pub/sub methods and event delivery.

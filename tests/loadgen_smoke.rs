@@ -45,8 +45,14 @@ const FANOUT_ROWS: &[&str] = &[
     "switchyard jsonrpc-ws ← ndjson feed x3 subscribers",
 ];
 
+/// The persist rows: one per store backend.
+const PERSIST_ROWS: &[&str] = &[
+    "switchyard persistent ← ndjson feed, memory store",
+    "switchyard persistent ← ndjson feed, embedded store",
+];
+
 /// Each scenario and the rows its table must have (by label prefix).
-const EXPECTED: [(&str, &[&str]); 7] = [
+const EXPECTED: [(&str, &[&str]); 8] = [
     ("latency", EVERY_TARGET),
     ("throughput", EVERY_TARGET),
     ("large", EVERY_TARGET),
@@ -60,6 +66,7 @@ const EXPECTED: [(&str, &[&str]); 7] = [
         ],
     ),
     ("fanout", FANOUT_ROWS),
+    ("persist", PERSIST_ROWS),
 ];
 
 #[test]

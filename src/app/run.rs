@@ -11,8 +11,8 @@ use super::{Outcome, CLOSE_SLACK};
 /// Applies reloads one at a time until shutdown, then shuts down: stop
 /// accepting (readiness turns `503` at once) → requests in flight finish
 /// within the grace period → what is left is answered `unavailable` →
-/// client connections close → upstream connections close → the admin
-/// listener stops.
+/// client connections close → upstream connections close → the
+/// persistent store closes → the admin listener stops.
 pub(super) async fn serve(
     mut live: Live,
     mut requests: mpsc::Receiver<oneshot::Sender<Outcome>>,
@@ -62,6 +62,9 @@ pub(super) async fn serve(
     {
         tracing::warn!("some upstream connections did not close in time");
     }
+    // Nothing publishes any more (the recorder stopped with the
+    // upstreams): the store's file is released before shutdown returns.
+    live.hub.store().close();
     admin_stop.cancel();
     if let Some(task) = admin {
         let abort = task.abort_handle();

@@ -1,14 +1,16 @@
 //! `loadgen`: end-to-end load generator for switchyard.
 //!
 //! Runs each scenario (`latency`, `throughput`, `large`, `fixed-rate`,
-//! `idle`, `fan-in`, `fanout`) against fresh instances of its targets: floor A (the
+//! `idle`, `fan-in`, `fanout`, `persist`) against fresh instances of its targets: floor A (the
 //! reference daemon over NDJSON, no gateway), floor B (a bare in-process
 //! WebSocket echo), floor B2 (the same echo in a process of its own), floor C (a byte relay process in front of the daemon:
 //! the cost of one more process hop, see `relay`) and five switchyard gateways: the JSON-RPC, holon-rpc,
 //! Sideband JSON and Sideband CBOR WebSocket listeners in front of the
 //! NDJSON daemon, and an NDJSON listener in front of the JSON-RPC WebSocket
 //! daemon (`idle` and `fan-in` run the JSON-RPC gateway only; `fanout`
-//! subscribes N JSON-RPC clients to a pub/sub feed of the NDJSON daemon). Every reply
+//! subscribes N JSON-RPC clients to a pub/sub feed of the NDJSON daemon; `persist`
+//! stores that feed in a persistent topic, per store backend, with 10 acknowledging
+//! persistent subscribers and a backlog resumed). Every reply
 //! is checked (id and nonce); the report is a Markdown table per scenario
 //! plus a pass/fail line per target of the performance issue. See
 //! `benches/README.md`.
@@ -18,8 +20,8 @@
 //! performance target was missed.
 //!
 //! Layout: `target` starts what is measured (processes via `procs`, the
-//! echo in `echo`), `conn` and `wire` speak to it, `drive`, `idle` and
-//! `fanout` apply the load, `scenario` defines the runs, `measure` performs one and reads
+//! echo in `echo`), `conn` and `wire` speak to it, `drive`, `idle`,
+//! `fanout` and `persist` apply the load, `scenario` defines the runs, `measure` performs one and reads
 //! the processes' CPU and memory, `report` prints it all. They live
 //! in `src/bin/loadgen/` (a binary crate root has no module directory of its
 //! own, hence the `#[path]` attributes).
@@ -36,6 +38,8 @@ mod fanout;
 mod idle;
 #[path = "loadgen/measure.rs"]
 mod measure;
+#[path = "loadgen/persist.rs"]
+mod persist;
 #[path = "loadgen/procs.rs"]
 mod procs;
 #[path = "loadgen/relay.rs"]
@@ -81,7 +85,7 @@ struct Cli {
     #[arg(long)]
     duration_ms: Option<u64>,
     /// Scenarios to run: all, or a comma-separated list of latency,
-    /// throughput, large, fixed-rate, idle, fan-in, fanout.
+    /// throughput, large, fixed-rate, idle, fan-in, fanout, persist.
     #[arg(long, value_delimiter = ',', default_value = "all")]
     scenario: Vec<String>,
     /// Tiny loads and durations, 50 idle connections: a quick correctness run.

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::jetstream::JetStream;
+use super::local::embedded::EmbeddedLog;
 use super::local::memory::MemoryLog;
 use super::local::Engine;
 use super::{
@@ -39,7 +40,11 @@ pub struct Settings {
 pub enum Backend {
     /// Kept in this process only (the default without a data directory).
     Memory(Engine<MemoryLog>),
-    /// NATS JetStream, shared by several instances.
+    /// A redb database under `persistence.path`: every publish and ack on
+    /// disk before it is answered (see [`EmbeddedLog`]).
+    Embedded(Engine<EmbeddedLog>),
+    /// NATS JetStream, shared by several instances (see
+    /// [`super::jetstream`]).
     Nats(Arc<JetStream>),
 }
 
@@ -88,27 +93,60 @@ impl Backend {
                 DEFAULT_MAX_SUBSCRIPTIONS,
                 meters,
             )?)),
+            BackendKind::Embedded => {
+                let Some(path) = settings.path.clone() else {
+                    // Validation requires it; kept an error, not a panic.
+                    return Err(PersistError::Store(
+                        "backend \"embedded\" needs persistence.path".to_owned(),
+                    ));
+                };
+                // Opening checks the whole file: off the runtime's threads.
+                let log = tokio::task::spawn_blocking(move || EmbeddedLog::open(&path))
+                    .await
+                    .map_err(|e| {
+                        PersistError::Store(format!("opening the embedded store: {e}"))
+                    })??;
+                Ok(Backend::Embedded(Engine::new(
+                    log,
+                    topics,
+                    settings.window,
+                    DEFAULT_MAX_SUBSCRIPTIONS,
+                    meters,
+                )?))
+            }
             BackendKind::Nats => {
-                // Validation requires the URL with this backend.
-                let url = settings.nats_url.as_deref().ok_or_else(|| {
-                    PersistError::Store("backend \"nats\" needs nats_url".to_owned())
-                })?;
+                let Some(url) = settings.nats_url.as_deref() else {
+                    // Validation requires it; kept an error, not a panic.
+                    return Err(PersistError::Store(
+                        "backend \"nats\" needs persistence.nats_url".to_owned(),
+                    ));
+                };
                 let js = JetStream::connect(url, topics, settings.window, meters).await?;
                 Ok(Backend::Nats(Arc::new(js)))
             }
-            kind @ BackendKind::Embedded => Err(PersistError::Store(format!(
-                "backend {:?} is not available in this build yet; use \"memory\"",
-                kind.as_str()
-            ))),
         }
     }
 
-    /// Starts its background work until `stop`: retention by age
-    /// (local), the stored gauges (NATS: JetStream keeps retention).
+    /// Starts its background work until `stop`: retention by age (the
+    /// local backends), the stored gauges (NATS, where JetStream keeps
+    /// retention itself).
     pub fn spawn_background(&self, stop: CancellationToken) {
         match self {
             Backend::Memory(e) => e.spawn_sweeper(stop),
+            Backend::Embedded(e) => e.spawn_sweeper(stop),
             Backend::Nats(js) => js.spawn_usage(stop),
+        }
+    }
+
+    /// Closes the store at shutdown, after the publishers have stopped:
+    /// the embedded store's file (and its lock) is released when this
+    /// returns, so a new gateway can open it at once. NATS keeps
+    /// everything; this instance's deliveries end.
+    pub fn close(&self) {
+        match self {
+            Backend::Memory(e) => e.close(),
+            Backend::Embedded(e) => e.close(),
+            Backend::Nats(js) => js.close(),
         }
     }
 
@@ -116,6 +154,7 @@ impl Backend {
     pub fn kind(&self) -> BackendKind {
         match self {
             Backend::Memory(_) => BackendKind::Memory,
+            Backend::Embedded(_) => BackendKind::Embedded,
             Backend::Nats(_) => BackendKind::Nats,
         }
     }
@@ -124,7 +163,7 @@ impl Backend {
     /// NATS: while connected).
     pub fn ready(&self) -> Result<(), String> {
         match self {
-            Backend::Memory(_) => Ok(()),
+            Backend::Memory(_) | Backend::Embedded(_) => Ok(()),
             Backend::Nats(js) if js.is_connected() => Ok(()),
             Backend::Nats(_) => Err("not connected to NATS".to_owned()),
         }
@@ -135,6 +174,7 @@ impl Store for Backend {
     async fn publish(&self, topic: &str, data: &Payload) -> Result<Stored, PersistError> {
         match self {
             Backend::Memory(e) => e.publish(topic, data).await,
+            Backend::Embedded(e) => e.publish(topic, data).await,
             Backend::Nats(js) => js.publish(topic, data).await,
         }
     }
@@ -142,6 +182,7 @@ impl Store for Backend {
     async fn open(&self, id: &str, topic: &str) -> Result<Opened, PersistError> {
         match self {
             Backend::Memory(e) => e.open(id, topic).await,
+            Backend::Embedded(e) => e.open(id, topic).await,
             Backend::Nats(js) => js.open(id, topic).await,
         }
     }
@@ -149,6 +190,7 @@ impl Store for Backend {
     async fn ack(&self, id: &str, seq: u64) -> Result<Acked, PersistError> {
         match self {
             Backend::Memory(e) => e.ack(id, seq).await,
+            Backend::Embedded(e) => e.ack(id, seq).await,
             Backend::Nats(js) => js.ack(id, seq).await,
         }
     }
@@ -156,6 +198,7 @@ impl Store for Backend {
     async fn delete(&self, id: &str) -> Result<bool, PersistError> {
         match self {
             Backend::Memory(e) => e.delete(id).await,
+            Backend::Embedded(e) => e.delete(id).await,
             Backend::Nats(js) => js.delete(id).await,
         }
     }
@@ -163,6 +206,7 @@ impl Store for Backend {
     async fn position(&self, id: &str) -> Result<Option<(String, u64)>, PersistError> {
         match self {
             Backend::Memory(e) => e.position(id).await,
+            Backend::Embedded(e) => e.position(id).await,
             Backend::Nats(js) => js.position(id).await,
         }
     }

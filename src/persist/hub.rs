@@ -28,10 +28,9 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{Acked, Backend, PersistError, Store, Stored, Topics};
+use super::{Backend, Stored, Topics};
 use crate::error::{ErrorKind, GatewayError};
 use crate::pubsub::topic;
 
@@ -63,6 +62,8 @@ pub struct Attachment {
     /// Cancelled when the connection is gone: every pump stops.
     gone: CancellationToken,
 }
+
+mod attachment;
 
 #[derive(Debug)]
 struct Holder {
@@ -204,230 +205,6 @@ impl fmt::Debug for Hub {
             .field("backend", &self.store.kind())
             .field("held", &self.held())
             .finish()
-    }
-}
-
-// === impl Attachment ===
-
-impl Attachment {
-    /// `rpc.subscribe.persistent`: the subscription's `resumed_from_sequence`.
-    pub async fn subscribe(&self, id: &str, topic_name: &str) -> Result<u64, GatewayError> {
-        self.hub.check(id, topic_name)?;
-        match self.hub.claim(self.conn, id, topic_name)? {
-            Claim::Repeat => self.floor(id).await,
-            Claim::Fresh(ticket) => self.open(id, topic_name, ticket).await,
-        }
-    }
-
-    /// `rpc.subscribe.persistent.batch`: every item subscribed, or none.
-    /// Each is checked (params, holders, existing topics) before any is
-    /// opened; if one fails to open, those opened are detached and those
-    /// created are deleted again.
-    pub async fn subscribe_all(
-        &self,
-        items: &[(String, String)],
-    ) -> Result<Vec<u64>, GatewayError> {
-        for (i, (id, topic_name)) in items.iter().enumerate() {
-            self.hub.check(id, topic_name).map_err(|e| at_index(i, e))?;
-            let twin = items[..i].iter().find(|(other, _)| other == id);
-            if twin.is_some_and(|(_, t)| t != topic_name) {
-                return Err(invalid(format!(
-                    "subscriptions[{i}]: {id:?} is listed twice with different topics"
-                )));
-            }
-        }
-        let mut created = Vec::new();
-        for (id, topic_name) in items {
-            if let Some(h) = self.hub.holders.lock().get(id) {
-                if h.conn != self.conn || h.topic != *topic_name {
-                    return Err(conflict(format!(
-                        "subscription {id:?} is active on another connection or with another topic"
-                    )));
-                }
-            }
-            match self
-                .hub
-                .store
-                .position(id)
-                .await
-                .map_err(|e| e.to_gateway())?
-            {
-                Some((existing, _)) if existing != *topic_name => {
-                    return Err(conflict(format!(
-                        "subscription {id:?} exists with topic {existing:?}"
-                    )));
-                }
-                Some(_) => {}
-                None => created.push(id.clone()),
-            }
-        }
-        let mut results = Vec::with_capacity(items.len());
-        let mut claimed = Vec::new();
-        for (id, topic_name) in items {
-            let outcome = match self.hub.claim(self.conn, id, topic_name) {
-                Ok(Claim::Repeat) => self.floor(id).await,
-                Ok(Claim::Fresh(ticket)) => {
-                    claimed.push((id.clone(), ticket.clone()));
-                    self.open(id, topic_name, ticket).await
-                }
-                Err(e) => Err(e),
-            };
-            match outcome {
-                Ok(resumed) => results.push(resumed),
-                Err(e) => {
-                    self.roll_back(&claimed, &created).await;
-                    return Err(e);
-                }
-            }
-        }
-        Ok(results)
-    }
-
-    /// `rpc.acknowledge.persistent`.
-    pub async fn ack(&self, id: &str, seq: u64) -> Result<(), GatewayError> {
-        if !self.hub.holds(self.conn, id) {
-            return Err(not_held(id));
-        }
-        match self.hub.store.ack(id, seq).await {
-            Ok(Acked::Yes) => Ok(()),
-            Ok(Acked::NeverDelivered) => Err(invalid(format!(
-                "sequence_id {seq} was never delivered to subscription {id:?}"
-            ))),
-            Err(PersistError::NotFound) => Err(not_held(id)),
-            Err(e) => Err(e.to_gateway()),
-        }
-    }
-
-    /// `rpc.unsubscribe.persistent`: deletes `id` (idempotent).
-    pub async fn unsubscribe(&self, id: &str) -> Result<(), GatewayError> {
-        {
-            let mut holders = self.hub.holders.lock();
-            match holders.get(id) {
-                Some(h) if h.conn != self.conn => {
-                    return Err(GatewayError::with_detail(
-                        ErrorKind::NotFound,
-                        format!("subscription {id:?} is held by another connection"),
-                    ));
-                }
-                Some(_) => {
-                    if let Some(h) = holders.remove(id) {
-                        h.stop.cancel();
-                    }
-                }
-                None => {}
-            }
-        }
-        self.hub
-            .store
-            .delete(id)
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_gateway())
-    }
-
-    /// `rpc.unsubscribe.persistent.batch`: deletes every id, or none when
-    /// one is held by another connection.
-    pub async fn unsubscribe_all(&self, ids: &[String]) -> Result<(), GatewayError> {
-        {
-            let holders = self.hub.holders.lock();
-            let foreign = ids
-                .iter()
-                .position(|id| holders.get(id).is_some_and(|h| h.conn != self.conn));
-            if let Some(i) = foreign {
-                return Err(GatewayError::with_detail(
-                    ErrorKind::NotFound,
-                    format!("subscription_ids[{i}]: held by another connection"),
-                ));
-            }
-        }
-        for id in ids {
-            self.unsubscribe(id).await?;
-        }
-        Ok(())
-    }
-
-    async fn floor(&self, id: &str) -> Result<u64, GatewayError> {
-        match self.hub.store.position(id).await {
-            Ok(Some((_, floor))) => Ok(floor),
-            Ok(None) => Err(not_held(id)),
-            Err(e) => Err(e.to_gateway()),
-        }
-    }
-
-    async fn open(&self, id: &str, topic_name: &str, ticket: Ticket) -> Result<u64, GatewayError> {
-        match self.hub.store.open(id, topic_name).await {
-            Ok(opened) => {
-                let pump = Pump {
-                    id: id.to_owned(),
-                    sink: self.sink.clone(),
-                    stop: ticket.stop,
-                    gone: self.gone.clone(),
-                };
-                tokio::spawn(pump.run(opened.deliveries));
-                Ok(opened.resumed_from)
-            }
-            Err(e) => {
-                self.hub.release(id, &ticket);
-                Err(e.to_gateway())
-            }
-        }
-    }
-
-    async fn roll_back(&self, claimed: &[(String, Ticket)], created: &[String]) {
-        for (id, ticket) in claimed {
-            self.hub.release(id, ticket);
-            if created.contains(id) {
-                if let Err(e) = self.hub.store.delete(id).await {
-                    tracing::warn!(error = %e, "persistent batch subscribe: roll-back failed");
-                }
-            }
-        }
-    }
-}
-
-impl Drop for Attachment {
-    fn drop(&mut self) {
-        self.gone.cancel();
-        self.hub.detach_all(self.conn);
-    }
-}
-
-impl fmt::Debug for Attachment {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Attachment")
-            .field("conn", &self.conn)
-            .finish()
-    }
-}
-
-/// Moves one subscription's deliveries into its connection's sink.
-struct Pump {
-    id: String,
-    sink: Arc<dyn Sink>,
-    stop: CancellationToken,
-    gone: CancellationToken,
-}
-
-impl Pump {
-    async fn run(self, mut deliveries: mpsc::Receiver<Stored>) {
-        loop {
-            let next = tokio::select! {
-                next = deliveries.recv() => next,
-                () = self.stop.cancelled() => None,
-                () = self.gone.cancelled() => None,
-            };
-            let Some(message) = next else {
-                return;
-            };
-            let delivered = tokio::select! {
-                delivered = self.sink.deliver(&self.id, &message) => delivered,
-                () = self.stop.cancelled() => false,
-                () = self.gone.cancelled() => false,
-            };
-            if !delivered {
-                return;
-            }
-        }
     }
 }
 

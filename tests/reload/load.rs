@@ -216,7 +216,7 @@ async fn client(c: usize, ws: Ws, epoch: Arc<AtomicU64>, stop: Arc<AtomicBool>, 
             && reply["error"].get("data").is_none();
         let by_b = reply["result"]["connection"].is_u64();
         assert!(by_a || by_b, "client {c}: not an upstream's answer: {text}");
-        if before == after && before % 2 == 0 {
+        if before == after && before.is_multiple_of(2) {
             let generation = 1 + before / 2;
             let want_a = generation % 2 == 1;
             assert_eq!(

@@ -308,7 +308,7 @@ fn event(text: &str) -> Option<u64> {
 const TOPIC_MEMBER: &str = r#""topic":"daemon.events""#;
 
 /// The event's daemon timestamp.
-fn published_at(text: &str) -> Option<SystemTime> {
+pub(crate) fn published_at(text: &str) -> Option<SystemTime> {
     let key = r#""timestamp":""#;
     let at = text.find(key)? + key.len();
     let end = text[at..].find('"')?;

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::drive::{self, Load, Tally, Timing};
 use super::fanout::{self, Fanout};
 use super::idle::{self, Idle};
+use super::persist::{self, Persist};
 use super::procs;
 use super::scenario::{Options, Run, Scenario, Shape};
 use super::target::{Role, StartOpts};
@@ -60,6 +61,8 @@ pub(crate) struct RunResult {
     pub(crate) idle: Option<Idle>,
     /// Fanout-scenario measurements.
     pub(crate) fanout: Option<Fanout>,
+    /// Persist-scenario measurements.
+    pub(crate) persist: Option<Persist>,
 }
 
 /// A scenario's results.
@@ -136,6 +139,11 @@ async fn run_one(r: &Run, start: &StartOpts, o: &Options) -> anyhow::Result<RunR
             let (f, cpu) = fanout::run(&live.endpoint, n, o.duration, pids).await?;
             result.fill_fanout(f, o.duration, cpu);
         }
+        Shape::Persist => {
+            let pids = [live.server_pid, live.daemon_pid];
+            let (p, cpu) = persist::run(&live.endpoint, o.duration, o.smoke, pids).await?;
+            result.fill_persist(p, o.duration, cpu);
+        }
         Shape::Traffic(load) => {
             let requests = Requests::new(r.target.wire, load.params_bytes)?;
             let conns = drive::connect_all(&live.endpoint, r.target.wire, load.conns).await?;
@@ -202,7 +210,7 @@ impl RunResult {
             role: r.target.role,
             load: match r.shape {
                 Shape::Traffic(load) => Some(load),
-                Shape::Idle(_) | Shape::Fanout(_) => None,
+                Shape::Idle(_) | Shape::Fanout(_) | Shape::Persist => None,
             },
             failure: Some(why),
             window_secs: 0.0,
@@ -220,7 +228,22 @@ impl RunResult {
             server_peak_rss_kib: None,
             idle: None,
             fanout: None,
+            persist: None,
         }
+    }
+
+    /// Copies a persist run's observations and CPU deltas in: deliveries
+    /// count as verified replies, gaps as lost, repeats as mismatched.
+    fn fill_persist(&mut self, p: Persist, duration: Duration, cpu: CpuUse) {
+        self.window_secs = duration.as_secs_f64();
+        self.rps = p.delivered_per_s;
+        self.latency_us = p.latency_us;
+        self.verified = p.delivered;
+        self.errors = p.errors;
+        self.mismatches = p.out_of_order;
+        self.lost = p.lost;
+        self.persist = Some(p);
+        self.set_cpu(cpu);
     }
 
     /// Copies a fanout run's observations and CPU deltas in: events

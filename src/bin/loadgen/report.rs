@@ -9,6 +9,8 @@
 
 #[path = "report/fanout.rs"]
 mod fanout;
+#[path = "report/persist.rs"]
+mod persist;
 #[path = "report/verdicts.rs"]
 mod verdicts;
 
@@ -26,6 +28,8 @@ pub(crate) fn table(sc: &ScenarioResult) -> String {
         idle_table(sc, &mut out);
     } else if sc.name == "fanout" {
         fanout::table(sc, &mut out);
+    } else if sc.name == "persist" {
+        persist::table(sc, &mut out);
     } else {
         traffic_table(sc, &mut out);
     }

@@ -2,17 +2,19 @@
 //!
 //! `latency`, `throughput`, `large` and `fixed-rate` run every target of
 //! `target::standard()`; `idle` and `fan-in` run the JSON-RPC gateway only;
-//! `fanout` runs the JSON-RPC gateway with a pub/sub feed.
+//! `fanout` runs the JSON-RPC gateway with a pub/sub feed; `persist` the
+//! same feed stored in a persistent topic, once per store backend.
 
 use std::time::Duration;
 
 use anyhow::bail;
 
 use super::drive::Load;
+use super::persist::Backend;
 use super::target::{self, TargetSpec};
 
 /// Every scenario, in run order.
-pub(crate) const NAMES: [&str; 7] = [
+pub(crate) const NAMES: [&str; 8] = [
     "latency",
     "throughput",
     "large",
@@ -20,6 +22,7 @@ pub(crate) const NAMES: [&str; 7] = [
     "idle",
     "fan-in",
     "fanout",
+    "persist",
 ];
 
 /// Cap on requests in flight per connection in the open-loop scenario.
@@ -48,6 +51,9 @@ pub(crate) enum Shape {
     Idle(usize),
     /// Subscribers of one pub/sub feed.
     Fanout(usize),
+    /// Persistent subscribers of one stored feed (the backend is the
+    /// target's).
+    Persist,
 }
 
 /// One target under one load.
@@ -97,6 +103,7 @@ fn scenario(name: &'static str, o: &Options) -> Scenario {
         "idle" => idle_runs(o),
         "fan-in" => fan_in_runs(o.smoke),
         "fanout" => fanout_runs(o.smoke),
+        "persist" => persist_runs(),
         _ => floors_and_gateways(Shape::Traffic(traffic_load(name, o.smoke)), o),
     };
     let about = if o.smoke && name == "fanout" {
@@ -117,6 +124,11 @@ fn about(name: &str) -> &'static str {
         "large" => "64 connections x 8 in flight, 16 KiB params",
         "fixed-rate" => "5,000 req/s open loop over 16 connections, 256 B params",
         "idle" => "N idle WebSocket connections held open to switchyard",
+        "persist" => {
+            "one feed at 1,000 events/s of 256 B into ONE persistent topic, 10 persistent \
+             subscribers acknowledging every message, per store backend; then a 10,000-message \
+             backlog resumed (300 with --smoke)"
+        }
         "fanout" => {
             "one feed at 1,000 events/s of 256 B fanned out to 1, 100 and 1,000 JSON-RPC \
              WebSocket subscribers (half on daemon.>), DEFAULT configuration plus the feed"
@@ -208,6 +220,23 @@ fn fanout_runs(smoke: bool) -> Vec<Run> {
             target: t,
             shape: Shape::Fanout(n),
             pool_size: None,
+        })
+        .collect()
+}
+
+/// The stored feed, once per backend. `nats` is left out until its target
+/// starts a `nats-server` (see [`Backend::Nats`]).
+fn persist_runs() -> Vec<Run> {
+    [Backend::Memory, Backend::Embedded]
+        .into_iter()
+        .map(|backend| {
+            let t = target::switchyard_persist(backend);
+            Run {
+                label: t.name.to_owned(),
+                target: t,
+                shape: Shape::Persist,
+                pool_size: None,
+            }
         })
         .collect()
 }

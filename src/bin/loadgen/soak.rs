@@ -261,7 +261,7 @@ async fn monitor(
             }
         }
         n += 1;
-        if n % progress_every == 0 {
+        if n.is_multiple_of(progress_every) {
             crate::emit(&report::progress(began.elapsed(), rows, samples.last()));
         }
     }

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use self::launch::Upstream;
 use super::conn::{Buffers, Endpoint};
 use super::echo::EchoServer;
+use super::persist::Backend;
 use super::procs::ChildGuard;
 use super::wire::{Reply, Requests, Wire};
 
@@ -66,6 +67,9 @@ pub(crate) enum Server {
     /// WebSocket listener in front of the NDJSON daemon, whose `Subscribe`
     /// is configured as a pub/sub feed (the fanout scenario).
     SwitchyardFeed,
+    /// [`Server::SwitchyardFeed`] with the feed's topic persistent, stored
+    /// by this backend (the persist scenario).
+    SwitchyardPersist(Backend),
 }
 
 /// One target.
@@ -184,6 +188,21 @@ pub(crate) fn switchyard_feed() -> TargetSpec {
     }
 }
 
+/// The persist target: the fanout target's feed stored in a persistent
+/// topic by `backend`.
+pub(crate) fn switchyard_persist(backend: Backend) -> TargetSpec {
+    TargetSpec {
+        name: match backend {
+            Backend::Memory => "switchyard persistent ← ndjson feed, memory store",
+            Backend::Embedded => "switchyard persistent ← ndjson feed, embedded store",
+            Backend::Nats => "switchyard persistent ← ndjson feed, nats store",
+        },
+        role: Role::Gateway,
+        server: Server::SwitchyardPersist(backend),
+        wire: Wire::JsonRpc,
+    }
+}
+
 /// switchyard's JSON-RPC WebSocket listener → NDJSON daemon.
 pub(crate) fn switchyard_jsonrpc() -> TargetSpec {
     TargetSpec {
@@ -249,9 +268,17 @@ impl TargetSpec {
                     _dir: dir,
                 })
             }
-            Server::SwitchyardFeed => {
+            Server::SwitchyardFeed | Server::SwitchyardPersist(_) => {
+                if self.server == Server::SwitchyardPersist(Backend::Nats) {
+                    bail!("the nats backend needs a nats-server, which this target does not start yet");
+                }
                 let (daemon, socket) = launch::ndjson_daemon(opts, dir.path()).await?;
-                let feed = super::fanout::feed_toml();
+                let feed = match self.server {
+                    Server::SwitchyardPersist(backend) => {
+                        super::persist::persistence_toml(backend, dir.path())
+                    }
+                    _ => super::fanout::feed_toml(),
+                };
                 let (gateway, endpoint) =
                     launch::switchyard_with_feed(opts, &socket, &feed, dir.path())?;
                 let mut live = Live {

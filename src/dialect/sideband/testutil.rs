@@ -5,7 +5,7 @@ use super::frame::FrameId;
 /// Bytes from a hex string (test vectors are written in hex).
 pub(super) fn unhex(text: &str) -> Vec<u8> {
     let text: String = text.split_whitespace().collect();
-    assert!(text.len() % 2 == 0, "odd hex length");
+    assert!(text.len().is_multiple_of(2), "odd hex length");
     (0..text.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex digit"))

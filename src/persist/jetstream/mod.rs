@@ -168,6 +168,12 @@ impl JetStream {
         self.client.connection_state() == async_nats::connection::State::Connected
     }
 
+    /// Ends every delivery on this instance (shutdown); NATS keeps every
+    /// position.
+    pub fn close(&self) {
+        self.open.close_all();
+    }
+
     /// Refreshes the stored gauges from the streams' state every
     /// [`USAGE_EVERY`] until `stop`.
     pub fn spawn_usage(self: &Arc<Self>, stop: CancellationToken) {

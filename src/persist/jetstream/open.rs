@@ -90,6 +90,13 @@ impl OpenSubs {
         }
     }
 
+    /// Ends every delivery on this instance.
+    pub(super) fn close_all(&self) {
+        for (_, sub) in self.map.lock().drain() {
+            sub.task.abort();
+        }
+    }
+
     /// What `id` holds, if it is open here.
     pub(super) fn held(&self, id: &str) -> Option<Arc<Mutex<Held>>> {
         self.map.lock().get(id).map(|s| s.held.clone())

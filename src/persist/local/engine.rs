@@ -30,8 +30,14 @@
 //! `window` are unacknowledged, and acknowledgements above the floor are
 //! at most `window` per subscription; at most `max_subscriptions` ids;
 //! each session reads at most [`DELIVERY_QUEUE`] messages per step and
-//! its channel holds as many. The log is called with the lock held, one
-//! call at a time.
+//! its channel holds as many; the per-topic notifiers are pruned to the
+//! topics someone follows whenever they outnumber the ids. The log is
+//! called with the lock held, one call at a time, from tokio's blocking
+//! pool when it blocks on I/O ([`Log::BLOCKING`], the embedded log), in
+//! place otherwise.
+//!
+//! Files: `session.rs` (one open subscription: what it sent, what waits
+//! for an ack, its task), `floor.rs` (floors over acks and evictions).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -39,7 +45,6 @@ use std::time::{Duration, Instant as StdInstant, SystemTime};
 
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch, Notify};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Log, Position};
@@ -82,28 +87,6 @@ struct State<L> {
 struct Sub {
     position: Position,
     session: Option<Session>,
-}
-
-/// One open subscription's delivery state (not persisted).
-#[derive(Debug)]
-struct Session {
-    id: u64,
-    /// The highest sequence this session has sent or passed over.
-    cursor: u64,
-    /// Sequences above this were never sent by any session: at open, the
-    /// lower of the topic's last sequence and floor + window.
-    owed: u64,
-    /// Sent and unacknowledged: sequence → when it is sent again.
-    in_flight: BTreeMap<u64, Instant>,
-    ack_timeout: Duration,
-    wake: Arc<Notify>,
-    stop: CancellationToken,
-}
-
-/// What one step of a session sends, and when it must look again.
-struct Step {
-    send: Vec<Stored>,
-    next_deadline: Option<Instant>,
 }
 
 // === impl Engine ===
@@ -176,7 +159,13 @@ impl<L: Log> Engine<L> {
                     _ = tick.tick() => {}
                     () = stop.cancelled() => return,
                 }
-                if let Err(e) = engine.sweep(SystemTime::now()) {
+                let swept = if L::BLOCKING {
+                    let engine = engine.clone();
+                    blocking(move || engine.sweep(SystemTime::now())).await
+                } else {
+                    engine.sweep(SystemTime::now())
+                };
+                if let Err(e) = swept {
                     tracing::warn!(error = %e, "persistent store: retention sweep failed");
                 }
             }
@@ -197,6 +186,13 @@ impl<L: Log> Engine<L> {
             self.shared.evicted(&mut state, &topic, &evicted)?;
         }
         Ok(())
+    }
+
+    /// Closes the log (at shutdown, once nothing more is published):
+    /// the embedded store's file is released even while tasks that hold
+    /// the engine are still ending. Later calls fail.
+    pub fn close(&self) {
+        self.shared.state.lock().log.close();
     }
 
     /// The number of subscription ids kept.
@@ -251,6 +247,10 @@ impl<L: Log> Engine<L> {
         }
         let session_id = state.next_session;
         state.next_session += 1;
+        if state.live.len() > state.subs.len() {
+            // Topics nobody follows any more (bounds the map by the ids).
+            state.live.retain(|_, tx| tx.receiver_count() > 0);
+        }
         let live = state
             .live
             .entry(topic.to_owned())
@@ -336,6 +336,9 @@ impl<L: Log> Engine<L> {
         }
         if let Some(ids) = state.by_topic.get_mut(&sub.position.topic) {
             ids.remove(id);
+            if ids.is_empty() {
+                state.by_topic.remove(&sub.position.topic);
+            }
         }
         state.log.remove_position(id)?;
         Ok(true)
@@ -387,248 +390,64 @@ impl<L: Log> Engine<L> {
 
 impl<L: Log> Store for Engine<L> {
     async fn publish(&self, topic: &str, data: &Payload) -> Result<Stored, PersistError> {
-        self.publish_now(topic, data)
+        let (topic, data) = (topic.to_owned(), data.clone());
+        self.call(move |e| e.publish_now(&topic, &data)).await
     }
 
     async fn open(&self, id: &str, topic: &str) -> Result<Opened, PersistError> {
-        self.open_now(id, topic)
+        let (id, topic) = (id.to_owned(), topic.to_owned());
+        self.call(move |e| e.open_now(&id, &topic)).await
     }
 
     async fn ack(&self, id: &str, seq: u64) -> Result<Acked, PersistError> {
-        self.ack_now(id, seq)
+        let id = id.to_owned();
+        self.call(move |e| e.ack_now(&id, seq)).await
     }
 
     async fn delete(&self, id: &str) -> Result<bool, PersistError> {
-        self.delete_now(id)
+        let id = id.to_owned();
+        self.call(move |e| e.delete_now(&id)).await
     }
 
     async fn position(&self, id: &str) -> Result<Option<(String, u64)>, PersistError> {
-        self.position_now(id)
+        let id = id.to_owned();
+        self.call(move |e| e.position_now(&id)).await
     }
 }
 
-// === impl Shared ===
-
-impl<L: Log> Shared<L> {
-    /// Moves the floor of `id` over acknowledged and evicted sequences,
-    /// writes the position if it changed (or `dirty`: changed by the
-    /// caller), and wakes its session if the floor moved.
-    fn compact(&self, state: &mut State<L>, id: &str, dirty: bool) -> Result<(), PersistError> {
-        let Some(sub) = state.subs.get_mut(id) else {
-            return Ok(());
-        };
-        let position = &mut sub.position;
-        let before = position.clone();
-        let last = state.log.last_seq(&position.topic)?;
-        loop {
-            if position.acked.remove(&(position.floor + 1)) {
-                position.floor += 1;
-                continue;
-            }
-            if position.floor >= last {
-                break;
-            }
-            // The first retained message above the floor: what lies
-            // between was evicted (and counted then).
-            let first = state
-                .log
-                .read(&position.topic, position.floor, 1)?
-                .first()
-                .map_or(last + 1, |m| m.seq);
-            if first > position.floor + 1 {
-                position.floor = first - 1;
-                continue;
-            }
-            break;
-        }
-        let floor = position.floor;
-        position.acked = position.acked.split_off(&(floor + 1));
-        if dirty || *position != before {
-            state.log.set_position(id, position)?;
-        }
-        if floor != before.floor {
-            if let Some(session) = sub.session.as_mut() {
-                session.in_flight = session.in_flight.split_off(&(floor + 1));
-                session.cursor = session.cursor.max(floor);
-                session.wake.notify_one();
-            }
-        }
-        Ok(())
-    }
-
-    /// Counts the unacknowledged `evicted` messages of `topic` per
-    /// subscription and moves the floors over them.
-    fn evicted(
+impl<L: Log> Engine<L> {
+    /// Runs `f` here, or on tokio's blocking pool when the log blocks
+    /// ([`Log::BLOCKING`]: disk I/O must not hold up the async workers).
+    async fn call<T: Send + 'static>(
         &self,
-        state: &mut State<L>,
-        topic: &str,
-        evicted: &[u64],
-    ) -> Result<(), PersistError> {
-        let usage = state.log.stats()?;
-        self.meters.stored_messages.set(gauge(usage.messages));
-        self.meters.stored_bytes.set(gauge(usage.bytes));
-        let Some(&highest) = evicted.iter().max() else {
-            return Ok(());
-        };
-        let ids: Vec<String> = state
-            .by_topic
-            .get(topic)
-            .map(|ids| ids.iter().cloned().collect())
-            .unwrap_or_default();
-        let mut lagging = Vec::new();
-        for id in ids {
-            let Some(sub) = state.subs.get(&id) else {
-                continue;
-            };
-            let p = &sub.position;
-            let lost = evicted
-                .iter()
-                .filter(|seq| **seq > p.floor && !p.acked.contains(seq))
-                .count();
-            self.meters
-                .evicted_unacked
-                .inc_by(u64::try_from(lost).unwrap_or(u64::MAX));
-            if p.floor < highest {
-                lagging.push(id);
-            }
+        f: impl FnOnce(&Self) -> Result<T, PersistError> + Send + 'static,
+    ) -> Result<T, PersistError> {
+        if !L::BLOCKING {
+            return f(self);
         }
-        for id in lagging {
-            self.compact(state, &id, false)?;
-        }
-        Ok(())
-    }
-
-    /// What session `session` of `id` sends now: due redeliveries, then
-    /// new messages within the window. `None` when the session is over.
-    fn step(&self, id: &str, session: u64, now: Instant) -> Result<Option<Step>, PersistError> {
-        let mut guard = self.state.lock();
-        let state = &mut *guard;
-        let Some(sub) = state.subs.get_mut(id) else {
-            return Ok(None);
-        };
-        let Some(s) = sub.session.as_mut().filter(|s| s.id == session) else {
-            return Ok(None);
-        };
-        let p = &sub.position;
-        let mut send = Vec::new();
-        let due: Vec<u64> = s
-            .in_flight
-            .iter()
-            .filter(|(_, at)| **at <= now)
-            .map(|(seq, _)| *seq)
-            .collect();
-        for seq in due {
-            let again = state.log.read(&p.topic, seq - 1, 1)?.pop();
-            match again.filter(|m| m.seq == seq) {
-                Some(m) => {
-                    s.in_flight.insert(seq, now + s.ack_timeout);
-                    self.meters.redelivered.inc();
-                    send.push(m);
-                }
-                // Evicted meanwhile: counted then.
-                None => {
-                    s.in_flight.remove(&seq);
-                }
-            }
-        }
-        let limit = p.floor.saturating_add(self.window);
-        if s.cursor < limit {
-            let room = usize::try_from(limit - s.cursor)
-                .unwrap_or(usize::MAX)
-                .min(DELIVERY_QUEUE);
-            for m in state.log.read(&p.topic, s.cursor, room)? {
-                if m.seq > limit {
-                    break;
-                }
-                s.cursor = m.seq;
-                if p.acked.contains(&m.seq) {
-                    continue;
-                }
-                s.in_flight.insert(m.seq, now + s.ack_timeout);
-                send.push(m);
-            }
-        }
-        Ok(Some(Step {
-            send,
-            next_deadline: s.in_flight.values().min().copied(),
-        }))
-    }
-
-    /// Session `session` of `id` ended (detached, replaced or deleted).
-    fn end(&self, id: &str, session: u64) {
-        let mut state = self.state.lock();
-        let Some(sub) = state.subs.get_mut(id) else {
-            return;
-        };
-        if sub.session.as_ref().is_some_and(|s| s.id == session) {
-            sub.session = None;
-            self.meters.attached.dec();
-        }
+        let engine = self.clone();
+        blocking(move || f(&engine)).await
     }
 }
 
-/// One session's task.
-struct Run<L> {
-    shared: Arc<Shared<L>>,
-    id: String,
-    session: u64,
-    tx: mpsc::Sender<Stored>,
-    wake: Arc<Notify>,
-    stop: CancellationToken,
-    live: watch::Receiver<u64>,
-}
-
-impl<L: Log> Run<L> {
-    async fn run(mut self) {
-        loop {
-            self.live.borrow_and_update();
-            let step = match self.shared.step(&self.id, self.session, Instant::now()) {
-                Ok(Some(step)) => step,
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::warn!(error = %e, "persistent delivery: store read failed");
-                    break;
-                }
-            };
-            let sent_any = !step.send.is_empty();
-            for m in step.send {
-                tokio::select! {
-                    sent = self.tx.send(m) => if sent.is_err() { return self.end() },
-                    () = self.stop.cancelled() => return self.end(),
-                }
-            }
-            if sent_any {
-                // More may be ready (a step reads at most a channel's worth).
-                continue;
-            }
-            let deadline = step.next_deadline;
-            tokio::select! {
-                () = self.stop.cancelled() => break,
-                () = self.tx.closed() => break,
-                changed = self.live.changed() => if changed.is_err() { break },
-                () = self.wake.notified() => {}
-                () = sleep_until(deadline) => {}
-            }
-        }
-        self.end();
-    }
-
-    fn end(&self) {
-        self.shared.end(&self.id, self.session);
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
+/// Runs `f` on tokio's blocking pool.
+pub(super) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, PersistError> + Send + 'static,
+) -> Result<T, PersistError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(PersistError::Store(format!("store task failed: {e}"))))
 }
 
 /// A count as a gauge value.
 fn gauge(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
+
+mod floor;
+mod session;
+
+use session::{Run, Session};
 
 #[cfg(test)]
 mod tests;

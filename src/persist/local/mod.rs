@@ -6,8 +6,11 @@
 //! - [`Engine`] (`engine.rs`): implements [`super::Store`] over any
 //!   [`Log`]; its bounds are in its module doc.
 //! - [`memory::MemoryLog`]: the log kept in this process only.
+//! - [`embedded::EmbeddedLog`]: the log in a redb database file, every
+//!   change on disk before it returns (its durability contract and the
+//!   choice of redb are in its module doc).
 //! - `conformance` (tests only): the suite every [`Log`] must pass,
-//!   generic over `L: Log`; call [`conformance::run`] from a log's tests.
+//!   generic over `L: Log`; call `conformance::run` from a log's tests.
 
 use std::collections::BTreeSet;
 use std::time::SystemTime;
@@ -17,6 +20,7 @@ use crate::envelope::Payload;
 
 #[cfg(test)]
 pub mod conformance;
+pub mod embedded;
 mod engine;
 pub mod memory;
 
@@ -39,6 +43,11 @@ pub struct Position {
 /// once its change is as durable as the log promises (the embedded log:
 /// on disk).
 pub trait Log: Send + 'static {
+    /// True when calls block on I/O (the embedded database): the engine
+    /// then makes them from tokio's blocking pool, never from an async
+    /// worker. False (the memory log): called in place.
+    const BLOCKING: bool = false;
+
     /// Appends `data` to `topic` as sequence `last + 1`, stored at `at`,
     /// then evicts what `retention` no longer keeps. Returns the stored
     /// message and the sequences evicted.
@@ -86,6 +95,11 @@ pub trait Log: Send + 'static {
     /// Messages and bytes of data retained now, over all topics. Called
     /// after every append and expiry, so kept as running totals.
     fn stats(&self) -> Result<Usage, PersistError>;
+
+    /// Releases what the log holds outside this process's memory (the
+    /// embedded database file and its lock), at shutdown; later calls
+    /// fail. The default does nothing.
+    fn close(&mut self) {}
 }
 
 /// What a log retains.

@@ -208,7 +208,7 @@ async fn send(
     counters: &mut Counters,
 ) -> std::io::Result<()> {
     c.sent_here += 1;
-    if spec.behavior == Behavior::Garbage && c.sent_here % chaos::GARBAGE_EVERY == 0 {
+    if spec.behavior == Behavior::Garbage && c.sent_here.is_multiple_of(chaos::GARBAGE_EVERY) {
         let (kind, out) = chaos::garbage(spec.wire, counters.garbage);
         counters.garbage += 1;
         spec.row.kind(kind);

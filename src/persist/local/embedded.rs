@@ -1,0 +1,565 @@
+//! The embedded store: a [`Log`] in one redb database file under the
+//! configured data directory (`[persistence] path`), for a single
+//! switchyard instance whose persistent subscriptions must survive a crash
+//! or a restart.
+//!
+//! # Durability contract
+//!
+//! Every mutating call ([`Log::append`], [`Log::expire`] when it evicts,
+//! [`Log::set_position`], [`Log::remove_position`]) is one redb write
+//! transaction committed with [`Durability::Immediate`] before it returns:
+//! redb writes the new pages and the commit slot and `fsync`s the file. So
+//!
+//! - a **publish** is on disk before it is delivered to anyone (the engine
+//!   delivers what `append` returned);
+//! - an **acknowledgement** is on disk before `{"acknowledged":true}` is
+//!   sent (the engine replies after `set_position` returned);
+//! - after a `kill -9` (or a power loss on a disk that honours `fsync`),
+//!   reopening finds every committed message, `last_seq` and position, and
+//!   nothing half-written: a commit is atomic (copy-on-write B-trees, two
+//!   commit slots with checksums; the newest valid one wins).
+//!
+//! The cost is one `fsync` per publish and per ack, the honest baseline; it
+//! blocks the caller for that long (the engine calls the log with its lock
+//! held). Group commit (several appends and acks in one transaction, each
+//! caller answered after the shared commit) would keep the contract, but
+//! needs a batch entry point in [`Log`]; it is not done here.
+//!
+//! # Layout of the file
+//!
+//! `<path>/persist.redb`, three tables:
+//!
+//! - `messages`: (topic, seq) → (stored_at in ms since the epoch, encoding
+//!   tag, data bytes). Tag 0 is JSON text, 1 is CBOR bytes.
+//! - `topics`: topic → (last seq, retained count, retained bytes). A row
+//!   outlives the eviction of every message, so `last_seq` survives
+//!   eviction and restart and sequences never restart from 1.
+//! - `positions`: subscription id → (topic, floor, acknowledged sequences
+//!   above the floor).
+//!
+//! The directory is created with mode 0700 if absent (messages may be
+//! private). The file is locked while open: a second process on the same
+//! directory gets a clear error, as does an unwritable directory or a
+//! damaged file. The whole file is checked (every page checksum) when it is
+//! opened, so damage is an error at start-up, never a panic later.
+//!
+//! # Bounds
+//!
+//! Retention (`max_count`, `max_bytes` and `max_age` on append, `max_age`
+//! in [`Log::expire`]) bounds what a topic keeps on disk, oldest first, as
+//! the memory log does (a message alone larger than `max_bytes` is stored,
+//! takes its sequence, and is evicted at once). A subscription's acknowledged set above its floor is bounded by the
+//! engine's delivery window. Nothing is cached in memory here beyond
+//! redb's page cache (its default size).
+//!
+//! # Why redb (and not fjall)
+//!
+//! Both are pure-Rust, actively maintained embedded key-value stores; the
+//! choice was made on crash safety, write throughput and maintenance.
+//!
+//! - **Crash safety.** redb (4.x) is a copy-on-write B-tree with ACID
+//!   transactions: a commit is durable when `commit()` returns under
+//!   `Durability::Immediate` (the default), and a crash leaves the previous
+//!   or the new state, never a mix; a damaged file is reported as
+//!   `Corrupted`. fjall (3.x) is an LSM tree with a write-ahead journal
+//!   whose default is *not* to `fsync` each write (it flushes on a timer);
+//!   durability per write needs an explicit `persist(SyncAll)` after each
+//!   batch, and recovery replays the journal and depends on background
+//!   flush and compaction threads being correct.
+//! - **Write throughput.** fjall's appends are sequential journal writes
+//!   and it wins on raw ingest when durability is relaxed. Here every
+//!   publish and ack must be on disk before it is answered, so both pay
+//!   one `fsync` per commit, which dominates; redb's single `fsync` per
+//!   commit (1-phase commit with checksums) is as cheap as it gets for
+//!   that contract.
+//! - **Maintenance.** redb has one file, no background threads, a small
+//!   dependency tree, a file format stable since 1.0 with upgrades
+//!   announced and refused loudly (`UpgradeRequired`; v3 since 3.0,
+//!   unchanged through 4.x), frequent releases and extensive fuzzing and
+//!   crash testing upstream. fjall brings compaction and flush threads, a
+//!   directory of segment files, and has changed its on-disk format at each
+//!   major version.
+//!
+//! redb 4 needs Rust 1.90 (the crate's `rust-version`).
+
+use std::fmt;
+use std::fs::DirBuilder;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redb::{
+    Database, DatabaseError, Durability, ReadableDatabase, ReadableTable, StorageError, Table,
+    TableDefinition, WriteTransaction,
+};
+use serde_json::value::RawValue;
+
+use super::{Log, Position, Usage};
+use crate::envelope::Payload;
+use crate::persist::{PersistError, Retention, Stored};
+
+/// The database file's name inside the data directory.
+pub const FILE_NAME: &str = "persist.redb";
+
+/// Messages: (topic, seq) → (stored_at ms, encoding tag, data).
+const MESSAGES: TableDefinition<'static, (&str, u64), (u64, u8, &[u8])> =
+    TableDefinition::new("messages");
+
+/// Per topic: (last seq, retained count, retained bytes).
+const TOPICS: TableDefinition<'static, &str, (u64, u64, u64)> = TableDefinition::new("topics");
+
+/// Per subscription id: (topic, floor, acknowledged above the floor).
+const POSITIONS: TableDefinition<'static, &str, (&str, u64, Vec<u64>)> =
+    TableDefinition::new("positions");
+
+/// Encoding tag of a JSON payload.
+const TAG_JSON: u8 = 0;
+/// Encoding tag of a CBOR payload.
+const TAG_CBOR: u8 = 1;
+
+/// A [`Log`] in a redb database file; see the module doc.
+pub struct EmbeddedLog {
+    /// The open database (locked against other processes while open);
+    /// `None` once closed.
+    db: Option<Database>,
+    /// Its file, for error messages.
+    path: PathBuf,
+    /// Messages and bytes retained over all topics: summed from `topics`
+    /// when opened, then kept up to date by each commit.
+    usage: Usage,
+}
+
+/// A topic's row in `topics`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Meta {
+    last: u64,
+    count: u64,
+    bytes: u64,
+}
+
+// === impl EmbeddedLog ===
+
+impl EmbeddedLog {
+    /// Opens (creating if absent) the store in directory `dir`, which is
+    /// created with mode 0700 if it does not exist.
+    pub fn open(dir: &Path) -> Result<Self, PersistError> {
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| {
+                PersistError::Store(format!(
+                    "cannot create the data directory {}: {e}",
+                    dir.display()
+                ))
+            })?;
+        let path = dir.join(FILE_NAME);
+        let db = Database::builder()
+            .set_check_integrity_on_open(true)
+            .create(&path)
+            .map_err(|e| open_error(&path, e))?;
+        let mut log = EmbeddedLog {
+            db: Some(db),
+            path,
+            usage: Usage::default(),
+        };
+        log.create_tables().map_err(|e| log.error(e))?;
+        log.usage = log.sum_usage().map_err(|e| log.error(e))?;
+        Ok(log)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Creates the tables so that read transactions find them.
+    fn create_tables(&self) -> Result<(), redb::Error> {
+        let txn = self.begin()?;
+        txn.open_table(MESSAGES)?;
+        txn.open_table(TOPICS)?;
+        txn.open_table(POSITIONS)?;
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// The retained totals, summed over the `topics` rows.
+    fn sum_usage(&self) -> Result<Usage, redb::Error> {
+        let txn = self.db()?.begin_read()?;
+        let topics = txn.open_table(TOPICS)?;
+        let mut usage = Usage::default();
+        for entry in topics.iter()? {
+            let (_, count, bytes) = entry?.1.value();
+            usage.messages += count;
+            usage.bytes += bytes;
+        }
+        Ok(usage)
+    }
+
+    /// The database, unless closed.
+    fn db(&self) -> Result<&Database, redb::Error> {
+        self.db.as_ref().ok_or(redb::Error::DatabaseClosed)
+    }
+
+    /// A write transaction that commits durably (the contract).
+    fn begin(&self) -> Result<WriteTransaction, redb::Error> {
+        let mut txn = self.db()?.begin_write()?;
+        txn.set_durability(Durability::Immediate)?;
+        Ok(txn)
+    }
+
+    /// A redb failure as the store's error, naming the file.
+    fn error(&self, e: impl fmt::Display) -> PersistError {
+        PersistError::Store(format!("embedded store {}: {e}", self.path.display()))
+    }
+
+    fn do_append(
+        &mut self,
+        topic: &str,
+        data: &Payload,
+        at: SystemTime,
+        retention: &Retention,
+    ) -> Result<(Stored, Vec<u64>), redb::Error> {
+        let at_ms = millis(at);
+        let (tag, bytes) = encode(data);
+        let txn = self.begin()?;
+        let (seq, evicted, before, after) = {
+            let mut topics = txn.open_table(TOPICS)?;
+            let mut messages = txn.open_table(MESSAGES)?;
+            let mut meta = read_meta(&topics, topic)?;
+            let before = meta;
+            let seq = meta.last + 1;
+            messages.insert((topic, seq), (at_ms, tag, bytes))?;
+            meta.last = seq;
+            meta.count += 1;
+            meta.bytes += bytes.len() as u64;
+            let too_old = age_cutoff(at_ms, retention);
+            let evicted = evict(&mut messages, topic, &mut meta, |meta, stored_at| {
+                retention.max_count.is_some_and(|max| meta.count > max)
+                    || retention.max_bytes.is_some_and(|max| meta.bytes > max)
+                    || too_old.is_some_and(|cutoff| stored_at <= cutoff)
+            })?;
+            topics.insert(topic, (meta.last, meta.count, meta.bytes))?;
+            (seq, evicted, before, meta)
+        };
+        txn.commit()?;
+        change(&mut self.usage, &before, &after);
+        let stored = Stored {
+            topic: topic.to_owned(),
+            seq,
+            stored_at: from_millis(at_ms),
+            data: data.clone(),
+        };
+        Ok((stored, evicted))
+    }
+
+    fn do_expire(
+        &mut self,
+        topic: &str,
+        now: SystemTime,
+        retention: &Retention,
+    ) -> Result<Vec<u64>, redb::Error> {
+        let Some(cutoff) = age_cutoff(millis(now), retention) else {
+            return Ok(Vec::new());
+        };
+        // Look before writing: a periodic expiry that finds nothing to do
+        // costs no commit and no fsync.
+        match self.do_read(topic, 0, 1)?.first() {
+            Some(oldest) if millis(oldest.stored_at) <= cutoff => {}
+            _ => return Ok(Vec::new()),
+        }
+        let txn = self.begin()?;
+        let (evicted, before, after) = {
+            let mut topics = txn.open_table(TOPICS)?;
+            let mut messages = txn.open_table(MESSAGES)?;
+            let mut meta = read_meta(&topics, topic)?;
+            let before = meta;
+            let evicted = evict(&mut messages, topic, &mut meta, |_, at| at <= cutoff)?;
+            topics.insert(topic, (meta.last, meta.count, meta.bytes))?;
+            (evicted, before, meta)
+        };
+        txn.commit()?;
+        change(&mut self.usage, &before, &after);
+        Ok(evicted)
+    }
+
+    fn do_read(&self, topic: &str, after: u64, limit: usize) -> Result<Vec<Stored>, redb::Error> {
+        let txn = self.db()?.begin_read()?;
+        let messages = txn.open_table(MESSAGES)?;
+        let mut out = Vec::new();
+        if after == u64::MAX || limit == 0 {
+            return Ok(out);
+        }
+        for entry in messages.range((topic, after + 1)..=(topic, u64::MAX))? {
+            let (key, value) = entry?;
+            let (at_ms, tag, bytes) = value.value();
+            out.push(Stored {
+                topic: topic.to_owned(),
+                seq: key.value().1,
+                stored_at: from_millis(at_ms),
+                data: decode(tag, bytes)?,
+            });
+            if out.len() == limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    fn do_last_seq(&self, topic: &str) -> Result<u64, redb::Error> {
+        let txn = self.db()?.begin_read()?;
+        let topics = txn.open_table(TOPICS)?;
+        Ok(topics.get(topic)?.map_or(0, |row| row.value().0))
+    }
+
+    fn do_position(&self, id: &str) -> Result<Option<Position>, redb::Error> {
+        let txn = self.db()?.begin_read()?;
+        let positions = txn.open_table(POSITIONS)?;
+        Ok(positions.get(id)?.map(|row| {
+            let (topic, floor, acked) = row.value();
+            Position {
+                topic: topic.to_owned(),
+                floor,
+                acked: acked.into_iter().collect(),
+            }
+        }))
+    }
+
+    fn do_set_position(&self, id: &str, position: &Position) -> Result<(), redb::Error> {
+        let txn = self.begin()?;
+        {
+            let mut positions = txn.open_table(POSITIONS)?;
+            let acked: Vec<u64> = position.acked.iter().copied().collect();
+            positions.insert(id, (position.topic.as_str(), position.floor, acked))?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    fn do_remove_position(&self, id: &str) -> Result<bool, redb::Error> {
+        let txn = self.begin()?;
+        let existed = txn.open_table(POSITIONS)?.remove(id)?.is_some();
+        if existed {
+            txn.commit()?;
+        } else {
+            txn.abort()?;
+        }
+        Ok(existed)
+    }
+
+    fn do_positions(&self) -> Result<Vec<(String, Position)>, redb::Error> {
+        let txn = self.db()?.begin_read()?;
+        let positions = txn.open_table(POSITIONS)?;
+        let mut out = Vec::new();
+        for entry in positions.iter()? {
+            let (id, row) = entry?;
+            let (topic, floor, acked) = row.value();
+            let position = Position {
+                topic: topic.to_owned(),
+                floor,
+                acked: acked.into_iter().collect(),
+            };
+            out.push((id.value().to_owned(), position));
+        }
+        Ok(out)
+    }
+
+    fn do_topics(&self) -> Result<Vec<String>, redb::Error> {
+        let txn = self.db()?.begin_read()?;
+        let topics = txn.open_table(TOPICS)?;
+        let mut out = Vec::new();
+        for entry in topics.iter()? {
+            let (topic, row) = entry?;
+            if row.value().1 > 0 {
+                out.push(topic.value().to_owned());
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Log for EmbeddedLog {
+    fn append(
+        &mut self,
+        topic: &str,
+        data: &Payload,
+        at: SystemTime,
+        retention: &Retention,
+    ) -> Result<(Stored, Vec<u64>), PersistError> {
+        self.do_append(topic, data, at, retention)
+            .map_err(|e| self.error(e))
+    }
+
+    fn expire(
+        &mut self,
+        topic: &str,
+        now: SystemTime,
+        retention: &Retention,
+    ) -> Result<Vec<u64>, PersistError> {
+        self.do_expire(topic, now, retention)
+            .map_err(|e| self.error(e))
+    }
+
+    fn read(&self, topic: &str, after: u64, limit: usize) -> Result<Vec<Stored>, PersistError> {
+        self.do_read(topic, after, limit).map_err(|e| self.error(e))
+    }
+
+    fn last_seq(&self, topic: &str) -> Result<u64, PersistError> {
+        self.do_last_seq(topic).map_err(|e| self.error(e))
+    }
+
+    fn position(&self, id: &str) -> Result<Option<Position>, PersistError> {
+        self.do_position(id).map_err(|e| self.error(e))
+    }
+
+    fn set_position(&mut self, id: &str, position: &Position) -> Result<(), PersistError> {
+        self.do_set_position(id, position)
+            .map_err(|e| self.error(e))
+    }
+
+    fn remove_position(&mut self, id: &str) -> Result<bool, PersistError> {
+        self.do_remove_position(id).map_err(|e| self.error(e))
+    }
+
+    fn topics(&self) -> Result<Vec<String>, PersistError> {
+        self.do_topics().map_err(|e| self.error(e))
+    }
+
+    fn positions(&self) -> Result<Vec<(String, Position)>, PersistError> {
+        self.do_positions().map_err(|e| self.error(e))
+    }
+
+    fn stats(&self) -> Result<Usage, PersistError> {
+        Ok(self.usage)
+    }
+
+    fn close(&mut self) {
+        // Every commit is already durable: dropping the handle only
+        // releases the file and its lock.
+        self.db = None;
+    }
+}
+
+impl fmt::Debug for EmbeddedLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EmbeddedLog")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Applies a topic's change from `before` to `after` to the totals.
+fn change(usage: &mut Usage, before: &Meta, after: &Meta) {
+    usage.messages = (usage.messages + after.count).saturating_sub(before.count);
+    usage.bytes = (usage.bytes + after.bytes).saturating_sub(before.bytes);
+}
+
+// === helpers ===
+
+/// Why the database could not be opened, in words an operator can act on.
+fn open_error(path: &Path, e: DatabaseError) -> PersistError {
+    let file = path.display();
+    PersistError::Store(match e {
+        DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => format!(
+            "the embedded store {file} is open in another process \
+             (another switchyard on the same persistence path?)"
+        ),
+        DatabaseError::Storage(StorageError::Corrupted(why)) => format!(
+            "the embedded store {file} is damaged ({why}); \
+             move it away to start with an empty store"
+        ),
+        DatabaseError::Storage(StorageError::Io(io)) => {
+            format!("cannot open the embedded store {file}: {io}")
+        }
+        DatabaseError::UpgradeRequired(version) => format!(
+            "the embedded store {file} has file format {version}, \
+             which this redb cannot read"
+        ),
+        other => format!("cannot open the embedded store {file}: {other}"),
+    })
+}
+
+/// A topic's meta row, or zeros for a topic never stored.
+fn read_meta(
+    topics: &Table<'_, &'static str, (u64, u64, u64)>,
+    topic: &str,
+) -> Result<Meta, redb::Error> {
+    Ok(topics.get(topic)?.map_or(Meta::default(), |row| {
+        let (last, count, bytes) = row.value();
+        Meta { last, count, bytes }
+    }))
+}
+
+/// Removes the oldest messages of `topic` while `go(meta, stored_at ms)`
+/// says so for the oldest one; keeps `meta` up to date. Returns the
+/// sequences removed, oldest first.
+fn evict(
+    messages: &mut Table<'_, (&'static str, u64), (u64, u8, &'static [u8])>,
+    topic: &str,
+    meta: &mut Meta,
+    go: impl Fn(&Meta, u64) -> bool,
+) -> Result<Vec<u64>, redb::Error> {
+    let mut evicted = Vec::new();
+    loop {
+        let oldest = match messages.range((topic, 0)..=(topic, u64::MAX))?.next() {
+            Some(entry) => {
+                let (key, value) = entry?;
+                let (at_ms, _, bytes) = value.value();
+                (key.value().1, at_ms, bytes.len() as u64)
+            }
+            None => break,
+        };
+        let (seq, at_ms, len) = oldest;
+        if !go(meta, at_ms) {
+            break;
+        }
+        messages.remove((topic, seq))?;
+        meta.count = meta.count.saturating_sub(1);
+        meta.bytes = meta.bytes.saturating_sub(len);
+        evicted.push(seq);
+    }
+    Ok(evicted)
+}
+
+/// Messages stored at or before this (ms) are `max_age` old at `now_ms`
+/// (as the memory log counts: an age of exactly `max_age` is evicted).
+fn age_cutoff(now_ms: u64, retention: &Retention) -> Option<u64> {
+    let max_age = u64::try_from(retention.max_age?.as_millis()).unwrap_or(u64::MAX);
+    now_ms.checked_sub(max_age)
+}
+
+/// A payload as its tag and bytes.
+fn encode(data: &Payload) -> (u8, &[u8]) {
+    match data {
+        Payload::Json(raw) => (TAG_JSON, raw.get().as_bytes()),
+        Payload::Cbor(bytes) => (TAG_CBOR, bytes.as_slice()),
+    }
+}
+
+/// A stored tag and bytes as the payload; a bad row is a corrupt store.
+fn decode(tag: u8, bytes: &[u8]) -> Result<Payload, redb::Error> {
+    let corrupt = |why: &str| redb::Error::Corrupted(format!("stored message: {why}"));
+    match tag {
+        TAG_JSON => {
+            let text = String::from_utf8(bytes.to_vec()).map_err(|_| corrupt("not UTF-8"))?;
+            RawValue::from_string(text)
+                .map(Payload::Json)
+                .map_err(|_| corrupt("not JSON"))
+        }
+        TAG_CBOR => Ok(Payload::Cbor(bytes.to_vec())),
+        _ => Err(corrupt("unknown encoding tag")),
+    }
+}
+
+/// Milliseconds since the epoch (0 before it, saturating far after).
+fn millis(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn from_millis(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,104 @@
+//! How a subscription's floor moves: over acknowledged sequences, and
+//! over what retention evicted (counted per subscription that had not
+//! acknowledged it).
+
+use super::{gauge, Shared, State};
+use crate::persist::local::Log;
+use crate::persist::PersistError;
+
+// === impl Shared ===
+
+impl<L: Log> Shared<L> {
+    /// Moves the floor of `id` over acknowledged and evicted sequences,
+    /// writes the position if it changed (or `dirty`: changed by the
+    /// caller), and wakes its session if the floor moved.
+    pub(super) fn compact(
+        &self,
+        state: &mut State<L>,
+        id: &str,
+        dirty: bool,
+    ) -> Result<(), PersistError> {
+        let Some(sub) = state.subs.get_mut(id) else {
+            return Ok(());
+        };
+        let position = &mut sub.position;
+        let before = position.clone();
+        let last = state.log.last_seq(&position.topic)?;
+        loop {
+            if position.acked.remove(&(position.floor + 1)) {
+                position.floor += 1;
+                continue;
+            }
+            if position.floor >= last {
+                break;
+            }
+            // The first retained message above the floor: what lies
+            // between was evicted (and counted then).
+            let first = state
+                .log
+                .read(&position.topic, position.floor, 1)?
+                .first()
+                .map_or(last + 1, |m| m.seq);
+            if first > position.floor + 1 {
+                position.floor = first - 1;
+                continue;
+            }
+            break;
+        }
+        let floor = position.floor;
+        position.acked = position.acked.split_off(&(floor + 1));
+        if dirty || *position != before {
+            state.log.set_position(id, position)?;
+        }
+        if floor != before.floor {
+            if let Some(session) = sub.session.as_mut() {
+                session.in_flight = session.in_flight.split_off(&(floor + 1));
+                session.cursor = session.cursor.max(floor);
+                session.wake.notify_one();
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts the unacknowledged `evicted` messages of `topic` per
+    /// subscription and moves the floors over them.
+    pub(super) fn evicted(
+        &self,
+        state: &mut State<L>,
+        topic: &str,
+        evicted: &[u64],
+    ) -> Result<(), PersistError> {
+        let usage = state.log.stats()?;
+        self.meters.stored_messages.set(gauge(usage.messages));
+        self.meters.stored_bytes.set(gauge(usage.bytes));
+        let Some(&highest) = evicted.iter().max() else {
+            return Ok(());
+        };
+        let ids: Vec<String> = state
+            .by_topic
+            .get(topic)
+            .map(|ids| ids.iter().cloned().collect())
+            .unwrap_or_default();
+        let mut lagging = Vec::new();
+        for id in ids {
+            let Some(sub) = state.subs.get(&id) else {
+                continue;
+            };
+            let p = &sub.position;
+            let lost = evicted
+                .iter()
+                .filter(|seq| **seq > p.floor && !p.acked.contains(seq))
+                .count();
+            self.meters
+                .evicted_unacked
+                .inc_by(u64::try_from(lost).unwrap_or(u64::MAX));
+            if p.floor < highest {
+                lagging.push(id);
+            }
+        }
+        for id in lagging {
+            self.compact(state, &id, false)?;
+        }
+        Ok(())
+    }
+}
