@@ -49,6 +49,7 @@ const FANOUT_ROWS: &[&str] = &[
 const PERSIST_ROWS: &[&str] = &[
     "switchyard persistent ← ndjson feed, memory store",
     "switchyard persistent ← ndjson feed, embedded store",
+    "switchyard persistent ← ndjson feed, nats store",
 ];
 
 /// Each scenario and the rows its table must have (by label prefix).

@@ -2,7 +2,7 @@
 //! events/s of about 256 B into ONE persistent topic, with
 //! [`SUBSCRIBERS`] persistent subscribers on switchyard's JSON-RPC
 //! WebSocket listener, each acknowledging every message; once per store
-//! backend (`memory`, `embedded`; `nats` is a hook, see [`Backend`]).
+//! backend (`memory`, `embedded`, `nats` on a `nats-server` of its own).
 //!
 //! Measured in the window: events the daemon published per second (from
 //! its `seq`), events stored per second (from the `sequence_id`s
@@ -55,9 +55,8 @@ pub(crate) enum Backend {
     Memory,
     /// `backend = "embedded"`, in the run's temp dir.
     Embedded,
-    /// `backend = "nats"`: the hook. Needs a `nats-server -js` started by
-    /// the target (as tests/persist_nats does) and its URL in
-    /// [`persistence_toml`]; until then the run fails with a clear reason.
+    /// `backend = "nats"`, on a `nats-server -js` the target starts in
+    /// the run's temp dir.
     Nats,
 }
 
@@ -108,14 +107,22 @@ struct Sub {
 }
 
 /// The feed and persistence tables of a persist target.
-pub(crate) fn persistence_toml(backend: Backend, dir: &std::path::Path) -> String {
+/// `nats_url` is the server the `nats` backend uses.
+pub(crate) fn persistence_toml(
+    backend: Backend,
+    dir: &std::path::Path,
+    nats_url: Option<&str>,
+) -> String {
     let store = match backend {
         Backend::Memory => String::from("backend = \"memory\"\n"),
         Backend::Embedded => format!(
             "backend = \"embedded\"\npath = \"{}\"\n",
             dir.join("store").display()
         ),
-        Backend::Nats => String::from("backend = \"nats\"\n"),
+        Backend::Nats => format!(
+            "backend = \"nats\"\nnats_url = \"{}\"\n",
+            nats_url.unwrap_or("nats://127.0.0.1:4222")
+        ),
     };
     format!(
         "{}\n[persistence]\n{store}\n[[persistent_topics]]\ntopic = \"{TOPIC}\"\n",
@@ -385,7 +392,7 @@ mod tests {
 
     #[test]
     fn the_embedded_target_stores_under_its_dir() {
-        let toml = persistence_toml(Backend::Embedded, std::path::Path::new("/tmp/x"));
+        let toml = persistence_toml(Backend::Embedded, std::path::Path::new("/tmp/x"), None);
         assert!(toml.contains("path = \"/tmp/x/store\""), "{toml}");
         assert!(toml.contains("[[persistent_topics]]"), "{toml}");
     }

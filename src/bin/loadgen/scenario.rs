@@ -224,10 +224,9 @@ fn fanout_runs(smoke: bool) -> Vec<Run> {
         .collect()
 }
 
-/// The stored feed, once per backend. `nats` is left out until its target
-/// starts a `nats-server` (see [`Backend::Nats`]).
+/// The stored feed, once per backend.
 fn persist_runs() -> Vec<Run> {
-    [Backend::Memory, Backend::Embedded]
+    [Backend::Memory, Backend::Embedded, Backend::Nats]
         .into_iter()
         .map(|backend| {
             let t = target::switchyard_persist(backend);

@@ -269,23 +269,31 @@ impl TargetSpec {
                 })
             }
             Server::SwitchyardFeed | Server::SwitchyardPersist(_) => {
-                if self.server == Server::SwitchyardPersist(Backend::Nats) {
-                    bail!("the nats backend needs a nats-server, which this target does not start yet");
-                }
+                // The nats backend's server, started first and killed last.
+                let nats = match self.server {
+                    Server::SwitchyardPersist(Backend::Nats) => {
+                        Some(launch::nats_server(dir.path()).await?)
+                    }
+                    _ => None,
+                };
                 let (daemon, socket) = launch::ndjson_daemon(opts, dir.path()).await?;
                 let feed = match self.server {
-                    Server::SwitchyardPersist(backend) => {
-                        super::persist::persistence_toml(backend, dir.path())
-                    }
+                    Server::SwitchyardPersist(backend) => super::persist::persistence_toml(
+                        backend,
+                        dir.path(),
+                        nats.as_ref().map(|(_, url)| url.as_str()),
+                    ),
                     _ => super::fanout::feed_toml(),
                 };
                 let (gateway, endpoint) =
                     launch::switchyard_with_feed(opts, &socket, &feed, dir.path())?;
+                let mut children = vec![gateway, daemon];
+                children.extend(nats.map(|(child, _)| child));
                 let mut live = Live {
                     endpoint,
-                    server_pid: Some(gateway.id()),
-                    daemon_pid: Some(daemon.id()),
-                    children: vec![gateway, daemon],
+                    server_pid: children.first().map(ChildGuard::id),
+                    daemon_pid: children.get(1).map(ChildGuard::id),
+                    children,
                     _echo: None,
                     _dir: dir,
                 };

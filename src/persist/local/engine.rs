@@ -37,7 +37,8 @@
 //! place otherwise.
 //!
 //! Files: `session.rs` (one open subscription: what it sent, what waits
-//! for an ack, its task), `floor.rs` (floors over acks and evictions).
+//! for an ack, its task), `floor.rs` (positions: made, and their floors
+//! moved over acks and evictions).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -206,43 +207,7 @@ impl<L: Log> Engine<L> {
         let mut guard = shared.state.lock();
         let state = &mut *guard;
         let last = state.log.last_seq(topic)?;
-        let created = match state.subs.get(id) {
-            Some(sub) if sub.position.topic != topic => {
-                return Err(PersistError::Conflict(format!(
-                    "subscription {id:?} exists with topic {:?}",
-                    sub.position.topic
-                )));
-            }
-            Some(_) => false,
-            None if state.subs.len() >= shared.max_subscriptions => {
-                return Err(PersistError::Full(format!(
-                    "at most {} persistent subscriptions",
-                    shared.max_subscriptions
-                )));
-            }
-            None => {
-                let position = Position {
-                    topic: topic.to_owned(),
-                    floor: last,
-                    acked: Default::default(),
-                };
-                state.log.set_position(id, &position)?;
-                state
-                    .by_topic
-                    .entry(topic.to_owned())
-                    .or_default()
-                    .insert(id.to_owned());
-                state.subs.insert(
-                    id.to_owned(),
-                    Sub {
-                        position,
-                        session: None,
-                    },
-                );
-                true
-            }
-        };
-        if !created {
+        if !shared.position_for(state, id, topic, last)? {
             shared.compact(state, id, false)?;
         }
         let session_id = state.next_session;
