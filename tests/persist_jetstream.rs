@@ -135,6 +135,7 @@ async fn resume_reports_the_ack_floor_and_redelivers_every_unacknowledged_in_ord
         "re-ack is a no-op"
     );
     assert_eq!(js.ack("r", 9).await.unwrap(), Acked::NeverDelivered);
+    assert_eq!(js.ack("r", 0).await.unwrap(), Acked::NeverDelivered);
     assert_eq!(meters.acks.get(), 4, "re-acks count too");
     assert_eq!(
         js.position("r").await.unwrap(),

@@ -48,7 +48,8 @@ pub enum Backend {
     /// A redb database under `persistence.path`: every publish and ack on
     /// disk before it is answered (see [`EmbeddedLog`]).
     Embedded(Engine<EmbeddedLog>),
-    /// NATS JetStream, shared by several instances.
+    /// NATS JetStream, shared by several instances (see
+    /// [`super::jetstream`]).
     Nats(Arc<JetStream>),
 }
 
@@ -119,18 +120,21 @@ impl Backend {
                 )?))
             }
             BackendKind::Nats => {
-                // Validation requires the URL with this backend.
-                let url = settings.nats_url.as_deref().ok_or_else(|| {
-                    PersistError::Store("backend \"nats\" needs nats_url".to_owned())
-                })?;
+                let Some(url) = settings.nats_url.as_deref() else {
+                    // Validation requires it; kept an error, not a panic.
+                    return Err(PersistError::Store(
+                        "backend \"nats\" needs persistence.nats_url".to_owned(),
+                    ));
+                };
                 let js = JetStream::connect(url, topics, settings.window, meters).await?;
                 Ok(Backend::Nats(Arc::new(js)))
             }
         }
     }
 
-    /// Starts its background work until `stop`: retention by age
-    /// (local), the stored gauges (NATS: JetStream keeps retention).
+    /// Starts its background work until `stop`: retention by age (the
+    /// local backends), the stored gauges (NATS, where JetStream keeps
+    /// retention itself).
     pub fn spawn_background(&self, stop: CancellationToken) {
         match self {
             Backend::Memory(e) => e.spawn_sweeper(stop),
@@ -141,13 +145,13 @@ impl Backend {
 
     /// Closes the store at shutdown, after the publishers have stopped:
     /// the embedded store's file (and its lock) is released when this
-    /// returns, so a new gateway can open it at once. NATS: nothing to
-    /// release (the client goes with the process).
+    /// returns, so a new gateway can open it at once. NATS keeps
+    /// everything; this instance's deliveries end.
     pub fn close(&self) {
         match self {
             Backend::Memory(e) => e.close(),
             Backend::Embedded(e) => e.close(),
-            Backend::Nats(_) => {}
+            Backend::Nats(js) => js.close(),
         }
     }
 

@@ -18,7 +18,9 @@
 //! - `local`: the engine shared by the single-instance backends: a
 //!   [`local::Log`] (`memory`, `embedded`) of messages and positions, with
 //!   delivery windows, redelivery and retention kept in this process.
-//! - `jetstream`: NATS JetStream, for several instances.
+//! - [`jetstream`]: NATS JetStream, for several instances (`setup`: names,
+//!   streams, the KV bucket of ids; `open`: the subscriptions open on this
+//!   instance; `delivery`: the pull task and what it holds for acks).
 //! - [`Backend`]: the configured backend, one variant per kind, as the
 //!   rest of switchyard sees it.
 //! - [`policy`]: which topics are persistent ([`Topics`]) and what each

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream::consumer::pull::Stream as Pull;
 use async_nats::jetstream::message::Acker;
-use async_nats::jetstream::Message;
+use async_nats::jetstream::{AckKind, Message};
 use futures_util::StreamExt;
 use parking_lot::Mutex;
 use serde_json::value::RawValue;
@@ -70,6 +70,7 @@ impl Held {
     pub(super) fn take(&mut self, seq: u64) -> Result<Acker, Acked> {
         match self.ackers.remove(&seq) {
             Some(acker) => Ok(acker),
+            None if seq == 0 => Err(Acked::NeverDelivered),
             None if seq <= self.seen => Err(Acked::Yes),
             None => Err(Acked::NeverDelivered),
         }
@@ -156,7 +157,10 @@ pub(super) async fn pump(
         let (seq, delivered, stored) = match stored(&topic, &msg) {
             Ok(parts) => parts,
             Err(e) => {
+                // Not written by switchyard: never sent, and never again.
                 tracing::warn!(target: "switchyard::persist", %topic, error = %e, "undecodable jetstream message");
+                // A lost term only means it comes again, and is termed again.
+                let _ = msg.ack_with(AckKind::Term).await;
                 continue;
             }
         };

@@ -74,16 +74,16 @@
 //!   acknowledgement (`max_ack_pending`: JetStream sends no more
 //!   unacknowledged; unlike the local engine, acknowledgements out of
 //!   order above the floor do not count against it), and a channel of
-//!   [`DELIVERY_QUEUE`] to the pump; one pull request asks for at most
+//!   [`super::DELIVERY_QUEUE`] to the pump; one pull request asks for at most
 //!   [`PULL_BATCH`] messages.
 //! - The client's own buffers are async-nats's defaults (its subscription
 //!   channels are bounded).
 
 mod delivery;
+mod open;
 mod setup;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -93,15 +93,13 @@ use async_nats::jetstream::kv::CreateErrorKind;
 use async_nats::jetstream::{self as js, kv, stream};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
-use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 use self::delivery::{Held, ENCODING_HEADER};
+use self::open::OpenSubs;
 pub use self::setup::{consumer_name, stream_name, subject};
 use self::setup::{fail, hex};
-use super::{
-    Acked, Meters, Opened, PersistError, Store, Stored, TopicPolicy, Topics, DELIVERY_QUEUE,
-};
+use super::{Acked, Meters, Opened, PersistError, Store, Stored, TopicPolicy, Topics};
 use crate::envelope::Payload;
 
 /// The most messages one pull request asks for.
@@ -120,28 +118,9 @@ pub struct JetStream {
     window: usize,
     /// Streams known to exist with the configured retention, by topic.
     streams: Mutex<HashMap<String, stream::Stream>>,
-    /// Subscriptions open on this instance; an entry leaves when its
-    /// deliveries end.
-    open: Arc<Mutex<HashMap<String, OpenSub>>>,
-    /// Tells one opening from the next of the same id.
-    openings: AtomicU64,
+    /// Subscriptions open on this instance.
+    open: OpenSubs,
     meters: Meters,
-}
-
-/// One subscription open on this instance.
-struct OpenSub {
-    opening: u64,
-    held: Arc<Mutex<Held>>,
-    task: AbortHandle,
-}
-
-/// Counts an attached subscription down when its task ends.
-struct Attached(prometheus::IntGauge);
-
-impl Drop for Attached {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
 }
 
 impl std::fmt::Debug for JetStream {
@@ -179,8 +158,7 @@ impl JetStream {
             topics,
             window: window.max(1),
             streams: Mutex::new(HashMap::new()),
-            open: Arc::default(),
-            openings: AtomicU64::new(0),
+            open: OpenSubs::default(),
             meters,
         })
     }
@@ -188,6 +166,12 @@ impl JetStream {
     /// Whether the NATS connection is up now (for `/readyz`).
     pub fn is_connected(&self) -> bool {
         self.client.connection_state() == async_nats::connection::State::Connected
+    }
+
+    /// Ends every delivery on this instance (shutdown); NATS keeps every
+    /// position.
+    pub fn close(&self) {
+        self.open.close_all();
     }
 
     /// Refreshes the stored gauges from the streams' state every
@@ -304,14 +288,7 @@ impl JetStream {
         }
     }
 
-    /// Ends the deliveries of `id` on this instance, if open.
-    fn close(&self, id: &str) {
-        if let Some(old) = self.open.lock().remove(id) {
-            old.task.abort();
-        }
-    }
-
-    /// Starts the pull task of a consumer just created from `start`.
+    /// Starts pulling a consumer just created from `start`.
     async fn attach(
         &self,
         id: &str,
@@ -326,41 +303,8 @@ impl JetStream {
             .messages()
             .await
             .map_err(|e| fail("pull", e))?;
-        let held = Arc::new(Mutex::new(Held::new(self.window, seen, start)));
-        let (tx, rx) = mpsc::channel(DELIVERY_QUEUE);
-        let opening = self.openings.fetch_add(1, Ordering::Relaxed);
-        let pump = delivery::pump(
-            topic.to_owned(),
-            messages,
-            tx,
-            held.clone(),
-            self.meters.clone(),
-        );
-        let open = self.open.clone();
-        let key = id.to_owned();
-        // Hold the map's lock while spawning, so that the task's own
-        // removal comes after the insertion below.
-        let mut subs = self.open.lock();
-        let attached = self.meters.attached.clone();
-        attached.inc();
-        let task = tokio::spawn(async move {
-            // Counted down however the task ends (aborted included).
-            let _attached = Attached(attached);
-            pump.await;
-            let mut open = open.lock();
-            if open.get(&key).is_some_and(|s| s.opening == opening) {
-                open.remove(&key);
-            }
-        });
-        let sub = OpenSub {
-            opening,
-            held,
-            task: task.abort_handle(),
-        };
-        if let Some(old) = subs.insert(id.to_owned(), sub) {
-            old.task.abort();
-        }
-        Ok(rx)
+        let held = Held::new(self.window, seen, start);
+        Ok(self.open.attach(id, topic, messages, held, &self.meters))
     }
 }
 
@@ -440,7 +384,7 @@ impl Store for JetStream {
         };
         // Recreated from floor + 1, so that every unacknowledged message
         // comes again now, in order.
-        self.close(id);
+        self.open.close(id);
         if prior.is_some() {
             setup::delete_consumer(&stream, &name).await?;
         }
@@ -467,10 +411,9 @@ impl Store for JetStream {
     }
 
     async fn ack(&self, id: &str, seq: u64) -> Result<Acked, PersistError> {
-        let held = match self.open.lock().get(id) {
-            Some(sub) => sub.held.clone(),
-            // Acknowledgements go through the instance that holds the id.
-            None => return Err(PersistError::NotFound),
+        // Acknowledgements go through the instance that holds the id.
+        let Some(held) = self.open.held(id) else {
+            return Err(PersistError::NotFound);
         };
         let acker = match held.lock().take(seq) {
             Ok(acker) => acker,
@@ -493,7 +436,7 @@ impl Store for JetStream {
     }
 
     async fn delete(&self, id: &str) -> Result<bool, PersistError> {
-        self.close(id);
+        self.open.close(id);
         let Some(topic) = self.topic_of(id).await? else {
             return Ok(false);
         };
