@@ -2,7 +2,9 @@
 # Installs what the test suite needs besides Rust, when missing:
 #   - Node.js >= 18 with npm, and tests/node's locked dependencies
 #     (ws, json-rpc-2.0, puppeteer-core) via `npm ci`;
-#   - Debian's chromium, which the browser tests drive headless.
+#   - Debian's chromium, which the browser tests drive headless;
+#   - Debian's nats-server (JetStream), which the persistent-subscription
+#     tests start on a loopback port in a temp dir.
 # Uses apt-get (Debian/Ubuntu, as root or through sudo). Safe to run again:
 # what is present is left alone.
 set -euo pipefail
@@ -13,6 +15,9 @@ command -v node >/dev/null 2>&1 || apt_packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || apt_packages+=(npm)
 if [ -z "${SWITCHYARD_CHROMIUM:-}" ] && [ ! -x /usr/bin/chromium ] && [ ! -x /usr/bin/chromium-browser ]; then
   apt_packages+=(chromium)
+fi
+if [ -z "${SWITCHYARD_NATS_SERVER:-}" ] && ! command -v nats-server >/dev/null 2>&1; then
+  apt_packages+=(nats-server)
 fi
 
 if [ "${#apt_packages[@]}" -gt 0 ]; then
@@ -35,3 +40,10 @@ if [ -z "$chromium" ]; then
   exit 1
 fi
 echo "== $("$chromium" --version 2>/dev/null || echo "$chromium")"
+
+nats="${SWITCHYARD_NATS_SERVER:-$(command -v nats-server || true)}"
+if [ -z "$nats" ]; then
+  echo "nats-server is still missing after apt-get install" >&2
+  exit 1
+fi
+echo "== $("$nats" --version 2>/dev/null || echo "$nats")"

@@ -65,8 +65,17 @@ fn example_file_loads_and_validates() {
         }
     );
     assert_eq!(public.routes.default.as_deref(), Some("daemon"));
-    assert_eq!(public.routes.upstream_for("admin.reload"), Some("admin"));
-    assert_eq!(public.routes.upstream_for("Status"), Some("daemon"));
+    assert_eq!(
+        public
+            .routes
+            .upstream_for("admin.reload")
+            .map(String::as_str),
+        Some("admin")
+    );
+    assert_eq!(
+        public.routes.upstream_for("Status").map(String::as_str),
+        Some("daemon")
+    );
 
     let local = &config.listeners[0];
     assert_eq!(
@@ -439,9 +448,15 @@ fn longest_prefix_wins() {
     let config = Config::from_toml(text).expect("valid");
     let routes = &config.listeners[0].routes;
     assert_eq!(routes.prefixes[0].0, "admin.users.", "longest first");
-    assert_eq!(routes.upstream_for("admin.users.list"), Some("b"));
-    assert_eq!(routes.upstream_for("admin.reload"), Some("a"));
-    assert_eq!(routes.upstream_for("status"), Some("c"));
+    assert_eq!(
+        routes.upstream_for("admin.users.list").map(String::as_str),
+        Some("b")
+    );
+    assert_eq!(
+        routes.upstream_for("admin.reload").map(String::as_str),
+        Some("a")
+    );
+    assert_eq!(routes.upstream_for("status").map(String::as_str), Some("c"));
 
     let no_default = text.replace(
         "upstream = \"c\"\n",
@@ -792,6 +807,8 @@ fn persistence_problems_are_all_reported() {
     );
     assert_eq!(found.len(), 9, "{found:#?}");
 
+    let huge = format!("{MINIMAL}\n[persistence]\nwindow = 2000000\n");
+    assert_has(&problems(&huge), "persistence.window: at most 1048576");
     let needs = format!("{MINIMAL}\n[persistence]\nbackend = \"embedded\"\n");
     assert_has(
         &problems(&needs),

@@ -87,6 +87,7 @@ async fn subscribe_deliver_ack_and_resume_with_the_exact_shapes() {
     // proc-1's connection closes: the subscription detaches and keeps its
     // position.
     c.close("a").await;
+    stack.attached(1).await;
     c.publish("pub", "orders", json!({"order": 5})).await;
     assert_eq!(
         seqs(&c.notes("b", 1).await),
@@ -224,6 +225,7 @@ async fn one_connection_holds_an_id_and_an_id_keeps_its_topic() {
 
     // Detached, the id keeps its topic: -32005 for another one.
     c.close("a").await;
+    stack.attached(0).await;
     let detached = c
         .call("b", SUBSCRIBE, subscribe("held", "events.p.x"))
         .await;

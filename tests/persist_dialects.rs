@@ -202,3 +202,50 @@ async fn sideband_cbor_clients_get_n_envelopes() {
 async fn ndjson_clients_get_notification_lines() {
     round_trip(Speak::Ndjson).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holon_deliveries_wait_for_the_push_window_instead_of_dropping() {
+    let listeners = r#"
+[listeners.holon]
+dialect = "holon-rpc"
+address = "127.0.0.1:0"
+path = "/holon"
+max_unanswered_pushes = 2
+"#;
+    let stack = Persist::start_with(listeners, "").await;
+    let mut publisher = Peer::connect(Speak::JsonRpc, &stack.url).await;
+    let mut c = TestClient::connect(Speak::Holon, &stack.urls["holon"]).await;
+    let sub = json!({"jsonrpc": "2.0", "id": "sub", "method": "rpc.subscribe.persistent",
+        "params": {"subscription_id": "w", "topic": "events.p.window"}});
+    c.send(&sub.to_string()).await;
+    let reply: Value = serde_json::from_str(&c.recv().await).expect("JSON");
+    assert_eq!(reply["result"]["resumed_from_sequence"], 0, "{reply}");
+    for n in 1..=6 {
+        let push = json!({"method": "p.window", "params": {"n": n}});
+        let pushed = publisher.call("push", push).await;
+        assert_eq!(pushed["result"], json!({"pushed": true}), "{pushed}");
+    }
+    // Two at a time: each pair answered lets the next pair through.
+    let mut seen = Vec::new();
+    while seen.len() < 6 {
+        let mut pending = Vec::new();
+        for _ in 0..2 {
+            let msg: Value = serde_json::from_str(&c.recv().await).expect("JSON");
+            assert_eq!(msg["method"], NOTIFICATION, "{msg}");
+            seen.push(msg["params"]["sequence_id"].as_u64().expect("seq"));
+            pending.push(msg["id"].as_str().expect("s<N>").to_owned());
+        }
+        for id in pending {
+            c.send(&json!({"jsonrpc": "2.0", "id": id, "result": {}}).to_string())
+                .await;
+        }
+    }
+    assert_eq!(seen, [1, 2, 3, 4, 5, 6], "none dropped, in order");
+    let dropped = common::scrape::value(
+        &common::scrape::scrape(stack.admin).await,
+        "switchyard_dropped_messages_total",
+        &[("dialect", "holon-rpc"), ("reason", "push_window")],
+    );
+    assert_eq!(dropped, 0.0);
+    stack.stop().await;
+}

@@ -7,8 +7,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::persist_node::*;
 use common::scrape::{scrape, value, wait_value};
 use serde_json::json;
@@ -18,8 +16,6 @@ const ACK: &str = "rpc.acknowledge.persistent";
 const EVICTED: &str = "switchyard_persistent_evicted_unacked_total";
 const STORED: &str = "switchyard_persistent_stored_messages";
 const MEMORY: [(&str, &str); 1] = [("backend", "memory")];
-/// A failure guard only: the age sweep runs every second.
-const SETTLE: Duration = Duration::from_secs(20);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_count_keeps_the_newest_and_counts_what_was_not_acknowledged() {
@@ -58,6 +54,7 @@ async fn max_count_keeps_the_newest_and_counts_what_was_not_acknowledged() {
     // Resumed, "keeper" reports the floor moved over what is gone, and
     // gets what is retained.
     c.close("a").await;
+    stack.attached(0).await;
     c.open("a2").await;
     let resumed = c
         .ok("a2", SUBSCRIBE, subscribe("keeper", "events.count"))
@@ -97,6 +94,7 @@ async fn max_bytes_evicts_the_oldest_until_the_data_fits() {
         30.0
     );
     c.close("a").await;
+    stack.attached(0).await;
     c.open("a2").await;
     let resumed = c
         .ok("a2", SUBSCRIBE, subscribe("bytes", "events.bytes"))
@@ -125,6 +123,7 @@ async fn max_age_evicts_old_messages_by_a_periodic_sweep() {
     assert_eq!(stored, 0.0);
     assert_eq!(value(&scrape(stack.admin).await, EVICTED, &MEMORY), 1.0);
     c.close("a").await;
+    stack.attached(0).await;
     c.open("a2").await;
     let resumed = c.ok("a2", SUBSCRIBE, subscribe("aged", "events.age")).await;
     assert_eq!(resumed["resumed_from_sequence"], 2, "2 is gone");

@@ -192,6 +192,13 @@ async fn allow_list_and_deny_over_allow_in_every_client_dialect() {
         // and this allow list does not name them.
         let r = call(&mut c, "7", "rpc.subscribe", r#"{"topic":"daemon.>"}"#).await;
         assert_forbidden(speak, &r);
+        // And the persistent ones, for the same reason.
+        let params = r#"{"subscription_id":"p","topic":"daemon.x"}"#;
+        let r = call(&mut c, "8", "rpc.subscribe.persistent", params).await;
+        assert_forbidden(speak, &r);
+        let params = r#"{"subscription_id":"p","sequence_id":1}"#;
+        let r = call(&mut c, "9", "rpc.acknowledge.persistent", params).await;
+        assert_forbidden(speak, &r);
     }
     assert_eq!(gw.upstream_saw("echo"), DIALECTS.len());
     assert_eq!(gw.upstream_saw("get_data"), DIALECTS.len());
@@ -205,7 +212,7 @@ async fn allow_list_and_deny_over_allow_in_every_client_dialect() {
         0,
         "a refused call reached the upstream"
     );
-    for (name, expected) in [("ws", 3.0), ("holon", 3.0), ("sb", 6.0), ("nd", 3.0)] {
+    for (name, expected) in [("ws", 5.0), ("holon", 5.0), ("sb", 10.0), ("nd", 5.0)] {
         assert_eq!(gw.forbidden(name), expected, "forbidden requests on {name}");
     }
     gw.stop().await;

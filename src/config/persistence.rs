@@ -15,6 +15,9 @@ const BACKENDS: [(&str, BackendKind); 3] = [
     ("nats", BackendKind::Nats),
 ];
 
+/// The largest `persistence.window` accepted.
+const MAX_WINDOW: usize = 1 << 20;
+
 /// The validated `[persistence]` and `[[persistent_topics]]`: what the
 /// store is opened with.
 pub use crate::persist::Settings as PersistenceConfig;
@@ -73,6 +76,11 @@ pub(super) fn persistence(
     }
     if raw.window == 0 {
         p.at(key, "window", "must be greater than 0");
+    } else if raw.window > MAX_WINDOW {
+        let msg = format!(
+            "at most {MAX_WINDOW} (each subscription keeps up to this many acknowledgements)"
+        );
+        p.at(key, "window", msg);
     }
     PersistenceConfig {
         backend,

@@ -164,31 +164,32 @@ impl Outbox {
 
     /// Queues a persistent delivery as a reply is queued (waiting for
     /// room; a persistent message is never dropped on the way to a client
-    /// that reads). True when queued; false when the client is gone or
-    /// became slow meanwhile, or the dialect cannot carry it.
-    pub async fn deliver(&self, msg: &Message) -> bool {
-        let Some(out) = self.inner.codec.encode(msg) else {
-            return false;
-        };
-        self.deliver_frame(out).await
+    /// that reads): `Queued`, `Untranslatable` (the dialect cannot carry
+    /// it), or `Closed` (the client is gone, or stayed slow for the
+    /// slow-consumer timeout and is being closed).
+    pub async fn deliver(&self, msg: &Message) -> Offer {
+        match self.inner.codec.encode(msg) {
+            Some(out) => self.deliver_frame(out).await,
+            None => Offer::Untranslatable,
+        }
     }
 
     /// [`deliver`](Self::deliver) for a frame rendered already.
-    pub async fn deliver_frame(&self, out: Outgoing) -> bool {
+    pub async fn deliver_frame(&self, out: Outgoing) -> Offer {
         let size = self.inner.hold(&out);
         match self.inner.tx.send_timeout(out, self.inner.patience).await {
             Ok(()) => {
                 self.inner.queued();
-                true
+                Offer::Queued
             }
             Err(SendTimeoutError::Timeout(_)) => {
                 self.inner.release(size);
                 self.inner.slow.cancel();
-                false
+                Offer::Closed
             }
             Err(SendTimeoutError::Closed(_)) => {
                 self.inner.release(size);
-                false
+                Offer::Closed
             }
         }
     }

@@ -5,15 +5,16 @@
 //! Adding a backend is a variant here, its arm in each `match` below, and
 //! its [`BackendKind`] (the `backend` metric label and config value).
 //!
-//! The embedded backend's calls that may write run on tokio's blocking
-//! pool: each commits and `fsync`s before it returns (its durability
-//! contract), and a runtime worker blocked on a disk would stall every
-//! connection's I/O.
+//! The embedded backend's log commits and `fsync`s before each call
+//! returns; it declares itself [`super::local::Log::BLOCKING`], so the
+//! engine runs those calls on tokio's blocking pool, never on a worker.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
+use super::jetstream::JetStream;
 use super::local::embedded::EmbeddedLog;
 use super::local::memory::MemoryLog;
 use super::local::Engine;
@@ -46,6 +47,8 @@ pub enum Backend {
     /// A redb database under `persistence.path`: every publish and ack on
     /// disk before it is answered (see [`EmbeddedLog`]).
     Embedded(Engine<EmbeddedLog>),
+    /// NATS JetStream, shared by several instances.
+    Nats(Arc<JetStream>),
 }
 
 /// The kinds of backend: `persistence.backend`, and the `backend` label.
@@ -114,28 +117,36 @@ impl Backend {
                     meters,
                 )?))
             }
-            kind @ BackendKind::Nats => Err(PersistError::Store(format!(
-                "backend {:?} is not available in this build yet",
-                kind.as_str()
-            ))),
+            BackendKind::Nats => {
+                // Validation requires the URL with this backend.
+                let url = settings.nats_url.as_deref().ok_or_else(|| {
+                    PersistError::Store("backend \"nats\" needs nats_url".to_owned())
+                })?;
+                let js = JetStream::connect(url, topics, settings.window, meters).await?;
+                Ok(Backend::Nats(Arc::new(js)))
+            }
         }
     }
 
-    /// Starts its background work (retention by age) until `stop`.
+    /// Starts its background work until `stop`: retention by age
+    /// (local), the stored gauges (NATS: JetStream keeps retention).
     pub fn spawn_background(&self, stop: CancellationToken) {
         match self {
             Backend::Memory(e) => e.spawn_sweeper(stop),
             Backend::Embedded(e) => e.spawn_sweeper(stop),
+            Backend::Nats(js) => js.spawn_usage(stop),
         }
     }
 
     /// Closes the store at shutdown, after the publishers have stopped:
     /// the embedded store's file (and its lock) is released when this
-    /// returns, so a new gateway can open it at once.
+    /// returns, so a new gateway can open it at once. NATS: nothing to
+    /// release (the client goes with the process).
     pub fn close(&self) {
         match self {
             Backend::Memory(e) => e.close(),
             Backend::Embedded(e) => e.close(),
+            Backend::Nats(_) => {}
         }
     }
 
@@ -144,13 +155,17 @@ impl Backend {
         match self {
             Backend::Memory(_) => BackendKind::Memory,
             Backend::Embedded(_) => BackendKind::Embedded,
+            Backend::Nats(_) => BackendKind::Nats,
         }
     }
 
-    /// Whether it can serve now (the local backends: once opened, always).
+    /// Whether it can serve now (the local backends: once opened, always;
+    /// NATS: while connected).
     pub fn ready(&self) -> Result<(), String> {
         match self {
             Backend::Memory(_) | Backend::Embedded(_) => Ok(()),
+            Backend::Nats(js) if js.is_connected() => Ok(()),
+            Backend::Nats(_) => Err("not connected to NATS".to_owned()),
         }
     }
 }
@@ -159,40 +174,32 @@ impl Store for Backend {
     async fn publish(&self, topic: &str, data: &Payload) -> Result<Stored, PersistError> {
         match self {
             Backend::Memory(e) => e.publish(topic, data).await,
-            Backend::Embedded(e) => {
-                let (e, topic, data) = (e.clone(), topic.to_owned(), data.clone());
-                blocking(move || block_on(e.publish(&topic, &data))).await
-            }
+            Backend::Embedded(e) => e.publish(topic, data).await,
+            Backend::Nats(js) => js.publish(topic, data).await,
         }
     }
 
     async fn open(&self, id: &str, topic: &str) -> Result<Opened, PersistError> {
         match self {
             Backend::Memory(e) => e.open(id, topic).await,
-            Backend::Embedded(e) => {
-                let (e, id, topic) = (e.clone(), id.to_owned(), topic.to_owned());
-                blocking(move || block_on(e.open(&id, &topic))).await
-            }
+            Backend::Embedded(e) => e.open(id, topic).await,
+            Backend::Nats(js) => js.open(id, topic).await,
         }
     }
 
     async fn ack(&self, id: &str, seq: u64) -> Result<Acked, PersistError> {
         match self {
             Backend::Memory(e) => e.ack(id, seq).await,
-            Backend::Embedded(e) => {
-                let (e, id) = (e.clone(), id.to_owned());
-                blocking(move || block_on(e.ack(&id, seq))).await
-            }
+            Backend::Embedded(e) => e.ack(id, seq).await,
+            Backend::Nats(js) => js.ack(id, seq).await,
         }
     }
 
     async fn delete(&self, id: &str) -> Result<bool, PersistError> {
         match self {
             Backend::Memory(e) => e.delete(id).await,
-            Backend::Embedded(e) => {
-                let (e, id) = (e.clone(), id.to_owned());
-                blocking(move || block_on(e.delete(&id))).await
-            }
+            Backend::Embedded(e) => e.delete(id).await,
+            Backend::Nats(js) => js.delete(id).await,
         }
     }
 
@@ -200,25 +207,7 @@ impl Store for Backend {
         match self {
             Backend::Memory(e) => e.position(id).await,
             Backend::Embedded(e) => e.position(id).await,
+            Backend::Nats(js) => js.position(id).await,
         }
     }
-}
-
-/// Runs a call of the embedded engine on tokio's blocking pool: it commits
-/// and `fsync`s before it returns, which must not hold one of the
-/// runtime's few workers (every connection's I/O runs on them). At most
-/// as many threads as calls in flight, within tokio's blocking-pool cap.
-async fn blocking<T: Send + 'static>(
-    call: impl FnOnce() -> Result<T, PersistError> + Send + 'static,
-) -> Result<T, PersistError> {
-    tokio::task::spawn_blocking(call)
-        .await
-        .map_err(|e| PersistError::Store(format!("store call ended: {e}")))?
-}
-
-/// Drives one engine call to its end on the current (blocking-pool)
-/// thread. The engine's calls never wait on I/O or timers; the handle
-/// lets the ones that spawn (a session) reach the runtime.
-fn block_on<F: std::future::Future>(call: F) -> F::Output {
-    tokio::runtime::Handle::current().block_on(call)
 }

@@ -58,6 +58,7 @@ use crate::envelope::Payload;
 
 mod backend;
 pub mod hub;
+pub mod jetstream;
 pub mod local;
 mod meters;
 pub mod methods;

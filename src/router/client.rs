@@ -19,6 +19,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::dialect::client::ClientCodec;
+use crate::dialect::sideband::cids::CidMap;
 use crate::dialect::Dialect;
 use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
@@ -52,7 +53,7 @@ pub struct ClientLinks {
 pub struct Pusher {
     codec: ClientCodec,
     /// Sideband clients: cid of each push → its `s<N>` number.
-    cids: Arc<Mutex<HashMap<[u8; 16], u64>>>,
+    cids: Arc<Mutex<CidMap>>,
     outbox: Outbox,
     pushes: Arc<Mutex<Correlator<Option<oneshot::Sender<ReplyResult>>>>>,
     /// Woken when a push is answered or abandoned: room in the window for
@@ -214,7 +215,7 @@ impl Pusher {
     ) -> Self {
         Pusher {
             codec: ClientCodec::of(outbox.codec().dialect()),
-            cids: Arc::new(Mutex::new(HashMap::new())),
+            cids: Arc::new(Mutex::new(CidMap::default())),
             outbox,
             pushes: Arc::new(Mutex::new(Correlator::new(false))),
             room: Arc::new(tokio::sync::Notify::new()),
@@ -277,12 +278,12 @@ impl Pusher {
 
     /// Sends the client a request whose reply is consumed (a persistent
     /// delivery to a holon-rpc client), waiting for room in the push
-    /// window and then in the outbox rather than dropping it. False when
-    /// the client is gone (or cannot take it: counted).
-    pub(crate) async fn push_waiting(&self, method: &str, params: Option<Payload>) -> bool {
+    /// window and then in the outbox rather than dropping it: `Queued`,
+    /// `Untranslatable` (params the dialect cannot carry) or `Closed` (the
+    /// client is gone).
+    pub(crate) async fn push_waiting(&self, method: &str, params: Option<Payload>) -> Offer {
         let Ok(params) = self.codec.push_request_params(method, params) else {
-            self.count_dropped(DropReason::Untranslatable);
-            return false;
+            return Offer::Untranslatable;
         };
         loop {
             let room = self.room.notified();
@@ -300,7 +301,7 @@ impl Pusher {
             let Some((gid, rx)) = claimed else {
                 tokio::select! {
                     () = &mut room => continue,
-                    () = self.outbox.closed() => return false,
+                    () = self.outbox.closed() => return Offer::Closed,
                 }
             };
             let msg = Message::Request {
@@ -308,9 +309,11 @@ impl Pusher {
                 method: method.to_owned(),
                 params: params.clone(),
             };
-            if !self.outbox.deliver(&msg).await {
+            let offer = self.outbox.deliver(&msg).await;
+            if offer != Offer::Queued {
                 self.pushes.lock().cancel(gid);
-                return false;
+                self.room.notify_waiters();
+                return offer;
             }
             let this = self.clone();
             tokio::spawn(async move {
@@ -318,16 +321,14 @@ impl Pusher {
                     this.count_dropped(DropReason::PushRejected);
                 }
             });
-            return true;
+            return Offer::Queued;
         }
     }
 
     /// The wire id of push `gid`: a fresh cid (Sideband) or `"s<gid>"`.
     fn push_id(&self, gid: u64) -> WireId {
         if self.codec.pushes_by_cid() {
-            let cid: [u8; 16] = rand::random();
-            self.cids.lock().insert(cid, gid);
-            WireId::Cid(cid)
+            WireId::Cid(self.cids.lock().issue(gid))
         } else {
             WireId::string(&format!("s{gid}"))
         }
@@ -371,6 +372,7 @@ impl Pusher {
         };
         if self.outbox.offer(&msg) != Offer::Queued {
             table.cancel(gid);
+            self.cids.lock().forget(gid);
             self.count_dropped(DropReason::SlowConsumer);
             return Err(Refused::Full);
         }
@@ -386,7 +388,7 @@ impl Pusher {
             Err(_) => {
                 self.pushes.lock().abandon(gid);
                 self.room.notify_waiters();
-                self.cids.lock().retain(|_, g| *g != gid);
+                self.cids.lock().forget(gid);
                 Err(GatewayError::new(ErrorKind::Timeout).on(Side::Client))
             }
         }
@@ -396,7 +398,7 @@ impl Pusher {
     /// when the id was not pending.
     pub fn settle(&self, id: &WireId, reply: ReplyResult) -> bool {
         let gid = match id {
-            WireId::Cid(cid) => self.cids.lock().remove(cid),
+            WireId::Cid(cid) => self.cids.lock().take(cid),
             WireId::Json(_) => id
                 .as_json()
                 .and_then(|t| t.strip_prefix("\"s"))

@@ -13,7 +13,7 @@ use std::time::Instant;
 use tokio::time::Instant as TokioInstant;
 use tracing::Instrument;
 
-use crate::config::{ListenerConfig, UpstreamMode};
+use crate::config::{ListenerConfig, RouteTable, UpstreamMode};
 use crate::dialect::client::ClientCodec;
 use crate::dialect::errors;
 use crate::dialect::jsonrpc::Item;
@@ -65,8 +65,11 @@ pub struct Route {
     /// The persistent-subscription hub every listener shares (`None`: the
     /// persistent methods are not served).
     hub: Option<Arc<crate::persist::hub::Hub>>,
-    default: Option<Arc<Upstream>>,
-    prefixes: Vec<(String, Arc<Upstream>)>,
+    /// The listener's route table, resolved to started upstreams.
+    table: RouteTable<Arc<Upstream>>,
+    /// The upgrade checks (Host, Origin, token), built once per
+    /// configuration.
+    upgrade: crate::limits::origin::UpgradePolicy,
     metrics: Metrics,
     /// One log line per second per upstream and outcome (`unavailable`,
     /// `timeout`), and per upgrade refusal reason.
@@ -95,17 +98,8 @@ impl Route {
         broker: Arc<crate::pubsub::Broker>,
         metrics: Metrics,
     ) -> Self {
-        let default = cfg
-            .routes
-            .default
-            .as_ref()
-            .and_then(|n| upstreams.get(n).cloned());
-        let prefixes: Vec<(String, Arc<Upstream>)> = cfg
-            .routes
-            .prefixes
-            .iter()
-            .filter_map(|(p, n)| upstreams.get(n).map(|u| (p.clone(), u.clone())))
-            .collect();
+        let table = cfg.routes.resolve(|name| upstreams.get(name).cloned());
+        let upgrade = upgrade_policy(&cfg);
         let p = &cfg.protection;
         let rate = crate::limits::rate::RateLimits::new(
             p.rate,
@@ -117,8 +111,7 @@ impl Route {
         let conns =
             crate::limits::conns::ConnLimits::new(p.max_connections, p.max_connections_per_ip);
         let mut series: Vec<(Arc<Upstream>, Series)> = Vec::new();
-        let used = default.iter().chain(prefixes.iter().map(|(_, u)| u));
-        for up in used {
+        for up in table.upstreams() {
             if series.iter().any(|(u, _)| Arc::ptr_eq(u, up)) {
                 continue;
             }
@@ -139,8 +132,8 @@ impl Route {
             conns,
             broker,
             hub: None,
-            default,
-            prefixes,
+            table,
+            upgrade,
             metrics,
             series,
             logs: crate::telemetry::throttle::Throttle::new(LOG_PERIOD),
@@ -155,11 +148,7 @@ impl Route {
 
     /// The upstream serving `method`, if any.
     pub fn upstream_for(&self, method: &str) -> Option<&Arc<Upstream>> {
-        self.prefixes
-            .iter()
-            .find(|(p, _)| method.starts_with(p.as_str()))
-            .map(|(_, u)| u)
-            .or(self.default.as_ref())
+        self.table.upstream_for(method)
     }
 
     /// Handles one client item and returns the reply to send, if any.
@@ -400,23 +389,28 @@ impl Route {
 
     /// The upgrade checks of this listener (WebSocket): allow-lists and
     /// token, with the loopback defaults when bound to loopback.
-    pub fn upgrade_policy(&self) -> crate::limits::origin::UpgradePolicy {
-        let p = &self.cfg.protection;
-        let loopback_only = match &self.cfg.addr {
-            crate::config::ListenAddr::Ws { addr, .. } => addr.ip().is_loopback(),
-            crate::config::ListenAddr::Unix { .. } => false,
-        };
-        crate::limits::origin::UpgradePolicy {
-            hosts: p.allowed_hosts.clone(),
-            origins: p.allowed_origins.clone(),
-            any_origin: p.any_origin,
-            loopback_only,
-            token: p.auth_token.clone(),
-        }
+    pub fn upgrade_policy(&self) -> &crate::limits::origin::UpgradePolicy {
+        &self.upgrade
     }
 
     /// The metrics handle.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+}
+
+/// The upgrade checks of listener `cfg`.
+fn upgrade_policy(cfg: &ListenerConfig) -> crate::limits::origin::UpgradePolicy {
+    let p = &cfg.protection;
+    let loopback_only = match &cfg.addr {
+        crate::config::ListenAddr::Ws { addr, .. } => addr.ip().is_loopback(),
+        crate::config::ListenAddr::Unix { .. } => false,
+    };
+    crate::limits::origin::UpgradePolicy {
+        hosts: p.allowed_hosts.clone(),
+        origins: p.allowed_origins.clone(),
+        any_origin: p.any_origin,
+        loopback_only,
+        token: p.auth_token.clone(),
     }
 }

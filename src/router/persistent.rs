@@ -27,7 +27,7 @@ use crate::dialect::client::{ClientCodec, EventForm};
 use crate::dialect::sideband::transcode;
 use crate::envelope::{raw_from_string, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
-use crate::outbox::Outgoing;
+use crate::outbox::{Offer, Outgoing};
 use crate::persist::hub::{Hub, Sink};
 use crate::persist::{methods, Stored, NOTIFICATION_METHOD};
 use crate::telemetry::metrics::{DropReason, RequestOutcome};
@@ -62,7 +62,7 @@ impl PersistentSink {
             return true;
         };
         let outbox = self.pusher.outbox();
-        let queued = match ClientCodec::of(self.pusher.dialect()).event_form() {
+        let offer = match ClientCodec::of(self.pusher.dialect()).event_form() {
             EventForm::Notification => {
                 let frame = format!(
                     r#"{{"jsonrpc":"2.0","method":"{NOTIFICATION_METHOD}","params":{params}}}"#
@@ -83,10 +83,19 @@ impl PersistentSink {
                 outbox.deliver(&msg).await
             }
         };
-        if queued {
-            self.delivered.inc();
+        match offer {
+            Offer::Queued => {
+                self.delivered.inc();
+                true
+            }
+            // Passed over, counted (it stays unacknowledged); the
+            // subscription goes on with the next message.
+            Offer::Untranslatable | Offer::Full => {
+                self.pusher.count_dropped_client(DropReason::Untranslatable);
+                true
+            }
+            Offer::Closed => false,
         }
-        queued
     }
 }
 

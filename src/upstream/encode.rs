@@ -24,12 +24,8 @@ impl Link {
     /// number, a decimal string (holon), or a fresh random cid (Sideband,
     /// which is also the request frame's id).
     pub(super) fn wire_id(&self, gid: u64) -> WireId {
-        if let Some(sb) = &self.sideband {
-            let cid: [u8; 16] = rand::random();
-            let mut sb = sb.lock();
-            sb.by_cid.insert(cid, gid);
-            sb.by_gid.insert(gid, cid);
-            return WireId::Cid(cid);
+        if let Some(sb) = self.sideband() {
+            return WireId::Cid(sb.lock().cids.issue(gid));
         }
         match self.shared.cfg.dialect {
             Dialect::Holon => WireId::string(&gid.to_string()),
@@ -39,19 +35,13 @@ impl Link {
 
     /// The gateway id a reply's cid stands for (Sideband); forgets it.
     pub(super) fn gid_of_cid(&self, cid: &[u8; 16]) -> Option<u64> {
-        let mut sb = self.sideband.as_ref()?.lock();
-        let gid = sb.by_cid.remove(cid)?;
-        sb.by_gid.remove(&gid);
-        Some(gid)
+        self.sideband()?.lock().cids.take(cid)
     }
 
     /// Forgets the cid of an abandoned or cancelled gateway id.
     pub(super) fn forget_gid(&self, gid: u64) {
-        if let Some(sb) = &self.sideband {
-            let mut sb = sb.lock();
-            if let Some(cid) = sb.by_gid.remove(&gid) {
-                sb.by_cid.remove(&cid);
-            }
+        if let Some(sb) = self.sideband() {
+            sb.lock().cids.forget(gid);
         }
     }
 
@@ -107,7 +97,7 @@ impl Link {
 
     /// Renders a message for this upstream, enforcing its size limit.
     pub(super) fn encode(&self, msg: &Message) -> Result<Wire, GatewayError> {
-        if let Some(sb) = &self.sideband {
+        if let Some(sb) = self.sideband() {
             let frame = sb.lock().sbp.encode(msg).map_err(|e| match e {
                 EnvelopeError::Transcode {
                     member: Member::P, ..

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::link::Link;
+use super::link::{Link, LinkDialect};
 
 // === impl Link ===
 
@@ -13,7 +13,10 @@ impl Link {
     /// The next holon heartbeat frame `h<n>`, or `None` while one is still
     /// in flight (a beat is skipped then).
     pub(crate) fn heartbeat_frame(&self, n: u64) -> Option<String> {
-        let mut hb = self.heartbeat.lock();
+        let LinkDialect::Holon(hb) = &self.dialect else {
+            return None;
+        };
+        let mut hb = hb.lock();
         if hb.is_some() {
             return None;
         }
@@ -25,15 +28,19 @@ impl Link {
 
     /// True when the heartbeat in flight has waited longer than `timeout`.
     pub(crate) fn heartbeat_overdue(&self, timeout: Duration) -> bool {
-        self.heartbeat
-            .lock()
-            .is_some_and(|(_, sent)| sent.elapsed() > timeout)
+        let LinkDialect::Holon(hb) = &self.dialect else {
+            return false;
+        };
+        hb.lock().is_some_and(|(_, sent)| sent.elapsed() > timeout)
     }
 
     /// Settles the heartbeat in flight if `token` is its raw id (`"h<n>"`);
     /// any reply, result or error, proves liveness.
     pub(super) fn heartbeat_acked(&self, token: &str) -> bool {
-        let mut hb = self.heartbeat.lock();
+        let LinkDialect::Holon(hb) = &self.dialect else {
+            return false;
+        };
+        let mut hb = hb.lock();
         match *hb {
             Some((n, _)) if token == format!("\"h{n}\"") => {
                 *hb = None;

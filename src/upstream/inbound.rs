@@ -100,7 +100,7 @@ impl Link {
     /// Handles one inbound binary frame (Sideband). Returns false when the
     /// link must close.
     pub(super) fn on_frame(self: &Arc<Self>, bytes: &[u8]) -> bool {
-        let Some(sb) = &self.sideband else {
+        let Some(sb) = self.sideband() else {
             return false;
         };
         let d = self.shared.cfg.dialect;

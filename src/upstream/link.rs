@@ -10,7 +10,6 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use futures_util::{Stream, StreamExt};
 use parking_lot::Mutex;
@@ -25,6 +24,8 @@ use crate::upstream::correlator::Correlator;
 use super::error::LinkError;
 use super::UpstreamShared;
 
+pub(crate) use super::link_dialect::{LinkDialect, SidebandState};
+pub(crate) use super::owner::{Owner, OwnerRef, PendingPush};
 pub(crate) use super::waiter::{Completion, ReplyResult, Waiter};
 
 /// A live connection to an upstream.
@@ -51,10 +52,8 @@ pub(crate) struct Link {
     /// The client session that owns this link (per-client mode): it gets
     /// upstream-originated requests and notifications. `None` when shared.
     pub(super) owner: Option<OwnerRef>,
-    /// Sideband session and cid map (Sideband upstreams only).
-    pub(super) sideband: Option<Mutex<SidebandState>>,
-    /// The holon heartbeat in flight: its number and when it was sent.
-    pub(super) heartbeat: Mutex<Option<(u64, Instant)>>,
+    /// What only links of the upstream's dialect keep.
+    pub(super) dialect: LinkDialect,
     /// Signalled when a call settled in place is registered, so the
     /// deadline sweeper wakes from its idle wait.
     pub(super) direct_added: tokio::sync::Notify,
@@ -80,43 +79,6 @@ impl Wire {
         }
     }
 }
-
-/// Sideband links: the session state and the cid of each gateway id.
-#[derive(Debug)]
-pub(crate) struct SidebandState {
-    /// SBP session (handshake done before the link is published).
-    pub(crate) sbp: crate::dialect::sideband::session::Sbp,
-    /// cid → gateway id.
-    pub(crate) by_cid: std::collections::HashMap<[u8; 16], u64>,
-    /// gateway id → cid, to forget abandoned calls.
-    pub(crate) by_gid: std::collections::HashMap<u64, [u8; 16]>,
-    /// The goodbye the session asked for, if any (see `sideband.rs`).
-    pub(crate) farewell: Option<super::sideband::Farewell>,
-    /// The upstream closed the link with 1000 `negotiation_failed`.
-    pub(crate) refused: bool,
-}
-
-/// The client session owning a per-client link. What the upstream
-/// originates is handed over synchronously, in the order it arrived, so a
-/// push the upstream sent before a reply reaches the client before it.
-pub(crate) trait Owner: Send + Sync + std::fmt::Debug {
-    /// Sends the client a request now; the future resolves to its reply.
-    fn push_request(
-        &self,
-        method: &str,
-        params: Option<Payload>,
-    ) -> Result<PendingPush, GatewayError>;
-    /// Sends the client a notification now (dropped and counted if it
-    /// cannot be queued).
-    fn push_notification(&self, method: &str, params: Option<Payload>);
-}
-
-/// The client's reply to a pushed request, still to come.
-pub(crate) type PendingPush =
-    std::pin::Pin<Box<dyn std::future::Future<Output = ReplyResult> + Send>>;
-
-/// A shared handle to a link's owner.
-pub(crate) type OwnerRef = Arc<dyn Owner>;
 
 /// How many recent batches are remembered for batch-wide error replies.
 const BATCHES_REMEMBERED: usize = 64;
@@ -154,15 +116,18 @@ impl Link {
         sbp: Option<crate::dialect::sideband::session::Sbp>,
     ) -> Arc<Self> {
         let depth = shared.cfg.max_in_flight_per_connection.get();
-        let sideband = sbp.map(|sbp| {
-            Mutex::new(SidebandState {
+        let dialect = match sbp {
+            Some(sbp) => LinkDialect::Sideband(Box::new(Mutex::new(SidebandState {
                 sbp,
-                by_cid: Default::default(),
-                by_gid: Default::default(),
+                cids: Default::default(),
                 farewell: None,
                 refused: false,
-            })
-        });
+            }))),
+            None if shared.cfg.dialect == crate::dialect::Dialect::Holon => {
+                LinkDialect::Holon(Mutex::new(None))
+            }
+            None => LinkDialect::Plain,
+        };
         Arc::new(Link {
             correlator: Mutex::new(Correlator::new(shared.cfg.ordered_replies)),
             out,
@@ -173,11 +138,18 @@ impl Link {
             retired: CancellationToken::new(),
             batches: Mutex::new(VecDeque::new()),
             owner,
-            sideband,
-            heartbeat: Mutex::new(None),
+            dialect,
             direct_added: tokio::sync::Notify::new(),
             shared,
         })
+    }
+
+    /// The Sideband session state, on a Sideband link.
+    pub(super) fn sideband(&self) -> Option<&Mutex<SidebandState>> {
+        match &self.dialect {
+            LinkDialect::Sideband(sb) => Some(sb),
+            _ => None,
+        }
     }
 
     /// True when the link may take new calls (atomics only: called per

@@ -72,14 +72,14 @@ impl Link {
     /// Sets the goodbye the writer sends when the link closes; the first
     /// one set wins.
     pub(super) fn set_farewell(&self, farewell: Farewell) {
-        if let Some(sb) = &self.sideband {
+        if let Some(sb) = self.sideband() {
             sb.lock().farewell.get_or_insert(farewell);
         }
     }
 
     /// The goodbye to send now that the link closes (see the module docs).
     pub(super) fn farewell(&self) -> Farewell {
-        let Some(sb) = &self.sideband else {
+        let Some(sb) = self.sideband() else {
             return Farewell::plain(CloseCode::Normal, "closing");
         };
         if let Some(farewell) = sb.lock().farewell.take() {
@@ -94,14 +94,14 @@ impl Link {
 
     /// Notes that the upstream closed the link refusing our handshake.
     pub(super) fn mark_refused(&self) {
-        if let Some(sb) = &self.sideband {
+        if let Some(sb) = self.sideband() {
             sb.lock().refused = true;
         }
     }
 
     /// True when the upstream closed the link refusing our handshake.
     pub(super) fn refused(&self) -> bool {
-        self.sideband.as_ref().is_some_and(|sb| sb.lock().refused)
+        self.sideband().is_some_and(|sb| sb.lock().refused)
     }
 }
 

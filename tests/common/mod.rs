@@ -5,6 +5,7 @@
 pub mod clients;
 pub mod demo;
 pub mod feed;
+pub mod nats;
 pub mod node;
 pub mod persist_node;
 pub mod pubsub_node;

@@ -132,7 +132,25 @@ upstream = "events"
         self.gateway.shutdown().await;
         self.upstream.stop().await;
     }
+
+    /// Waits until `n` persistent subscriptions are attached (a closed
+    /// connection's are detached once the gateway has seen it go; until
+    /// then its ids are still held: -32005 for another connection).
+    pub async fn attached(&self, n: u64) {
+        let got = super::scrape::wait_value(
+            self.admin,
+            "switchyard_persistent_subscriptions_attached",
+            &[("backend", "memory")],
+            n as f64,
+            SETTLE,
+        )
+        .await;
+        assert_eq!(got, n as f64, "attached persistent subscriptions");
+    }
 }
+
+/// A failure guard for gauges to settle.
+pub const SETTLE: Duration = Duration::from_secs(20);
 
 fn listener_names(toml: &str) -> Vec<String> {
     toml.lines()

@@ -13,6 +13,8 @@
 //!   [`FrameError`].
 //! - [`subject`]: subject validation and classification (§5): [`Subject`].
 //! - [`handshake`]: the Control Handshake JSON (§3): [`Handshake`].
+//! - [`cids`]: [`cids::CidMap`], the random cids switchyard's own
+//!   requests carry, each standing for one of its integer ids.
 //! - `session`: one side of an SBP session, for either role (handshake
 //!   state, control frames, duplicate frame ids, legacy reply subjects),
 //!   still pure: the transport feeds it frames and sends what it returns.
@@ -31,6 +33,7 @@ use crate::dialect::Dialect;
 use crate::envelope::{raw_from_string, ErrorObject, Payload};
 use crate::error::{ErrorKind, GatewayError};
 
+pub mod cids;
 pub mod envelope;
 pub mod frame;
 pub mod handshake;

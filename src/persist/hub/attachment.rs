@@ -31,40 +31,7 @@ impl Attachment {
         &self,
         items: &[(String, String)],
     ) -> Result<Vec<u64>, GatewayError> {
-        for (i, (id, topic_name)) in items.iter().enumerate() {
-            self.hub.check(id, topic_name).map_err(|e| at_index(i, e))?;
-            let twin = items[..i].iter().find(|(other, _)| other == id);
-            if twin.is_some_and(|(_, t)| t != topic_name) {
-                return Err(invalid(format!(
-                    "subscriptions[{i}]: {id:?} is listed twice with different topics"
-                )));
-            }
-        }
-        let mut created = Vec::new();
-        for (id, topic_name) in items {
-            if let Some(h) = self.hub.holders.lock().get(id) {
-                if h.conn != self.conn || h.topic != *topic_name {
-                    return Err(conflict(format!(
-                        "subscription {id:?} is active on another connection or with another topic"
-                    )));
-                }
-            }
-            match self
-                .hub
-                .store
-                .position(id)
-                .await
-                .map_err(|e| e.to_gateway())?
-            {
-                Some((existing, _)) if existing != *topic_name => {
-                    return Err(conflict(format!(
-                        "subscription {id:?} exists with topic {existing:?}"
-                    )));
-                }
-                Some(_) => {}
-                None => created.push(id.clone()),
-            }
-        }
+        let created = self.check_all(items).await?;
         let mut results = Vec::with_capacity(items.len());
         let mut claimed = Vec::new();
         for (id, topic_name) in items {
@@ -85,6 +52,42 @@ impl Attachment {
             }
         }
         Ok(results)
+    }
+
+    /// Checks every batch item before anything changes: params, no id
+    /// twice with different topics, no holder elsewhere, no existing id
+    /// with another topic. Returns the ids that do not exist yet.
+    async fn check_all(&self, items: &[(String, String)]) -> Result<Vec<String>, GatewayError> {
+        for (i, (id, topic_name)) in items.iter().enumerate() {
+            self.hub.check(id, topic_name).map_err(|e| at_index(i, e))?;
+            let twin = items[..i].iter().find(|(other, _)| other == id);
+            if twin.is_some_and(|(_, t)| t != topic_name) {
+                return Err(invalid(format!(
+                    "subscriptions[{i}]: {id:?} is listed twice with different topics"
+                )));
+            }
+        }
+        let mut created = Vec::new();
+        for (id, topic_name) in items {
+            if let Some(h) = self.hub.holders.lock().get(id) {
+                if h.conn != self.conn || h.topic != *topic_name {
+                    return Err(conflict(format!(
+                        "subscription {id:?} is active on another connection or with another topic"
+                    )));
+                }
+            }
+            let position = self.hub.store.position(id).await;
+            match position.map_err(|e| e.to_gateway())? {
+                Some((existing, _)) if existing != *topic_name => {
+                    return Err(conflict(format!(
+                        "subscription {id:?} exists with topic {existing:?}"
+                    )));
+                }
+                Some(_) => {}
+                None => created.push(id.clone()),
+            }
+        }
+        Ok(created)
     }
 
     /// `rpc.acknowledge.persistent`.

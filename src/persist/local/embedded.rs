@@ -372,6 +372,10 @@ impl EmbeddedLog {
 }
 
 impl Log for EmbeddedLog {
+    // Every change is committed (fsync) before it returns: the engine calls
+    // it from tokio's blocking pool, never from an async worker.
+    const BLOCKING: bool = true;
+
     fn append(
         &mut self,
         topic: &str,

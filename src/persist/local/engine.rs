@@ -30,8 +30,15 @@
 //! `window` are unacknowledged, and acknowledgements above the floor are
 //! at most `window` per subscription; at most `max_subscriptions` ids;
 //! each session reads at most [`DELIVERY_QUEUE`] messages per step and
-//! its channel holds as many. The log is called with the lock held, one
-//! call at a time.
+//! its channel holds as many; the per-topic notifiers are pruned to the
+//! topics someone follows whenever they outnumber the ids. The log is
+//! called with the lock held, one call at a time, from tokio's blocking
+//! pool when it blocks on I/O ([`Log::BLOCKING`], the embedded log), in
+//! place otherwise.
+//!
+//! Files: `session.rs` (one open subscription: what it sent, what waits
+//! for an ack, its task), `floor.rs` (positions: made, and their floors
+//! moved over acks and evictions).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -153,7 +160,13 @@ impl<L: Log> Engine<L> {
                     _ = tick.tick() => {}
                     () = stop.cancelled() => return,
                 }
-                if let Err(e) = engine.sweep(SystemTime::now()) {
+                let swept = if L::BLOCKING {
+                    let engine = engine.clone();
+                    blocking(move || engine.sweep(SystemTime::now())).await
+                } else {
+                    engine.sweep(SystemTime::now())
+                };
+                if let Err(e) = swept {
                     tracing::warn!(error = %e, "persistent store: retention sweep failed");
                 }
             }
@@ -194,47 +207,15 @@ impl<L: Log> Engine<L> {
         let mut guard = shared.state.lock();
         let state = &mut *guard;
         let last = state.log.last_seq(topic)?;
-        let created = match state.subs.get(id) {
-            Some(sub) if sub.position.topic != topic => {
-                return Err(PersistError::Conflict(format!(
-                    "subscription {id:?} exists with topic {:?}",
-                    sub.position.topic
-                )));
-            }
-            Some(_) => false,
-            None if state.subs.len() >= shared.max_subscriptions => {
-                return Err(PersistError::Full(format!(
-                    "at most {} persistent subscriptions",
-                    shared.max_subscriptions
-                )));
-            }
-            None => {
-                let position = Position {
-                    topic: topic.to_owned(),
-                    floor: last,
-                    acked: Default::default(),
-                };
-                state.log.set_position(id, &position)?;
-                state
-                    .by_topic
-                    .entry(topic.to_owned())
-                    .or_default()
-                    .insert(id.to_owned());
-                state.subs.insert(
-                    id.to_owned(),
-                    Sub {
-                        position,
-                        session: None,
-                    },
-                );
-                true
-            }
-        };
-        if !created {
+        if !shared.position_for(state, id, topic, last)? {
             shared.compact(state, id, false)?;
         }
         let session_id = state.next_session;
         state.next_session += 1;
+        if state.live.len() > state.subs.len() {
+            // Topics nobody follows any more (bounds the map by the ids).
+            state.live.retain(|_, tx| tx.receiver_count() > 0);
+        }
         let live = state
             .live
             .entry(topic.to_owned())
@@ -320,6 +301,9 @@ impl<L: Log> Engine<L> {
         }
         if let Some(ids) = state.by_topic.get_mut(&sub.position.topic) {
             ids.remove(id);
+            if ids.is_empty() {
+                state.by_topic.remove(&sub.position.topic);
+            }
         }
         state.log.remove_position(id)?;
         Ok(true)
@@ -371,24 +355,53 @@ impl<L: Log> Engine<L> {
 
 impl<L: Log> Store for Engine<L> {
     async fn publish(&self, topic: &str, data: &Payload) -> Result<Stored, PersistError> {
-        self.publish_now(topic, data)
+        let (topic, data) = (topic.to_owned(), data.clone());
+        self.call(move |e| e.publish_now(&topic, &data)).await
     }
 
     async fn open(&self, id: &str, topic: &str) -> Result<Opened, PersistError> {
-        self.open_now(id, topic)
+        let (id, topic) = (id.to_owned(), topic.to_owned());
+        self.call(move |e| e.open_now(&id, &topic)).await
     }
 
     async fn ack(&self, id: &str, seq: u64) -> Result<Acked, PersistError> {
-        self.ack_now(id, seq)
+        let id = id.to_owned();
+        self.call(move |e| e.ack_now(&id, seq)).await
     }
 
     async fn delete(&self, id: &str) -> Result<bool, PersistError> {
-        self.delete_now(id)
+        let id = id.to_owned();
+        self.call(move |e| e.delete_now(&id)).await
     }
 
     async fn position(&self, id: &str) -> Result<Option<(String, u64)>, PersistError> {
-        self.position_now(id)
+        let id = id.to_owned();
+        self.call(move |e| e.position_now(&id)).await
     }
+}
+
+impl<L: Log> Engine<L> {
+    /// Runs `f` here, or on tokio's blocking pool when the log blocks
+    /// ([`Log::BLOCKING`]: disk I/O must not hold up the async workers).
+    async fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Self) -> Result<T, PersistError> + Send + 'static,
+    ) -> Result<T, PersistError> {
+        if !L::BLOCKING {
+            return f(self);
+        }
+        let engine = self.clone();
+        blocking(move || f(&engine)).await
+    }
+}
+
+/// Runs `f` on tokio's blocking pool.
+pub(super) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, PersistError> + Send + 'static,
+) -> Result<T, PersistError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(PersistError::Store(format!("store task failed: {e}"))))
 }
 
 /// A count as a gauge value.

@@ -3,8 +3,9 @@
 //! (jsonrpc-ws.md §7.3, last bullet).
 //!
 //! Bounds: each topic keeps what its retention allows (a topic without
-//! any limit keeps everything: configure one); positions are bounded by
-//! the engine's cap on subscription ids.
+//! any limit keeps everything: configure one), plus its last sequence once
+//! it is empty (one entry per topic ever stored, so that sequences go on);
+//! positions are bounded by the engine's cap on subscription ids.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::SystemTime;

@@ -10,7 +10,7 @@
 //!   change on disk before it returns (its durability contract and the
 //!   choice of redb are in its module doc).
 //! - `conformance` (tests only): the suite every [`Log`] must pass,
-//!   generic over `L: Log`; call [`conformance::run`] from a log's tests.
+//!   generic over `L: Log`; call `conformance::run` from a log's tests.
 
 use std::collections::BTreeSet;
 use std::time::SystemTime;
@@ -43,6 +43,11 @@ pub struct Position {
 /// once its change is as durable as the log promises (the embedded log:
 /// on disk).
 pub trait Log: Send + 'static {
+    /// True when calls block on I/O (the embedded database): the engine
+    /// then makes them from tokio's blocking pool, never from an async
+    /// worker. False (the memory log): called in place.
+    const BLOCKING: bool = false;
+
     /// Appends `data` to `topic` as sequence `last + 1`, stored at `at`,
     /// then evicts what `retention` no longer keeps. Returns the stored
     /// message and the sequences evicted.

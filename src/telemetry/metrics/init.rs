@@ -53,8 +53,7 @@ impl Metrics {
                 self.limit_rejections
                     .with_label_values(&[name, limit.as_str()]);
             }
-            let prefixed = l.routes.prefixes.iter().map(|(_, u)| u);
-            for upstream in l.routes.default.iter().chain(prefixed) {
+            for upstream in l.routes.upstreams() {
                 self.request_duration.with_label_values(&[name, upstream]);
                 for outcome in RequestOutcome::INITIAL {
                     let labels = [name, upstream.as_str(), outcome.as_str()];

@@ -1,14 +1,54 @@
-//! How a subscription's floor moves: over acknowledged sequences, and
+//! A subscription's position: made after the topic's last sequence, and
+//! how its floor moves: over acknowledged sequences, and
 //! over what retention evicted (counted per subscription that had not
 //! acknowledged it).
 
-use super::{gauge, Shared, State};
-use crate::persist::local::Log;
+use super::{gauge, Shared, State, Sub};
+use crate::persist::local::{Log, Position};
 use crate::persist::PersistError;
 
 // === impl Shared ===
 
 impl<L: Log> Shared<L> {
+    /// Finds the position of `id` on `topic`, or creates it after `last`
+    /// (true when created); `Conflict` for an id of another topic, `Full`
+    /// past the cap on ids.
+    pub(super) fn position_for(
+        &self,
+        state: &mut State<L>,
+        id: &str,
+        topic: &str,
+        last: u64,
+    ) -> Result<bool, PersistError> {
+        match state.subs.get(id) {
+            Some(sub) if sub.position.topic != topic => Err(PersistError::Conflict(format!(
+                "subscription {id:?} exists with topic {:?}",
+                sub.position.topic
+            ))),
+            Some(_) => Ok(false),
+            None if state.subs.len() >= self.max_subscriptions => Err(PersistError::Full(format!(
+                "at most {} persistent subscriptions",
+                self.max_subscriptions
+            ))),
+            None => {
+                let position = Position {
+                    topic: topic.to_owned(),
+                    floor: last,
+                    acked: Default::default(),
+                };
+                state.log.set_position(id, &position)?;
+                let ids = state.by_topic.entry(topic.to_owned()).or_default();
+                ids.insert(id.to_owned());
+                let sub = Sub {
+                    position,
+                    session: None,
+                };
+                state.subs.insert(id.to_owned(), sub);
+                Ok(true)
+            }
+        }
+    }
+
     /// Moves the floor of `id` over acknowledged and evicted sequences,
     /// writes the position if it changed (or `dirty`: changed by the
     /// caller), and wakes its session if the floor moved.

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
-use crate::persist::local::Log;
+use crate::persist::local::{Log, Position};
 use crate::persist::{PersistError, Stored, DELIVERY_QUEUE};
 
 /// One open subscription's delivery state (not persisted).
@@ -57,6 +57,24 @@ impl<L: Log> Shared<L> {
         };
         let p = &sub.position;
         let mut send = Vec::new();
+        self.due(&state.log, p, s, now, &mut send)?;
+        self.fresh(&state.log, p, s, now, &mut send)?;
+        Ok(Some(Step {
+            send,
+            next_deadline: s.in_flight.values().min().copied(),
+        }))
+    }
+
+    /// Sends again what waited for its acknowledgement past its deadline
+    /// (what was evicted meanwhile was counted then, and is dropped).
+    fn due(
+        &self,
+        log: &L,
+        p: &Position,
+        s: &mut Session,
+        now: Instant,
+        send: &mut Vec<Stored>,
+    ) -> Result<(), PersistError> {
         let due: Vec<u64> = s
             .in_flight
             .iter()
@@ -64,40 +82,50 @@ impl<L: Log> Shared<L> {
             .map(|(seq, _)| *seq)
             .collect();
         for seq in due {
-            let again = state.log.read(&p.topic, seq - 1, 1)?.pop();
+            let again = log.read(&p.topic, seq - 1, 1)?.pop();
             match again.filter(|m| m.seq == seq) {
                 Some(m) => {
                     s.in_flight.insert(seq, now + s.ack_timeout);
                     self.meters.redelivered.inc();
                     send.push(m);
                 }
-                // Evicted meanwhile: counted then.
                 None => {
                     s.in_flight.remove(&seq);
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Sends what comes after the cursor, up to floor + window (skipping
+    /// what was acknowledged out of order), at most a channel's worth.
+    fn fresh(
+        &self,
+        log: &L,
+        p: &Position,
+        s: &mut Session,
+        now: Instant,
+        send: &mut Vec<Stored>,
+    ) -> Result<(), PersistError> {
         let limit = p.floor.saturating_add(self.window);
-        if s.cursor < limit {
-            let room = usize::try_from(limit - s.cursor)
-                .unwrap_or(usize::MAX)
-                .min(DELIVERY_QUEUE);
-            for m in state.log.read(&p.topic, s.cursor, room)? {
-                if m.seq > limit {
-                    break;
-                }
-                s.cursor = m.seq;
-                if p.acked.contains(&m.seq) {
-                    continue;
-                }
-                s.in_flight.insert(m.seq, now + s.ack_timeout);
-                send.push(m);
-            }
+        if s.cursor >= limit {
+            return Ok(());
         }
-        Ok(Some(Step {
-            send,
-            next_deadline: s.in_flight.values().min().copied(),
-        }))
+        let room = usize::try_from(limit - s.cursor)
+            .unwrap_or(usize::MAX)
+            .min(DELIVERY_QUEUE);
+        for m in log.read(&p.topic, s.cursor, room)? {
+            if m.seq > limit {
+                break;
+            }
+            s.cursor = m.seq;
+            if p.acked.contains(&m.seq) {
+                continue;
+            }
+            s.in_flight.insert(m.seq, now + s.ack_timeout);
+            send.push(m);
+        }
+        Ok(())
     }
 
     /// Session `session` of `id` ended (detached, replaced or deleted).
@@ -128,7 +156,7 @@ impl<L: Log> Run<L> {
     pub(super) async fn run(mut self) {
         loop {
             self.live.borrow_and_update();
-            let step = match self.shared.step(&self.id, self.session, Instant::now()) {
+            let step = match self.step().await {
                 Ok(Some(step)) => step,
                 Ok(None) => break,
                 Err(e) => {
@@ -157,6 +185,16 @@ impl<L: Log> Run<L> {
             }
         }
         self.end();
+    }
+
+    /// One step, on the blocking pool when the log blocks.
+    async fn step(&self) -> Result<Option<Step>, PersistError> {
+        let now = Instant::now();
+        if !L::BLOCKING {
+            return self.shared.step(&self.id, self.session, now);
+        }
+        let (shared, id, session) = (self.shared.clone(), self.id.clone(), self.session);
+        super::blocking(move || shared.step(&id, session, now)).await
     }
 
     pub(super) fn end(&self) {

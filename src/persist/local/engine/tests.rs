@@ -66,7 +66,7 @@ async fn seqs(rx: &mut mpsc::Receiver<Stored>, n: usize) -> Vec<u64> {
 }
 
 /// Waits until `id` has no session (its task noticed the receiver gone).
-async fn detached(e: &Engine<MemoryLog>, id: &str) {
+async fn detached<L: Log>(e: &Engine<L>, id: &str) {
     for _ in 0..1000 {
         let open = e
             .shared
@@ -254,4 +254,75 @@ async fn positions_survive_in_the_log() {
     let stored = state.log.position("a").unwrap().unwrap();
     assert_eq!(stored.floor, 1);
     assert_eq!(stored.acked.iter().copied().collect::<Vec<_>>(), [3]);
+}
+
+/// The memory log, declared blocking: the engine goes through tokio's
+/// blocking pool, as it does for the embedded log.
+#[derive(Debug, Default)]
+struct BlockingLog(MemoryLog);
+
+impl Log for BlockingLog {
+    const BLOCKING: bool = true;
+
+    fn append(
+        &mut self,
+        topic: &str,
+        data: &Payload,
+        at: SystemTime,
+        retention: &Retention,
+    ) -> Result<(Stored, Vec<u64>), PersistError> {
+        self.0.append(topic, data, at, retention)
+    }
+    fn expire(
+        &mut self,
+        topic: &str,
+        now: SystemTime,
+        retention: &Retention,
+    ) -> Result<Vec<u64>, PersistError> {
+        self.0.expire(topic, now, retention)
+    }
+    fn read(&self, topic: &str, after: u64, limit: usize) -> Result<Vec<Stored>, PersistError> {
+        self.0.read(topic, after, limit)
+    }
+    fn last_seq(&self, topic: &str) -> Result<u64, PersistError> {
+        self.0.last_seq(topic)
+    }
+    fn position(&self, id: &str) -> Result<Option<Position>, PersistError> {
+        self.0.position(id)
+    }
+    fn set_position(&mut self, id: &str, position: &Position) -> Result<(), PersistError> {
+        self.0.set_position(id, position)
+    }
+    fn remove_position(&mut self, id: &str) -> Result<bool, PersistError> {
+        self.0.remove_position(id)
+    }
+    fn topics(&self) -> Result<Vec<String>, PersistError> {
+        self.0.topics()
+    }
+    fn positions(&self) -> Result<Vec<(String, Position)>, PersistError> {
+        self.0.positions()
+    }
+    fn stats(&self) -> Result<super::super::Usage, PersistError> {
+        self.0.stats()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_log_is_called_from_the_blocking_pool() {
+    let topics = Topics::new(vec![(TOPIC.to_owned(), policy())]);
+    let meters = Meters::unregistered().unwrap();
+    let e = Engine::new(BlockingLog::default(), topics, 8, 100, meters).unwrap();
+    let mut a = e.open("a", TOPIC).await.unwrap();
+    for i in 0..3 {
+        let data = Payload::json(&format!("{i}")).unwrap();
+        e.publish(TOPIC, &data).await.unwrap();
+    }
+    assert_eq!(seqs(&mut a.deliveries, 3).await, [1, 2, 3]);
+    e.ack("a", 1).await.unwrap();
+    drop(a);
+    detached(&e, "a").await;
+    let mut again = e.open("a", TOPIC).await.unwrap();
+    assert_eq!(again.resumed_from, 1);
+    assert_eq!(seqs(&mut again.deliveries, 2).await, [2, 3]);
+    assert!(e.sweep(SystemTime::now()).is_ok());
 }

@@ -1,0 +1,513 @@
+//! The NATS JetStream backend (`[persistence] backend = "nats"`): several
+//! switchyard instances share topics and subscriptions through one NATS
+//! server (or cluster), so a client whose instance dies resumes its
+//! `subscription_id` on another one.
+//!
+//! # Mapping
+//!
+//! - A persistent topic is one stream, `SWITCHYARD_<hex(topic)>`, on the
+//!   subject `switchyard.persist.<hex(topic)>` (hex, because a topic may
+//!   hold characters a stream name or subject may not), created on first
+//!   use with file storage and the topic's retention: `max_age`,
+//!   `max_msgs` = `max_count`, `max_bytes` (JetStream counts a message's
+//!   subject and headers too, so slightly fewer data bytes fit), discard
+//!   old. A configured retention that differs from the stream's updates
+//!   the stream. `sequence_id` is the stream sequence; the delivered
+//!   `timestamp` is JetStream's own time of the message.
+//! - Publishing waits for JetStream's PubAck: a message is stored before
+//!   anyone can get it. A CBOR payload carries the header
+//!   `Switchyard-Encoding: cbor`.
+//! - A subscription is a durable pull consumer `S_<hex(id)>` with explicit
+//!   acks, `ack_wait` = the topic's ack timeout and `max_ack_pending` =
+//!   the window. Its topic is kept in the KV bucket `SWITCHYARD_SUBS`
+//!   (key `hex(id)`), so any instance finds the stream of an id and tells
+//!   "same id, other topic" (`Conflict`); the KV `create` is atomic, so two
+//!   instances opening a new id at once agree on its topic.
+//! - New subscription: the consumer starts at the stream's last sequence
+//!   + 1; `resumed_from` = that last sequence.
+//! - Resume: `resumed_from` = the consumer's ack floor. To get every
+//!   unacknowledged message again at once and in order (§7.3), the
+//!   consumer is recreated from floor + 1. Consequence: messages
+//!   acknowledged out of order above the floor are delivered again after
+//!   a resume (allowed: delivery is at least once; acknowledging them
+//!   again is a no-op).
+//! - Acknowledgements are JetStream acks of the held deliveries, confirmed
+//!   by the server (double ack) before `Yes`. Redelivery after the ack
+//!   timeout is JetStream's own.
+//! - Unsubscribe deletes the consumer and the KV entry (idempotent).
+//! - Evicted before ack: a *first* delivery whose stream sequence skips
+//!   past the next expected one means the ones between were evicted
+//!   before this subscription got them; they are counted. (Messages
+//!   evicted after being sent and before being acknowledged are not seen
+//!   by the backend and not counted.)
+//!
+//! - Acknowledging a sequence: held (sent, unacknowledged) → a JetStream
+//!   ack; at or below the highest sequence sent to this subscription (in
+//!   this opening or, before a resume, by the old consumer) → a no-op
+//!   `Yes`; above it → `NeverDelivered`. A sequence evicted unsent below
+//!   the highest sent counts as `Yes` (JetStream keeps no per-message
+//!   record to tell it apart).
+//!
+//! # Across instances
+//!
+//! One connection holds an id at a time as each instance's hub sees it;
+//! across instances the last one to open an id takes it over (recreating
+//! the consumer ends the other instance's deliveries: its pump sees the
+//! consumer deleted). An acknowledgement goes through the instance that
+//! holds the id (elsewhere: `NotFound`, -32003). A subscription's
+//! position lives in NATS only, so [`super::DEFAULT_MAX_SUBSCRIPTIONS`] is not
+//! enforced here; JetStream's account limits apply.
+//!
+//! # Failures
+//!
+//! Every JetStream request times out after the client's default (5 s) and
+//! fails as `PersistError::Store`; the client reconnects by itself, and
+//! [`JetStream::is_connected`] feeds `/readyz`. A publish that timed out
+//! while NATS was away may still be stored when the client reconnects
+//! (its message was buffered): it is counted as failed and nobody loses
+//! it, but nobody retries it either. An open subscription's pull resumes
+//! by itself after a reconnection.
+//!
+//! # Bounds
+//!
+//! - Per open subscription: at most `window` deliveries held for
+//!   acknowledgement (`max_ack_pending`: JetStream sends no more
+//!   unacknowledged; unlike the local engine, acknowledgements out of
+//!   order above the floor do not count against it), and a channel of
+//!   [`DELIVERY_QUEUE`] to the pump; one pull request asks for at most
+//!   [`PULL_BATCH`] messages.
+//! - The client's own buffers are async-nats's defaults (its subscription
+//!   channels are bounded).
+
+mod delivery;
+mod setup;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
+use async_nats::jetstream::context::ConsumerInfoErrorKind;
+use async_nats::jetstream::kv::CreateErrorKind;
+use async_nats::jetstream::{self as js, kv, stream};
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
+
+use self::delivery::{Held, ENCODING_HEADER};
+pub use self::setup::{consumer_name, stream_name, subject};
+use self::setup::{fail, hex};
+use super::{
+    Acked, Meters, Opened, PersistError, Store, Stored, TopicPolicy, Topics, DELIVERY_QUEUE,
+};
+use crate::envelope::Payload;
+
+/// The most messages one pull request asks for.
+pub const PULL_BATCH: usize = 256;
+
+/// How often the stored gauges are refreshed from the streams' state.
+pub const USAGE_EVERY: Duration = Duration::from_secs(5);
+
+/// The JetStream backend.
+pub struct JetStream {
+    client: async_nats::Client,
+    js: js::Context,
+    /// Subscription id (hex) → topic.
+    subs: kv::Store,
+    topics: Topics,
+    window: usize,
+    /// Streams known to exist with the configured retention, by topic.
+    streams: Mutex<HashMap<String, stream::Stream>>,
+    /// Subscriptions open on this instance; an entry leaves when its
+    /// deliveries end.
+    open: Arc<Mutex<HashMap<String, OpenSub>>>,
+    /// Tells one opening from the next of the same id.
+    openings: AtomicU64,
+    meters: Meters,
+}
+
+/// One subscription open on this instance.
+struct OpenSub {
+    opening: u64,
+    held: Arc<Mutex<Held>>,
+    task: AbortHandle,
+}
+
+/// Counts an attached subscription down when its task ends.
+struct Attached(prometheus::IntGauge);
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+impl std::fmt::Debug for JetStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JetStream")
+            .field("window", &self.window)
+            .field("connected", &self.is_connected())
+            .finish_non_exhaustive()
+    }
+}
+
+// === impl JetStream ===
+
+impl JetStream {
+    /// Connects to `url` and makes sure the subscriptions' KV bucket
+    /// exists. Fails when NATS is unreachable now; after that, the client
+    /// reconnects by itself.
+    pub async fn connect(
+        url: &str,
+        topics: Topics,
+        window: usize,
+        meters: Meters,
+    ) -> Result<JetStream, PersistError> {
+        let client = async_nats::ConnectOptions::new()
+            .name("switchyard")
+            .connect(url)
+            .await
+            .map_err(|e| PersistError::Store(format!("cannot connect to NATS at {url}: {e}")))?;
+        let js = js::new(client.clone());
+        let subs = setup::subs_bucket(&js).await?;
+        Ok(JetStream {
+            client,
+            js,
+            subs,
+            topics,
+            window: window.max(1),
+            streams: Mutex::new(HashMap::new()),
+            open: Arc::default(),
+            openings: AtomicU64::new(0),
+            meters,
+        })
+    }
+
+    /// Whether the NATS connection is up now (for `/readyz`).
+    pub fn is_connected(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
+    }
+
+    /// Refreshes the stored gauges from the streams' state every
+    /// [`USAGE_EVERY`] until `stop`.
+    pub fn spawn_usage(self: &Arc<Self>, stop: CancellationToken) {
+        let this = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let Some(js) = this.upgrade() else { return };
+                match js.usage().await {
+                    Ok((messages, bytes)) => {
+                        let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+                        js.meters.stored_messages.set(gauge(messages));
+                        js.meters.stored_bytes.set(gauge(bytes));
+                    }
+                    Err(e) => {
+                        tracing::debug!(target: "switchyard::persist", error = %e, "jetstream usage");
+                    }
+                }
+                drop(js);
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(USAGE_EVERY) => {}
+                }
+            }
+        });
+    }
+
+    /// Messages and bytes its topics' streams keep now (for the stored
+    /// gauges; one JetStream request per 256 streams).
+    pub async fn usage(&self) -> Result<(u64, u64), PersistError> {
+        setup::usage(&self.js).await
+    }
+
+    /// The topic and floor of subscription `id`, if it exists: the
+    /// consumer's ack floor (the stream's last sequence if its consumer is
+    /// gone).
+    async fn position_of(&self, id: &str) -> Result<Option<(String, u64)>, PersistError> {
+        let Some(topic) = self.topic_of(id).await? else {
+            return Ok(None);
+        };
+        let Some(mut stream) = setup::find_stream(&self.js, &topic).await? else {
+            return Ok(Some((topic, 0)));
+        };
+        let floor = match stream.consumer_info(consumer_name(id)).await {
+            Ok(info) => info.ack_floor.stream_sequence,
+            Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => {
+                stream
+                    .info()
+                    .await
+                    .map_err(|e| fail("stream info", e))?
+                    .state
+                    .last_sequence
+            }
+            Err(e) => return Err(fail("consumer info", e)),
+        };
+        Ok(Some((topic, floor)))
+    }
+
+    fn policy(&self, topic: &str) -> Result<TopicPolicy, PersistError> {
+        self.topics
+            .policy(topic)
+            .copied()
+            .ok_or_else(|| PersistError::NotPersistent(topic.to_owned()))
+    }
+
+    /// The topic's stream, created (or its retention updated) on first use.
+    async fn stream(
+        &self,
+        topic: &str,
+        policy: &TopicPolicy,
+    ) -> Result<stream::Stream, PersistError> {
+        if let Some(s) = self.streams.lock().get(topic) {
+            return Ok(s.clone());
+        }
+        let s = setup::ensure_stream(&self.js, topic, &policy.retention).await?;
+        self.streams.lock().insert(topic.to_owned(), s.clone());
+        Ok(s)
+    }
+
+    /// The topic of subscription `id`, from the KV bucket.
+    async fn topic_of(&self, id: &str) -> Result<Option<String>, PersistError> {
+        let v = self
+            .subs
+            .get(hex(id))
+            .await
+            .map_err(|e| fail("kv get", e))?;
+        Ok(v.map(|b| String::from_utf8_lossy(&b).into_owned()))
+    }
+
+    /// Records `id` → `topic` unless `id` exists; returns whether it was
+    /// new, or `Conflict` if it exists with another topic.
+    async fn claim(&self, id: &str, topic: &str) -> Result<bool, PersistError> {
+        let existing = match self.topic_of(id).await? {
+            Some(t) => t,
+            None => match self
+                .subs
+                .create(hex(id), topic.as_bytes().to_vec().into())
+                .await
+            {
+                Ok(_) => return Ok(true),
+                Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
+                    self.topic_of(id).await?.unwrap_or_default()
+                }
+                Err(e) => return Err(fail("kv create", e)),
+            },
+        };
+        if existing == topic {
+            Ok(false)
+        } else {
+            Err(PersistError::Conflict(format!(
+                "subscription id exists with topic {existing:?}"
+            )))
+        }
+    }
+
+    /// Ends the deliveries of `id` on this instance, if open.
+    fn close(&self, id: &str) {
+        if let Some(old) = self.open.lock().remove(id) {
+            old.task.abort();
+        }
+    }
+
+    /// Starts the pull task of a consumer just created from `start`.
+    async fn attach(
+        &self,
+        id: &str,
+        topic: &str,
+        consumer: js::consumer::PullConsumer,
+        seen: u64,
+        start: u64,
+    ) -> Result<mpsc::Receiver<Stored>, PersistError> {
+        let messages = consumer
+            .stream()
+            .max_messages_per_batch(PULL_BATCH.min(self.window))
+            .messages()
+            .await
+            .map_err(|e| fail("pull", e))?;
+        let held = Arc::new(Mutex::new(Held::new(self.window, seen, start)));
+        let (tx, rx) = mpsc::channel(DELIVERY_QUEUE);
+        let opening = self.openings.fetch_add(1, Ordering::Relaxed);
+        let pump = delivery::pump(
+            topic.to_owned(),
+            messages,
+            tx,
+            held.clone(),
+            self.meters.clone(),
+        );
+        let open = self.open.clone();
+        let key = id.to_owned();
+        // Hold the map's lock while spawning, so that the task's own
+        // removal comes after the insertion below.
+        let mut subs = self.open.lock();
+        let attached = self.meters.attached.clone();
+        attached.inc();
+        let task = tokio::spawn(async move {
+            // Counted down however the task ends (aborted included).
+            let _attached = Attached(attached);
+            pump.await;
+            let mut open = open.lock();
+            if open.get(&key).is_some_and(|s| s.opening == opening) {
+                open.remove(&key);
+            }
+        });
+        let sub = OpenSub {
+            opening,
+            held,
+            task: task.abort_handle(),
+        };
+        if let Some(old) = subs.insert(id.to_owned(), sub) {
+            old.task.abort();
+        }
+        Ok(rx)
+    }
+}
+
+impl Store for JetStream {
+    async fn publish(&self, topic: &str, data: &Payload) -> Result<Stored, PersistError> {
+        let policy = self.policy(topic)?;
+        let started = Instant::now();
+        self.stream(topic, &policy).await?;
+        let (bytes, headers) = match data {
+            Payload::Json(raw) => (raw.get().as_bytes().to_vec(), None),
+            Payload::Cbor(b) => {
+                let mut h = async_nats::HeaderMap::new();
+                h.insert(ENCODING_HEADER, "cbor");
+                (b.clone(), Some(h))
+            }
+        };
+        let sent = match headers {
+            Some(h) => {
+                self.js
+                    .publish_with_headers(subject(topic), h, bytes.into())
+                    .await
+            }
+            None => self.js.publish(subject(topic), bytes.into()).await,
+        };
+        let ack = match sent.map_err(|e| fail("publish", e))?.await {
+            Ok(ack) => ack,
+            Err(e) => {
+                // The stream may have been deleted behind our back: look it
+                // up again next time.
+                self.streams.lock().remove(topic);
+                return Err(fail("publish ack", e));
+            }
+        };
+        self.meters
+            .write_seconds
+            .observe(started.elapsed().as_secs_f64());
+        self.meters.published.inc();
+        Ok(Stored {
+            topic: topic.to_owned(),
+            seq: ack.sequence,
+            // The PubAck carries no time; deliveries carry JetStream's.
+            stored_at: SystemTime::now(),
+            data: data.clone(),
+        })
+    }
+
+    async fn open(&self, id: &str, topic: &str) -> Result<Opened, PersistError> {
+        let policy = self.policy(topic)?;
+        let new = self.claim(id, topic).await?;
+        let mut stream = self.stream(topic, &policy).await?;
+        let name = consumer_name(id);
+        let prior = if new {
+            None
+        } else {
+            match stream.consumer_info(&name).await {
+                Ok(info) => Some((
+                    info.ack_floor.stream_sequence,
+                    info.delivered.stream_sequence,
+                )),
+                Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => None,
+                Err(e) => return Err(fail("consumer info", e)),
+            }
+        };
+        // `seen`: acknowledging up to what the old consumer delivered is a
+        // no-op `Yes` until it comes again.
+        let (floor, seen) = match prior {
+            Some(p) => p,
+            None => {
+                let last = stream
+                    .info()
+                    .await
+                    .map_err(|e| fail("stream info", e))?
+                    .state
+                    .last_sequence;
+                (last, last)
+            }
+        };
+        // Recreated from floor + 1, so that every unacknowledged message
+        // comes again now, in order.
+        self.close(id);
+        if prior.is_some() {
+            setup::delete_consumer(&stream, &name).await?;
+        }
+        let config = pull::Config {
+            durable_name: Some(name),
+            deliver_policy: DeliverPolicy::ByStartSequence {
+                start_sequence: floor + 1,
+            },
+            ack_policy: AckPolicy::Explicit,
+            ack_wait: policy.ack_timeout,
+            max_ack_pending: i64::try_from(self.window).unwrap_or(i64::MAX),
+            filter_subject: subject(topic),
+            ..Default::default()
+        };
+        let consumer = stream
+            .create_consumer(config)
+            .await
+            .map_err(|e| fail("consumer create", e))?;
+        let deliveries = self.attach(id, topic, consumer, seen, floor + 1).await?;
+        Ok(Opened {
+            resumed_from: floor,
+            deliveries,
+        })
+    }
+
+    async fn ack(&self, id: &str, seq: u64) -> Result<Acked, PersistError> {
+        let held = match self.open.lock().get(id) {
+            Some(sub) => sub.held.clone(),
+            // Acknowledgements go through the instance that holds the id.
+            None => return Err(PersistError::NotFound),
+        };
+        let acker = match held.lock().take(seq) {
+            Ok(acker) => acker,
+            Err(Acked::Yes) => {
+                self.meters.acks.inc();
+                return Ok(Acked::Yes);
+            }
+            Err(never) => return Ok(never),
+        };
+        match acker.double_ack().await {
+            Ok(()) => {
+                self.meters.acks.inc();
+                Ok(Acked::Yes)
+            }
+            Err(e) => {
+                held.lock().put_back(seq, acker);
+                Err(fail("ack", e))
+            }
+        }
+    }
+
+    async fn delete(&self, id: &str) -> Result<bool, PersistError> {
+        self.close(id);
+        let Some(topic) = self.topic_of(id).await? else {
+            return Ok(false);
+        };
+        // No stream: no consumer either.
+        if let Some(stream) = setup::find_stream(&self.js, &topic).await? {
+            setup::delete_consumer(&stream, &consumer_name(id)).await?;
+        }
+        self.subs
+            .purge(hex(id))
+            .await
+            .map_err(|e| fail("kv purge", e))?;
+        Ok(true)
+    }
+    async fn position(&self, id: &str) -> Result<Option<(String, u64)>, PersistError> {
+        self.position_of(id).await
+    }
+}
