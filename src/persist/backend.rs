@@ -5,10 +5,9 @@
 //! Adding a backend is a variant here, its arm in each `match` below, and
 //! its [`BackendKind`] (the `backend` metric label and config value).
 //!
-//! The embedded backend's calls that may write run on tokio's blocking
-//! pool (its log declares `Log::BLOCKING`): each commits and `fsync`s
-//! before it returns (its durability contract), and a runtime worker
-//! blocked on a disk would stall every connection's I/O.
+//! The embedded backend's log commits and `fsync`s before each call
+//! returns; it declares itself [`super::local::Log::BLOCKING`], so the
+//! engine runs those calls on tokio's blocking pool, never on a worker.
 
 use std::path::PathBuf;
 use std::sync::Arc;
