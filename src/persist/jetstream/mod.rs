@@ -25,7 +25,8 @@
 //!   instances opening a new id at once agree on its topic.
 //! - New subscription: the consumer starts at the stream's last sequence
 //!   + 1; `resumed_from` = that last sequence.
-//! - Resume: `resumed_from` = the consumer's ack floor. To get every
+//! - Resume: `resumed_from` = the consumer's ack floor (never below its
+//!   start − 1: JetStream reports 0 before any delivery). To get every
 //!   unacknowledged message again at once and in order (§7.3), the
 //!   consumer is recreated from floor + 1. Consequence: messages
 //!   acknowledged out of order above the floor are delivered again after
