@@ -289,3 +289,23 @@ async fn nats_away_fails_calls_as_store_errors_and_the_client_reconnects() {
     js.publish("orders", &json(4)).await.unwrap();
     assert_eq!(next(&mut opened.deliveries).await.seq, seq + 1);
 }
+
+#[tokio::test]
+async fn a_subscription_that_got_nothing_resumes_where_it_started() {
+    let nats = NatsServer::start();
+    let js = backend(&nats).await;
+    for n in 1..=3 {
+        js.publish("orders", &json(n)).await.unwrap();
+    }
+    let opened = js.open("idle", "orders").await.unwrap();
+    assert_eq!(opened.resumed_from, 3);
+    drop(opened); // detached before anything came
+    assert_eq!(
+        js.position("idle").await.unwrap(),
+        Some(("orders".to_owned(), 3))
+    );
+    let mut again = js.open("idle", "orders").await.unwrap();
+    assert_eq!(again.resumed_from, 3, "not 0: 1..=3 were never its own");
+    js.publish("orders", &json(4)).await.unwrap();
+    assert_eq!(next(&mut again.deliveries).await.seq, 4);
+}

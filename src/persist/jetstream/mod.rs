@@ -25,7 +25,8 @@
 //!   instances opening a new id at once agree on its topic.
 //! - New subscription: the consumer starts at the stream's last sequence
 //!   + 1; `resumed_from` = that last sequence.
-//! - Resume: `resumed_from` = the consumer's ack floor. To get every
+//! - Resume: `resumed_from` = the consumer's ack floor (never below its
+//!   start − 1: JetStream reports 0 before any delivery). To get every
 //!   unacknowledged message again at once and in order (§7.3), the
 //!   consumer is recreated from floor + 1. Consequence: messages
 //!   acknowledged out of order above the floor are delivered again after
@@ -132,6 +133,17 @@ impl std::fmt::Debug for JetStream {
     }
 }
 
+/// A consumer's floor: its ack floor, but never below its start − 1 (a
+/// consumer that has delivered nothing reports an ack floor of 0, while
+/// every message before its start is behind it by definition).
+fn floor_of(info: &js::consumer::Info) -> u64 {
+    let start = match info.config.deliver_policy {
+        DeliverPolicy::ByStartSequence { start_sequence } => start_sequence,
+        _ => 1,
+    };
+    info.ack_floor.stream_sequence.max(start.saturating_sub(1))
+}
+
 // === impl JetStream ===
 
 impl JetStream {
@@ -217,7 +229,7 @@ impl JetStream {
             return Ok(Some((topic, 0)));
         };
         let floor = match stream.consumer_info(consumer_name(id)).await {
-            Ok(info) => info.ack_floor.stream_sequence,
+            Ok(info) => floor_of(&info),
             Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => {
                 stream
                     .info()
@@ -360,10 +372,10 @@ impl Store for JetStream {
             None
         } else {
             match stream.consumer_info(&name).await {
-                Ok(info) => Some((
-                    info.ack_floor.stream_sequence,
-                    info.delivered.stream_sequence,
-                )),
+                Ok(info) => {
+                    let floor = floor_of(&info);
+                    Some((floor, info.delivered.stream_sequence.max(floor)))
+                }
                 Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => None,
                 Err(e) => return Err(fail("consumer info", e)),
             }
