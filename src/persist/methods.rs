@@ -22,9 +22,9 @@
 use serde_json::{json, Map, Value};
 
 use super::hub::Attachment;
-use crate::dialect::sideband::transcode;
 use crate::envelope::{raw_from_string, Payload};
 use crate::error::{ErrorKind, GatewayError};
+use crate::pubsub::methods::object;
 
 /// The methods [`call`] serves.
 pub const METHODS: [&str; 6] = [
@@ -207,22 +207,6 @@ fn list(params: Option<&Payload>, key: &str, shape: &str) -> Result<Vec<Value>, 
         )));
     }
     Ok(items)
-}
-
-fn object(params: Option<&Payload>, shape: &str) -> Result<Map<String, Value>, GatewayError> {
-    let value: Value = match params {
-        None => return Err(invalid(shape)),
-        Some(Payload::Json(raw)) => serde_json::from_str(raw.get()),
-        Some(Payload::Cbor(bytes)) => {
-            let json = transcode::cbor_to_json(bytes).map_err(|_| invalid(shape))?;
-            serde_json::from_str(json.get())
-        }
-    }
-    .map_err(|_| invalid(shape))?;
-    match value {
-        Value::Object(object) => Ok(object),
-        _ => Err(invalid(shape)),
-    }
 }
 
 fn invalid(detail: impl Into<String>) -> GatewayError {

@@ -88,7 +88,13 @@ fn many(params: Option<&Payload>) -> Result<Vec<String>, GatewayError> {
         .collect()
 }
 
-fn object(params: Option<&Payload>, shape: &str) -> Result<Map<String, Value>, GatewayError> {
+/// The params of an `rpc.*` call as a JSON object (CBOR params of
+/// Sideband v2 clients transcoded); anything else is -32602 with `shape`
+/// as the detail. Shared with the persistent family.
+pub(crate) fn object(
+    params: Option<&Payload>,
+    shape: &str,
+) -> Result<Map<String, Value>, GatewayError> {
     let value: Value = match params {
         None => return Err(invalid(shape)),
         Some(Payload::Json(raw)) => serde_json::from_str(raw.get()),

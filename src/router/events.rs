@@ -21,12 +21,11 @@ use prometheus::IntCounter;
 
 use super::{ClientLinks, Pusher, Route};
 use crate::dialect::client::{ClientCodec, EventForm};
-use crate::envelope::{raw_from_string, Message, Outcome, Payload, WireId};
-use crate::error::{ErrorKind, GatewayError};
+use crate::envelope::{raw_from_string, Message, Payload, WireId};
 use crate::outbox::{Offer, Outgoing};
 use crate::pubsub::event::NOTIFICATION_METHOD;
 use crate::pubsub::{methods, Delivery, Event, Subscriber};
-use crate::telemetry::metrics::{EventDrop, RequestOutcome};
+use crate::telemetry::metrics::EventDrop;
 
 /// The `upstream` label of requests switchyard answers itself.
 const PUBSUB: &str = "pubsub";
@@ -130,23 +129,6 @@ impl Route {
             },
             |registration| methods::call(registration, method, params),
         );
-        let reply = match outcome {
-            Some(Ok(result)) => {
-                self.count_request(PUBSUB, RequestOutcome::Ok);
-                Message::Response {
-                    id: id.clone(),
-                    result: Outcome::Value(result),
-                }
-            }
-            Some(Err(e)) => {
-                self.count_request(PUBSUB, RequestOutcome::Error(e.kind));
-                self.error_reply(id.clone(), &e)
-            }
-            None => {
-                let e = GatewayError::new(ErrorKind::MethodNotFound);
-                self.error_reply(id.clone(), &e)
-            }
-        };
-        Some(reply)
+        Some(self.own_reply(id, PUBSUB, outcome))
     }
 }

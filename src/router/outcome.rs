@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::Route;
 use crate::dialect::errors;
-use crate::envelope::{Message, WireId};
+use crate::envelope::{Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::telemetry::metrics::RequestOutcome;
 use crate::upstream::Upstream;
@@ -15,6 +15,31 @@ use crate::upstream::Upstream;
 // === impl Route ===
 
 impl Route {
+    /// The reply to a method switchyard serves itself (the pub/sub and
+    /// persistent families), counted under `label`; `None` from the
+    /// method table is an unknown `rpc.*` method.
+    pub(super) fn own_reply(
+        &self,
+        id: &WireId,
+        label: &'static str,
+        outcome: Option<Result<Payload, GatewayError>>,
+    ) -> Message {
+        match outcome {
+            Some(Ok(result)) => {
+                self.count_request(label, RequestOutcome::Ok);
+                Message::Response {
+                    id: id.clone(),
+                    result: Outcome::Value(result),
+                }
+            }
+            Some(Err(e)) => {
+                self.count_request(label, RequestOutcome::Error(e.kind));
+                self.error_reply(id.clone(), &e)
+            }
+            None => self.error_reply(id.clone(), &GatewayError::new(ErrorKind::MethodNotFound)),
+        }
+    }
+
     /// Records a request's duration and outcome and returns the client's
     /// reply, with the client's id.
     pub(crate) fn finish(

@@ -25,12 +25,12 @@ use prometheus::IntCounter;
 use super::{ClientLinks, Pusher, Route};
 use crate::dialect::client::{ClientCodec, EventForm};
 use crate::dialect::sideband::transcode;
-use crate::envelope::{raw_from_string, Message, Outcome, Payload, WireId};
+use crate::envelope::{raw_from_string, Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::outbox::{Offer, Outgoing};
 use crate::persist::hub::{Hub, Sink};
 use crate::persist::{methods, Stored, NOTIFICATION_METHOD};
-use crate::telemetry::metrics::{DropReason, RequestOutcome};
+use crate::telemetry::metrics::DropReason;
 
 /// The `upstream` label of persistent requests switchyard answers itself.
 const PERSISTENT: &str = "persistent";
@@ -151,20 +151,7 @@ impl Route {
             let sink = PersistentSink::new(client.pusher().clone(), self);
             Hub::attach(hub, Arc::new(sink))
         });
-        let reply = match methods::call(&attachment, method, params).await {
-            Some(Ok(result)) => {
-                self.count_request(PERSISTENT, RequestOutcome::Ok);
-                Message::Response {
-                    id: id.clone(),
-                    result: Outcome::Value(result),
-                }
-            }
-            Some(Err(e)) => {
-                self.count_request(PERSISTENT, RequestOutcome::Error(e.kind));
-                self.error_reply(id.clone(), &e)
-            }
-            None => self.error_reply(id.clone(), &GatewayError::new(ErrorKind::MethodNotFound)),
-        };
-        Some(reply)
+        let outcome = methods::call(&attachment, method, params).await;
+        Some(self.own_reply(id, PERSISTENT, outcome))
     }
 }
