@@ -16,7 +16,10 @@ command -v npm >/dev/null 2>&1 || apt_packages+=(npm)
 if [ -z "${SWITCHYARD_CHROMIUM:-}" ] && [ ! -x /usr/bin/chromium ] && [ ! -x /usr/bin/chromium-browser ]; then
   apt_packages+=(chromium)
 fi
-if [ -z "${SWITCHYARD_NATS_SERVER:-}" ] && ! command -v nats-server >/dev/null 2>&1; then
+# Debian puts nats-server in /usr/sbin, not on a normal user's PATH (the
+# tests look there too).
+if [ -z "${SWITCHYARD_NATS_SERVER:-}" ] && ! command -v nats-server >/dev/null 2>&1 \
+  && [ ! -x /usr/sbin/nats-server ]; then
   apt_packages+=(nats-server)
 fi
 
@@ -41,7 +44,7 @@ if [ -z "$chromium" ]; then
 fi
 echo "== $("$chromium" --version 2>/dev/null || echo "$chromium")"
 
-nats="${SWITCHYARD_NATS_SERVER:-$(command -v nats-server || true)}"
+nats="${SWITCHYARD_NATS_SERVER:-$(command -v nats-server || { [ -x /usr/sbin/nats-server ] && echo /usr/sbin/nats-server; } || true)}"
 if [ -z "$nats" ]; then
   echo "nats-server is still missing after apt-get install" >&2
   exit 1
