@@ -11,6 +11,8 @@
 
 #[path = "target/launch.rs"]
 pub(crate) mod launch;
+#[path = "target/nats.rs"]
+mod nats;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -272,7 +274,7 @@ impl TargetSpec {
                 // The nats backend's server, started first and killed last.
                 let nats = match self.server {
                     Server::SwitchyardPersist(Backend::Nats) => {
-                        Some(launch::nats_server(dir.path()).await?)
+                        Some(nats::nats_server(dir.path()).await?)
                     }
                     _ => None,
                 };

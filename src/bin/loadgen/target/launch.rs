@@ -53,39 +53,6 @@ pub(crate) async fn ndjson_daemon(
     Ok((daemon, socket))
 }
 
-/// `nats-server -js` on a free loopback port with its store in
-/// `DIR/nats`, once it accepts (the persist scenario's `nats` backend).
-/// Found as the tests find it: `$SWITCHYARD_NATS_SERVER`, `PATH`, then
-/// Debian's `/usr/sbin/nats-server`; `scripts/install-test-tools.sh`
-/// installs it.
-pub(super) async fn nats_server(dir: &Path) -> anyhow::Result<(ChildGuard, String)> {
-    let program = std::env::var_os("SWITCHYARD_NATS_SERVER")
-        .map(PathBuf::from)
-        .into_iter()
-        .chain(
-            std::env::var_os("PATH")
-                .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-                .unwrap_or_default()
-                .into_iter()
-                .map(|d| d.join("nats-server")),
-        )
-        .chain(["/usr/sbin/nats-server", "/usr/bin/nats-server"].map(PathBuf::from))
-        .find(|p| p.is_file())
-        .context(
-            "the nats backend needs nats-server ($SWITCHYARD_NATS_SERVER, PATH, /usr/sbin): \
-             run scripts/install-test-tools.sh",
-        )?;
-    let addr = free_port().context("picking a free port")?;
-    let mut cmd = Command::new(program);
-    cmd.args(["-js", "-a", "127.0.0.1", "-p"])
-        .arg(addr.port().to_string())
-        .arg("-sd")
-        .arg(dir.join("nats"));
-    let mut nats = ChildGuard::spawn("nats-server", cmd, &dir.join("nats.log"))?;
-    until_tcp(&mut nats, addr).await?;
-    Ok((nats, format!("nats://{addr}")))
-}
-
 /// Floor C: this loadgen executable as a byte relay from `DIR/relay.sock`
 /// to the daemon's socket, once it accepts.
 pub(super) async fn relay(daemon: &Path, dir: &Path) -> anyhow::Result<(ChildGuard, PathBuf)> {
@@ -114,7 +81,7 @@ pub(super) async fn echo_process(dir: &Path) -> anyhow::Result<(ChildGuard, Endp
 }
 
 /// Waits until `child` accepts TCP connections on `addr`.
-async fn until_tcp(child: &mut ChildGuard, addr: SocketAddr) -> anyhow::Result<()> {
+pub(super) async fn until_tcp(child: &mut ChildGuard, addr: SocketAddr) -> anyhow::Result<()> {
     let deadline = Instant::now() + READY_TIMEOUT;
     while TcpStream::connect(addr).await.is_err() {
         child.check_alive()?;
@@ -270,7 +237,7 @@ pub(super) fn ws_endpoint(addr: SocketAddr, path: &str) -> Endpoint {
 }
 
 /// A port that was free a moment ago (bound to 127.0.0.1:0, then closed).
-fn free_port() -> std::io::Result<SocketAddr> {
+pub(super) fn free_port() -> std::io::Result<SocketAddr> {
     std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()
 }
 
