@@ -105,3 +105,40 @@ impl Recorder {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // in tests a panic is the failure report
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::persist::{BackendKind, Retention, Settings, TopicPolicy};
+
+    /// The hand-off holds at most [`QUEUE`] events: with the writer unable
+    /// to run (a current-thread runtime that is never yielded to), the
+    /// events past it are refused at once and counted, never queued.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_hand_off_holds_at_most_queue_events_and_counts_the_rest() {
+        let policy = TopicPolicy {
+            retention: Retention::default(),
+            ack_timeout: Duration::from_secs(60),
+        };
+        let topics = Topics::new(vec![("t".to_owned(), policy)]);
+        let meters = Meters::unregistered().unwrap();
+        let settings = Settings {
+            backend: BackendKind::Memory,
+            path: None,
+            nats_url: None,
+            window: 8,
+            topics: topics.clone(),
+        };
+        let store = Arc::new(Backend::open(&settings, meters.clone()).await.unwrap());
+        let recorder = Recorder::spawn(store, topics, meters.clone(), CancellationToken::new());
+        let data = Payload::json("1").unwrap();
+        for _ in 0..QUEUE + 10 {
+            recorder.record("t", &data);
+        }
+        recorder.record("not.persistent", &data);
+        assert_eq!(meters.publish_failed.get(), 10);
+    }
+}
