@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::{record_outcome, Route};
+use super::{record_outcome, Router};
 use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::outbox::Outbox;
@@ -51,7 +51,7 @@ pub(crate) struct NotPlaced {
 struct Call {
     id: WireId,
     token: u64,
-    route: Arc<Route>,
+    router: Arc<Router>,
     upstream: Arc<Upstream>,
     to: Arc<InPlace>,
     started: std::time::Instant,
@@ -80,11 +80,11 @@ impl InPlace {
     /// it back when it must take the waiting path.
     pub(crate) fn place(
         self: &Arc<Self>,
-        route: &Arc<Route>,
+        router: &Arc<Router>,
         parent: &tracing::Span,
         req: NotPlaced,
     ) -> Result<(), NotPlaced> {
-        let Some(upstream) = route.routed(&req.method) else {
+        let Some(upstream) = router.routed(&req.method) else {
             return Err(req);
         };
         if upstream.config().mode != crate::config::UpstreamMode::Shared
@@ -102,7 +102,7 @@ impl InPlace {
             params,
             permit,
         } = req;
-        let span = route.server_span(parent, &id, &method);
+        let span = router.server_span(parent, &id, &method);
         span.record("switchyard.upstream", upstream.name());
         let client_span = upstream.client_span_under(&span, &method);
         let token = self.next.fetch_add(1, Ordering::Relaxed);
@@ -111,11 +111,11 @@ impl InPlace {
         let call = Box::new(Call {
             id,
             token,
-            route: route.clone(),
+            router: router.clone(),
             upstream: upstream.clone(),
             to: self.clone(),
             started: now.into_std(),
-            deadline: now + route.cfg.request_timeout,
+            deadline: now + router.cfg.request_timeout,
             slots,
             permit,
             span,
@@ -134,7 +134,7 @@ impl InPlace {
             Err((e, None)) => {
                 // The link hands back what it registered; this cannot happen.
                 self.calls.lock().remove(&token);
-                tracing::error!(listener = %route.cfg.name, error = %e, "in-place call lost");
+                tracing::error!(listener = %router.cfg.name, error = %e, "in-place call lost");
             }
         }
         Ok(())
@@ -179,7 +179,7 @@ impl Completion for Call {
         let Call {
             id,
             token,
-            route,
+            router,
             upstream,
             to,
             started,
@@ -195,7 +195,7 @@ impl Completion for Call {
             slots.call.settled();
         }
         drop(client_span);
-        let msg = route.finish(id, &upstream, started, reply);
+        let msg = router.finish(id, &upstream, started, reply);
         record_outcome(&span, &msg);
         to.deliver(&msg, permit)
     }

@@ -21,7 +21,7 @@
 //! - sessions and the router: [`Metrics::count_message`] per decoded or
 //!   encoded item; [`Metrics::observe_batch`] per client batch;
 //!   [`Metrics::count_limit`] whenever a configured limit refuses something;
-//!   [`Metrics::count_error`] for every error answered (`Route::error_reply`).
+//!   [`Metrics::count_error`] for every error answered (`Router::error_reply`).
 //! - upstream admission (`upstream::Upstream::call*`):
 //!   [`Metrics::start_upstream_call`] when a call is written to a link, and
 //!   [`UpstreamCall::settled`] when its reply arrives.
