@@ -363,11 +363,6 @@ impl Router {
             .count_protocol_error(self.cfg.dialect, Side::Client, reason);
     }
 
-    /// The settings taken from the listener's configuration.
-    pub fn settings(&self) -> &RouterSettings {
-        &self.cfg
-    }
-
     /// The metrics handle.
     fn metrics(&self) -> &Metrics {
         &self.metrics
