@@ -16,6 +16,8 @@ pub enum CloseCode {
     ProtocolError = 1002,
     /// 1003: a frame type the dialect does not accept.
     Unsupported = 1003,
+    /// 1007: a text message that is not UTF-8.
+    InvalidPayload = 1007,
     /// 1008: policy violation (connection cap, rate limit, slow consumer).
     PolicyViolation = 1008,
     /// 1009: a message above `max_message_bytes`.
@@ -39,6 +41,7 @@ impl CloseCode {
             1001 => CloseCode::GoingAway,
             1002 => CloseCode::ProtocolError,
             1003 => CloseCode::Unsupported,
+            1007 => CloseCode::InvalidPayload,
             1008 => CloseCode::PolicyViolation,
             1009 => CloseCode::TooBig,
             4000 => CloseCode::HeartbeatTimeout,

@@ -23,6 +23,9 @@ pub(super) fn listener(
         false => unix_listen(&key, raw, p),
     });
     let tls = dialect.and_then(|d| tls_files(&key, d, raw, p));
+    if raw.echo && dialect.is_some_and(|d| d != Dialect::JsonRpc) {
+        p.at(&key, "echo", "is only for jsonrpc (WebSocket) listeners");
+    }
     p.nonzero(&key, "max_message_bytes", raw.max_message_bytes);
     p.nonzero(&key, "max_batch_items", raw.max_batch_items);
     p.nonzero(&key, "max_in_flight", raw.max_in_flight);
@@ -59,6 +62,7 @@ pub(super) fn listener(
                 false
             }
         },
+        echo: raw.echo,
         protection: super::protection::protection(&key, raw, p),
         routes,
         tls,

@@ -175,6 +175,9 @@ pub struct ListenerConfig {
     /// Sideband: answer `app/…` subjects with ErrorFrame 1003 instead of
     /// dropping them (counted).
     pub sideband_reject_app: bool,
+    /// Diagnostic echo: every text and binary message is answered with
+    /// itself, never routed (`jsonrpc` over WebSocket only).
+    pub echo: bool,
     /// Upgrade checks and rate limits.
     pub protection: Protection,
     /// Where this listener's methods go.

@@ -7,7 +7,9 @@
 //! WebSocket ping and the Sideband handshake deadline, oversize messages
 //! (answered in the dialect, then closed 1009), frames of the wrong kind
 //! (1003), the slow-consumer close (1008), a lost dedicated upstream link
-//! (1001), shutdown, and the writer's timeout when closing. The transports
+//! (1001), shutdown, and the writer's timeout when closing; and the
+//! diagnostic echo listener (`echo = true`), which answers each message
+//! with itself here instead of handing it to the session. The transports
 //! only turn their bytes into [`Incoming`] and write [`Outgoing`] frames.
 
 use std::future::Future;
@@ -43,6 +45,9 @@ pub(crate) enum Incoming<T> {
     Close(u16),
     /// A message above even the transport's own limit.
     TooLarge,
+    /// A frame that breaks the WebSocket protocol: fail the connection
+    /// with this close code (RFC 6455 §7.1.7).
+    Broken(CloseCode, &'static str),
     /// The input ended cleanly (an NDJSON half-close): answer what is
     /// pending, then close.
     Eof,
@@ -77,6 +82,8 @@ pub(crate) struct Fixed {
     /// WebSocket: ping after this much silence, drop the peer if nothing
     /// comes back within the second.
     ping: Option<(Duration, Duration)>,
+    /// The diagnostic echo listener: messages come back unchanged.
+    echo: bool,
 }
 
 impl Fixed {
@@ -89,6 +96,7 @@ impl Fixed {
             idle_timeout: cfg.protection.idle_timeout,
             max_connection_lifetime: cfg.protection.max_connection_lifetime,
             ping,
+            echo: cfg.echo,
         }
     }
 }
@@ -156,6 +164,16 @@ where
         };
         clock.seen = true;
         let verdict = match frame {
+            Incoming::Text(text) if cfg.echo && text.len() <= cfg.max_message_bytes => {
+                outbox
+                    .send_frame(Outgoing::Text(str::to_owned(&text)))
+                    .await;
+                Verdict::Continue
+            }
+            Incoming::Binary(bytes) if cfg.echo && bytes.len() <= cfg.max_message_bytes => {
+                outbox.send_frame(Outgoing::Binary(bytes.to_vec())).await;
+                Verdict::Continue
+            }
             Incoming::Text(_) if session.binary() => {
                 cell.load().count_protocol_error(ProtocolError::TextFrame);
                 outbox
@@ -176,6 +194,13 @@ where
             }
             Incoming::Binary(bytes) if bytes.len() > cfg.max_message_bytes => {
                 session.too_large(cfg.max_message_bytes).await;
+                return End::Closing;
+            }
+            Incoming::Broken(code, reason) => {
+                cell.load().count_protocol_error(ProtocolError::BrokenFrame);
+                // The library may have queued its own close already; the
+                // writer then flushes that one.
+                outbox.try_close(code, reason);
                 return End::Closing;
             }
             Incoming::TooLarge => {

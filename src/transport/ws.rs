@@ -217,10 +217,16 @@ fn incoming(msg: Result<WsMessage, axum::Error>) -> Incoming<axum::extract::ws::
         Ok(WsMessage::Ping(_) | WsMessage::Pong(_)) => Incoming::Control,
         Ok(WsMessage::Close(frame)) => Incoming::Close(frame.map_or(1005, |f| f.code)),
         Err(e) if library_too_large(&e) => Incoming::TooLarge,
-        Err(e) => {
-            tracing::debug!(error = %e, "websocket read failed");
-            Incoming::Gone
-        }
+        Err(e) => match broken(&e) {
+            Some((code, reason)) => {
+                tracing::debug!(error = %e, "websocket protocol violation");
+                Incoming::Broken(code, reason)
+            }
+            None => {
+                tracing::debug!(error = %e, "websocket read failed");
+                Incoming::Gone
+            }
+        },
     }
 }
 
@@ -231,6 +237,19 @@ fn library_too_large(e: &axum::Error) -> bool {
     std::error::Error::source(e)
         .and_then(|inner| inner.downcast_ref::<Error>())
         .is_some_and(|inner| matches!(inner, Error::Capacity(CapacityError::MessageTooLong { .. })))
+}
+
+/// The close code and reason for a read error that is the peer breaking
+/// the WebSocket protocol (tungstenite's error, under axum's): 1007 for a
+/// text message that is not UTF-8, 1002 for any other violation.
+fn broken(e: &axum::Error) -> Option<(CloseCode, &'static str)> {
+    use tokio_tungstenite::tungstenite::error::Error;
+    let inner = std::error::Error::source(e)?.downcast_ref::<Error>()?;
+    match inner {
+        Error::Utf8(_) => Some((CloseCode::InvalidPayload, "invalid UTF-8")),
+        Error::Protocol(_) => Some((CloseCode::ProtocolError, "protocol error")),
+        _ => None,
+    }
 }
 
 /// The client's socket, written frame by frame (coalesced by the library

@@ -65,6 +65,10 @@ pub struct RawListener {
     pub max_unanswered_pushes: usize,
     /// `sideband`: advertise CBOR envelopes (`encoding/cbor`). Default `true`.
     pub sideband_cbor: bool,
+    /// `jsonrpc` over WebSocket only, a diagnostic: answer every text and
+    /// binary message with itself instead of routing it (for WebSocket
+    /// conformance runs such as `scripts/autobahn.sh`). Default `false`.
+    pub echo: bool,
     /// `sideband`: accept the legacy `rpc/<method>` / `event/<name>`
     /// subjects on input. Default `false`.
     pub sideband_legacy_subjects: bool,
@@ -146,6 +150,7 @@ impl Default for RawListener {
             answer_ping_notification: true,
             max_unanswered_pushes: 64,
             sideband_cbor: true,
+            echo: false,
             sideband_legacy_subjects: false,
             sideband_app_subjects: String::from("drop"),
             allowed_hosts: Vec::new(),

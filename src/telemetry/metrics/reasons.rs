@@ -43,6 +43,10 @@ pub enum ProtocolError {
     FatalFrame,
     /// A client that stopped reading and was closed.
     SlowConsumer,
+    /// A WebSocket frame that breaks RFC 6455 (reserved bits or opcode,
+    /// bad fragmentation or control frame, a text message that is not
+    /// UTF-8): the connection is failed with 1002 or 1007.
+    BrokenFrame,
 }
 
 /// Why a message was not delivered.
@@ -104,7 +108,7 @@ impl Metrics {
 
 impl ProtocolError {
     /// Every reason, for label initialisation.
-    pub const ALL: [ProtocolError; 15] = [
+    pub const ALL: [ProtocolError; 16] = [
         ProtocolError::InvalidMessage,
         ProtocolError::InvalidRequest,
         ProtocolError::InvalidResponse,
@@ -120,6 +124,7 @@ impl ProtocolError {
         ProtocolError::FatalMessage,
         ProtocolError::FatalFrame,
         ProtocolError::SlowConsumer,
+        ProtocolError::BrokenFrame,
     ];
 
     /// Stable label value.
@@ -140,6 +145,7 @@ impl ProtocolError {
             ProtocolError::FatalMessage => "fatal_message",
             ProtocolError::FatalFrame => "fatal_frame",
             ProtocolError::SlowConsumer => "slow_consumer",
+            ProtocolError::BrokenFrame => "broken_frame",
         }
     }
 
@@ -160,7 +166,8 @@ impl ProtocolError {
             | ProtocolError::RejectedMessage
             | ProtocolError::FatalMessage
             | ProtocolError::FatalFrame
-            | ProtocolError::SlowConsumer => matches!(side, Side::Client),
+            | ProtocolError::SlowConsumer
+            | ProtocolError::BrokenFrame => matches!(side, Side::Client),
         }
     }
 }
