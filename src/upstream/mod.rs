@@ -6,11 +6,16 @@
 //! upstream-wide pending cap (with a bounded wait queue), placed on the
 //! least-loaded live connection, and settled by id. The transport-specific
 //! parts (dialing, framing) live in [`ndjson`].
+//!
+//! Requests to a pooled upstream are settled in place ([`direct`]): written
+//! at once when there is room, else parked in the upstream's queue
+//! (`parking`) and written by whoever frees room, with no task per
+//! request. The task path (a future per call) remains for per-client and
+//! streaming upstreams, notifications and batches.
 
-use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
-use tokio::sync::{oneshot, watch, Semaphore};
+use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -37,6 +42,7 @@ pub(crate) mod link;
 mod link_dialect;
 mod ndjson;
 mod owner;
+mod parking;
 mod pool;
 mod shared;
 mod sideband;
@@ -44,21 +50,17 @@ mod stream;
 mod waiter;
 mod ws;
 
-use link::Link;
+use admission::Admission;
+use direct::Submission;
+use link::{Caller, Completion, Link};
 pub(crate) use shared::{hard_cap, UpstreamShared};
 
 /// A named upstream and its connection pool.
 #[derive(Debug)]
 pub struct Upstream {
     shared: Arc<UpstreamShared>,
-    /// One entry per pool slot: the live link, if any.
-    slots: Vec<watch::Receiver<Option<Arc<Link>>>>,
-    /// Bumped whenever any slot changes, so callers can wait for a link.
-    changed: watch::Receiver<u64>,
-    /// Upstream-wide cap on calls in flight (`max_pending`).
-    pending: Arc<Semaphore>,
-    /// Calls waiting for a pending slot (bounded by `max_queued`).
-    queued: AtomicUsize,
+    /// The pool's links, the pending cap and the calls waiting for room.
+    admission: Arc<Admission>,
     /// Cancelled to close this upstream's streaming feeds (it was retired
     /// by a reload, or switchyard stops).
     feeds: CancellationToken,
@@ -102,7 +104,6 @@ impl Upstream {
                 .upstream_request_duration
                 .with_label_values(&[&cfg.name]),
         );
-        let pending = Arc::new(Semaphore::new(cfg.max_pending.get()));
         let published = metrics.events.published.with_label_values(&[&cfg.name]);
         let shared = Arc::new(UpstreamShared {
             broker,
@@ -132,12 +133,14 @@ impl Upstream {
                 pool::spawn_slot(slot, shared.clone(), changed_tx.clone(), shutdown.clone())
             })
             .collect();
+        let admission = Admission::new(shared.clone(), slots, changed);
+        if pooled > 0 {
+            // The timer of the calls parked for room (one per upstream).
+            tokio::spawn(parking::run(admission.clone(), shutdown));
+        }
         Arc::new(Upstream {
             shared,
-            slots,
-            changed,
-            pending,
-            queued: AtomicUsize::new(0),
+            admission,
             feeds,
         })
     }
@@ -174,10 +177,24 @@ impl Upstream {
 
     /// Live connections right now.
     pub fn connected(&self) -> usize {
-        self.slots
-            .iter()
-            .filter(|s| s.borrow().as_ref().is_some_and(|l| l.usable()))
-            .count()
+        self.admission.connected()
+    }
+
+    /// Settles `call` in place: written now if there is room, else parked
+    /// until there is (see [`direct`]). Given back when the call must take
+    /// the task path instead (per-client mode, a streaming method).
+    pub(crate) fn submit(&self, call: Submission) -> Result<(), Submission> {
+        if !self.settles_in_place(&call.method) {
+            return Err(call);
+        }
+        self.admission.submit(call);
+        Ok(())
+    }
+
+    /// Takes out the calls `caller` has parked here (its shutdown grace
+    /// period is over: it answers them itself).
+    pub(crate) fn withdraw(&self, caller: &Arc<dyn Caller>) -> Vec<Box<dyn Completion>> {
+        self.admission.withdraw(caller)
     }
 
     /// Calls one method and returns the upstream's reply (a response or an
@@ -246,7 +263,7 @@ impl Upstream {
         };
         match self.shared.cfg.notifications {
             NotificationPolicy::Forward => {
-                let link = self.pick_link().await?;
+                let link = self.admission.pick_link().await?;
                 link.send_notification(method, params)
             }
             NotificationPolicy::AsRequest => match self.call(method, params).await? {
@@ -284,6 +301,12 @@ impl Upstream {
         gone: CancellationToken,
     ) -> Result<Message, GatewayError> {
         stream::open(self.shared.clone(), method, params, client_id, owner, gone).await
+    }
+
+    /// True when calls of `method` are settled in place: a pooled
+    /// (shared-mode) upstream, and not a streaming method.
+    pub(crate) fn settles_in_place(&self, method: &str) -> bool {
+        self.shared.cfg.mode == UpstreamMode::Shared && !self.is_streaming(method)
     }
 
     /// True when `method` streams on this upstream (per-stream mode).
@@ -324,9 +347,9 @@ impl Upstream {
         params: Option<&Payload>,
         guard: &mut AbandonGuard,
     ) -> Result<Message, GatewayError> {
-        let _admitted = self.admit().await?;
-        let link = self.pick_link().await?;
-        call_on(link, method, params, guard).await
+        let _admitted = self.admission.admit_many(1).await?;
+        let link = self.admission.pick_link().await?;
+        call_on(&self.admission, link, method, params, guard).await
     }
 
     /// The client span of one upstream call (child of the server span).
@@ -362,8 +385,8 @@ impl Upstream {
             timed_out: false,
         };
         let call = async {
-            let _admitted = self.admit().await?;
-            call_on(link, method, params, &mut guard).await
+            let _admitted = self.admission.admit_many(1).await?;
+            call_on(&self.admission, link, method, params, &mut guard).await
         };
         match tokio::time::timeout_at(deadline, call).await {
             Ok(r) => r,
@@ -406,17 +429,13 @@ impl Upstream {
 /// Sends one request on `link` and waits for its reply; the guard abandons
 /// the gateway id if the caller stops waiting.
 async fn call_on(
+    admission: &Arc<Admission>,
     link: Arc<Link>,
     method: &str,
     params: Option<&Payload>,
     guard: &mut AbandonGuard,
 ) -> Result<Message, GatewayError> {
-    let _slot = link
-        .depth
-        .clone()
-        .acquire_owned()
-        .await
-        .map_err(|_| GatewayError::new(ErrorKind::Unavailable))?;
+    let _slot = admission.link_slots(&link, 1).await?;
     let (tx, rx) = oneshot::channel();
     let gid = link
         .send_request(method, params, tx.into())
