@@ -5,8 +5,9 @@
 //! A client frame flows: [`transport`] (accept, framing, the one
 //! connection driver) → [`dialect`] (pure decode into a neutral
 //! [`envelope::Message`]) → [`transport::session`] (in-flight permit, or
-//! back-pressure at the cap; a request to a pooled upstream with room is
-//! placed at once from the reader, anything else gets a task) → [`router`]
+//! back-pressure at the cap; a request to a pooled upstream is handed over
+//! from the reader, written at once or parked in the upstream's queue
+//! until there is room; anything else gets a task) → [`router`]
 //! (method → upstream; the pub/sub and persistent methods are served
 //! here) → [`upstream`]
 //! (pooled links, gateway ids in a [`upstream::correlator::Correlator`]) →
