@@ -37,8 +37,8 @@ use crate::persist::hub::Hub;
 use crate::persist::recorder::Recorder;
 use crate::persist::Backend;
 use crate::pubsub::Broker;
-use crate::router::RouteCell;
 use crate::telemetry::metrics::Metrics;
+use crate::transport::ListenerCell;
 use crate::transport::Serve;
 use crate::upstream::Upstream;
 
@@ -304,9 +304,9 @@ impl Bound {
             })
             .collect();
         live.cells = live
-            .routes()
+            .listeners()
             .into_iter()
-            .map(|(name, route)| (name, RouteCell::new(route)))
+            .map(|(name, listener)| (name, ListenerCell::new(listener)))
             .collect();
         for group in std::mem::take(&mut self.groups) {
             live.serve_group(group);

@@ -3,11 +3,12 @@
 //! # Layout
 //!
 //! A client frame flows: [`transport`] (accept, framing, the one
-//! connection driver) → [`dialect`] (pure decode into a neutral
-//! [`envelope::Message`]) → [`transport::session`] (in-flight permit, or
-//! back-pressure at the cap; a request to a pooled upstream is handed over
-//! from the reader, written at once or parked in the upstream's queue
-//! until there is room; anything else gets a task) → [`router`]
+//! connection driver, under the [`transport::Listener`]'s limits) →
+//! [`dialect`] (pure decode into a neutral [`envelope::Message`]) →
+//! [`transport::session`] (in-flight permit, or back-pressure at the cap;
+//! a request to a pooled upstream is handed over from the reader, written
+//! at once or parked in the upstream's queue until there is room; anything
+//! else gets a task) → the listener's [`router::Router`]
 //! (method → upstream; the pub/sub and persistent methods are served
 //! here) → [`upstream`]
 //! (pooled links, gateway ids in a [`upstream::correlator::Correlator`]) →
@@ -34,10 +35,13 @@
 //!   methods, and the hand-off from the broker's publishers to the store.
 //! - [`limits`]: rate limits, browser-safety checks (Host, Origin, token) and the method policy.
 //! - [`outbox`]: the one way anything is written to a client: bounded queue, codec, slow-consumer policy.
-//! - [`router`]: routes (in a reloadable cell), reply delivery, the pub/sub methods and event delivery.
+//! - [`router`]: a listener's `Router`: route table, method policy, reply delivery, the pub/sub
+//!   and persistent methods and event delivery.
 //! - [`upstream`]: connection pools to the services behind switchyard;
 //!   [`upstream::correlator`] keeps one connection's gateway ids.
-//! - [`transport`]: client-facing I/O: WebSocket and Unix listeners, the connection driver, sessions.
+//! - [`transport`]: client-facing I/O: each `Listener` (config, limits, upgrade checks, its
+//!   router; in a `ListenerCell` a reload swaps), WebSocket and Unix listeners, the connection
+//!   driver, sessions.
 //! - [`telemetry`]: logging, Prometheus metrics and OpenTelemetry trace export.
 //! - [`shutdown`]: SIGINT/SIGTERM as one future; SIGHUP (reload) as events.
 //! - [`stdout`]: the CLI's output, with a closed stdout a clean end, never a panic.

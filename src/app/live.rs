@@ -1,5 +1,5 @@
 //! The running gateway's parts that a reload changes: the configuration,
-//! the started upstreams, each listener's route cell, and the serving
+//! the started upstreams, each listener's cell, and the serving
 //! groups (one per WebSocket address, one per Unix socket), each with its
 //! own stop and grace tokens so that a reload can stop one alone.
 
@@ -18,10 +18,10 @@ use crate::admin::health::Serving;
 use crate::admin::{self, reload::Record, Health, View};
 use crate::config::{Config, ListenAddr, UpstreamConfig};
 use crate::pubsub::Broker;
-use crate::router::{Route, RouteCell};
+use crate::router::Router;
 use crate::telemetry::metrics::Metrics;
 use crate::transport::ws::{Entry, Paths};
-use crate::transport::{ws, Serve};
+use crate::transport::{ws, Listener, ListenerCell, Serve};
 use crate::upstream::Upstream;
 
 /// A group being served.
@@ -66,7 +66,9 @@ pub(super) struct Live {
     /// The persistent-subscription hub every listener serves from.
     pub(super) hub: Arc<crate::persist::hub::Hub>,
     pub(super) upstreams: HashMap<String, Started>,
-    pub(super) cells: HashMap<String, Arc<RouteCell>>,
+    /// Each listener as it serves now, by name (a reload swaps the
+    /// listener inside).
+    pub(super) cells: HashMap<String, Arc<ListenerCell>>,
     pub(super) groups: Vec<Group>,
     /// Bound address of each WebSocket listener.
     pub(super) addrs: BTreeMap<String, SocketAddr>,
@@ -119,7 +121,7 @@ pub(super) fn start_upstream(
     }
 }
 
-/// The upstreams by name, as routes resolve them.
+/// The upstreams by name, as routers resolve them.
 pub(super) fn by_name(upstreams: &HashMap<String, Started>) -> HashMap<String, Arc<Upstream>> {
     upstreams
         .iter()
@@ -268,26 +270,23 @@ impl Live {
         self.drain(group.stop.clone(), group.grace_over.clone());
     }
 
-    /// Builds every listener's route against the current upstreams,
-    /// taking over the previous route's counts and buckets.
-    pub(super) fn routes(&self) -> HashMap<String, Arc<Route>> {
+    /// Builds every listener, with its router against the current
+    /// upstreams, taking over the previous generation's counts and
+    /// buckets.
+    pub(super) fn listeners(&self) -> HashMap<String, Arc<Listener>> {
         let upstreams = by_name(&self.upstreams);
         self.cfg
             .listeners
             .iter()
             .map(|l| {
-                let route = Route::new(
-                    l.clone(),
-                    &upstreams,
-                    self.broker.clone(),
-                    self.metrics.clone(),
-                )
-                .with_hub(self.hub.clone());
-                let route = match self.cells.get(&l.name) {
-                    Some(cell) => route.succeeding(&cell.load()),
-                    None => route,
+                let router = Router::new(l, &upstreams, self.broker.clone(), self.metrics.clone())
+                    .with_hub(self.hub.clone());
+                let listener = Listener::new(l.clone(), Arc::new(router), self.metrics.clone());
+                let listener = match self.cells.get(&l.name) {
+                    Some(cell) => listener.succeeding(&cell.load()),
+                    None => listener,
                 };
-                (l.name.clone(), Arc::new(route))
+                (l.name.clone(), Arc::new(listener))
             })
             .collect()
     }
@@ -317,7 +316,7 @@ impl Live {
 
     /// Drains an upstream a reload removed or replaced: new calls already
     /// go to the new definition; this waits until nothing holds the old
-    /// one (every route that named it, every call on it answered) or the
+    /// one (every router that named it, every call on it answered) or the
     /// longest request timeout has passed, then closes its links.
     pub(super) fn retire(&self, started: Started, patience: Duration) {
         let Started {

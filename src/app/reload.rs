@@ -5,9 +5,9 @@
 //! any problem rejects the reload and the running configuration serves on.
 //! Otherwise, in this order: new listener sockets are bound (a failure
 //! rejects the whole reload, nothing changed yet); new and changed
-//! upstreams are started; every listener's route is rebuilt and swapped
-//! into its cell (the next request admitted sees it; calls in flight finish
-//! on the route they started with); new listeners start serving; removed
+//! upstreams are started; every listener (with its router) is rebuilt and
+//! swapped into its cell (the next request admitted sees it; calls in
+//! flight finish on the router they started with); new listeners start serving; removed
 //! listeners stop accepting and drain as on shutdown; removed and replaced
 //! upstreams drain, then close. A listener whose address, path or dialect
 //! changes is removed and added; on a WebSocket address that keeps serving,
@@ -38,7 +38,7 @@ use super::live::{start_upstream, Live};
 use super::{Outcome, CLOSE_SLACK};
 use crate::config::{Config, ListenAddr};
 use crate::limits::rate::PRUNE_INTERVAL;
-use crate::router::RouteCell;
+use crate::transport::ListenerCell;
 
 // === impl Live ===
 
@@ -126,7 +126,7 @@ impl Live {
         }
         self.metrics.init_labels(&self.cfg);
         // Listeners: removed ones (and the old side of replaced ones) stop;
-        // the others get their new route; added ones start serving.
+        // the others get their new generation; added ones start serving.
         let (stopped, groups): (Vec<_>, Vec<_>) = std::mem::take(&mut self.groups)
             .into_iter()
             .partition(|g| !self.cfg.listeners.iter().any(|l| key_of(l) == g.key));
@@ -139,18 +139,18 @@ impl Live {
             }
         }
         let joining = self.leave_kept_groups(&old);
-        for (name, route) in self.routes() {
+        for (name, listener) in self.listeners() {
             // Rates a reload changed are new state to prune (a no-op when
             // the listener kept its rates).
-            route
-                .rate
+            listener
+                .rate()
                 .start_pruning(PRUNE_INTERVAL, self.ctx.shutdown.clone());
             match self.cells.get(&name) {
                 Some(cell) => {
-                    cell.store(route);
+                    cell.store(listener);
                 }
                 None => {
-                    self.cells.insert(name, RouteCell::new(route));
+                    self.cells.insert(name, ListenerCell::new(listener));
                 }
             }
         }
@@ -180,7 +180,7 @@ impl Live {
 
     /// On the WebSocket addresses that keep serving, stops the listeners
     /// the new configuration drops or replaces; returns those it adds
-    /// there (group index, name), to join once their routes exist.
+    /// there (group index, name), to join once their cells exist.
     fn leave_kept_groups(&mut self, old: &Config) -> Vec<(usize, String)> {
         let mut joining = Vec::new();
         for index in 0..self.groups.len() {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use tokio::time::Instant as TokioInstant;
 
-use super::{ClientLinks, Route};
+use super::{ClientLinks, Router};
 use crate::config::UpstreamMode;
 use crate::dialect::Item;
 use crate::envelope::{Message, Payload, WireId};
@@ -30,9 +30,9 @@ fn push_group(
     }
 }
 
-// === impl Route ===
+// === impl Router ===
 
-impl Route {
+impl Router {
     /// Handles the items of one client batch and returns their replies in
     /// request order. Items routed to an upstream that accepts batches go to
     /// it as one batch; all others are handled one by one, concurrently.

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use prometheus::IntCounter;
 
-use super::{ClientLinks, Pusher, Route};
+use super::{ClientLinks, Pusher, Router};
 use crate::dialect::client::{ClientCodec, EventForm};
 use crate::envelope::{raw_from_string, Message, Payload, WireId};
 use crate::outbox::{Offer, Outgoing};
@@ -42,9 +42,9 @@ pub(crate) struct EventSink {
 // === impl EventSink ===
 
 impl EventSink {
-    fn new(pusher: Pusher, route: &Route) -> Self {
-        let events = &route.metrics().events;
-        let name = route.cfg.name.as_str();
+    fn new(pusher: Pusher, router: &Router) -> Self {
+        let events = &router.metrics().events;
+        let name = router.cfg.name.as_str();
         let dropped = EventDrop::ALL.map(|r| events.dropped.with_label_values(&[name, r.as_str()]));
         EventSink {
             pusher,
@@ -102,9 +102,9 @@ impl Subscriber for EventSink {
     }
 }
 
-// === impl Route ===
+// === impl Router ===
 
-impl Route {
+impl Router {
     /// Serves one of the `rpc.subscribe` family for `client`; `None` when
     /// `method` is not one of them.
     pub(super) fn pubsub(

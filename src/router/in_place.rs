@@ -22,7 +22,7 @@ use rustc_hash::FxHashMap as HashMap;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
-use super::{record_outcome, Route};
+use super::{record_outcome, Router};
 use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::outbox::Outbox;
@@ -83,7 +83,7 @@ pub(crate) struct NotPlaced {
 struct Call {
     id: WireId,
     token: u64,
-    route: Arc<Route>,
+    router: Arc<Router>,
     upstream: Arc<Upstream>,
     to: Arc<InPlace>,
     started: std::time::Instant,
@@ -114,11 +114,11 @@ impl InPlace {
     /// task path.
     pub(crate) fn place(
         self: &Arc<Self>,
-        route: &Arc<Route>,
+        router: &Arc<Router>,
         parent: &tracing::Span,
         req: NotPlaced,
     ) -> Result<(), NotPlaced> {
-        let Some(upstream) = route.routed(&req.method) else {
+        let Some(upstream) = router.routed(&req.method) else {
             return Err(req);
         };
         if !upstream.settles_in_place(&req.method) {
@@ -131,7 +131,7 @@ impl InPlace {
             params,
             permit,
         } = req;
-        let span = route.server_span(parent, &id, &method);
+        let span = router.server_span(parent, &id, &method);
         span.record("switchyard.upstream", upstream.name());
         let client_span = upstream.client_span_under(&span, &method);
         let token = self.next.fetch_add(1, Ordering::Relaxed);
@@ -142,11 +142,11 @@ impl InPlace {
         let call = Box::new(Call {
             id,
             token,
-            route: route.clone(),
+            router: router.clone(),
             upstream: upstream.clone(),
             to: self.clone(),
             started: now.into_std(),
-            deadline: now + route.cfg.request_timeout,
+            deadline: now + router.cfg.request_timeout,
             permit,
             span,
             client_span,
@@ -269,7 +269,7 @@ impl Completion for Call {
         let Call {
             id,
             token,
-            route,
+            router,
             upstream,
             to,
             started,
@@ -283,7 +283,7 @@ impl Completion for Call {
         let out = to.calls.lock().out.remove(&token);
         drop(out);
         drop(client_span);
-        let msg = route.finish(id, &upstream, started, reply);
+        let msg = router.finish(id, &upstream, started, reply);
         record_outcome(&span, &msg);
         to.deliver(&msg, permit)
     }

@@ -1,9 +1,19 @@
 //! Routing and reply delivery: the core between listeners and upstreams.
 //!
-//! A [`Route`] is one listener's view of the world: its config and the
-//! upstreams its methods map to. [`Route::handle`] takes one decoded client
-//! item and produces the reply to send back (if any), with the client's
-//! original id restored. Correlation itself lives in
+//! A [`Router`] owns a request's whole trip for one listener: the method
+//! policy, the pub/sub and persistent methods switchyard serves itself,
+//! the route table (the one [`RouteTable`] that config validation checks,
+//! resolved here to started upstreams), the call to the upstream, the
+//! reply with the client's original id restored, error replies in the
+//! listener's dialect, the request metrics and the throttled log of
+//! upstream failures. [`Router::handle`] takes one decoded client item and
+//! produces the reply to send back (if any).
+//!
+//! What it needs of its listener's configuration is a [`RouterSettings`]
+//! (see `settings` for why a copy, not the whole config). The listener
+//! itself (its connection and rate limits, upgrade checks, the cell a
+//! reload swaps) is `transport::Listener`, which holds an `Arc<Router>`;
+//! the router knows nothing of it. Correlation lives in
 //! [`crate::upstream::correlator`].
 
 use std::collections::HashMap;
@@ -23,19 +33,19 @@ use crate::telemetry::metrics::{DropReason, Metrics, ProtocolError, RequestOutco
 use crate::upstream::Upstream;
 
 mod batch;
-mod cell;
 pub mod client;
 mod events;
 pub(crate) mod in_place;
 mod outcome;
 mod persistent;
 mod policy;
+mod settings;
 
-pub use cell::RouteCell;
 pub use client::{ClientLinks, Pusher};
+pub use settings::RouterSettings;
 
-/// At most one log line per upstream and failure (or upgrade refusal
-/// reason) per this period; the next line counts the ones held back.
+/// At most one log line per upstream and failure per this period; the
+/// next line counts the ones held back.
 const LOG_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Records the outcome of a request on its span.
@@ -51,15 +61,12 @@ pub(crate) fn record_outcome(span: &tracing::Span, reply: &Message) {
     }
 }
 
-/// One listener's routing table with the upstreams resolved.
+/// One listener's request handling: its route table with the upstreams
+/// resolved, its method policy and the methods switchyard serves itself.
 #[derive(Debug)]
-pub struct Route {
-    /// The listener's configuration.
-    pub cfg: ListenerConfig,
-    /// The listener's rate limits, shared by its connections.
-    pub rate: Arc<crate::limits::rate::RateLimits>,
-    /// The listener's connection caps.
-    pub conns: crate::limits::conns::ConnLimits,
+pub struct Router {
+    /// What the router takes from the listener's configuration.
+    cfg: RouterSettings,
     /// The pub/sub broker every listener shares.
     broker: Arc<crate::pubsub::Broker>,
     /// The persistent-subscription hub every listener shares (`None`: the
@@ -67,12 +74,9 @@ pub struct Route {
     hub: Option<Arc<crate::persist::hub::Hub>>,
     /// The listener's route table, resolved to started upstreams.
     table: RouteTable<Arc<Upstream>>,
-    /// The upgrade checks (Host, Origin, token), built once per
-    /// configuration.
-    upgrade: crate::limits::origin::UpgradePolicy,
     metrics: Metrics,
     /// One log line per second per upstream and outcome (`unavailable`,
-    /// `timeout`), and per upgrade refusal reason.
+    /// `timeout`).
     logs: crate::telemetry::throttle::Throttle,
     /// Resolved per-upstream series: `request_duration` and the `ok`
     /// member of `requests` (touched on every request).
@@ -86,30 +90,19 @@ struct Series {
     ok: prometheus::IntCounter,
 }
 
-// === impl Route ===
+// === impl Router ===
 
-impl Route {
-    /// Resolves the listener's route table against the started upstreams.
-    /// Config validation guarantees every name exists; a missing one is
-    /// treated as "no route".
+impl Router {
+    /// The router of listener `cfg`, its route table resolved against the
+    /// started upstreams. Config validation guarantees every name exists;
+    /// a missing one is treated as "no route".
     pub fn new(
-        cfg: ListenerConfig,
+        cfg: &ListenerConfig,
         upstreams: &HashMap<String, Arc<Upstream>>,
         broker: Arc<crate::pubsub::Broker>,
         metrics: Metrics,
     ) -> Self {
         let table = cfg.routes.resolve(|name| upstreams.get(name).cloned());
-        let upgrade = upgrade_policy(&cfg);
-        let p = &cfg.protection;
-        let rate = crate::limits::rate::RateLimits::new(
-            p.rate,
-            p.ip_rate,
-            p.global_rate,
-            p.method_weights.clone(),
-            p.abuse_threshold,
-        );
-        let conns =
-            crate::limits::conns::ConnLimits::new(p.max_connections, p.max_connections_per_ip);
         let mut series: Vec<(Arc<Upstream>, Series)> = Vec::new();
         for up in table.upstreams() {
             if series.iter().any(|(u, _)| Arc::ptr_eq(u, up)) {
@@ -126,14 +119,11 @@ impl Route {
             };
             series.push((up.clone(), s));
         }
-        Route {
-            cfg,
-            rate,
-            conns,
+        Router {
+            cfg: RouterSettings::of(cfg),
             broker,
             hub: None,
             table,
-            upgrade,
             metrics,
             series,
             logs: crate::telemetry::throttle::Throttle::new(LOG_PERIOD),
@@ -355,25 +345,11 @@ impl Route {
         );
     }
 
-    /// Logs an upgrade refused for `reason` (throttled per reason: one line
-    /// per second, with the count held back since).
-    pub fn log_refused_upgrade(&self, reason: &str, peer: std::net::IpAddr) {
-        let Some(suppressed) = self.logs.admit(&format!("\0upgrade\0{reason}")) else {
-            return;
-        };
-        tracing::info!(listener = %self.cfg.name, %peer, reason, suppressed, "upgrade refused");
-    }
-
     fn count_request(&self, upstream: &str, outcome: RequestOutcome) {
         self.metrics
             .requests
             .with_label_values(&[self.cfg.name.as_str(), upstream, outcome.as_str()])
             .inc();
-    }
-
-    /// Counts a client message dropped for `reason`.
-    pub fn count_dropped_client(&self, reason: DropReason) {
-        self.count_dropped(reason);
     }
 
     fn count_dropped(&self, reason: DropReason) {
@@ -382,35 +358,13 @@ impl Route {
     }
 
     /// Counts a malformed client message.
-    pub fn count_protocol_error(&self, reason: ProtocolError) {
+    fn count_protocol_error(&self, reason: ProtocolError) {
         self.metrics
             .count_protocol_error(self.cfg.dialect, Side::Client, reason);
     }
 
-    /// The upgrade checks of this listener (WebSocket): allow-lists and
-    /// token, with the loopback defaults when bound to loopback.
-    pub fn upgrade_policy(&self) -> &crate::limits::origin::UpgradePolicy {
-        &self.upgrade
-    }
-
     /// The metrics handle.
-    pub fn metrics(&self) -> &Metrics {
+    fn metrics(&self) -> &Metrics {
         &self.metrics
-    }
-}
-
-/// The upgrade checks of listener `cfg`.
-fn upgrade_policy(cfg: &ListenerConfig) -> crate::limits::origin::UpgradePolicy {
-    let p = &cfg.protection;
-    let loopback_only = match &cfg.addr {
-        crate::config::ListenAddr::Ws { addr, .. } => addr.ip().is_loopback(),
-        crate::config::ListenAddr::Unix { .. } => false,
-    };
-    crate::limits::origin::UpgradePolicy {
-        hosts: p.allowed_hosts.clone(),
-        origins: p.allowed_origins.clone(),
-        any_origin: p.any_origin,
-        loopback_only,
-        token: p.auth_token.clone(),
     }
 }

@@ -5,16 +5,16 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::Route;
+use super::Router;
 use crate::dialect::errors;
 use crate::envelope::{Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::telemetry::metrics::RequestOutcome;
 use crate::upstream::Upstream;
 
-// === impl Route ===
+// === impl Router ===
 
-impl Route {
+impl Router {
     /// The reply to a method switchyard serves itself (the pub/sub and
     /// persistent families), counted under `label`; `None` from the
     /// method table is an unknown `rpc.*` method.

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use prometheus::IntCounter;
 
-use super::{ClientLinks, Pusher, Route};
+use super::{ClientLinks, Pusher, Router};
 use crate::dialect::client::{ClientCodec, EventForm};
 use crate::dialect::sideband::transcode;
 use crate::envelope::{raw_from_string, Message, Payload, WireId};
@@ -45,12 +45,12 @@ pub(crate) struct PersistentSink {
 // === impl PersistentSink ===
 
 impl PersistentSink {
-    fn new(pusher: Pusher, route: &Route) -> Self {
-        let delivered = route
+    fn new(pusher: Pusher, router: &Router) -> Self {
+        let delivered = router
             .metrics()
             .persist
             .delivered
-            .with_label_values(&[route.cfg.name.as_str()]);
+            .with_label_values(&[router.cfg.name.as_str()]);
         PersistentSink { pusher, delivered }
     }
 
@@ -125,9 +125,9 @@ fn params_json(id: &str, m: &Stored) -> Option<String> {
     ))
 }
 
-// === impl Route ===
+// === impl Router ===
 
-impl Route {
+impl Router {
     /// Serves one of the persistent methods for `client`; `None` when
     /// `method` is not one of them.
     pub(super) async fn persistent(

@@ -1,10 +1,10 @@
 //! The listener's method policy (`allow_methods` / `deny_methods`, see
 //! [`crate::limits::policy`]), applied before routing: a refused request
 //! is answered `unauthorized` and a refused notification dropped, both
-//! counted, and neither reaches an upstream ([`Route::routed`] refuses
-//! them too, for the paths that route without [`Route::handle`]).
+//! counted, and neither reaches an upstream ([`Router::routed`] refuses
+//! them too, for the paths that route without [`Router::handle`]).
 
-use super::Route;
+use super::Router;
 use crate::envelope::{Message, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::telemetry::metrics::{DropReason, RequestOutcome};
@@ -12,9 +12,9 @@ use crate::telemetry::metrics::{DropReason, RequestOutcome};
 /// The detail of the `unauthorized` error: the policy, not the token.
 const DETAIL: &str = "forbidden by policy";
 
-// === impl Route ===
+// === impl Router ===
 
-impl Route {
+impl Router {
     /// True when the listener's method policy refuses `method`.
     /// switchyard's own `rpc.*` namespace is not subject to it (those
     /// methods are answered by switchyard, never forwarded), except the
@@ -22,7 +22,7 @@ impl Route {
     /// so a listener with an allow list must allow them (`rpc.subscribe*`,
     /// `rpc.unsubscribe*`, `rpc.acknowledge.persistent*`).
     pub(super) fn forbidden(&self, method: &str) -> bool {
-        let policy = &self.cfg.protection.methods;
+        let policy = &self.cfg.methods;
         let own = method.starts_with("rpc.")
             && !crate::pubsub::methods::is_pubsub(method)
             && !crate::persist::methods::is_persistent(method);

@@ -21,16 +21,17 @@
 //! - sessions and the router: [`Metrics::count_message`] per decoded or
 //!   encoded item; [`Metrics::observe_batch`] per client batch;
 //!   [`Metrics::count_limit`] whenever a configured limit refuses something;
-//!   [`Metrics::count_error`] for every error answered (`Route::error_reply`).
+//!   [`Metrics::count_error`] for every error answered (`Router::error_reply`).
 //! - upstream admission (`upstream::Upstream::call*`):
 //!   [`Metrics::start_upstream_call`] when a call is written to a link, and
 //!   [`UpstreamCall::settled`] when its reply arrives.
+//!
+//! This file holds the struct and the counting calls; `register` creates
+//! and registers every family (names, help, buckets), `events` and
+//! `persistent` the pub/sub and persistent-subscription families, `init`
+//! the zero-valued label sets, `labels`/`reasons` the closed label sets.
 
-use std::time::Instant;
-
-use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-};
+use prometheus::{HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
 use crate::dialect::Dialect;
 use crate::envelope::Kind;
@@ -42,36 +43,17 @@ mod init;
 mod labels;
 mod persistent;
 mod reasons;
+mod register;
+mod upstream_call;
 
 pub use cache::FrameCounter;
 pub use events::{EventDrop, EventMetrics};
 pub use labels::{close_code, Direction, Limit, Quirk, RejectReason, RequestOutcome, Unmatched};
 pub use persistent::PersistMetrics;
 pub use reasons::{DropReason, ProtocolError};
+pub use upstream_call::UpstreamCall;
 
-/// Request latency buckets, seconds.
-const LATENCY_BUCKETS: &[f64] = &[
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-    5.0, 10.0, 30.0,
-];
-
-/// Message size buckets, bytes: 64 B to 16 MiB in powers of four.
-const SIZE_BUCKETS: &[f64] = &[
-    64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0,
-];
-
-/// Batch size buckets, items.
-const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
-
-/// One call in flight on an upstream: holds the in-flight gauge up until
-/// dropped. See [`Metrics::start_upstream_call`].
-#[derive(Debug)]
-#[must_use = "the call counts as in flight only while this guard lives"]
-pub struct UpstreamCall {
-    in_flight: IntGauge,
-    duration: Histogram,
-    started: Instant,
-}
+use register::{counter, gauge, histogram, LATENCY_BUCKETS};
 
 /// The collectors, registered on one registry.
 #[derive(Debug, Clone)]
@@ -155,193 +137,6 @@ pub struct Metrics {
 // === impl Metrics ===
 
 impl Metrics {
-    /// Creates every collector on a fresh registry.
-    pub fn new() -> Result<Self, prometheus::Error> {
-        let registry = Registry::new();
-        let m = Metrics {
-            connections_open: gauge(
-                &registry,
-                "connections_open",
-                "Client connections open",
-                &["listener"],
-            )?,
-            connections_accepted: counter(
-                &registry,
-                "connections_accepted_total",
-                "Client connections accepted",
-                &["listener"],
-            )?,
-            requests: counter(
-                &registry,
-                "requests_total",
-                "Requests settled",
-                &["listener", "upstream", "outcome"],
-            )?,
-            request_duration: {
-                let opts = HistogramOpts::new(
-                    "switchyard_request_duration_seconds",
-                    "Client-observed request duration",
-                )
-                .buckets(LATENCY_BUCKETS.to_vec());
-                let h = HistogramVec::new(opts, &["listener", "upstream"])?;
-                registry.register(Box::new(h.clone()))?;
-                h
-            },
-            unmatched_responses: counter(
-                &registry,
-                "unmatched_responses_total",
-                "Replies whose id was not pending",
-                &["dialect", "side", "kind"],
-            )?,
-            errors: counter(
-                &registry,
-                "errors_total",
-                "Errors switchyard answered requests with, by the side that caused them",
-                &["listener", "side", "kind"],
-            )?,
-            protocol_errors: counter(
-                &registry,
-                "protocol_errors_total",
-                "Malformed input, answered and fatal",
-                &["dialect", "side", "reason"],
-            )?,
-            dropped_messages: counter(
-                &registry,
-                "dropped_messages_total",
-                "Messages dropped",
-                &["dialect", "side", "reason"],
-            )?,
-            peer_quirks: counter(
-                &registry,
-                "peer_quirks_total",
-                "Tolerated deviations of real peers",
-                &["dialect", "quirk"],
-            )?,
-            ws_closes: counter(
-                &registry,
-                "ws_closes_total",
-                "WebSocket closes",
-                &["dialect", "side", "code"],
-            )?,
-            correlator_entries: gauge(
-                &registry,
-                "correlator_entries",
-                "Pending gateway ids",
-                &["upstream"],
-            )?,
-            upstream_connections: gauge(
-                &registry,
-                "upstream_connections",
-                "Upstream connections up",
-                &["upstream"],
-            )?,
-            upstream_reconnects: counter(
-                &registry,
-                "upstream_reconnects_total",
-                "Upstream reconnections",
-                &["upstream"],
-            )?,
-            messages: counter(
-                &registry,
-                "messages_total",
-                "Messages read and written",
-                &["dialect", "side", "direction", "kind"],
-            )?,
-            bytes: counter(
-                &registry,
-                "bytes_total",
-                "Bytes of frames and lines read and written",
-                &["dialect", "side", "direction"],
-            )?,
-            message_size: histogram(
-                &registry,
-                ("message_size_bytes", "Size of frames and lines"),
-                SIZE_BUCKETS,
-                &["dialect", "side", "direction"],
-            )?,
-            connections_rejected: counter(
-                &registry,
-                "connections_rejected_total",
-                "Client connections refused",
-                &["listener", "reason"],
-            )?,
-            limit_rejections: counter(
-                &registry,
-                "limit_rejections_total",
-                "Messages, requests and connections refused by a configured limit",
-                &["listener", "limit"],
-            )?,
-            batch_size: histogram(
-                &registry,
-                ("batch_size", "Items per client batch"),
-                BATCH_BUCKETS,
-                &["listener"],
-            )?,
-            outbox_high_water: gauge(
-                &registry,
-                "outbox_high_water",
-                "Most messages ever queued in one client outbox",
-                &["listener"],
-            )?,
-            outbox_queued_bytes_max: gauge(
-                &registry,
-                "outbox_queued_bytes_max",
-                "Most bytes ever queued in one client outbox",
-                &["listener"],
-            )?,
-            events: EventMetrics::new(&registry)?,
-            persist: PersistMetrics::new(&registry)?,
-            upstream_in_flight: gauge(
-                &registry,
-                "upstream_in_flight",
-                "Calls in flight on the upstream",
-                &["upstream"],
-            )?,
-            upstream_request_duration: histogram(
-                &registry,
-                (
-                    "upstream_request_duration_seconds",
-                    "Upstream-only call duration, written to reply read",
-                ),
-                LATENCY_BUCKETS,
-                &["upstream"],
-            )?,
-            upstream_info: gauge(
-                &registry,
-                "upstream_info",
-                "Configured upstreams (always 1)",
-                &["upstream", "dialect", "mode", "required"],
-            )?,
-            ready: {
-                let g = IntGauge::new("switchyard_ready", "1 while the readiness check passes")?;
-                registry.register(Box::new(g.clone()))?;
-                g
-            },
-            config_reloads: {
-                let c = counter(
-                    &registry,
-                    "config_reloads_total",
-                    "Configuration reloads",
-                    &["result"],
-                )?;
-                for result in ["ok", "rejected"] {
-                    c.with_label_values(&[result]);
-                }
-                c
-            },
-            config_generation: {
-                let help = "Configuration generation serving now (1 at start, +1 per reload)";
-                let g = IntGauge::new("switchyard_config_generation", help)?;
-                registry.register(Box::new(g.clone()))?;
-                g.set(1);
-                g
-            },
-            registry,
-            traffic: std::sync::Arc::new(cache::Traffic::new()),
-        };
-        Ok(m)
-    }
-
     /// The registry to expose on the admin listener.
     pub fn registry(&self) -> &Registry {
         &self.registry
@@ -419,69 +214,4 @@ impl Metrics {
                 .with_label_values(&[upstream]),
         )
     }
-}
-
-// === impl UpstreamCall ===
-
-impl UpstreamCall {
-    /// Starts a call on resolved handles (see [`Metrics::start_upstream_call`]).
-    pub fn start(in_flight: IntGauge, duration: Histogram) -> Self {
-        Self::start_at(in_flight, duration, Instant::now())
-    }
-
-    /// Like [`start`](Self::start), with the time already read.
-    pub fn start_at(in_flight: IntGauge, duration: Histogram, started: Instant) -> Self {
-        in_flight.inc();
-        UpstreamCall {
-            in_flight,
-            duration,
-            started,
-        }
-    }
-
-    /// The reply arrived: records the upstream-only duration. Calls that
-    /// time out or are abandoned are not recorded (they have no duration).
-    pub fn settled(self) {
-        self.duration.observe(self.started.elapsed().as_secs_f64());
-    }
-}
-
-impl Drop for UpstreamCall {
-    fn drop(&mut self) {
-        self.in_flight.dec();
-    }
-}
-
-fn counter(
-    registry: &Registry,
-    name: &str,
-    help: &str,
-    labels: &[&str],
-) -> Result<IntCounterVec, prometheus::Error> {
-    let c = IntCounterVec::new(Opts::new(format!("switchyard_{name}"), help), labels)?;
-    registry.register(Box::new(c.clone()))?;
-    Ok(c)
-}
-
-fn histogram(
-    registry: &Registry,
-    (name, help): (&str, &str),
-    buckets: &[f64],
-    labels: &[&str],
-) -> Result<HistogramVec, prometheus::Error> {
-    let opts = HistogramOpts::new(format!("switchyard_{name}"), help).buckets(buckets.to_vec());
-    let h = HistogramVec::new(opts, labels)?;
-    registry.register(Box::new(h.clone()))?;
-    Ok(h)
-}
-
-fn gauge(
-    registry: &Registry,
-    name: &str,
-    help: &str,
-    labels: &[&str],
-) -> Result<IntGaugeVec, prometheus::Error> {
-    let g = IntGaugeVec::new(Opts::new(format!("switchyard_{name}"), help), labels)?;
-    registry.register(Box::new(g.clone()))?;
-    Ok(g)
 }

@@ -40,9 +40,8 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 use super::tls::Acceptor;
-use super::Serve;
+use super::{Listener, Serve};
 use crate::limits::conns::{ConnLimits, ConnPermit};
-use crate::router::Route;
 use crate::telemetry::metrics::{Metrics, RejectReason};
 
 /// Pause after an accept error (e.g. out of file descriptors).
@@ -73,13 +72,13 @@ pub(crate) struct Place(Arc<Mutex<Option<ConnPermit>>>);
 // === impl Http ===
 
 impl Http {
-    /// The caps and timeout of an address serving `routes` (at least one).
-    /// Caps add up over the listeners (the per-IP one is the largest); any
-    /// unlimited listener makes that cap unlimited. The smallest timeout
-    /// wins.
-    pub(crate) fn of(routes: &[Arc<Route>]) -> Option<Http> {
-        let first = routes.first()?;
-        let protection = routes.iter().map(|r| &r.cfg.protection);
+    /// The caps and timeout of an address serving `listeners` (at least
+    /// one). Caps add up over the listeners (the per-IP one is the
+    /// largest); any unlimited listener makes that cap unlimited. The
+    /// smallest timeout wins.
+    pub(crate) fn of(listeners: &[Arc<Listener>]) -> Option<Http> {
+        let first = listeners.first()?;
+        let protection = listeners.iter().map(|l| &l.cfg().protection);
         let unlimited_total = protection.clone().any(|p| p.max_connections == 0);
         let unlimited_per_ip = protection.clone().any(|p| p.max_connections_per_ip == 0);
         let total = protection
@@ -101,7 +100,7 @@ impl Http {
                 if unlimited_per_ip { 0 } else { per_ip },
             ),
             header_read_timeout,
-            listener: first.cfg.name.clone(),
+            listener: first.name().to_owned(),
             metrics: first.metrics().clone(),
         })
     }
@@ -251,9 +250,10 @@ mod tests {
 
     use super::*;
     use crate::config::Config;
-    use crate::router::RouteCell;
+    use crate::router::Router;
+    use crate::transport::ListenerCell;
 
-    fn routes(extra_a: &str, extra_b: &str) -> Vec<Arc<Route>> {
+    fn listeners(extra_a: &str, extra_b: &str) -> Vec<Arc<Listener>> {
         let toml = format!(
             "[listeners.a]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/a\"\n{extra_a}\n\
              [listeners.b]\ndialect = \"holon-rpc\"\naddress = \"127.0.0.1:0\"\npath = \"/b\"\n{extra_b}\n"
@@ -264,19 +264,15 @@ mod tests {
             .iter()
             .map(|l| {
                 let broker = Arc::new(crate::pubsub::Broker::new(1));
-                Arc::new(Route::new(
-                    l.clone(),
-                    &HashMap::new(),
-                    broker,
-                    metrics.clone(),
-                ))
+                let router = Router::new(l, &HashMap::new(), broker, metrics.clone());
+                Arc::new(Listener::new(l.clone(), Arc::new(router), metrics.clone()))
             })
             .collect()
     }
 
     #[test]
     fn caps_and_timeout_of_an_address_come_from_its_listeners() {
-        let both = routes(
+        let both = listeners(
             "max_connections = 2\nmax_connections_per_ip = 1\nheader_read_timeout_ms = 700",
             "max_connections = 3\nmax_connections_per_ip = 2\nheader_read_timeout_ms = 900",
         );
@@ -292,7 +288,7 @@ mod tests {
             .collect();
         assert_eq!(others.len(), 3, "total: 2 + 3");
         // One unlimited listener makes the address unlimited.
-        let open = Http::of(&routes("max_connections_per_ip = 1", "")).expect("http");
+        let open = Http::of(&listeners("max_connections_per_ip = 1", "")).expect("http");
         let many: Vec<_> = (0..50).map_while(|_| open.pending.admit(ip)).collect();
         assert_eq!(many.len(), 50);
         assert!(Http::of(&[]).is_none());
@@ -300,17 +296,17 @@ mod tests {
 
     #[tokio::test]
     async fn the_listener_prunes_its_per_ip_rate_state() {
-        let routes = routes("ip_rate_per_second = 5", "");
+        let served = listeners("ip_rate_per_second = 5", "");
         let ctx = Serve {
             shutdown: CancellationToken::new(),
             grace_over: CancellationToken::new(),
             sessions: TaskTracker::new(),
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        assert!(!routes[0].rate.is_pruning());
+        assert!(!served[0].rate().is_pruning());
         let paths = std::sync::Arc::new(super::super::ws::Paths::default());
-        for (route, path) in routes.iter().zip(["/a", "/b"]) {
-            let cell = RouteCell::new(route.clone());
+        for (listener, path) in served.iter().zip(["/a", "/b"]) {
+            let cell = ListenerCell::new(listener.clone());
             let entry = super::super::ws::Entry {
                 cell,
                 ctx: ctx.clone(),
@@ -319,10 +315,10 @@ mod tests {
         }
         let server = tokio::spawn(super::super::ws::serve(listener, paths, ctx.clone(), None));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while !routes[0].rate.is_pruning() && tokio::time::Instant::now() < deadline {
+        while !served[0].rate().is_pruning() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert!(routes[0].rate.is_pruning());
+        assert!(served[0].rate().is_pruning());
         ctx.shutdown.cancel();
         let stopped = tokio::time::timeout(Duration::from_secs(20), server).await;
         assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");

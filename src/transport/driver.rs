@@ -17,11 +17,9 @@ use futures_util::{Stream, StreamExt};
 use tokio::time::Instant;
 
 use super::session::{Session, Verdict};
-use super::Serve;
+use super::{Listener, ListenerCell, Serve};
 use crate::close::CloseCode;
-use crate::config::ListenerConfig;
 use crate::outbox::{OutboxReader, Outgoing};
-use crate::router::RouteCell;
 use crate::telemetry::metrics::{FrameCounter, Limit, ProtocolError};
 
 /// How long a Sideband client has to send its handshake.
@@ -82,8 +80,9 @@ pub(crate) struct Fixed {
 }
 
 impl Fixed {
-    /// The settings of `cfg`, with `ping` for WebSocket connections.
-    pub(crate) fn of(cfg: &ListenerConfig, ping: Option<(Duration, Duration)>) -> Self {
+    /// The settings of `listener`, with `ping` for WebSocket connections.
+    pub(crate) fn of(listener: &Listener, ping: Option<(Duration, Duration)>) -> Self {
+        let cfg = listener.cfg();
         Fixed {
             name: cfg.name.clone(),
             max_message_bytes: cfg.max_message_bytes,
@@ -107,12 +106,12 @@ pub(crate) trait FrameSink: Send {
 
 /// Reads the client until the connection must end; see [`End`].
 ///
-/// The route is read from `cell` only where it is needed, never held (a
+/// The listener is read from `cell` only where it is needed, never held (a
 /// reload may replace it); what is fixed for the connection is in `cfg`.
 pub(crate) async fn read_loop<S, T>(
     mut frames: S,
     session: &Session,
-    cell: &RouteCell,
+    cell: &ListenerCell,
     ctx: &Serve,
     cfg: &Fixed,
 ) -> End
@@ -134,9 +133,9 @@ where
             frame = frames.next() => frame.unwrap_or(Incoming::Gone),
             () = &mut lost => return End::UpstreamLost,
             () = &mut slow => {
-                let route = cell.load();
-                route.count_protocol_error(ProtocolError::SlowConsumer);
-                route.metrics().count_limit(&cfg.name, Limit::SlowConsumer);
+                let listener = cell.load();
+                listener.count_protocol_error(ProtocolError::SlowConsumer);
+                listener.count_limit(Limit::SlowConsumer);
                 // The outbox is full: the close frame may not fit; the socket goes anyway.
                 outbox.try_close(CloseCode::PolicyViolation, "slow consumer");
                 return End::Gone;
@@ -235,7 +234,7 @@ pub(crate) async fn finish(end: End, session: Session, mut writer: tokio::task::
                 .await;
         }
     }
-    let name = session.listener();
+    let name = session.listener_name();
     drop(session);
     drop(outbox);
     if end == End::Gone {

@@ -1,7 +1,12 @@
 //! I/O only: accepting client connections, framing, per-connection tasks.
 //!
-//! [`ws`] serves the WebSocket dialects through axum; [`session`] is the
-//! transport-independent request handling every connection shares.
+//! A [`Listener`] is one configured listener as the transport serves it
+//! (configuration, connection and rate limits, upgrade checks, metrics,
+//! and the [`crate::router::Router`] its requests go to), read from its
+//! [`ListenerCell`], which a reload swaps. `ws` serves the WebSocket
+//! dialects through axum and `unix` the NDJSON one; both run the one
+//! connection driver (`driver`); [`session`] is the transport-independent
+//! request handling every connection shares.
 
 use tokio_util::sync::CancellationToken;
 
@@ -9,6 +14,7 @@ use tokio_util::task::TaskTracker;
 
 pub(crate) mod accept;
 pub(crate) mod driver;
+mod listener;
 pub mod session;
 pub(crate) mod tls;
 pub(crate) mod unix;
@@ -26,16 +32,17 @@ pub(crate) struct Serve {
 }
 
 pub use crate::outbox::Outgoing;
+pub use listener::{Listener, ListenerCell};
 
 /// Counts a client connection as accepted and open; closed when dropped.
 #[derive(Debug)]
 pub(crate) struct OpenConnection(prometheus::IntGauge);
 
 impl OpenConnection {
-    /// Counts a new connection on `route`'s listener.
-    pub(crate) fn count(route: &crate::router::Route) -> Self {
-        let name = route.cfg.name.as_str();
-        let metrics = route.metrics();
+    /// Counts a new connection on `listener`.
+    pub(crate) fn count(listener: &Listener) -> Self {
+        let name = listener.name();
+        let metrics = listener.metrics();
         metrics
             .connections_accepted
             .with_label_values(&[name])

@@ -29,13 +29,12 @@ use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 
 use super::driver::{self, Fixed, FrameSink, Incoming};
 use super::session::Session;
-use super::{Outgoing, Serve};
+use super::{Listener, ListenerCell, Outgoing, Serve};
 use crate::dialect::errors;
 use crate::dialect::render::{render, Style};
 use crate::dialect::Dialect;
 use crate::envelope::{Message, WireId};
 use crate::error::{ErrorKind, GatewayError};
-use crate::router::{Route, RouteCell};
 use crate::telemetry::metrics::RejectReason;
 
 /// Binds `path` with `mode`, handling stale sockets as the module explains.
@@ -85,7 +84,12 @@ fn remove_stale(path: &Path) -> io::Result<()> {
 }
 
 /// Accepts NDJSON clients until shutdown, then removes the socket file.
-pub(crate) async fn serve(listener: UnixListener, path: PathBuf, cell: Arc<RouteCell>, ctx: Serve) {
+pub(crate) async fn serve(
+    listener: UnixListener,
+    path: PathBuf,
+    cell: Arc<ListenerCell>,
+    ctx: Serve,
+) {
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -93,9 +97,9 @@ pub(crate) async fn serve(listener: UnixListener, path: PathBuf, cell: Arc<Route
         };
         match accepted {
             Ok((stream, _)) => {
-                let route = cell.load();
-                let Some(permit) = route.conns.admit(IpAddr::V4(Ipv4Addr::UNSPECIFIED)) else {
-                    ctx.sessions.spawn(refuse(stream, route));
+                let served = cell.load();
+                let Some(permit) = served.conns().admit(IpAddr::V4(Ipv4Addr::UNSPECIFIED)) else {
+                    ctx.sessions.spawn(refuse(stream, served));
                     continue;
                 };
                 let (cell, ctx2) = (cell.clone(), ctx.clone());
@@ -105,7 +109,7 @@ pub(crate) async fn serve(listener: UnixListener, path: PathBuf, cell: Arc<Route
                 });
             }
             Err(e) => {
-                tracing::warn!(listener = %cell.load().cfg.name, error = %e, "accept failed");
+                tracing::warn!(listener = %cell.load().name(), error = %e, "accept failed");
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         }
@@ -117,10 +121,8 @@ pub(crate) async fn serve(listener: UnixListener, path: PathBuf, cell: Arc<Route
 }
 
 /// Over the connection cap: one error line, then close.
-async fn refuse(mut stream: UnixStream, route: Arc<Route>) {
-    route
-        .metrics()
-        .count_rejected_connection(&route.cfg.name, RejectReason::Limit);
+async fn refuse(mut stream: UnixStream, listener: Arc<Listener>) {
+    listener.count_rejected(RejectReason::Limit);
     let err = GatewayError::with_detail(ErrorKind::ResourceExhausted, "max connections exceeded");
     let reply = Message::error(Some(WireId::null()), errors::render(&err, Dialect::Ndjson));
     if let Ok(mut line) = render(&reply, Style::Line) {
@@ -131,14 +133,14 @@ async fn refuse(mut stream: UnixStream, route: Arc<Route>) {
     let _ = stream.shutdown().await;
 }
 
-async fn run(stream: UnixStream, cell: Arc<RouteCell>, ctx: Serve) {
+async fn run(stream: UnixStream, cell: Arc<ListenerCell>, ctx: Serve) {
     // Read once for what is fixed for the connection's life (its outbox,
     // line limit and timers); requests read the cell themselves, and the
-    // route is not held (a reload may replace it).
-    let route = cell.load();
-    let _open = super::OpenConnection::count(&route);
+    // listener is not held (a reload may replace it).
+    let listener = cell.load();
+    let _open = super::OpenConnection::count(&listener);
     let (read, write) = stream.into_split();
-    let sent = route.metrics().frame_counter(
+    let sent = listener.metrics().frame_counter(
         Dialect::Ndjson,
         crate::error::Side::Client,
         crate::telemetry::metrics::Direction::Out,
@@ -152,7 +154,7 @@ async fn run(stream: UnixStream, cell: Arc<RouteCell>, ctx: Serve) {
     let codec = AnyDelimiterCodec::new_with_max_length(
         vec![b'\n'],
         vec![b'\n'],
-        route.cfg.max_message_bytes,
+        listener.cfg().max_message_bytes,
     );
     // Empty lines (after one trailing `\r` is stripped) are skipped.
     let lines = FramedRead::new(read, codec)
@@ -163,8 +165,8 @@ async fn run(stream: UnixStream, cell: Arc<RouteCell>, ctx: Serve) {
             Incoming::Eof,
         )));
     let lines = std::pin::pin!(lines);
-    let fixed = Fixed::of(&route.cfg, None);
-    drop(route);
+    let fixed = Fixed::of(&listener, None);
+    drop(listener);
     let end = driver::read_loop(lines, &session, &cell, &ctx, &fixed).await;
     driver::finish(end, session, writer).await;
 }

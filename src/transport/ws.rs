@@ -24,13 +24,12 @@ pub(crate) use self::paths::{Entry, Paths};
 use super::accept::Place;
 use super::driver::{self, Fixed, FrameSink, Incoming};
 use super::session::Session;
-use super::{Outgoing, Serve};
+use super::{Listener, ListenerCell, Outgoing, Serve};
 use crate::close::CloseCode;
 use crate::dialect::client::ClientCodec;
 use crate::dialect::Dialect;
 use crate::limits::origin::Refusal;
 use crate::limits::rate::PRUNE_INTERVAL;
-use crate::router::{Route, RouteCell};
 use crate::telemetry::metrics::RejectReason;
 use crate::telemetry::trace::connection_span;
 
@@ -59,16 +58,14 @@ pub(crate) async fn serve(
     ctx: Serve,
     tls: Option<super::tls::Acceptor>,
 ) -> std::io::Result<()> {
-    let routes: Vec<Arc<Route>> = paths.cells().iter().map(|c| c.load()).collect();
-    let Some(http) = super::accept::Http::of(&routes) else {
+    let served: Vec<Arc<Listener>> = paths.cells().iter().map(|c| c.load()).collect();
+    let Some(http) = super::accept::Http::of(&served) else {
         return Ok(());
     };
-    for route in &routes {
-        route
-            .rate
-            .start_pruning(PRUNE_INTERVAL, ctx.shutdown.clone());
+    for l in &served {
+        l.rate().start_pruning(PRUNE_INTERVAL, ctx.shutdown.clone());
     }
-    drop(routes);
+    drop(served);
     let app = axum::Router::new().fallback(
         move |method: Method,
               headers: HeaderMap,
@@ -88,8 +85,8 @@ pub(crate) async fn serve(
                     Ok(ws) => ws,
                     Err(rejection) => return rejection.into_response(),
                 };
-                let route = cell.load();
-                if let Err(refused) = check_upgrade(&route, &headers, &uri, peer.ip()) {
+                let listener = cell.load();
+                if let Err(refused) = check_upgrade(&listener, &headers, &uri, peer.ip()) {
                     return *refused;
                 }
                 // No longer pending: the session counts from here, before
@@ -97,7 +94,7 @@ pub(crate) async fn serve(
                 if let Some(Extension(place)) = place {
                     place.release();
                 }
-                upgrade(ws, &headers, &route, cell, ctx, peer.ip())
+                upgrade(ws, &headers, &listener, cell, ctx, peer.ip())
             }
         },
     );
@@ -109,12 +106,15 @@ pub(crate) async fn serve(
 fn upgrade(
     ws: WebSocketUpgrade,
     headers: &HeaderMap,
-    route: &Route,
-    cell: Arc<RouteCell>,
+    listener: &Listener,
+    cell: Arc<ListenerCell>,
     ctx: Serve,
     peer: IpAddr,
 ) -> Response {
-    let limit = route.cfg.max_message_bytes.saturating_add(LIBRARY_HEADROOM);
+    let limit = listener
+        .cfg()
+        .max_message_bytes
+        .saturating_add(LIBRARY_HEADROOM);
     // Small initial buffers (they grow on demand): an idle connection then
     // costs a few KiB instead of the library's 128 KiB read buffer.
     let ws = ws
@@ -122,8 +122,8 @@ fn upgrade(
         .max_frame_size(limit)
         .read_buffer_size(READ_BUFFER)
         .write_buffer_size(WRITE_THRESHOLD);
-    let ws = select_subprotocol(ws, route.cfg.dialect);
-    let span = connection_span(headers, &route.cfg.name, route.cfg.dialect.as_str());
+    let ws = select_subprotocol(ws, listener.dialect());
+    let span = connection_span(headers, listener.name(), listener.dialect().as_str());
     let sessions = ctx.sessions.clone();
     ws.on_upgrade(move |socket| {
         sessions.track_future(run(socket, cell, ctx, peer).instrument(span))
@@ -145,13 +145,13 @@ fn select_subprotocol(mut ws: WebSocketUpgrade, dialect: Dialect) -> WebSocketUp
 /// Browser safety before the upgrade: Host and Origin allow-lists and the
 /// bearer token. A refusal is HTTP 403/401 with a short reason, counted.
 fn check_upgrade(
-    route: &Route,
+    listener: &Listener,
     headers: &HeaderMap,
     uri: &Uri,
     peer: IpAddr,
 ) -> Result<(), Box<Response>> {
     let header = |name| headers.get(name).map(axum::http::HeaderValue::as_bytes);
-    let verdict = route.upgrade_policy().check(
+    let verdict = listener.upgrade_policy().check(
         header(axum::http::header::HOST),
         header(axum::http::header::ORIGIN),
         header(axum::http::header::AUTHORIZATION),
@@ -163,26 +163,21 @@ fn check_upgrade(
             Refusal::NullOrigin | Refusal::Origin => RejectReason::Origin,
             Refusal::Token => RejectReason::Token,
         };
-        route
-            .metrics()
-            .count_rejected_connection(&route.cfg.name, reason);
-        route.log_refused_upgrade(refusal.as_str(), peer);
+        listener.count_rejected(reason);
+        listener.log_refused_upgrade(refusal.as_str(), peer);
         let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::FORBIDDEN);
         Box::new((status, refusal.reason()).into_response())
     })
 }
 
 /// Drives one client connection to its end.
-async fn run(mut socket: WebSocket, cell: Arc<RouteCell>, ctx: Serve, peer: IpAddr) {
+async fn run(mut socket: WebSocket, cell: Arc<ListenerCell>, ctx: Serve, peer: IpAddr) {
     // Read once for what is fixed for the connection's life (its outbox,
     // its counters); requests read the cell themselves.
-    let route = cell.load();
-    let name = route.cfg.name.clone();
-    let Some(_permit) = route.conns.admit(peer) else {
+    let listener = cell.load();
+    let Some(_permit) = listener.conns().admit(peer) else {
         // Upgraded first, so that a browser can read the reason.
-        route
-            .metrics()
-            .count_rejected_connection(&name, RejectReason::Limit);
+        listener.count_rejected(RejectReason::Limit);
         let frame = CloseFrame {
             code: CloseCode::PolicyViolation.as_u16(),
             reason: "max connections exceeded".into(),
@@ -191,10 +186,10 @@ async fn run(mut socket: WebSocket, cell: Arc<RouteCell>, ctx: Serve, peer: IpAd
         let _ = socket.send(WsMessage::Close(Some(frame))).await;
         return;
     };
-    let _open = super::OpenConnection::count(&route);
+    let _open = super::OpenConnection::count(&listener);
     let (sink, stream) = socket.split();
-    let sent = route.metrics().frame_counter(
-        route.cfg.dialect,
+    let sent = listener.metrics().frame_counter(
+        listener.dialect(),
         crate::error::Side::Client,
         crate::telemetry::metrics::Direction::Out,
     );
@@ -205,13 +200,11 @@ async fn run(mut socket: WebSocket, cell: Arc<RouteCell>, ctx: Serve, peer: IpAd
         // Sideband: both sides send their handshake at once.
         session.outbox().send_frame(hello).await;
     }
-    let fixed = Fixed::of(
-        &route.cfg,
-        Some((route.cfg.ping_interval, route.cfg.pong_timeout)),
-    );
-    // Not held while the connection lives: the route of a past
-    // generation goes as soon as its last request is answered.
-    drop(route);
+    let cfg = listener.cfg();
+    let fixed = Fixed::of(&listener, Some((cfg.ping_interval, cfg.pong_timeout)));
+    // Not held while the connection lives: the listener (and router) of a
+    // past generation goes as soon as its last request is answered.
+    drop(listener);
     let end = driver::read_loop(stream.map(incoming), &session, &cell, &ctx, &fixed).await;
     driver::finish(end, session, writer).await;
 }

@@ -32,8 +32,8 @@ impl Session {
         else {
             return Ok(Checked::Pass(item));
         };
-        let route = self.route();
-        if route.rate.is_off() {
+        let listener = self.listener();
+        if listener.rate().is_off() {
             return Ok(Checked::Pass(item));
         }
         let verdict = {
@@ -41,8 +41,8 @@ impl Session {
             // First use, or the listener's rates changed in a reload: this
             // connection's own bucket starts over under the new ones.
             let rate = match &mut *rate {
-                Some(r) if r.follows(&route.rate) => r,
-                slot => slot.insert(route.rate.connection(self.peer)),
+                Some(r) if r.follows(listener.rate()) => r,
+                slot => slot.insert(listener.rate().connection(self.peer)),
             };
             rate.check(method)
         };
@@ -50,8 +50,7 @@ impl Session {
             RateVerdict::Allow => return Ok(Checked::Pass(item)),
             RateVerdict::Limit(l) | RateVerdict::Abuse(l) => l,
         };
-        let metrics = route.metrics();
-        metrics.count_limit(&route.cfg.name, limit_label(limited));
+        listener.count_limit(limit_label(limited));
         if let RateVerdict::Abuse(_) = verdict {
             // Closing anyway: a client that is not reading is cut off
             // without the close frame.
@@ -62,10 +61,10 @@ impl Session {
         match item {
             Item::Valid(Message::Request { id, .. }) => {
                 let err = GatewayError::with_detail(ErrorKind::RateLimited, limited.as_str());
-                Ok(Checked::Limited(route.error_reply(id, &err)))
+                Ok(Checked::Limited(listener.router().error_reply(id, &err)))
             }
             _ => {
-                route.count_dropped_client(DropReason::RateLimited);
+                listener.count_dropped(DropReason::RateLimited);
                 Ok(Checked::Dropped)
             }
         }

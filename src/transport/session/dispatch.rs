@@ -18,7 +18,7 @@ use crate::dialect::Item;
 use crate::envelope::Message;
 use crate::error::{ErrorKind, GatewayError};
 use crate::router::in_place::NotPlaced;
-use crate::router::{ClientLinks, Route};
+use crate::router::{ClientLinks, Router};
 use crate::telemetry::metrics::Limit;
 
 // === impl Session ===
@@ -52,7 +52,7 @@ impl Session {
                 let permit = match self.permits(1).await {
                     Ok(permit) => permit,
                     Err(NoSlot::ShuttingDown) => {
-                        self.send(&self.route().error_reply(id, &shutting_down()))
+                        self.send(&self.router().error_reply(id, &shutting_down()))
                             .await;
                         return Verdict::Continue;
                     }
@@ -65,7 +65,7 @@ impl Session {
                     params,
                     permit,
                 };
-                match self.in_place.place(&self.route(), &self.parent, req) {
+                match self.in_place.place(&self.router(), &self.parent, req) {
                     Ok(()) => Verdict::Continue,
                     Err(req) => self.spawn(
                         Item::Valid(Message::Request {
@@ -83,10 +83,10 @@ impl Session {
 
     /// Runs one item in a task of its own (the task path).
     fn spawn(&self, item: Item, permit: Option<OwnedSemaphorePermit>) -> Verdict {
-        let (route, client, outbox) = (self.route(), self.client.clone(), self.outbox.clone());
+        let (router, client, outbox) = (self.router(), self.client.clone(), self.outbox.clone());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
         let task = async move {
-            let Some(reply) = settle(&route, item, &client, &gone, &grace_over).await else {
+            let Some(reply) = settle(&router, item, &client, &gone, &grace_over).await else {
                 return;
             };
             // The in-flight slot is freed once the reply is queued.
@@ -131,23 +131,23 @@ impl Session {
                     let err = shutting_down();
                     let replies: Vec<Message> = request_ids
                         .into_iter()
-                        .map(|id| self.route().error_reply(id, &err))
+                        .map(|id| self.router().error_reply(id, &err))
                         .collect();
                     self.outbox.send_batch(&replies).await;
                     return Verdict::Continue;
                 }
             }
         };
-        let (route, client, outbox) = (self.route(), self.client.clone(), self.outbox.clone());
+        let (router, client, outbox) = (self.router(), self.client.clone(), self.outbox.clone());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
         let span = tracing::debug_span!(target: crate::telemetry::trace::RPC_TARGET, parent: &self.parent, "rpc.batch", otel.kind = "server", rpc.batch.size = request_ids.len());
         let task = async move {
             let replies = tokio::select! {
-                replies = route.handle_batch(items, &client) => replies,
+                replies = router.handle_batch(items, &client) => replies,
                 () = gone.cancelled() => return,
                 () = grace_over.cancelled() => {
                     let err = shutting_down();
-                    request_ids.into_iter().map(|id| route.error_reply(id, &err)).collect()
+                    request_ids.into_iter().map(|id| router.error_reply(id, &err)).collect()
                 }
             };
             if !replies.is_empty() {
@@ -168,10 +168,7 @@ impl Session {
         if let Ok(permit) = self.in_flight.clone().try_acquire_many_owned(n) {
             return Ok(permit);
         }
-        let route = self.route();
-        route
-            .metrics()
-            .count_limit(&route.cfg.name, Limit::MaxInFlight);
+        self.listener().count_limit(Limit::MaxInFlight);
         tokio::select! {
             permit = self.in_flight.clone().acquire_many_owned(n) => {
                 permit.map_err(|_| NoSlot::ShuttingDown)
@@ -185,7 +182,7 @@ impl Session {
 /// Runs one item to its reply, unless the client leaves; after the grace
 /// period a request still in flight is answered `unavailable`.
 async fn settle(
-    route: &Route,
+    router: &Router,
     item: Item,
     client: &ClientLinks,
     gone: &CancellationToken,
@@ -196,10 +193,10 @@ async fn settle(
         _ => None,
     };
     tokio::select! {
-        reply = route.handle(item, client) => reply,
+        reply = router.handle(item, client) => reply,
         () = gone.cancelled() => None,
         () = grace_over.cancelled() => {
-            id.map(|id| route.error_reply(id, &shutting_down()))
+            id.map(|id| router.error_reply(id, &shutting_down()))
         }
     }
 }

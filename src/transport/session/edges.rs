@@ -19,19 +19,17 @@ impl Session {
     }
 
     /// The listener's name.
-    pub fn listener(&self) -> String {
-        self.route().cfg.name.clone()
+    pub fn listener_name(&self) -> String {
+        self.listener().name().to_owned()
     }
 
     /// The dialect's answer to a message over `limit` bytes, then close
     /// 1009 (an NDJSON client gets its error line, then the connection
     /// closes): see [`ClientCodec::oversize`].
     pub async fn too_large(&self, limit: usize) {
-        let route = self.route();
-        route.count_protocol_error(ProtocolError::MessageTooLarge);
-        route
-            .metrics()
-            .count_limit(&route.cfg.name, Limit::MaxMessageBytes);
+        let listener = self.listener();
+        listener.count_protocol_error(ProtocolError::MessageTooLarge);
+        listener.count_limit(Limit::MaxMessageBytes);
         let Oversize { reply, reason } = self.codec().oversize(limit);
         if let Some(reply) = reply {
             self.send(&reply).await;
@@ -41,7 +39,7 @@ impl Session {
 
     /// Counts the client's WebSocket close frame, by code.
     pub fn count_close(&self, code: u16) {
-        self.route()
+        self.listener()
             .metrics()
             .count_ws_close(self.dialect(), crate::error::Side::Client, code);
     }

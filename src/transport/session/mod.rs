@@ -34,14 +34,15 @@ use crate::error::Side;
 use crate::limits::rate::ConnectionRate;
 use crate::outbox::{Form, Gauges, OutCodec, Outbox, OutboxReader, Outgoing};
 use crate::router::in_place::InPlace;
-use crate::router::{ClientLinks, Pusher, Route, RouteCell};
+use crate::router::{ClientLinks, Pusher, Router};
 use crate::telemetry::metrics::{Direction, DropReason, ProtocolError};
+use crate::transport::{Listener, ListenerCell};
 
 /// Request handling state of one client connection.
 #[derive(Debug)]
 pub struct Session {
-    /// The listener's current route, read per request (a reload swaps it).
-    routes: Arc<RouteCell>,
+    /// The listener as it serves now, read per request (a reload swaps it).
+    cell: Arc<ListenerCell>,
     /// `max_in_flight` when the connection opened: the size of
     /// `in_flight`, fixed for the connection's life.
     max_in_flight: usize,
@@ -80,45 +81,44 @@ pub enum Verdict {
 // === impl Session ===
 
 impl Session {
-    /// A session for one client of `route`'s listener, and the reader of
-    /// its outbox (for the connection's writer).
-    pub fn new(routes: Arc<RouteCell>, grace_over: CancellationToken) -> (Self, OutboxReader) {
-        let route = routes.load();
-        let codec = ClientCodec::of(route.cfg.dialect);
+    /// A session for one client of the listener in `cell`, and the reader
+    /// of its outbox (for the connection's writer).
+    pub fn new(cell: Arc<ListenerCell>, grace_over: CancellationToken) -> (Self, OutboxReader) {
+        let listener = cell.load();
+        let cfg = listener.cfg();
+        let codec = ClientCodec::of(cfg.dialect);
         let form = if codec.reads_binary() {
             Form::Sideband(Arc::new(Mutex::new(
-                Sbp::new(route.cfg.sideband_cbor).with_subjects(
-                    route.cfg.sideband_legacy_subjects,
-                    route.cfg.sideband_reject_app,
-                ),
+                Sbp::new(cfg.sideband_cbor)
+                    .with_subjects(cfg.sideband_legacy_subjects, cfg.sideband_reject_app),
             )))
         } else {
             Form::Text(codec.dialect(), codec.style())
         };
-        let metrics = route.metrics();
-        let name = [route.cfg.name.as_str()];
+        let metrics = listener.metrics();
+        let name = [cfg.name.as_str()];
         let gauges = Gauges {
             messages: metrics.outbox_high_water.with_label_values(&name),
             bytes: metrics.outbox_queued_bytes_max.with_label_values(&name),
         };
         let (outbox, reader) = Outbox::channel(
-            route.cfg.outbox_capacity,
+            cfg.outbox_capacity,
             OutCodec::new(form, metrics.clone()),
-            route.cfg.protection.slow_consumer_timeout,
+            cfg.protection.slow_consumer_timeout,
             gauges,
         );
         let pusher = Pusher::new(
             outbox.clone(),
-            route.cfg.max_unanswered_pushes,
-            route.cfg.request_timeout,
+            cfg.max_unanswered_pushes,
+            cfg.request_timeout,
             metrics.clone(),
         );
         let session = Session {
-            in_flight: Arc::new(Semaphore::new(route.cfg.max_in_flight)),
-            max_in_flight: route.cfg.max_in_flight,
+            in_flight: Arc::new(Semaphore::new(cfg.max_in_flight)),
+            max_in_flight: cfg.max_in_flight,
             peer: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             in_place: InPlace::new(outbox.clone(), grace_over.clone()),
-            routes,
+            cell,
             outbox,
             tasks: TaskTracker::new(),
             gone: CancellationToken::new(),
@@ -130,9 +130,14 @@ impl Session {
         (session, reader)
     }
 
-    /// The listener's route as of now.
-    fn route(&self) -> Arc<Route> {
-        self.routes.load()
+    /// The listener as of now.
+    fn listener(&self) -> Arc<Listener> {
+        self.cell.load()
+    }
+
+    /// The listener's router as of now.
+    fn router(&self) -> Arc<Router> {
+        self.cell.load().router().clone()
     }
 
     /// The client's dialect (fixed for the connection's life).
@@ -158,16 +163,18 @@ impl Session {
 
     /// Handles one inbound text frame or line.
     pub async fn on_text(&self, text: &str) -> Verdict {
-        let inbound = self.codec().decode(text, self.route().cfg.max_batch_items);
+        let inbound = self
+            .codec()
+            .decode(text, self.listener().cfg().max_batch_items);
         self.count_in(text.len(), &inbound);
         match inbound {
             Inbound::Rejected(reply) => {
-                self.route()
+                self.listener()
                     .count_protocol_error(ProtocolError::RejectedMessage);
                 self.send(&reply).await;
             }
             Inbound::Close(code, reason) => {
-                self.route()
+                self.listener()
                     .count_protocol_error(ProtocolError::FatalMessage);
                 // holon-rpc's only fatal close is 1002 (protocol error).
                 let code = CloseCode::from_u16(code).unwrap_or(CloseCode::ProtocolError);
@@ -182,8 +189,8 @@ impl Session {
 
     /// Counts an inbound frame and its messages (and a batch's size).
     fn count_in(&self, bytes: usize, inbound: &Inbound) {
-        let route = self.route();
-        let (m, d) = (route.metrics(), self.dialect());
+        let listener = self.listener();
+        let (m, d) = (listener.metrics(), self.dialect());
         m.count_frame(d, Side::Client, Direction::In, bytes);
         let count = |item: &Item| {
             if let Item::Valid(msg) = item {
@@ -193,7 +200,7 @@ impl Session {
         match inbound {
             Inbound::Single(item) => count(item),
             Inbound::Batch(items) => {
-                m.observe_batch(&route.cfg.name, items.len());
+                m.observe_batch(listener.name(), items.len());
                 items.iter().for_each(count);
             }
             Inbound::Rejected(_) | Inbound::Close(..) => {}
@@ -223,8 +230,8 @@ impl Session {
         let Form::Sideband(sbp) = &self.outbox.codec().form else {
             return Verdict::Close(CloseCode::Unsupported);
         };
-        let route = self.route();
-        let metrics = route.metrics();
+        let listener = self.listener();
+        let metrics = listener.metrics();
         metrics.count_frame(self.dialect(), Side::Client, Direction::In, bytes.len());
         let event = sbp.lock().on_frame(bytes);
         if let SbpEvent::Rpc(msg) = &event {
@@ -232,7 +239,7 @@ impl Session {
         }
         match event {
             SbpEvent::Nothing | SbpEvent::Ready => {}
-            SbpEvent::Dropped(reason) => route.count_dropped_client(DropReason::Sideband(reason)),
+            SbpEvent::Dropped(reason) => listener.count_dropped(DropReason::Sideband(reason)),
             SbpEvent::Send(frame)
             | SbpEvent::InvalidEnvelope {
                 reply: Some(frame), ..
@@ -242,15 +249,15 @@ impl Session {
             SbpEvent::InvalidEnvelope { reply: None, .. } => {}
             SbpEvent::Rpc(msg) => return self.single(Item::Valid(msg)).await,
             SbpEvent::PeerError { code, message, .. } => {
-                tracing::debug!(listener = %route.cfg.name, code, message, "ErrorFrame from client");
-                route.count_protocol_error(ProtocolError::PeerErrorFrame);
+                tracing::debug!(listener = %listener.name(), code, message, "ErrorFrame from client");
+                listener.count_protocol_error(ProtocolError::PeerErrorFrame);
             }
             SbpEvent::Close {
                 frame,
                 code,
                 reason,
             } => {
-                route.count_protocol_error(ProtocolError::FatalFrame);
+                listener.count_protocol_error(ProtocolError::FatalFrame);
                 if let Some(frame) = frame {
                     self.outbox.send_frame(Outgoing::Binary(frame)).await;
                 }

@@ -8,14 +8,13 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use super::super::Serve;
-use crate::router::RouteCell;
+use super::super::{ListenerCell, Serve};
 
 /// One listener on the address.
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
-    /// Its current route.
-    pub(crate) cell: Arc<RouteCell>,
+    /// The listener as it serves now.
+    pub(crate) cell: Arc<ListenerCell>,
     /// Its connections' stop and grace tokens (children of the address's).
     pub(crate) ctx: Serve,
 }
@@ -42,8 +41,8 @@ impl Paths {
         self.0.write().remove(path)
     }
 
-    /// Every listener's route cell.
-    pub(crate) fn cells(&self) -> Vec<Arc<RouteCell>> {
+    /// Every listener's cell.
+    pub(crate) fn cells(&self) -> Vec<Arc<ListenerCell>> {
         self.0.read().values().map(|e| e.cell.clone()).collect()
     }
 }
