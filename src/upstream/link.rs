@@ -25,7 +25,7 @@ use super::error::LinkError;
 use super::UpstreamShared;
 
 pub(crate) use super::link_dialect::{LinkDialect, SidebandState};
-pub(crate) use super::owner::{Owner, OwnerRef, PendingPush};
+pub(crate) use super::owner::{Client, LinkFuture, Owner, OwnerRef, PendingPush};
 pub(crate) use super::waiter::{Caller, Completion, ReplyResult, Waiter};
 
 /// A live connection to an upstream.

@@ -7,22 +7,23 @@
 //! least-loaded live connection, and settled by id. The transport-specific
 //! parts (dialing, framing) live in [`ndjson`].
 //!
-//! Requests to a pooled upstream are settled in place ([`direct`]): written
+//! The router reaches an upstream through `mode`, the one place that
+//! chooses the pool, the client's own link or a link per stream:
+//! `Upstream::submit`, `Upstream::request` and `Upstream::notify`.
+//! Requests to a pooled upstream are settled in place (`direct`): written
 //! at once when there is room, else parked in the upstream's queue
 //! (`parking`) and written by whoever frees room, with no task per
-//! request. The task path (a future per call) remains for per-client and
-//! streaming upstreams, notifications and batches.
+//! request. The task path (`calls`: a future per call) remains for
+//! per-client and streaming upstreams, notifications and batches.
 
 use std::sync::Arc;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::Instrument;
 
-use crate::config::{NotificationPolicy, UpstreamConfig, UpstreamMode};
-use crate::dialect::Dialect;
-use crate::envelope::{Message, Payload};
+use crate::config::{UpstreamConfig, UpstreamMode};
+use crate::envelope::Payload;
 use crate::error::{ErrorKind, GatewayError};
 use crate::telemetry::metrics::Metrics;
 
@@ -30,6 +31,7 @@ pub use self::health::HealthSnapshot;
 
 mod admission;
 mod batch;
+mod calls;
 pub mod correlator;
 pub(crate) mod direct;
 mod encode;
@@ -40,6 +42,7 @@ mod heartbeat;
 mod inbound;
 pub(crate) mod link;
 mod link_dialect;
+mod mode;
 mod ndjson;
 mod owner;
 mod parking;
@@ -51,8 +54,7 @@ mod waiter;
 mod ws;
 
 use admission::Admission;
-use direct::Submission;
-use link::{Caller, Completion, Link};
+use link::Link;
 pub(crate) use shared::{hard_cap, UpstreamShared};
 
 /// A named upstream and its connection pool.
@@ -74,12 +76,6 @@ pub struct Events {
     pub broker: Arc<crate::pubsub::Broker>,
     /// Events of persistent topics are also queued here for the store.
     pub recorder: Option<crate::persist::recorder::Recorder>,
-}
-
-/// Gives a call's gateway id up if the caller stops waiting before the reply.
-struct AbandonGuard {
-    link: Option<(Arc<Link>, u64)>,
-    timed_out: bool,
 }
 
 // === impl Upstream ===
@@ -180,103 +176,6 @@ impl Upstream {
         self.admission.connected()
     }
 
-    /// Settles `call` in place: written now if there is room, else parked
-    /// until there is (see [`direct`]). Given back when the call must take
-    /// the task path instead (per-client mode, a streaming method).
-    pub(crate) fn submit(&self, call: Submission) -> Result<(), Submission> {
-        if !self.settles_in_place(&call.method) {
-            return Err(call);
-        }
-        self.admission.submit(call);
-        Ok(())
-    }
-
-    /// Takes out the calls `caller` has parked here (its shutdown grace
-    /// period is over: it answers them itself).
-    pub(crate) fn withdraw(&self, caller: &Arc<dyn Caller>) -> Vec<Box<dyn Completion>> {
-        self.admission.withdraw(caller)
-    }
-
-    /// Calls one method and returns the upstream's reply (a response or an
-    /// error, still carrying the gateway id). Cancel-safe: dropping the
-    /// future abandons the call and a late reply is counted as stale.
-    pub async fn call(
-        &self,
-        method: &str,
-        params: Option<&Payload>,
-    ) -> Result<Message, GatewayError> {
-        self.call_inner(
-            method,
-            params,
-            &mut AbandonGuard {
-                link: None,
-                timed_out: false,
-            },
-        )
-        .await
-    }
-
-    /// Like [`call`](Self::call), but marks an abandoned call as timed out
-    /// (which retires ordered connections) when `deadline` passes.
-    pub async fn call_until(
-        &self,
-        method: &str,
-        params: Option<&Payload>,
-        deadline: tokio::time::Instant,
-    ) -> Result<Message, GatewayError> {
-        let mut guard = AbandonGuard {
-            link: None,
-            timed_out: false,
-        };
-        let span = self.client_span(method);
-        let call = self.call_inner(method, params, &mut guard).instrument(span);
-        let result = tokio::time::timeout_at(deadline, call).await;
-        match result {
-            Ok(r) => r,
-            Err(_) => {
-                guard.timed_out = true;
-                Err(GatewayError::new(ErrorKind::Timeout))
-            }
-        }
-    }
-
-    /// Forwards a client notification according to the upstream's policy.
-    pub async fn notify(&self, method: &str, params: Option<&Payload>) -> Result<(), GatewayError> {
-        if self.shared.cfg.dialect == Dialect::Holon {
-            // holon-rpc has no notifications: send a request, drop its reply.
-            let wrapped = self.holon_params(params);
-            return self.call(method, wrapped.as_ref()).await.map(|_| ());
-        }
-        // JSON-RPC params are an array or an object: wrap anything else.
-        let wrapped;
-        let params = match params {
-            Some(p)
-                if self.shared.cfg.dialect != Dialect::Sideband
-                    && !crate::dialect::holon::is_structured(p) =>
-            {
-                self.shared
-                    .count_quirk(crate::telemetry::metrics::Quirk::ParamsWrapped);
-                wrapped = crate::dialect::holon::wrap_params(p);
-                wrapped.as_ref()
-            }
-            other => other,
-        };
-        match self.shared.cfg.notifications {
-            NotificationPolicy::Forward => {
-                let link = self.admission.pick_link().await?;
-                link.send_notification(method, params)
-            }
-            NotificationPolicy::AsRequest => match self.call(method, params).await? {
-                Message::Error { .. } => {
-                    self.shared
-                        .count_dropped(crate::telemetry::metrics::DropReason::NotificationError);
-                    Ok(())
-                }
-                _ => Ok(()),
-            },
-        }
-    }
-
     /// Params for a holon notification: non-object params are wrapped as
     /// `{"value": …}` (counted), absent params stay absent (sent as `{}`).
     pub(crate) fn holon_params(&self, params: Option<&Payload>) -> Option<Payload> {
@@ -290,25 +189,6 @@ impl Upstream {
         }
     }
 
-    /// Calls a streaming method (per-stream mode) on a dedicated
-    /// connection; its events go to `owner` until `gone` fires.
-    pub(crate) async fn stream_call(
-        &self,
-        method: &str,
-        params: Option<&Payload>,
-        client_id: &crate::envelope::WireId,
-        owner: link::OwnerRef,
-        gone: CancellationToken,
-    ) -> Result<Message, GatewayError> {
-        stream::open(self.shared.clone(), method, params, client_id, owner, gone).await
-    }
-
-    /// True when calls of `method` are settled in place: a pooled
-    /// (shared-mode) upstream, and not a streaming method.
-    pub(crate) fn settles_in_place(&self, method: &str) -> bool {
-        self.shared.cfg.mode == UpstreamMode::Shared && !self.is_streaming(method)
-    }
-
     /// True when `method` streams on this upstream (per-stream mode).
     pub fn is_streaming(&self, method: &str) -> bool {
         self.shared
@@ -316,40 +196,6 @@ impl Upstream {
             .streaming_methods
             .iter()
             .any(|m| m == method)
-    }
-
-    /// Forwards a client notification on a dedicated (per-client) link.
-    pub(crate) async fn notify_dedicated(
-        &self,
-        link: Arc<Link>,
-        method: &str,
-        params: Option<&Payload>,
-        deadline: tokio::time::Instant,
-    ) -> Result<(), GatewayError> {
-        let as_request = self.shared.cfg.dialect == Dialect::Holon
-            || self.shared.cfg.notifications == NotificationPolicy::AsRequest;
-        if !as_request {
-            return link.send_notification(method, params);
-        }
-        let params = if self.shared.cfg.dialect == Dialect::Holon {
-            self.holon_params(params)
-        } else {
-            params.cloned()
-        };
-        self.call_dedicated(link, method, params.as_ref(), deadline)
-            .await
-            .map(|_| ())
-    }
-
-    async fn call_inner(
-        &self,
-        method: &str,
-        params: Option<&Payload>,
-        guard: &mut AbandonGuard,
-    ) -> Result<Message, GatewayError> {
-        let _admitted = self.admission.admit_many(1).await?;
-        let link = self.admission.pick_link().await?;
-        call_on(&self.admission, link, method, params, guard).await
     }
 
     /// The client span of one upstream call (child of the server span).
@@ -370,31 +216,6 @@ impl Upstream {
             switchyard.dialect = self.shared.cfg.dialect.as_str(),
             switchyard.upstream = %self.shared.cfg.name,
         )
-    }
-
-    /// Calls `method` on a dedicated (per-client) link, until `deadline`.
-    pub(crate) async fn call_dedicated(
-        &self,
-        link: Arc<Link>,
-        method: &str,
-        params: Option<&Payload>,
-        deadline: tokio::time::Instant,
-    ) -> Result<Message, GatewayError> {
-        let mut guard = AbandonGuard {
-            link: None,
-            timed_out: false,
-        };
-        let call = async {
-            let _admitted = self.admission.admit_many(1).await?;
-            call_on(&self.admission, link, method, params, &mut guard).await
-        };
-        match tokio::time::timeout_at(deadline, call).await {
-            Ok(r) => r,
-            Err(_) => {
-                guard.timed_out = true;
-                Err(GatewayError::new(ErrorKind::Timeout))
-            }
-        }
     }
 
     /// Opens a connection owned by one client (per-client mode): what the
@@ -426,35 +247,4 @@ impl Upstream {
     }
 }
 
-/// Sends one request on `link` and waits for its reply; the guard abandons
-/// the gateway id if the caller stops waiting.
-async fn call_on(
-    admission: &Arc<Admission>,
-    link: Arc<Link>,
-    method: &str,
-    params: Option<&Payload>,
-    guard: &mut AbandonGuard,
-) -> Result<Message, GatewayError> {
-    let _slot = admission.link_slots(&link, 1).await?;
-    let (tx, rx) = oneshot::channel();
-    let gid = link
-        .send_request(method, params, tx.into())
-        .map_err(|(e, _)| e)?;
-    let call = link.shared.start_call();
-    guard.link = Some((link, gid));
-    let reply = rx.await;
-    call.settled();
-    guard.link = None;
-    reply.unwrap_or_else(|_| Err(GatewayError::new(ErrorKind::Unavailable)))
-}
-
 // === impl AbandonGuard ===
-
-impl Drop for AbandonGuard {
-    fn drop(&mut self) {
-        if let Some((link, gid)) = self.link.take() {
-            // Nobody waits any more: the waiter is dropped.
-            let _ = link.abandon(gid, self.timed_out);
-        }
-    }
-}
