@@ -6,8 +6,9 @@
 //! connection driver, under the [`transport::Listener`]'s limits) →
 //! [`dialect`] (pure decode into a neutral [`envelope::Message`]) →
 //! [`transport::session`] (in-flight permit, or back-pressure at the cap;
-//! a request to a pooled upstream with room is placed at once from the
-//! reader, anything else gets a task) → the listener's [`router::Router`]
+//! a request to a pooled upstream is handed over from the reader, written
+//! at once or parked in the upstream's queue until there is room; anything
+//! else gets a task) → the listener's [`router::Router`]
 //! (method → upstream; the pub/sub and persistent methods are served
 //! here) → [`upstream`]
 //! (pooled links, gateway ids in a [`upstream::correlator::Correlator`]) →

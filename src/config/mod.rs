@@ -290,8 +290,8 @@ pub struct UpstreamConfig {
     /// Requests allowed to wait for a free slot when the upstream is at
     /// `max_pending`.
     pub max_queued: usize,
-    /// How long a request may wait for a free slot; then
-    /// `resource_exhausted`.
+    /// How long a request may wait for room (a pending slot and a
+    /// connection below its in-flight cap); then `resource_exhausted`.
     pub queue_timeout: Duration,
     /// Largest message switchyard sends (what the upstream accepts,
     /// including the NDJSON `\n`).

@@ -8,7 +8,6 @@ use futures_util::future::join_all;
 use tokio::time::Instant as TokioInstant;
 
 use super::{ClientLinks, Router};
-use crate::config::UpstreamMode;
 use crate::dialect::Item;
 use crate::envelope::{Message, Payload, WireId};
 use crate::upstream::Upstream;
@@ -45,12 +44,7 @@ impl Router {
                     Message::Request { method, .. } | Message::Notification { method, .. },
                 ) => self
                     .routed(method)
-                    .filter(|u| {
-                        let cfg = u.config();
-                        cfg.accepts_batches
-                            && cfg.mode == UpstreamMode::Shared
-                            && !u.is_streaming(method)
-                    })
+                    .filter(|u| u.takes_batches_of(method))
                     .cloned(),
                 _ => None,
             };

@@ -28,7 +28,7 @@ use crate::persist::hub::Attachment;
 use crate::pubsub::Registration;
 use crate::telemetry::metrics::{DropReason, EventDrop, Metrics, Quirk, Unmatched};
 use crate::upstream::correlator::{Correlator, Resolution};
-use crate::upstream::link::{Link, Owner, OwnerRef, PendingPush, ReplyResult};
+use crate::upstream::link::{Client, Link, LinkFuture, Owner, OwnerRef, PendingPush, ReplyResult};
 use crate::upstream::Upstream;
 
 /// Dedicated upstream links of one client connection.
@@ -135,7 +135,7 @@ impl ClientLinks {
     }
 
     /// The client's dedicated link to `upstream`, opened on first use.
-    pub(crate) async fn link(&self, upstream: &Upstream) -> Result<Arc<Link>, GatewayError> {
+    async fn dedicated(&self, upstream: &Upstream) -> Result<Arc<Link>, GatewayError> {
         let mut links = self.links.lock().await;
         if let Some(link) = links.get(upstream.name()) {
             if link.closed.is_cancelled() {
@@ -159,21 +159,6 @@ impl ClientLinks {
         Ok(link)
     }
 
-    /// Calls a streaming method for this client (per-stream mode): its
-    /// events come to this client until it leaves.
-    pub(crate) async fn stream(
-        &self,
-        upstream: &Upstream,
-        id: &WireId,
-        method: &str,
-        params: Option<&Payload>,
-    ) -> ReplyResult {
-        let owner: OwnerRef = Arc::new(self.pusher.clone());
-        upstream
-            .stream_call(method, params, id, owner, self.gone.clone())
-            .await
-    }
-
     /// The client is gone: close its dedicated links.
     pub async fn close(&self) {
         self.gone.cancel();
@@ -183,6 +168,21 @@ impl ClientLinks {
         for link in self.links.lock().await.values() {
             link.client_gone();
         }
+    }
+}
+
+impl Client for ClientLinks {
+    fn owner(&self) -> OwnerRef {
+        Arc::new(self.pusher.clone())
+    }
+
+    fn gone(&self) -> CancellationToken {
+        self.gone.clone()
+    }
+
+    /// The client's dedicated link to `upstream`, opened on first use.
+    fn link<'a>(&'a self, upstream: &'a Upstream) -> LinkFuture<'a> {
+        Box::pin(self.dedicated(upstream))
     }
 }
 

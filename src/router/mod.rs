@@ -23,7 +23,7 @@ use std::time::Instant;
 use tokio::time::Instant as TokioInstant;
 use tracing::Instrument;
 
-use crate::config::{ListenerConfig, RouteTable, UpstreamMode};
+use crate::config::{ListenerConfig, RouteTable};
 use crate::dialect::client::ClientCodec;
 use crate::dialect::errors;
 use crate::dialect::jsonrpc::Item;
@@ -257,22 +257,9 @@ impl Router {
         tracing::Span::current().record("switchyard.upstream", upstream.name());
         let started = Instant::now();
         let deadline = TokioInstant::now() + self.cfg.request_timeout;
-        let result = match upstream.config().mode {
-            // A streaming method gets its own connection: on a pooled one it
-            // would take the connection over.
-            _ if upstream.is_streaming(method) => {
-                client.stream(upstream, &id, method, params).await
-            }
-            UpstreamMode::Shared => upstream.call_until(method, params, deadline).await,
-            UpstreamMode::PerClient => match client.link(upstream).await {
-                Ok(link) => {
-                    upstream
-                        .call_dedicated(link, method, params, deadline)
-                        .await
-                }
-                Err(e) => Err(e),
-            },
-        };
+        let result = upstream
+            .request(&id, method, params, deadline, client)
+            .await;
         self.finish(id, upstream, started, result)
     }
 
@@ -293,22 +280,8 @@ impl Router {
             self.count_dropped(DropReason::NoRoute);
             return None;
         };
-        let sent = match upstream.config().mode {
-            UpstreamMode::Shared => upstream.notify(method, params).await,
-            UpstreamMode::PerClient => match client.link(upstream).await {
-                Ok(link) => {
-                    upstream
-                        .notify_dedicated(
-                            link,
-                            method,
-                            params,
-                            TokioInstant::now() + self.cfg.request_timeout,
-                        )
-                        .await
-                }
-                Err(e) => Err(e),
-            },
-        };
+        let deadline = TokioInstant::now() + self.cfg.request_timeout;
+        let sent = upstream.notify(method, params, deadline, client).await;
         if let Err(e) = sent {
             tracing::debug!(listener = %self.cfg.name, upstream = upstream.name(), error = %e, "notification not delivered");
             self.count_dropped(DropReason::Undelivered(e.kind));

@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
-use tokio::sync::{oneshot, OwnedSemaphorePermit};
+use tokio::sync::oneshot;
 
+use super::admission::Held;
 use super::link::{self, Link};
 use super::Upstream;
 use crate::envelope::{Message, Payload};
@@ -15,7 +16,7 @@ use crate::error::{ErrorKind, GatewayError};
 type Started = (
     Vec<Option<oneshot::Receiver<link::ReplyResult>>>,
     BatchGuard,
-    Vec<OwnedSemaphorePermit>,
+    Vec<Held>,
 );
 
 // === impl Upstream ===
@@ -81,12 +82,11 @@ impl Upstream {
         }
         let mut permits = Vec::with_capacity(2);
         if requests > 0 {
-            permits.push(self.admit_many(requests as u32).await?);
+            permits.push(self.admission.admit_many(requests as u32).await?);
         }
-        let link = self.pick_link().await?;
+        let link = self.admission.pick_link().await?;
         if requests > 0 {
-            let slot = link.depth.clone().acquire_many_owned(requests as u32).await;
-            permits.push(slot.map_err(|_| GatewayError::new(ErrorKind::Unavailable))?);
+            permits.push(self.admission.link_slots(&link, requests as u32).await?);
         }
         let (waiters, receivers): (Vec<_>, Vec<_>) = calls
             .iter()

@@ -1,23 +1,22 @@
-//! Calls settled in place: the fast path for pooled (shared-mode) calls.
+//! Calls settled in place: the path of every request to a pooled
+//! (shared-mode, non-streaming) upstream.
 //!
-//! When an upstream has room right now (a pending slot, a live link with a
-//! free in-flight slot), a request needs no task of its own: it is
-//! registered with a [`Completion`] that the link's reader (or its deadline
-//! sweeper, or its failure) runs when the call settles, and which renders
-//! the reply straight into the client's outbox. Replies that arrive
-//! together then leave together, in one write. When there is no room, the
-//! caller takes the waiting path ([`Upstream::call_until`]) instead.
+//! A request needs no task of its own: it is registered with a
+//! [`Completion`] that the link's reader (or its deadline sweeper, or its
+//! failure) runs when the call settles, and which renders the reply
+//! straight into the client's outbox. Replies that arrive together then
+//! leave together, in one write. When the upstream has no room, the call
+//! is parked in the upstream's queue (see `parking`) and written by
+//! whoever frees room next, still without a task.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
-use super::link::{Completion, Link, Waiter};
-use super::Upstream;
+use super::admission::{Admission, Held};
+use super::link::{Caller, Completion, Link, Waiter};
 use crate::envelope::Payload;
-use crate::error::GatewayError;
 use crate::telemetry::metrics::UpstreamCall;
 
 /// Longest sleep of a link's deadline sweeper while calls are pending, so a
@@ -28,76 +27,72 @@ const SWEEP_AT_LEAST_EVERY: Duration = Duration::from_millis(50);
 /// slots and its upstream metrics guard.
 #[derive(Debug)]
 pub(crate) struct Slots {
-    _pending: OwnedSemaphorePermit,
-    _depth: OwnedSemaphorePermit,
     /// Marks the call in flight on the upstream; records its duration when
     /// the reply arrives.
-    pub(crate) call: UpstreamCall,
+    pub(super) call: UpstreamCall,
+    /// Its pending and link slots; the room goes to the next parked call.
+    pub(super) held: Held,
 }
 
-/// Room on an upstream for one call, taken without waiting.
+/// One request to settle in place: what to send, who gets the outcome,
+/// and the client it belongs to.
 #[derive(Debug)]
-pub(crate) struct Room {
-    link: Arc<Link>,
-    slots: Slots,
+pub(crate) struct Submission {
+    /// The method, as sent upstream.
+    pub(crate) method: String,
+    /// Its params, as the client sent them.
+    pub(crate) params: Option<Payload>,
+    /// Gets the outcome (and knows the call's deadline).
+    pub(crate) done: Box<dyn Completion>,
+    /// The client, told where the call was written.
+    pub(crate) caller: Arc<dyn Caller>,
+    /// The client's name for the call (see [`Caller::written`]).
+    pub(crate) token: u64,
 }
 
-// === impl Upstream ===
+// === impl Admission ===
 
-impl Upstream {
-    /// Takes room for one call if there is some right now: a pending slot
-    /// and the least-loaded live link with a free in-flight slot.
-    /// `now` is when the call starts (for its upstream duration).
-    pub(crate) fn try_room(&self, now: std::time::Instant) -> Option<Room> {
-        let pending = self.pending.clone().try_acquire_owned().ok()?;
-        let link = self
-            .slots
-            .iter()
-            .filter_map(|s| s.borrow().as_ref().filter(|l| l.usable()).cloned())
-            .min_by_key(|l| l.in_flight())?;
-        let depth = link.depth.clone().try_acquire_owned().ok()?;
-        let call = link.shared.start_call_at(now);
-        Some(Room {
-            link,
-            slots: Slots {
-                _pending: pending,
-                _depth: depth,
-                call,
-            },
-        })
+impl Admission {
+    /// Writes `call` on a link with room now, or parks it until there is
+    /// room (behind the calls parked before it), or refuses it when the
+    /// queue is full.
+    pub(super) fn submit(self: &Arc<Self>, call: Submission) {
+        // Parked calls came first: a new one only jumps in when none waits.
+        let why = if self.parked_len.load(std::sync::atomic::Ordering::Acquire) == 0 {
+            match self.try_room() {
+                Ok((link, held)) => return self.place(link, held, call),
+                Err(why) => why,
+            }
+        } else {
+            super::admission::NoRoom::Full
+        };
+        self.park(call, why);
     }
-}
 
-// === impl Room ===
-
-impl Room {
-    /// The slots to hand to the completion (released when it settles).
-    pub(crate) fn take_slots(self) -> (Placed, Slots) {
-        (Placed { link: self.link }, self.slots)
-    }
-}
-
-/// A link chosen for a call, before the request is written.
-#[derive(Debug)]
-pub(crate) struct Placed {
-    link: Arc<Link>,
-}
-
-// === impl Placed ===
-
-impl Placed {
-    /// Writes the request; `completion` gets the outcome. On failure the
-    /// completion is returned with the error so it can answer at once.
-    pub(crate) fn send(
-        self,
-        method: &str,
-        params: Option<&Payload>,
-        completion: Box<dyn Completion>,
-    ) -> Result<(Arc<Link>, u64), (GatewayError, Option<Waiter>)> {
-        let gid = self
-            .link
-            .send_request(method, params, Waiter::Direct(completion))?;
-        Ok((self.link, gid))
+    /// Writes `call` on `link`, in the room `held`.
+    pub(super) fn place(&self, link: Arc<Link>, held: Held, call: Submission) {
+        let Submission {
+            method,
+            params,
+            done,
+            caller,
+            token,
+        } = call;
+        // Boxed: the correlator's entries stay small.
+        let slots = Box::new(Slots {
+            call: self.shared.start_call(),
+            held,
+        });
+        match link.send_request(&method, params.as_ref(), Waiter::Direct(done, slots)) {
+            Ok(gid) => caller.written(token, link, gid),
+            Err((e, Some(waiter))) => {
+                waiter.complete(Err(e));
+            }
+            Err((e, None)) => {
+                // The link hands back what it registered; this cannot happen.
+                tracing::error!(upstream = %self.shared.cfg.name, error = %e, "in-place call lost");
+            }
+        }
     }
 }
 

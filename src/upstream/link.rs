@@ -25,8 +25,8 @@ use super::error::LinkError;
 use super::UpstreamShared;
 
 pub(crate) use super::link_dialect::{LinkDialect, SidebandState};
-pub(crate) use super::owner::{Owner, OwnerRef, PendingPush};
-pub(crate) use super::waiter::{Completion, ReplyResult, Waiter};
+pub(crate) use super::owner::{Client, LinkFuture, Owner, OwnerRef, PendingPush};
+pub(crate) use super::waiter::{Caller, Completion, ReplyResult, Waiter};
 
 /// A live connection to an upstream.
 #[derive(Debug)]
@@ -192,7 +192,7 @@ impl Link {
             Ok(p) => p,
             Err(e) => return Err((e, Some(waiter))),
         };
-        let direct = matches!(waiter, Waiter::Direct(_));
+        let direct = matches!(waiter, Waiter::Direct(..));
         let gid = table
             .insert(waiter)
             .map_err(|w| (GatewayError::new(ErrorKind::Unavailable), Some(w)))?;

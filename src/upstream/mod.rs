@@ -6,18 +6,24 @@
 //! upstream-wide pending cap (with a bounded wait queue), placed on the
 //! least-loaded live connection, and settled by id. The transport-specific
 //! parts (dialing, framing) live in [`ndjson`].
+//!
+//! The router reaches an upstream through `mode`, the one place that
+//! chooses the pool, the client's own link or a link per stream:
+//! `Upstream::submit`, `Upstream::request` and `Upstream::notify`.
+//! Requests to a pooled upstream are settled in place (`direct`): written
+//! at once when there is room, else parked in the upstream's queue
+//! (`parking`) and written by whoever frees room, with no task per
+//! request. The task path (`calls`: a future per call) remains for
+//! per-client and streaming upstreams, notifications and batches.
 
-use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
-use tokio::sync::{oneshot, watch, Semaphore};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::Instrument;
 
-use crate::config::{NotificationPolicy, UpstreamConfig, UpstreamMode};
-use crate::dialect::Dialect;
-use crate::envelope::{Message, Payload};
+use crate::config::{UpstreamConfig, UpstreamMode};
+use crate::envelope::Payload;
 use crate::error::{ErrorKind, GatewayError};
 use crate::telemetry::metrics::Metrics;
 
@@ -25,6 +31,7 @@ pub use self::health::HealthSnapshot;
 
 mod admission;
 mod batch;
+mod calls;
 pub mod correlator;
 pub(crate) mod direct;
 mod encode;
@@ -35,8 +42,10 @@ mod heartbeat;
 mod inbound;
 pub(crate) mod link;
 mod link_dialect;
+mod mode;
 mod ndjson;
 mod owner;
+mod parking;
 mod pool;
 mod shared;
 mod sideband;
@@ -44,6 +53,7 @@ mod stream;
 mod waiter;
 mod ws;
 
+use admission::Admission;
 use link::Link;
 pub(crate) use shared::{hard_cap, UpstreamShared};
 
@@ -51,14 +61,8 @@ pub(crate) use shared::{hard_cap, UpstreamShared};
 #[derive(Debug)]
 pub struct Upstream {
     shared: Arc<UpstreamShared>,
-    /// One entry per pool slot: the live link, if any.
-    slots: Vec<watch::Receiver<Option<Arc<Link>>>>,
-    /// Bumped whenever any slot changes, so callers can wait for a link.
-    changed: watch::Receiver<u64>,
-    /// Upstream-wide cap on calls in flight (`max_pending`).
-    pending: Arc<Semaphore>,
-    /// Calls waiting for a pending slot (bounded by `max_queued`).
-    queued: AtomicUsize,
+    /// The pool's links, the pending cap and the calls waiting for room.
+    admission: Arc<Admission>,
     /// Cancelled to close this upstream's streaming feeds (it was retired
     /// by a reload, or switchyard stops).
     feeds: CancellationToken,
@@ -72,12 +76,6 @@ pub struct Events {
     pub broker: Arc<crate::pubsub::Broker>,
     /// Events of persistent topics are also queued here for the store.
     pub recorder: Option<crate::persist::recorder::Recorder>,
-}
-
-/// Gives a call's gateway id up if the caller stops waiting before the reply.
-struct AbandonGuard {
-    link: Option<(Arc<Link>, u64)>,
-    timed_out: bool,
 }
 
 // === impl Upstream ===
@@ -102,7 +100,6 @@ impl Upstream {
                 .upstream_request_duration
                 .with_label_values(&[&cfg.name]),
         );
-        let pending = Arc::new(Semaphore::new(cfg.max_pending.get()));
         let published = metrics.events.published.with_label_values(&[&cfg.name]);
         let shared = Arc::new(UpstreamShared {
             broker,
@@ -132,12 +129,14 @@ impl Upstream {
                 pool::spawn_slot(slot, shared.clone(), changed_tx.clone(), shutdown.clone())
             })
             .collect();
+        let admission = Admission::new(shared.clone(), slots, changed);
+        if pooled > 0 {
+            // The timer of the calls parked for room (one per upstream).
+            tokio::spawn(parking::run(admission.clone(), shutdown));
+        }
         Arc::new(Upstream {
             shared,
-            slots,
-            changed,
-            pending,
-            queued: AtomicUsize::new(0),
+            admission,
             feeds,
         })
     }
@@ -174,90 +173,7 @@ impl Upstream {
 
     /// Live connections right now.
     pub fn connected(&self) -> usize {
-        self.slots
-            .iter()
-            .filter(|s| s.borrow().as_ref().is_some_and(|l| l.usable()))
-            .count()
-    }
-
-    /// Calls one method and returns the upstream's reply (a response or an
-    /// error, still carrying the gateway id). Cancel-safe: dropping the
-    /// future abandons the call and a late reply is counted as stale.
-    pub async fn call(
-        &self,
-        method: &str,
-        params: Option<&Payload>,
-    ) -> Result<Message, GatewayError> {
-        self.call_inner(
-            method,
-            params,
-            &mut AbandonGuard {
-                link: None,
-                timed_out: false,
-            },
-        )
-        .await
-    }
-
-    /// Like [`call`](Self::call), but marks an abandoned call as timed out
-    /// (which retires ordered connections) when `deadline` passes.
-    pub async fn call_until(
-        &self,
-        method: &str,
-        params: Option<&Payload>,
-        deadline: tokio::time::Instant,
-    ) -> Result<Message, GatewayError> {
-        let mut guard = AbandonGuard {
-            link: None,
-            timed_out: false,
-        };
-        let span = self.client_span(method);
-        let call = self.call_inner(method, params, &mut guard).instrument(span);
-        let result = tokio::time::timeout_at(deadline, call).await;
-        match result {
-            Ok(r) => r,
-            Err(_) => {
-                guard.timed_out = true;
-                Err(GatewayError::new(ErrorKind::Timeout))
-            }
-        }
-    }
-
-    /// Forwards a client notification according to the upstream's policy.
-    pub async fn notify(&self, method: &str, params: Option<&Payload>) -> Result<(), GatewayError> {
-        if self.shared.cfg.dialect == Dialect::Holon {
-            // holon-rpc has no notifications: send a request, drop its reply.
-            let wrapped = self.holon_params(params);
-            return self.call(method, wrapped.as_ref()).await.map(|_| ());
-        }
-        // JSON-RPC params are an array or an object: wrap anything else.
-        let wrapped;
-        let params = match params {
-            Some(p)
-                if self.shared.cfg.dialect != Dialect::Sideband
-                    && !crate::dialect::holon::is_structured(p) =>
-            {
-                self.shared
-                    .count_quirk(crate::telemetry::metrics::Quirk::ParamsWrapped);
-                wrapped = crate::dialect::holon::wrap_params(p);
-                wrapped.as_ref()
-            }
-            other => other,
-        };
-        match self.shared.cfg.notifications {
-            NotificationPolicy::Forward => {
-                let link = self.pick_link().await?;
-                link.send_notification(method, params)
-            }
-            NotificationPolicy::AsRequest => match self.call(method, params).await? {
-                Message::Error { .. } => {
-                    self.shared
-                        .count_dropped(crate::telemetry::metrics::DropReason::NotificationError);
-                    Ok(())
-                }
-                _ => Ok(()),
-            },
-        }
+        self.admission.connected()
     }
 
     /// Params for a holon notification: non-object params are wrapped as
@@ -273,19 +189,6 @@ impl Upstream {
         }
     }
 
-    /// Calls a streaming method (per-stream mode) on a dedicated
-    /// connection; its events go to `owner` until `gone` fires.
-    pub(crate) async fn stream_call(
-        &self,
-        method: &str,
-        params: Option<&Payload>,
-        client_id: &crate::envelope::WireId,
-        owner: link::OwnerRef,
-        gone: CancellationToken,
-    ) -> Result<Message, GatewayError> {
-        stream::open(self.shared.clone(), method, params, client_id, owner, gone).await
-    }
-
     /// True when `method` streams on this upstream (per-stream mode).
     pub fn is_streaming(&self, method: &str) -> bool {
         self.shared
@@ -293,40 +196,6 @@ impl Upstream {
             .streaming_methods
             .iter()
             .any(|m| m == method)
-    }
-
-    /// Forwards a client notification on a dedicated (per-client) link.
-    pub(crate) async fn notify_dedicated(
-        &self,
-        link: Arc<Link>,
-        method: &str,
-        params: Option<&Payload>,
-        deadline: tokio::time::Instant,
-    ) -> Result<(), GatewayError> {
-        let as_request = self.shared.cfg.dialect == Dialect::Holon
-            || self.shared.cfg.notifications == NotificationPolicy::AsRequest;
-        if !as_request {
-            return link.send_notification(method, params);
-        }
-        let params = if self.shared.cfg.dialect == Dialect::Holon {
-            self.holon_params(params)
-        } else {
-            params.cloned()
-        };
-        self.call_dedicated(link, method, params.as_ref(), deadline)
-            .await
-            .map(|_| ())
-    }
-
-    async fn call_inner(
-        &self,
-        method: &str,
-        params: Option<&Payload>,
-        guard: &mut AbandonGuard,
-    ) -> Result<Message, GatewayError> {
-        let _admitted = self.admit().await?;
-        let link = self.pick_link().await?;
-        call_on(link, method, params, guard).await
     }
 
     /// The client span of one upstream call (child of the server span).
@@ -347,31 +216,6 @@ impl Upstream {
             switchyard.dialect = self.shared.cfg.dialect.as_str(),
             switchyard.upstream = %self.shared.cfg.name,
         )
-    }
-
-    /// Calls `method` on a dedicated (per-client) link, until `deadline`.
-    pub(crate) async fn call_dedicated(
-        &self,
-        link: Arc<Link>,
-        method: &str,
-        params: Option<&Payload>,
-        deadline: tokio::time::Instant,
-    ) -> Result<Message, GatewayError> {
-        let mut guard = AbandonGuard {
-            link: None,
-            timed_out: false,
-        };
-        let call = async {
-            let _admitted = self.admit().await?;
-            call_on(link, method, params, &mut guard).await
-        };
-        match tokio::time::timeout_at(deadline, call).await {
-            Ok(r) => r,
-            Err(_) => {
-                guard.timed_out = true;
-                Err(GatewayError::new(ErrorKind::Timeout))
-            }
-        }
     }
 
     /// Opens a connection owned by one client (per-client mode): what the
@@ -403,39 +247,4 @@ impl Upstream {
     }
 }
 
-/// Sends one request on `link` and waits for its reply; the guard abandons
-/// the gateway id if the caller stops waiting.
-async fn call_on(
-    link: Arc<Link>,
-    method: &str,
-    params: Option<&Payload>,
-    guard: &mut AbandonGuard,
-) -> Result<Message, GatewayError> {
-    let _slot = link
-        .depth
-        .clone()
-        .acquire_owned()
-        .await
-        .map_err(|_| GatewayError::new(ErrorKind::Unavailable))?;
-    let (tx, rx) = oneshot::channel();
-    let gid = link
-        .send_request(method, params, tx.into())
-        .map_err(|(e, _)| e)?;
-    let call = link.shared.start_call();
-    guard.link = Some((link, gid));
-    let reply = rx.await;
-    call.settled();
-    guard.link = None;
-    reply.unwrap_or_else(|_| Err(GatewayError::new(ErrorKind::Unavailable)))
-}
-
 // === impl AbandonGuard ===
-
-impl Drop for AbandonGuard {
-    fn drop(&mut self) {
-        if let Some((link, gid)) = self.link.take() {
-            // Nobody waits any more: the waiter is dropped.
-            let _ = link.abandon(gid, self.timed_out);
-        }
-    }
-}

@@ -1,5 +1,6 @@
 //! The client session that owns a per-client link ([`Owner`]): what the
-//! upstream originates on that link is handed to it.
+//! upstream originates on that link is handed to it; and the client as
+//! the per-client and per-stream modes need it ([`Client`]).
 
 use std::sync::Arc;
 
@@ -29,3 +30,22 @@ pub(crate) type PendingPush =
 
 /// A shared handle to a link's owner.
 pub(crate) type OwnerRef = Arc<dyn Owner>;
+
+/// The client a call comes from, as the modes that give it connections of
+/// its own see it: per-client mode writes on the client's own link (opened
+/// with its first call, kept by the client); per-stream mode opens a link
+/// for each streaming call, owned by the client until it leaves.
+pub(crate) trait Client: Send + Sync {
+    /// Who receives what the upstream originates on the client's links.
+    fn owner(&self) -> OwnerRef;
+    /// Cancelled when the client leaves: its links close.
+    fn gone(&self) -> tokio_util::sync::CancellationToken;
+    /// The client's own link to `upstream` (per-client mode), opened on
+    /// first use with [`Upstream::connect_dedicated`](super::Upstream::connect_dedicated).
+    fn link<'a>(&'a self, upstream: &'a super::Upstream) -> LinkFuture<'a>;
+}
+
+/// The client's own link, still to come.
+pub(crate) type LinkFuture<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Arc<super::Link>, GatewayError>> + Send + 'a>,
+>;

@@ -1,12 +1,17 @@
 //! Who receives a call's outcome: a task awaiting a oneshot, or a
 //! [`Completion`] run in place by whoever settles the call (the link's
 //! reader, its deadline sweeper, or its failure). A link's correlator maps
-//! each gateway id to one of these.
+//! each gateway id to one of these. A [`Caller`] is the client a call
+//! settled in place belongs to.
+
+use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
+use super::direct::Slots;
+use super::link::Link;
 use crate::envelope::Message;
-use crate::error::GatewayError;
+use crate::error::{ErrorKind, GatewayError};
 
 /// What a waiting call receives.
 pub(crate) type ReplyResult = Result<Message, GatewayError>;
@@ -18,8 +23,9 @@ pub(crate) enum Waiter {
     /// A task awaits the outcome on the other end of this channel.
     Task(oneshot::Sender<ReplyResult>),
     /// Delivered in place by whoever settles the call (the link's reader,
-    /// its deadline sweeper, or its failure).
-    Direct(Box<dyn Completion>),
+    /// its deadline sweeper, or its failure), with the upstream's slots
+    /// the call holds until then.
+    Direct(Box<dyn Completion>, Box<Slots>),
 }
 
 /// A call settled in place, without a task waiting for it.
@@ -28,6 +34,19 @@ pub(crate) trait Completion: Send + Sync + std::fmt::Debug {
     fn complete(self: Box<Self>, reply: ReplyResult) -> bool;
     /// When the call times out.
     fn deadline(&self) -> tokio::time::Instant;
+}
+
+/// The client whose calls are settled in place: told where each call was
+/// written (so that it can abandon them when it leaves), and asked whether
+/// it is still there before a parked call of its is written.
+pub(crate) trait Caller: Send + Sync + std::fmt::Debug {
+    /// True once the client left: its parked calls are dropped unsent.
+    fn gone(&self) -> bool;
+    /// Set once the client's shutdown grace period is over: the answer to
+    /// its calls still parked (they are never written then).
+    fn closing(&self) -> Option<GatewayError>;
+    /// Its call `token` was written on `link` as gateway id `gid`.
+    fn written(&self, token: u64, link: Arc<Link>, gid: u64);
 }
 
 impl From<oneshot::Sender<ReplyResult>> for Waiter {
@@ -43,7 +62,17 @@ impl Waiter {
     pub(crate) fn complete(self, reply: ReplyResult) -> bool {
         match self {
             Waiter::Task(tx) => tx.send(reply).is_ok(),
-            Waiter::Direct(c) => c.complete(reply),
+            Waiter::Direct(c, slots) => {
+                let Slots { call, held } = *slots;
+                if !matches!(&reply, Err(e) if e.kind == ErrorKind::Timeout) {
+                    // Timed-out calls have no upstream duration.
+                    call.settled();
+                }
+                let delivered = c.complete(reply);
+                // The room it leaves goes to the next parked call.
+                drop(held);
+                delivered
+            }
         }
     }
 
@@ -51,7 +80,7 @@ impl Waiter {
     pub(super) fn deadline(&self) -> Option<tokio::time::Instant> {
         match self {
             Waiter::Task(_) => None,
-            Waiter::Direct(c) => Some(c.deadline()),
+            Waiter::Direct(c, _) => Some(c.deadline()),
         }
     }
 }

@@ -37,8 +37,9 @@ pub struct RawUpstream {
     /// requests are also bounded by the clients' in-flight caps. Default
     /// `65536`.
     pub max_queued: usize,
-    /// How long a request may wait for a slot at `max_pending` before it
-    /// fails with `resource_exhausted`. Default `10000`.
+    /// How long a request may wait for room (a slot under `max_pending`
+    /// and a connection below its in-flight cap) before it fails with
+    /// `resource_exhausted`. Default `10000`.
     pub queue_timeout_ms: u64,
     /// Largest message sent upstream (NDJSON: including the `\n`).
     /// Default `1048576` (1 MiB; the `hld` profile raises it to 10 MiB).

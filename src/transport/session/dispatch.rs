@@ -1,6 +1,8 @@
 //! Dispatching what a client sent. A single request is rate-checked and
-//! admitted under an in-flight permit, then placed in place when its
-//! upstream has room, or run in a task of its own. A batch is rate-checked
+//! admitted under an in-flight permit, then handed to its pooled upstream
+//! from the reader (written now, or parked there until there is room: no
+//! task either way), or run in a task of its own (per-client and streaming
+//! upstreams, notifications, the methods switchyard serves itself). A batch is rate-checked
 //! item by item (each request takes a permit) and runs in one task that
 //! answers it as one reply. At the connection's in-flight cap the reader
 //! waits for a slot: the client is no longer read (TCP back-pressure)
@@ -79,7 +81,7 @@ impl Session {
         }
     }
 
-    /// Runs one item in a task of its own (the waiting path).
+    /// Runs one item in a task of its own (the task path).
     fn spawn(&self, item: Item, permit: Option<OwnedSemaphorePermit>) -> Verdict {
         let (router, client, outbox) = (self.router(), self.client.clone(), self.outbox.clone());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());

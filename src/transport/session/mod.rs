@@ -1,9 +1,10 @@
 //! One client connection's request handling, independent of the transport.
 //!
 //! The transport's reader hands every inbound text to [`Session::on_text`].
-//! A request to a pooled upstream with room right now is placed at once,
-//! with no task (`in_place`); every other request (or batch) runs in its
-//! own task on the session's [`TaskTracker`]. Either way the reply goes
+//! A request to a pooled upstream is handed to it at once, with no task
+//! (`router::in_place`: written now, or parked in the upstream's queue
+//! until there is room); every other request (or batch) runs in its own
+//! task on the session's [`TaskTracker`]. Either way the reply goes
 //! into the bounded outbox that the transport's writer drains. A full
 //! outbox slows only this client. When the client goes away,
 //! [`Session::abort`] cancels its tasks and its placed calls, which
@@ -116,7 +117,7 @@ impl Session {
             in_flight: Arc::new(Semaphore::new(cfg.max_in_flight)),
             max_in_flight: cfg.max_in_flight,
             peer: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            in_place: InPlace::new(outbox.clone()),
+            in_place: InPlace::new(outbox.clone(), grace_over.clone()),
             cell,
             outbox,
             tasks: TaskTracker::new(),

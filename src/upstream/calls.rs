@@ -1,0 +1,200 @@
+//! The task path: calls a task awaits (per-client links, the pool for
+//! batch items and notifications sent as requests). Each waits for its
+//! slots (see `admission`), sends, and awaits a oneshot; dropping the
+//! future abandons the call (a late reply is counted as stale).
+
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+use tracing::Instrument;
+
+use super::admission::Admission;
+use super::link::Link;
+use super::Upstream;
+use crate::config::NotificationPolicy;
+use crate::dialect::Dialect;
+use crate::envelope::{Message, Payload};
+use crate::error::{ErrorKind, GatewayError};
+
+/// Gives a call's gateway id up if the caller stops waiting before the reply.
+struct AbandonGuard {
+    link: Option<(Arc<Link>, u64)>,
+    timed_out: bool,
+}
+
+// === impl Upstream ===
+
+impl Upstream {
+    /// Calls one method and returns the upstream's reply (a response or an
+    /// error, still carrying the gateway id). Cancel-safe: dropping the
+    /// future abandons the call and a late reply is counted as stale.
+    async fn call(&self, method: &str, params: Option<&Payload>) -> Result<Message, GatewayError> {
+        self.call_inner(
+            method,
+            params,
+            &mut AbandonGuard {
+                link: None,
+                timed_out: false,
+            },
+        )
+        .await
+    }
+
+    /// Like [`call`](Self::call), but marks an abandoned call as timed out
+    /// (which retires ordered connections) when `deadline` passes.
+    pub(super) async fn call_until(
+        &self,
+        method: &str,
+        params: Option<&Payload>,
+        deadline: tokio::time::Instant,
+    ) -> Result<Message, GatewayError> {
+        let mut guard = AbandonGuard {
+            link: None,
+            timed_out: false,
+        };
+        let span = self.client_span(method);
+        let call = self.call_inner(method, params, &mut guard).instrument(span);
+        let result = tokio::time::timeout_at(deadline, call).await;
+        match result {
+            Ok(r) => r,
+            Err(_) => {
+                guard.timed_out = true;
+                Err(GatewayError::new(ErrorKind::Timeout))
+            }
+        }
+    }
+
+    /// Forwards a client notification on the pool, according to the
+    /// upstream's policy.
+    pub(super) async fn notify_pooled(
+        &self,
+        method: &str,
+        params: Option<&Payload>,
+    ) -> Result<(), GatewayError> {
+        if self.shared.cfg.dialect == Dialect::Holon {
+            // holon-rpc has no notifications: send a request, drop its reply.
+            let wrapped = self.holon_params(params);
+            return self.call(method, wrapped.as_ref()).await.map(|_| ());
+        }
+        // JSON-RPC params are an array or an object: wrap anything else.
+        let wrapped;
+        let params = match params {
+            Some(p)
+                if self.shared.cfg.dialect != Dialect::Sideband
+                    && !crate::dialect::holon::is_structured(p) =>
+            {
+                self.shared
+                    .count_quirk(crate::telemetry::metrics::Quirk::ParamsWrapped);
+                wrapped = crate::dialect::holon::wrap_params(p);
+                wrapped.as_ref()
+            }
+            other => other,
+        };
+        match self.shared.cfg.notifications {
+            NotificationPolicy::Forward => {
+                let link = self.admission.pick_link().await?;
+                link.send_notification(method, params)
+            }
+            NotificationPolicy::AsRequest => match self.call(method, params).await? {
+                Message::Error { .. } => {
+                    self.shared
+                        .count_dropped(crate::telemetry::metrics::DropReason::NotificationError);
+                    Ok(())
+                }
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// Forwards a client notification on a dedicated (per-client) link.
+    pub(super) async fn notify_dedicated(
+        &self,
+        link: Arc<Link>,
+        method: &str,
+        params: Option<&Payload>,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), GatewayError> {
+        let as_request = self.shared.cfg.dialect == Dialect::Holon
+            || self.shared.cfg.notifications == NotificationPolicy::AsRequest;
+        if !as_request {
+            return link.send_notification(method, params);
+        }
+        let params = if self.shared.cfg.dialect == Dialect::Holon {
+            self.holon_params(params)
+        } else {
+            params.cloned()
+        };
+        self.call_dedicated(link, method, params.as_ref(), deadline)
+            .await
+            .map(|_| ())
+    }
+
+    async fn call_inner(
+        &self,
+        method: &str,
+        params: Option<&Payload>,
+        guard: &mut AbandonGuard,
+    ) -> Result<Message, GatewayError> {
+        let _admitted = self.admission.admit_many(1).await?;
+        let link = self.admission.pick_link().await?;
+        call_on(&self.admission, link, method, params, guard).await
+    }
+
+    /// Calls `method` on a dedicated (per-client) link, until `deadline`.
+    pub(super) async fn call_dedicated(
+        &self,
+        link: Arc<Link>,
+        method: &str,
+        params: Option<&Payload>,
+        deadline: tokio::time::Instant,
+    ) -> Result<Message, GatewayError> {
+        let mut guard = AbandonGuard {
+            link: None,
+            timed_out: false,
+        };
+        let call = async {
+            let _admitted = self.admission.admit_many(1).await?;
+            call_on(&self.admission, link, method, params, &mut guard).await
+        };
+        match tokio::time::timeout_at(deadline, call).await {
+            Ok(r) => r,
+            Err(_) => {
+                guard.timed_out = true;
+                Err(GatewayError::new(ErrorKind::Timeout))
+            }
+        }
+    }
+}
+
+/// Sends one request on `link` and waits for its reply; the guard abandons
+/// the gateway id if the caller stops waiting.
+async fn call_on(
+    admission: &Arc<Admission>,
+    link: Arc<Link>,
+    method: &str,
+    params: Option<&Payload>,
+    guard: &mut AbandonGuard,
+) -> Result<Message, GatewayError> {
+    let _slot = admission.link_slots(&link, 1).await?;
+    let (tx, rx) = oneshot::channel();
+    let gid = link
+        .send_request(method, params, tx.into())
+        .map_err(|(e, _)| e)?;
+    let call = link.shared.start_call();
+    guard.link = Some((link, gid));
+    let reply = rx.await;
+    call.settled();
+    guard.link = None;
+    reply.unwrap_or_else(|_| Err(GatewayError::new(ErrorKind::Unavailable)))
+}
+
+// === impl AbandonGuard ===
+
+impl Drop for AbandonGuard {
+    fn drop(&mut self) {
+        if let Some((link, gid)) = self.link.take() {
+            // Nobody waits any more: the waiter is dropped.
+            let _ = link.abandon(gid, self.timed_out);
+        }
+    }
+}

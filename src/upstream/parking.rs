@@ -1,0 +1,326 @@
+//! The waiting path of calls settled in place: one bounded FIFO of parked
+//! calls per pooled upstream, and one timer for all of them.
+//!
+//! A call that finds no room (no pending slot, no live link, or every
+//! link at its in-flight cap) is parked here, in arrival order, with no
+//! task, channel or timer of its own. Whoever frees room (a call's
+//! [`Held`](super::admission::Held) slots dropped, a link coming up)
+//! writes the next parked calls, one placer at a time so that they go out
+//! in the order they came. One task per upstream ([`run`]) answers the
+//! calls that waited too long:
+//!
+//! - `resource_exhausted` (side: upstream) after `queue_timeout_ms`;
+//! - `timeout` at the request's deadline, if that comes first;
+//! - `unavailable` once no link has been up for `connect_timeout_ms`
+//!   while it waited (as the task path answers when nothing connects).
+//!
+//! Bounds: at most `max_queued` calls wait (parked here or in a task),
+//! beyond it a call is refused at once with `resource_exhausted`; each
+//! parked call also holds one of its client's in-flight slots
+//! (`max_in_flight`). A call whose client left is dropped unsent when it
+//! comes up (to be written, or to expire); a shutdown's grace period over,
+//! a session withdraws its parked calls and answers them `unavailable`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::admission::{not_connected, queue_full, queue_timeout, Admission, NoRoom};
+use super::direct::Submission;
+use super::link::{Caller, Completion};
+use crate::error::{ErrorKind, GatewayError};
+
+/// The parked calls of one upstream.
+#[derive(Debug)]
+pub(crate) struct Queue {
+    /// Number of the next parked call.
+    next: u64,
+    /// By arrival.
+    fifo: BTreeMap<u64, Parked>,
+    /// (expiry, number), earliest first: what the timer answers next.
+    by_expiry: BTreeSet<(Instant, u64)>,
+    /// Since when no link has been up (`None` while one is).
+    down_since: Option<Instant>,
+    /// Set when the timer stopped (the upstream is closed): nothing parks.
+    closed: bool,
+}
+
+/// One parked call.
+#[derive(Debug)]
+struct Parked {
+    call: Submission,
+    enqueued: Instant,
+    /// The earlier of the queue timeout and the request's deadline.
+    expires: Instant,
+    /// Whether `expires` is the request's deadline (`timeout`) rather than
+    /// the queue timeout (`resource_exhausted`).
+    by_deadline: bool,
+}
+
+// === impl Queue ===
+
+impl Queue {
+    /// An empty queue of an upstream with no link up yet.
+    pub(super) fn new() -> Self {
+        Queue {
+            next: 0,
+            fifo: BTreeMap::new(),
+            by_expiry: BTreeSet::new(),
+            down_since: Some(Instant::now()),
+            closed: false,
+        }
+    }
+
+    fn remove(&mut self, seq: u64) -> Option<Parked> {
+        let p = self.fifo.remove(&seq)?;
+        self.by_expiry.remove(&(p.expires, seq));
+        Some(p)
+    }
+
+    /// The front call, if no link has been up for `patience` since it
+    /// came (or since the links went down, if later).
+    fn front_unconnected(&self, patience: std::time::Duration) -> Option<(u64, Instant)> {
+        let since = self.down_since?;
+        let (seq, p) = self.fifo.first_key_value()?;
+        Some((*seq, p.enqueued.max(since) + patience))
+    }
+}
+
+// === impl Admission ===
+
+impl Admission {
+    /// Parks `call` (it found no room because of `why`), unless
+    /// `max_queued` calls wait already: then it is refused at once.
+    pub(super) fn park(self: &Arc<Self>, call: Submission, why: NoRoom) {
+        if !self.enqueue() {
+            let err = match why {
+                NoRoom::Full => queue_full(),
+                NoRoom::NoLink => not_connected(&self.shared.cfg.name),
+            };
+            call.done.complete(Err(err));
+            return;
+        }
+        let now = Instant::now();
+        let patience = now + self.shared.cfg.queue_timeout;
+        let deadline = call.done.deadline();
+        let by_deadline = deadline < patience;
+        let expires = if by_deadline { deadline } else { patience };
+        let mut q = self.parked.lock();
+        if q.closed {
+            drop(q);
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            call.done
+                .complete(Err(not_connected(&self.shared.cfg.name)));
+            return;
+        }
+        let seq = q.next;
+        q.next += 1;
+        let earliest = q.by_expiry.first().is_none_or(|(at, _)| expires < *at);
+        let first = q.fifo.is_empty();
+        q.by_expiry.insert((expires, seq));
+        q.fifo.insert(
+            seq,
+            Parked {
+                call,
+                enqueued: now,
+                expires,
+                by_deadline,
+            },
+        );
+        self.parked_len.fetch_add(1, Ordering::Release);
+        drop(q);
+        if earliest || first {
+            self.wake.notify_one();
+        }
+        // Pairs with the fence in `freed`: room freed meanwhile is seen.
+        fence(Ordering::SeqCst);
+        self.pump();
+    }
+
+    /// Writes parked calls while there is room. One thread at a time: a
+    /// thread that frees room while another places leaves it a note.
+    pub(super) fn pump(self: &Arc<Self>) {
+        self.again.store(true, Ordering::SeqCst);
+        while !self.pumping.swap(true, Ordering::SeqCst) {
+            while self.again.swap(false, Ordering::SeqCst) {
+                self.place_parked();
+            }
+            self.pumping.store(false, Ordering::SeqCst);
+            if !self.again.load(Ordering::SeqCst) {
+                return;
+            }
+        }
+    }
+
+    /// Writes parked calls, oldest first, until there is no room or none
+    /// is left. Calls of clients that left are dropped unsent.
+    fn place_parked(self: &Arc<Self>) {
+        while self.parked_len.load(Ordering::Acquire) > 0 {
+            let Ok((link, held)) = self.try_room() else {
+                return;
+            };
+            loop {
+                let Some(p) = self.pop_front() else {
+                    return;
+                };
+                if p.call.caller.gone() {
+                    continue;
+                }
+                if let Some(err) = p.call.caller.closing() {
+                    p.call.done.complete(Err(err));
+                    continue;
+                }
+                if p.call.done.deadline() <= Instant::now() {
+                    p.call
+                        .done
+                        .complete(Err(GatewayError::new(ErrorKind::Timeout)));
+                    continue;
+                }
+                self.place(link, held, p.call);
+                break;
+            }
+        }
+    }
+
+    /// Takes the oldest parked call out.
+    fn pop_front(&self) -> Option<Parked> {
+        let mut q = self.parked.lock();
+        let (seq, p) = q.fifo.pop_first()?;
+        q.by_expiry.remove(&(p.expires, seq));
+        self.parked_len.fetch_sub(1, Ordering::Release);
+        drop(q);
+        self.queued.fetch_sub(1, Ordering::AcqRel);
+        Some(p)
+    }
+
+    /// Answers the parked calls that waited too long; returns when the
+    /// next one is due.
+    fn expire_due(&self, now: Instant) -> Option<Instant> {
+        let patience = self.shared.cfg.connect_timeout;
+        let mut due = Vec::new();
+        let mut q = self.parked.lock();
+        while let Some(&(at, seq)) = q.by_expiry.first() {
+            if at > now {
+                break;
+            }
+            if let Some(p) = q.remove(seq) {
+                let err = if p.by_deadline {
+                    GatewayError::new(ErrorKind::Timeout)
+                } else {
+                    queue_timeout(self.shared.cfg.queue_timeout)
+                };
+                due.push((p.call, err));
+            }
+        }
+        while let Some((seq, at)) = q.front_unconnected(patience) {
+            if at > now {
+                break;
+            }
+            if let Some(p) = q.remove(seq) {
+                due.push((p.call, not_connected(&self.shared.cfg.name)));
+            }
+        }
+        let next = q.by_expiry.first().map(|(at, _)| *at);
+        let next = match (next, q.front_unconnected(patience)) {
+            (Some(a), Some((_, b))) => Some(a.min(b)),
+            (a, b) => a.or(b.map(|(_, at)| at)),
+        };
+        self.parked_len.fetch_sub(due.len(), Ordering::Release);
+        drop(q);
+        self.queued.fetch_sub(due.len(), Ordering::AcqRel);
+        for (call, err) in due {
+            if !call.caller.gone() {
+                call.done.complete(Err(err));
+            }
+        }
+        next
+    }
+
+    /// Takes out every parked call of `caller` (its shutdown grace period
+    /// is over: it answers them itself).
+    pub(super) fn withdraw(&self, caller: &Arc<dyn Caller>) -> Vec<Box<dyn Completion>> {
+        let me = Arc::as_ptr(caller).cast::<()>();
+        let mut q = self.parked.lock();
+        let mine: Vec<u64> = q
+            .fifo
+            .iter()
+            .filter(|(_, p)| std::ptr::eq(Arc::as_ptr(&p.call.caller).cast::<()>(), me))
+            .map(|(seq, _)| *seq)
+            .collect();
+        let out: Vec<_> = mine
+            .into_iter()
+            .filter_map(|seq| q.remove(seq))
+            .map(|p| p.call.done)
+            .collect();
+        self.parked_len.fetch_sub(out.len(), Ordering::Release);
+        drop(q);
+        self.queued.fetch_sub(out.len(), Ordering::AcqRel);
+        out
+    }
+
+    /// The pool's links changed: note whether any is up, and place parked
+    /// calls on a new one.
+    fn links_changed(self: &Arc<Self>) {
+        let up = self.connected() > 0;
+        {
+            let mut q = self.parked.lock();
+            match (up, q.down_since) {
+                (true, _) => q.down_since = None,
+                (false, None) => q.down_since = Some(Instant::now()),
+                (false, Some(_)) => {}
+            }
+        }
+        if up {
+            self.pump();
+        }
+    }
+}
+
+/// The queue's one timer, and its link watcher, until `shutdown`; then
+/// every call still parked is answered `unavailable`.
+pub(super) async fn run(admission: Arc<Admission>, shutdown: CancellationToken) {
+    let mut changed = admission.changed.clone();
+    admission.links_changed();
+    loop {
+        let next = admission.expire_due(Instant::now());
+        let due = async {
+            match next {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            seen = changed.changed() => {
+                if seen.is_err() {
+                    break;
+                }
+                admission.links_changed();
+            }
+            () = admission.wake.notified() => {}
+            () = due => {}
+        }
+    }
+    let left: Vec<Submission> = {
+        let mut q = admission.parked.lock();
+        q.closed = true;
+        q.by_expiry.clear();
+        let left: Vec<_> = std::mem::take(&mut q.fifo)
+            .into_values()
+            .map(|p| p.call)
+            .collect();
+        admission.parked_len.store(0, Ordering::Release);
+        left
+    };
+    admission.queued.fetch_sub(left.len(), Ordering::AcqRel);
+    for call in left {
+        if !call.caller.gone() {
+            call.done
+                .complete(Err(not_connected(&admission.shared.cfg.name)));
+        }
+    }
+}
