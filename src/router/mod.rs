@@ -39,9 +39,11 @@ pub(crate) mod in_place;
 mod outcome;
 mod persistent;
 mod policy;
+mod pusher;
 mod settings;
 
-pub use client::{ClientLinks, Pusher};
+pub use client::ClientLinks;
+pub use pusher::Pusher;
 pub use settings::RouterSettings;
 
 /// At most one log line per upstream and failure per this period; the

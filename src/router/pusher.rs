@@ -1,0 +1,325 @@
+//! Requests and notifications switchyard pushes to one client (`s1`, `s2`,
+//! …): what a per-client upstream originates, and persistent deliveries
+//! that wait for room. Pushes a client has not answered are bounded by
+//! `max_unanswered_pushes`; each waits at most the request timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+
+use crate::dialect::client::ClientCodec;
+use crate::dialect::sideband::cids::CidMap;
+use crate::dialect::Dialect;
+use crate::envelope::{Message, Payload, WireId};
+use crate::error::{ErrorKind, GatewayError, Side};
+use crate::outbox::{Offer, Outbox};
+use crate::telemetry::metrics::{DropReason, EventDrop, Metrics, Quirk, Unmatched};
+use crate::upstream::correlator::{Correlator, Resolution};
+use crate::upstream::link::{Owner, PendingPush, ReplyResult};
+
+/// Sends switchyard-originated requests and notifications to one client.
+#[derive(Debug, Clone)]
+pub struct Pusher {
+    codec: ClientCodec,
+    /// Sideband clients: cid of each push → its `s<N>` number.
+    cids: Arc<Mutex<CidMap>>,
+    outbox: Outbox,
+    pushes: Arc<Mutex<Correlator<Option<oneshot::Sender<ReplyResult>>>>>,
+    /// Woken when a push is answered or abandoned: room in the window for
+    /// a delivery that waits for it ([`Pusher::push_waiting`]).
+    room: Arc<tokio::sync::Notify>,
+    max_unanswered: usize,
+    timeout: Duration,
+    metrics: Metrics,
+}
+
+/// Why a push could not be queued.
+#[derive(Debug)]
+enum Refused {
+    /// `max_unanswered` pushes are unanswered already.
+    Window,
+    /// The client's outbox is full.
+    Full,
+    /// The client cannot take it (its dialect, its params).
+    Other(GatewayError),
+}
+
+// === impl Refused ===
+
+impl Refused {
+    fn into_error(self) -> GatewayError {
+        match self {
+            Refused::Window => {
+                GatewayError::with_detail(ErrorKind::ResourceExhausted, "client push window full")
+            }
+            Refused::Full => {
+                GatewayError::with_detail(ErrorKind::ResourceExhausted, "client outbox full")
+            }
+            Refused::Other(e) => e,
+        }
+    }
+}
+
+// === impl Pusher ===
+
+impl Owner for Pusher {
+    fn push_request(
+        &self,
+        method: &str,
+        params: Option<Payload>,
+    ) -> Result<PendingPush, GatewayError> {
+        let (gid, rx) = self.start(method, params).map_err(Refused::into_error)?;
+        let this = self.clone();
+        Ok(Box::pin(async move { this.wait(gid, rx).await }))
+    }
+
+    fn push_notification(&self, method: &str, params: Option<Payload>) {
+        // Counted by the pusher when dropped.
+        let _ = self.notification(method, params);
+    }
+}
+
+impl Pusher {
+    /// A pusher writing to a client's outbox.
+    pub(crate) fn new(
+        outbox: Outbox,
+        max_unanswered: usize,
+        timeout: Duration,
+        metrics: Metrics,
+    ) -> Self {
+        Pusher {
+            codec: ClientCodec::of(outbox.codec().dialect()),
+            cids: Arc::new(Mutex::new(CidMap::default())),
+            outbox,
+            pushes: Arc::new(Mutex::new(Correlator::new(false))),
+            room: Arc::new(tokio::sync::Notify::new()),
+            max_unanswered,
+            timeout,
+            metrics,
+        }
+    }
+
+    /// Sends the client a request and waits for its reply.
+    pub async fn request(&self, method: &str, params: Option<Payload>) -> ReplyResult {
+        let (gid, rx) = self.start(method, params).map_err(Refused::into_error)?;
+        self.wait(gid, rx).await
+    }
+
+    /// Sends the client a notification (a consumed `s<N>` request for
+    /// holon-rpc clients). Never waits: a full outbox or push window drops
+    /// it, counted, and says why.
+    pub fn notification(&self, method: &str, params: Option<Payload>) -> Result<(), EventDrop> {
+        if !self.codec.notifies_by_request() {
+            let msg = Message::Notification {
+                method: method.to_owned(),
+                params,
+            };
+            return match self.outbox.offer(&msg) {
+                Offer::Queued | Offer::Closed => Ok(()),
+                Offer::Full => {
+                    self.count_dropped(DropReason::SlowConsumer);
+                    Err(EventDrop::SlowConsumer)
+                }
+                Offer::Untranslatable => {
+                    self.count_dropped(DropReason::Untranslatable);
+                    Err(EventDrop::Untranslatable)
+                }
+            };
+        }
+        let params = self
+            .codec
+            .push_notification_params(params)
+            .unwrap_or_else(|wrapped| {
+                self.count_quirk(Quirk::ParamsWrapped);
+                wrapped
+            });
+        // A full window or outbox was counted by start().
+        let (gid, rx) = self
+            .start(method, params)
+            .map_err(|refused| match refused {
+                Refused::Window => EventDrop::PushWindow,
+                Refused::Full => EventDrop::SlowConsumer,
+                Refused::Other(_) => EventDrop::Untranslatable,
+            })?;
+        let this = self.clone();
+        tokio::spawn(async move {
+            if let Ok(Message::Error { .. }) = this.wait(gid, rx).await {
+                this.count_dropped(DropReason::PushRejected);
+            }
+        });
+        Ok(())
+    }
+
+    /// Sends the client a request whose reply is consumed (a persistent
+    /// delivery to a holon-rpc client), waiting for room in the push
+    /// window and then in the outbox rather than dropping it: `Queued`,
+    /// `Untranslatable` (params the dialect cannot carry) or `Closed` (the
+    /// client is gone).
+    pub(crate) async fn push_waiting(&self, method: &str, params: Option<Payload>) -> Offer {
+        let Ok(params) = self.codec.push_request_params(method, params) else {
+            return Offer::Untranslatable;
+        };
+        loop {
+            let room = self.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            let claimed = {
+                let mut table = self.pushes.lock();
+                if table.len() >= self.max_unanswered {
+                    None
+                } else {
+                    let (tx, rx) = oneshot::channel();
+                    table.insert(Some(tx)).ok().map(|gid| (gid, rx))
+                }
+            };
+            let Some((gid, rx)) = claimed else {
+                tokio::select! {
+                    () = &mut room => continue,
+                    () = self.outbox.closed() => return Offer::Closed,
+                }
+            };
+            let msg = Message::Request {
+                id: self.push_id(gid),
+                method: method.to_owned(),
+                params: params.clone(),
+            };
+            let offer = self.outbox.deliver(&msg).await;
+            if offer != Offer::Queued {
+                self.pushes.lock().cancel(gid);
+                self.room.notify_waiters();
+                return offer;
+            }
+            let this = self.clone();
+            tokio::spawn(async move {
+                if let Ok(Message::Error { .. }) = this.wait(gid, rx).await {
+                    this.count_dropped(DropReason::PushRejected);
+                }
+            });
+            return Offer::Queued;
+        }
+    }
+
+    /// The wire id of push `gid`: a fresh cid (Sideband) or `"s<gid>"`.
+    fn push_id(&self, gid: u64) -> WireId {
+        if self.codec.pushes_by_cid() {
+            WireId::Cid(self.cids.lock().issue(gid))
+        } else {
+            WireId::string(&format!("s{gid}"))
+        }
+    }
+
+    /// The client's outbox.
+    pub(crate) fn outbox(&self) -> &Outbox {
+        &self.outbox
+    }
+
+    /// The client's dialect.
+    pub(crate) fn dialect(&self) -> Dialect {
+        self.codec.dialect()
+    }
+
+    /// Queues a request to the client now: checks the push window, takes
+    /// an `s<N>` id, and puts the frame in the outbox.
+    fn start(
+        &self,
+        method: &str,
+        params: Option<Payload>,
+    ) -> Result<(u64, oneshot::Receiver<ReplyResult>), Refused> {
+        let params = self
+            .codec
+            .push_request_params(method, params)
+            .map_err(Refused::Other)?;
+        let (tx, rx) = oneshot::channel();
+        let mut table = self.pushes.lock();
+        if table.len() >= self.max_unanswered {
+            self.count_dropped(DropReason::PushWindow);
+            return Err(Refused::Window);
+        }
+        let gid = table.insert(Some(tx)).map_err(|_| {
+            Refused::Other(GatewayError::new(ErrorKind::Unavailable).on(Side::Client))
+        })?;
+        // A Sideband push's fresh random cid is also the request frame's id.
+        let msg = Message::Request {
+            id: self.push_id(gid),
+            method: method.to_owned(),
+            params,
+        };
+        if self.outbox.offer(&msg) != Offer::Queued {
+            table.cancel(gid);
+            self.cids.lock().forget(gid);
+            self.count_dropped(DropReason::SlowConsumer);
+            return Err(Refused::Full);
+        }
+        Ok((gid, rx))
+    }
+
+    /// Waits for the reply to push `gid`; after the push timeout its id is
+    /// abandoned (a late reply is then stale).
+    async fn wait(&self, gid: u64, rx: oneshot::Receiver<ReplyResult>) -> ReplyResult {
+        match tokio::time::timeout(self.timeout, rx).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(_)) => Err(GatewayError::new(ErrorKind::Unavailable).on(Side::Client)),
+            Err(_) => {
+                self.pushes.lock().abandon(gid);
+                self.room.notify_waiters();
+                self.cids.lock().forget(gid);
+                Err(GatewayError::new(ErrorKind::Timeout).on(Side::Client))
+            }
+        }
+    }
+
+    /// Settles a push with the client's reply. Returns false (and counts)
+    /// when the id was not pending.
+    pub fn settle(&self, id: &WireId, reply: ReplyResult) -> bool {
+        let gid = match id {
+            WireId::Cid(cid) => self.cids.lock().take(cid),
+            WireId::Json(_) => id
+                .as_json()
+                .and_then(|t| t.strip_prefix("\"s"))
+                .and_then(|t| t.strip_suffix('"'))
+                .and_then(|n| n.parse::<u64>().ok()),
+        };
+        let resolution = gid.map_or(Resolution::Unknown, |gid| self.pushes.lock().resolve(gid));
+        let kind = match resolution {
+            Resolution::Pending(waiter) => {
+                self.room.notify_waiters();
+                if let Some(waiter) = waiter {
+                    // The pushing task may have given up meanwhile.
+                    let _ = waiter.send(reply);
+                }
+                return true;
+            }
+            Resolution::Stale => Unmatched::Stale,
+            Resolution::Duplicate => Unmatched::Duplicate,
+            Resolution::Unknown => Unmatched::Unknown,
+        };
+        self.metrics
+            .unmatched_responses
+            .with_label_values(&[
+                self.codec.dialect().as_str(),
+                Side::Client.as_str(),
+                kind.as_str(),
+            ])
+            .inc();
+        false
+    }
+
+    /// Counts a message to this client dropped for `reason`.
+    pub(crate) fn count_dropped_client(&self, reason: DropReason) {
+        self.count_dropped(reason);
+    }
+
+    fn count_dropped(&self, reason: DropReason) {
+        self.metrics
+            .count_dropped(self.codec.dialect(), Side::Client, reason);
+    }
+
+    fn count_quirk(&self, quirk: Quirk) {
+        self.metrics
+            .peer_quirks
+            .with_label_values(&[self.codec.dialect().as_str(), quirk.as_str()])
+            .inc();
+    }
+}
