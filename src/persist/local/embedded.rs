@@ -184,6 +184,12 @@ impl EmbeddedLog {
         self.writer.as_ref().map_or(0, Writer::commits)
     }
 
+    /// Batches handed to the writer so far (barriers included): with
+    /// [`EmbeddedLog::commits`], how many batches a commit covers.
+    pub fn staged(&self) -> u64 {
+        self.writer.as_ref().map_or(0, Writer::staged)
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -355,5 +361,7 @@ fn open_error(path: &Path, e: DatabaseError) -> PersistError {
     })
 }
 
+#[cfg(test)]
+mod group_tests;
 #[cfg(test)]
 mod tests;

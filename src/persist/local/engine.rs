@@ -224,6 +224,12 @@ impl<L: Log> Engine<L> {
         self.shared.state.lock().log.close();
     }
 
+    /// Runs `f` on the log (tests: its counters).
+    #[cfg(test)]
+    pub(crate) fn with_log<R>(&self, f: impl FnOnce(&L) -> R) -> R {
+        f(&self.shared.state.lock().log)
+    }
+
     /// The number of subscription ids kept.
     pub fn subscriptions(&self) -> usize {
         self.shared.state.lock().subs.len()

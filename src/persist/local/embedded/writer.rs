@@ -49,6 +49,8 @@ struct Shared {
     usage: Mutex<Usage>,
     /// Durable commits made.
     commits: AtomicU64,
+    /// Batches staged (barriers included).
+    staged: AtomicU64,
     /// The database file, for error messages.
     path: PathBuf,
 }
@@ -83,6 +85,7 @@ impl Writer {
             room: Condvar::new(),
             usage: Mutex::new(usage),
             commits: AtomicU64::new(0),
+            staged: AtomicU64::new(0),
             path,
         });
         let closer = Closer(shared.clone());
@@ -112,6 +115,7 @@ impl Writer {
         let (ticket, done) = Ticket::waiting();
         queue.changes += n;
         queue.batches.push(Batch { changes, done });
+        self.shared.staged.fetch_add(1, Ordering::Relaxed);
         drop(queue);
         self.shared.work.notify_one();
         ticket
@@ -125,6 +129,11 @@ impl Writer {
     /// Durable commits made so far.
     pub(super) fn commits(&self) -> u64 {
         self.shared.commits.load(Ordering::Relaxed)
+    }
+
+    /// Batches staged so far.
+    pub(super) fn staged(&self) -> u64 {
+        self.shared.staged.load(Ordering::Relaxed)
     }
 
     /// Commits what is queued, then stops the thread (and waits for it).
