@@ -31,7 +31,8 @@
 //! subscriber, positions made or moved) waits for the next, so the cost
 //! is one `fsync` per commit, not per change (one `fsync` is about 1.2 ms
 //! on the shared VM of the loadgen `persist` run; one commit a change
-//! stored 173 events/s there with 10 subscribers acknowledging each). The
+//! stored 173 events/s there with 10 subscribers acknowledging each, group
+//! commit the whole 1,000 events/s feed, p99 11.7 ms to delivery). The
 //! engine stages with its lock held (a queue push) and waits for tickets
 //! without it; reads (resume, backlog, redelivery) are read transactions
 //! that run beside the writer's transaction. Staging waits for room
