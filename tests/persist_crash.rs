@@ -410,3 +410,109 @@ fn record(line: &str, messages: &mut u64, position: &mut u64) {
         _ => {}
     }
 }
+
+/// The child's side of
+/// [`the_embedded_logs_grouped_commits_survive_kill_9`].
+const GROUP_CHILD_DIR: &str = "SWITCHYARD_CRASH_GROUP_CHILD_DIR";
+
+/// Batches staged before any is waited for (so the writer puts several in
+/// one commit).
+const GROUP: u64 = 8;
+
+/// Group commit under `kill -9`: a child process stages [`GROUP`] batches
+/// at a time (each an append and the position that follows it), without
+/// waiting, then waits for each ticket in order and prints it once
+/// resolved; it is killed mid-stream. Everything it printed (answered)
+/// must be in the reopened store, and each commit whole: the position is
+/// one that was staged, with its append.
+#[test]
+fn the_embedded_logs_grouped_commits_survive_kill_9() {
+    use std::io::{BufRead, BufReader, Write};
+    use switchyard::persist::local::embedded::EmbeddedLog;
+    use switchyard::persist::local::{Change, Log, Position};
+    use switchyard::persist::Retention;
+
+    if let Some(dir) = std::env::var_os(GROUP_CHILD_DIR) {
+        // The child: runs until it is killed. The store is new, so the
+        // i-th append gets sequence i.
+        let mut log = EmbeddedLog::open(Path::new(&dir)).expect("open");
+        let mut stdout = std::io::stdout().lock();
+        for round in 0u64.. {
+            let tickets: Vec<_> = (1..=GROUP)
+                .map(|k| {
+                    let seq = round * GROUP + k;
+                    let data = switchyard::envelope::Payload::json(&format!("{{\"i\":{seq}}}"))
+                        .expect("json");
+                    log.stage(vec![
+                        Change::Append {
+                            topic: "t".into(),
+                            data,
+                            at: std::time::SystemTime::now(),
+                            retention: Retention::default(),
+                        },
+                        Change::SetPosition {
+                            id: "s".into(),
+                            position: Position {
+                                topic: "t".into(),
+                                floor: seq,
+                                acked: BTreeSet::from([seq + 2]),
+                            },
+                        },
+                    ])
+                })
+                .collect();
+            for (k, ticket) in (1..=GROUP).zip(tickets) {
+                ticket.wait_blocking().expect("a durable batch");
+                let seq = round * GROUP + k;
+                writeln!(stdout, "m {seq}\np {seq}").expect("stdout");
+            }
+            stdout.flush().expect("flush");
+        }
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "the_embedded_logs_grouped_commits_survive_kill_9",
+            "--nocapture",
+        ])
+        .env(GROUP_CHILD_DIR, dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the child");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let (mut messages, mut position) = (0u64, 0u64);
+    while messages < 300 {
+        let line = lines.next().expect("the child ended early").expect("read");
+        record(&line, &mut messages, &mut position);
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+    for line in lines.map_while(Result::ok) {
+        record(&line, &mut messages, &mut position);
+    }
+
+    let log = EmbeddedLog::open(dir.path()).expect("reopen after kill -9");
+    let last = log.last_seq("t").expect("last_seq");
+    assert!(last >= messages, "last_seq {last} < {messages} answered");
+    assert!(
+        last <= messages + GROUP,
+        "last_seq {last}: more than the unanswered batches"
+    );
+    let seqs: Vec<u64> = log
+        .read("t", 0, usize::MAX)
+        .expect("read")
+        .iter()
+        .map(|m| m.seq)
+        .collect();
+    assert_eq!(seqs, (1..=last).collect::<Vec<_>>(), "a gap");
+    let stored = log.position("s").expect("position").expect("a position");
+    assert!(stored.floor >= position, "position {stored:?} < {position}");
+    assert_eq!(
+        stored.floor, last,
+        "the position staged with the last append"
+    );
+    assert_eq!(stored.acked, BTreeSet::from([last + 2]), "{stored:?}");
+}

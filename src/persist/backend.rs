@@ -5,9 +5,10 @@
 //! Adding a backend is a variant here, its arm in each `match` below, and
 //! its [`BackendKind`] (the `backend` metric label and config value).
 //!
-//! The embedded backend's log commits and `fsync`s before each call
-//! returns; it declares itself [`super::local::Log::BLOCKING`], so the
-//! engine runs those calls on tokio's blocking pool, never on a worker.
+//! The embedded backend's log commits and `fsync`s on its own writer
+//! thread, every change staged meanwhile in one commit; its reads block on
+//! the disk, so it declares itself [`super::local::Log::BLOCKING`] and the
+//! engine makes its calls on tokio's blocking pool, never on a worker.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -180,6 +181,17 @@ impl Store for Backend {
             Backend::Memory(e) => e.publish(topic, data).await,
             Backend::Embedded(e) => e.publish(topic, data).await,
             Backend::Nats(js) => js.publish(topic, data).await,
+        }
+    }
+
+    async fn publish_batch(
+        &self,
+        events: Vec<(String, Payload)>,
+    ) -> Result<Vec<Stored>, PersistError> {
+        match self {
+            Backend::Memory(e) => e.publish_batch(events).await,
+            Backend::Embedded(e) => e.publish_batch(events).await,
+            Backend::Nats(js) => js.publish_batch(events).await,
         }
     }
 

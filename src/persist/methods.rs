@@ -135,9 +135,14 @@ async fn acknowledge_batch(
             _ => Err(invalid(format!("acknowledgments[{i}] must be an object"))),
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // All at once: the store writes them in one commit (group commit)
+    // rather than one commit an item. As many as the batch holds, which
+    // the message size limit bounds.
+    let acks = pairs.iter().map(|(id, seq)| att.ack(id, *seq));
+    let outcomes = futures_util::future::join_all(acks).await;
     let mut out = Vec::with_capacity(pairs.len());
-    for (id, seq) in pairs {
-        let success = match att.ack(&id, seq).await {
+    for ((id, seq), outcome) in pairs.into_iter().zip(outcomes) {
+        let success = match outcome {
             Ok(()) => true,
             Err(e) if matches!(e.kind, ErrorKind::NotFound | ErrorKind::InvalidParams) => false,
             // The store failing fails the call.

@@ -46,7 +46,11 @@
 //!   `max_bytes`; all optional: a topic without any keeps everything).
 //! - Between the broker and the store, at most
 //!   [`recorder::QUEUE`] events wait (past it they are counted and
-//!   logged, not stored).
+//!   logged, not stored), and the recorder hands the store at most
+//!   [`recorder::BATCH`] at once.
+//! - In the embedded store, at most
+//!   [`local::embedded::QUEUE`] staged changes wait for its writer
+//!   thread (past it, callers wait: they are not dropped).
 //! - Between the store and a client, each open subscription has a channel
 //!   of [`DELIVERY_QUEUE`] messages; the pump waits for room in the
 //!   client's outbox rather than dropping.
@@ -168,6 +172,24 @@ pub trait Store: Send + Sync + 'static {
         topic: &str,
         data: &Payload,
     ) -> impl Future<Output = Result<Stored, PersistError>> + Send;
+
+    /// Stores `events` (concrete persistent topic, data) in order, as
+    /// [`Store::publish`] would one after the other, and returns once all
+    /// are durable: a backend may put them in one commit. All or nothing
+    /// for the caller: an error fails the whole batch (some may have been
+    /// stored). The default publishes them one at a time.
+    fn publish_batch(
+        &self,
+        events: Vec<(String, Payload)>,
+    ) -> impl Future<Output = Result<Vec<Stored>, PersistError>> + Send {
+        async move {
+            let mut out = Vec::with_capacity(events.len());
+            for (topic, data) in &events {
+                out.push(self.publish(topic, data).await?);
+            }
+            Ok(out)
+        }
+    }
 
     /// Opens subscription `id` on `topic`: creates it after the topic's
     /// last sequence if it is new, resumes it otherwise (`Conflict` if it

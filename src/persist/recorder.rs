@@ -3,11 +3,13 @@
 //!
 //! A publisher must never wait for the store: [`Recorder::record`] only
 //! checks whether the topic is persistent and queues the event for the one
-//! writer task, which stores events in the order they were queued. The
-//! queue holds at most [`QUEUE`] events; one that finds it full is not
-//! stored, and is counted (`switchyard_persistent_publish_failed_total`)
-//! and logged (at most one line per second), as is a publish the store
-//! fails. Never silent.
+//! writer task, which stores events in the order they were queued: every
+//! event waiting when it is free (at most [`BATCH`]) in one
+//! [`Store::publish_batch`], so that a store with group commit (the
+//! embedded one) writes them with one commit. The queue holds at most
+//! [`QUEUE`] events; one that finds it full is not stored, and is counted
+//! (`switchyard_persistent_publish_failed_total`) and logged (at most one
+//! line per second), as is a publish the store fails. Never silent.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,6 +23,11 @@ use crate::envelope::Payload;
 
 /// Events waiting to be stored, at most.
 pub const QUEUE: usize = 4096;
+
+/// Events handed to the store at once, at most (taken from the queue, so
+/// the events held by the writer and the queue together stay within
+/// `QUEUE + BATCH`).
+pub const BATCH: usize = 512;
 
 /// The publishers' side of the hand-off: cheap to clone.
 #[derive(Debug, Clone)]
@@ -76,16 +83,23 @@ impl Recorder {
         mut rx: mpsc::Receiver<(String, Payload)>,
         stop: CancellationToken,
     ) {
+        let mut batch = Vec::with_capacity(BATCH);
         loop {
-            let next = tokio::select! {
-                next = rx.recv() => next,
-                () = stop.cancelled() => None,
+            let taken = tokio::select! {
+                n = rx.recv_many(&mut batch, BATCH) => n,
+                () = stop.cancelled() => 0,
             };
-            let Some((topic, data)) = next else {
+            if taken == 0 {
                 return;
-            };
-            if let Err(e) = store.publish(&topic, &data).await {
-                self.failed(&topic, &e.to_string());
+            }
+            let events = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+            let count = events.len();
+            let first = events.first().map(|(topic, _)| topic.clone());
+            if let Err(e) = store.publish_batch(events).await {
+                let topic = first.unwrap_or_default();
+                for _ in 0..count {
+                    self.failed(&topic, &e.to_string());
+                }
             }
         }
     }

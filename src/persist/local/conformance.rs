@@ -1,5 +1,7 @@
 //! The suite every [`Log`] must pass, generic over `L: Log`: sequences,
-//! reads, retention on append and by age, positions, topics and usage.
+//! reads, retention on append and by age, positions, topics and usage,
+//! and staged batches (several staged before any is waited for: applied
+//! in the order staged, each change seeing the ones before it, barriers).
 //!
 //! A log's tests call [`run`] with a constructor of empty logs (each case
 //! gets a fresh one):
@@ -15,7 +17,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
-use super::{Log, Position, Usage};
+use super::{Applied, Change, Log, Position, Usage};
 use crate::envelope::Payload;
 use crate::persist::Retention;
 
@@ -29,6 +31,7 @@ pub fn run<L: Log>(mut make: impl FnMut() -> L) {
     last_seq_survives_eviction(&mut make());
     positions_round_trip(&mut make());
     topics_and_usage(&mut make());
+    staged_batches_apply_in_order(&mut make());
 }
 
 fn data(text: &str) -> Payload {
@@ -207,6 +210,95 @@ fn topics_and_usage<L: Log>(log: &mut L) {
         Usage {
             messages: 2,
             bytes: 5
+        }
+    );
+}
+
+fn append(topic: &str, text: &str, retention: Retention) -> Change {
+    Change::Append {
+        topic: topic.to_owned(),
+        data: data(text),
+        at: t0(),
+        retention,
+    }
+}
+
+fn at(floor: u64) -> Change {
+    Change::SetPosition {
+        id: "p".to_owned(),
+        position: Position {
+            topic: "a".to_owned(),
+            floor,
+            acked: BTreeSet::new(),
+        },
+    }
+}
+
+fn appended(applied: &Applied) -> (u64, Vec<u64>) {
+    match applied {
+        Applied::Appended(stored, evicted) => (stored.seq, evicted.clone()),
+        other => panic!("not an append: {other:?}"),
+    }
+}
+
+/// Several batches staged before any ticket is waited for (what a log
+/// with group commit writes in one commit): each change sees those staged
+/// before it, outcomes come back per batch in order, a barrier resolves.
+fn staged_batches_apply_in_order<L: Log>(log: &mut L) {
+    let keep2 = Retention {
+        max_count: Some(2),
+        ..none()
+    };
+    let gone = Change::RemovePosition { id: "q".to_owned() };
+    let first = log.stage(vec![
+        append("a", "1", keep2),
+        append("a", "2", keep2),
+        append("b", "1", none()),
+        at(1),
+        gone,
+    ]);
+    let second = log.stage(vec![append("a", "3", keep2), at(2)]);
+    let barrier = log.stage(Vec::new());
+    let third = log.stage(vec![
+        append("a", "4", keep2),
+        Change::RemovePosition { id: "p".to_owned() },
+        Change::Expire {
+            topic: "b".to_owned(),
+            now: t0() + Duration::from_secs(5),
+            retention: Retention {
+                max_age: Some(Duration::from_secs(1)),
+                ..none()
+            },
+        },
+    ]);
+    let first = first.wait_blocking().unwrap();
+    assert_eq!(first.len(), 5);
+    assert_eq!(appended(&first[0]), (1, vec![]));
+    assert_eq!(appended(&first[1]), (2, vec![]));
+    assert_eq!(appended(&first[2]), (1, vec![]), "sequences are per topic");
+    assert_eq!(first[3], Applied::PositionSet);
+    assert_eq!(first[4], Applied::PositionRemoved(false));
+    let second = second.wait_blocking().unwrap();
+    assert_eq!(appended(&second[0]), (3, vec![1]), "retention sees 1 and 2");
+    assert_eq!(second[1], Applied::PositionSet);
+    assert_eq!(barrier.wait_blocking().unwrap(), []);
+    let third = third.wait_blocking().unwrap();
+    assert_eq!(appended(&third[0]), (4, vec![2]));
+    assert_eq!(third[1], Applied::PositionRemoved(true), "set earlier");
+    assert_eq!(third[2], Applied::Expired(vec![1]));
+    // Resolved tickets: the reads see every change.
+    assert_eq!(seqs(log, "a"), [3, 4]);
+    assert!(seqs(log, "b").is_empty());
+    assert_eq!(
+        (log.last_seq("a").unwrap(), log.last_seq("b").unwrap()),
+        (4, 1)
+    );
+    assert_eq!(log.position("p").unwrap(), None);
+    assert_eq!(
+        log.stats().unwrap(),
+        Usage {
+            messages: 2,
+            bytes: 2
         }
     );
 }

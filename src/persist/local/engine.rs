@@ -36,19 +36,29 @@
 //! pool when it blocks on I/O ([`Log::BLOCKING`], the embedded log), in
 //! place otherwise.
 //!
+//! Durability: changes are *staged* into the log with the lock held, and
+//! the caller waits for the log's [`Ticket`] after releasing it, so that
+//! the embedded log commits everything staged meanwhile at once (group
+//! commit). A publish is answered, and its topic's sessions woken, only
+//! once its ticket resolved (sessions read only what is durable); an ack,
+//! an open, a delete and a position are answered once theirs did (a
+//! repeated ack waits for what is staged before it: a barrier). The
+//! floors moved over evicted messages are staged and not waited for.
+//!
 //! Files: `session.rs` (one open subscription: what it sent, what waits
 //! for an ack, its task), `floor.rs` (positions: made, and their floors
-//! moved over acks and evictions).
+//! moved over acks and evictions), `store.rs` (the [`Store`] calls: stage,
+//! wait for the ticket, answer), `sweep.rs` (retention by age).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant as StdInstant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::{Log, Position};
+use super::{Applied, Change, Log, Position, Ticket};
 use crate::envelope::Payload;
 use crate::persist::{
     Acked, Meters, Opened, PersistError, Store, Stored, TopicPolicy, Topics, DELIVERY_QUEUE,
@@ -146,49 +156,6 @@ impl<L: Log> Engine<L> {
         })
     }
 
-    /// Applies retention by age every [`SWEEP_EVERY`] until `stop`.
-    pub fn spawn_sweeper(&self, stop: CancellationToken) {
-        if self.shared.topics.shortest_max_age().is_none() {
-            return;
-        }
-        let engine = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(SWEEP_EVERY);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    () = stop.cancelled() => return,
-                }
-                let swept = if L::BLOCKING {
-                    let engine = engine.clone();
-                    blocking(move || engine.sweep(SystemTime::now())).await
-                } else {
-                    engine.sweep(SystemTime::now())
-                };
-                if let Err(e) = swept {
-                    tracing::warn!(error = %e, "persistent store: retention sweep failed");
-                }
-            }
-        });
-    }
-
-    /// Applies retention by age at `now` to every stored topic.
-    pub fn sweep(&self, now: SystemTime) -> Result<(), PersistError> {
-        let mut state = self.shared.state.lock();
-        for topic in state.log.topics()? {
-            let Some(policy) = self.shared.topics.policy(&topic).copied() else {
-                continue;
-            };
-            if policy.retention.max_age.is_none() {
-                continue;
-            }
-            let evicted = state.log.expire(&topic, now, &policy.retention)?;
-            self.shared.evicted(&mut state, &topic, &evicted)?;
-        }
-        Ok(())
-    }
-
     /// Closes the log (at shutdown, once nothing more is published):
     /// the embedded store's file is released even while tasks that hold
     /// the engine are still ending. Later calls fail.
@@ -196,20 +163,30 @@ impl<L: Log> Engine<L> {
         self.shared.state.lock().log.close();
     }
 
+    /// Runs `f` on the log (tests: its counters).
+    #[cfg(test)]
+    pub(crate) fn with_log<R>(&self, f: impl FnOnce(&L) -> R) -> R {
+        f(&self.shared.state.lock().log)
+    }
+
     /// The number of subscription ids kept.
     pub fn subscriptions(&self) -> usize {
         self.shared.state.lock().subs.len()
     }
 
-    fn open_now(&self, id: &str, topic: &str) -> Result<Opened, PersistError> {
+    /// Opens `id`, staging its new or moved position: the caller waits
+    /// for the ticket before it answers.
+    fn open_now(&self, id: &str, topic: &str) -> Result<(Opened, Ticket), PersistError> {
         let policy = self.policy(topic)?;
         let shared = &self.shared;
         let mut guard = shared.state.lock();
         let state = &mut *guard;
         let last = state.log.last_seq(topic)?;
-        if !shared.position_for(state, id, topic, last)? {
-            shared.compact(state, id, false)?;
-        }
+        let changes: Vec<Change> = match shared.position_for(state, id, topic, last)? {
+            Some(created) => vec![created],
+            None => shared.compact(state, id, false)?.into_iter().collect(),
+        };
+        let ticket = state.log.stage(changes);
         let session_id = state.next_session;
         state.next_session += 1;
         if state.live.len() > state.subs.len() {
@@ -252,13 +229,17 @@ impl<L: Log> Engine<L> {
             live,
         };
         tokio::spawn(run.run());
-        Ok(Opened {
+        let opened = Opened {
             resumed_from: floor,
             deliveries: rx,
-        })
+        };
+        Ok((opened, ticket))
     }
 
-    fn ack_now(&self, id: &str, seq: u64) -> Result<Acked, PersistError> {
+    /// Records the acknowledgement of `seq` by `id`, staging its
+    /// position: `Yes` may be answered once the ticket resolves, never
+    /// before.
+    fn ack_now(&self, id: &str, seq: u64) -> Result<(Acked, Option<Ticket>), PersistError> {
         let shared = &self.shared;
         let mut guard = shared.state.lock();
         let state = &mut *guard;
@@ -267,33 +248,35 @@ impl<L: Log> Engine<L> {
         };
         let position = &mut sub.position;
         if seq == 0 {
-            return Ok(Acked::NeverDelivered);
+            return Ok((Acked::NeverDelivered, None));
         }
         if seq <= position.floor || position.acked.contains(&seq) {
-            shared.meters.acks.inc();
-            return Ok(Acked::Yes);
+            // Recorded already, but perhaps staged and not yet durable
+            // (a repeated ack): answered after what is staged.
+            return Ok((Acked::Yes, Some(state.log.stage(Vec::new()))));
         }
         let sent = sub
             .session
             .as_ref()
             .map_or(position.floor, |s| s.cursor.max(s.owed));
         if seq > sent {
-            return Ok(Acked::NeverDelivered);
+            return Ok((Acked::NeverDelivered, None));
         }
         position.acked.insert(seq);
         if let Some(session) = sub.session.as_mut() {
             session.in_flight.remove(&seq);
         }
-        shared.compact(state, id, true)?;
-        shared.meters.acks.inc();
-        Ok(Acked::Yes)
+        let changes = shared.compact(state, id, true)?.into_iter().collect();
+        Ok((Acked::Yes, Some(state.log.stage(changes))))
     }
 
-    fn delete_now(&self, id: &str) -> Result<bool, PersistError> {
+    /// Deletes `id`, staging the removal of its position (the caller
+    /// waits for the ticket).
+    fn delete_now(&self, id: &str) -> Result<Option<Ticket>, PersistError> {
         let shared = &self.shared;
         let mut state = shared.state.lock();
         let Some(sub) = state.subs.remove(id) else {
-            return Ok(false);
+            return Ok(None);
         };
         if let Some(session) = sub.session {
             session.stop.cancel();
@@ -305,43 +288,55 @@ impl<L: Log> Engine<L> {
                 state.by_topic.remove(&sub.position.topic);
             }
         }
-        state.log.remove_position(id)?;
-        Ok(true)
+        let remove = Change::RemovePosition { id: id.to_owned() };
+        Ok(Some(state.log.stage(vec![remove])))
     }
 
-    fn position_now(&self, id: &str) -> Result<Option<(String, u64)>, PersistError> {
+    /// The topic and floor of `id`, with a ticket to wait for before
+    /// reporting it (the floor may rest on acks still on their way to
+    /// disk).
+    fn position_now(&self, id: &str) -> Result<(Option<(String, u64)>, Ticket), PersistError> {
         let mut guard = self.shared.state.lock();
         let state = &mut *guard;
-        if !state.subs.contains_key(id) {
-            return Ok(None);
-        }
-        self.shared.compact(state, id, false)?;
-        Ok(state
+        let changes = if state.subs.contains_key(id) {
+            self.shared.compact(state, id, false)?.into_iter().collect()
+        } else {
+            Vec::new()
+        };
+        let ticket = state.log.stage(changes);
+        let found = state
             .subs
             .get(id)
-            .map(|s| (s.position.topic.clone(), s.position.floor)))
+            .map(|s| (s.position.topic.clone(), s.position.floor));
+        Ok((found, ticket))
     }
 
-    fn publish_now(&self, topic: &str, data: &Payload) -> Result<Stored, PersistError> {
-        let policy = self.policy(topic)?;
+    /// Stages `changes` (with the lock: in the engine's order).
+    fn stage(&self, changes: Vec<Change>) -> Ticket {
+        self.shared.state.lock().log.stage(changes)
+    }
+
+    /// What durable appends did: evictions accounted for, then the
+    /// sessions of their topics woken (they read only what is durable).
+    fn published(&self, appended: Vec<(Stored, Vec<u64>)>) -> Result<Vec<Stored>, PersistError> {
         let shared = &self.shared;
-        let started = StdInstant::now();
         let mut guard = shared.state.lock();
         let state = &mut *guard;
-        let (stored, evicted) =
-            state
-                .log
-                .append(topic, data, SystemTime::now(), &policy.retention)?;
-        shared
-            .meters
-            .write_seconds
-            .observe(started.elapsed().as_secs_f64());
-        shared.meters.published.inc();
-        shared.evicted(state, topic, &evicted)?;
-        if let Some(live) = state.live.get(topic) {
-            live.send_replace(stored.seq);
+        let mut out = Vec::with_capacity(appended.len());
+        for (stored, evicted) in appended {
+            shared.meters.published.inc();
+            shared.evicted(state, &stored.topic, &evicted)?;
+            if let Some(live) = state.live.get(&stored.topic) {
+                // Batches are answered in any order: the watch only rises.
+                live.send_if_modified(|last| {
+                    let newer = stored.seq > *last;
+                    *last = (*last).max(stored.seq);
+                    newer
+                });
+            }
+            out.push(stored);
         }
-        Ok(stored)
+        Ok(out)
     }
 
     fn policy(&self, topic: &str) -> Result<TopicPolicy, PersistError> {
@@ -361,6 +356,7 @@ fn gauge(n: u64) -> i64 {
 mod floor;
 mod session;
 mod store;
+mod sweep;
 
 use session::{Run, Session};
 use store::blocking;

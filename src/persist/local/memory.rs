@@ -2,6 +2,9 @@
 //! survive a client's reconnect but not a switchyard restart
 //! (jsonrpc-ws.md §7.3, last bullet).
 //!
+//! Each staged batch is applied in place, in order, and its ticket is
+//! resolved at once: there is no disk to wait for.
+//!
 //! Bounds: each topic keeps what its retention allows (a topic without
 //! any limit keeps everything: configure one), plus its last sequence once
 //! it is empty (one entry per topic ever stored, so that sequences go on);
@@ -10,7 +13,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::SystemTime;
 
-use super::{Log, Position, Usage};
+use super::{Applied, Change, Log, Position, Ticket, Usage};
 use crate::envelope::Payload;
 use crate::persist::{PersistError, Retention, Stored};
 
@@ -37,6 +40,65 @@ impl MemoryLog {
     /// An empty log.
     pub fn new() -> Self {
         MemoryLog::default()
+    }
+
+    /// Applies one change in place.
+    fn apply(&mut self, change: Change) -> Applied {
+        match change {
+            Change::Append {
+                topic,
+                data,
+                at,
+                retention,
+            } => {
+                let (stored, evicted) = self.append_now(&topic, data, at, &retention);
+                Applied::Appended(stored, evicted)
+            }
+            Change::Expire {
+                topic,
+                now,
+                retention,
+            } => Applied::Expired(
+                self.evict_while(&topic, |_, front| too_old(front, now, &retention)),
+            ),
+            Change::SetPosition { id, position } => {
+                self.positions.insert(id, position);
+                Applied::PositionSet
+            }
+            Change::RemovePosition { id } => {
+                Applied::PositionRemoved(self.positions.remove(&id).is_some())
+            }
+        }
+    }
+
+    fn append_now(
+        &mut self,
+        topic: &str,
+        data: Payload,
+        at: SystemTime,
+        retention: &Retention,
+    ) -> (Stored, Vec<u64>) {
+        let log = self.topics.entry(topic.to_owned()).or_default();
+        log.last += 1;
+        let stored = Stored {
+            topic: topic.to_owned(),
+            seq: log.last,
+            stored_at: at,
+            data,
+        };
+        let size = stored.size();
+        log.bytes += size;
+        log.messages.push_back(stored.clone());
+        self.usage.messages += 1;
+        self.usage.bytes += size;
+        let retention = *retention;
+        let evicted = self.evict_while(topic, |log, front| {
+            let count = u64::try_from(log.messages.len()).unwrap_or(u64::MAX);
+            retention.max_count.is_some_and(|max| count > max)
+                || retention.max_bytes.is_some_and(|max| log.bytes > max)
+                || too_old(front, at, &retention)
+        });
+        (stored, evicted)
     }
 
     /// Evicts from the front of `topic` while `evict` says so.
@@ -73,44 +135,10 @@ fn too_old(stored: &Stored, now: SystemTime, retention: &Retention) -> bool {
 }
 
 impl Log for MemoryLog {
-    fn append(
-        &mut self,
-        topic: &str,
-        data: &Payload,
-        at: SystemTime,
-        retention: &Retention,
-    ) -> Result<(Stored, Vec<u64>), PersistError> {
-        let log = self.topics.entry(topic.to_owned()).or_default();
-        log.last += 1;
-        let stored = Stored {
-            topic: topic.to_owned(),
-            seq: log.last,
-            stored_at: at,
-            data: data.clone(),
-        };
-        let size = stored.size();
-        log.bytes += size;
-        log.messages.push_back(stored.clone());
-        self.usage.messages += 1;
-        self.usage.bytes += size;
-        let retention = *retention;
-        let evicted = self.evict_while(topic, |log, front| {
-            let count = u64::try_from(log.messages.len()).unwrap_or(u64::MAX);
-            retention.max_count.is_some_and(|max| count > max)
-                || retention.max_bytes.is_some_and(|max| log.bytes > max)
-                || too_old(front, at, &retention)
-        });
-        Ok((stored, evicted))
-    }
-
-    fn expire(
-        &mut self,
-        topic: &str,
-        now: SystemTime,
-        retention: &Retention,
-    ) -> Result<Vec<u64>, PersistError> {
-        let retention = *retention;
-        Ok(self.evict_while(topic, |_, front| too_old(front, now, &retention)))
+    fn stage(&mut self, changes: Vec<Change>) -> Ticket {
+        // Nothing to wait for: each change is applied here, in order.
+        let applied = changes.into_iter().map(|c| self.apply(c)).collect();
+        Ticket::ready(Ok(applied))
     }
 
     fn read(&self, topic: &str, after: u64, limit: usize) -> Result<Vec<Stored>, PersistError> {
@@ -127,15 +155,6 @@ impl Log for MemoryLog {
 
     fn position(&self, id: &str) -> Result<Option<Position>, PersistError> {
         Ok(self.positions.get(id).cloned())
-    }
-
-    fn set_position(&mut self, id: &str, position: &Position) -> Result<(), PersistError> {
-        self.positions.insert(id.to_owned(), position.clone());
-        Ok(())
-    }
-
-    fn remove_position(&mut self, id: &str) -> Result<bool, PersistError> {
-        Ok(self.positions.remove(id).is_some())
     }
 
     fn topics(&self) -> Result<Vec<String>, PersistError> {

@@ -1,32 +1,32 @@
-//! [`EmbeddedLog`] as a [`Log`]: each call one redb transaction, committed
-//! durably before it returns.
+//! [`EmbeddedLog`] as a [`Log`]: changes go to the writer (one commit for
+//! everything staged while the previous one was written); reads are redb
+//! read transactions, which run beside the writer and see only what is
+//! committed (redb publishes a commit to this process's readers after its
+//! `fsync`), so nothing read was ever not durable.
 
 use super::*;
 
 impl Log for EmbeddedLog {
-    // Every change is committed (fsync) before it returns: the engine calls
-    // it from tokio's blocking pool, never from an async worker.
+    // Reads block on the disk, and staging may wait for room in the
+    // writer's queue: the engine calls it from tokio's blocking pool,
+    // never from an async worker.
     const BLOCKING: bool = true;
 
-    fn append(
-        &mut self,
-        topic: &str,
-        data: &Payload,
-        at: SystemTime,
-        retention: &Retention,
-    ) -> Result<(Stored, Vec<u64>), PersistError> {
-        self.do_append(topic, data, at, retention)
-            .map_err(|e| self.error(e))
-    }
-
-    fn expire(
-        &mut self,
-        topic: &str,
-        now: SystemTime,
-        retention: &Retention,
-    ) -> Result<Vec<u64>, PersistError> {
-        self.do_expire(topic, now, retention)
-            .map_err(|e| self.error(e))
+    fn stage(&mut self, changes: Vec<Change>) -> Ticket {
+        let Some(writer) = self.writer.as_ref() else {
+            return Ticket::ready(Err(self.error(redb::Error::DatabaseClosed)));
+        };
+        if !changes.is_empty() {
+            match self.expires_nothing(&changes) {
+                Ok(true) => {
+                    let none = changes.iter().map(|_| Applied::Expired(Vec::new()));
+                    return Ticket::ready(Ok(none.collect()));
+                }
+                Ok(false) => {}
+                Err(e) => return Ticket::ready(Err(self.error(e))),
+            }
+        }
+        writer.stage(changes)
     }
 
     fn read(&self, topic: &str, after: u64, limit: usize) -> Result<Vec<Stored>, PersistError> {
@@ -41,15 +41,6 @@ impl Log for EmbeddedLog {
         self.do_position(id).map_err(|e| self.error(e))
     }
 
-    fn set_position(&mut self, id: &str, position: &Position) -> Result<(), PersistError> {
-        self.do_set_position(id, position)
-            .map_err(|e| self.error(e))
-    }
-
-    fn remove_position(&mut self, id: &str) -> Result<bool, PersistError> {
-        self.do_remove_position(id).map_err(|e| self.error(e))
-    }
-
     fn topics(&self) -> Result<Vec<String>, PersistError> {
         self.do_topics().map_err(|e| self.error(e))
     }
@@ -59,12 +50,22 @@ impl Log for EmbeddedLog {
     }
 
     fn stats(&self) -> Result<Usage, PersistError> {
-        Ok(self.usage)
+        Ok(self.writer.as_ref().map(Writer::usage).unwrap_or_default())
     }
 
     fn close(&mut self) {
-        // Every commit is already durable: dropping the handle only
-        // releases the file and its lock.
+        // The writer commits what is queued, then ends (and drops its
+        // handle on the database); dropping ours releases the file and
+        // its lock.
+        if let Some(mut writer) = self.writer.take() {
+            writer.close();
+        }
         self.db = None;
+    }
+}
+
+impl Drop for EmbeddedLog {
+    fn drop(&mut self) {
+        self.close();
     }
 }

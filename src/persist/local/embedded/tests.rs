@@ -5,6 +5,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, SystemTime};
 
 use super::*;
+use crate::envelope::Payload;
+use crate::persist::Retention;
 
 fn json(text: &str) -> Payload {
     Payload::json(text).unwrap()

@@ -4,28 +4,28 @@
 //! acknowledged it).
 
 use super::{gauge, Shared, State, Sub};
-use crate::persist::local::{Log, Position};
+use crate::persist::local::{Change, Log, Position};
 use crate::persist::PersistError;
 
 // === impl Shared ===
 
 impl<L: Log> Shared<L> {
     /// Finds the position of `id` on `topic`, or creates it after `last`
-    /// (true when created); `Conflict` for an id of another topic, `Full`
-    /// past the cap on ids.
+    /// (then returns the change that writes it, for the caller to stage);
+    /// `Conflict` for an id of another topic, `Full` past the cap on ids.
     pub(super) fn position_for(
         &self,
         state: &mut State<L>,
         id: &str,
         topic: &str,
         last: u64,
-    ) -> Result<bool, PersistError> {
+    ) -> Result<Option<Change>, PersistError> {
         match state.subs.get(id) {
             Some(sub) if sub.position.topic != topic => Err(PersistError::Conflict(format!(
                 "subscription {id:?} exists with topic {:?}",
                 sub.position.topic
             ))),
-            Some(_) => Ok(false),
+            Some(_) => Ok(None),
             None if state.subs.len() >= self.max_subscriptions => Err(PersistError::Full(format!(
                 "at most {} persistent subscriptions",
                 self.max_subscriptions
@@ -36,7 +36,10 @@ impl<L: Log> Shared<L> {
                     floor: last,
                     acked: Default::default(),
                 };
-                state.log.set_position(id, &position)?;
+                let write = Change::SetPosition {
+                    id: id.to_owned(),
+                    position: position.clone(),
+                };
                 let ids = state.by_topic.entry(topic.to_owned()).or_default();
                 ids.insert(id.to_owned());
                 let sub = Sub {
@@ -44,22 +47,23 @@ impl<L: Log> Shared<L> {
                     session: None,
                 };
                 state.subs.insert(id.to_owned(), sub);
-                Ok(true)
+                Ok(Some(write))
             }
         }
     }
 
     /// Moves the floor of `id` over acknowledged and evicted sequences,
-    /// writes the position if it changed (or `dirty`: changed by the
-    /// caller), and wakes its session if the floor moved.
+    /// returns the change that writes the position if it changed (or
+    /// `dirty`: changed by the caller), for the caller to stage, and wakes
+    /// its session if the floor moved.
     pub(super) fn compact(
         &self,
         state: &mut State<L>,
         id: &str,
         dirty: bool,
-    ) -> Result<(), PersistError> {
+    ) -> Result<Option<Change>, PersistError> {
         let Some(sub) = state.subs.get_mut(id) else {
-            return Ok(());
+            return Ok(None);
         };
         let position = &mut sub.position;
         let before = position.clone();
@@ -87,9 +91,10 @@ impl<L: Log> Shared<L> {
         }
         let floor = position.floor;
         position.acked = position.acked.split_off(&(floor + 1));
-        if dirty || *position != before {
-            state.log.set_position(id, position)?;
-        }
+        let write = (dirty || *position != before).then(|| Change::SetPosition {
+            id: id.to_owned(),
+            position: position.clone(),
+        });
         if floor != before.floor {
             if let Some(session) = sub.session.as_mut() {
                 session.in_flight = session.in_flight.split_off(&(floor + 1));
@@ -97,11 +102,14 @@ impl<L: Log> Shared<L> {
                 session.wake.notify_one();
             }
         }
-        Ok(())
+        Ok(write)
     }
 
     /// Counts the unacknowledged `evicted` messages of `topic` per
-    /// subscription and moves the floors over them.
+    /// subscription and moves the floors over them. The moved positions
+    /// are staged and not waited for: nobody is answered on them, and a
+    /// floor lost to a crash is moved over the evicted messages again when
+    /// its subscription is next opened.
     pub(super) fn evicted(
         &self,
         state: &mut State<L>,
@@ -136,8 +144,13 @@ impl<L: Log> Shared<L> {
                 lagging.push(id);
             }
         }
+        let mut moved = Vec::new();
         for id in lagging {
-            self.compact(state, &id, false)?;
+            moved.extend(self.compact(state, &id, false)?);
+        }
+        if !moved.is_empty() {
+            // Not waited for (above); a failed commit is logged by the log.
+            drop(state.log.stage(moved));
         }
         Ok(())
     }

@@ -1,39 +1,92 @@
-//! The engine as a [`Store`]: each call runs on the engine, on tokio's
-//! blocking pool (one at a time) when its log blocks on the disk.
+//! The engine as a [`Store`]: each call stages its changes on the engine
+//! (on tokio's blocking pool, one at a time, when its log blocks on the
+//! disk), waits for the log's ticket without the engine's lock (so the
+//! embedded log puts everything staged meanwhile into one commit), and
+//! only then answers; appends are delivered only once durable.
+
+use std::time::Instant as StdInstant;
 
 use super::*;
 
 impl<L: Log> Store for Engine<L> {
     async fn publish(&self, topic: &str, data: &Payload) -> Result<Stored, PersistError> {
-        let (topic, data) = (topic.to_owned(), data.clone());
-        self.call(move |e| e.publish_now(&topic, &data)).await
+        let mut stored = self
+            .publish_batch(vec![(topic.to_owned(), data.clone())])
+            .await?;
+        stored
+            .pop()
+            .ok_or_else(|| PersistError::Store("an append without an outcome".to_owned()))
+    }
+
+    async fn publish_batch(
+        &self,
+        events: Vec<(String, Payload)>,
+    ) -> Result<Vec<Stored>, PersistError> {
+        let started = StdInstant::now();
+        let at = SystemTime::now();
+        let mut changes = Vec::with_capacity(events.len());
+        for (topic, data) in events {
+            let retention = self.policy(&topic)?.retention;
+            changes.push(Change::Append {
+                topic,
+                data,
+                at,
+                retention,
+            });
+        }
+        let ticket = self.call(move |e| Ok(e.stage(changes))).await?;
+        let appended = ticket
+            .wait()
+            .await?
+            .into_iter()
+            .map(Applied::into_appended)
+            .collect::<Result<Vec<_>, _>>()?;
+        let took = started.elapsed().as_secs_f64();
+        for _ in &appended {
+            self.shared.meters.write_seconds.observe(took);
+        }
+        self.call(move |e| e.published(appended)).await
     }
 
     async fn open(&self, id: &str, topic: &str) -> Result<Opened, PersistError> {
         let (id, topic) = (id.to_owned(), topic.to_owned());
-        self.call(move |e| e.open_now(&id, &topic)).await
+        let (opened, ticket) = self.call(move |e| e.open_now(&id, &topic)).await?;
+        ticket.wait().await?;
+        Ok(opened)
     }
 
     async fn ack(&self, id: &str, seq: u64) -> Result<Acked, PersistError> {
         let id = id.to_owned();
-        self.call(move |e| e.ack_now(&id, seq)).await
+        let (acked, ticket) = self.call(move |e| e.ack_now(&id, seq)).await?;
+        if let Some(ticket) = ticket {
+            ticket.wait().await?;
+        }
+        if acked == Acked::Yes {
+            self.shared.meters.acks.inc();
+        }
+        Ok(acked)
     }
 
     async fn delete(&self, id: &str) -> Result<bool, PersistError> {
         let id = id.to_owned();
-        self.call(move |e| e.delete_now(&id)).await
+        match self.call(move |e| e.delete_now(&id)).await? {
+            Some(ticket) => ticket.wait().await.map(|_| true),
+            None => Ok(false),
+        }
     }
 
     async fn position(&self, id: &str) -> Result<Option<(String, u64)>, PersistError> {
         let id = id.to_owned();
-        self.call(move |e| e.position_now(&id)).await
+        let (found, ticket) = self.call(move |e| e.position_now(&id)).await?;
+        ticket.wait().await?;
+        Ok(found)
     }
 }
 
 impl<L: Log> Engine<L> {
     /// Runs `f` here, or on tokio's blocking pool when the log blocks
     /// ([`Log::BLOCKING`]: disk I/O must not hold up the async workers).
-    async fn call<T: Send + 'static>(
+    pub(super) async fn call<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Self) -> Result<T, PersistError> + Send + 'static,
     ) -> Result<T, PersistError> {
@@ -46,11 +99,11 @@ impl<L: Log> Engine<L> {
 }
 
 /// Blocking store calls running at once. They take the engine's lock in
-/// turn anyway; without this bound every waiting call (10 pipelining
-/// subscribers keep thousands of acks in flight) held a blocking-pool
-/// thread of its own, up to tokio's 512, each with its own allocator heap
-/// (500 MiB RSS in the persist benchmark). Callers past it wait here, as
-/// futures.
+/// turn anyway, and none waits for a commit (they stage and return);
+/// without this bound every waiting call (10 pipelining subscribers keep
+/// thousands of acks in flight) held a blocking-pool thread of its own,
+/// up to tokio's 512, each with its own allocator heap (500 MiB RSS in
+/// the persist benchmark). Callers past it wait here, as futures.
 static DISK_CALLS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 
 /// Runs `f` on tokio's blocking pool, one call at a time.

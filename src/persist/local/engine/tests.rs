@@ -233,9 +233,10 @@ async fn the_sweep_evicts_by_age() {
     let e = engine(8, minute);
     let _a = e.open("a", TOPIC).await.unwrap();
     publish(&e, 2).await;
-    e.sweep(SystemTime::now()).unwrap();
+    e.sweep(SystemTime::now()).await.unwrap();
     assert_eq!(e.shared.meters.stored_messages.get(), 2);
     e.sweep(SystemTime::now() + Duration::from_secs(61))
+        .await
         .unwrap();
     assert_eq!(e.shared.meters.stored_messages.get(), 0);
     assert_eq!(e.shared.meters.evicted_unacked.get(), 2);
@@ -264,22 +265,8 @@ struct BlockingLog(MemoryLog);
 impl Log for BlockingLog {
     const BLOCKING: bool = true;
 
-    fn append(
-        &mut self,
-        topic: &str,
-        data: &Payload,
-        at: SystemTime,
-        retention: &Retention,
-    ) -> Result<(Stored, Vec<u64>), PersistError> {
-        self.0.append(topic, data, at, retention)
-    }
-    fn expire(
-        &mut self,
-        topic: &str,
-        now: SystemTime,
-        retention: &Retention,
-    ) -> Result<Vec<u64>, PersistError> {
-        self.0.expire(topic, now, retention)
+    fn stage(&mut self, changes: Vec<Change>) -> Ticket {
+        self.0.stage(changes)
     }
     fn read(&self, topic: &str, after: u64, limit: usize) -> Result<Vec<Stored>, PersistError> {
         self.0.read(topic, after, limit)
@@ -289,12 +276,6 @@ impl Log for BlockingLog {
     }
     fn position(&self, id: &str) -> Result<Option<Position>, PersistError> {
         self.0.position(id)
-    }
-    fn set_position(&mut self, id: &str, position: &Position) -> Result<(), PersistError> {
-        self.0.set_position(id, position)
-    }
-    fn remove_position(&mut self, id: &str) -> Result<bool, PersistError> {
-        self.0.remove_position(id)
     }
     fn topics(&self) -> Result<Vec<String>, PersistError> {
         self.0.topics()
@@ -324,5 +305,5 @@ async fn a_blocking_log_is_called_from_the_blocking_pool() {
     let mut again = e.open("a", TOPIC).await.unwrap();
     assert_eq!(again.resumed_from, 1);
     assert_eq!(seqs(&mut again.deliveries, 2).await, [2, 3]);
-    assert!(e.sweep(SystemTime::now()).is_ok());
+    assert!(e.sweep(SystemTime::now()).await.is_ok());
 }
