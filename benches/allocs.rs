@@ -1,0 +1,298 @@
+//! Heap allocations per request on the gateway's common paths (issue 19,
+//! deliverable 4): a count, not a timing.
+//!
+//! In one process, each on its own OS thread and tokio runtime:
+//!
+//! - the reference NDJSON daemon (`switchyard::daemon::Daemon`), on a
+//!   one-worker multi-thread runtime;
+//! - the gateway (`app::bind(..).spawn()`) with the DEFAULT configuration
+//!   (one JSON-RPC WebSocket listener, the NDJSON upstream, one route), on
+//!   a current-thread runtime on thread G, so that everything the gateway
+//!   does runs on G;
+//! - the client (tokio-tungstenite), one connection with `WINDOW` requests
+//!   in flight, on the main thread.
+//!
+//! Allocations are counted per thread (`allocation-counter`, a counting
+//! wrapper of the system allocator installed as the global allocator of
+//! this bench): only those made on thread G while it runs the measured
+//! requests, so the client's and the daemon's allocations are not in the
+//! count and nothing is subtracted. Counts do not depend on the allocator
+//! (the binary uses mimalloc; this bench counts calls into the system
+//! allocator). A `realloc` counts as one allocation of the new size.
+//!
+//! Two cases:
+//!
+//! - **in place**: the defaults; the upstream has room (pool 2, 4,096
+//!   pending per connection), so every call is written at once;
+//! - **waiting**: the defaults plus `pool_size = 1` and `max_pending = 1`:
+//!   one call at a time may be pending at the upstream, so with 32 in
+//!   flight nearly every call parks in the upstream's queue first.
+//!
+//! Each case: a warm-up of `WARMUP` requests on the same connection (not
+//! counted: connection setup, first-use growth of buffers and tables),
+//! then `REQUESTS` requests of `PARAMS_BYTES` of params counted. Alive
+//! tasks of the gateway's runtime (tokio's runtime metrics) are read
+//! before the measured requests and sampled while they run.
+//!
+//! `ALLOCS_REQUESTS=N` changes the number of measured requests.
+
+use std::collections::HashSet;
+use std::error::Error;
+use std::sync::mpsc as std_mpsc;
+use std::thread;
+
+use allocation_counter::AllocationInfo;
+use futures_util::{SinkExt, StreamExt};
+use switchyard::daemon::{Daemon, DaemonOptions};
+use tokio::net::TcpStream;
+use tokio::runtime::{Builder, Handle};
+use tokio::sync::oneshot;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// Requests counted per case (unless `ALLOCS_REQUESTS` says otherwise).
+const REQUESTS: usize = 20_000;
+/// Requests before counting starts, on the same connection.
+const WARMUP: usize = 2_000;
+/// Requests the client keeps in flight.
+const WINDOW: usize = 32;
+/// Size of each request's params, as JSON text.
+const PARAMS_BYTES: usize = 256;
+
+/// One measured configuration.
+struct Case {
+    name: &'static str,
+    /// TOML lines added to the default upstream table.
+    upstream_extra: &'static str,
+}
+
+const CASES: [Case; 2] = [
+    Case {
+        name: "in place (defaults)",
+        upstream_extra: "",
+    },
+    Case {
+        name: "waiting (pool_size 1, max_pending 1)",
+        upstream_extra: "pool_size = 1\nmax_pending = 1\n",
+    },
+];
+
+/// What one case measured.
+struct Row {
+    name: &'static str,
+    requests: usize,
+    info: AllocationInfo,
+    tasks_before: usize,
+    tasks_min: usize,
+    tasks_max: usize,
+}
+
+fn main() -> Res<()> {
+    let requests = match std::env::var("ALLOCS_REQUESTS") {
+        Ok(n) => n.parse()?,
+        Err(_) => REQUESTS,
+    };
+    let mut rows = Vec::new();
+    for case in &CASES {
+        rows.push(run_case(case, requests)?);
+    }
+    print_table(&rows);
+    Ok(())
+}
+
+/// The gateway's thread: what the client needs from it.
+struct Gateway {
+    url: String,
+    /// The gateway runtime's handle, for its metrics.
+    handle: Handle,
+    /// Warm-up over: count from now on.
+    start: oneshot::Sender<()>,
+    /// Measured requests all answered: stop counting.
+    stop: oneshot::Sender<()>,
+    /// The count, once stopped.
+    counted: std_mpsc::Receiver<AllocationInfo>,
+    /// The client's connection is closed: shut down.
+    closed: oneshot::Sender<()>,
+    thread: thread::JoinHandle<()>,
+}
+
+fn run_case(case: &Case, requests: usize) -> Res<Row> {
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("daemon.sock");
+    let daemon_rt = Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let daemon = daemon_rt.block_on(Daemon::start(&socket, DaemonOptions::default()))?;
+    let toml = format!(
+        "[listeners.public]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/rpc\"\n\n\
+         [upstreams.daemon]\ndialect = \"ndjson\"\nsocket = \"{}\"\n{}\n\
+         [[routes]]\nlistener = \"public\"\nupstream = \"daemon\"\n",
+        socket.display(),
+        case.upstream_extra
+    );
+    let gw = start_gateway(toml)?;
+
+    let client_rt = Builder::new_current_thread().enable_all().build()?;
+    let row = client_rt.block_on(async {
+        let (mut ws, _) = tokio_tungstenite::connect_async(gw.url.as_str()).await?;
+        let mut next_id = 0u64;
+        drive(&mut ws, &mut next_id, WARMUP, &gw.handle).await?;
+        let tasks_before = gw.handle.metrics().num_alive_tasks();
+        send_signal(gw.start)?;
+        let (tasks_min, tasks_max) = drive(&mut ws, &mut next_id, requests, &gw.handle).await?;
+        send_signal(gw.stop)?;
+        let info = gw.counted.recv()?;
+        ws.close(None).await?;
+        // The gateway's close frame (or the end of the stream).
+        while let Some(Ok(_)) = ws.next().await {}
+        Res::Ok(Row {
+            name: case.name,
+            requests,
+            info,
+            tasks_before,
+            tasks_min,
+            tasks_max,
+        })
+    })?;
+    send_signal(gw.closed)?;
+    gw.thread
+        .join()
+        .map_err(|_| "the gateway thread panicked")?;
+    daemon_rt.block_on(daemon.stop());
+    Ok(row)
+}
+
+fn send_signal(tx: oneshot::Sender<()>) -> Res<()> {
+    tx.send(())
+        .map_err(|()| "the gateway thread is gone".into())
+}
+
+/// Starts the gateway on a thread of its own, counting its allocations
+/// between the `start` and `stop` signals.
+fn start_gateway(toml: String) -> Res<Gateway> {
+    let cfg = switchyard::config::Config::from_toml(&toml).map_err(|e| format!("{e}\n{toml}"))?;
+    let (start, start_rx) = oneshot::channel();
+    let (stop, stop_rx) = oneshot::channel::<()>();
+    let (closed, closed_rx) = oneshot::channel::<()>();
+    let (counted_tx, counted) = std_mpsc::channel();
+    let (ready_tx, ready_rx) = std_mpsc::channel::<Res<(String, Handle)>>();
+    let thread = thread::Builder::new()
+        .name("gateway".into())
+        .spawn(move || {
+            let rt = match Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e.into()));
+                    return;
+                }
+            };
+            let running = rt.block_on(async {
+                let bound = switchyard::app::bind(cfg).await?;
+                let url = bound.ws_url("public").ok_or("no listener `public`")?;
+                let running = bound.spawn();
+                Res::Ok((url, running))
+            });
+            let running = match running {
+                Ok((url, running)) => {
+                    // The client waits for this before it connects.
+                    let _ = ready_tx.send(Ok((url, rt.handle().clone())));
+                    running
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            // Warm-up: served, not counted.
+            let _ = rt.block_on(start_rx);
+            let info = allocation_counter::measure(|| {
+                let _ = rt.block_on(stop_rx);
+            });
+            // The client waits for the count: ignore its going away.
+            let _ = counted_tx.send(info);
+            let _ = rt.block_on(closed_rx);
+            rt.block_on(running.shutdown());
+        })?;
+    let (url, handle) = ready_rx.recv()??;
+    Ok(Gateway {
+        url,
+        handle,
+        start,
+        stop,
+        counted,
+        closed,
+        thread,
+    })
+}
+
+/// Sends `n` echo requests with `WINDOW` in flight and checks every reply
+/// (a result echoing its request's params, to a pending id). Returns the
+/// fewest and most alive tasks of the gateway's runtime seen meanwhile.
+async fn drive(ws: &mut Ws, next_id: &mut u64, n: usize, gw: &Handle) -> Res<(usize, usize)> {
+    let pad = "x".repeat(PARAMS_BYTES - r#"{"pad":""}"#.len());
+    let mut pending = HashSet::new();
+    let (mut sent, mut answered) = (0, 0);
+    let (mut tasks_min, mut tasks_max) = (usize::MAX, 0);
+    while answered < n {
+        while sent < n && pending.len() < WINDOW {
+            *next_id += 1;
+            let text = format!(
+                r#"{{"jsonrpc":"2.0","method":"echo","params":{{"pad":"{pad}"}},"id":{next_id}}}"#
+            );
+            ws.feed(Message::Text(text.into())).await?;
+            pending.insert(*next_id);
+            sent += 1;
+        }
+        ws.flush().await?;
+        let frame = ws
+            .next()
+            .await
+            .ok_or("the gateway closed the connection")??;
+        let Message::Text(text) = frame else { continue };
+        let reply: serde_json::Value = serde_json::from_str(&text)?;
+        let id = reply["id"]
+            .as_u64()
+            .ok_or_else(|| format!("no id: {text}"))?;
+        if !pending.remove(&id) || reply["result"]["pad"] != pad.as_str() {
+            return Err(format!("unexpected reply: {text}").into());
+        }
+        answered += 1;
+        if answered % 64 == 0 {
+            let alive = gw.metrics().num_alive_tasks();
+            tasks_min = tasks_min.min(alive);
+            tasks_max = tasks_max.max(alive);
+        }
+    }
+    Ok((tasks_min, tasks_max))
+}
+
+fn print_table(rows: &[Row]) {
+    println!(
+        "allocations on the gateway's thread per request: 1 JSON-RPC WebSocket client, \
+         {WINDOW} in flight, {PARAMS_BYTES} B params, after {WARMUP} warm-up requests\n"
+    );
+    println!(
+        "| path | requests | allocations / request | bytes / request | \
+         still allocated at the end | alive tasks before | alive tasks during (min–max) |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for r in rows {
+        let n = r.requests as f64;
+        println!(
+            "| {} | {} | {:.2} | {:.0} | {} ({} B) | {} | {}–{} |",
+            r.name,
+            r.requests,
+            r.info.count_total as f64 / n,
+            r.info.bytes_total as f64 / n,
+            r.info.count_current,
+            r.info.bytes_current,
+            r.tasks_before,
+            r.tasks_min,
+            r.tasks_max,
+        );
+    }
+}
