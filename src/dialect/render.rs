@@ -143,7 +143,16 @@ fn push_payload(out: &mut String, payload: &Payload, style: Style) -> Result<(),
     Ok(())
 }
 
+/// Appends `s` as a JSON string. Strings with nothing to escape (the
+/// usual method names and messages) are copied between quotes, with no
+/// temporary string; the rest go through serde_json (same output).
 fn push_str(out: &mut String, s: &str) {
+    if !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     match serde_json::to_string(s) {
         Ok(quoted) => out.push_str(&quoted),
         // Serializing a &str cannot fail; keep the output valid regardless.
@@ -189,5 +198,39 @@ fn approx_len(msg: &Message) -> usize {
             ..
         } => payload(Some(p)),
         _ => 32,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::push_str;
+
+    /// The copy-between-quotes shortcut writes what serde_json writes.
+    #[test]
+    fn push_str_matches_serde_json() {
+        let cases = [
+            "",
+            "echo",
+            "a.b/c-d_e",
+            "é ü ∑ 😀",
+            "\u{7f}",
+            "\"",
+            "\\",
+            "a\"b\\c",
+            "\n",
+            "\t\r\u{1}\u{1f}",
+            "line\nbreak",
+            "</script>",
+        ];
+        for s in cases {
+            let mut out = String::from("x");
+            push_str(&mut out, s);
+            assert_eq!(
+                out,
+                format!("x{}", serde_json::to_string(s).unwrap()),
+                "{s:?}"
+            );
+        }
     }
 }
