@@ -32,6 +32,28 @@ pub fn render(msg: &Message, style: Style) -> Result<String, NotJson> {
     Ok(out)
 }
 
+/// Renders a request with the integer id `id` from borrowed parts: the
+/// same text as [`render`] of a `Message::Request` with `WireId::number(id)`,
+/// without building that message (no copy of the method or params).
+pub fn render_request(
+    id: u64,
+    method: &str,
+    params: Option<&Payload>,
+    style: Style,
+) -> Result<String, NotJson> {
+    let len = match params {
+        Some(Payload::Json(raw)) => raw.get().len(),
+        Some(Payload::Cbor(b)) => b.len(),
+        None => 0,
+    };
+    let mut out = String::with_capacity(64 + method.len() + len);
+    out.push_str("{\"jsonrpc\":\"2.0\",");
+    push_method(&mut out, method, params, style)?;
+    // Writing to a String cannot fail.
+    let _ = write!(out, ",\"id\":{id}}}");
+    Ok(out)
+}
+
 /// Renders a batch reply (a JSON array of messages).
 pub fn render_batch(msgs: &[Message], style: Style) -> Result<String, NotJson> {
     let mut out = String::with_capacity(64 * msgs.len() + 2);
@@ -204,7 +226,8 @@ fn approx_len(msg: &Message) -> usize {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::push_str;
+    use super::{push_str, render, render_request, Style};
+    use crate::envelope::{raw_from_string, Message, Payload, WireId};
 
     /// The copy-between-quotes shortcut writes what serde_json writes.
     #[test]
@@ -231,6 +254,33 @@ mod tests {
                 format!("x{}", serde_json::to_string(s).unwrap()),
                 "{s:?}"
             );
+        }
+    }
+
+    /// `render_request` writes what `render` writes for the same request.
+    #[test]
+    fn render_request_matches_render() {
+        let params = [
+            None,
+            Some(r#"{"pad":"x"}"#),
+            Some("[1, 2,\n 3]"),
+            Some(r#"{"s":"a\nb"}"#),
+        ];
+        for style in [Style::Frame, Style::Line, Style::Holon] {
+            for p in params {
+                for method in ["echo", "we\"ird\n"] {
+                    let payload = p.map(|t| Payload::Json(raw_from_string(t.to_string())));
+                    let msg = Message::Request {
+                        id: WireId::number(42),
+                        method: method.to_string(),
+                        params: payload.clone(),
+                    };
+                    assert_eq!(
+                        render_request(42, method, payload.as_ref(), style).unwrap(),
+                        render(&msg, style).unwrap()
+                    );
+                }
+            }
         }
     }
 }

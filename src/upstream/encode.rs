@@ -7,10 +7,12 @@
 //!   → `{}`, anything else refused with `invalid_params`).
 
 use crate::dialect::holon::object_params;
-use crate::dialect::render::{render, render_batch, Style};
+use std::borrow::Cow;
+
+use crate::dialect::render::{render, render_batch, render_request, Style};
 use crate::dialect::sideband::{EnvelopeError, Member};
 use crate::dialect::Dialect;
-use crate::envelope::{raw_from_string, Message, Payload, WireId};
+use crate::envelope::{raw_from_string, Kind, Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::telemetry::metrics::Direction;
 use crate::upstream::correlator::parse_gateway_id;
@@ -60,29 +62,35 @@ impl Link {
         }
     }
 
-    /// The params to send for a request or notification.
-    pub(super) fn params(&self, params: Option<&Payload>) -> Result<Option<Payload>, GatewayError> {
+    /// The params to send for a request or notification: the client's
+    /// own (borrowed) unless the upstream needs them changed.
+    pub(super) fn params<'a>(
+        &self,
+        params: Option<&'a Payload>,
+    ) -> Result<Option<Cow<'a, Payload>>, GatewayError> {
         if self.shared.cfg.dialect == Dialect::Holon {
-            return object_params(params).map(Some).ok_or_else(|| {
-                GatewayError::with_detail(
-                    ErrorKind::InvalidParams,
-                    "params must be an object for this upstream",
-                )
-            });
+            return object_params(params)
+                .map(|p| Some(Cow::Owned(p)))
+                .ok_or_else(|| {
+                    GatewayError::with_detail(
+                        ErrorKind::InvalidParams,
+                        "params must be an object for this upstream",
+                    )
+                });
         }
         Ok(match params {
-            Some(p) if self.shared.cfg.dialect == Dialect::Sideband => Some(p.clone()),
+            Some(p) if self.shared.cfg.dialect == Dialect::Sideband => Some(Cow::Borrowed(p)),
             Some(p) if !crate::dialect::holon::is_structured(p) => {
                 return Err(GatewayError::with_detail(
                     ErrorKind::InvalidParams,
                     "params must be an array or an object for this upstream",
                 ))
             }
-            Some(p) => Some(p.clone()),
+            Some(p) => Some(Cow::Borrowed(p)),
             // Most hld handlers fail on absent params.
-            None if self.shared.cfg.fill_empty_params => {
-                Some(Payload::Json(raw_from_string(String::from("{}"))))
-            }
+            None if self.shared.cfg.fill_empty_params => Some(Cow::Owned(Payload::Json(
+                raw_from_string(String::from("{}")),
+            ))),
             None => None,
         })
     }
@@ -91,7 +99,7 @@ impl Link {
     pub(super) fn encode_batch(&self, msgs: &[Message]) -> Result<Wire, GatewayError> {
         let text = render_batch(msgs, self.style()).map_err(|_| not_json())?;
         let wire = self.check_size(Wire::Text(text))?;
-        self.count_out(&msgs.iter().collect::<Vec<_>>(), &wire);
+        self.count_out(msgs.iter().map(Message::kind), &wire);
         Ok(wire)
     }
 
@@ -105,12 +113,39 @@ impl Link {
                 other => GatewayError::with_detail(ErrorKind::Internal, other.to_string()),
             })?;
             let wire = self.check_size(Wire::Binary(frame))?;
-            self.count_out(&[msg], &wire);
+            self.count_out([msg.kind()], &wire);
             return Ok(wire);
         }
         let text = render(msg, self.style()).map_err(|_| not_json())?;
         let wire = self.check_size(Wire::Text(text))?;
-        self.count_out(&[msg], &wire);
+        self.count_out([msg.kind()], &wire);
+        Ok(wire)
+    }
+
+    /// Renders request `gid` for this upstream, enforcing its size limit.
+    /// NDJSON and JSON-RPC upstreams get it rendered from the borrowed
+    /// parts: no message is built, so the method, params and id are not
+    /// copied per request (the common path).
+    pub(super) fn encode_request(
+        &self,
+        gid: u64,
+        method: &str,
+        params: Option<&Payload>,
+    ) -> Result<Wire, GatewayError> {
+        let plain = matches!(self.shared.cfg.dialect, Dialect::Ndjson | Dialect::JsonRpc);
+        if !plain || self.sideband().is_some() {
+            let msg = Message::Request {
+                id: self.wire_id(gid),
+                method: method.to_owned(),
+                params: params.cloned(),
+            };
+            return self.encode(&msg);
+        }
+        // The same text as `encode` of that message: these dialects' wire
+        // id is the number itself (see `wire_id`).
+        let text = render_request(gid, method, params, self.style()).map_err(|_| not_json())?;
+        let wire = self.check_size(Wire::Text(text))?;
+        self.count_out([Kind::Request], &wire);
         Ok(wire)
     }
 
@@ -124,11 +159,11 @@ impl Link {
 
     /// Refuses a text the upstream would not accept.
     /// Counts what is about to be written to the upstream.
-    fn count_out(&self, msgs: &[&Message], wire: &Wire) {
+    fn count_out(&self, kinds: impl IntoIterator<Item = Kind>, wire: &Wire) {
         let m = &self.shared.metrics;
         let d = self.shared.cfg.dialect;
-        for msg in msgs {
-            m.count_message(d, Side::Upstream, Direction::Out, msg.kind());
+        for kind in kinds {
+            m.count_message(d, Side::Upstream, Direction::Out, kind);
         }
         m.count_frame(d, Side::Upstream, Direction::Out, wire.len());
     }

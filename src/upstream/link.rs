@@ -196,14 +196,9 @@ impl Link {
         let gid = table
             .insert(waiter)
             .map_err(|w| (GatewayError::new(ErrorKind::Unavailable), Some(w)))?;
-        let msg = Message::Request {
-            id: self.wire_id(gid),
-            method: method.to_owned(),
-            params,
-        };
         // Inserted just above, under the same lock: `cancel` gives it back.
         let taken = |table: &mut Correlator<Waiter>, e| Err((e, table.cancel(gid)));
-        let line = match self.encode(&msg) {
+        let line = match self.encode_request(gid, method, params.as_deref()) {
             Ok(line) => line,
             Err(e) => return taken(&mut table, e),
         };
@@ -232,7 +227,7 @@ impl Link {
         let mut msgs = Vec::with_capacity(calls.len());
         for ((method, params), waiter) in calls.iter().zip(waiters) {
             let params = match self.params(*params) {
-                Ok(p) => p,
+                Ok(p) => p.map(std::borrow::Cow::into_owned),
                 Err(e) => {
                     cancel_all(&mut table, &ids);
                     return Err(e);
@@ -285,7 +280,7 @@ impl Link {
     ) -> Result<(), GatewayError> {
         let msg = Message::Notification {
             method: method.to_owned(),
-            params: self.params(params)?,
+            params: self.params(params)?.map(std::borrow::Cow::into_owned),
         };
         let line = self.encode(&msg)?;
         self.out.try_send(line).map_err(|_| queue_full())
