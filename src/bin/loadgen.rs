@@ -132,6 +132,10 @@ struct Cli {
     /// requests in flight, inject garbage and oversize messages.
     #[arg(long, requires = "soak")]
     chaos: bool,
+    /// With --chaos: only these ingredients (comma-separated), to tell
+    /// which one does what [default: all of them].
+    #[arg(long, requires = "chaos", value_delimiter = ',', value_name = "PARTS")]
+    chaos_only: Vec<soak::Part>,
     /// Internal: run as floor C, a byte relay listening on this socket
     /// (loadgen starts itself this way).
     #[arg(long, hide = true, requires = "relay_to")]
@@ -205,6 +209,7 @@ async fn run(cli: Cli) -> ExitCode {
         let settings = soak::Settings {
             duration,
             chaos: cli.chaos,
+            parts: soak::Parts::of(&cli.chaos_only),
             smoke: cli.smoke,
         };
         return match soak::run(settings, &start, &config_line(&start)).await {

@@ -151,7 +151,10 @@ impl Router {
             let sink = PersistentSink::new(client.pusher().clone(), self);
             Hub::attach(hub, Arc::new(sink))
         });
-        let outcome = methods::call(&attachment, method, params).await;
+        // Boxed: the store's futures are large, and inline they would make
+        // every request's future (a task of its own while it waits for an
+        // upstream link) as large as the largest of them.
+        let outcome = Box::pin(methods::call(&attachment, method, params)).await;
         Some(self.own_reply(id, PERSISTENT, outcome))
     }
 }

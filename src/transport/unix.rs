@@ -10,7 +10,9 @@
 //! Lines: split on `\n`, one trailing `\r` stripped, empty lines skipped, a
 //! final unterminated line processed at EOF. A line over the limit gets
 //! -32600 `Line exceeds maximum of N bytes` and the connection is closed
-//! without buffering the rest; invalid UTF-8 or JSON gets -32700 and the
+//! without buffering the rest (the read buffer never holds more than one
+//! line, and shrinks back to 8 KiB after a long one: [`crate::lines`]);
+//! invalid UTF-8 or JSON gets -32700 and the
 //! connection stays open. After the client half-closes, pending calls are
 //! answered, then the connection is closed.
 
@@ -25,7 +27,7 @@ use futures_util::StreamExt;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
-use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
+use tokio_util::codec::{AnyDelimiterCodecError, FramedRead};
 
 use super::driver::{self, Fixed, FrameSink, Incoming};
 use super::session::Session;
@@ -35,6 +37,7 @@ use crate::dialect::render::{render, Style};
 use crate::dialect::Dialect;
 use crate::envelope::{Message, WireId};
 use crate::error::{ErrorKind, GatewayError};
+use crate::lines::Lines;
 use crate::telemetry::metrics::RejectReason;
 
 /// Binds `path` with `mode`, handling stale sockets as the module explains.
@@ -151,11 +154,9 @@ async fn run(stream: UnixStream, cell: Arc<ListenerCell>, ctx: Serve) {
         rx,
         sent,
     ));
-    let codec = AnyDelimiterCodec::new_with_max_length(
-        vec![b'\n'],
-        vec![b'\n'],
-        listener.cfg().max_message_bytes,
-    );
+    // The read buffer holds at most one line (`max_message_bytes` + 1
+    // bytes) and shrinks back after a long one: see `crate::lines`.
+    let codec = Lines::new(listener.cfg().max_message_bytes);
     // Empty lines (after one trailing `\r` is stripped) are skipped.
     let lines = FramedRead::new(read, codec)
         .map(incoming)

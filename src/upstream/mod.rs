@@ -225,9 +225,12 @@ impl Upstream {
         owner: link::OwnerRef,
         shutdown: CancellationToken,
     ) -> Result<Arc<Link>, GatewayError> {
+        // Boxed: dialing (a WebSocket handshake) is a large future, and
+        // inline it would make every request's and notification's future
+        // as large (each waiting request is a task of that size).
         let connected = tokio::time::timeout(
             self.shared.cfg.connect_timeout,
-            pool::dial(&self.shared, Some(owner), shutdown),
+            Box::pin(pool::dial(&self.shared, Some(owner), shutdown)),
         )
         .await;
         match connected {

@@ -102,7 +102,10 @@ impl Upstream {
             Mode::PerStream => {
                 let shared = self.shared.clone();
                 let (owner, gone) = (client.owner(), client.gone());
-                super::stream::open(shared, method, params, id, owner, gone).await
+                // Boxed: inline, opening a stream (a dial and a handshake)
+                // would make every request's future as large, and a task
+                // waits on one per request while an upstream restarts.
+                Box::pin(super::stream::open(shared, method, params, id, owner, gone)).await
             }
         }
     }

@@ -1,7 +1,8 @@
 //! NDJSON over a Unix socket: dialing and line framing for a [`Link`].
 //!
 //! Reads are framed on `\n` with the upstream's response limit (a longer
-//! line closes the connection and fails its calls). A line that is not
+//! line closes the connection and fails its calls); the read buffer holds
+//! at most one line and shrinks back after a long one ([`crate::lines`]). A line that is not
 //! UTF-8 leaves the framing intact: it is counted as a protocol error and
 //! dropped, like a line that is not JSON, and the connection lives on.
 //! Writes go through one writer task per connection, so lines never
@@ -16,12 +17,13 @@ use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
-use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
+use tokio_util::codec::{AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
 
 use super::error::LinkError;
 use super::link::{Link, OwnerRef, Wire};
 use super::UpstreamShared;
+use crate::lines::Lines;
 use crate::telemetry::metrics::ProtocolError;
 
 /// Room in the write queue beyond the in-flight cap, for notifications and
@@ -44,7 +46,8 @@ pub(super) async fn connect(
     // Lines up to twice the limit are read whole so that an oversize reply
     // fails only its own call; longer ones close the connection.
     let limit = super::hard_cap(shared.cfg.max_response_bytes);
-    let codec = AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), limit);
+    // A long reply's buffer is not kept for the link's life: `crate::lines`.
+    let codec = Lines::new(limit);
     let counts = shared.clone();
     let lines = FramedRead::new(read, codec)
         .filter_map(move |line| std::future::ready(text_line(line, limit, &counts)));

@@ -59,8 +59,59 @@ pub(crate) struct Settings {
     pub(crate) duration: Duration,
     /// Chaos on.
     pub(crate) chaos: bool,
+    /// Which chaos ingredients (all unless `--chaos-only` names some).
+    pub(crate) parts: Parts,
     /// Smaller client counts and rates; RSS not judged.
     pub(crate) smoke: bool,
+}
+
+/// One chaos ingredient, for `--chaos-only`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Part {
+    /// The daemon killed and restarted.
+    Restart,
+    /// Clients that stop reading for seconds.
+    Stall,
+    /// Clients that reconnect in loops.
+    Loop,
+    /// Clients that drop connections with requests in flight.
+    Drop,
+    /// Clients that inject garbage and oversize messages.
+    Garbage,
+}
+
+/// The chaos ingredients a run uses.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Parts([bool; 5]);
+
+impl Parts {
+    /// `only`, or every ingredient when `only` is empty.
+    pub(crate) fn of(only: &[Part]) -> Self {
+        let mut on = [only.is_empty(); 5];
+        for p in only {
+            if let Some(slot) = on.get_mut(*p as usize) {
+                *slot = true;
+            }
+        }
+        Parts(on)
+    }
+
+    /// Whether `part` is on.
+    pub(crate) fn has(self, part: Part) -> bool {
+        self.0.get(part as usize).copied().unwrap_or(false)
+    }
+
+    /// The ingredients on, comma-separated.
+    pub(crate) fn names(self) -> String {
+        use clap::ValueEnum as _;
+        Part::value_variants()
+            .iter()
+            .filter(|p| self.has(**p))
+            .filter_map(|p| p.to_possible_value())
+            .map(|v| v.get_name().to_owned())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
 }
 
 /// One client kind: how many per dialect, its rate, window, longest stall.
@@ -122,7 +173,7 @@ pub(crate) async fn run(s: Settings, start: &StartOpts, config_line: &str) -> an
         KILL_EVERY
     };
     let chaos = async {
-        if !s.chaos {
+        if !s.chaos || !s.parts.has(Part::Restart) {
             stop.cancelled().await;
             return Ok(daemon);
         }
@@ -177,17 +228,26 @@ fn mixes(s: Settings) -> Vec<Mix> {
         ..mix(Behavior::Steady, pick(50.0, 100.0), 16, 0)
     }];
     if s.chaos {
-        out.extend([
-            mix(
-                Behavior::Stall,
-                pick(20.0, 50.0),
-                if s.smoke { 64 } else { 256 },
-                if s.smoke { 3 } else { 10 },
+        let chaotic = [
+            (
+                Part::Stall,
+                mix(
+                    Behavior::Stall,
+                    pick(20.0, 50.0),
+                    if s.smoke { 64 } else { 256 },
+                    if s.smoke { 3 } else { 10 },
+                ),
             ),
-            mix(Behavior::Loop, pick(20.0, 50.0), 4, 0),
-            mix(Behavior::Drop, pick(20.0, 50.0), 8, 0),
-            mix(Behavior::Garbage, 20.0, 4, 0),
-        ]);
+            (Part::Loop, mix(Behavior::Loop, pick(20.0, 50.0), 4, 0)),
+            (Part::Drop, mix(Behavior::Drop, pick(20.0, 50.0), 8, 0)),
+            (Part::Garbage, mix(Behavior::Garbage, 20.0, 4, 0)),
+        ];
+        out.extend(
+            chaotic
+                .into_iter()
+                .filter(|(p, _)| s.parts.has(*p))
+                .map(|(_, m)| m),
+        );
     }
     out
 }

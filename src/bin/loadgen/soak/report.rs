@@ -36,7 +36,11 @@ pub(crate) fn heading(s: Settings, config_line: &str) -> String {
     format!(
         "## switchyard soak: {} s, chaos {}{}\n\nconfiguration: {config_line}\n",
         s.duration.as_secs(),
-        if s.chaos { "ON" } else { "off" },
+        if s.chaos {
+            format!("ON ({})", s.parts.names())
+        } else {
+            "off".to_owned()
+        },
         if s.smoke { ", SMOKE sizes" } else { "" },
     )
 }
