@@ -18,6 +18,7 @@ mod common;
 
 use std::collections::{BTreeSet, VecDeque};
 use std::fs::File;
+use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -311,7 +312,7 @@ const CHILD_DIR: &str = "SWITCHYARD_CRASH_CHILD_DIR";
 /// Everything it printed must be in the reopened store.
 #[test]
 fn the_embedded_log_keeps_every_commit_across_kill_9() {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::Write;
     use switchyard::persist::local::embedded::EmbeddedLog;
     use switchyard::persist::local::{Log, Position};
     use switchyard::persist::Retention;
@@ -346,29 +347,12 @@ fn the_embedded_log_keeps_every_commit_across_kill_9() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "the_embedded_log_keeps_every_commit_across_kill_9",
-            "--nocapture",
-        ])
-        .env(CHILD_DIR, dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the child");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let (mut messages, mut position) = (0u64, 0u64);
-    while messages < 300 {
-        let line = lines.next().expect("the child ended early").expect("read");
-        record(&line, &mut messages, &mut position);
-    }
-    child.kill().expect("SIGKILL");
-    child.wait().expect("reap");
     // What it printed before it died was committed too.
-    for line in lines.map_while(Result::ok) {
-        record(&line, &mut messages, &mut position);
-    }
+    let (messages, position) = kill_9_child(
+        "the_embedded_log_keeps_every_commit_across_kill_9",
+        CHILD_DIR,
+        dir.path(),
+    );
 
     let log = EmbeddedLog::open(dir.path()).expect("reopen after kill -9");
     let last = log.last_seq("t").expect("last_seq");
@@ -401,6 +385,31 @@ fn the_embedded_log_keeps_every_commit_across_kill_9() {
     );
 }
 
+/// Runs test `name` of this binary as a child writing to `dir` (passed in
+/// `env`), kills it with SIGKILL once it has printed 300 messages, and
+/// returns the last message and position it printed.
+fn kill_9_child(name: &str, env: &str, dir: &Path) -> (u64, u64) {
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", name, "--nocapture"])
+        .env(env, dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the child");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let (mut messages, mut position) = (0u64, 0u64);
+    while messages < 300 {
+        let line = lines.next().expect("the child ended early").expect("read");
+        record(&line, &mut messages, &mut position);
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+    for line in lines.map_while(Result::ok) {
+        record(&line, &mut messages, &mut position);
+    }
+    (messages, position)
+}
+
 /// Takes in one line of the child: `m <seq>` (appended) or `p <seq>`
 /// (position written); the test harness's own lines are ignored.
 fn record(line: &str, messages: &mut u64, position: &mut u64) {
@@ -427,7 +436,7 @@ const GROUP: u64 = 8;
 /// one that was staged, with its append.
 #[test]
 fn the_embedded_logs_grouped_commits_survive_kill_9() {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::Write;
     use switchyard::persist::local::embedded::EmbeddedLog;
     use switchyard::persist::local::{Change, Log, Position};
     use switchyard::persist::Retention;
@@ -471,28 +480,11 @@ fn the_embedded_logs_grouped_commits_survive_kill_9() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "the_embedded_logs_grouped_commits_survive_kill_9",
-            "--nocapture",
-        ])
-        .env(GROUP_CHILD_DIR, dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the child");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let (mut messages, mut position) = (0u64, 0u64);
-    while messages < 300 {
-        let line = lines.next().expect("the child ended early").expect("read");
-        record(&line, &mut messages, &mut position);
-    }
-    child.kill().expect("SIGKILL");
-    child.wait().expect("reap");
-    for line in lines.map_while(Result::ok) {
-        record(&line, &mut messages, &mut position);
-    }
+    let (messages, position) = kill_9_child(
+        "the_embedded_logs_grouped_commits_survive_kill_9",
+        GROUP_CHILD_DIR,
+        dir.path(),
+    );
 
     let log = EmbeddedLog::open(dir.path()).expect("reopen after kill -9");
     let last = log.last_seq("t").expect("last_seq");
