@@ -127,3 +127,54 @@ async fn many_small_lines_keep_a_small_buffer() {
     assert_eq!(n, 10_000);
     assert!(most <= 2 * INITIAL, "read buffer reached {most}");
 }
+
+/// Decodes `input` handed over in `chunks`-sized pieces, then EOF, with
+/// `codec`: every line or error in order.
+fn decode_all<D>(mut codec: D, input: &[u8], chunk: usize) -> Vec<Result<Vec<u8>, String>>
+where
+    D: tokio_util::codec::Decoder<Item = bytes::Bytes, Error = AnyDelimiterCodecError>,
+{
+    let mut buf = bytes::BytesMut::new();
+    let mut out = Vec::new();
+    for piece in input.chunks(chunk.max(1)) {
+        buf.extend_from_slice(piece);
+        loop {
+            match codec.decode(&mut buf) {
+                Ok(Some(line)) => out.push(Ok(line.to_vec())),
+                Ok(None) => break,
+                Err(e) => out.push(Err(e.to_string())),
+            }
+        }
+    }
+    loop {
+        match codec.decode_eof(&mut buf) {
+            Ok(Some(line)) => out.push(Ok(line.to_vec())),
+            Ok(None) => break,
+            Err(e) => out.push(Err(e.to_string())),
+        }
+    }
+    out
+}
+
+proptest::proptest! {
+    /// The framing is tokio-util's `AnyDelimiterCodec` with the one
+    /// delimiter `\n`, whatever the input, the limit or how it arrives.
+    #[test]
+    fn lines_frame_exactly_as_any_delimiter_codec(
+        input in proptest::collection::vec(
+            proptest::prop_oneof![3 => proptest::num::u8::ANY, 1 => proptest::strategy::Just(b'\n')],
+            0..300,
+        ),
+        max in 0usize..40,
+        chunk in 1usize..50,
+    ) {
+        let reference = tokio_util::codec::AnyDelimiterCodec::new_with_max_length(
+            b"\n".to_vec(),
+            Vec::new(),
+            max,
+        );
+        let want = decode_all(reference, &input, chunk);
+        let got = decode_all(Lines::new(max), &input, chunk);
+        proptest::prop_assert_eq!(got, want);
+    }
+}
