@@ -65,7 +65,7 @@ pub(super) struct Reader<'a> {
 /// compare equal whatever their encoding (shortest or not, definite or
 /// chunked); containers and tags as keys compare by their raw bytes.
 #[derive(PartialEq, Eq, Hash)]
-enum KeyId<'a> {
+pub(super) enum KeyId<'a> {
     Int(bool, u64),
     Bytes(Cow<'a, [u8]>),
     Text(Cow<'a, [u8]>),
@@ -77,7 +77,7 @@ enum KeyId<'a> {
 /// Keys seen so far in one map. Most maps are small: their keys are
 /// compared one by one, with no hashing; past [`FEW_KEYS`] they move to a
 /// (SipHash, so flooding-resistant) hash set.
-enum MapKeys<'a> {
+pub(super) enum MapKeys<'a> {
     Few(Vec<KeyId<'a>>),
     Many(HashSet<KeyId<'a>>),
 }
@@ -154,7 +154,26 @@ impl<'a> Reader<'a> {
     /// chunks of an indefinite string are concatenated. Text is checked
     /// to be UTF-8 chunk by chunk.
     pub(super) fn string(&mut self, head: Head) -> Result<Cow<'a, [u8]>, CborError> {
-        let text = head.major == MAJOR_TEXT;
+        self.string_checked(head, head.major == MAJOR_TEXT)
+    }
+
+    /// The content of a text string whose head was just read, checked to
+    /// be UTF-8 once (chunk by chunk when indefinite, as [`Self::string`]).
+    pub(super) fn text(&mut self, head: Head) -> Result<Cow<'a, str>, CborError> {
+        if head.info != INDEFINITE {
+            let bytes = self.take(head.arg)?;
+            return std::str::from_utf8(bytes)
+                .map(Cow::Borrowed)
+                .map_err(|_| CborError::InvalidUtf8);
+        }
+        let joined = self.string_checked(head, true)?.into_owned();
+        String::from_utf8(joined)
+            .map(Cow::Owned)
+            .map_err(|_| CborError::InvalidUtf8)
+    }
+
+    /// [`Self::string`], with the UTF-8 check of text only when `text`.
+    fn string_checked(&mut self, head: Head, text: bool) -> Result<Cow<'a, [u8]>, CborError> {
         if head.info != INDEFINITE {
             let bytes = self.take(head.arg)?;
             check_utf8(text, bytes)?;
@@ -220,7 +239,7 @@ impl<'a> Reader<'a> {
     }
 
     fn skip_map(&mut self, head: Head, inner: usize, max_depth: usize) -> Result<(), CborError> {
-        let mut keys = MapKeys::Few(Vec::new());
+        let mut keys = MapKeys::new();
         let mut left = head.arg;
         while self.more(head, &mut left)? {
             let key = self.skip(inner, max_depth)?;
@@ -354,8 +373,13 @@ fn check_utf8(text: bool, bytes: &[u8]) -> Result<(), CborError> {
 // === impl MapKeys ===
 
 impl<'a> MapKeys<'a> {
+    /// No key seen yet.
+    pub(super) fn new() -> Self {
+        MapKeys::Few(Vec::new())
+    }
+
     /// Adds a key; false when the map already had it.
-    fn insert(&mut self, key: KeyId<'a>) -> bool {
+    pub(super) fn insert(&mut self, key: KeyId<'a>) -> bool {
         match self {
             MapKeys::Few(keys) if keys.contains(&key) => false,
             MapKeys::Few(keys) if keys.len() < FEW_KEYS => {
@@ -381,7 +405,8 @@ fn key_id(raw: &[u8]) -> Result<KeyId<'_>, CborError> {
         MAJOR_UINT => KeyId::Int(false, head.arg),
         MAJOR_NINT => KeyId::Int(true, head.arg),
         MAJOR_BYTES => KeyId::Bytes(reader.string(head)?),
-        MAJOR_TEXT => KeyId::Text(reader.string(head)?),
+        // Checked to be UTF-8 by the skip that produced `raw`.
+        MAJOR_TEXT => KeyId::Text(reader.string_checked(head, false)?),
         MAJOR_SIMPLE => match head.float() {
             Some(f) => KeyId::Float(f.to_bits()),
             None => KeyId::Simple(head.arg),

@@ -7,6 +7,8 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
+use foldhash::quality::RandomState;
+
 use crate::close::CloseCode;
 use crate::dialect::sideband::{
     decode_envelope, encode_envelope, fits_subject, frame, random_id, random_peer_id, Body,
@@ -82,14 +84,16 @@ pub(crate) struct Sbp {
     rules: SubjectRules,
     /// Answer `app/…` subjects with ErrorFrame 1003 instead of dropping them.
     reject_app: bool,
-    seen: HashSet<FrameId>,
+    /// Keyed by the peer's frame ids: foldhash (seeded per process) is fast
+    /// and not predictable by the peer, unlike a fixed hash.
+    seen: HashSet<FrameId, RandomState>,
     seen_order: VecDeque<FrameId>,
     /// True once the peer sent a legacy subject: requests and events to it
     /// go out on `rpc/<m>` and `event/<e>` (§5).
     legacy_peer: bool,
     /// The subject of each request received on a legacy subject, by cid:
     /// its reply goes out on it (§5, §10). At most [`LEGACY_REPLIES`].
-    legacy_replies: HashMap<Cid, Subject>,
+    legacy_replies: HashMap<Cid, Subject, RandomState>,
 }
 
 // === impl Sbp ===
@@ -110,10 +114,10 @@ impl Sbp {
             encoding: Encoding::Json,
             rules: SubjectRules::Current,
             reject_app: false,
-            seen: HashSet::new(),
+            seen: HashSet::with_capacity_and_hasher(0, RandomState::default()),
             seen_order: VecDeque::new(),
             legacy_peer: false,
-            legacy_replies: HashMap::new(),
+            legacy_replies: HashMap::with_hasher(RandomState::default()),
         }
     }
 

@@ -77,20 +77,35 @@ pub fn cbor_to_json(cbor: &[u8]) -> Result<Box<RawValue>, TranscodeError> {
     RawValue::from_string(out).map_err(|e| TranscodeError::Json(e.to_string()))
 }
 
+/// Keys an object may have before duplicates are found by hashing.
+const FEW_KEYS: usize = 16;
+
 fn json_value(text: &str, out: &mut Vec<u8>, depth: usize) -> Result<(), TranscodeError> {
     let json_err = |e: serde_json::Error| TranscodeError::Json(e.to_string());
     match text.as_bytes().first() {
         Some(b'{') => {
             let depth = nest(depth)?;
             let Entries(entries) = serde_json::from_str(text).map_err(json_err)?;
-            let mut at: HashMap<&str, usize> = HashMap::with_capacity(entries.len());
+            // A repeated key keeps its first place and its last value. Few
+            // keys are compared one by one; past FEW_KEYS a (SipHash,
+            // flooding-resistant) map finds them.
+            let mut at: Option<HashMap<&str, usize>> = None;
             let mut kept: Vec<(&str, &RawValue)> = Vec::with_capacity(entries.len());
             for (key, value) in &entries {
-                match at.get(key.as_str()).and_then(|&i| kept.get_mut(i)) {
+                let key = key.as_str();
+                let found = match &at {
+                    Some(at) => at.get(key).copied(),
+                    None => kept.iter().position(|(k, _)| *k == key),
+                };
+                match found.and_then(|i| kept.get_mut(i)) {
                     Some(slot) => slot.1 = value,
                     None => {
-                        at.insert(key, kept.len());
                         kept.push((key, value));
+                        if let Some(at) = &mut at {
+                            at.insert(key, kept.len() - 1);
+                        } else if kept.len() > FEW_KEYS {
+                            at = Some(kept.iter().enumerate().map(|(i, (k, _))| (*k, i)).collect());
+                        }
                     }
                 }
             }
@@ -270,9 +285,8 @@ fn cbor_tag(r: &mut Reader<'_>, tag: u64, out: &mut String) -> Result<(), Transc
 }
 
 fn push_text(r: &mut Reader<'_>, head: Head, out: &mut String) -> Result<(), TranscodeError> {
-    let bytes = r.string(head)?;
-    let text = std::str::from_utf8(&bytes).map_err(|_| CborError::InvalidUtf8)?;
-    scalar::push_json_string(out, text);
+    let text = r.text(head)?;
+    scalar::push_json_string(out, &text);
     Ok(())
 }
 

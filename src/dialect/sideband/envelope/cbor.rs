@@ -1,14 +1,14 @@
 //! CBOR v2 envelopes (sideband.md §7): one map with text keys named as in
 //! v1, `cid` as a 16-byte byte string, `undefined` meaning absent.
 //!
-//! The whole data is validated first (one item, no trailing bytes, no
-//! duplicate keys in any map, nesting ≤ 128, UTF-8 text); payload members
-//! are then kept as the raw bytes of their item.
+//! The whole data is validated (one item, no trailing bytes, no duplicate
+//! keys in any map, nesting ≤ 128, UTF-8 text) in the one pass that finds
+//! the members; payload members are kept as the raw bytes of their item.
 
 use crate::envelope::{Message, Outcome, Payload};
 
 use super::{build, integral_code, outbound_cid, Cid, CodeError, EnvelopeError, Fields, Member};
-use crate::dialect::sideband::cbor::{self as wire, Reader};
+use crate::dialect::sideband::cbor::{self as wire, KeyId, MapKeys, Reader};
 use crate::dialect::sideband::transcode;
 
 /// The raw item of each known member; `undefined` is left out.
@@ -30,17 +30,22 @@ const ORDER: [Member; 10] = [
     Member::D,
 ];
 
+/// One pass over the data: each member's value is validated by the skip
+/// that finds its end, the envelope map's own keys are checked here
+/// (text, no duplicates), and nothing may follow the map. That is all
+/// `wire::validate` checks, without walking the payloads twice.
 pub(super) fn decode(data: &[u8]) -> Result<Message, EnvelopeError> {
     let malformed = |e: wire::CborError| EnvelopeError::Malformed(e.to_string());
-    wire::validate(data, wire::MAX_DEPTH).map_err(malformed)?;
     let mut reader = Reader::new(data);
     let head = reader.head().map_err(malformed)?;
     if head.major != wire::MAJOR_MAP {
+        wire::validate(data, wire::MAX_DEPTH).map_err(malformed)?;
         return Err(EnvelopeError::Malformed(
             "envelope is not a CBOR map".to_owned(),
         ));
     }
     let mut raw = RawEnvelope::default();
+    let mut keys = MapKeys::new();
     let mut left = head.arg;
     while reader.more(head, &mut left).map_err(malformed)? {
         let key = reader.head().map_err(malformed)?;
@@ -52,9 +57,15 @@ pub(super) fn decode(data: &[u8]) -> Result<Message, EnvelopeError> {
         let key = reader.string(key).map_err(malformed)?;
         let value = reader.skip(1, wire::MAX_DEPTH).map_err(malformed)?;
         let slot = ORDER.iter().position(|m| m.as_str().as_bytes() == &*key);
+        if !keys.insert(KeyId::Text(key)) {
+            return Err(malformed(wire::CborError::DuplicateKey));
+        }
         if let (Some(slot), false) = (slot, value == [wire::UNDEFINED]) {
             raw.members[slot] = Some(value);
         }
+    }
+    if !reader.at_end() {
+        return Err(malformed(wire::CborError::Trailing));
     }
     build(&raw)
 }

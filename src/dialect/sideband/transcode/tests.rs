@@ -275,6 +275,46 @@ fn json_to_cbor_rows() {
     ));
 }
 
+/// Objects past the few-keys scan (16 keys) keep the same rule: a
+/// repeated key keeps its first place and takes its last value.
+#[test]
+#[allow(clippy::unwrap_used)]
+fn json_duplicate_keys_in_large_objects() {
+    for len in [15, 16, 17, 18, 40] {
+        // Keys k00..k{len-1}, then k03 again (value 100) and the last key
+        // again (value 101).
+        let mut members: Vec<String> = (0..len).map(|i| format!("\"k{i:02}\":{i}")).collect();
+        members.push("\"k03\":100".to_owned());
+        members.push(format!("\"k{:02}\":101", len - 1));
+        let json = format!("{{{}}}", members.join(","));
+        let cbor = unhex(&to_cbor(&json).unwrap());
+        let map: Vec<(String, u64)> = ciborium::from_reader(&cbor[..])
+            .map(|v: ciborium::Value| {
+                v.into_map()
+                    .unwrap()
+                    .into_iter()
+                    .map(|(k, v)| {
+                        let k = k.into_text().unwrap();
+                        let v = u64::try_from(v.into_integer().unwrap()).unwrap();
+                        (k, v)
+                    })
+                    .collect()
+            })
+            .unwrap();
+        let want: Vec<(String, u64)> = (0..len)
+            .map(|i| {
+                let v = match i {
+                    3 => 100,
+                    i if i == len - 1 => 101,
+                    i => i,
+                };
+                (format!("k{i:02}"), v)
+            })
+            .collect();
+        assert_eq!(map, want, "{len} keys");
+    }
+}
+
 #[test]
 fn bignum_cap() {
     let at_cap = format!("1{}", "0".repeat(2465));
