@@ -41,17 +41,35 @@ pub fn render_request(
     params: Option<&Payload>,
     style: Style,
 ) -> Result<String, NotJson> {
+    render_request_head(method, params, style).map(|head| finish_request(head, id))
+}
+
+/// [`render_request`]'s text up to its id, which comes last: the costly
+/// part (escaping, copying or transcoding the params) can be rendered
+/// before the id is known, and [`finish_request`] adds the id.
+pub fn render_request_head(
+    method: &str,
+    params: Option<&Payload>,
+    style: Style,
+) -> Result<String, NotJson> {
     let len = match params {
         Some(Payload::Json(raw)) => raw.get().len(),
         Some(Payload::Cbor(b)) => b.len(),
         None => 0,
     };
-    let mut out = String::with_capacity(64 + method.len() + len);
+    // The fixed text and the longest id fit in the 72 bytes.
+    let mut out = String::with_capacity(72 + method.len() + len);
     out.push_str("{\"jsonrpc\":\"2.0\",");
     push_method(&mut out, method, params, style)?;
-    // Writing to a String cannot fail.
-    let _ = write!(out, ",\"id\":{id}}}");
+    out.push_str(",\"id\":");
     Ok(out)
+}
+
+/// Ends a [`render_request_head`] text with the id `id`.
+pub fn finish_request(mut head: String, id: u64) -> String {
+    // Writing to a String cannot fail.
+    let _ = write!(head, "{id}}}");
+    head
 }
 
 /// Renders a batch reply (a JSON array of messages).

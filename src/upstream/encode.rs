@@ -9,7 +9,7 @@
 use crate::dialect::holon::object_params;
 use std::borrow::Cow;
 
-use crate::dialect::render::{render, render_batch, render_request, Style};
+use crate::dialect::render::{finish_request, render, render_batch, render_request_head, Style};
 use crate::dialect::sideband::{EnvelopeError, Member};
 use crate::dialect::Dialect;
 use crate::envelope::{raw_from_string, Kind, Message, Payload, WireId};
@@ -132,21 +132,55 @@ impl Link {
         method: &str,
         params: Option<&Payload>,
     ) -> Result<Wire, GatewayError> {
+        let wire = match self.request_head(method, params)? {
+            Some(head) => self.finish_request(head, gid)?,
+            None => {
+                let msg = Message::Request {
+                    id: self.wire_id(gid),
+                    method: method.to_owned(),
+                    params: params.cloned(),
+                };
+                return self.encode(&msg);
+            }
+        };
+        self.count_out([Kind::Request], &wire);
+        Ok(wire)
+    }
+
+    /// For NDJSON and JSON-RPC upstreams, a request's text up to its id
+    /// (the id comes last): [`Link::send_request`] renders it before it
+    /// takes the correlator's lock, which then only adds the id. `None`
+    /// for the dialects whose requests are encoded whole.
+    pub(super) fn request_head(
+        &self,
+        method: &str,
+        params: Option<&Payload>,
+    ) -> Result<Option<String>, GatewayError> {
         let plain = matches!(self.shared.cfg.dialect, Dialect::Ndjson | Dialect::JsonRpc);
         if !plain || self.sideband().is_some() {
-            let msg = Message::Request {
-                id: self.wire_id(gid),
-                method: method.to_owned(),
-                params: params.cloned(),
-            };
-            return self.encode(&msg);
+            return Ok(None);
         }
         // The same text as `encode` of that message: these dialects' wire
         // id is the number itself (see `wire_id`).
-        let text = render_request(gid, method, params, self.style()).map_err(|_| not_json())?;
-        let wire = self.check_size(Wire::Text(text))?;
-        self.count_out([Kind::Request], &wire);
-        Ok(wire)
+        render_request_head(method, params, self.style())
+            .map(Some)
+            .map_err(|_| not_json())
+    }
+
+    /// Ends a [`Self::request_head`] text with request id `gid`, enforcing
+    /// the upstream's size limit. Not counted yet: see
+    /// [`Self::count_request`].
+    pub(super) fn finish_request(&self, head: String, gid: u64) -> Result<Wire, GatewayError> {
+        self.check_size(Wire::Text(finish_request(head, gid)))
+    }
+
+    /// Counts a request line of `len` bytes from [`Self::finish_request`]
+    /// as written.
+    pub(super) fn count_request(&self, len: usize) {
+        let m = &self.shared.metrics;
+        let d = self.shared.cfg.dialect;
+        m.count_message(d, Side::Upstream, Direction::Out, Kind::Request);
+        m.count_frame(d, Side::Upstream, Direction::Out, len);
     }
 
     fn style(&self) -> Style {

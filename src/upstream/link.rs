@@ -187,25 +187,46 @@ impl Link {
         params: Option<&Payload>,
         waiter: Waiter,
     ) -> Result<u64, (GatewayError, Option<Waiter>)> {
-        let mut table = self.correlator.lock();
+        // Params checked and the text rendered up to its id (NDJSON and
+        // JSON-RPC) before the lock: under it, only the id is added.
         let params = match self.params(params) {
             Ok(p) => p,
             Err(e) => return Err((e, Some(waiter))),
         };
+        let head = match self.request_head(method, params.as_deref()) {
+            Ok(head) => head,
+            Err(e) => return Err((e, Some(waiter))),
+        };
         let direct = matches!(waiter, Waiter::Direct(..));
+        let mut table = self.correlator.lock();
         let gid = table
             .insert(waiter)
             .map_err(|w| (GatewayError::new(ErrorKind::Unavailable), Some(w)))?;
         // Inserted just above, under the same lock: `cancel` gives it back.
         let taken = |table: &mut Correlator<Waiter>, e| Err((e, table.cancel(gid)));
-        let line = match self.encode_request(gid, method, params.as_deref()) {
-            Ok(line) => line,
-            Err(e) => return taken(&mut table, e),
+        // `encode_request` counts what it encodes; a finished head is
+        // counted once the lock is released.
+        let (line, count_later) = match head {
+            Some(head) => match self.finish_request(head, gid) {
+                Ok(line) => {
+                    let len = line.len();
+                    (line, Some(len))
+                }
+                Err(e) => return taken(&mut table, e),
+            },
+            None => match self.encode_request(gid, method, params.as_deref()) {
+                Ok(line) => (line, None),
+                Err(e) => return taken(&mut table, e),
+            },
         };
         // Queued under the lock so that write order equals id order, which
         // ordered (hld) connections rely on.
         if self.out.try_send(line).is_err() {
             return taken(&mut table, queue_full());
+        }
+        drop(table);
+        if let Some(len) = count_later {
+            self.count_request(len);
         }
         self.shared.entries_gauge().inc();
         if direct {
