@@ -35,8 +35,10 @@
 //! count is the sum of the bucket counts, so a scrape never shows a bucket
 //! above `+Inf`.
 //!
-//! Labelled families create a series on first use under a mutex (the cold
-//! path); callers keep the returned handle for the hot path.
+//! Labelled families find a series by a hash of its label values under a
+//! shared lock, and create it on first use under the exclusive one (the
+//! cold path); hot paths keep the returned handle (see `cache` and the
+//! router's per-route series).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

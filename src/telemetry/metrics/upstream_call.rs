@@ -5,7 +5,7 @@ use std::time::Instant;
 use super::sharded::{Gauge, Histogram};
 
 /// One call in flight on an upstream: holds the in-flight gauge up until
-/// dropped. See [`Metrics::start_upstream_call`].
+/// dropped. See [`Metrics::start_upstream_call`](super::Metrics::start_upstream_call).
 #[derive(Debug)]
 #[must_use = "the call counts as in flight only while this guard lives"]
 pub struct UpstreamCall {
@@ -17,7 +17,8 @@ pub struct UpstreamCall {
 // === impl UpstreamCall ===
 
 impl UpstreamCall {
-    /// Starts a call on resolved handles (see [`Metrics::start_upstream_call`]).
+    /// Starts a call on resolved handles (see
+    /// [`Metrics::start_upstream_call`](super::Metrics::start_upstream_call)).
     pub fn start(in_flight: Gauge, duration: Histogram) -> Self {
         Self::start_at(in_flight, duration, Instant::now())
     }

@@ -3,9 +3,10 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{self, MetricFamily, MetricType};
 
@@ -59,13 +60,13 @@ struct Inner<S, const N: usize> {
     /// Label indices in name order: exported label pairs are sorted by
     /// name, as `prometheus` sorts them.
     order: [usize; N],
-    series: Mutex<Children<S, N>>,
+    series: RwLock<Children<S, N>>,
 }
 
 struct Children<S, const N: usize> {
     maker: Maker,
-    /// By the label values joined into one key.
-    by_labels: HashMap<String, ([String; N], S)>,
+    /// By a hash of the label values; a lookup allocates nothing.
+    by_hash: HashMap<u64, Vec<([String; N], S)>>,
 }
 
 // === impl Family ===
@@ -114,9 +115,9 @@ impl<S: Series, const N: usize> Family<S, N> {
             slab: Slab::default(),
             buckets: Arc::new(Buckets::new(unit, bounds)?),
         };
-        let series = Mutex::new(Children {
+        let series = RwLock::new(Children {
             maker,
-            by_labels: HashMap::new(),
+            by_hash: HashMap::new(),
         });
         Ok(Family {
             inner: Arc::new(Inner {
@@ -128,16 +129,24 @@ impl<S: Series, const N: usize> Family<S, N> {
     }
 
     /// The series of one label set, created (at zero) on first use. Takes
-    /// a lock: resolve once and keep the handle on hot paths.
+    /// a lock (shared once the series exists): resolve once and keep the
+    /// handle on hot paths.
     pub fn with_label_values(&self, values: &[&str; N]) -> S {
-        let key = key(values);
-        let mut children = self.inner.series.lock();
-        let Children { maker, by_labels } = &mut *children;
-        by_labels
-            .entry(key)
-            .or_insert_with(|| (values.map(str::to_owned), S::make(maker)))
-            .1
-            .clone()
+        let mut hasher = DefaultHasher::new();
+        values.hash(&mut hasher);
+        let hash = hasher.finish();
+        if let Some(found) = self.inner.series.read().find(hash, values) {
+            return found;
+        }
+        let mut children = self.inner.series.write();
+        if let Some(found) = children.find(hash, values) {
+            return found;
+        }
+        let Children { maker, by_hash } = &mut *children;
+        let series = S::make(maker);
+        let entry = (values.map(str::to_owned), series.clone());
+        by_hash.entry(hash).or_default().push(entry);
+        series
     }
 
     /// The family's name.
@@ -169,10 +178,11 @@ impl<S: Series, const N: usize> Collector for Family<S, N> {
 
     fn collect(&self) -> Vec<MetricFamily> {
         let inner = &*self.inner;
-        let children = inner.series.lock();
+        let children = inner.series.read();
         let metrics = children
-            .by_labels
+            .by_hash
             .values()
+            .flatten()
             .map(|(values, series)| {
                 let pairs = inner
                     .order
@@ -198,16 +208,14 @@ impl<S: Series, const N: usize> Collector for Family<S, N> {
     }
 }
 
-/// The map key of a label set: each value with its length, so that no two
-/// label sets share a key.
-fn key<const N: usize>(values: &[&str; N]) -> String {
-    let mut key = String::with_capacity(values.iter().map(|v| v.len() + 4).sum());
-    for v in values {
-        key.push_str(&v.len().to_string());
-        key.push(':');
-        key.push_str(v);
+// === impl Children ===
+
+impl<S: Series, const N: usize> Children<S, N> {
+    fn find(&self, hash: u64, values: &[&str; N]) -> Option<S> {
+        let same = |(labels, _): &&([String; N], S)| labels.iter().zip(values).all(|(l, v)| l == v);
+        let found = self.by_hash.get(&hash)?.iter().find(same);
+        found.map(|(_, series)| series.clone())
     }
-    key
 }
 
 // === impl Series ===
