@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use prometheus::core::Collector;
-use prometheus::{Encoder, HistogramOpts, IntCounterVec, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
 
 use super::*;
 
@@ -119,13 +119,17 @@ fn sharded_text_matches_plain_prometheus() {
     let labels = ["side", "direction"];
     let c = CounterVec::new("x_messages_total", "Messages", labels).unwrap();
     let h = HistogramVec::new(("x_size_bytes", "Sizes"), Unit::Bytes, &BOUNDS, labels).unwrap();
+    let g = GaugeVec::new("x_in_flight", "In flight", labels).unwrap();
     sharded.register(Box::new(c.clone())).unwrap();
     sharded.register(Box::new(h.clone())).unwrap();
+    sharded.register(Box::new(g.clone())).unwrap();
     let pc = IntCounterVec::new(Opts::new("x_messages_total", "Messages"), &labels).unwrap();
     let opts = HistogramOpts::new("x_size_bytes", "Sizes").buckets(BOUNDS.to_vec());
     let ph = prometheus::HistogramVec::new(opts, &labels).unwrap();
+    let pg = IntGaugeVec::new(Opts::new("x_in_flight", "In flight"), &labels).unwrap();
     plain.register(Box::new(pc.clone())).unwrap();
     plain.register(Box::new(ph.clone())).unwrap();
+    plain.register(Box::new(pg.clone())).unwrap();
     for (i, size) in SIZES.iter().cycle().take(1000).enumerate() {
         let l = if i % 3 == 0 {
             ["client", "in"]
@@ -136,6 +140,8 @@ fn sharded_text_matches_plain_prometheus() {
         pc.with_label_values(&l).inc();
         h.with_label_values(&l).observe(*size);
         ph.with_label_values(&l).observe(*size as f64);
+        g.with_label_values(&l).add(3 - i as i64 % 7);
+        pg.with_label_values(&l).add(3 - i as i64 % 7);
     }
     // A series touched but never counted prints zeros in both.
     c.with_label_values(&["internal", "in"]);
