@@ -248,12 +248,12 @@ mod tests {
             metrics
                 .request_duration
                 .with_label_values(&["l", upstream])
-                .observe(0.002);
+                .observe_duration(Duration::from_millis(2));
         }
         metrics
             .upstream_request_duration
             .with_label_values(&["a"])
-            .observe(0.001);
+            .observe_duration(Duration::from_millis(1));
         let (_, figures) = w.figures(&metrics);
         assert_eq!(figures[&Series::Listener("l".into())].calls, 2);
         assert_eq!(figures[&Series::Upstream("a".into())].calls, 1);

@@ -88,8 +88,8 @@ pub struct Router {
 /// One route → upstream pair's hot series.
 #[derive(Debug)]
 struct Series {
-    duration: prometheus::Histogram,
-    ok: prometheus::IntCounter,
+    duration: crate::telemetry::metrics::sharded::Histogram,
+    ok: crate::telemetry::metrics::sharded::Counter,
 }
 
 // === impl Router ===

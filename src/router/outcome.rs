@@ -54,15 +54,15 @@ impl Router {
             .iter()
             .find(|(u, _)| std::ptr::eq(Arc::as_ptr(u), upstream))
             .map(|(_, s)| s);
-        let elapsed = started.elapsed().as_secs_f64();
+        let elapsed = started.elapsed();
         match series {
-            Some(s) => s.duration.observe(elapsed),
+            Some(s) => s.duration.observe_duration(elapsed),
             None => {
                 let labels = [self.cfg.name.as_str(), upstream.name()];
                 self.metrics
                     .request_duration
                     .with_label_values(&labels)
-                    .observe(elapsed);
+                    .observe_duration(elapsed);
             }
         }
         match (series, result) {

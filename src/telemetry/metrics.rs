@@ -25,11 +25,24 @@
 //! - upstream admission (`upstream::Upstream::call*`):
 //!   [`Metrics::start_upstream_call`] when a call is written to a link, and
 //!   [`UpstreamCall::settled`] when its reply arrives.
+//! - the router (`Router::finish`, `Router::reply_for`): `requests` and
+//!   `request_duration` per settled request; upstream links:
+//!   `correlator_entries` per call written and settled.
+//!
+//! The families every request touches (`messages`, `bytes`,
+//! `message_size`, `requests`, `request_duration`, `correlator_entries`,
+//! `upstream_in_flight`, `upstream_request_duration`) are [`sharded`]: each
+//! worker thread adds to cells of its own, and the registry folds them
+//! into the usual families on every scrape, with the same names, help,
+//! labels and buckets, and exact totals. The rest are plain `prometheus`
+//! collectors; both kinds sit on the one registry.
 //!
 //! This file holds the struct and the counting calls; `register` creates
 //! and registers every family (names, help, buckets), `events` and
 //! `persistent` the pub/sub and persistent-subscription families, `init`
-//! the zero-valued label sets, `labels`/`reasons` the closed label sets.
+//! the zero-valued label sets, `labels`/`reasons` the closed label sets,
+//! `cache` the per-message handles resolved once, `sharded` the per-thread
+//! counters, gauges and histograms.
 
 use prometheus::{HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
@@ -44,6 +57,7 @@ mod labels;
 mod persistent;
 mod reasons;
 mod register;
+pub mod sharded;
 mod upstream_call;
 
 pub use cache::FrameCounter;
@@ -64,9 +78,9 @@ pub struct Metrics {
     /// Client connections accepted, by listener.
     pub connections_accepted: IntCounterVec,
     /// Requests settled, by listener, upstream and outcome.
-    pub requests: IntCounterVec,
+    pub requests: sharded::CounterVec<3>,
     /// Client-observed request duration, by listener and upstream.
-    pub request_duration: HistogramVec,
+    pub request_duration: sharded::HistogramVec<2>,
     /// Replies whose id was not pending, by dialect, side and kind
     /// (`unknown`, `duplicate`, `stale`, `no_id`).
     pub unmatched_responses: IntCounterVec,
@@ -83,19 +97,19 @@ pub struct Metrics {
     /// them and code.
     pub ws_closes: IntCounterVec,
     /// Pending gateway ids, by upstream.
-    pub correlator_entries: IntGaugeVec,
+    pub correlator_entries: sharded::GaugeVec<1>,
     /// Upstream connections currently up, by upstream.
     pub upstream_connections: IntGaugeVec,
     /// Upstream connections established after the first, by upstream.
     pub upstream_reconnects: IntCounterVec,
     /// Messages (single items; a batch counts each item), by dialect, side,
     /// direction and kind. See [`Metrics::count_message`].
-    pub messages: IntCounterVec,
+    pub messages: sharded::CounterVec<4>,
     /// Bytes of frames or lines, by dialect, side and direction. See
     /// [`Metrics::count_frame`].
-    pub bytes: IntCounterVec,
+    pub bytes: sharded::CounterVec<3>,
     /// Size of frames or lines, by dialect, side and direction.
-    pub message_size: HistogramVec,
+    pub message_size: sharded::HistogramVec<3>,
     /// Client connections refused, by listener and [`RejectReason`].
     pub connections_rejected: IntCounterVec,
     /// Things a configured [`Limit`] refused, by listener and limit.
@@ -115,10 +129,10 @@ pub struct Metrics {
     /// Items per client batch, by listener.
     pub batch_size: HistogramVec,
     /// Calls written to an upstream and not yet settled, by upstream.
-    pub upstream_in_flight: IntGaugeVec,
+    pub upstream_in_flight: sharded::GaugeVec<1>,
     /// Upstream-only duration (written to the link → reply read), by
     /// upstream; `request_duration` minus this is switchyard's own time.
-    pub upstream_request_duration: HistogramVec,
+    pub upstream_request_duration: sharded::HistogramVec<1>,
     /// Always 1; labels describe each configured upstream (`upstream`,
     /// `dialect`, `mode`, `required`), for joins in alert rules.
     pub upstream_info: IntGaugeVec,
@@ -166,9 +180,7 @@ impl Metrics {
             (dialect, side, direction),
         );
         total.inc_by(bytes as u64);
-        // Precision loss above 2^53 bytes does not matter for a histogram.
-        #[allow(clippy::cast_precision_loss)]
-        sizes.observe(bytes as f64);
+        sizes.observe(bytes as u64);
     }
 
     /// Counts a client connection refused by `listener`.

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use prometheus::{Histogram, IntCounter, IntGauge};
+use prometheus::IntCounter;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -12,6 +12,7 @@ use crate::envelope::{raw_from_string, Payload};
 use crate::error::Side;
 use crate::persist::recorder::Recorder;
 use crate::pubsub::Broker;
+use crate::telemetry::metrics::sharded::{Gauge, Histogram};
 use crate::telemetry::metrics::{
     DropReason, Metrics, ProtocolError, Quirk, Unmatched, UpstreamCall,
 };
@@ -21,9 +22,9 @@ use crate::telemetry::metrics::{
 pub(crate) struct UpstreamShared {
     pub(crate) cfg: UpstreamConfig,
     pub(crate) metrics: Metrics,
-    pub(super) entries: IntGauge,
+    pub(super) entries: Gauge,
     /// `upstream_in_flight` and `upstream_request_duration` of this upstream.
-    pub(super) calls: (IntGauge, Histogram),
+    pub(super) calls: (Gauge, Histogram),
     /// Cancelled when switchyard starts to stop: links closed from then on
     /// say goodbye as at shutdown (Sideband: Control Close `shutdown`, 1001).
     pub(crate) stopping: CancellationToken,
@@ -44,7 +45,7 @@ pub(crate) struct UpstreamShared {
 // === impl UpstreamShared ===
 
 impl UpstreamShared {
-    pub(crate) fn entries_gauge(&self) -> &IntGauge {
+    pub(crate) fn entries_gauge(&self) -> &Gauge {
         &self.entries
     }
 

@@ -7,7 +7,7 @@
 
 use std::sync::OnceLock;
 
-use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec};
+use super::sharded::{Counter, CounterVec, Histogram, HistogramVec};
 
 use super::{Direction, Metrics};
 use crate::dialect::Dialect;
@@ -24,8 +24,8 @@ const MESSAGE_SLOTS: usize = FRAME_SLOTS * KINDS;
 /// Handles resolved so far.
 #[derive(Debug)]
 pub(super) struct Traffic {
-    messages: [OnceLock<IntCounter>; MESSAGE_SLOTS],
-    bytes: [OnceLock<IntCounter>; FRAME_SLOTS],
+    messages: [OnceLock<Counter>; MESSAGE_SLOTS],
+    bytes: [OnceLock<Counter>; FRAME_SLOTS],
     sizes: [OnceLock<Histogram>; FRAME_SLOTS],
 }
 
@@ -34,7 +34,7 @@ pub(super) struct Traffic {
 /// frame or line it writes, without a lookup per frame.
 #[derive(Debug, Clone)]
 pub struct FrameCounter {
-    bytes: IntCounter,
+    bytes: Counter,
     sizes: Histogram,
 }
 
@@ -45,9 +45,7 @@ impl FrameCounter {
     /// `\n`), like [`Metrics::count_frame`].
     pub fn count(&self, bytes: usize) {
         self.bytes.inc_by(bytes as u64);
-        // Precision loss above 2^53 bytes does not matter for a histogram.
-        #[allow(clippy::cast_precision_loss)]
-        self.sizes.observe(bytes as f64);
+        self.sizes.observe(bytes as u64);
     }
 }
 
@@ -86,10 +84,10 @@ impl Traffic {
     /// The `messages` counter of one label set.
     pub(super) fn message(
         &self,
-        vec: &IntCounterVec,
+        vec: &CounterVec<4>,
         (dialect, side, direction): (Dialect, Side, Direction),
         kind: Kind,
-    ) -> &IntCounter {
+    ) -> &Counter {
         let slot = frame_slot(dialect, side, direction) * KINDS + kind_index(kind);
         self.messages[slot].get_or_init(|| {
             vec.with_label_values(&[
@@ -104,9 +102,9 @@ impl Traffic {
     /// The `bytes` counter and `message_size` histogram of one label set.
     pub(super) fn frame(
         &self,
-        (bytes, sizes): (&IntCounterVec, &HistogramVec),
+        (bytes, sizes): (&CounterVec<3>, &HistogramVec<3>),
         (dialect, side, direction): (Dialect, Side, Direction),
-    ) -> (&IntCounter, &Histogram) {
+    ) -> (&Counter, &Histogram) {
         let slot = frame_slot(dialect, side, direction);
         let labels = [dialect.as_str(), side.as_str(), direction.as_str()];
         (

@@ -6,7 +6,7 @@ use prometheus::{
     HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
-use super::cache;
+use super::{cache, sharded};
 use super::{EventMetrics, Metrics, PersistMetrics};
 
 /// Request latency buckets, seconds.
@@ -42,22 +42,26 @@ impl Metrics {
                 "Client connections accepted",
                 &["listener"],
             )?,
-            requests: counter(
+            requests: register_sharded(
                 &registry,
-                "requests_total",
-                "Requests settled",
-                &["listener", "upstream", "outcome"],
+                sharded::CounterVec::new(
+                    "switchyard_requests_total",
+                    "Requests settled",
+                    ["listener", "upstream", "outcome"],
+                ),
             )?,
-            request_duration: {
-                let opts = HistogramOpts::new(
-                    "switchyard_request_duration_seconds",
-                    "Client-observed request duration",
-                )
-                .buckets(LATENCY_BUCKETS.to_vec());
-                let h = HistogramVec::new(opts, &["listener", "upstream"])?;
-                registry.register(Box::new(h.clone()))?;
-                h
-            },
+            request_duration: register_sharded(
+                &registry,
+                sharded::HistogramVec::new(
+                    (
+                        "switchyard_request_duration_seconds",
+                        "Client-observed request duration",
+                    ),
+                    sharded::Unit::Seconds,
+                    LATENCY_BUCKETS,
+                    ["listener", "upstream"],
+                ),
+            )?,
             unmatched_responses: counter(
                 &registry,
                 "unmatched_responses_total",
@@ -94,11 +98,13 @@ impl Metrics {
                 "WebSocket closes",
                 &["dialect", "side", "code"],
             )?,
-            correlator_entries: gauge(
+            correlator_entries: register_sharded(
                 &registry,
-                "correlator_entries",
-                "Pending gateway ids",
-                &["upstream"],
+                sharded::GaugeVec::new(
+                    "switchyard_correlator_entries",
+                    "Pending gateway ids",
+                    ["upstream"],
+                ),
             )?,
             upstream_connections: gauge(
                 &registry,
@@ -112,23 +118,30 @@ impl Metrics {
                 "Upstream reconnections",
                 &["upstream"],
             )?,
-            messages: counter(
+            messages: register_sharded(
                 &registry,
-                "messages_total",
-                "Messages read and written",
-                &["dialect", "side", "direction", "kind"],
+                sharded::CounterVec::new(
+                    "switchyard_messages_total",
+                    "Messages read and written",
+                    ["dialect", "side", "direction", "kind"],
+                ),
             )?,
-            bytes: counter(
+            bytes: register_sharded(
                 &registry,
-                "bytes_total",
-                "Bytes of frames and lines read and written",
-                &["dialect", "side", "direction"],
+                sharded::CounterVec::new(
+                    "switchyard_bytes_total",
+                    "Bytes of frames and lines read and written",
+                    ["dialect", "side", "direction"],
+                ),
             )?,
-            message_size: histogram(
+            message_size: register_sharded(
                 &registry,
-                ("message_size_bytes", "Size of frames and lines"),
-                SIZE_BUCKETS,
-                &["dialect", "side", "direction"],
+                sharded::HistogramVec::new(
+                    ("switchyard_message_size_bytes", "Size of frames and lines"),
+                    sharded::Unit::Bytes,
+                    SIZE_BUCKETS,
+                    ["dialect", "side", "direction"],
+                ),
             )?,
             connections_rejected: counter(
                 &registry,
@@ -162,20 +175,25 @@ impl Metrics {
             )?,
             events: EventMetrics::new(&registry)?,
             persist: PersistMetrics::new(&registry)?,
-            upstream_in_flight: gauge(
+            upstream_in_flight: register_sharded(
                 &registry,
-                "upstream_in_flight",
-                "Calls in flight on the upstream",
-                &["upstream"],
-            )?,
-            upstream_request_duration: histogram(
-                &registry,
-                (
-                    "upstream_request_duration_seconds",
-                    "Upstream-only call duration, written to reply read",
+                sharded::GaugeVec::new(
+                    "switchyard_upstream_in_flight",
+                    "Calls in flight on the upstream",
+                    ["upstream"],
                 ),
-                LATENCY_BUCKETS,
-                &["upstream"],
+            )?,
+            upstream_request_duration: register_sharded(
+                &registry,
+                sharded::HistogramVec::new(
+                    (
+                        "switchyard_upstream_request_duration_seconds",
+                        "Upstream-only call duration, written to reply read",
+                    ),
+                    sharded::Unit::Seconds,
+                    LATENCY_BUCKETS,
+                    ["upstream"],
+                ),
             )?,
             upstream_info: gauge(
                 &registry,
@@ -212,6 +230,20 @@ impl Metrics {
         };
         Ok(m)
     }
+}
+
+/// Registers a sharded family (see [`sharded`](super::sharded)): the
+/// families every request touches.
+fn register_sharded<F>(
+    registry: &Registry,
+    family: Result<F, prometheus::Error>,
+) -> Result<F, prometheus::Error>
+where
+    F: prometheus::core::Collector + Clone + 'static,
+{
+    let family = family?;
+    registry.register(Box::new(family.clone()))?;
+    Ok(family)
 }
 
 pub(super) fn counter(

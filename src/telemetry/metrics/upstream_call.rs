@@ -2,14 +2,14 @@
 
 use std::time::Instant;
 
-use prometheus::{Histogram, IntGauge};
+use super::sharded::{Gauge, Histogram};
 
 /// One call in flight on an upstream: holds the in-flight gauge up until
-/// dropped. See [`Metrics::start_upstream_call`].
+/// dropped. See [`Metrics::start_upstream_call`](super::Metrics::start_upstream_call).
 #[derive(Debug)]
 #[must_use = "the call counts as in flight only while this guard lives"]
 pub struct UpstreamCall {
-    in_flight: IntGauge,
+    in_flight: Gauge,
     duration: Histogram,
     started: Instant,
 }
@@ -17,13 +17,14 @@ pub struct UpstreamCall {
 // === impl UpstreamCall ===
 
 impl UpstreamCall {
-    /// Starts a call on resolved handles (see [`Metrics::start_upstream_call`]).
-    pub fn start(in_flight: IntGauge, duration: Histogram) -> Self {
+    /// Starts a call on resolved handles (see
+    /// [`Metrics::start_upstream_call`](super::Metrics::start_upstream_call)).
+    pub fn start(in_flight: Gauge, duration: Histogram) -> Self {
         Self::start_at(in_flight, duration, Instant::now())
     }
 
     /// Like [`start`](Self::start), with the time already read.
-    pub fn start_at(in_flight: IntGauge, duration: Histogram, started: Instant) -> Self {
+    pub fn start_at(in_flight: Gauge, duration: Histogram, started: Instant) -> Self {
         in_flight.inc();
         UpstreamCall {
             in_flight,
@@ -35,7 +36,7 @@ impl UpstreamCall {
     /// The reply arrived: records the upstream-only duration. Calls that
     /// time out or are abandoned are not recorded (they have no duration).
     pub fn settled(self) {
-        self.duration.observe(self.started.elapsed().as_secs_f64());
+        self.duration.observe_duration(self.started.elapsed());
     }
 }
 

@@ -1,0 +1,226 @@
+//! Sharded histograms: per shard, one count per bucket (non-cumulative)
+//! and an exact integer sum.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::proto;
+
+use super::{shard, Line, CELLS, SHARDS};
+
+/// What a histogram's observations are recorded in and exported as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// Recorded in whole nanoseconds ([`Histogram::observe_duration`]),
+    /// exported in seconds.
+    Seconds,
+    /// Recorded and exported as an integer count: bytes, items.
+    Bytes,
+}
+
+/// One series of a histogram family (see the [module docs](super)).
+#[derive(Debug, Clone)]
+pub struct Histogram {
+    core: Arc<Core>,
+}
+
+/// The folded state of a histogram at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Observations per bucket, not cumulative; the last one counts those
+    /// above the highest bound.
+    pub counts: Vec<u64>,
+    /// The sum of the observations, in recorded units (nanoseconds or
+    /// bytes).
+    pub sum: u128,
+}
+
+/// A family's bucket bounds, shared by its series.
+#[derive(Debug)]
+pub(super) struct Buckets {
+    /// Upper bounds as exported (seconds or bytes), ascending.
+    bounds: Vec<f64>,
+    /// The same bounds in recorded units; an observation `v` falls in the
+    /// first bucket whose limit is `>= v`, as in Prometheus (`le`).
+    limits: Vec<u64>,
+    /// Recorded units per exported unit.
+    scale: f64,
+    /// Cells per shard, whole lines: the buckets, the one above the
+    /// highest bound, and the sum's low and high words.
+    stride: usize,
+}
+
+#[derive(Debug)]
+struct Core {
+    buckets: Arc<Buckets>,
+    lines: Box<[Line]>,
+}
+
+// === impl Unit ===
+
+impl Unit {
+    /// Recorded units per exported unit.
+    fn scale(self) -> f64 {
+        match self {
+            Unit::Seconds => 1e9,
+            Unit::Bytes => 1.0,
+        }
+    }
+}
+
+// === impl Histogram ===
+
+impl Histogram {
+    pub(super) fn with_buckets(buckets: &Arc<Buckets>) -> Self {
+        let lines = (0..SHARDS * buckets.stride / CELLS)
+            .map(|_| Line::new())
+            .collect();
+        Histogram {
+            core: Arc::new(Core {
+                buckets: buckets.clone(),
+                lines,
+            }),
+        }
+    }
+
+    /// Records `v`, in recorded units: bytes, or nanoseconds (prefer
+    /// [`observe_duration`](Self::observe_duration) for those).
+    #[inline]
+    pub fn observe(&self, v: u64) {
+        let b = &self.core.buckets;
+        let base = shard() * b.stride;
+        let bucket = b.limits.partition_point(|&limit| limit < v);
+        self.cell(base + bucket).fetch_add(1, Ordering::Relaxed);
+        let sum = base + b.limits.len() + 1;
+        let before = self.cell(sum).fetch_add(v, Ordering::Relaxed);
+        if before.checked_add(v).is_none() {
+            // The low word wrapped: carry into the high one. A fold that
+            // runs between the two adds reads 2^64 too little, once per
+            // 2^64 recorded units (584 years of summed durations).
+            self.cell(sum + 1).fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Records a duration, in nanoseconds (for a [`Unit::Seconds`] family).
+    #[inline]
+    pub fn observe_duration(&self, d: Duration) {
+        self.observe(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    /// Every shard folded together.
+    pub fn snapshot(&self) -> Snapshot {
+        let b = &self.core.buckets;
+        let mut counts = vec![0u64; b.limits.len() + 1];
+        let mut sum = 0u128;
+        for s in 0..SHARDS {
+            let base = s * b.stride;
+            for (i, count) in counts.iter_mut().enumerate() {
+                *count = count.wrapping_add(self.load(base + i));
+            }
+            let low = u128::from(self.load(base + counts.len()));
+            let high = u128::from(self.load(base + counts.len() + 1));
+            sum = sum.wrapping_add(high << 64 | low);
+        }
+        Snapshot { counts, sum }
+    }
+
+    /// Observations recorded so far.
+    pub fn get_sample_count(&self) -> u64 {
+        self.snapshot().count()
+    }
+
+    /// Their sum, in exported units (seconds or bytes).
+    pub fn get_sample_sum(&self) -> f64 {
+        self.snapshot().exported_sum(&self.core.buckets)
+    }
+
+    /// The exported form: cumulative buckets, count and sum in exported
+    /// units, as `prometheus::Histogram` builds it.
+    pub(super) fn proto(&self) -> proto::Histogram {
+        let b = &self.core.buckets;
+        let snap = self.snapshot();
+        let mut cumulative = 0u64;
+        let buckets = b
+            .bounds
+            .iter()
+            .zip(&snap.counts)
+            .map(|(&bound, &count)| {
+                cumulative += count;
+                let mut bucket = proto::Bucket::default();
+                bucket.set_upper_bound(bound);
+                bucket.set_cumulative_count(cumulative);
+                bucket
+            })
+            .collect();
+        let mut h = proto::Histogram::default();
+        h.set_bucket(buckets);
+        h.set_sample_count(snap.count());
+        h.set_sample_sum(snap.exported_sum(b));
+        h
+    }
+
+    fn cell(&self, i: usize) -> &AtomicU64 {
+        &self.core.lines[i / CELLS].0[i % CELLS]
+    }
+
+    fn load(&self, i: usize) -> u64 {
+        self.cell(i).load(Ordering::Relaxed)
+    }
+}
+
+// === impl Snapshot ===
+
+impl Snapshot {
+    /// Observations, every bucket together: the `+Inf` bucket and
+    /// `_count`.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    // Exported sums are floats like any Prometheus sample: exact below
+    // 2^53 units, rounded above.
+    #[allow(clippy::cast_precision_loss)]
+    fn exported_sum(&self, b: &Buckets) -> f64 {
+        self.sum as f64 / b.scale
+    }
+}
+
+// === impl Buckets ===
+
+impl Buckets {
+    /// The buckets of a family recorded in `unit`, with upper `bounds` in
+    /// exported units. Each bound must be a whole number of recorded
+    /// units (a nanosecond, a byte), and they must ascend.
+    pub(super) fn new(unit: Unit, bounds: &[f64]) -> Result<Self, prometheus::Error> {
+        let scale = unit.scale();
+        let mut limits = Vec::with_capacity(bounds.len());
+        for &bound in bounds {
+            let units = bound * scale;
+            let whole = units.round();
+            let ok = bound.is_finite()
+                && bound >= 0.0
+                && whole < 1.8e19
+                && (units - whole).abs() <= 1e-6 * whole.max(1.0);
+            if !ok {
+                let msg = format!("bucket bound {bound} is not a whole number of {unit:?} units");
+                return Err(prometheus::Error::Msg(msg));
+            }
+            // Checked just above: a whole, non-negative number below 2^64.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let limit = whole as u64;
+            if limits.last().is_some_and(|&last| last >= limit) {
+                let msg = format!("bucket bounds must ascend: {bounds:?}");
+                return Err(prometheus::Error::Msg(msg));
+            }
+            limits.push(limit);
+        }
+        let cells = bounds.len() + 3;
+        Ok(Buckets {
+            bounds: bounds.to_vec(),
+            limits,
+            scale,
+            stride: cells.div_ceil(CELLS) * CELLS,
+        })
+    }
+}
