@@ -13,7 +13,12 @@
 //! even if they would fit ([`Budget::try_admit_offer`]), as a full count
 //! queue gives the room it frees to waiting senders first: otherwise a
 //! steady stream of small events could keep a waiting reply out until the
-//! client is taken for a slow consumer.
+//! client is taken for a slow consumer. Replies are not ordered among
+//! themselves: whichever fits when the writer frees bytes gets in (a reply
+//! larger than what is free waits for the queue to drain enough). A
+//! client that keeps its queue near the budget with small replies can
+//! delay its own large one past the slow-consumer timeout, and is then
+//! closed as slow: it only ever delays itself.
 //!
 //! Cost on the hot path: one compare-and-swap to admit, one subtraction
 //! and one load when the writer takes a frame out; no lock. The `Notify`
