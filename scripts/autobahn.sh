@@ -67,6 +67,8 @@ address = "127.0.0.1:$port"
 path = "/"
 echo = true
 max_message_bytes = 20000000
+# The outbox's byte budget must hold a maximal message.
+outbox_max_bytes = 20000000
 EOF
 
 cases="${AUTOBAHN_CASES:-*}"

@@ -131,6 +131,7 @@ fn defaults_are_as_documented() {
     assert_eq!(l.max_batch_items, 100);
     assert_eq!(l.max_in_flight, 256);
     assert_eq!(l.outbox_capacity, 1024);
+    assert_eq!(l.outbox_max_bytes, 4 << 20);
     assert_eq!(l.ping_interval, Duration::from_secs(30));
     assert_eq!(l.pong_timeout, Duration::from_secs(30));
     assert_eq!(l.request_timeout, Duration::from_secs(30));
@@ -343,6 +344,31 @@ fn at_least_one_listener_is_required() {
         &problems(""),
         "listeners: at least one listener is required",
     );
+}
+
+#[test]
+fn the_outbox_byte_budget_is_above_zero_and_holds_a_maximal_message() {
+    let with = |keys: &str| {
+        MINIMAL.replace(
+            "address = \"127.0.0.1:0\"\n",
+            &format!("address = \"127.0.0.1:0\"\n{keys}\n"),
+        )
+    };
+    assert_has(
+        &problems(&with("outbox_max_bytes = 0")),
+        "listeners.public.outbox_max_bytes: must be greater than 0",
+    );
+    // Below max_message_bytes (default 1 MiB): refused, saying why.
+    assert_has(
+        &problems(&with("outbox_max_bytes = 65536")),
+        "listeners.public.outbox_max_bytes: must be at least max_message_bytes (1048576) (got 65536)",
+    );
+    // Equal to it, or with max_message_bytes lowered to fit: accepted.
+    let config = Config::from_toml(&with("outbox_max_bytes = 1048576")).expect("valid");
+    assert_eq!(config.listeners[0].outbox_max_bytes, 1 << 20);
+    let config = Config::from_toml(&with("outbox_max_bytes = 65536\nmax_message_bytes = 65536"))
+        .expect("valid");
+    assert_eq!(config.listeners[0].outbox_max_bytes, 65536);
 }
 
 #[test]

@@ -1,14 +1,18 @@
 //! What one client can make switchyard hold: a client that never reads,
-//! paced so that its requests keep coming, makes the gateway hold at most
-//! `(outbox_capacity + max_in_flight) × max_message_bytes` of replies
-//! (`switchyard_outbox_queued_bytes_max`), however long it goes on.
+//! its requests answered with replies of at most `F` bytes, makes the
+//! gateway hold at most `min(outbox_capacity × F, outbox_max_bytes + F)` of
+//! queued replies plus `max_in_flight` replies waiting for room
+//! (`switchyard_outbox_queued_bytes_max`), however long it goes on; and
+//! once its queue stays full for the slow-consumer timeout it is closed.
 
 mod common;
 
 use std::time::Duration;
 
+use common::clients::Ended;
+use common::scrape::{scrape, value, wait_above};
 use common::Stack;
-use futures_util::SinkExt;
+use futures_util::{SinkExt, StreamExt};
 use switchyard::daemon::DaemonOptions;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -50,6 +54,8 @@ async fn a_never_reading_client_makes_the_gateway_hold_no_more_than_the_document
         &[("listener", "public")],
     );
     let messages = stack.counter("switchyard_outbox_high_water", &[("listener", "public")]);
+    // Replies are 16 KiB echoes (at most MAX_MESSAGE as frames); the byte
+    // budget (4 MiB by default) is above what 16 of them take.
     let bound = ((OUTBOX + IN_FLIGHT) * MAX_MESSAGE) as f64;
     // The outbox did fill (the run reached the bound's regime)...
     assert_eq!(messages, OUTBOX as f64, "sent {sent}");
@@ -63,5 +69,83 @@ async fn a_never_reading_client_makes_the_gateway_hold_no_more_than_the_document
         "held {bytes} B > bound {bound} B, sent {sent}"
     );
     drop(ws);
+    stack.gateway.shutdown().await;
+}
+
+/// `outbox_max_bytes` for the large-reply test.
+const BUDGET: usize = 1 << 20;
+/// Each echo's params: replies of about 256 KiB.
+const LARGE: usize = 256 * 1024;
+/// Rendering adds the JSON-RPC envelope and the id to the echoed params.
+const LARGE_FRAME: usize = LARGE + 256;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_replies_to_a_never_reading_client_stay_within_the_byte_budget() {
+    // 64 messages of 256 KiB (16 MiB) would fit the message count; the
+    // byte budget is 1 MiB.
+    let listener = format!(
+        "outbox_capacity = 64\noutbox_max_bytes = {BUDGET}\nmax_in_flight = {IN_FLIGHT}\nmax_message_bytes = {}\nslow_consumer_timeout_ms = 2000",
+        2 * LARGE
+    );
+    let (stack, admin) = Stack::start_with_admin(&listener, "", DaemonOptions::default()).await;
+    let (mut sink, mut stream) = common::connect_tiny_window(&stack.url).await.split();
+    // Up to 200 requests (50 MiB of replies if all were held); the client
+    // never reads. Once the outbox is full and its in-flight slots hold
+    // waiting replies, the gateway stops reading it and a send blocks until
+    // the connection is closed.
+    let pad = "x".repeat(LARGE);
+    let sender = tokio::spawn(async move {
+        for i in 0..200 {
+            let request =
+                format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{pad}"],"id":{i}}}"#);
+            if sink.send(Message::text(request)).await.is_err() {
+                break;
+            }
+        }
+    });
+    // It stays full: the client is closed as a slow consumer.
+    let slow = [
+        ("listener", "public"),
+        ("limit", "slow_consumer_timeout_ms"),
+    ];
+    let closed = wait_above(
+        admin,
+        "switchyard_limit_rejections_total",
+        &slow,
+        0.0,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(closed, 1.0);
+    let metrics = scrape(admin).await;
+    let held = value(
+        &metrics,
+        "switchyard_outbox_queued_bytes_max",
+        &[("listener", "public")],
+    );
+    // The queue filled to its byte budget (the run reached the bound's
+    // regime)...
+    assert!(held >= (BUDGET - LARGE_FRAME) as f64, "held {held} B");
+    // ...and held at most the budget plus one frame queued, and one reply
+    // per in-flight slot waiting for room.
+    let bound = (BUDGET + LARGE_FRAME + IN_FLIGHT * LARGE_FRAME) as f64;
+    assert!(held <= bound, "held {held} B > bound {bound} B");
+    // Reading now shows the end: a close (1008), or the connection cut
+    // when even the close frame found no room.
+    let end = loop {
+        match tokio::time::timeout(Duration::from_secs(60), stream.next()).await {
+            Err(_) => panic!("the slow client's connection did not end"),
+            Ok(Some(Ok(Message::Close(f)))) => {
+                break Ended::Close(f.map_or(1005, |f| u16::from(f.code)))
+            }
+            Ok(Some(Ok(_))) => continue,
+            Ok(Some(Err(_)) | None) => break Ended::Eof,
+        }
+    };
+    assert!(
+        matches!(end, Ended::Close(1008) | Ended::Eof),
+        "the slow client ended with {end:?}"
+    );
+    sender.abort();
     stack.gateway.shutdown().await;
 }

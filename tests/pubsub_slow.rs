@@ -2,11 +2,11 @@
 //! are dropped (counted `slow_consumer`) and it is closed after the
 //! slow-consumer timeout, while 99 others get every event of the reference
 //! daemon's `Subscribe` feed (harness in `common::feed`) without a gap, and
-//! its outbox stays within its bound.
+//! its outbox stays within its bound: the byte budget (`outbox_max_bytes`,
+//! 1.5 MiB here), before the message count (128 events, over 2 MiB).
 
 mod common;
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +19,11 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
 use tokio::sync::watch;
 use tokio_tungstenite::tungstenite::Message;
+
+/// `outbox_max_bytes`: about 93 events of 16.5 KiB, short of the 128 that
+/// `outbox_capacity` allows (over 2 MiB), and still ~1.8 s of slack for a
+/// reader on a busy machine.
+const BUDGET: usize = 1536 * 1024;
 
 /// The `seq` of an event frame, found without parsing the (large) frame.
 fn quick_seq(text: &str) -> Option<u64> {
@@ -64,31 +69,15 @@ async fn keep_up(
     }
 }
 
-/// A WebSocket client with a tiny receive buffer, so that not reading fills
-/// the gateway's outbox soon.
-async fn tiny_window_client(url: &str) -> Ws {
-    let addr: SocketAddr = url
-        .trim_start_matches("ws://")
-        .split('/')
-        .next()
-        .and_then(|a| a.parse().ok())
-        .expect("ws://IP:port/path");
-    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
-    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
-    let stream = socket.connect(addr).await.expect("connect");
-    let (ws, _) =
-        tokio_tungstenite::client_async(url, tokio_tungstenite::MaybeTlsStream::Plain(stream))
-            .await
-            .expect("ws handshake");
-    ws
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_that_never_reads_is_dropped_then_closed_and_slows_nobody() {
-    // 16 KiB events every 20 ms; a short slow-consumer timeout.
+    // 16 KiB events every 20 ms; a short slow-consumer timeout; a byte
+    // budget of about 93 events' worth, the count cap at 128.
     let feed = Feed::start(
         "{ interval_ms = 20, pad_bytes = 16384 }",
-        "outbox_capacity = 128\nslow_consumer_timeout_ms = 1000",
+        &format!(
+            "outbox_capacity = 128\noutbox_max_bytes = {BUDGET}\nslow_consumer_timeout_ms = 1000"
+        ),
     )
     .await;
     let subscribe = |p: &str| {
@@ -97,7 +86,7 @@ async fn a_subscriber_that_never_reads_is_dropped_then_closed_and_slows_nobody()
     };
 
     // The one that never reads (not even the subscribe reply).
-    let mut slow = tiny_window_client(&feed.jsonrpc).await;
+    let mut slow = common::connect_tiny_window(&feed.jsonrpc).await;
     slow.send(Message::Text(subscribe(TOPIC).into()))
         .await
         .expect("send");
@@ -150,8 +139,9 @@ async fn a_subscriber_that_never_reads_is_dropped_then_closed_and_slows_nobody()
         99.0,
         "the slow subscriber was not closed"
     );
-    // Memory per subscriber stayed within its outbox: at most
-    // outbox_capacity events (about 16.5 KiB each as frames) were queued.
+    // Memory per subscriber stayed within its outbox: within the byte
+    // budget plus one frame (events never wait for room), far below
+    // outbox_capacity events (about 16.5 KiB each as frames).
     let metrics = scrape(feed.admin).await;
     let high_water = value(
         &metrics,
@@ -165,8 +155,8 @@ async fn a_subscriber_that_never_reads_is_dropped_then_closed_and_slows_nobody()
         &[("listener", "public")],
     );
     assert!(
-        queued <= 128.0 * 17.0 * 1024.0,
-        "{queued} bytes queued for one subscriber"
+        queued <= (BUDGET + 17 * 1024) as f64,
+        "{queued} bytes queued for one subscriber (budget {BUDGET})"
     );
     // Draining it now shows the end: a close (1008) or the connection gone.
     let end = drain(&mut slow).await;

@@ -19,7 +19,8 @@
 //! of its own), connection caps (counted over the connections already
 //! open), `max_batch_items`, request timeouts, the slow-consumer timeout.
 //! What applies to new connections only, being fixed when a connection
-//! opens: `max_in_flight`, `outbox_capacity`, `max_message_bytes`,
+//! opens: `max_in_flight`, `outbox_capacity`, `outbox_max_bytes`,
+//! `max_message_bytes`,
 //! `max_unanswered_pushes` and the push timeout, ping, pong, idle and
 //! lifetime timers, the Sideband settings, and the Host, Origin and token
 //! checks (made at the upgrade). A reload that changes `[persistence]` or

@@ -30,6 +30,7 @@ pub(super) fn listener(
     p.nonzero(&key, "max_batch_items", raw.max_batch_items);
     p.nonzero(&key, "max_in_flight", raw.max_in_flight);
     p.nonzero(&key, "outbox_capacity", raw.outbox_capacity);
+    outbox_max_bytes(&key, raw, p);
     let ping_interval = p.millis(&key, "ping_interval_ms", raw.ping_interval_ms);
     let pong_timeout = p.millis(&key, "pong_timeout_ms", raw.pong_timeout_ms);
     let request_timeout = p.millis(&key, "request_timeout_ms", raw.request_timeout_ms);
@@ -41,6 +42,7 @@ pub(super) fn listener(
         max_batch_items: raw.max_batch_items,
         max_in_flight: raw.max_in_flight,
         outbox_capacity: raw.outbox_capacity,
+        outbox_max_bytes: raw.outbox_max_bytes,
         ping_interval,
         pong_timeout,
         request_timeout,
@@ -67,6 +69,25 @@ pub(super) fn listener(
         routes,
         tls,
     })
+}
+
+/// `outbox_max_bytes`: above zero, and at least `max_message_bytes`, so
+/// that a reply as large as the largest request (an echo) fits beside
+/// others rather than only alone in an empty queue.
+fn outbox_max_bytes(key: &str, raw: &RawListener, p: &mut Problems) {
+    if p.nonzero(key, "outbox_max_bytes", raw.outbox_max_bytes)
+        .is_some()
+        && raw.outbox_max_bytes < raw.max_message_bytes
+    {
+        p.at(
+            key,
+            "outbox_max_bytes",
+            format!(
+                "must be at least max_message_bytes ({}) (got {})",
+                raw.max_message_bytes, raw.outbox_max_bytes
+            ),
+        );
+    }
 }
 
 fn ws_listen(key: &str, d: Dialect, raw: &RawListener, p: &mut Problems) -> Option<ListenAddr> {

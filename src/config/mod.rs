@@ -154,6 +154,10 @@ pub struct ListenerConfig {
     /// Outbound messages queued for one client before its writer applies
     /// backpressure.
     pub outbox_capacity: usize,
+    /// Bytes of outbound frames queued for one client (its outbox's byte
+    /// budget); at least `max_message_bytes`. An empty queue takes one
+    /// frame of any size.
+    pub outbox_max_bytes: usize,
     /// WebSocket ping period on idle connections.
     pub ping_interval: Duration,
     /// How long a WebSocket peer may stay silent after a ping before it is

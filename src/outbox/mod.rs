@@ -14,26 +14,47 @@
 //! - either way, a queue that stays full for the slow-consumer timeout
 //!   fires [`Outbox::slow`]: the transport closes the client (1008).
 //!
-//! Bound: the queue holds at most `outbox_capacity` messages, each at most
-//! the listener's `max_message_bytes` once rendered (upstream replies are
-//! limited to `max_response_bytes` when read), and the client's requests in
-//! flight hold at most one reply each while they wait for room. So one
-//! client makes switchyard hold at most
-//! `(outbox_capacity + max_in_flight) × max_message_bytes` of replies and
-//! events; `switchyard_outbox_queued_bytes_max` shows the most bytes ever
-//! queued (or waiting to be) for one connection, per listener.
+//! "Full" is either of two limits: `outbox_capacity` messages, or
+//! `outbox_max_bytes` bytes (the byte budget, see `budget`). A frame whose
+//! bytes would take the queue over the budget does not fit, except that an
+//! empty queue takes one frame of any size: a reply larger than the whole
+//! budget still goes out, alone. While a reply waits for room, offers are
+//! refused, so that events cannot keep a reply out.
+//!
+//! Bound: what one client makes switchyard hold in its outbox is
+//!
+//! - the queue: at most `max(outbox_max_bytes, F)` bytes, where `F` is the
+//!   largest frame rendered for the client (a reply is at most the routed
+//!   upstream's `max_response_bytes` as read, plus the client's id), so at
+//!   most `outbox_max_bytes + F`; and at most `outbox_capacity` messages;
+//! - plus the frames waiting for room: each reply waits in its request's
+//!   in-flight slot (at most `max_in_flight` replies, one frame each), and
+//!   each push awaiting delivery in its unanswered-push claim (at most
+//!   `max_unanswered_pushes`); a persistent subscription waits with one
+//!   delivery at a time;
+//! - plus the one frame the writer is writing.
+//!
+//! With the defaults (`outbox_max_bytes` 4 MiB) a client that never reads
+//! holds about 4 MiB of queued frames plus its in-flight replies.
+//! `switchyard_outbox_queued_bytes_max` shows the most bytes ever queued
+//! or waiting for room for one connection, per listener.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc::{self, error::SendTimeoutError, error::TrySendError};
+use tokio::sync::mpsc::{self, error::TrySendError};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::close::CloseCode;
 use crate::envelope::Message;
 
+mod budget;
 pub(crate) mod codec;
+mod queue;
+
+use budget::{Budget, Waited};
 
 pub(crate) use codec::{Form, OutCodec};
 
@@ -96,8 +117,8 @@ struct Inner {
     /// Fired when the queue stayed full for `patience`.
     slow: CancellationToken,
     gauges: Gauges,
-    /// Bytes queued, or waiting for room, right now.
-    bytes: AtomicI64,
+    /// Bytes queued (`outbox_max_bytes`), and replies waiting for room.
+    budget: Budget,
     /// A watch on a full queue is running (started by a dropped offer).
     watching: AtomicBool,
 }
@@ -118,10 +139,12 @@ pub enum Offer {
 // === impl Outbox ===
 
 impl Outbox {
-    /// An outbox of `capacity` messages rendered by `codec`; a queue that
-    /// stays full for `patience` makes the client a slow consumer.
+    /// An outbox of `capacity` messages and `max_bytes` bytes (see
+    /// `budget`) rendered by `codec`; a queue that stays full for
+    /// `patience` makes the client a slow consumer.
     pub(crate) fn channel(
         capacity: usize,
+        max_bytes: usize,
         codec: OutCodec,
         patience: Duration,
         gauges: Gauges,
@@ -133,7 +156,7 @@ impl Outbox {
             patience,
             slow: CancellationToken::new(),
             gauges,
-            bytes: AtomicI64::new(0),
+            budget: Budget::new(max_bytes),
             watching: AtomicBool::new(false),
         });
         let reader = OutboxReader {
@@ -176,21 +199,9 @@ impl Outbox {
 
     /// [`deliver`](Self::deliver) for a frame rendered already.
     pub async fn deliver_frame(&self, out: Outgoing) -> Offer {
-        let size = self.inner.hold(&out);
-        match self.inner.tx.send_timeout(out, self.inner.patience).await {
-            Ok(()) => {
-                self.inner.queued();
-                Offer::Queued
-            }
-            Err(SendTimeoutError::Timeout(_)) => {
-                self.inner.release(size);
-                self.inner.slow.cancel();
-                Offer::Closed
-            }
-            Err(SendTimeoutError::Closed(_)) => {
-                self.inner.release(size);
-                Offer::Closed
-            }
+        match self.inner.queue(out).await {
+            Waited::Ready => Offer::Queued,
+            Waited::Timeout | Waited::Closed => Offer::Closed,
         }
     }
 
@@ -207,39 +218,32 @@ impl Outbox {
     }
 
     /// Queues a reply from code that cannot wait (a reply settled by an
-    /// upstream link's reader): at once when there is room, else by a task
-    /// that waits as [`send`](Self::send) does. `slot` (the request's
-    /// in-flight slot) is released once the reply is queued, so a client
-    /// cannot make replies pile up beyond its in-flight cap. False when the
-    /// client is gone.
+    /// upstream link's reader): at once when there is room (messages and
+    /// bytes), else by a task that waits as [`send`](Self::send) does.
+    /// `slot` (the request's in-flight slot) is released once the reply is
+    /// queued, so a client cannot make replies pile up beyond its
+    /// in-flight cap. False when the client is gone.
     pub(crate) fn settle<S: Send + 'static>(&self, msg: &Message, slot: S) -> bool {
         let Some(out) = self.inner.codec.encode(msg) else {
             return true;
         };
-        let size = self.inner.hold(&out);
-        match self.inner.tx.try_send(out) {
-            Ok(()) => {
-                self.inner.queued();
-                true
-            }
+        match self.inner.try_queue(out, Budget::try_admit) {
+            Ok(()) => true,
             Err(TrySendError::Full(out)) => {
                 let this = self.clone();
                 tokio::spawn(async move {
-                    this.wait_for_room(out, size).await;
+                    this.inner.queue(out).await;
                     drop(slot);
                 });
                 true
             }
-            Err(TrySendError::Closed(_)) => {
-                self.inner.release(size);
-                false
-            }
+            Err(TrySendError::Closed(_)) => false,
         }
     }
 
-    /// Offers a push or an event: queued if there is room, else dropped
-    /// (the caller counts it) and the queue watched for the slow-consumer
-    /// timeout.
+    /// Offers a push or an event: queued if there is room (messages and
+    /// bytes, and no reply waiting for room), else dropped (the caller
+    /// counts it) and the queue watched for the slow-consumer timeout.
     pub fn offer(&self, msg: &Message) -> Offer {
         match self.inner.codec.encode(msg) {
             Some(out) => self.offer_frame(out),
@@ -250,28 +254,20 @@ impl Outbox {
     /// [`offer`](Self::offer) for a frame rendered already (an event
     /// rendered once for many subscribers).
     pub fn offer_frame(&self, out: Outgoing) -> Offer {
-        let size = self.inner.hold(&out);
-        match self.inner.tx.try_send(out) {
-            Ok(()) => {
-                self.inner.queued();
-                Offer::Queued
-            }
+        let size = out.size();
+        match self.inner.try_queue(out, Budget::try_admit_offer) {
+            Ok(()) => Offer::Queued,
             Err(TrySendError::Full(_)) => {
-                self.inner.release(size);
-                self.watch_full();
+                self.watch_full(size);
                 Offer::Full
             }
-            Err(TrySendError::Closed(_)) => {
-                self.inner.release(size);
-                Offer::Closed
-            }
+            Err(TrySendError::Closed(_)) => Offer::Closed,
         }
     }
 
     /// Queues a frame as a reply is queued (handshakes, control frames).
     pub async fn send_frame(&self, out: Outgoing) {
-        let size = self.inner.hold(&out);
-        self.wait_for_room(out, size).await;
+        self.inner.queue(out).await;
     }
 
     /// Queues the close frame; the writer sends it last and stops. Waits
@@ -281,7 +277,8 @@ impl Outbox {
     }
 
     /// Queues the close frame only if there is room now (a client that is
-    /// not reading is cut off without it). True when queued.
+    /// not reading is cut off without it). True when queued. It holds no
+    /// bytes, so only the message count can refuse it.
     pub fn try_close(
         &self,
         code: CloseCode,
@@ -300,60 +297,26 @@ impl Outbox {
         let _ = self.inner.tx.try_send(Outgoing::Ping);
     }
 
-    async fn wait_for_room(&self, out: Outgoing, size: i64) {
-        match self.inner.tx.send_timeout(out, self.inner.patience).await {
-            Ok(()) => self.inner.queued(),
-            Err(SendTimeoutError::Timeout(_)) => {
-                self.inner.release(size);
-                self.inner.slow.cancel();
-            }
-            Err(SendTimeoutError::Closed(_)) => self.inner.release(size),
-        }
-    }
-
-    /// After a dropped offer: if the queue gets no room within the
-    /// slow-consumer timeout, the client is slow. One watch at a time.
-    fn watch_full(&self) {
+    /// After a dropped offer of `size` bytes: if the queue gets no room
+    /// for it (a message slot, and the bytes) within the slow-consumer
+    /// timeout, the client is slow. One watch at a time.
+    fn watch_full(&self, size: i64) {
         if self.inner.watching.swap(true, Ordering::AcqRel) {
             return;
         }
         let inner = self.inner.clone();
         tokio::spawn(async move {
-            match tokio::time::timeout(inner.patience, inner.tx.reserve()).await {
-                // Room again: the slot goes straight back.
-                Ok(Ok(permit)) => drop(permit),
-                Ok(Err(_)) => {}
-                Err(_) => inner.slow.cancel(),
+            let deadline = Instant::now() + inner.patience;
+            let room = || inner.tx.capacity() > 0 && inner.budget.fits(size);
+            let waited = inner
+                .budget
+                .wait_for(deadline, inner.tx.closed(), room)
+                .await;
+            if waited == Waited::Timeout {
+                inner.slow.cancel();
             }
             inner.watching.store(false, Ordering::Release);
         });
-    }
-}
-
-// === impl Inner ===
-
-impl Inner {
-    /// Counts `out` as held; returns its size.
-    fn hold(&self, out: &Outgoing) -> i64 {
-        let size = out.size();
-        let now = self.bytes.fetch_add(size, Ordering::AcqRel) + size;
-        if now > self.gauges.bytes.get() {
-            self.gauges.bytes.set(now);
-        }
-        size
-    }
-
-    fn release(&self, size: i64) {
-        self.bytes.fetch_sub(size, Ordering::AcqRel);
-    }
-
-    /// Updates the message high-water mark after a message was queued.
-    fn queued(&self) {
-        let queued = self.tx.max_capacity() - self.tx.capacity();
-        let queued = i64::try_from(queued).unwrap_or(i64::MAX);
-        if queued > self.gauges.messages.get() {
-            self.gauges.messages.set(queued);
-        }
     }
 }
 
@@ -363,7 +326,7 @@ impl OutboxReader {
     /// The next frame to write; `None` once every [`Outbox`] is dropped.
     pub async fn recv(&mut self) -> Option<Outgoing> {
         let out = self.rx.recv().await?;
-        self.inner.release(out.size());
+        self.inner.budget.taken(out.size());
         Some(out)
     }
 

@@ -42,22 +42,50 @@ impl Stack {
     /// Starts a stack; `listener_extra` and `upstream_extra` are TOML lines
     /// added to the listener and upstream tables.
     pub async fn start(listener_extra: &str, upstream_extra: &str, opts: DaemonOptions) -> Stack {
+        Stack::start_with("", listener_extra, upstream_extra, opts)
+            .await
+            .0
+    }
+
+    /// [`start`](Self::start) with an admin listener (port 0) too; returns
+    /// its address, for `/metrics` over a real socket (`scrape`).
+    pub async fn start_with_admin(
+        listener_extra: &str,
+        upstream_extra: &str,
+        opts: DaemonOptions,
+    ) -> (Stack, std::net::SocketAddr) {
+        let admin = "[admin]\naddress = \"127.0.0.1:0\"\n";
+        let (stack, addr) = Stack::start_with(admin, listener_extra, upstream_extra, opts).await;
+        (stack, addr.expect("admin listener"))
+    }
+
+    async fn start_with(
+        head: &str,
+        listener_extra: &str,
+        upstream_extra: &str,
+        opts: DaemonOptions,
+    ) -> (Stack, Option<std::net::SocketAddr>) {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("daemon.sock");
         let daemon = Daemon::start(&socket, opts).await.expect("daemon");
-        let toml = stack_toml(&socket, listener_extra, upstream_extra);
+        let toml = format!(
+            "{head}{}",
+            stack_toml(&socket, listener_extra, upstream_extra)
+        );
         let cfg = Config::from_toml(&toml).unwrap_or_else(|e| panic!("config: {e}\n{toml}"));
         let bound = app::bind(cfg).await.expect("bind");
         let url = bound.ws_url("public").expect("url");
+        let admin = bound.admin_addr();
         let gateway = bound.spawn();
         wait_connected(&gateway, "daemon").await;
-        Stack {
+        let stack = Stack {
             dir,
             daemon: Some(daemon),
             socket,
             url,
             gateway,
-        }
+        };
+        (stack, admin)
     }
 
     pub async fn client(&self) -> Ws {
@@ -110,6 +138,24 @@ pub async fn connect(url: &str) -> Ws {
     let (ws, _) = tokio_tungstenite::connect_async(url)
         .await
         .expect("connect");
+    ws
+}
+
+/// A WebSocket client with a tiny receive buffer, so that not reading fills
+/// the gateway's outbox soon.
+pub async fn connect_tiny_window(url: &str) -> Ws {
+    let addr: std::net::SocketAddr = url
+        .trim_start_matches("ws://")
+        .split('/')
+        .next()
+        .and_then(|a| a.parse().ok())
+        .expect("ws://IP:port/path");
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    let stream = socket.connect(addr).await.expect("connect");
+    let (ws, _) = tokio_tungstenite::client_async(url, MaybeTlsStream::Plain(stream))
+        .await
+        .expect("ws handshake");
     ws
 }
 

@@ -50,6 +50,12 @@ pub struct RawListener {
     /// Outbound messages queued per client before its writer applies
     /// backpressure; bounds memory held for a slow client. Default `1024`.
     pub outbox_capacity: usize,
+    /// Bytes of outbound frames queued per client (the outbox's byte
+    /// budget): a push or event that would go over it is dropped, a reply
+    /// waits for room (at most `slow_consumer_timeout_ms`). An empty queue
+    /// takes one frame of any size. At least `max_message_bytes`.
+    /// Default `4194304` (4 MiB).
+    pub outbox_max_bytes: usize,
     /// WebSocket ping period on idle connections. Default `30000`.
     pub ping_interval_ms: u64,
     /// How long a WebSocket peer may stay silent after a ping before it is
@@ -123,7 +129,8 @@ pub struct RawListener {
     pub idle_timeout_ms: u64,
     /// Close a connection after this long; 0 = never. Default `0`.
     pub max_connection_lifetime_ms: u64,
-    /// A client whose outbox stays full this long is closed with 1008 and
+    /// A client whose outbox stays full (`outbox_capacity` messages or
+    /// `outbox_max_bytes` bytes) this long is closed with 1008 and
     /// its pending calls purged. Default `10000`.
     pub slow_consumer_timeout_ms: u64,
 }
@@ -144,6 +151,7 @@ impl Default for RawListener {
             max_batch_items: 100,
             max_in_flight: 256,
             outbox_capacity: 1024,
+            outbox_max_bytes: 4 << 20,
             ping_interval_ms: 30_000,
             pong_timeout_ms: 30_000,
             request_timeout_ms: 30_000,

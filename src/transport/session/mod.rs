@@ -103,6 +103,7 @@ impl Session {
         };
         let (outbox, reader) = Outbox::channel(
             cfg.outbox_capacity,
+            cfg.outbox_max_bytes,
             OutCodec::new(form, metrics.clone()),
             cfg.protection.slow_consumer_timeout,
             gauges,
