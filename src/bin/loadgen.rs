@@ -21,7 +21,8 @@
 //!
 //! Layout: `target` starts what is measured (processes via `procs`, the
 //! echo in `echo`), `conn` and `wire` speak to it, `drive`, `idle`,
-//! `fanout` and `persist` apply the load, `scenario` defines the runs, `measure` performs one and reads
+//! `fanout` and `persist` apply the load (the last two read the daemon feed
+//! of `feed`), `scenario` defines the runs, `measure` performs one and reads
 //! the processes' CPU and memory, `report` prints it all. They live
 //! in `src/bin/loadgen/` (a binary crate root has no module directory of its
 //! own, hence the `#[path]` attributes).
@@ -34,6 +35,8 @@ mod drive;
 mod echo;
 #[path = "loadgen/fanout.rs"]
 mod fanout;
+#[path = "loadgen/feed.rs"]
+mod feed;
 #[path = "loadgen/idle.rs"]
 mod idle;
 #[path = "loadgen/measure.rs"]

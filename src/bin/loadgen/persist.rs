@@ -28,8 +28,8 @@ use hdrhistogram::Histogram;
 use tokio::time::{timeout_at, Instant};
 
 use super::conn::{Buffers, Endpoint, Rx, Tx};
-use super::drive::{new_histogram, Timing};
-use super::fanout::{self, TOPIC};
+use super::drive::{self, new_histogram, Timing};
+use super::feed::{self, number, TOPIC};
 use super::measure::{self, CpuUse};
 use super::wire::{Out, Wire};
 
@@ -132,7 +132,7 @@ pub(crate) fn persistence_toml(
     };
     format!(
         "{}\n[persistence]\n{store}\n[[persistent_topics]]\ntopic = \"{TOPIC}\"\n",
-        fanout::feed_toml()
+        feed::feed_toml()
     )
 }
 
@@ -168,9 +168,6 @@ pub(crate) async fn run(
     let cpu = sampler.await.unwrap_or_default();
     let mut hist = new_histogram();
     let (mut stored, mut published) = (None::<(u64, u64)>, None::<(u64, u64)>);
-    let widen = |r: Option<(u64, u64)>, (lo, hi): (u64, u64)| {
-        Some(r.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))))
-    };
     for task in tasks {
         let Ok(sub) = task.await else {
             out.errors += 1;
@@ -184,8 +181,8 @@ pub(crate) async fn run(
         out.out_of_order += sub.out_of_order;
         out.errors += sub.errors;
         if let Some((seqs, daemon)) = sub.window {
-            stored = widen(stored, seqs);
-            published = widen(published, daemon);
+            stored = feed::widen(stored, seqs);
+            published = feed::widen(published, daemon);
         }
     }
     let window = (timing.end - timing.start).as_secs_f64();
@@ -194,14 +191,7 @@ pub(crate) async fn run(
     out.stored_per_s = rate(stored);
     out.published_per_s = rate(published);
     out.delivered_per_s = out.delivered as f64 / window;
-    let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
-    out.latency_us = [
-        us(0.5),
-        us(0.9),
-        us(0.99),
-        us(0.999),
-        hist.max() as f64 / 1000.0,
-    ];
+    out.latency_us = drive::latency_us(&hist);
     let want = if smoke { SMOKE_BACKLOG } else { BACKLOG };
     let (backlog, resume) = resume(endpoint, backlog_from, want).await?;
     out.backlog = backlog;
@@ -342,16 +332,6 @@ fn ack(id: &str, seq: u64) -> String {
     )
 }
 
-/// The unsigned number after `key` in `text`, found without parsing.
-fn number(text: &str, key: &str) -> Option<u64> {
-    let at = text.find(key)? + key.len();
-    let rest = &text[at..];
-    let end = rest
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(rest.len());
-    rest[..end].parse().ok()
-}
-
 // === impl Sub ===
 
 impl Sub {
@@ -379,13 +359,8 @@ impl Sub {
             None => ((seq, seq), (d, d)),
             Some(((lo, hi), (dlo, dhi))) => ((lo.min(seq), hi.max(seq)), (dlo.min(d), dhi.max(d))),
         });
-        match fanout::published_at(text).map(|at| wall.duration_since(at)) {
-            Some(Ok(latency)) => {
-                let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
-                self.hist.saturating_record(nanos);
-            }
-            Some(Err(_)) => self.hist.saturating_record(0),
-            None => self.errors += 1,
+        if !feed::record_latency(&mut self.hist, text, wall) {
+            self.errors += 1;
         }
     }
 }
@@ -393,14 +368,6 @@ impl Sub {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn numbers_are_read_without_parsing() {
-        let frame = r#"{"method":"rpc.notification.persistent","params":{"sequence_id":42,"data":{"event":{"data":{"seq":7}}}}}"#;
-        assert_eq!(number(frame, r#""sequence_id":"#), Some(42));
-        assert_eq!(number(frame, r#""seq":"#), Some(7));
-        assert_eq!(number(frame, r#""nope":"#), None);
-    }
 
     #[test]
     fn the_embedded_target_stores_under_its_dir() {

@@ -285,7 +285,7 @@ impl TargetSpec {
                         dir.path(),
                         nats.as_ref().map(|(_, url)| url.as_str()),
                     ),
-                    _ => super::fanout::feed_toml(),
+                    _ => super::feed::feed_toml(),
                 };
                 let (gateway, endpoint) =
                     launch::switchyard_with_feed(opts, &socket, &feed, dir.path())?;

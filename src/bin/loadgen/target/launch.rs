@@ -381,7 +381,7 @@ mod tests {
     #[test]
     fn the_fanout_configuration_is_the_default_one_plus_the_feed() {
         let dir = tempfile::tempdir().expect("dir");
-        let feed = crate::fanout::feed_toml();
+        let feed = crate::feed::feed_toml();
         // Tuned options on the command line do not apply to fanout.
         let (text, _) = feed_gateway_toml(
             &opts(false, Some(2)),
