@@ -20,18 +20,25 @@
 //! Acknowledgements are pipelined (sent as each delivery is read, replies
 //! counted as they come): the window of unacknowledged messages per
 //! subscription (1,024 by default) is what bounds a subscriber.
+//!
+//! The persistent-subscription calls themselves (open, acknowledge, probe,
+//! resume) are in `calls`; the feed's configuration and event reading in
+//! `feed`.
+
+#[path = "persist/calls.rs"]
+mod calls;
 
 use std::time::{Duration, SystemTime};
 
-use anyhow::{bail, Context};
 use hdrhistogram::Histogram;
 use tokio::time::{timeout_at, Instant};
 
-use super::conn::{Buffers, Endpoint, Rx, Tx};
+use self::calls::{ack, open, resume, BACKLOG_ID};
+use super::conn::{Endpoint, Rx, Tx};
 use super::drive::{self, new_histogram, Timing};
 use super::feed::{self, number, TOPIC};
 use super::measure::{self, CpuUse};
-use super::wire::{Out, Wire};
+use super::wire::Out;
 
 /// Persistent subscribers acknowledging every message.
 pub(crate) const SUBSCRIBERS: usize = 10;
@@ -43,14 +50,6 @@ const SMOKE_BACKLOG: u64 = 20;
 /// The shortest window with `--smoke`: the embedded store of a debug build
 /// is slow to deliver its first events.
 const SMOKE_WINDOW: Duration = Duration::from_secs(1);
-/// How long any one reply or the backlog's growth may take.
-const STEP_TIMEOUT: Duration = Duration::from_secs(60);
-/// The detached subscription's id.
-const BACKLOG_ID: &str = "bench-backlog";
-/// The throwaway subscription that reads the topic's last sequence.
-const PROBE_ID: &str = "bench-probe";
-/// Pause between probes of the backlog's growth.
-const PROBE_EVERY: Duration = Duration::from_millis(200);
 
 /// The store behind the persistent topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -199,33 +198,6 @@ pub(crate) async fn run(
     Ok((out, cpu))
 }
 
-/// Connects and opens subscription `id`; returns the connection and
-/// `resumed_from_sequence`.
-async fn open(endpoint: &Endpoint, id: &str) -> anyhow::Result<((Tx, Rx), u64)> {
-    let (mut tx, mut rx) = endpoint
-        .connect(Wire::JsonRpc, Buffers::Default)
-        .await
-        .context("connecting a persistent subscriber")?;
-    let request = format!(
-        r#"{{"jsonrpc":"2.0","method":"rpc.subscribe.persistent","params":{{"subscription_id":"{id}","topic":"{TOPIC}"}},"id":"open"}}"#
-    );
-    tx.feed(Out::Text(request)).await?;
-    tx.flush().await?;
-    let deadline = Instant::now() + STEP_TIMEOUT;
-    loop {
-        let Ok(Some(Ok(msg))) = timeout_at(deadline, rx.recv()).await else {
-            bail!("no answer to rpc.subscribe.persistent for {id}");
-        };
-        let text = msg.text().unwrap_or_default();
-        if text.contains(r#""id":"open""#) {
-            let Some(from) = number(text, r#""resumed_from_sequence":"#) else {
-                bail!("rpc.subscribe.persistent for {id} failed: {text}");
-            };
-            return Ok(((tx, rx), from));
-        }
-    }
-}
-
 /// One subscriber: acknowledges every delivery, until the grace period
 /// after the window ends.
 async fn subscriber((mut tx, mut rx): (Tx, Rx), id: String, t: Timing) -> Sub {
@@ -272,64 +244,6 @@ async fn subscriber((mut tx, mut rx): (Tx, Rx), id: String, t: Timing) -> Sub {
         }
     }
     sub
-}
-
-/// Waits until `want` messages are stored after `from`, then resumes the
-/// detached subscription and takes the time to receive them all.
-async fn resume(endpoint: &Endpoint, from: u64, want: u64) -> anyhow::Result<(u64, Duration)> {
-    let deadline = Instant::now() + STEP_TIMEOUT + Duration::from_millis(want);
-    while last_seq(endpoint).await? < from + want {
-        if Instant::now() > deadline {
-            bail!("the backlog never reached {want} messages");
-        }
-        tokio::time::sleep(PROBE_EVERY).await;
-    }
-    let began = Instant::now();
-    let ((mut tx, mut rx), resumed) = open(endpoint, BACKLOG_ID).await?;
-    if resumed != from {
-        bail!("the backlog subscription resumed from {resumed}, not {from}");
-    }
-    let deadline = began + STEP_TIMEOUT;
-    let mut received = 0;
-    while received < want {
-        let Ok(Some(Ok(msg))) = timeout_at(deadline, rx.recv()).await else {
-            bail!("the resumed subscription stalled after {received} of {want}");
-        };
-        let text = msg.text().unwrap_or_default();
-        if let Some(seq) = number(text, r#""sequence_id":"#) {
-            received += 1;
-            tx.feed(Out::Text(ack(BACKLOG_ID, seq))).await?;
-            tx.flush().await?;
-        }
-    }
-    Ok((want, began.elapsed()))
-}
-
-/// The topic's last sequence: what a new subscription reports, through a
-/// throwaway one deleted at once.
-async fn last_seq(endpoint: &Endpoint) -> anyhow::Result<u64> {
-    let ((mut tx, mut rx), last) = open(endpoint, PROBE_ID).await?;
-    let delete = format!(
-        r#"{{"jsonrpc":"2.0","method":"rpc.unsubscribe.persistent","params":{{"subscription_id":"{PROBE_ID}"}},"id":"del"}}"#
-    );
-    tx.feed(Out::Text(delete)).await?;
-    tx.flush().await?;
-    let deadline = Instant::now() + STEP_TIMEOUT;
-    loop {
-        match timeout_at(deadline, rx.recv()).await {
-            Ok(Some(Ok(msg))) if msg.text().is_some_and(|t| t.contains(r#""id":"del""#)) => {
-                return Ok(last)
-            }
-            Ok(Some(Ok(_))) => {}
-            _ => bail!("no answer to rpc.unsubscribe.persistent"),
-        }
-    }
-}
-
-fn ack(id: &str, seq: u64) -> String {
-    format!(
-        r#"{{"jsonrpc":"2.0","method":"rpc.acknowledge.persistent","params":{{"subscription_id":"{id}","sequence_id":{seq}}},"id":{seq}}}"#
-    )
 }
 
 // === impl Sub ===
