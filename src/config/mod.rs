@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod listener;
+mod observability;
 mod persistence;
 mod protection;
 mod publish;
