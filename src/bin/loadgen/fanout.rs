@@ -181,17 +181,7 @@ async fn subscriber(
     target: watch::Receiver<u64>,
     highest: Arc<AtomicU64>,
 ) -> Sub {
-    let mut sub = Sub {
-        hist: new_histogram(),
-        last: None,
-        window_seqs: None,
-        received: 0,
-        in_window: 0,
-        lost: 0,
-        out_of_order: 0,
-        errors: 0,
-        ended: false,
-    };
+    let mut sub = Sub::new();
     let request = format!(
         r#"{{"jsonrpc":"2.0","method":"rpc.subscribe","params":{{"topic":"{pattern}"}},"id":1}}"#
     );
@@ -275,6 +265,21 @@ const TOPIC_MEMBER: &str = r#""topic":"daemon.events""#;
 // === impl Sub ===
 
 impl Sub {
+    /// Nothing observed yet.
+    fn new() -> Self {
+        Sub {
+            hist: new_histogram(),
+            last: None,
+            window_seqs: None,
+            received: 0,
+            in_window: 0,
+            lost: 0,
+            out_of_order: 0,
+            errors: 0,
+            ended: false,
+        }
+    }
+
     fn record(
         &mut self,
         seq: u64,
@@ -318,17 +323,7 @@ mod tests {
 
     #[test]
     fn gaps_are_lost_and_steps_back_out_of_order() {
-        let mut sub = Sub {
-            hist: new_histogram(),
-            last: None,
-            window_seqs: None,
-            received: 0,
-            in_window: 0,
-            lost: 0,
-            out_of_order: 0,
-            errors: 0,
-            ended: false,
-        };
+        let mut sub = Sub::new();
         let now = (Instant::now(), SystemTime::now());
         for seq in [5, 6, 9, 9, 10] {
             sub.record(seq, FRAME, now, None);
