@@ -43,33 +43,7 @@ struct Instance {
 impl Instance {
     fn start(dir: &Path, name: &str, nats: &str, upstream: &str) -> Instance {
         let file = dir.join(format!("{name}.toml"));
-        let text = format!(
-            r#"
-[log]
-level = "info"
-
-[listeners.public]
-dialect = "jsonrpc-ws"
-address = "127.0.0.1:0"
-path = "/rpc"
-
-[upstreams.events]
-dialect = "jsonrpc-ws"
-url = "{upstream}"
-pool_size = 1
-
-[[routes]]
-listener = "public"
-upstream = "events"
-
-[persistence]
-backend = "nats"
-nats_url = "{nats}"
-
-[[persistent_topics]]
-topic = "{TOPIC}"
-"#
-        );
+        let text = config("[log]\nlevel = \"info\"", nats, upstream);
         std::fs::write(&file, text).unwrap();
         let mut child = Command::new(BIN)
             .args(["run", "--config"])
@@ -292,10 +266,22 @@ async fn gateway(
     nats_url: &str,
     upstream: &str,
 ) -> Result<(switchyard::app::Running, String), String> {
-    let toml = format!(
+    let toml = config("[admin]\naddress = \"127.0.0.1:0\"", nats_url, upstream);
+    let cfg = switchyard::config::Config::from_toml(&toml).unwrap();
+    let bound = switchyard::app::bind(cfg)
+        .await
+        .map_err(|e| e.to_string())?;
+    let url = bound.ws_url("public").unwrap();
+    Ok((bound.spawn(), url))
+}
+
+/// The configuration both kinds of gateway use: `head` (a table of its
+/// own), one JSON-RPC WebSocket listener in front of `upstream`, and
+/// [`TOPIC`] persistent on the NATS server at `nats`.
+fn config(head: &str, nats: &str, upstream: &str) -> String {
+    format!(
         r#"
-[admin]
-address = "127.0.0.1:0"
+{head}
 
 [listeners.public]
 dialect = "jsonrpc-ws"
@@ -313,18 +299,12 @@ upstream = "events"
 
 [persistence]
 backend = "nats"
-nats_url = "{nats_url}"
+nats_url = "{nats}"
 
 [[persistent_topics]]
 topic = "{TOPIC}"
 "#
-    );
-    let cfg = switchyard::config::Config::from_toml(&toml).unwrap();
-    let bound = switchyard::app::bind(cfg)
-        .await
-        .map_err(|e| e.to_string())?;
-    let url = bound.ws_url("public").unwrap();
-    Ok((bound.spawn(), url))
+    )
 }
 
 /// `/readyz`: status and body.

@@ -1,12 +1,106 @@
-//! Validation of one `[upstreams.<name>]` table: target, mode, profile,
-//! pool and timing keys.
+//! One `[upstreams.<name>]` table: its typed form ([`UpstreamConfig`])
+//! and its validation: target, mode, profile, pool and timing keys.
 
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::raw::RawUpstream;
 use super::validate::{check_name, dialect, socket_path, Problems};
-use super::{NotificationPolicy, UpstreamConfig, UpstreamMode, UpstreamTarget};
+use super::Publish;
 use crate::dialect::Dialect;
+
+/// How client messages share upstream connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamMode {
+    /// One pool of connections multiplexed for all clients.
+    Shared,
+    /// One upstream connection per client connection.
+    PerClient,
+}
+
+/// What a client notification becomes on an NDJSON upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotificationPolicy {
+    /// Sent as a true JSON-RPC notification (no id).
+    Forward,
+    /// Sent as a request with a gateway id; the reply is read and discarded
+    /// (for daemons such as hld that answer notifications).
+    AsRequest,
+}
+
+/// Where an upstream is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamTarget {
+    /// A Unix stream socket (NDJSON).
+    Unix(PathBuf),
+    /// A WebSocket URL (`ws://` or `wss://`).
+    Ws(String),
+}
+
+/// One named upstream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamConfig {
+    /// Config name, used in logs and metric labels.
+    pub name: String,
+    /// Dialect the upstream speaks.
+    pub dialect: Dialect,
+    /// Where it is.
+    pub target: UpstreamTarget,
+    /// Connection sharing mode.
+    pub mode: UpstreamMode,
+    /// Persistent connections in the shared pool.
+    pub pool_size: NonZeroUsize,
+    /// Requests in flight on one upstream connection.
+    pub max_in_flight_per_connection: NonZeroUsize,
+    /// Requests in flight on the whole upstream; above it (and the wait
+    /// queue) calls fail with `resource_exhausted`.
+    pub max_pending: NonZeroUsize,
+    /// Requests allowed to wait for a free slot when the upstream is at
+    /// `max_pending`.
+    pub max_queued: usize,
+    /// How long a request may wait for room (a pending slot and a
+    /// connection below its in-flight cap); then `resource_exhausted`.
+    pub queue_timeout: Duration,
+    /// Largest message switchyard sends (what the upstream accepts,
+    /// including the NDJSON `\n`).
+    pub max_request_bytes: usize,
+    /// Largest message switchyard reads from the upstream.
+    pub max_response_bytes: usize,
+    /// Time allowed to establish a connection when none is up.
+    pub connect_timeout: Duration,
+    /// First reconnect delay after a failure.
+    pub backoff_initial: Duration,
+    /// Upper bound of the reconnect delay.
+    pub backoff_max: Duration,
+    /// WebSocket ping period (JSON-RPC, Sideband upstreams).
+    pub ping_interval: Duration,
+    /// Silence allowed after a ping before the link is closed.
+    pub pong_timeout: Duration,
+    /// holon-rpc heartbeat period.
+    pub heartbeat_interval: Duration,
+    /// Time a holon heartbeat may go unanswered (then close 4000).
+    pub heartbeat_timeout: Duration,
+    /// `Origin` header sent to WebSocket upstreams.
+    pub origin: Option<String>,
+    /// Offer the `jsonrpc` subprotocol to JSON-RPC upstreams.
+    pub offer_subprotocol: bool,
+    /// NDJSON: what client notifications become.
+    pub notifications: NotificationPolicy,
+    /// NDJSON: replies come in request order (hld); check it, and attribute
+    /// `id:null` errors to the oldest call.
+    pub ordered_replies: bool,
+    /// NDJSON: send `"params":{}` when the client omitted params.
+    pub fill_empty_params: bool,
+    /// The upstream accepts JSON-RPC batches; otherwise they are fanned out.
+    pub accepts_batches: bool,
+    /// Methods that stream (hld `Subscribe`): dedicated connection per call.
+    pub streaming_methods: Vec<String>,
+    /// The readiness probe waits for this upstream to be connected.
+    pub required: bool,
+    /// What it publishes to the pub/sub broker.
+    pub publish: Publish,
+}
 
 /// Accepted upstream `mode` values.
 const MODES: [(&str, UpstreamMode); 2] = [

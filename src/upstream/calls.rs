@@ -17,6 +17,7 @@ use crate::envelope::{Message, Payload};
 use crate::error::{ErrorKind, GatewayError};
 
 /// Gives a call's gateway id up if the caller stops waiting before the reply.
+#[derive(Default)]
 struct AbandonGuard {
     link: Option<(Arc<Link>, u64)>,
     timed_out: bool,
@@ -29,15 +30,8 @@ impl Upstream {
     /// error, still carrying the gateway id). Cancel-safe: dropping the
     /// future abandons the call and a late reply is counted as stale.
     async fn call(&self, method: &str, params: Option<&Payload>) -> Result<Message, GatewayError> {
-        self.call_inner(
-            method,
-            params,
-            &mut AbandonGuard {
-                link: None,
-                timed_out: false,
-            },
-        )
-        .await
+        self.call_inner(method, params, &mut AbandonGuard::default())
+            .await
     }
 
     /// Like [`call`](Self::call), but marks an abandoned call as timed out
@@ -48,20 +42,11 @@ impl Upstream {
         params: Option<&Payload>,
         deadline: tokio::time::Instant,
     ) -> Result<Message, GatewayError> {
-        let mut guard = AbandonGuard {
-            link: None,
-            timed_out: false,
-        };
+        let mut guard = AbandonGuard::default();
         let span = self.client_span(method);
         let call = self.call_inner(method, params, &mut guard).instrument(span);
         let result = tokio::time::timeout_at(deadline, call).await;
-        match result {
-            Ok(r) => r,
-            Err(_) => {
-                guard.timed_out = true;
-                Err(GatewayError::new(ErrorKind::Timeout))
-            }
-        }
+        guard.settle(result)
     }
 
     /// Forwards a client notification on the pool, according to the
@@ -148,21 +133,13 @@ impl Upstream {
         params: Option<&Payload>,
         deadline: tokio::time::Instant,
     ) -> Result<Message, GatewayError> {
-        let mut guard = AbandonGuard {
-            link: None,
-            timed_out: false,
-        };
+        let mut guard = AbandonGuard::default();
         let call = async {
             let _admitted = self.admission.admit_many(1).await?;
             call_on(&self.admission, link, method, params, &mut guard).await
         };
-        match tokio::time::timeout_at(deadline, call).await {
-            Ok(r) => r,
-            Err(_) => {
-                guard.timed_out = true;
-                Err(GatewayError::new(ErrorKind::Timeout))
-            }
-        }
+        let result = tokio::time::timeout_at(deadline, call).await;
+        guard.settle(result)
     }
 }
 
@@ -189,6 +166,21 @@ async fn call_on(
 }
 
 // === impl AbandonGuard ===
+
+impl AbandonGuard {
+    /// The outcome of a call awaited until a deadline: when the deadline
+    /// passed, the call is marked timed out (so that abandoning it retires
+    /// an ordered connection) and the caller gets a timeout.
+    fn settle(
+        &mut self,
+        result: Result<Result<Message, GatewayError>, tokio::time::error::Elapsed>,
+    ) -> Result<Message, GatewayError> {
+        result.unwrap_or_else(|_| {
+            self.timed_out = true;
+            Err(GatewayError::new(ErrorKind::Timeout))
+        })
+    }
+}
 
 impl Drop for AbandonGuard {
     fn drop(&mut self) {

@@ -9,6 +9,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 
 /// How long to wait for another test process's `npm ci`.
 const INSTALL_LOCK_WAIT: Duration = Duration::from_secs(300);
@@ -166,6 +168,33 @@ pub fn ensure_node_modules(dir: &Path) {
         "`npm ci` did not install every pinned dependency: {:?}",
         pinned_dependencies(dir)
     );
+}
+
+/// `node tests/node/<script> <args…>`, once the locked dependencies are
+/// installed: stdin and stdout piped (stdout read by lines), stderr
+/// inherited, killed on drop. A missing `node` fails the test.
+pub async fn spawn_script(
+    script: &str,
+    args: &[&str],
+) -> (Child, ChildStdin, Lines<BufReader<ChildStdout>>) {
+    require_tool("node");
+    let dir = node_dir();
+    tokio::task::spawn_blocking(move || ensure_node_modules(&dir))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    let script = node_dir().join(script);
+    let mut child = tokio::process::Command::new("node")
+        .arg(&script)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run `node {}`: {e}", script.display()));
+    let stdin = child.stdin.take().expect("piped stdin");
+    let stdout = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+    (child, stdin, stdout)
 }
 
 /// Debian's Chromium for the browser tests: `$SWITCHYARD_CHROMIUM`, else

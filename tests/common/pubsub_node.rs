@@ -4,16 +4,15 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use switchyard::app::Running;
 use switchyard::daemon::ws::{WsDaemon, WsDialect};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::io::{AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-use super::node::{ensure_node_modules, node_dir, require_tool};
+use super::node::spawn_script;
 use super::scrape::{scrape, value, wait_value};
 
 /// How long one case may run (the script's own deadline is 100 s).
@@ -98,24 +97,7 @@ pub struct Script {
 
 impl Script {
     pub async fn start(url: &str, case: &str) -> Script {
-        require_tool("node");
-        let dir = node_dir();
-        tokio::task::spawn_blocking(move || ensure_node_modules(&dir))
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-        let script = node_dir().join("pubsub_client.mjs");
-        let mut child = tokio::process::Command::new("node")
-            .arg(&script)
-            .arg(url)
-            .arg(case)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run `node {}`: {e}", script.display()));
-        let stdin = child.stdin.take().expect("piped stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+        let (child, stdin, stdout) = spawn_script("pubsub_client.mjs", &[url, case]).await;
         Script {
             child,
             stdin,

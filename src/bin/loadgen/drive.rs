@@ -330,3 +330,15 @@ pub(crate) fn new_histogram() -> Histogram<u32> {
         Err(e) => unreachable!("the bounds are constant and valid; qed ({e})"),
     }
 }
+
+/// The latencies in `hist` (ns) as µs: p50, p90, p99, p99.9, max.
+pub(crate) fn latency_us(hist: &Histogram<u32>) -> [f64; 5] {
+    let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    [
+        us(0.5),
+        us(0.9),
+        us(0.99),
+        us(0.999),
+        hist.max() as f64 / 1000.0,
+    ]
+}

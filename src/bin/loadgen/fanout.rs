@@ -6,8 +6,7 @@
 //! Each reads its socket in a task of its own and checks every event: the
 //! topic, and the daemon's `seq`, which must grow by exactly one (a jump is
 //! lost events, a step back or a repeat is out of order). The delivery
-//! latency of an event is its receipt time minus the daemon's `timestamp`
-//! (RFC 3339, nanoseconds, the same host clock).
+//! latency is taken as [`feed`](super::feed) describes.
 //!
 //! After the window, every subscriber still open reads on until it has the
 //! highest `seq` any subscriber saw by the end of the window (or the grace
@@ -26,18 +25,13 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{timeout_at, Instant};
 
 use super::conn::{Buffers, Endpoint, Rx, Tx};
-use super::drive::{new_histogram, Timing};
+use super::drive::{self, new_histogram, Timing};
+use super::feed::{self, TOPIC};
 use super::measure::{self, CpuUse};
 use super::wire::{Out, Wire};
 
-/// The topic the feed publishes under.
-pub(crate) const TOPIC: &str = "daemon.events";
 /// The wildcard pattern half the subscribers use.
 const WILDCARD: &str = "daemon.>";
-/// One event per millisecond: 1,000 events/s.
-const INTERVAL_MS: u64 = 1;
-/// Size of the published data (the `result` of the daemon's event line).
-pub(crate) const EVENT_BYTES: usize = 256;
 /// Connections opened (and subscribed) at once.
 const CONNECT_CONCURRENCY: usize = 64;
 /// How long all subscriptions may take to be confirmed.
@@ -72,24 +66,6 @@ pub(crate) struct Fanout {
     /// Failed connections or subscriptions, error replies, unreadable
     /// frames.
     pub(crate) errors: u64,
-}
-
-/// The feed's configuration: the daemon's `Subscribe` at 1,000 events/s of
-/// [`EVENT_BYTES`], published under [`TOPIC`].
-pub(crate) fn feed_toml() -> String {
-    format!(
-        "[[upstreams.daemon.feeds]]\nmethod = \"Subscribe\"\n\
-         params = {{ interval_ms = {INTERVAL_MS}, pad_bytes = {}, catch_up = true }}\n\
-         topic = \"{TOPIC}\"\n",
-        pad_bytes()
-    )
-}
-
-/// The pad that makes the published data [`EVENT_BYTES`] long for a
-/// six-digit `seq` (the daemon's event without a pad, measured).
-fn pad_bytes() -> usize {
-    let bare = r#"{"event":{"type":"new_approval","timestamp":"2026-01-01T00:00:00.000000000Z","data":{"seq":100000,"pad":""}}}"#;
-    EVENT_BYTES.saturating_sub(bare.len())
 }
 
 /// One subscriber's observations.
@@ -182,21 +158,14 @@ pub(crate) async fn run(
         } else {
             out.lost += sub.lost;
         }
-        if let Some((lo, hi)) = sub.window_seqs {
-            range = Some(range.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
+        if let Some(seqs) = sub.window_seqs {
+            range = feed::widen(range, seqs);
         }
     }
     let window = (timing.end - timing.start).as_secs_f64();
     out.delivered_per_s = out.delivered as f64 / window;
     out.published_per_s = range.map_or(0.0, |(lo, hi)| (hi - lo + 1) as f64 / window);
-    let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
-    out.latency_us = [
-        us(0.5),
-        us(0.9),
-        us(0.99),
-        us(0.999),
-        hist.max() as f64 / 1000.0,
-    ];
+    out.latency_us = drive::latency_us(&hist);
     Ok((out, cpu))
 }
 
@@ -212,17 +181,7 @@ async fn subscriber(
     target: watch::Receiver<u64>,
     highest: Arc<AtomicU64>,
 ) -> Sub {
-    let mut sub = Sub {
-        hist: new_histogram(),
-        last: None,
-        window_seqs: None,
-        received: 0,
-        in_window: 0,
-        lost: 0,
-        out_of_order: 0,
-        errors: 0,
-        ended: false,
-    };
+    let mut sub = Sub::new();
     let request = format!(
         r#"{{"jsonrpc":"2.0","method":"rpc.subscribe","params":{{"topic":"{pattern}"}},"id":1}}"#
     );
@@ -298,26 +257,29 @@ fn event(text: &str) -> Option<u64> {
     if !text.contains(r#""method":"rpc.notification""#) || !text.contains(TOPIC_MEMBER) {
         return None;
     }
-    let at = text.find(r#""seq":"#)? + r#""seq":"#.len();
-    let digits = text[at..]
-        .find(|c: char| !c.is_ascii_digit())
-        .map_or(&text[at..], |end| &text[at..at + end]);
-    digits.parse().ok()
+    feed::number(text, r#""seq":"#)
 }
 
 const TOPIC_MEMBER: &str = r#""topic":"daemon.events""#;
 
-/// The event's daemon timestamp.
-pub(crate) fn published_at(text: &str) -> Option<SystemTime> {
-    let key = r#""timestamp":""#;
-    let at = text.find(key)? + key.len();
-    let end = text[at..].find('"')?;
-    humantime::parse_rfc3339(&text[at..at + end]).ok()
-}
-
 // === impl Sub ===
 
 impl Sub {
+    /// Nothing observed yet.
+    fn new() -> Self {
+        Sub {
+            hist: new_histogram(),
+            last: None,
+            window_seqs: None,
+            received: 0,
+            in_window: 0,
+            lost: 0,
+            out_of_order: 0,
+            errors: 0,
+            ended: false,
+        }
+    }
+
     fn record(
         &mut self,
         seq: u64,
@@ -340,18 +302,9 @@ impl Sub {
             return;
         }
         self.in_window += 1;
-        self.window_seqs = Some(
-            self.window_seqs
-                .map_or((seq, seq), |(lo, hi)| (lo.min(seq), hi.max(seq))),
-        );
-        match published_at(text).map(|at| wall.duration_since(at)) {
-            Some(Ok(latency)) => {
-                let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
-                self.hist.saturating_record(nanos);
-            }
-            // The clock stepped back between publish and receipt: 0.
-            Some(Err(_)) => self.hist.saturating_record(0),
-            None => self.errors += 1,
+        self.window_seqs = feed::widen(self.window_seqs, (seq, seq));
+        if !feed::record_latency(&mut self.hist, text, wall) {
+            self.errors += 1;
         }
     }
 }
@@ -366,34 +319,11 @@ mod tests {
     fn events_are_read_without_parsing() {
         assert_eq!(event(FRAME), Some(42));
         assert_eq!(event(&FRAME.replace("daemon.events", "other.topic")), None);
-        let at = published_at(FRAME).expect("timestamp");
-        let want = humantime::parse_rfc3339("2026-11-25T16:00:00.123456789Z").expect("time");
-        assert_eq!(at, want);
-    }
-
-    #[test]
-    fn the_pad_makes_256_byte_events() {
-        let data = format!(
-            r#"{{"event":{{"type":"new_approval","timestamp":"2026-11-25T16:00:00.123456789Z","data":{{"seq":123456,"pad":"{}"}}}}}}"#,
-            "x".repeat(pad_bytes())
-        );
-        assert_eq!(data.len(), EVENT_BYTES);
-        assert!(feed_toml().contains("catch_up = true"));
     }
 
     #[test]
     fn gaps_are_lost_and_steps_back_out_of_order() {
-        let mut sub = Sub {
-            hist: new_histogram(),
-            last: None,
-            window_seqs: None,
-            received: 0,
-            in_window: 0,
-            lost: 0,
-            out_of_order: 0,
-            errors: 0,
-            ended: false,
-        };
+        let mut sub = Sub::new();
         let now = (Instant::now(), SystemTime::now());
         for seq in [5, 6, 9, 9, 10] {
             sub.record(seq, FRAME, now, None);

@@ -264,16 +264,9 @@ impl RunResult {
     /// Copies a traffic run's tally and CPU deltas in.
     fn fill(&mut self, t: &Tally, timing: Timing, cpu: CpuUse) {
         let window = (timing.end - timing.start).as_secs_f64();
-        let us = |q: f64| t.hist.value_at_quantile(q) as f64 / 1000.0;
         self.window_secs = window;
         self.rps = t.completed as f64 / window;
-        self.latency_us = [
-            us(0.5),
-            us(0.9),
-            us(0.99),
-            us(0.999),
-            t.hist.max() as f64 / 1000.0,
-        ];
+        self.latency_us = drive::latency_us(&t.hist);
         self.sent = t.sent;
         self.verified = t.verified;
         self.errors = t.errors;

@@ -20,18 +20,25 @@
 //! Acknowledgements are pipelined (sent as each delivery is read, replies
 //! counted as they come): the window of unacknowledged messages per
 //! subscription (1,024 by default) is what bounds a subscriber.
+//!
+//! The persistent-subscription calls themselves (open, acknowledge, probe,
+//! resume) are in `calls`; the feed's configuration and event reading in
+//! `feed`.
+
+#[path = "persist/calls.rs"]
+mod calls;
 
 use std::time::{Duration, SystemTime};
 
-use anyhow::{bail, Context};
 use hdrhistogram::Histogram;
 use tokio::time::{timeout_at, Instant};
 
-use super::conn::{Buffers, Endpoint, Rx, Tx};
-use super::drive::{new_histogram, Timing};
-use super::fanout::{self, TOPIC};
+use self::calls::{ack, open, resume, BACKLOG_ID};
+use super::conn::{Endpoint, Rx, Tx};
+use super::drive::{self, new_histogram, Timing};
+use super::feed::{self, number, TOPIC};
 use super::measure::{self, CpuUse};
-use super::wire::{Out, Wire};
+use super::wire::Out;
 
 /// Persistent subscribers acknowledging every message.
 pub(crate) const SUBSCRIBERS: usize = 10;
@@ -43,14 +50,6 @@ const SMOKE_BACKLOG: u64 = 20;
 /// The shortest window with `--smoke`: the embedded store of a debug build
 /// is slow to deliver its first events.
 const SMOKE_WINDOW: Duration = Duration::from_secs(1);
-/// How long any one reply or the backlog's growth may take.
-const STEP_TIMEOUT: Duration = Duration::from_secs(60);
-/// The detached subscription's id.
-const BACKLOG_ID: &str = "bench-backlog";
-/// The throwaway subscription that reads the topic's last sequence.
-const PROBE_ID: &str = "bench-probe";
-/// Pause between probes of the backlog's growth.
-const PROBE_EVERY: Duration = Duration::from_millis(200);
 
 /// The store behind the persistent topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -132,7 +131,7 @@ pub(crate) fn persistence_toml(
     };
     format!(
         "{}\n[persistence]\n{store}\n[[persistent_topics]]\ntopic = \"{TOPIC}\"\n",
-        fanout::feed_toml()
+        feed::feed_toml()
     )
 }
 
@@ -168,9 +167,6 @@ pub(crate) async fn run(
     let cpu = sampler.await.unwrap_or_default();
     let mut hist = new_histogram();
     let (mut stored, mut published) = (None::<(u64, u64)>, None::<(u64, u64)>);
-    let widen = |r: Option<(u64, u64)>, (lo, hi): (u64, u64)| {
-        Some(r.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))))
-    };
     for task in tasks {
         let Ok(sub) = task.await else {
             out.errors += 1;
@@ -184,8 +180,8 @@ pub(crate) async fn run(
         out.out_of_order += sub.out_of_order;
         out.errors += sub.errors;
         if let Some((seqs, daemon)) = sub.window {
-            stored = widen(stored, seqs);
-            published = widen(published, daemon);
+            stored = feed::widen(stored, seqs);
+            published = feed::widen(published, daemon);
         }
     }
     let window = (timing.end - timing.start).as_secs_f64();
@@ -194,46 +190,12 @@ pub(crate) async fn run(
     out.stored_per_s = rate(stored);
     out.published_per_s = rate(published);
     out.delivered_per_s = out.delivered as f64 / window;
-    let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
-    out.latency_us = [
-        us(0.5),
-        us(0.9),
-        us(0.99),
-        us(0.999),
-        hist.max() as f64 / 1000.0,
-    ];
+    out.latency_us = drive::latency_us(&hist);
     let want = if smoke { SMOKE_BACKLOG } else { BACKLOG };
     let (backlog, resume) = resume(endpoint, backlog_from, want).await?;
     out.backlog = backlog;
     out.resume_ms = resume.as_secs_f64() * 1000.0;
     Ok((out, cpu))
-}
-
-/// Connects and opens subscription `id`; returns the connection and
-/// `resumed_from_sequence`.
-async fn open(endpoint: &Endpoint, id: &str) -> anyhow::Result<((Tx, Rx), u64)> {
-    let (mut tx, mut rx) = endpoint
-        .connect(Wire::JsonRpc, Buffers::Default)
-        .await
-        .context("connecting a persistent subscriber")?;
-    let request = format!(
-        r#"{{"jsonrpc":"2.0","method":"rpc.subscribe.persistent","params":{{"subscription_id":"{id}","topic":"{TOPIC}"}},"id":"open"}}"#
-    );
-    tx.feed(Out::Text(request)).await?;
-    tx.flush().await?;
-    let deadline = Instant::now() + STEP_TIMEOUT;
-    loop {
-        let Ok(Some(Ok(msg))) = timeout_at(deadline, rx.recv()).await else {
-            bail!("no answer to rpc.subscribe.persistent for {id}");
-        };
-        let text = msg.text().unwrap_or_default();
-        if text.contains(r#""id":"open""#) {
-            let Some(from) = number(text, r#""resumed_from_sequence":"#) else {
-                bail!("rpc.subscribe.persistent for {id} failed: {text}");
-            };
-            return Ok(((tx, rx), from));
-        }
-    }
 }
 
 /// One subscriber: acknowledges every delivery, until the grace period
@@ -284,74 +246,6 @@ async fn subscriber((mut tx, mut rx): (Tx, Rx), id: String, t: Timing) -> Sub {
     sub
 }
 
-/// Waits until `want` messages are stored after `from`, then resumes the
-/// detached subscription and takes the time to receive them all.
-async fn resume(endpoint: &Endpoint, from: u64, want: u64) -> anyhow::Result<(u64, Duration)> {
-    let deadline = Instant::now() + STEP_TIMEOUT + Duration::from_millis(want);
-    while last_seq(endpoint).await? < from + want {
-        if Instant::now() > deadline {
-            bail!("the backlog never reached {want} messages");
-        }
-        tokio::time::sleep(PROBE_EVERY).await;
-    }
-    let began = Instant::now();
-    let ((mut tx, mut rx), resumed) = open(endpoint, BACKLOG_ID).await?;
-    if resumed != from {
-        bail!("the backlog subscription resumed from {resumed}, not {from}");
-    }
-    let deadline = began + STEP_TIMEOUT;
-    let mut received = 0;
-    while received < want {
-        let Ok(Some(Ok(msg))) = timeout_at(deadline, rx.recv()).await else {
-            bail!("the resumed subscription stalled after {received} of {want}");
-        };
-        let text = msg.text().unwrap_or_default();
-        if let Some(seq) = number(text, r#""sequence_id":"#) {
-            received += 1;
-            tx.feed(Out::Text(ack(BACKLOG_ID, seq))).await?;
-            tx.flush().await?;
-        }
-    }
-    Ok((want, began.elapsed()))
-}
-
-/// The topic's last sequence: what a new subscription reports, through a
-/// throwaway one deleted at once.
-async fn last_seq(endpoint: &Endpoint) -> anyhow::Result<u64> {
-    let ((mut tx, mut rx), last) = open(endpoint, PROBE_ID).await?;
-    let delete = format!(
-        r#"{{"jsonrpc":"2.0","method":"rpc.unsubscribe.persistent","params":{{"subscription_id":"{PROBE_ID}"}},"id":"del"}}"#
-    );
-    tx.feed(Out::Text(delete)).await?;
-    tx.flush().await?;
-    let deadline = Instant::now() + STEP_TIMEOUT;
-    loop {
-        match timeout_at(deadline, rx.recv()).await {
-            Ok(Some(Ok(msg))) if msg.text().is_some_and(|t| t.contains(r#""id":"del""#)) => {
-                return Ok(last)
-            }
-            Ok(Some(Ok(_))) => {}
-            _ => bail!("no answer to rpc.unsubscribe.persistent"),
-        }
-    }
-}
-
-fn ack(id: &str, seq: u64) -> String {
-    format!(
-        r#"{{"jsonrpc":"2.0","method":"rpc.acknowledge.persistent","params":{{"subscription_id":"{id}","sequence_id":{seq}}},"id":{seq}}}"#
-    )
-}
-
-/// The unsigned number after `key` in `text`, found without parsing.
-fn number(text: &str, key: &str) -> Option<u64> {
-    let at = text.find(key)? + key.len();
-    let rest = &text[at..];
-    let end = rest
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(rest.len());
-    rest[..end].parse().ok()
-}
-
 // === impl Sub ===
 
 impl Sub {
@@ -379,13 +273,8 @@ impl Sub {
             None => ((seq, seq), (d, d)),
             Some(((lo, hi), (dlo, dhi))) => ((lo.min(seq), hi.max(seq)), (dlo.min(d), dhi.max(d))),
         });
-        match fanout::published_at(text).map(|at| wall.duration_since(at)) {
-            Some(Ok(latency)) => {
-                let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
-                self.hist.saturating_record(nanos);
-            }
-            Some(Err(_)) => self.hist.saturating_record(0),
-            None => self.errors += 1,
+        if !feed::record_latency(&mut self.hist, text, wall) {
+            self.errors += 1;
         }
     }
 }
@@ -393,14 +282,6 @@ impl Sub {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn numbers_are_read_without_parsing() {
-        let frame = r#"{"method":"rpc.notification.persistent","params":{"sequence_id":42,"data":{"event":{"data":{"seq":7}}}}}"#;
-        assert_eq!(number(frame, r#""sequence_id":"#), Some(42));
-        assert_eq!(number(frame, r#""seq":"#), Some(7));
-        assert_eq!(number(frame, r#""nope":"#), None);
-    }
 
     #[test]
     fn the_embedded_target_stores_under_its_dir() {

@@ -40,7 +40,8 @@ use self::client::{Behavior, Spec};
 use self::stats::{Row, Shared, MAX_RSS_SAMPLES};
 use super::conn::Endpoint;
 use super::procs::{self, ChildGuard};
-use super::target::launch::{self, ListenerSpec, Upstream};
+use super::target::gateway_config::{self, ListenerSpec, Upstream};
+use super::target::launch;
 use super::target::{probe_echo, StartOpts};
 use super::wire::Wire;
 
@@ -147,7 +148,7 @@ pub(crate) async fn run(s: Settings, start: &StartOpts, config_line: &str) -> an
         ("sideband", Dialect::Sideband),
         ("ndjson", Dialect::Ndjson),
     ] {
-        let (spec, endpoint) = launch::listener_spec(name, dialect, dir.path())?;
+        let (spec, endpoint) = gateway_config::listener_spec(name, dialect, dir.path())?;
         let sideband_cbor = (dialect == Dialect::Sideband).then_some(true);
         listeners.push(ListenerSpec {
             sideband_cbor,

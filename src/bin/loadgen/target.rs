@@ -7,8 +7,10 @@
 //!
 //! Adding a target is one entry in [`standard`] with its [`Server`] and
 //! [`Wire`]. `launch` starts the processes: the reference daemons and
-//! switchyard with a generated configuration.
+//! switchyard with a configuration `gateway_config` generates.
 
+#[path = "target/gateway_config.rs"]
+pub(crate) mod gateway_config;
 #[path = "target/launch.rs"]
 pub(crate) mod launch;
 #[path = "target/nats.rs"]
@@ -22,7 +24,7 @@ use switchyard::dialect::sideband::Encoding;
 use switchyard::dialect::Dialect;
 use tokio::time::Instant;
 
-use self::launch::Upstream;
+use self::gateway_config::Upstream;
 use super::conn::{Buffers, Endpoint};
 use super::echo::EchoServer;
 use super::persist::Backend;
@@ -228,7 +230,7 @@ impl TargetSpec {
             Server::WsEcho => {
                 let echo = EchoServer::start().await.context("starting the echo")?;
                 Ok(Live {
-                    endpoint: launch::ws_endpoint(echo.addr(), "/"),
+                    endpoint: gateway_config::ws_endpoint(echo.addr(), "/"),
                     server_pid: None,
                     daemon_pid: None,
                     children: Vec::new(),
@@ -285,7 +287,7 @@ impl TargetSpec {
                         dir.path(),
                         nats.as_ref().map(|(_, url)| url.as_str()),
                     ),
-                    _ => super::fanout::feed_toml(),
+                    _ => super::feed::feed_toml(),
                 };
                 let (gateway, endpoint) =
                     launch::switchyard_with_feed(opts, &socket, &feed, dir.path())?;

@@ -10,10 +10,15 @@
 //!
 //! The reader never allocates more than the input's length: declared
 //! lengths are checked against the remaining bytes before slicing, and
-//! containers are walked item by item rather than pre-allocated.
+//! containers are walked item by item rather than pre-allocated. The
+//! writer is in `write`.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
+
+mod write;
+
+pub(super) use self::write::{write_bytes, write_f64, write_head, write_int, write_text};
 
 /// The deepest nesting of arrays, maps and tags accepted in one envelope
 /// (the envelope map itself counts as one).
@@ -307,52 +312,6 @@ impl Head {
             _ => None,
         }
     }
-}
-
-/// Writes a head with the shortest argument encoding.
-pub(super) fn write_head(out: &mut Vec<u8>, major: u8, arg: u64) {
-    let major = major << 5;
-    if arg < 24 {
-        out.push(major | arg as u8);
-    } else if let Ok(a) = u8::try_from(arg) {
-        out.extend_from_slice(&[major | 24, a]);
-    } else if let Ok(a) = u16::try_from(arg) {
-        out.push(major | 25);
-        out.extend_from_slice(&a.to_be_bytes());
-    } else if let Ok(a) = u32::try_from(arg) {
-        out.push(major | 26);
-        out.extend_from_slice(&a.to_be_bytes());
-    } else {
-        out.push(major | 27);
-        out.extend_from_slice(&arg.to_be_bytes());
-    }
-}
-
-/// Writes a definite text string.
-pub(super) fn write_text(out: &mut Vec<u8>, text: &str) {
-    write_head(out, MAJOR_TEXT, text.len() as u64);
-    out.extend_from_slice(text.as_bytes());
-}
-
-/// Writes a definite byte string.
-pub(super) fn write_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
-    write_head(out, MAJOR_BYTES, bytes.len() as u64);
-    out.extend_from_slice(bytes);
-}
-
-/// Writes an integer with the shortest head.
-pub(super) fn write_int(out: &mut Vec<u8>, value: i64) {
-    match u64::try_from(value) {
-        Ok(n) => write_head(out, MAJOR_UINT, n),
-        // -1 - value ≥ 0 here, and fits u64 because value ≥ i64::MIN.
-        Err(_) => write_head(out, MAJOR_NINT, (-1 - i128::from(value)) as u64),
-    }
-}
-
-/// Writes a float, always as float64 (§7).
-pub(super) fn write_f64(out: &mut Vec<u8>, value: f64) {
-    out.push(0xfb);
-    out.extend_from_slice(&value.to_bits().to_be_bytes());
 }
 
 fn enter(depth: usize, max_depth: usize) -> Result<usize, CborError> {

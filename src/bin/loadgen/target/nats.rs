@@ -7,7 +7,8 @@ use std::process::Command;
 use anyhow::Context;
 
 use super::super::procs::ChildGuard;
-use super::launch::{free_port, until_tcp};
+use super::gateway_config::free_port;
+use super::launch::until_tcp;
 
 /// `nats-server -js` on a free loopback port with its store in
 /// `DIR/nats`, once it accepts (the persist scenario's `nats` backend).
