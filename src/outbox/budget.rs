@@ -13,11 +13,11 @@
 //! bounded by the same rule ([`Budget::reply_waits`]): at most
 //! `max(budget, largest frame)`; a reply that would take them over while
 //! another waits is refused, and the caller takes the client for a slow
-//! consumer. While a reply waits, offers are refused
-//! even if they would fit ([`Budget::try_admit_offer`]), as a full count
-//! queue gives the room it frees to waiting senders first: otherwise a
-//! steady stream of small events could keep a waiting reply out until the
-//! client is taken for a slow consumer. Replies are not ordered among
+//! consumer. While a reply waits, offers are refused even if they would
+//! fit ([`Budget::try_admit_offer`]), as a full count queue gives the
+//! room it frees to waiting senders first: otherwise a steady stream of
+//! small events could keep a waiting reply out until the client is taken
+//! for a slow consumer. Replies are not ordered among
 //! themselves: whichever fits when the writer frees bytes gets in (a reply
 //! larger than what is free waits for the queue to drain enough). A
 //! client that keeps its queue near the budget with small replies can

@@ -81,6 +81,8 @@ impl Inner {
                 admitted.is_some()
             })
             .await;
+        // Admitted: no longer waiting. (Its bytes count as both queued and
+        // waiting for the few instructions in between.)
         drop(waiting);
         match (waited, admitted) {
             (Waited::Ready, Some(admitted)) => Ok(admitted),
