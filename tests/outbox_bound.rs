@@ -1,9 +1,11 @@
 //! What one client can make switchyard hold: a client that never reads,
 //! its requests answered with replies of at most `F` bytes, makes the
 //! gateway hold at most `min(outbox_capacity × F, outbox_max_bytes + F)` of
-//! queued replies plus `max_in_flight` replies waiting for room
-//! (`switchyard_outbox_queued_bytes_max`), however long it goes on; and
-//! once its queue stays full for the slow-consumer timeout it is closed.
+//! queued replies plus, waiting for room, at most `max_in_flight` replies
+//! and `max(outbox_max_bytes, F)` bytes of them
+//! (`switchyard_outbox_queued_bytes_max`), however long it goes on; once
+//! its queue stays full for the slow-consumer timeout, or one more reply
+//! would take the bytes waiting over the budget, it is closed.
 
 mod common;
 
@@ -134,6 +136,88 @@ async fn large_replies_to_a_never_reading_client_stay_within_the_byte_budget() {
     // when even the close frame found no room.
     let end = loop {
         match tokio::time::timeout(Duration::from_secs(60), stream.next()).await {
+            Err(_) => panic!("the slow client's connection did not end"),
+            Ok(Some(Ok(Message::Close(f)))) => {
+                break Ended::Close(f.map_or(1005, |f| u16::from(f.code)))
+            }
+            Ok(Some(Ok(_))) => continue,
+            Ok(Some(Err(_)) | None) => break Ended::Eof,
+        }
+    };
+    assert!(
+        matches!(end, Ended::Close(1008) | Ended::Eof),
+        "the slow client ended with {end:?}"
+    );
+    sender.abort();
+    stack.gateway.shutdown().await;
+}
+
+/// In-flight replies for the waiting-bytes test: 8 MiB of 256 KiB replies,
+/// 8 times the byte budget.
+const MANY_IN_FLIGHT: usize = 32;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_waiting_over_the_byte_budget_close_the_client_before_the_timeout() {
+    // The slow-consumer timeout is far longer than the failure guard: only
+    // the bytes of the replies waiting for room can close the client in
+    // time.
+    let listener = format!(
+        "outbox_capacity = 64\noutbox_max_bytes = {BUDGET}\nmax_in_flight = {MANY_IN_FLIGHT}\nmax_message_bytes = {}\nslow_consumer_timeout_ms = 60000",
+        2 * LARGE
+    );
+    let (stack, admin) = Stack::start_with_admin(&listener, "", DaemonOptions::default()).await;
+    let (mut sink, mut stream) = common::connect_tiny_window(&stack.url).await.split();
+    // Up to 200 requests of 256 KiB echoes; the client never reads. The
+    // queue fills with its 1 MiB, replies wait for room, and the one that
+    // would take the waiting bytes over 1 MiB makes the client slow.
+    let pad = "x".repeat(LARGE);
+    let sender = tokio::spawn(async move {
+        for i in 0..200 {
+            let request =
+                format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{pad}"],"id":{i}}}"#);
+            if sink.send(Message::text(request)).await.is_err() {
+                break;
+            }
+        }
+    });
+    // Closed as a slow consumer, counted as the timeout is, long before the
+    // timeout.
+    let slow = [
+        ("listener", "public"),
+        ("limit", "slow_consumer_timeout_ms"),
+    ];
+    let closed = wait_above(
+        admin,
+        "switchyard_limit_rejections_total",
+        &slow,
+        0.0,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(closed, 1.0, "closed as a slow consumer within 30 s");
+    let metrics = scrape(admin).await;
+    let protocol = value(
+        &metrics,
+        "switchyard_protocol_errors_total",
+        &[("side", "client"), ("reason", "slow_consumer")],
+    );
+    assert_eq!(protocol, 1.0);
+    let held = value(
+        &metrics,
+        "switchyard_outbox_queued_bytes_max",
+        &[("listener", "public")],
+    );
+    // Replies did wait beyond the queue's budget (the run reached the
+    // bound's regime)...
+    assert!(held > BUDGET as f64, "held {held} B");
+    // ...and the queue and the replies waiting held at most
+    // max(budget, F) each, not one reply per in-flight slot.
+    let bound = (2 * BUDGET.max(LARGE_FRAME)) as f64;
+    assert!(held <= bound, "held {held} B > bound {bound} B");
+    // The client sees the end: a close (1008), or the connection cut when
+    // even the close frame found no room.
+    let end = loop {
+        match tokio::time::timeout(Duration::from_secs(30), stream.next()).await {
             Err(_) => panic!("the slow client's connection did not end"),
             Ok(Some(Ok(Message::Close(f)))) => {
                 break Ended::Close(f.map_or(1005, |f| u16::from(f.code)))

@@ -9,11 +9,15 @@
 //! frames out ([`Budget::taken`]) and wakes whoever waits for room.
 //!
 //! Pushes and events that do not fit are dropped by the caller; replies
-//! wait ([`Budget::wait_for`]). While a reply waits, offers are refused
-//! even if they would fit ([`Budget::try_admit_offer`]), as a full count
-//! queue gives the room it frees to waiting senders first: otherwise a
-//! steady stream of small events could keep a waiting reply out until the
-//! client is taken for a slow consumer. Replies are not ordered among
+//! wait ([`Budget::wait_for`]). The bytes of the replies waiting are
+//! bounded by the same rule ([`Budget::reply_waits`]): at most
+//! `max(budget, largest frame)`; a reply that would take them over while
+//! another waits is refused, and the caller takes the client for a slow
+//! consumer. While a reply waits, offers are refused even if they would
+//! fit ([`Budget::try_admit_offer`]), as a full count queue gives the
+//! room it frees to waiting senders first: otherwise a steady stream of
+//! small events could keep a waiting reply out until the client is taken
+//! for a slow consumer. Replies are not ordered among
 //! themselves: whichever fits when the writer frees bytes gets in (a reply
 //! larger than what is free waits for the queue to drain enough). A
 //! client that keeps its queue near the budget with small replies can
@@ -21,8 +25,10 @@
 //! closed as slow: it only ever delays itself.
 //!
 //! Cost on the hot path: one compare-and-swap to admit, one subtraction
-//! and one load when the writer takes a frame out; no lock. The `Notify`
-//! is touched only while someone waits.
+//! and one load when the writer takes a frame out; no lock. A reply that
+//! does not fit pays one compare-and-swap more to wait (and one
+//! subtraction when done). The `Notify` is touched only while someone
+//! waits.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering::SeqCst};
@@ -38,7 +44,8 @@ pub(super) struct Budget {
     /// Bytes admitted: queued, or about to be (a frame admitted and then
     /// refused by the count queue gives its bytes back).
     queued: AtomicI64,
-    /// Bytes of replies waiting to be admitted (for the gauge).
+    /// Bytes of replies waiting to be admitted: bounded as `queued` is
+    /// (see [`Budget::reply_waits`]), and shown by the gauge.
     waiting: AtomicI64,
     /// Replies waiting to be admitted: offers yield to them.
     replies: AtomicUsize,
@@ -55,6 +62,8 @@ pub(super) enum Waited {
     Ready,
     /// The deadline passed first.
     Timeout,
+    /// Not waited: the replies waiting for room hold the budget already.
+    Over,
     /// The client is gone.
     Closed,
 }
@@ -161,15 +170,31 @@ impl Budget {
     }
 
     /// Counts a reply of `size` bytes as waiting (offers yield to it) until
-    /// the returned guard drops; returns the bytes now held.
-    pub(super) fn reply_waits(&self, size: i64) -> (Waiting<'_>, i64) {
+    /// the returned guard drops; returns the bytes now held. `None` when
+    /// its bytes do not fit the budget of waiting replies (the same rule as
+    /// the queue's: no other reply waits, or all of them plus this one are
+    /// at most the budget): the client is slow.
+    pub(super) fn reply_waits(&self, size: i64) -> Option<(Waiting<'_>, i64)> {
+        let mut waiting = self.waiting.load(SeqCst);
+        loop {
+            if !self.fits_after(waiting, size) {
+                return None;
+            }
+            match self
+                .waiting
+                .compare_exchange_weak(waiting, waiting + size, SeqCst, SeqCst)
+            {
+                Ok(_) => break,
+                Err(now) => waiting = now,
+            }
+        }
         self.replies.fetch_add(1, SeqCst);
-        let held = self.waiting.fetch_add(size, SeqCst) + size + self.queued.load(SeqCst);
+        let held = waiting + size + self.queued.load(SeqCst);
         let guard = Waiting {
             budget: self,
             reply: Some(size),
         };
-        (guard, held)
+        Some((guard, held))
     }
 
     /// Waits until `ready()` holds, re-checking it each time the writer

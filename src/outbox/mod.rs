@@ -8,11 +8,18 @@
 //!
 //! - a **reply** waits for room ([`Outbox::send`]) at most the
 //!   slow-consumer timeout; the reply the client asked for is never
-//!   dropped while the client reads;
+//!   dropped while the client reads and its replies waiting for room stay
+//!   within the byte budget (see below);
 //! - a **push or event** never waits ([`Outbox::offer`]): a full queue
 //!   drops it, and the caller counts the drop;
 //! - either way, a queue that stays full for the slow-consumer timeout
-//!   fires [`Outbox::slow`]: the transport closes the client (1008).
+//!   fires [`Outbox::slow`]: the transport closes the client (1008);
+//! - so does, at once, a reply that would take the bytes of the replies
+//!   waiting for room over `outbox_max_bytes` while another reply waits
+//!   already (a single reply of any size may wait): that reply is dropped
+//!   with the client, and frees its in-flight slot. "Reply" here is
+//!   anything that waits as a reply does (a push awaiting delivery, a
+//!   persistent delivery, a handshake frame).
 //!
 //! "Full" is either of two limits: `outbox_capacity` messages, or
 //! `outbox_max_bytes` bytes (the byte budget, see `budget`). A frame whose
@@ -27,17 +34,21 @@
 //!   largest frame rendered for the client (a reply is at most the routed
 //!   upstream's `max_response_bytes` as read, plus the client's id), so at
 //!   most `outbox_max_bytes + F`; and at most `outbox_capacity` messages;
-//! - plus the frames waiting for room: each reply waits in its request's
-//!   in-flight slot (at most `max_in_flight` replies, one frame each), and
-//!   each push awaiting delivery in its unanswered-push claim (at most
-//!   `max_unanswered_pushes`); a persistent subscription waits with one
-//!   delivery at a time;
-//! - plus the one frame the writer is writing.
+//! - plus the frames waiting for room (replies, each in its request's
+//!   in-flight slot; pushes awaiting delivery, each in its unanswered-push
+//!   claim; one delivery per persistent subscription): at most
+//!   `max(outbox_max_bytes, F)` bytes, so at most `outbox_max_bytes + F`
+//!   (one more makes the client slow, above);
+//! - plus the one frame the writer is writing (at most `F`).
 //!
-//! With the defaults (`outbox_max_bytes` 4 MiB) a client that never reads
-//! holds about 4 MiB of queued frames plus its in-flight replies.
-//! `switchyard_outbox_queued_bytes_max` shows the most bytes ever queued
-//! or waiting for room for one connection, per listener.
+//! In all at most `2 × max(outbox_max_bytes, F) + F` (so at most
+//! `2 × outbox_max_bytes + 3F`, and `2 × outbox_max_bytes + F` when no
+//! frame is larger than the budget). With the defaults (`outbox_max_bytes`
+//! 4 MiB) a client that never reads, its frames at most 4 MiB, holds at
+//! most 8 MiB plus the frame being written.
+//! `switchyard_outbox_queued_bytes_max` shows the most bytes ever queued or
+//! waiting for room for one connection, per listener: at most
+//! `2 × max(outbox_max_bytes, F)`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -177,8 +188,9 @@ impl Outbox {
     }
 
     /// Queues a reply, waiting for room at most the slow-consumer timeout
-    /// (then the client is slow and the reply is dropped with it). A gone
-    /// client drops it too.
+    /// (then the client is slow and the reply is dropped with it), and only
+    /// while the replies waiting fit the byte budget (else the client is
+    /// slow at once). A gone client drops it too.
     pub async fn send(&self, msg: &Message) {
         if let Some(out) = self.inner.codec.encode(msg) {
             self.send_frame(out).await;
@@ -201,7 +213,7 @@ impl Outbox {
     pub async fn deliver_frame(&self, out: Outgoing) -> Offer {
         match self.inner.queue(out).await {
             Waited::Ready => Offer::Queued,
-            Waited::Timeout | Waited::Closed => Offer::Closed,
+            Waited::Timeout | Waited::Over | Waited::Closed => Offer::Closed,
         }
     }
 
@@ -221,8 +233,9 @@ impl Outbox {
     /// upstream link's reader): at once when there is room (messages and
     /// bytes), else by a task that waits as [`send`](Self::send) does.
     /// `slot` (the request's in-flight slot) is released once the reply is
-    /// queued, so a client cannot make replies pile up beyond its
-    /// in-flight cap. False when the client is gone.
+    /// queued (or dropped), so a client cannot make replies pile up beyond
+    /// its in-flight cap, nor their bytes beyond the budget (then the
+    /// client is slow). False when the client is gone.
     pub(crate) fn settle<S: Send + 'static>(&self, msg: &Message, slot: S) -> bool {
         let Some(out) = self.inner.codec.encode(msg) else {
             return true;

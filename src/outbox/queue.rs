@@ -34,7 +34,8 @@ impl Inner {
 
     /// Queues `out`, waiting for room (bytes, then a message slot) at most
     /// the slow-consumer timeout in all; a queue that stays full that long
-    /// makes the client slow, and `out` is dropped.
+    /// makes the client slow, and `out` is dropped. So does a reply that
+    /// the budget of replies waiting has no room for (`Over`, at once).
     pub(super) async fn queue(&self, out: Outgoing) -> Waited {
         let deadline = Instant::now() + self.patience;
         let size = out.size();
@@ -64,8 +65,13 @@ impl Inner {
     }
 
     /// Waits until `size` bytes fit the budget (offers yield meanwhile).
+    /// A reply whose bytes would take those of the replies waiting over the
+    /// budget does not wait: the client is slow now, and `out` is dropped.
     async fn wait_admit(&self, size: i64, deadline: Instant) -> Result<Admitted<'_>, Waited> {
-        let (waiting, held) = self.budget.reply_waits(size);
+        let Some((waiting, held)) = self.budget.reply_waits(size) else {
+            self.slow.cancel();
+            return Err(Waited::Over);
+        };
         self.high_bytes(held);
         let mut admitted = None;
         let waited = self
@@ -75,6 +81,8 @@ impl Inner {
                 admitted.is_some()
             })
             .await;
+        // Admitted: no longer waiting. (Its bytes count as both queued and
+        // waiting for the few instructions in between.)
         drop(waiting);
         match (waited, admitted) {
             (Waited::Ready, Some(admitted)) => Ok(admitted),

@@ -1,9 +1,10 @@
 //! The Outbox bound under random producer and consumer speeds: whatever
 //! the interleaving of offers (events), replies that wait for room, and
 //! reads by the writer, the queue never holds more than its capacity, the
-//! bytes it counts are exactly what is queued or waiting, every queued
-//! frame is read once and in order, and a full queue drops offers rather
-//! than growing.
+//! bytes it counts are exactly what is queued or waiting, the bytes queued
+//! and those of the replies waiting each stay within the budget (a reply
+//! refused for that makes the client slow), every queued frame is read
+//! once and in order, and a full queue drops offers rather than growing.
 
 #![allow(clippy::unwrap_used)] // in tests a panic is the failure report
 
@@ -70,7 +71,7 @@ proptest! {
             let mut accepted: Vec<String> = Vec::new();
             let mut replies = 0usize;
             let mut read: Vec<String> = Vec::new();
-            let mut waiting: Vec<tokio::task::JoinHandle<()>> = Vec::new();
+            let mut waiting: Vec<tokio::task::JoinHandle<Waited>> = Vec::new();
             let mut largest = 0usize;
             for op in ops {
                 match op {
@@ -96,10 +97,12 @@ proptest! {
                         replies += 1;
                         let text = format!("r{replies}:{}", "y".repeat(n));
                         largest = largest.max(text.len());
-                        // A reply is never dropped: it waits for room.
+                        // A reply waits for room, unless the replies
+                        // waiting hold the budget already (then it is
+                        // dropped and the client is slow).
                         let o = outbox.clone();
                         waiting.push(tokio::spawn(async move {
-                            o.send_frame(Outgoing::Text(text)).await;
+                            o.inner.queue(Outgoing::Text(text)).await
                         }));
                         tokio::task::yield_now().await;
                     }
@@ -118,6 +121,10 @@ proptest! {
                 // alone above it).
                 let queued = usize::try_from(outbox.inner.budget.queued()).unwrap();
                 prop_assert!(queued <= BUDGET.max(largest), "queued {queued} B");
+                // So do the bytes of the replies waiting for room.
+                let budget = &outbox.inner.budget;
+                let waits = usize::try_from(budget.held() - budget.queued()).unwrap();
+                prop_assert!(waits <= BUDGET.max(largest), "waiting {waits} B");
                 // What is counted is what is queued plus what waits: never
                 // more than (capacity + waiting replies) frames.
                 let held = outbox.inner.budget.held();
@@ -134,7 +141,7 @@ proptest! {
                 }
             }
             prop_assert_eq!(outbox.inner.budget.held(), 0, "all released");
-            prop_assert!(high.get() <= i64::try_from((CAPACITY + waiting.len()) * largest).unwrap());
+            prop_assert!(high.get() <= i64::try_from(2 * BUDGET.max(largest)).unwrap());
             // Every accepted offer was read once, in the order offered, and
             // every reply once.
             let offers: Vec<String> = read.iter().filter(|t| t.starts_with('o')).cloned().collect();
@@ -142,8 +149,19 @@ proptest! {
             let mut got: Vec<String> = read.iter().filter(|t| t.starts_with('r')).cloned().collect();
             got.sort();
             got.dedup();
-            prop_assert_eq!(got.len(), replies);
-            prop_assert_eq!(read.iter().filter(|t| t.starts_with('r')).count(), replies);
+            // Every reply that was not refused for the bytes waiting; a
+            // refusal made the client slow.
+            let mut refused = 0;
+            for w in waiting {
+                match w.await.unwrap() {
+                    Waited::Ready => {}
+                    Waited::Over => refused += 1,
+                    other => prop_assert!(false, "unexpected {other:?}"),
+                }
+            }
+            prop_assert_eq!(refused > 0, outbox.slow().is_cancelled());
+            prop_assert_eq!(got.len(), replies - refused);
+            prop_assert_eq!(read.iter().filter(|t| t.starts_with('r')).count(), replies - refused);
             Ok(())
         })?;
     }
@@ -256,4 +274,135 @@ async fn an_offer_dropped_for_bytes_makes_the_client_slow_if_no_room_comes() {
     tokio::time::timeout(Duration::from_secs(30), outbox.slow().cancelled())
         .await
         .expect("the client became slow");
+}
+
+/// Waits until the budget holds `bytes` (queued plus waiting).
+async fn until_held(outbox: &Outbox, bytes: usize) {
+    let bytes = i64::try_from(bytes).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while outbox.inner.budget.held() != bytes {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the budget came to hold the bytes");
+}
+
+#[tokio::test]
+async fn a_single_reply_larger_than_the_budget_may_wait() {
+    let (outbox, mut reader, _) = outbox(Duration::from_secs(60));
+    assert_eq!(outbox.offer_frame(text(1)), Offer::Queued);
+    // Alone, a reply of twice the budget waits (as it would go into an
+    // empty queue): the client is not slow for it.
+    let o = outbox.clone();
+    let reply = tokio::spawn(async move { o.inner.queue(text(2 * BUDGET)).await });
+    until_held(&outbox, 1 + 2 * BUDGET).await;
+    assert!(!outbox.slow().is_cancelled());
+    // The writer takes the small frame out: the large reply gets in.
+    assert!(reader.recv().await.is_some());
+    let waited = tokio::time::timeout(Duration::from_secs(30), reply)
+        .await
+        .expect("the reply got room")
+        .unwrap();
+    assert_eq!(waited, Waited::Ready);
+    assert_eq!(reader.rx.len(), 1);
+    assert!(!outbox.slow().is_cancelled());
+}
+
+#[tokio::test]
+async fn a_second_reply_over_the_waiting_budget_makes_the_client_slow_at_once() {
+    // The patience is far longer than the failure guards: only the bytes
+    // waiting can make the client slow here.
+    let (outbox, _reader, _) = outbox(Duration::from_secs(600));
+    assert_eq!(outbox.offer_frame(text(BUDGET)), Offer::Queued);
+    // The first reply waits; a second that fits beside it waits too.
+    let mut waiting = Vec::new();
+    for n in [4 * 1024, BUDGET - 4 * 1024] {
+        let o = outbox.clone();
+        waiting.push(tokio::spawn(async move { o.inner.queue(text(n)).await }));
+    }
+    until_held(&outbox, 2 * BUDGET).await;
+    assert!(!outbox.slow().is_cancelled());
+    // One byte more does not wait: the client is slow now, the reply is
+    // dropped (its bytes are not held), whatever path it takes.
+    let waited = tokio::time::timeout(Duration::from_secs(30), outbox.inner.queue(text(1)))
+        .await
+        .expect("the reply did not wait");
+    assert_eq!(waited, Waited::Over);
+    assert!(outbox.slow().is_cancelled());
+    let delivered = tokio::time::timeout(Duration::from_secs(30), outbox.deliver_frame(text(1)))
+        .await
+        .expect("the delivery did not wait");
+    assert_eq!(delivered, Offer::Closed);
+    assert_eq!(
+        outbox.inner.budget.held(),
+        i64::try_from(2 * BUDGET).unwrap()
+    );
+    for w in waiting {
+        assert!(!w.is_finished(), "the replies that fit still wait");
+        w.abort();
+    }
+}
+
+#[tokio::test]
+async fn a_settled_reply_over_the_waiting_budget_frees_its_slot() {
+    let (outbox, _reader, _) = outbox(Duration::from_secs(600));
+    assert_eq!(outbox.offer_frame(text(BUDGET)), Offer::Queued);
+    let o = outbox.clone();
+    let first = tokio::spawn(async move { o.inner.queue(text(BUDGET)).await });
+    until_held(&outbox, 2 * BUDGET).await;
+    // The queue is full: the reply goes to a task, which finds no room for
+    // it among the replies waiting; the client is slow and the slot freed.
+    let reply = Message::Notification {
+        method: "m".repeat(64),
+        params: None,
+    };
+    let (slot, freed) = tokio::sync::oneshot::channel::<()>();
+    assert!(outbox.settle(&reply, slot));
+    tokio::time::timeout(Duration::from_secs(30), freed)
+        .await
+        .expect("the slot was freed")
+        .unwrap_err();
+    assert!(outbox.slow().is_cancelled());
+    assert_eq!(
+        outbox.inner.budget.held(),
+        i64::try_from(2 * BUDGET).unwrap()
+    );
+    first.abort();
+}
+
+#[tokio::test]
+async fn a_reply_that_fits_goes_in_at_once_while_the_waiting_budget_is_full() {
+    let (outbox, mut reader, high) = outbox(Duration::from_secs(600));
+    assert_eq!(outbox.offer_frame(text(1024)), Offer::Queued);
+    // A reply of the whole budget waits: the waiting bytes are at the
+    // budget.
+    let o = outbox.clone();
+    let waiting = tokio::spawn(async move { o.inner.queue(text(BUDGET)).await });
+    until_held(&outbox, 1024 + BUDGET).await;
+    // Replies that fit the queue are queued at once, not counted as
+    // waiting, and do not make the client slow.
+    for _ in 0..2 {
+        let waited = tokio::time::timeout(Duration::from_secs(30), outbox.inner.queue(text(1024)))
+            .await
+            .expect("queued at once");
+        assert_eq!(waited, Waited::Ready);
+    }
+    assert_eq!(outbox.inner.budget.queued(), 3 * 1024);
+    assert_eq!(
+        outbox.inner.budget.held(),
+        i64::try_from(3 * 1024 + BUDGET).unwrap()
+    );
+    assert_eq!(high.get(), i64::try_from(3 * 1024 + BUDGET).unwrap());
+    assert!(!outbox.slow().is_cancelled());
+    // The queue drains: the waiting reply gets in.
+    for _ in 0..3 {
+        assert!(reader.recv().await.is_some());
+    }
+    let waited = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the reply got room")
+        .unwrap();
+    assert_eq!(waited, Waited::Ready);
+    assert!(!outbox.slow().is_cancelled());
 }

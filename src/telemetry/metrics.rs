@@ -118,9 +118,9 @@ pub struct Metrics {
     /// (bounded by `outbox_capacity`: shows memory stays bounded).
     pub outbox_high_water: IntGaugeVec,
     /// The most bytes ever queued (or waiting for room) in one client
-    /// outbox, by listener: bounded by `outbox_max_bytes + F` queued (`F`
-    /// the largest frame) plus one reply per in-flight slot waiting for
-    /// room (see `outbox`).
+    /// outbox, by listener: bounded by `max(outbox_max_bytes, F)` queued
+    /// (`F` the largest frame) plus `max(outbox_max_bytes, F)` of replies
+    /// waiting for room (see `outbox`).
     pub outbox_queued_bytes_max: IntGaugeVec,
     /// Pub/sub: subscriptions, events published, delivered, dropped.
     pub events: EventMetrics,

@@ -52,8 +52,10 @@ pub struct RawListener {
     pub outbox_capacity: usize,
     /// Bytes of outbound frames queued per client (the outbox's byte
     /// budget): a push or event that would go over it is dropped, a reply
-    /// waits for room (at most `slow_consumer_timeout_ms`). An empty queue
-    /// takes one frame of any size. At least `max_message_bytes`.
+    /// waits for room (at most `slow_consumer_timeout_ms`, and only while
+    /// the replies waiting hold at most this many bytes, or it is alone:
+    /// else the client is a slow consumer at once). An empty queue takes
+    /// one frame of any size. At least `max_message_bytes`.
     /// Default `4194304` (4 MiB).
     pub outbox_max_bytes: usize,
     /// WebSocket ping period on idle connections. Default `30000`.
@@ -130,8 +132,9 @@ pub struct RawListener {
     /// Close a connection after this long; 0 = never. Default `0`.
     pub max_connection_lifetime_ms: u64,
     /// A client whose outbox stays full (`outbox_capacity` messages or
-    /// `outbox_max_bytes` bytes) this long is closed with 1008 and
-    /// its pending calls purged. Default `10000`.
+    /// `outbox_max_bytes` bytes) this long, or whose replies waiting for
+    /// room would go over `outbox_max_bytes`, is closed with 1008 and its
+    /// pending calls purged. Default `10000`.
     pub slow_consumer_timeout_ms: u64,
 }
 
