@@ -90,34 +90,14 @@ async fn large_replies_to_a_never_reading_client_stay_within_the_byte_budget() {
         2 * LARGE
     );
     let (stack, admin) = Stack::start_with_admin(&listener, "", DaemonOptions::default()).await;
-    let (mut sink, mut stream) = common::connect_tiny_window(&stack.url).await.split();
+    let (sink, mut stream) = common::connect_tiny_window(&stack.url).await.split();
     // Up to 200 requests (50 MiB of replies if all were held); the client
     // never reads. Once the outbox is full and its in-flight slots hold
     // waiting replies, the gateway stops reading it and a send blocks until
     // the connection is closed.
-    let pad = "x".repeat(LARGE);
-    let sender = tokio::spawn(async move {
-        for i in 0..200 {
-            let request =
-                format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{pad}"],"id":{i}}}"#);
-            if sink.send(Message::text(request)).await.is_err() {
-                break;
-            }
-        }
-    });
+    let sender = tokio::spawn(send_large_echoes(sink));
     // It stays full: the client is closed as a slow consumer.
-    let slow = [
-        ("listener", "public"),
-        ("limit", "slow_consumer_timeout_ms"),
-    ];
-    let closed = wait_above(
-        admin,
-        "switchyard_limit_rejections_total",
-        &slow,
-        0.0,
-        Duration::from_secs(60),
-    )
-    .await;
+    let closed = closed_as_slow(admin, Duration::from_secs(60)).await;
     assert_eq!(closed, 1.0);
     let metrics = scrape(admin).await;
     let held = value(
@@ -134,20 +114,7 @@ async fn large_replies_to_a_never_reading_client_stay_within_the_byte_budget() {
     assert!(held <= bound, "held {held} B > bound {bound} B");
     // Reading now shows the end: a close (1008), or the connection cut
     // when even the close frame found no room.
-    let end = loop {
-        match tokio::time::timeout(Duration::from_secs(60), stream.next()).await {
-            Err(_) => panic!("the slow client's connection did not end"),
-            Ok(Some(Ok(Message::Close(f)))) => {
-                break Ended::Close(f.map_or(1005, |f| u16::from(f.code)))
-            }
-            Ok(Some(Ok(_))) => continue,
-            Ok(Some(Err(_)) | None) => break Ended::Eof,
-        }
-    };
-    assert!(
-        matches!(end, Ended::Close(1008) | Ended::Eof),
-        "the slow client ended with {end:?}"
-    );
+    assert_closed_as_slow(&mut stream, Duration::from_secs(60)).await;
     sender.abort();
     stack.gateway.shutdown().await;
 }
@@ -166,34 +133,14 @@ async fn replies_waiting_over_the_byte_budget_close_the_client_before_the_timeou
         2 * LARGE
     );
     let (stack, admin) = Stack::start_with_admin(&listener, "", DaemonOptions::default()).await;
-    let (mut sink, mut stream) = common::connect_tiny_window(&stack.url).await.split();
+    let (sink, mut stream) = common::connect_tiny_window(&stack.url).await.split();
     // Up to 200 requests of 256 KiB echoes; the client never reads. The
     // queue fills with its 1 MiB, replies wait for room, and the one that
     // would take the waiting bytes over 1 MiB makes the client slow.
-    let pad = "x".repeat(LARGE);
-    let sender = tokio::spawn(async move {
-        for i in 0..200 {
-            let request =
-                format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{pad}"],"id":{i}}}"#);
-            if sink.send(Message::text(request)).await.is_err() {
-                break;
-            }
-        }
-    });
+    let sender = tokio::spawn(send_large_echoes(sink));
     // Closed as a slow consumer, counted as the timeout is, long before the
     // timeout.
-    let slow = [
-        ("listener", "public"),
-        ("limit", "slow_consumer_timeout_ms"),
-    ];
-    let closed = wait_above(
-        admin,
-        "switchyard_limit_rejections_total",
-        &slow,
-        0.0,
-        Duration::from_secs(30),
-    )
-    .await;
+    let closed = closed_as_slow(admin, Duration::from_secs(30)).await;
     assert_eq!(closed, 1.0, "closed as a slow consumer within 30 s");
     let metrics = scrape(admin).await;
     let protocol = value(
@@ -216,8 +163,51 @@ async fn replies_waiting_over_the_byte_budget_close_the_client_before_the_timeou
     assert!(held <= bound, "held {held} B > bound {bound} B");
     // The client sees the end: a close (1008), or the connection cut when
     // even the close frame found no room.
+    assert_closed_as_slow(&mut stream, Duration::from_secs(30)).await;
+    sender.abort();
+    stack.gateway.shutdown().await;
+}
+
+/// Up to 200 echo requests of `LARGE` bytes of params on `sink`, until a
+/// send fails (the gateway closed the connection) or all are sent.
+async fn send_large_echoes<S>(mut sink: S)
+where
+    S: futures_util::Sink<Message> + Unpin,
+{
+    let pad = "x".repeat(LARGE);
+    for i in 0..200 {
+        let request = format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{pad}"],"id":{i}}}"#);
+        if sink.send(Message::text(request)).await.is_err() {
+            break;
+        }
+    }
+}
+
+/// Waits (at most `guard`) until the listener closed a client as a slow
+/// consumer; returns how many it closed.
+async fn closed_as_slow(admin: std::net::SocketAddr, guard: Duration) -> f64 {
+    let slow = [
+        ("listener", "public"),
+        ("limit", "slow_consumer_timeout_ms"),
+    ];
+    wait_above(
+        admin,
+        "switchyard_limit_rejections_total",
+        &slow,
+        0.0,
+        guard,
+    )
+    .await
+}
+
+/// Reads `stream` to its end (at most `guard` per message): a close 1008,
+/// or the connection cut when even the close frame found no room.
+async fn assert_closed_as_slow<S>(stream: &mut S, guard: Duration)
+where
+    S: futures_util::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
     let end = loop {
-        match tokio::time::timeout(Duration::from_secs(30), stream.next()).await {
+        match tokio::time::timeout(guard, stream.next()).await {
             Err(_) => panic!("the slow client's connection did not end"),
             Ok(Some(Ok(Message::Close(f)))) => {
                 break Ended::Close(f.map_or(1005, |f| u16::from(f.code)))
@@ -230,6 +220,4 @@ async fn replies_waiting_over_the_byte_budget_close_the_client_before_the_timeou
         matches!(end, Ended::Close(1008) | Ended::Eof),
         "the slow client ended with {end:?}"
     );
-    sender.abort();
-    stack.gateway.shutdown().await;
 }
