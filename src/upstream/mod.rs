@@ -44,6 +44,7 @@ pub(crate) mod link;
 mod link_dialect;
 mod mode;
 mod ndjson;
+mod outbound;
 mod owner;
 mod parking;
 mod pool;
