@@ -15,6 +15,9 @@ use tokio_util::codec::Decoder;
 use super::conn::{LineCodec, LineError};
 use super::*;
 
+mod lines;
+mod subscribe;
+
 const WAIT: Duration = Duration::from_secs(5);
 
 struct Fixture {
@@ -288,89 +291,6 @@ async fn hld_quirks() {
 }
 
 #[tokio::test]
-async fn subscribe_streams_events_and_heartbeats() {
-    let fx = start(false).await;
-    let mut c = fx.client().await;
-    let confirmation = c.call(r#"{"jsonrpc":"2.0","method":"Subscribe","params":{"interval_ms":20,"count":2,"heartbeat_ms":60},"id":3}"#).await;
-    let value: serde_json::Value = serde_json::from_str(&confirmation).unwrap();
-    assert_eq!(value["id"], serde_json::Value::Null);
-    assert_eq!(
-        value["result"]["message"],
-        "Subscription established. Waiting for events..."
-    );
-    assert!(value["result"]["subscription_id"]
-        .as_str()
-        .is_some_and(|s| s.len() == 31));
-    for seq in 1..=2 {
-        let event: serde_json::Value = serde_json::from_str(&c.recv().await.unwrap()).unwrap();
-        assert_eq!(event["result"]["event"]["type"], "new_approval");
-        assert_eq!(event["result"]["event"]["data"]["seq"], seq);
-        assert!(event["result"]["event"]["timestamp"]
-            .as_str()
-            .is_some_and(|t| t.ends_with('Z')));
-    }
-    // Requests are now swallowed; only heartbeats follow.
-    c.send(r#"{"jsonrpc":"2.0","method":"echo","id":9}"#).await;
-    let heartbeat =
-        r#"{"jsonrpc":"2.0","result":{"message":"Connection alive","type":"heartbeat"},"id":null}"#;
-    assert_eq!(c.recv().await.unwrap(), heartbeat);
-    // A half-close ends the subscription.
-    c.wr.shutdown().await.unwrap();
-    loop {
-        match c.recv().await {
-            None => break,
-            Some(line) => assert_eq!(line, heartbeat),
-        }
-    }
-}
-
-#[tokio::test]
-async fn subscribe_streams_are_counted_while_open() {
-    let fx = start(false).await;
-    let none = crate::daemon::SubscribeStreams {
-        started: 0,
-        open: 0,
-    };
-    assert_eq!(fx.daemon.subscribe_streams(), none);
-    let mut c = fx.client().await;
-    c.call(r#"{"jsonrpc":"2.0","method":"Subscribe","params":{"interval_ms":10,"pad_bytes":4},"id":1}"#)
-        .await;
-    let event: serde_json::Value = serde_json::from_str(&c.recv().await.unwrap()).unwrap();
-    assert_eq!(event["result"]["event"]["data"]["pad"], "xxxx");
-    let one = crate::daemon::SubscribeStreams {
-        started: 1,
-        open: 1,
-    };
-    assert_eq!(fx.daemon.subscribe_streams(), one);
-    drop(c);
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while fx.daemon.subscribe_streams().open > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    let ended = crate::daemon::SubscribeStreams {
-        started: 1,
-        open: 0,
-    };
-    assert_eq!(fx.daemon.subscribe_streams(), ended);
-}
-
-#[tokio::test]
-async fn subscribe_bad_params_closes() {
-    let fx = start(true).await;
-    let mut c = fx.client().await;
-    let reply = c
-        .call(r#"{"method":"Subscribe","params":[1],"id":1}"#)
-        .await;
-    assert!(
-        reply
-            .starts_with(r#"{"jsonrpc":"2.0","error":{"code":-32602,"message":"invalid request: "#),
-        "{reply}"
-    );
-    assert!(reply.ends_with(r#""},"id":null}"#), "{reply}");
-    assert_eq!(c.recv().await, None);
-}
-
-#[tokio::test]
 async fn stop_closes_open_connections() {
     let fx = start(false).await;
     let path = fx.daemon.path().to_owned();
@@ -424,61 +344,4 @@ async fn socket_lifecycle() {
         .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::AlreadyExists);
     assert!(path.exists());
-}
-
-#[test]
-fn line_codec_limits_and_crlf() {
-    let mut codec = LineCodec::new(4);
-    let mut buf = BytesMut::from(&b"ab\r\nabcd\nab"[..]);
-    assert_eq!(codec.decode(&mut buf).unwrap().as_deref(), Some(&b"ab"[..]));
-    assert_eq!(
-        codec.decode(&mut buf).unwrap().as_deref(),
-        Some(&b"abcd"[..])
-    );
-    assert_eq!(codec.decode(&mut buf).unwrap(), None);
-    assert_eq!(
-        codec.decode_eof(&mut buf).unwrap().as_deref(),
-        Some(&b"ab"[..])
-    );
-    let mut buf = BytesMut::from(&b"abcde"[..]);
-    assert!(matches!(codec.decode(&mut buf), Err(LineError::TooLong(4))));
-}
-
-#[test]
-fn too_long_line_reply() {
-    let line = request::too_long_line(1_048_576);
-    assert_eq!(
-        line,
-        b"{\"jsonrpc\":\"2.0\",\"error\":{\"code\":-32600,\"message\":\"Invalid Request\",\"data\":\"Line exceeds maximum of 1048576 bytes\"},\"id\":null}\n"
-    );
-}
-
-#[tokio::test]
-async fn oversized_line_gets_error_then_close() {
-    let fx = start(false).await;
-    let mut c = fx.client().await;
-    let mut wr = c.wr;
-    // The daemon may close before the whole line is written; that is the point.
-    let writer = tokio::spawn(async move {
-        let chunk = vec![b'a'; 1 << 20];
-        for _ in 0..=super::conn::MAX_LINE >> 20 {
-            if wr.write_all(&chunk).await.is_err() {
-                break;
-            }
-        }
-        wr
-    });
-    let reply = c.lines.next_line().await.unwrap().unwrap();
-    assert!(
-        reply.contains("\"data\":\"Line exceeds maximum of 16777216 bytes\""),
-        "{reply}"
-    );
-    assert_eq!(
-        tokio::time::timeout(WAIT, c.lines.next_line())
-            .await
-            .unwrap()
-            .unwrap(),
-        None
-    );
-    drop(writer.await.unwrap());
 }
