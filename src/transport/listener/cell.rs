@@ -11,16 +11,18 @@
 
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use arc_swap::{ArcSwap, Guard};
 
 use super::Listener;
 
 /// The listener as it serves now.
 #[derive(Debug)]
 pub struct ListenerCell {
-    /// Read per request (an uncontended read lock and an `Arc` clone);
-    /// written once per reload.
-    current: RwLock<Arc<Listener>>,
+    /// Read several times per request, from every worker thread; written
+    /// once per reload. `ArcSwap` reads write nothing shared (no lock, no
+    /// reference count), so the readers of one listener do not bounce a
+    /// cache line between cores.
+    current: ArcSwap<Listener>,
 }
 
 // === impl ListenerCell ===
@@ -29,17 +31,23 @@ impl ListenerCell {
     /// A cell serving `listener`.
     pub fn new(listener: Arc<Listener>) -> Arc<Self> {
         Arc::new(ListenerCell {
-            current: RwLock::new(listener),
+            current: ArcSwap::new(listener),
         })
     }
 
-    /// The listener to use for what is being admitted now.
+    /// The listener to use for what is being admitted now, to keep.
     pub fn load(&self) -> Arc<Listener> {
-        self.current.read().clone()
+        self.current.load_full()
+    }
+
+    /// The listener as of now, to read at once (a request's hot path):
+    /// no reference count is taken unless the guard is cloned.
+    pub fn now(&self) -> Guard<Arc<Listener>> {
+        self.current.load()
     }
 
     /// Serves `listener` from now on; returns the one it replaces.
     pub fn store(&self, listener: Arc<Listener>) -> Arc<Listener> {
-        std::mem::replace(&mut *self.current.write(), listener)
+        self.current.swap(listener)
     }
 }

@@ -65,7 +65,10 @@ impl Session {
                     params,
                     permit,
                 };
-                match self.in_place.place(&self.router(), &self.parent, req) {
+                match self
+                    .in_place
+                    .place(self.listener().router(), &self.parent, req)
+                {
                     Ok(()) => Verdict::Continue,
                     Err(req) => self.spawn(
                         Item::Valid(Message::Request {

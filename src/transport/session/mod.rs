@@ -16,6 +16,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
+use arc_swap::Guard;
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -132,13 +133,13 @@ impl Session {
     }
 
     /// The listener as of now.
-    fn listener(&self) -> Arc<Listener> {
-        self.cell.load()
+    fn listener(&self) -> Guard<Arc<Listener>> {
+        self.cell.now()
     }
 
     /// The listener's router as of now.
     fn router(&self) -> Arc<Router> {
-        self.cell.load().router().clone()
+        self.cell.now().router().clone()
     }
 
     /// The client's dialect (fixed for the connection's life).
