@@ -214,6 +214,13 @@ impl Admission {
 
 // === impl Held ===
 
+impl Held {
+    /// The upstream the slots belong to.
+    pub(super) fn upstream(&self) -> &UpstreamShared {
+        &self.admission.shared
+    }
+}
+
 impl Drop for Held {
     fn drop(&mut self) {
         drop(self.pending.take());

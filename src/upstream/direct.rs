@@ -17,21 +17,25 @@ use tokio::time::Instant;
 use super::admission::{Admission, Held};
 use super::link::{Caller, Completion, Link, Waiter};
 use crate::envelope::Payload;
-use crate::telemetry::metrics::UpstreamCall;
 
 /// Longest sleep of a link's deadline sweeper while calls are pending, so a
 /// call with an earlier deadline than the ones seen is late by at most this.
 const SWEEP_AT_LEAST_EVERY: Duration = Duration::from_millis(50);
 
 /// What a call settled in place holds until it settles: its admission
-/// slots and its upstream metrics guard.
+/// slots, and its place in the upstream's `upstream_in_flight` gauge.
+///
+/// The metrics are reached through the admission the slots already hold,
+/// rather than through handles of their own: cloning those handles would
+/// write two reference counts that every worker thread shares, per call.
 #[derive(Debug)]
 pub(crate) struct Slots {
-    /// Marks the call in flight on the upstream; records its duration when
-    /// the reply arrives.
-    pub(super) call: UpstreamCall,
+    /// When the call was written (for `upstream_request_duration`).
+    started: std::time::Instant,
+    /// Still counted in `upstream_in_flight`.
+    counted: bool,
     /// Its pending and link slots; the room goes to the next parked call.
-    pub(super) held: Held,
+    held: Held,
 }
 
 /// One request to settle in place: what to send, who gets the outcome,
@@ -79,19 +83,53 @@ impl Admission {
             token,
         } = call;
         // Boxed: the correlator's entries stay small.
-        let slots = Box::new(Slots {
-            call: self.shared.start_call(),
-            held,
-        });
+        let slots = Box::new(Slots::start(held));
         match link.send_request(&method, params.as_ref(), Waiter::Direct(done, slots)) {
             Ok(gid) => caller.written(token, link, gid),
             Err((e, Some(waiter))) => {
                 waiter.complete(Err(e));
             }
             Err((e, None)) => {
-                // The link hands back what it registered; this cannot happen.
-                tracing::error!(upstream = %self.shared.cfg.name, error = %e, "in-place call lost");
+                // Abandoned (its client left, or the link failed) between
+                // its registration and the failed write: whoever abandoned
+                // it has settled it already.
+                tracing::debug!(upstream = %self.shared.cfg.name, error = %e, "in-place call abandoned before it was written");
             }
+        }
+    }
+}
+
+// === impl Slots ===
+
+impl Slots {
+    /// Marks a call in flight on the upstream of `held`, from now.
+    fn start(held: Held) -> Self {
+        held.upstream().calls.0.inc();
+        Slots {
+            started: std::time::Instant::now(),
+            counted: true,
+            held,
+        }
+    }
+
+    /// The call settled: no longer in flight; a reply (`timed_out` false)
+    /// also records the upstream-only duration.
+    pub(super) fn settled(&mut self, timed_out: bool) {
+        let calls = &self.held.upstream().calls;
+        if !timed_out {
+            calls.1.observe_duration(self.started.elapsed());
+        }
+        if std::mem::take(&mut self.counted) {
+            calls.0.dec();
+        }
+    }
+}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        // Abandoned unsettled (the client left, the link closed).
+        if self.counted {
+            self.held.upstream().calls.0.dec();
         }
     }
 }

@@ -62,15 +62,12 @@ impl Waiter {
     pub(crate) fn complete(self, reply: ReplyResult) -> bool {
         match self {
             Waiter::Task(tx) => tx.send(reply).is_ok(),
-            Waiter::Direct(c, slots) => {
-                let Slots { call, held } = *slots;
-                if !matches!(&reply, Err(e) if e.kind == ErrorKind::Timeout) {
-                    // Timed-out calls have no upstream duration.
-                    call.settled();
-                }
+            Waiter::Direct(c, mut slots) => {
+                // Timed-out calls have no upstream duration.
+                slots.settled(matches!(&reply, Err(e) if e.kind == ErrorKind::Timeout));
                 let delivered = c.complete(reply);
                 // The room it leaves goes to the next parked call.
-                drop(held);
+                drop(slots);
                 delivered
             }
         }

@@ -1,0 +1,71 @@
+//! `switchyard_upstream_in_flight` and `switchyard_upstream_request_duration_seconds`
+//! for calls settled in place that never get their reply: abandoned when
+//! their client leaves, and timed out. Both must leave the gauge (the call
+//! is no longer in flight) and neither has an upstream duration.
+
+mod common;
+
+use std::time::Duration;
+
+use common::scrape::{scrape, value, wait_value};
+use common::*;
+use switchyard::daemon::DaemonOptions;
+
+/// Long enough that only abandonment or the timeout can end the call.
+const SLEEP_MS: u64 = 60_000;
+/// How long each wait on a metric may take on a busy machine.
+const WITHIN: Duration = Duration::from_secs(30);
+
+const IN_FLIGHT: &str = "switchyard_upstream_in_flight";
+const DURATION_COUNT: &str = "switchyard_upstream_request_duration_seconds_count";
+const UPSTREAM: [(&str, &str); 1] = [("upstream", "daemon")];
+
+async fn send_sleeps(ws: &mut Ws, ids: std::ops::Range<u32>) {
+    for id in ids {
+        let req =
+            format!(r#"{{"jsonrpc":"2.0","method":"sleep","params":[{SLEEP_MS}],"id":{id}}}"#);
+        send(ws, &req).await;
+    }
+}
+
+#[tokio::test]
+async fn calls_abandoned_by_a_leaving_client_leave_the_in_flight_gauge() {
+    let (stack, admin) = Stack::start_with_admin("", "", DaemonOptions::default()).await;
+    let mut ws = stack.client().await;
+    send_sleeps(&mut ws, 1..4).await;
+    let seen = wait_value(admin, IN_FLIGHT, &UPSTREAM, 3.0, WITHIN).await;
+    assert_eq!(seen, 3.0, "three calls in flight");
+    drop(ws);
+    let seen = wait_value(admin, IN_FLIGHT, &UPSTREAM, 0.0, WITHIN).await;
+    assert_eq!(seen, 0.0, "abandoned calls still counted in flight");
+    let durations = value(&scrape(admin).await, DURATION_COUNT, &UPSTREAM);
+    assert_eq!(durations, 0.0, "an abandoned call has no upstream duration");
+}
+
+#[tokio::test]
+async fn timed_out_calls_leave_the_in_flight_gauge_without_a_duration() {
+    let (stack, admin) =
+        Stack::start_with_admin("request_timeout_ms = 200", "", DaemonOptions::default()).await;
+    let mut ws = stack.client().await;
+    send_sleeps(&mut ws, 1..3).await;
+    for _ in 0..2 {
+        let reply: serde_json::Value = serde_json::from_str(&recv(&mut ws).await).expect("JSON");
+        assert!(reply["error"].is_object(), "a timeout error: {reply}");
+    }
+    let seen = wait_value(admin, IN_FLIGHT, &UPSTREAM, 0.0, WITHIN).await;
+    assert_eq!(seen, 0.0, "timed-out calls still counted in flight");
+    // A call that settles normally is counted, so the count below is not
+    // zero for want of recording.
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"echo","params":[1],"id":9}"#,
+    )
+    .await;
+    let reply: serde_json::Value = serde_json::from_str(&recv(&mut ws).await).expect("JSON");
+    assert_eq!(reply["id"], 9, "{reply}");
+    let durations = value(&scrape(admin).await, DURATION_COUNT, &UPSTREAM);
+    assert_eq!(
+        durations, 1.0,
+        "only the answered call has an upstream duration"
+    );
+}
