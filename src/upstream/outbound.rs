@@ -37,7 +37,7 @@ impl Link {
         waiter: Waiter,
     ) -> Result<u64, (GatewayError, Option<Waiter>)> {
         // Params checked and the text rendered up to its id (NDJSON and
-        // JSON-RPC) before the lock: under it, only the id is added.
+        // JSON-RPC) before the lock: the id is taken under it.
         let params = match self.params(params) {
             Ok(p) => p,
             Err(e) => return Err((e, Some(waiter))),
@@ -51,29 +51,28 @@ impl Link {
         let gid = table
             .insert(waiter)
             .map_err(|w| (GatewayError::new(ErrorKind::Unavailable), Some(w)))?;
-        // Inserted just above, under the same lock: `cancel` gives it back.
-        let taken = |table: &mut Correlator<Waiter>, e| Err((e, table.cancel(gid)));
-        // `encode_request` counts what it encodes; a finished head is
-        // counted once the lock is released.
-        let (line, count_later) = match head {
-            Some(head) => match self.finish_request(head, gid) {
-                Ok(line) => {
-                    let len = line.len();
-                    (line, Some(len))
-                }
-                Err(e) => return taken(&mut table, e),
-            },
-            None => match self.encode_request(gid, method, params.as_deref()) {
-                Ok(line) => (line, None),
-                Err(e) => return taken(&mut table, e),
-            },
+        // Ordered (hld) connections rely on write order equal to id order:
+        // the request is queued under the lock. Otherwise only the id is
+        // taken under it: rendering and queueing (which may wake the writer
+        // task, and a parked worker thread with it) happen after, while
+        // client readers and the link's reader may want the table.
+        let held = if self.shared.cfg.ordered_replies {
+            Some(table)
+        } else {
+            drop(table);
+            None
         };
-        // Queued under the lock so that write order equals id order, which
-        // ordered (hld) connections rely on.
-        if self.out.try_send(line).is_err() {
-            return taken(&mut table, queue_full());
-        }
-        drop(table);
+        let queued = self.queue_request(head, gid, method, params.as_deref());
+        let count_later = match queued {
+            Ok(count_later) => count_later,
+            Err(e) => {
+                // Registered just above: `cancel` gives the waiter back
+                // (unless the call was abandoned since the lock was let go).
+                let mut table = held.unwrap_or_else(|| self.correlator.lock());
+                return Err((e, table.cancel(gid)));
+            }
+        };
+        drop(held);
         if let Some(len) = count_later {
             self.count_request(len);
         }
@@ -82,6 +81,30 @@ impl Link {
             self.direct_added.notify_one();
         }
         Ok(gid)
+    }
+
+    /// Renders request `gid` (from its `head` when there is one) and
+    /// queues it for the writer. Returns the length to count when the
+    /// rendering did not count it.
+    fn queue_request(
+        &self,
+        head: Option<String>,
+        gid: u64,
+        method: &str,
+        params: Option<&Payload>,
+    ) -> Result<Option<usize>, GatewayError> {
+        // `encode_request` counts what it encodes; a finished head is
+        // counted once the call is queued.
+        let (line, count_later) = match head {
+            Some(head) => {
+                let line = self.finish_request(head, gid)?;
+                let len = line.len();
+                (line, Some(len))
+            }
+            None => (self.encode_request(gid, method, params)?, None),
+        };
+        self.out.try_send(line).map_err(|_| queue_full())?;
+        Ok(count_later)
     }
 
     /// Registers the requests of a batch and queues it as one JSON array.
