@@ -25,7 +25,7 @@ pub(crate) enum Waiter {
     /// Delivered in place by whoever settles the call (the link's reader,
     /// its deadline sweeper, or its failure), with the upstream's slots
     /// the call holds until then.
-    Direct(Box<dyn Completion>, Box<Slots>),
+    Direct(Box<dyn Completion>, Slots),
 }
 
 /// A call settled in place, without a task waiting for it.
