@@ -15,6 +15,7 @@ use std::sync::Arc;
 use futures_util::{Stream, StreamExt};
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, Semaphore};
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ErrorKind, GatewayError};
@@ -217,7 +218,7 @@ impl Link {
     /// then fails every call still in flight.
     pub(crate) async fn run_reader<S>(self: Arc<Self>, mut inbound: S, shutdown: CancellationToken)
     where
-        S: Stream<Item = Result<String, LinkError>> + Unpin,
+        S: Stream<Item = Result<Utf8Bytes, LinkError>> + Unpin,
     {
         let closed = self.closed.clone();
         let (closed, shutdown) = (closed.cancelled(), shutdown.cancelled());

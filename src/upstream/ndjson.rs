@@ -17,6 +17,7 @@ use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_util::codec::{AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
 
@@ -63,7 +64,7 @@ fn text_line(
     line: Result<Bytes, AnyDelimiterCodecError>,
     limit: usize,
     shared: &UpstreamShared,
-) -> Option<Result<String, LinkError>> {
+) -> Option<Result<Utf8Bytes, LinkError>> {
     let bytes = match line {
         Ok(bytes) => bytes,
         Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => {
@@ -71,10 +72,14 @@ fn text_line(
         }
         Err(AnyDelimiterCodecError::Io(e)) => return Some(Err(LinkError::Read(e))),
     };
-    let bytes = bytes.strip_suffix(b"\r").unwrap_or(&bytes);
-    match std::str::from_utf8(bytes) {
+    let bytes = match bytes.strip_suffix(b"\r") {
+        Some(stripped) => bytes.slice(..stripped.len()),
+        None => bytes,
+    };
+    // Checked in place: the line's text shares the read buffer (no copy).
+    match Utf8Bytes::try_from(bytes) {
         Ok(text) if text.trim().is_empty() => None,
-        Ok(text) => Some(Ok(text.to_owned())),
+        Ok(text) => Some(Ok(text)),
         Err(e) => {
             tracing::debug!(upstream = %shared.cfg.name, error = %e, "line from upstream is not UTF-8; dropped");
             shared.count_protocol_error(ProtocolError::InvalidMessage);

@@ -26,7 +26,7 @@ use tokio_tungstenite::tungstenite::http::header::{ORIGIN, SEC_WEBSOCKET_PROTOCO
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode as WsCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
-use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::tungstenite::{Message as WsMessage, Utf8Bytes};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 
@@ -170,12 +170,12 @@ fn texts(
     link: Arc<Link>,
     last_rx: Arc<Mutex<Instant>>,
     limit: usize,
-) -> impl futures_util::Stream<Item = Result<String, LinkError>> + Unpin {
+) -> impl futures_util::Stream<Item = Result<Utf8Bytes, LinkError>> + Unpin {
     stream
         .map(move |frame| {
             *last_rx.lock() = Instant::now();
             match frame {
-                Ok(WsMessage::Text(text)) => Some(Ok(text.to_string())),
+                Ok(WsMessage::Text(text)) => Some(Ok(text)),
                 Ok(WsMessage::Binary(_)) => {
                     link.shared.count_protocol_error(ProtocolError::BinaryFrame);
                     Some(Err(LinkError::BinaryFrame))
