@@ -32,6 +32,31 @@ pub fn render(msg: &Message, style: Style) -> Result<String, NotJson> {
     Ok(out)
 }
 
+/// Largest scratch buffer [`render_exact`] keeps per thread between calls
+/// (a longer text is rendered in it once, then the buffer is let go).
+const SCRATCH_KEPT: usize = 64 * 1024;
+
+thread_local! {
+    /// Where [`render_exact`] renders before it copies.
+    static SCRATCH: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// [`render`], into an allocation of exactly the text's length: the text
+/// is rendered in a per-thread scratch buffer (at most [`SCRATCH_KEPT`]
+/// bytes kept) and copied. A frame handed to the WebSocket library becomes
+/// `Bytes` without a second allocation (one with spare capacity needs a
+/// shared header), and holds no spare capacity while it is queued.
+pub fn render_exact(msg: &Message, style: Style) -> Result<String, NotJson> {
+    SCRATCH.with_borrow_mut(|scratch| {
+        scratch.clear();
+        let rendered = render_into(msg, style, scratch).map(|()| scratch.as_str().to_owned());
+        if scratch.capacity() > SCRATCH_KEPT {
+            *scratch = String::new();
+        }
+        rendered
+    })
+}
+
 /// Renders a request with the integer id `id` from borrowed parts: the
 /// same text as [`render`] of a `Message::Request` with `WireId::number(id)`,
 /// without building that message (no copy of the method or params).
@@ -244,7 +269,7 @@ fn approx_len(msg: &Message) -> usize {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::{push_str, render, render_request, Style};
+    use super::{push_str, render, render_exact, render_request, Style, SCRATCH, SCRATCH_KEPT};
     use crate::envelope::{raw_from_string, Message, Payload, WireId};
 
     /// The copy-between-quotes shortcut writes what serde_json writes.
@@ -299,6 +324,27 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// `render_exact` writes what `render` writes, with no spare capacity,
+    /// and keeps no scratch buffer above its bound.
+    #[test]
+    fn render_exact_is_render_without_spare_capacity() {
+        let reply = |len: usize| Message::Response {
+            id: WireId::number(7),
+            result: crate::envelope::Outcome::Value(Payload::Json(raw_from_string(format!(
+                "\"{}\"",
+                "x".repeat(len)
+            )))),
+        };
+        for len in [0, 10, 300, 5_000, SCRATCH_KEPT + 1, 200] {
+            let msg = reply(len);
+            let exact = render_exact(&msg, Style::Frame).unwrap();
+            assert_eq!(exact, render(&msg, Style::Frame).unwrap(), "{len}");
+            assert_eq!(exact.capacity(), exact.len(), "{len}");
+            let kept = SCRATCH.with_borrow(String::capacity);
+            assert!(kept <= SCRATCH_KEPT, "{len}: scratch keeps {kept} bytes");
         }
     }
 }
