@@ -9,6 +9,7 @@
 //! is parked in the upstream's queue (see `parking`) and written by
 //! whoever frees room next, still without a task.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -143,10 +144,21 @@ pub(super) async fn sweep(link: Arc<Link>) {
         let wake = match next {
             Some(at) => at.min(Instant::now() + SWEEP_AT_LEAST_EVERY),
             None => {
+                // Registrations signal only while the flag is set. It is
+                // set before looking again (under the correlator lock), so
+                // a call registered meanwhile is either seen here or sees
+                // the flag and signals (the permit waits for `notified`).
+                link.sweeper_idle.store(true, Ordering::SeqCst);
+                if link.expire_due(Instant::now()).is_some() {
+                    link.sweeper_idle.store(false, Ordering::SeqCst);
+                    continue;
+                }
                 tokio::select! {
-                    () = link.direct_added.notified() => continue,
+                    () = link.direct_added.notified() => {}
                     () = link.closed.cancelled() => return,
                 }
+                link.sweeper_idle.store(false, Ordering::SeqCst);
+                continue;
             }
         };
         tokio::select! {

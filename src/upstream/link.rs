@@ -55,9 +55,13 @@ pub(crate) struct Link {
     pub(super) owner: Option<OwnerRef>,
     /// What only links of the upstream's dialect keep.
     pub(super) dialect: LinkDialect,
-    /// Signalled when a call settled in place is registered, so the
-    /// deadline sweeper wakes from its idle wait.
+    /// Signalled when a call settled in place is registered while the
+    /// deadline sweeper waits idle, so that it wakes.
     pub(super) direct_added: tokio::sync::Notify,
+    /// Set while the deadline sweeper waits idle (no call with a deadline
+    /// pending). Read on every call: a load, where signalling every call
+    /// would write the `Notify`'s state, shared by all worker threads.
+    pub(super) sweeper_idle: AtomicBool,
     /// Upstream-wide settings and metrics.
     pub(super) shared: Arc<UpstreamShared>,
 }
@@ -125,6 +129,7 @@ impl Link {
             owner,
             dialect,
             direct_added: tokio::sync::Notify::new(),
+            sweeper_idle: AtomicBool::new(false),
             shared,
         })
     }

@@ -3,6 +3,8 @@
 //! order. (What it reads is in `inbound`, how a message is rendered for
 //! the upstream in `encode`.)
 
+use std::sync::atomic::Ordering;
+
 use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::upstream::correlator::Correlator;
@@ -77,7 +79,9 @@ impl Link {
             self.count_request(len);
         }
         self.shared.entries_gauge().inc();
-        if direct {
+        // The flag is read after the lock that registered the call (see
+        // `direct::sweep`).
+        if direct && self.sweeper_idle.load(Ordering::SeqCst) {
             self.direct_added.notify_one();
         }
         Ok(gid)
