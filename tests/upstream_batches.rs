@@ -49,16 +49,11 @@ async fn batch_refuser(listener: UnixListener, seen: tokio::sync::oneshot::Sende
 
 #[tokio::test]
 async fn a_batch_wide_error_answers_every_request_of_the_batch() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let socket = dir.path().join("refuser.sock");
-    let listener = UnixListener::bind(&socket).expect("bind");
     let (seen_tx, seen_rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(batch_refuser(listener, seen_tx));
-    let toml = stack_toml(&socket, "", "accepts_batches = true\npool_size = 1");
-    let cfg = switchyard::config::Config::from_toml(&toml).expect("config");
-    let bound = switchyard::app::bind(cfg).await.expect("bind");
-    let url = bound.ws_url("public").expect("url");
-    let gateway = bound.spawn();
+    let (_dir, gateway, url) = front_of("accepts_batches = true\npool_size = 1", |listener| {
+        batch_refuser(listener, seen_tx)
+    })
+    .await;
     let mut ws = connect(&url).await;
     send(&mut ws, r#"[{"jsonrpc":"2.0","method":"a","id":"x"},{"jsonrpc":"2.0","method":"b","params":[1]},{"jsonrpc":"2.0","method":"c","id":"y"}]"#).await;
     let reply = json(&recv(&mut ws).await);

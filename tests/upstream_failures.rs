@@ -171,15 +171,7 @@ async fn rogue_upstream(listener: UnixListener) {
 
 #[tokio::test]
 async fn replies_for_unknown_ids_are_dropped_and_counted() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let socket = dir.path().join("rogue.sock");
-    let listener = UnixListener::bind(&socket).expect("bind");
-    tokio::spawn(rogue_upstream(listener));
-    let cfg = switchyard::config::Config::from_toml(&stack_toml(&socket, "", "pool_size = 1"))
-        .expect("config");
-    let bound = switchyard::app::bind(cfg).await.expect("bind");
-    let url = bound.ws_url("public").expect("url");
-    let gateway = bound.spawn();
+    let (_dir, gateway, url) = front_of("pool_size = 1", rogue_upstream).await;
     let mut ws = connect(&url).await;
     for i in 0..3 {
         send(
@@ -351,16 +343,12 @@ async fn garbling_upstream(listener: UnixListener, accepted: Arc<AtomicUsize>) {
 
 #[tokio::test]
 async fn a_garbage_line_from_an_ndjson_upstream_is_dropped_and_the_connection_kept() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let socket = dir.path().join("garbling.sock");
-    let listener = UnixListener::bind(&socket).expect("bind");
     let accepted = Arc::new(AtomicUsize::new(0));
-    tokio::spawn(garbling_upstream(listener, accepted.clone()));
-    let cfg = switchyard::config::Config::from_toml(&stack_toml(&socket, "", "pool_size = 1"))
-        .expect("config");
-    let bound = switchyard::app::bind(cfg).await.expect("bind");
-    let url = bound.ws_url("public").expect("url");
-    let gateway = bound.spawn();
+    let counter = accepted.clone();
+    let (_dir, gateway, url) = front_of("pool_size = 1", move |listener| {
+        garbling_upstream(listener, counter)
+    })
+    .await;
     wait_connected(&gateway, "daemon").await;
     let mut ws = connect(&url).await;
     // Three calls in flight at once; the garbage arrives between their replies.

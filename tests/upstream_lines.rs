@@ -33,15 +33,7 @@ async fn quirky_daemon(listener: UnixListener) {
 
 #[tokio::test]
 async fn crlf_blank_and_non_utf8_lines_from_the_upstream_are_handled() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let socket = dir.path().join("quirky.sock");
-    let listener = UnixListener::bind(&socket).expect("bind");
-    tokio::spawn(quirky_daemon(listener));
-    let toml = stack_toml(&socket, "", "pool_size = 1");
-    let cfg = switchyard::config::Config::from_toml(&toml).expect("config");
-    let bound = switchyard::app::bind(cfg).await.expect("bind");
-    let url = bound.ws_url("public").expect("url");
-    let gateway = bound.spawn();
+    let (_dir, gateway, url) = front_of("pool_size = 1", quirky_daemon).await;
     let mut ws = connect(&url).await;
     for (id, method) in [(1, "first"), (2, "second.one")] {
         send(

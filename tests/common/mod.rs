@@ -121,6 +121,28 @@ upstream = "daemon"
     )
 }
 
+/// A gateway in front of a hand-written NDJSON upstream: `serve` gets the
+/// Unix listener bound in a temp dir; the gateway runs the
+/// [`stack_toml`] listener with `upstream_extra` in its upstream table.
+/// Returns the temp dir (keep it), the gateway and its WebSocket URL.
+pub async fn front_of<F>(
+    upstream_extra: &str,
+    serve: impl FnOnce(tokio::net::UnixListener) -> F,
+) -> (tempfile::TempDir, Running, String)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("upstream.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).expect("bind");
+    tokio::spawn(serve(listener));
+    let toml = stack_toml(&socket, "", upstream_extra);
+    let cfg = Config::from_toml(&toml).unwrap_or_else(|e| panic!("config: {e}\n{toml}"));
+    let bound = app::bind(cfg).await.expect("bind");
+    let url = bound.ws_url("public").expect("url");
+    (dir, bound.spawn(), url)
+}
+
 /// Waits until the upstream has at least one live connection.
 pub async fn wait_connected(gateway: &Running, upstream: &str) {
     let up = gateway.upstream(upstream).expect("upstream");
