@@ -1,13 +1,16 @@
 //! A listener's current [`Listener`], swapped whole by a configuration
 //! reload.
 //!
-//! Connections hold the cell, not a listener: every request reads the
-//! listener once, when it is admitted, and keeps its router until it is
-//! answered, so a reload changes what the *next* request sees (routes,
-//! policy, limits, timeouts) without touching calls in flight or closing
-//! anything. A request thus never mixes two generations, and the old
-//! router (with the upstreams it names) is freed once its last request is
-//! answered, which is what a drained upstream waits for.
+//! Connections hold the cell, not a listener: a request reads the
+//! listener while it is admitted (its batch limit, its rate limits, then
+//! its router) and keeps that router until it is answered, so a reload
+//! changes what the *next* request sees (routes, policy, limits,
+//! timeouts) without touching calls in flight or closing anything. The
+//! request's trip (policy, route, upstream, timeout) is one generation's
+//! router; only a reload landing between the admission reads can give a
+//! request the limits of one generation and the router of the next. The
+//! old router (with the upstreams it names) is freed once its last request
+//! is answered, which is what a drained upstream waits for.
 
 use std::sync::Arc;
 
