@@ -22,9 +22,9 @@
 //!   encoded item; [`Metrics::observe_batch`] per client batch;
 //!   [`Metrics::count_limit`] whenever a configured limit refuses something;
 //!   [`Metrics::count_error`] for every error answered (`Router::error_reply`).
-//! - upstream admission (`upstream::Upstream::call*`):
-//!   [`Metrics::start_upstream_call`] when a call is written to a link, and
-//!   [`UpstreamCall::settled`] when its reply arrives.
+//! - upstream admission (`upstream::admission::Slots`): `upstream_in_flight`
+//!   while a call written to a link is unsettled, and
+//!   `upstream_request_duration` when its reply arrives.
 //! - the router (`Router::finish`, `Router::reply_for`): `requests` and
 //!   `request_duration` per settled request; upstream links:
 //!   `correlator_entries` per call written and settled.
@@ -58,14 +58,12 @@ mod persistent;
 mod reasons;
 mod register;
 pub mod sharded;
-mod upstream_call;
 
 pub use cache::FrameCounter;
 pub use events::{EventDrop, EventMetrics};
 pub use labels::{close_code, Direction, Limit, Quirk, RejectReason, RequestOutcome, Unmatched};
 pub use persistent::PersistMetrics;
 pub use reasons::{DropReason, ProtocolError};
-pub use upstream_call::UpstreamCall;
 
 use register::{counter, gauge, histogram, LATENCY_BUCKETS};
 
@@ -216,15 +214,5 @@ impl Metrics {
         self.batch_size
             .with_label_values(&[listener])
             .observe(items);
-    }
-
-    /// Marks a call as in flight on `upstream` until the returned guard is
-    /// dropped; [`UpstreamCall::settled`] also records its duration.
-    pub fn start_upstream_call(&self, upstream: &str) -> UpstreamCall {
-        UpstreamCall::start(
-            self.upstream_in_flight.with_label_values(&[upstream]),
-            self.upstream_request_duration
-                .with_label_values(&[upstream]),
-        )
     }
 }

@@ -58,6 +58,24 @@ pub(crate) struct Held {
     admission: Arc<Admission>,
 }
 
+/// What a call written to a link holds until it settles (in place or in a
+/// task): its admission slots, and its place in the upstream's
+/// `upstream_in_flight` gauge; a reply also records
+/// `upstream_request_duration`.
+///
+/// The metrics are reached through the admission the slots already hold,
+/// rather than through handles of their own: cloning those handles would
+/// write two reference counts that every worker thread shares, per call.
+#[derive(Debug)]
+pub(crate) struct Slots {
+    /// When the call was written (for `upstream_request_duration`).
+    started: std::time::Instant,
+    /// Still counted in `upstream_in_flight`.
+    counted: bool,
+    /// Its pending and link slots; the room goes to the next parked call.
+    held: Held,
+}
+
 /// Why a call found no room.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum NoRoom {
@@ -216,7 +234,7 @@ impl Admission {
 
 impl Held {
     /// The upstream the slots belong to.
-    pub(super) fn upstream(&self) -> &UpstreamShared {
+    fn upstream(&self) -> &UpstreamShared {
         &self.admission.shared
     }
 }
@@ -226,6 +244,41 @@ impl Drop for Held {
         drop(self.pending.take());
         drop(self.depth.take());
         self.admission.freed();
+    }
+}
+
+// === impl Slots ===
+
+impl Slots {
+    /// Marks a call in flight on the upstream of `held`, from now.
+    pub(super) fn start(held: Held) -> Self {
+        held.upstream().calls.0.inc();
+        Slots {
+            started: std::time::Instant::now(),
+            counted: true,
+            held,
+        }
+    }
+
+    /// The call settled: no longer in flight; a reply (`timed_out` false)
+    /// also records the upstream-only duration.
+    pub(super) fn settled(&mut self, timed_out: bool) {
+        let calls = &self.held.upstream().calls;
+        if !timed_out {
+            calls.1.observe_duration(self.started.elapsed());
+        }
+        if std::mem::take(&mut self.counted) {
+            calls.0.dec();
+        }
+    }
+}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        // Abandoned unsettled (the client left, the link closed).
+        if self.counted {
+            self.held.upstream().calls.0.dec();
+        }
     }
 }
 

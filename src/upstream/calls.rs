@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use super::admission::Admission;
+use super::admission::{Admission, Slots};
 use super::link::Link;
 use super::Upstream;
 use crate::config::NotificationPolicy;
@@ -152,15 +152,14 @@ async fn call_on(
     params: Option<&Payload>,
     guard: &mut AbandonGuard,
 ) -> Result<Message, GatewayError> {
-    let _slot = admission.link_slots(&link, 1).await?;
+    let mut slots = Slots::start(admission.link_slots(&link, 1).await?);
     let (tx, rx) = oneshot::channel();
     let gid = link
         .send_request(method, params, tx.into())
         .map_err(|(e, _)| e)?;
-    let call = link.shared.start_call();
     guard.link = Some((link, gid));
     let reply = rx.await;
-    call.settled();
+    slots.settled(false);
     guard.link = None;
     reply.unwrap_or_else(|_| Err(GatewayError::new(ErrorKind::Unavailable)))
 }

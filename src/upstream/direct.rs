@@ -15,29 +15,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::admission::{Admission, Held};
+use super::admission::{Admission, Held, Slots};
 use super::link::{Caller, Completion, Link, Waiter};
 use crate::envelope::Payload;
 
 /// Longest sleep of a link's deadline sweeper while calls are pending, so a
 /// call with an earlier deadline than the ones seen is late by at most this.
 const SWEEP_AT_LEAST_EVERY: Duration = Duration::from_millis(50);
-
-/// What a call settled in place holds until it settles: its admission
-/// slots, and its place in the upstream's `upstream_in_flight` gauge.
-///
-/// The metrics are reached through the admission the slots already hold,
-/// rather than through handles of their own: cloning those handles would
-/// write two reference counts that every worker thread shares, per call.
-#[derive(Debug)]
-pub(crate) struct Slots {
-    /// When the call was written (for `upstream_request_duration`).
-    started: std::time::Instant,
-    /// Still counted in `upstream_in_flight`.
-    counted: bool,
-    /// Its pending and link slots; the room goes to the next parked call.
-    held: Held,
-}
 
 /// One request to settle in place: what to send, who gets the outcome,
 /// and the client it belongs to.
@@ -97,41 +81,6 @@ impl Admission {
                 // it has settled it already.
                 tracing::debug!(upstream = %self.shared.cfg.name, error = %e, "in-place call abandoned before it was written");
             }
-        }
-    }
-}
-
-// === impl Slots ===
-
-impl Slots {
-    /// Marks a call in flight on the upstream of `held`, from now.
-    fn start(held: Held) -> Self {
-        held.upstream().calls.0.inc();
-        Slots {
-            started: std::time::Instant::now(),
-            counted: true,
-            held,
-        }
-    }
-
-    /// The call settled: no longer in flight; a reply (`timed_out` false)
-    /// also records the upstream-only duration.
-    pub(super) fn settled(&mut self, timed_out: bool) {
-        let calls = &self.held.upstream().calls;
-        if !timed_out {
-            calls.1.observe_duration(self.started.elapsed());
-        }
-        if std::mem::take(&mut self.counted) {
-            calls.0.dec();
-        }
-    }
-}
-
-impl Drop for Slots {
-    fn drop(&mut self) {
-        // Abandoned unsettled (the client left, the link closed).
-        if self.counted {
-            self.held.upstream().calls.0.dec();
         }
     }
 }

@@ -13,9 +13,7 @@ use crate::error::Side;
 use crate::persist::recorder::Recorder;
 use crate::pubsub::Broker;
 use crate::telemetry::metrics::sharded::{Gauge, Histogram};
-use crate::telemetry::metrics::{
-    DropReason, Metrics, ProtocolError, Quirk, Unmatched, UpstreamCall,
-};
+use crate::telemetry::metrics::{DropReason, Metrics, ProtocolError, Quirk, Unmatched};
 
 /// Settings and metrics shared by an upstream's links.
 #[derive(Debug)]
@@ -47,16 +45,6 @@ pub(crate) struct UpstreamShared {
 impl UpstreamShared {
     pub(crate) fn entries_gauge(&self) -> &Gauge {
         &self.entries
-    }
-
-    /// Marks a call in flight on this upstream (see `UpstreamCall`).
-    pub(crate) fn start_call(&self) -> UpstreamCall {
-        self.start_call_at(std::time::Instant::now())
-    }
-
-    /// Like [`start_call`](Self::start_call), with the time already read.
-    pub(crate) fn start_call_at(&self, now: std::time::Instant) -> UpstreamCall {
-        UpstreamCall::start_at(self.calls.0.clone(), self.calls.1.clone(), now)
     }
 
     pub(crate) fn count_unmatched(&self, kind: Unmatched) {

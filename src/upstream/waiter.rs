@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use super::direct::Slots;
+use super::admission::Slots;
 use super::link::Link;
 use crate::envelope::Message;
 use crate::error::{ErrorKind, GatewayError};
