@@ -284,6 +284,7 @@ async fn run_pair(speak: Speak, up: Up) {
     let mut pair = Pair::start(speak, up).await;
     let name = pair.name();
     ids_round_trip(&pair, &name).await;
+    large_round_trip(&pair, &name).await;
     errors_notifications_batches(&pair, &name).await;
     timeout(&pair, &name).await;
     if originates(up) {
@@ -331,6 +332,30 @@ async fn ids_round_trip(pair: &Pair, name: &str) {
             "{name}: id {id} came back as {reply}"
         );
         assert_eq!(json(&reply)["result"], json!({"n": i}), "{name}: {reply}");
+    }
+}
+
+/// A request and reply many times larger than what any socket read takes
+/// at once (8 KiB on listeners, 16 KiB on upstream WebSocket links) cross
+/// whole, several in a row on one connection.
+async fn large_round_trip(pair: &Pair, name: &str) {
+    let mut c = pair.client(&pair.main).await;
+    for (i, len) in [40_000, 200_000, 70_001].into_iter().enumerate() {
+        let text: String = (0..len)
+            .map(|k| char::from(b'a' + (k % 26) as u8))
+            .collect();
+        let params = format!(r#"{{"n":{i},"text":"{text}"}}"#);
+        // A string id: the one form every listener dialect takes.
+        c.send(&request(pair.speak, &format!(r#""{i}""#), "echo", &params))
+            .await;
+        let reply = json(&c.recv().await);
+        assert_eq!(reply["result"]["n"], i, "{name}");
+        assert_eq!(
+            reply["result"]["text"].as_str().map(str::len),
+            Some(len),
+            "{name}: reply {i}"
+        );
+        assert_eq!(reply["result"]["text"], text.as_str(), "{name}: reply {i}");
     }
 }
 

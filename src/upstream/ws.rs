@@ -43,6 +43,12 @@ pub(super) type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 /// Room in the write queue beyond the in-flight cap (notifications, replies).
 const EXTRA_QUEUE: usize = 64;
 
+/// Most a link reads from its socket at once. The WebSocket library
+/// zero-fills this much before every read, so its 128 KiB default costs
+/// more than the read itself when replies are small; a longer frame still
+/// arrives whole (the buffer grows to the frame's length).
+const READ_BUFFER: usize = 16 * 1024;
+
 /// The holon-rpc subprotocol token.
 const HOLON: &str = "holon-rpc";
 
@@ -73,7 +79,8 @@ pub(super) async fn connect(
     let limit = super::hard_cap(shared.cfg.max_response_bytes);
     let config = WebSocketConfig::default()
         .max_message_size(Some(limit))
-        .max_frame_size(Some(limit));
+        .max_frame_size(Some(limit))
+        .read_buffer_size(READ_BUFFER);
     let (mut ws, response) =
         tokio_tungstenite::connect_async_with_config(request, Some(config), true)
             .await
