@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use super::Outgoing;
 use crate::dialect::errors;
 use crate::dialect::render::{render_batch, render_exact, Style};
-use crate::dialect::sideband::session::Sbp;
+use crate::dialect::sideband::session::{encode_shared, Sbp};
 use crate::dialect::Dialect;
 use crate::envelope::Message;
 use crate::error::{ErrorKind, GatewayError, Side};
@@ -97,7 +97,7 @@ impl OutCodec {
     fn try_encode(&self, msg: &Message) -> Option<Outgoing> {
         let out = match &self.form {
             Form::Text(_, style) => render_exact(msg, *style).ok().map(Outgoing::Text),
-            Form::Sideband(sbp) => sbp.lock().encode(msg).ok().map(Outgoing::Binary),
+            Form::Sideband(sbp) => encode_shared(|| sbp.lock(), msg).ok().map(Outgoing::Binary),
         };
         if out.is_some() {
             self.metrics

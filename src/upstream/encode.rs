@@ -6,10 +6,13 @@
 //! - holon-rpc: string ids `"1"`, `"2"`, …; params always an object (absent
 //!   → `{}`, anything else refused with `invalid_params`).
 
-use crate::dialect::holon::object_params;
 use std::borrow::Cow;
 
+use parking_lot::MutexGuard;
+
+use crate::dialect::holon::object_params;
 use crate::dialect::render::{finish_request, render, render_batch, render_request_head, Style};
+use crate::dialect::sideband::session::encode_shared;
 use crate::dialect::sideband::{EnvelopeError, Member};
 use crate::dialect::Dialect;
 use crate::envelope::{raw_from_string, Kind, Message, Payload, WireId};
@@ -106,12 +109,15 @@ impl Link {
     /// Renders a message for this upstream, enforcing its size limit.
     pub(super) fn encode(&self, msg: &Message) -> Result<Wire, GatewayError> {
         if let Some(sb) = self.sideband() {
-            let frame = sb.lock().sbp.encode(msg).map_err(|e| match e {
-                EnvelopeError::Transcode {
-                    member: Member::P, ..
-                } => GatewayError::with_detail(ErrorKind::InvalidParams, e.to_string()),
-                other => GatewayError::with_detail(ErrorKind::Internal, other.to_string()),
-            })?;
+            let frame =
+                encode_shared(|| MutexGuard::map(sb.lock(), |s| &mut s.sbp), msg).map_err(|e| {
+                    match e {
+                        EnvelopeError::Transcode {
+                            member: Member::P, ..
+                        } => GatewayError::with_detail(ErrorKind::InvalidParams, e.to_string()),
+                        other => GatewayError::with_detail(ErrorKind::Internal, other.to_string()),
+                    }
+                })?;
             let wire = self.check_size(Wire::Binary(frame))?;
             self.count_out([msg.kind()], &wire);
             return Ok(wire);

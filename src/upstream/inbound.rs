@@ -3,20 +3,20 @@
 //! notifications (to the owning client in per-client mode; answered or
 //! counted here in shared mode).
 
+use std::sync::Arc;
+
+use parking_lot::MutexGuard;
 use serde_json::value::RawValue;
 
+use super::link::{Link, ReplyResult, Waiter, Wire};
 use crate::dialect::errors;
 use crate::dialect::jsonrpc::{decode_upstream, ReplyError};
+use crate::dialect::sideband::session::{on_frame_shared, SbpEvent};
 use crate::dialect::Dialect;
 use crate::envelope::{raw_from_string, ErrorObject, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, ErrorOrigin, GatewayError, Side};
 use crate::telemetry::metrics::{Direction, DropReason, ProtocolError, Unmatched};
 use crate::upstream::correlator::Resolution;
-
-use std::sync::Arc;
-
-use super::link::{Link, ReplyResult, Waiter, Wire};
-use crate::dialect::sideband::session::SbpEvent;
 
 // === impl Link ===
 
@@ -107,7 +107,7 @@ impl Link {
         self.shared
             .metrics
             .count_frame(d, Side::Upstream, Direction::In, bytes.len());
-        let event = sb.lock().sbp.on_frame(bytes);
+        let event = on_frame_shared(|| MutexGuard::map(sb.lock(), |s| &mut s.sbp), bytes);
         match event {
             SbpEvent::Nothing | SbpEvent::Ready => true,
             SbpEvent::Dropped(reason) => {

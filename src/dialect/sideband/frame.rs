@@ -155,9 +155,10 @@ pub fn encode_into(frame: &Frame, out: &mut Vec<u8>) {
             out.extend_from_slice(reason.as_bytes());
         }
         Body::Message { subject, data } => {
-            let text = subject.to_string();
-            out.extend_from_slice(&len_u32(text.len()).to_le_bytes());
-            out.extend_from_slice(text.as_bytes());
+            let (prefix, tail) = subject.parts();
+            out.extend_from_slice(&len_u32(prefix.len() + tail.len()).to_le_bytes());
+            out.extend_from_slice(prefix.as_bytes());
+            out.extend_from_slice(tail.as_bytes());
             out.extend_from_slice(data);
         }
         Body::Ack { of } => out.extend_from_slice(of),

@@ -5,19 +5,24 @@
 //! side and never forwards frames. Pure state, no I/O: the transport feeds
 //! inbound binary messages to [`Sbp::on_frame`] and sends what it returns.
 
+use std::cell::{RefCell, RefMut};
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use foldhash::quality::RandomState;
 
 use crate::close::CloseCode;
 use crate::dialect::sideband::{
-    decode_envelope, encode_envelope, fits_subject, frame, random_id, random_peer_id, Body,
-    Channel, Cid, Control, Encoding, EnvelopeError, Frame, FrameId, Handshake, Subject,
-    SubjectRules, CAP_CBOR, CAP_RPC,
+    encode_envelope, fits_subject, frame, random_id, random_peer_id, Body, Channel, Cid, Control,
+    Encoding, EnvelopeError, Frame, FrameError, FrameId, Handshake, Subject, SubjectRules,
+    CAP_CBOR, CAP_RPC,
 };
 use crate::envelope::{Message, WireId};
 
 pub(crate) use super::dropped::SbpDrop;
+use shared::Step;
+pub(crate) use shared::{encode_shared, on_frame_shared};
+
+mod shared;
 
 /// Message frame ids remembered to drop duplicates.
 const SEEN_FRAMES: usize = 1024;
@@ -158,10 +163,17 @@ impl Sbp {
     /// Encodes `msg` as a Message frame: requests carry their cid as frame
     /// id; everything else gets a fresh random frame id. A reply goes out
     /// on its request's subject; requests and events to a peer that sent
-    /// legacy subjects use legacy subjects (§5).
+    /// legacy subjects use legacy subjects (§5). The gateway's sessions are
+    /// shared between tasks and use [`encode_shared`].
+    #[cfg(test)]
     pub(crate) fn encode(&mut self, msg: &Message) -> Result<Vec<u8>, EnvelopeError> {
-        let data = encode_envelope(msg, self.encoding)?;
-        let (id, subject) = match msg {
+        let cell = RefCell::new(self);
+        encode_shared(|| RefMut::map(cell.borrow_mut(), |s| &mut **s), msg)
+    }
+
+    /// The frame id and subject of the Message frame carrying `msg`.
+    fn address(&mut self, msg: &Message) -> (FrameId, Subject) {
+        match msg {
             Message::Request {
                 id: WireId::Cid(cid),
                 method,
@@ -183,8 +195,7 @@ impl Sbp {
                 ..
             } => (random_id(), self.reply_subject(cid)),
             _ => (random_id(), Subject::Rpc),
-        };
-        Ok(frame::encode(&Frame::message(id, subject, data)))
+        }
     }
 
     /// The legacy form for a legacy peer (when the name fits in a
@@ -222,9 +233,17 @@ impl Sbp {
         }
     }
 
-    /// Handles one inbound binary message.
+    /// Handles one inbound binary message. A session shared between tasks
+    /// uses [`on_frame_shared`] instead.
     pub(crate) fn on_frame(&mut self, bytes: &[u8]) -> SbpEvent {
-        let frame = match frame::decode_with(bytes, self.rules) {
+        let cell = RefCell::new(self);
+        on_frame_shared(|| RefMut::map(cell.borrow_mut(), |s| &mut **s), bytes)
+    }
+
+    /// Handles an inbound frame once its frame layer was read; an RPC
+    /// envelope is left to decode.
+    fn on_decoded(&mut self, frame: Result<Frame, FrameError>) -> Step {
+        let frame = match frame {
             Ok(frame) => frame,
             Err(e) => {
                 // No reply to a (malformed) ErrorFrame: an ErrorFrame is
@@ -233,26 +252,26 @@ impl Sbp {
                 if !self.ready() {
                     // Any failure before the peer's handshake ends
                     // negotiation (§3, §10).
-                    return SbpEvent::Close {
+                    return Step::Done(SbpEvent::Close {
                         frame: reply,
                         code: CloseCode::Normal,
                         reason: "negotiation_failed".into(),
-                    };
+                    });
                 }
                 if e.can_continue() {
-                    return reply.map_or(SbpEvent::Nothing, SbpEvent::Send);
+                    return Step::Done(reply.map_or(SbpEvent::Nothing, SbpEvent::Send));
                 }
-                return SbpEvent::Close {
+                return Step::Done(SbpEvent::Close {
                     frame: reply,
                     code: CloseCode::ProtocolError,
                     reason: "invalid frame".into(),
-                };
+                });
             }
         };
         if !self.ready() {
-            return self.negotiate(frame);
+            return Step::Done(self.negotiate(frame));
         }
-        match frame.body {
+        Step::Done(match frame.body {
             Body::Control(Control::Handshake(_)) => SbpEvent::Close {
                 frame: Some(frame::encode(&Frame::error(
                     frame.id,
@@ -277,8 +296,8 @@ impl Sbp {
                 code,
                 message,
             },
-            Body::Message { subject, data } => self.on_message(frame.id, &subject, &data),
-        }
+            Body::Message { subject, data } => return self.on_message(frame.id, subject, data),
+        })
     }
 
     fn negotiate(&mut self, frame: Frame) -> SbpEvent {
@@ -300,11 +319,11 @@ impl Sbp {
         }
     }
 
-    fn on_message(&mut self, id: FrameId, subject: &Subject, data: &[u8]) -> SbpEvent {
+    fn on_message(&mut self, id: FrameId, subject: Subject, data: Vec<u8>) -> Step {
         if !self.remember(id) {
-            return SbpEvent::Dropped(SbpDrop::DuplicateFrame);
+            return Step::Done(SbpEvent::Dropped(SbpDrop::DuplicateFrame));
         }
-        match subject.channel() {
+        Step::Done(match subject.channel() {
             Channel::Stream => SbpEvent::Send(frame::encode(&Frame::error(
                 id,
                 1003,
@@ -316,17 +335,28 @@ impl Sbp {
                 "Unsupported feature: app subjects",
             ))),
             Channel::App => SbpEvent::Dropped(SbpDrop::AppSubject),
-            Channel::Rpc | Channel::Event => match decode_envelope(data, Encoding::detect(data)) {
-                Ok(msg) if fits_subject(&msg, subject) => {
-                    self.note_subject(&msg, subject);
-                    SbpEvent::Rpc(msg)
-                }
-                Ok(_) => SbpEvent::Dropped(SbpDrop::EnvelopeSubjectMismatch),
-                Err(e) if subject.channel() == Channel::Rpc => {
-                    self.invalid_envelope(id, subject, &e, data)
-                }
-                Err(_) => SbpEvent::Dropped(SbpDrop::InvalidEventEnvelope),
-            },
+            Channel::Rpc | Channel::Event => return Step::Envelope { id, subject, data },
+        })
+    }
+
+    /// Handles an RPC envelope from Message frame `id`, decoded as `decoded`.
+    fn on_envelope(
+        &mut self,
+        id: FrameId,
+        subject: &Subject,
+        decoded: Result<Message, EnvelopeError>,
+        data: &[u8],
+    ) -> SbpEvent {
+        match decoded {
+            Ok(msg) if fits_subject(&msg, subject) => {
+                self.note_subject(&msg, subject);
+                SbpEvent::Rpc(msg)
+            }
+            Ok(_) => SbpEvent::Dropped(SbpDrop::EnvelopeSubjectMismatch),
+            Err(e) if subject.channel() == Channel::Rpc => {
+                self.invalid_envelope(id, subject, &e, data)
+            }
+            Err(_) => SbpEvent::Dropped(SbpDrop::InvalidEventEnvelope),
         }
     }
 

@@ -168,7 +168,7 @@ impl Subject {
     }
 
     /// The prefix and tail, whose concatenation is the wire text.
-    fn parts(&self) -> (&'static str, &str) {
+    pub(super) fn parts(&self) -> (&'static str, &str) {
         match self {
             Subject::Rpc => ("rpc", ""),
             Subject::Event => ("event", ""),

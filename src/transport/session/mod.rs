@@ -28,7 +28,7 @@ mod edges;
 
 use crate::close::CloseCode;
 use crate::dialect::client::ClientCodec;
-use crate::dialect::sideband::session::{Sbp, SbpEvent};
+use crate::dialect::sideband::session::{on_frame_shared, Sbp, SbpEvent};
 use crate::dialect::{Dialect, Inbound, Item};
 use crate::envelope::Message;
 use crate::error::Side;
@@ -235,7 +235,7 @@ impl Session {
         let listener = self.listener();
         let metrics = listener.metrics();
         metrics.count_frame(self.dialect(), Side::Client, Direction::In, bytes.len());
-        let event = sbp.lock().on_frame(bytes);
+        let event = on_frame_shared(|| sbp.lock(), bytes);
         if let SbpEvent::Rpc(msg) = &event {
             metrics.count_message(self.dialect(), Side::Client, Direction::In, msg.kind());
         }

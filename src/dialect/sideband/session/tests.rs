@@ -2,6 +2,7 @@
 //! return, and invalid envelopes reported with their cid.
 
 use super::*;
+use crate::dialect::sideband::decode_envelope;
 use crate::envelope::{Outcome, Payload};
 
 /// A session whose peer has sent its handshake.

@@ -1,0 +1,61 @@
+//! An [`Sbp`] shared between tasks (a client's reader and the replies to
+//! it, a link's reader and the requests on it): the session's lock is
+//! held only for its state, never while a frame or an envelope is decoded
+//! or encoded, which is most of the work.
+//!
+//! `lock` hands out the session each time it is called; the guard is let
+//! go at the end of each statement that takes it. `Sbp::on_frame` and
+//! `Sbp::encode` run through here with a `RefCell` as the lock, so the
+//! session's unit tests panic if one guard is still held when the next
+//! is taken.
+
+use std::ops::DerefMut;
+
+use super::{Sbp, SbpEvent};
+use crate::dialect::sideband::{
+    decode_envelope, encode_envelope, frame, Encoding, EnvelopeError, Frame, FrameId, Subject,
+};
+use crate::envelope::Message;
+
+/// What an inbound frame needs once its frame layer was read.
+pub(super) enum Step {
+    /// Handled: what the transport must do.
+    Done(SbpEvent),
+    /// An RPC envelope to decode, then to hand to `Sbp::on_envelope`.
+    Envelope {
+        /// The Message frame's id.
+        id: FrameId,
+        /// Its subject (`rpc` or `event`, or their legacy forms).
+        subject: Subject,
+        /// The envelope.
+        data: Vec<u8>,
+    },
+}
+
+/// [`Sbp::on_frame`] for a shared session.
+pub(crate) fn on_frame_shared<S: DerefMut<Target = Sbp>>(
+    lock: impl Fn() -> S,
+    bytes: &[u8],
+) -> SbpEvent {
+    let rules = lock().rules;
+    let frame = frame::decode_with(bytes, rules);
+    let step = lock().on_decoded(frame);
+    match step {
+        Step::Done(event) => event,
+        Step::Envelope { id, subject, data } => {
+            let decoded = decode_envelope(&data, Encoding::detect(&data));
+            lock().on_envelope(id, &subject, decoded, &data)
+        }
+    }
+}
+
+/// [`Sbp::encode`] for a shared session.
+pub(crate) fn encode_shared<S: DerefMut<Target = Sbp>>(
+    lock: impl Fn() -> S,
+    msg: &Message,
+) -> Result<Vec<u8>, EnvelopeError> {
+    let encoding = lock().encoding;
+    let data = encode_envelope(msg, encoding)?;
+    let (id, subject) = lock().address(msg);
+    Ok(frame::encode(&Frame::message(id, subject, data)))
+}
