@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use futures_util::{Stream, StreamExt};
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::Semaphore;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_util::sync::CancellationToken;
 
@@ -23,6 +23,7 @@ use crate::telemetry::metrics::ProtocolError;
 use crate::upstream::correlator::Correlator;
 
 use super::error::LinkError;
+use super::outlet::Outlet;
 use super::UpstreamShared;
 
 pub(crate) use super::link_dialect::{LinkDialect, SidebandState};
@@ -36,7 +37,7 @@ pub(crate) struct Link {
     pub(super) correlator: Mutex<Correlator<Waiter>>,
     /// Lines/frames to write, in order. Bounded: the in-flight semaphore
     /// keeps requests below its capacity.
-    pub(super) out: mpsc::Sender<Wire>,
+    pub(super) out: Outlet,
     /// Requests in flight on this connection (`max_in_flight_per_connection`).
     pub(crate) depth: Arc<Semaphore>,
     /// Cancelled when the connection is gone (or must go).
@@ -90,7 +91,7 @@ impl Wire {
 impl Link {
     /// A link writing to `out`. Capacity of `out` must exceed `depth`.
     pub(crate) fn new(
-        out: mpsc::Sender<Wire>,
+        out: Outlet,
         shared: Arc<UpstreamShared>,
         owner: Option<OwnerRef>,
     ) -> Arc<Self> {
@@ -99,7 +100,7 @@ impl Link {
 
     /// A link carrying Sideband frames, after the handshake in `sbp`.
     pub(crate) fn with_sideband(
-        out: mpsc::Sender<Wire>,
+        out: Outlet,
         shared: Arc<UpstreamShared>,
         owner: Option<OwnerRef>,
         sbp: Option<crate::dialect::sideband::session::Sbp>,

@@ -45,6 +45,7 @@ mod link_dialect;
 mod mode;
 mod ndjson;
 mod outbound;
+mod outlet;
 mod owner;
 mod parking;
 mod pool;

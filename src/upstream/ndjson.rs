@@ -6,23 +6,24 @@
 //! UTF-8 leaves the framing intact: it is counted as a protocol error and
 //! dropped, like a line that is not JSON, and the connection lives on.
 //! Writes go through one writer task per connection, so lines never
-//! interleave, and are flushed when the queue runs empty.
+//! interleave: it writes every line queued so far in one `write_all`
+//! (`outlet::LineQueue`).
 
 use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::io::AsyncWriteExt;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
-use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_util::codec::{AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
 
 use super::error::LinkError;
-use super::link::{Link, OwnerRef, Wire};
+use super::link::{Link, OwnerRef};
+use super::outlet::{recycle, LineQueue, Outlet};
 use super::UpstreamShared;
 use crate::lines::Lines;
 use crate::telemetry::metrics::ProtocolError;
@@ -43,7 +44,7 @@ pub(super) async fn connect(
         .map_err(LinkError::Connect)?;
     let (read, write) = stream.into_split();
     let capacity = shared.cfg.max_in_flight_per_connection.get() + EXTRA_QUEUE;
-    let (tx, rx) = mpsc::channel(capacity);
+    let queue = LineQueue::new(capacity);
     // Lines up to twice the limit are read whole so that an oversize reply
     // fails only its own call; longer ones close the connection.
     let limit = super::hard_cap(shared.cfg.max_response_bytes);
@@ -52,8 +53,8 @@ pub(super) async fn connect(
     let counts = shared.clone();
     let lines = FramedRead::new(read, codec)
         .filter_map(move |line| std::future::ready(text_line(line, limit, &counts)));
-    let link = Link::new(tx, shared, owner);
-    tokio::spawn(write_lines(write, rx, link.clone()));
+    let link = Link::new(Outlet::Lines(queue.clone()), shared, owner);
+    tokio::spawn(write_lines(write, queue, link.clone()));
     tokio::spawn(link.clone().run_reader(lines, shutdown));
     Ok(link)
 }
@@ -88,36 +89,27 @@ fn text_line(
     }
 }
 
-/// Writes queued lines until the link closes or the queue is dropped.
-async fn write_lines(write: OwnedWriteHalf, mut rx: mpsc::Receiver<Wire>, link: Arc<Link>) {
-    let mut out = BufWriter::new(write);
+/// Writes queued lines, every line queued so far at once, until the link
+/// closes.
+async fn write_lines(mut write: OwnedWriteHalf, queue: Arc<LineQueue>, link: Arc<Link>) {
     let closed = link.closed.clone();
     let closed = closed.cancelled();
     tokio::pin!(closed);
+    let mut batch = Vec::new();
     loop {
-        let line = tokio::select! {
+        tokio::select! {
             biased;
-            line = rx.recv() => line,
+            () = queue.take(&mut batch) => {}
             () = &mut closed => break,
-        };
-        let Some(Wire::Text(mut line)) = line else {
-            break;
-        };
-        line.push('\n');
-        if let Err(e) = out.write_all(line.as_bytes()).await {
+        }
+        if let Err(e) = write.write_all(&batch).await {
             tracing::debug!(error = %e, "upstream write failed");
             link.fail_all(&LinkError::WriteFailed);
             break;
         }
-        if rx.is_empty() {
-            if let Err(e) = out.flush().await {
-                tracing::debug!(error = %e, "upstream flush failed");
-                link.fail_all(&LinkError::WriteFailed);
-                break;
-            }
-        }
+        recycle(&mut batch);
     }
     // Closing the write half ends the connection for the daemon too; the
     // error (if the peer is already gone) changes nothing.
-    let _ = out.shutdown().await;
+    let _ = write.shutdown().await;
 }

@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::LinkError;
 use super::link::{Link, OwnerRef, Wire};
+use super::outlet::Outlet;
 use super::sideband::{self, Farewell};
 use super::UpstreamShared;
 use crate::close::CloseCode;
@@ -109,7 +110,7 @@ pub(super) async fn connect(
     let (tx, rx) = mpsc::channel(capacity);
     let last_rx = Arc::new(Mutex::new(Instant::now()));
     let sideband = sbp.is_some();
-    let link = Link::with_sideband(tx, shared, owner, sbp);
+    let link = Link::with_sideband(Outlet::Frames(tx), shared, owner, sbp);
     // Tracked, so that shutdown waits for every link's goodbye.
     link.shared
         .writers
