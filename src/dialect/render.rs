@@ -82,8 +82,9 @@ pub fn render_request_head(
         Some(Payload::Cbor(b)) => b.len(),
         None => 0,
     };
-    // The fixed text and the longest id fit in the 72 bytes.
-    let mut out = String::with_capacity(72 + method.len() + len);
+    // The fixed text, the longest id and an NDJSON line's `\n` fit in the
+    // 80 bytes (a long line is queued without a copy: `upstream::outlet`).
+    let mut out = String::with_capacity(80 + method.len() + len);
     out.push_str("{\"jsonrpc\":\"2.0\",");
     push_method(&mut out, method, params, style)?;
     out.push_str(",\"id\":");

@@ -6,8 +6,8 @@
 //! UTF-8 leaves the framing intact: it is counted as a protocol error and
 //! dropped, like a line that is not JSON, and the connection lives on.
 //! Writes go through one writer task per connection, so lines never
-//! interleave: it writes every line queued so far in one `write_all`
-//! (`outlet::LineQueue`).
+//! interleave: it takes every line queued so far at once and writes them
+//! a segment at a time (`outlet::LineQueue`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::LinkError;
 use super::link::{Link, OwnerRef};
-use super::outlet::{recycle, LineQueue, Outlet};
+use super::outlet::{LineQueue, Outlet, Segments};
 use super::UpstreamShared;
 use crate::lines::Lines;
 use crate::telemetry::metrics::ProtocolError;
@@ -95,19 +95,21 @@ async fn write_lines(mut write: OwnedWriteHalf, queue: Arc<LineQueue>, link: Arc
     let closed = link.closed.clone();
     let closed = closed.cancelled();
     tokio::pin!(closed);
-    let mut batch = Vec::new();
-    loop {
+    let mut batch = Segments::new();
+    'write: loop {
         tokio::select! {
             biased;
             () = queue.take(&mut batch) => {}
             () = &mut closed => break,
         }
-        if let Err(e) = write.write_all(&batch).await {
-            tracing::debug!(error = %e, "upstream write failed");
-            link.fail_all(&LinkError::WriteFailed);
-            break;
+        while let Some(segment) = batch.pop_front() {
+            if let Err(e) = write.write_all(&segment).await {
+                tracing::debug!(error = %e, "upstream write failed");
+                link.fail_all(&LinkError::WriteFailed);
+                break 'write;
+            }
+            queue.recycle(segment);
         }
-        recycle(&mut batch);
     }
     // Closing the write half ends the connection for the daemon too; the
     // error (if the peer is already gone) changes nothing.

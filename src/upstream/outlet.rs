@@ -3,17 +3,21 @@
 //!
 //! - WebSocket links queue whole messages (one per frame) on a bounded
 //!   channel.
-//! - NDJSON links append each line, and its `\n`, to one buffer; the writer
-//!   task takes the whole buffer at once and writes it with one
-//!   `write_all`. The writer is woken only when the buffer turns non-empty,
-//!   and a line costs a copy, not a message on a channel.
+//! - NDJSON links queue lines, each with its `\n`, as segments: a short
+//!   line is copied onto the end of the last segment when it fits in its
+//!   spare room (else it starts a new [`SEGMENT_BYTES`] one), a long line
+//!   (from [`MOVE_BYTES`]) becomes a segment of its own without a copy. The
+//!   writer task takes every segment queued so far at once and writes each
+//!   with one `write_all`. It is woken only when the queue turns non-empty,
+//!   and a line costs a copy or a move, not a message on a channel.
 //!
 //! Either way at most `capacity` messages wait for the writer (the link's
 //! in-flight cap plus room for notifications and refusals), besides the
-//! batch the writer is writing. An NDJSON link keeps at most
-//! [`KEPT_BYTES`] of buffer capacity in each of its two buffers between
-//! batches.
+//! batch the writer is writing. An NDJSON link keeps one spare segment
+//! ([`SEGMENT_BYTES`]) between batches, so that short lines seldom
+//! allocate.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -21,16 +25,18 @@ use tokio::sync::{mpsc, Notify};
 
 use super::link::Wire;
 
-/// Buffer capacity an NDJSON link keeps between batches, per buffer (it
-/// has two: the one filling and the one being written).
-pub(crate) const KEPT_BYTES: usize = 64 * 1024;
+/// The size of a segment of short lines.
+pub(crate) const SEGMENT_BYTES: usize = 16 * 1024;
+
+/// Lines from this long are queued as they are, not copied.
+pub(crate) const MOVE_BYTES: usize = 4 * 1024;
 
 /// Where a link's messages wait for its writer.
 #[derive(Debug)]
 pub(crate) enum Outlet {
     /// WebSocket links: one message per frame.
     Frames(mpsc::Sender<Wire>),
-    /// NDJSON links: lines in one buffer.
+    /// NDJSON links: lines in segments.
     Lines(Arc<LineQueue>),
 }
 
@@ -38,18 +44,22 @@ pub(crate) enum Outlet {
 #[derive(Debug)]
 pub(crate) struct LineQueue {
     pending: Mutex<Pending>,
-    /// Signalled when the buffer turns non-empty.
+    /// Signalled when the queue turns non-empty.
     ready: Notify,
     /// Most lines waiting at once.
     capacity: usize,
 }
 
+/// A batch of lines, in order, each ending in `\n`.
+pub(crate) type Segments = VecDeque<Vec<u8>>;
+
 #[derive(Debug, Default)]
 struct Pending {
-    /// The lines, each ending in `\n`.
-    bytes: Vec<u8>,
-    /// How many.
+    segments: Segments,
+    /// How many lines the segments hold.
     lines: usize,
+    /// An empty segment of [`SEGMENT_BYTES`], given back by the writer.
+    spare: Option<Vec<u8>>,
 }
 
 // === impl Outlet ===
@@ -60,9 +70,7 @@ impl Outlet {
     pub(crate) fn try_send(&self, wire: Wire) -> Result<(), Wire> {
         match (self, wire) {
             (Outlet::Frames(tx), wire) => tx.try_send(wire).map_err(|e| e.into_inner()),
-            (Outlet::Lines(queue), Wire::Text(line)) => {
-                queue.push(&line).map_err(|()| Wire::Text(line))
-            }
+            (Outlet::Lines(queue), Wire::Text(line)) => queue.push(line).map_err(Wire::Text),
             // Only Sideband links send binary frames, and they are
             // WebSocket links.
             (Outlet::Lines(_), wire @ Wire::Binary(_)) => Err(wire),
@@ -82,17 +90,37 @@ impl LineQueue {
         })
     }
 
-    /// Appends `line` and its `\n`; `Err` when `capacity` lines wait.
-    pub(crate) fn push(&self, line: &str) -> Result<(), ()> {
+    /// Queues `line` and its `\n`; gives it back when `capacity` lines
+    /// wait.
+    pub(crate) fn push(&self, line: String) -> Result<(), String> {
         let mut pending = self.pending.lock();
         if pending.lines >= self.capacity {
-            return Err(());
+            return Err(line);
         }
-        pending.bytes.reserve(line.len() + 1);
-        pending.bytes.extend_from_slice(line.as_bytes());
-        pending.bytes.push(b'\n');
+        let first = pending.lines == 0;
         pending.lines += 1;
-        let first = pending.lines == 1;
+        let need = line.len() + 1;
+        if line.len() >= MOVE_BYTES {
+            let mut bytes = line.into_bytes();
+            bytes.push(b'\n');
+            pending.segments.push_back(bytes);
+        } else {
+            let fits = pending
+                .segments
+                .back()
+                .is_some_and(|last| last.capacity() - last.len() >= need);
+            if !fits {
+                let segment = match pending.spare.take() {
+                    Some(spare) => spare,
+                    None => Vec::with_capacity(SEGMENT_BYTES),
+                };
+                pending.segments.push_back(segment);
+            }
+            if let Some(last) = pending.segments.back_mut() {
+                last.extend_from_slice(line.as_bytes());
+                last.push(b'\n');
+            }
+        }
         drop(pending);
         if first {
             // Stored as a permit if the writer is not waiting yet.
@@ -101,16 +129,15 @@ impl LineQueue {
         Ok(())
     }
 
-    /// Waits until lines wait, then swaps them into `batch`, which must be
-    /// empty: the queue keeps `batch`'s buffer for the next lines.
-    /// Cancel-safe: nothing is taken until it returns.
-    pub(crate) async fn take(&self, batch: &mut Vec<u8>) {
+    /// Waits until lines wait, then moves every segment into `batch`,
+    /// which must be empty. Cancel-safe: nothing is taken until it returns.
+    pub(crate) async fn take(&self, batch: &mut Segments) {
         debug_assert!(batch.is_empty());
         loop {
             {
                 let mut pending = self.pending.lock();
                 if pending.lines > 0 {
-                    std::mem::swap(&mut pending.bytes, batch);
+                    std::mem::swap(&mut pending.segments, batch);
                     pending.lines = 0;
                     return;
                 }
@@ -118,36 +145,97 @@ impl LineQueue {
             self.ready.notified().await;
         }
     }
-}
 
-/// Empties a written batch, keeping at most [`KEPT_BYTES`] of capacity.
-pub(crate) fn recycle(batch: &mut Vec<u8>) {
-    batch.clear();
-    batch.shrink_to(KEPT_BYTES);
+    /// Takes back a written segment as the spare, if it is a short-line
+    /// segment and there is none.
+    pub(crate) fn recycle(&self, mut segment: Vec<u8>) {
+        if segment.capacity() != SEGMENT_BYTES {
+            return;
+        }
+        segment.clear();
+        let mut pending = self.pending.lock();
+        if pending.spare.is_none() {
+            pending.spare = Some(segment);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Every byte of a batch, in order.
+    fn flat(batch: &mut Segments) -> Vec<u8> {
+        batch.drain(..).flatten().collect()
+    }
+
     #[tokio::test]
     async fn lines_come_out_in_order_with_newlines_and_the_queue_is_bounded() {
         let queue = LineQueue::new(2);
-        assert_eq!(queue.push("a"), Ok(()));
-        assert_eq!(queue.push("bc"), Ok(()));
+        assert_eq!(queue.push("a".into()), Ok(()));
+        assert_eq!(queue.push("bc".into()), Ok(()));
         assert_eq!(
-            queue.push("d"),
-            Err(()),
+            queue.push("d".into()),
+            Err("d".into()),
             "a third line waits beyond capacity"
         );
-        let mut batch = Vec::new();
+        let mut batch = Segments::new();
         queue.take(&mut batch).await;
-        assert_eq!(batch, b"a\nbc\n");
+        assert_eq!(batch.len(), 1, "short lines share a segment");
+        assert_eq!(flat(&mut batch), b"a\nbc\n");
         // Taking makes room again; the next batch holds only what came after.
-        recycle(&mut batch);
-        assert_eq!(queue.push("d"), Ok(()));
+        assert_eq!(queue.push("d".into()), Ok(()));
         queue.take(&mut batch).await;
-        assert_eq!(batch, b"d\n");
+        assert_eq!(flat(&mut batch), b"d\n");
+    }
+
+    #[tokio::test]
+    async fn long_lines_are_moved_and_short_ones_keep_their_place() {
+        let queue = LineQueue::new(8);
+        // Room for the `\n`, as a rendered request line has.
+        let mut long = String::with_capacity(MOVE_BYTES + 1);
+        long.push_str(&"x".repeat(MOVE_BYTES));
+        let long_ptr = long.as_ptr();
+        queue.push("a".into()).expect("room");
+        let text = long.clone();
+        queue.push(long).expect("room");
+        queue.push("b".into()).expect("room");
+        // Short lines that together pass a segment's size start a new one.
+        let short = "y".repeat(MOVE_BYTES - 1);
+        for _ in 0..5 {
+            queue.push(short.clone()).expect("room");
+        }
+        let mut batch = Segments::new();
+        queue.take(&mut batch).await;
+        assert_eq!(batch[1].as_ptr(), long_ptr, "the long line was not copied");
+        assert!(batch
+            .iter()
+            .all(|s| s.len() <= SEGMENT_BYTES.max(MOVE_BYTES + 1)));
+        let mut expected = format!("a\n{text}\nb\n").into_bytes();
+        for _ in 0..5 {
+            expected.extend_from_slice(format!("{short}\n").as_bytes());
+        }
+        assert_eq!(flat(&mut batch), expected);
+    }
+
+    #[tokio::test]
+    async fn a_written_segment_is_reused_and_only_one_is_kept() {
+        let queue = LineQueue::new(8);
+        queue.push("a".into()).expect("room");
+        let mut batch = Segments::new();
+        queue.take(&mut batch).await;
+        let segment = batch.pop_front().expect("one segment");
+        let ptr = segment.as_ptr();
+        let spare = |queue: &LineQueue| queue.pending.lock().spare.as_ref().map(|s| s.as_ptr());
+        queue.recycle(segment);
+        assert_eq!(spare(&queue), Some(ptr), "kept as the spare");
+        queue.recycle(Vec::with_capacity(SEGMENT_BYTES));
+        assert_eq!(spare(&queue), Some(ptr), "a second one is let go");
+        queue.push("b".into()).expect("room");
+        assert_eq!(spare(&queue), None, "the spare is in use");
+        queue.take(&mut batch).await;
+        assert_eq!(batch[0].as_ptr(), ptr, "the spare segment was reused");
+        assert_eq!(flat(&mut batch), b"b\n");
     }
 
     #[tokio::test]
@@ -156,26 +244,18 @@ mod tests {
         let writer = {
             let queue = queue.clone();
             tokio::spawn(async move {
-                let mut batch = Vec::new();
+                let mut batch = Segments::new();
                 queue.take(&mut batch).await;
-                batch
+                flat(&mut batch)
             })
         };
         // One runtime thread: the writer runs until it waits for a line.
         tokio::task::yield_now().await;
-        queue.push("x").expect("room");
+        queue.push("x".into()).expect("room");
         let batch = tokio::time::timeout(std::time::Duration::from_secs(30), writer)
             .await
             .expect("the writer was woken");
         assert_eq!(batch.expect("writer"), b"x\n");
-    }
-
-    #[test]
-    fn recycled_batches_keep_a_bounded_buffer() {
-        let mut batch = vec![0u8; 4 * KEPT_BYTES];
-        recycle(&mut batch);
-        assert!(batch.is_empty());
-        assert!(batch.capacity() <= KEPT_BYTES, "{}", batch.capacity());
     }
 
     #[test]
