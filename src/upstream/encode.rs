@@ -197,7 +197,6 @@ impl Link {
         }
     }
 
-    /// Refuses a text the upstream would not accept.
     /// Counts what is about to be written to the upstream.
     fn count_out(&self, kinds: impl IntoIterator<Item = Kind>, wire: &Wire) {
         let m = &self.shared.metrics;
@@ -208,6 +207,7 @@ impl Link {
         m.count_frame(d, Side::Upstream, Direction::Out, wire.len());
     }
 
+    /// Refuses a text the upstream would not accept.
     fn check_size(&self, text: Wire) -> Result<Wire, GatewayError> {
         let framed_len = text.len() + usize::from(self.style() == Style::Line);
         if framed_len > self.shared.cfg.max_request_bytes {
