@@ -111,6 +111,8 @@ async fn write_lines(mut write: OwnedWriteHalf, queue: Arc<LineQueue>, link: Arc
             queue.recycle(segment);
         }
     }
+    // Nothing queued from now on would be written: refused instead.
+    queue.close();
     // Closing the write half ends the connection for the daemon too; the
     // error (if the peer is already gone) changes nothing.
     let _ = write.shutdown().await;

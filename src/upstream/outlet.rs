@@ -11,7 +11,9 @@
 //!   with one `write_all`. It is woken only when the queue turns non-empty,
 //!   and a line costs a copy or a move, not a message on a channel.
 //!
-//! Either way at most `capacity` messages wait for the writer (the link's
+//! Either way a message queued once the writer has stopped is refused
+//! (the caller answers its call at once), and at most `capacity` messages
+//! wait for the writer (the link's
 //! in-flight cap plus room for notifications and refusals), besides the
 //! batch the writer is writing. An NDJSON link keeps one spare segment
 //! ([`SEGMENT_BYTES`]) between batches, so that short lines seldom
@@ -60,6 +62,8 @@ struct Pending {
     lines: usize,
     /// An empty segment of [`SEGMENT_BYTES`], given back by the writer.
     spare: Option<Vec<u8>>,
+    /// The writer is gone: nothing queued now would be written.
+    closed: bool,
 }
 
 // === impl Outlet ===
@@ -91,10 +95,10 @@ impl LineQueue {
     }
 
     /// Queues `line` and its `\n`; gives it back when `capacity` lines
-    /// wait.
+    /// wait or the writer is gone.
     pub(crate) fn push(&self, line: String) -> Result<(), String> {
         let mut pending = self.pending.lock();
-        if pending.lines >= self.capacity {
+        if pending.lines >= self.capacity || pending.closed {
             return Err(line);
         }
         let first = pending.lines == 0;
@@ -144,6 +148,17 @@ impl LineQueue {
             }
             self.ready.notified().await;
         }
+    }
+
+    /// Called by the writer when it stops: later lines are refused, as a
+    /// channel refuses messages once its receiver is gone, and what waits
+    /// is let go.
+    pub(crate) fn close(&self) {
+        let mut pending = self.pending.lock();
+        pending.closed = true;
+        pending.segments = Segments::new();
+        pending.lines = 0;
+        pending.spare = None;
     }
 
     /// Takes back a written segment as the spare, if it is a short-line
@@ -256,6 +271,15 @@ mod tests {
             .await
             .expect("the writer was woken");
         assert_eq!(batch.expect("writer"), b"x\n");
+    }
+
+    #[test]
+    fn a_closed_queue_refuses_lines() {
+        let queue = LineQueue::new(4);
+        queue.push("a".into()).expect("room");
+        queue.close();
+        assert_eq!(queue.push("b".into()), Err("b".into()));
+        assert_eq!(queue.pending.lock().lines, 0, "what waited was let go");
     }
 
     #[test]
