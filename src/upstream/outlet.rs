@@ -13,11 +13,10 @@
 //!
 //! Either way a message queued once the writer has stopped is refused
 //! (the caller answers its call at once), and at most `capacity` messages
-//! wait for the writer (the link's
-//! in-flight cap plus room for notifications and refusals), besides the
-//! batch the writer is writing. An NDJSON link keeps one spare segment
-//! ([`SEGMENT_BYTES`]) between batches, so that short lines seldom
-//! allocate.
+//! wait for the writer (the link's in-flight cap plus room for
+//! notifications and refusals), besides the batch the writer is writing.
+//! An NDJSON link keeps one spare segment ([`SEGMENT_BYTES`]) between
+//! batches, so that short lines seldom allocate.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
