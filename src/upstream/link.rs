@@ -89,7 +89,8 @@ impl Wire {
 // === impl Link ===
 
 impl Link {
-    /// A link writing to `out`. Capacity of `out` must exceed `depth`.
+    /// A link writing to `out`, made with [`outlet::capacity`](super::outlet::capacity)
+    /// for this upstream (room beyond `depth`).
     pub(crate) fn new(
         out: Outlet,
         shared: Arc<UpstreamShared>,

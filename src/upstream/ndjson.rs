@@ -23,14 +23,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::LinkError;
 use super::link::{Link, OwnerRef};
-use super::outlet::{LineQueue, Outlet, Segments};
+use super::outlet::{self, LineQueue, Outlet, Segments};
 use super::UpstreamShared;
 use crate::lines::Lines;
 use crate::telemetry::metrics::ProtocolError;
-
-/// Room in the write queue beyond the in-flight cap, for notifications and
-/// refusals of upstream-originated requests.
-const EXTRA_QUEUE: usize = 64;
 
 /// Connects and starts the reader and writer tasks of a new link.
 pub(super) async fn connect(
@@ -43,8 +39,7 @@ pub(super) async fn connect(
         .await
         .map_err(LinkError::Connect)?;
     let (read, write) = stream.into_split();
-    let capacity = shared.cfg.max_in_flight_per_connection.get() + EXTRA_QUEUE;
-    let queue = LineQueue::new(capacity);
+    let queue = LineQueue::new(outlet::capacity(shared.cfg.max_in_flight_per_connection));
     // Lines up to twice the limit are read whole so that an oversize reply
     // fails only its own call; longer ones close the connection.
     let limit = super::hard_cap(shared.cfg.max_response_bytes);

@@ -19,6 +19,7 @@
 //! batches, so that short lines seldom allocate.
 
 use std::collections::VecDeque;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -31,6 +32,16 @@ pub(crate) const SEGMENT_BYTES: usize = 16 * 1024;
 
 /// Lines from this long are queued as they are, not copied.
 pub(crate) const MOVE_BYTES: usize = 4 * 1024;
+
+/// Room beyond a link's in-flight cap, for notifications and the refusals
+/// of upstream-originated requests.
+const EXTRA: usize = 64;
+
+/// How many messages may wait for the writer of a link whose in-flight
+/// cap is `max_in_flight`; the link's semaphore keeps its requests below.
+pub(crate) fn capacity(max_in_flight: NonZeroUsize) -> usize {
+    max_in_flight.get() + EXTRA
+}
 
 /// Where a link's messages wait for its writer.
 #[derive(Debug)]

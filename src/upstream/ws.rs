@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::LinkError;
 use super::link::{Link, OwnerRef, Wire};
-use super::outlet::Outlet;
+use super::outlet::{self, Outlet};
 use super::sideband::{self, Farewell};
 use super::UpstreamShared;
 use crate::close::CloseCode;
@@ -40,9 +40,6 @@ use crate::dialect::Dialect;
 use crate::telemetry::metrics::ProtocolError;
 
 pub(super) type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
-
-/// Room in the write queue beyond the in-flight cap (notifications, replies).
-const EXTRA_QUEUE: usize = 64;
 
 /// Most a link reads from its socket at once. The WebSocket library
 /// zero-fills this much before every read, so its 128 KiB default costs
@@ -106,8 +103,7 @@ pub(super) async fn connect(
         _ => None,
     };
     let (sink, stream) = ws.split();
-    let capacity = shared.cfg.max_in_flight_per_connection.get() + EXTRA_QUEUE;
-    let (tx, rx) = mpsc::channel(capacity);
+    let (tx, rx) = mpsc::channel(outlet::capacity(shared.cfg.max_in_flight_per_connection));
     let last_rx = Arc::new(Mutex::new(Instant::now()));
     let sideband = sbp.is_some();
     let link = Link::with_sideband(Outlet::Frames(tx), shared, owner, sbp);
