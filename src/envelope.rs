@@ -8,6 +8,7 @@
 
 use std::fmt;
 
+use compact_str::{format_compact, CompactString, ToCompactString};
 use serde_json::value::RawValue;
 
 /// An id exactly as it arrived on the wire. Never parsed for meaning.
@@ -15,10 +16,16 @@ use serde_json::value::RawValue;
 #[derive(Clone)]
 pub enum WireId {
     /// The raw JSON token (string, number or `null`) of a JSON dialect.
-    Json(Box<RawValue>),
+    Json(JsonToken),
     /// A Sideband correlation id.
     Cid([u8; 16]),
 }
+
+/// One raw JSON value known to be valid JSON, as a [`WireId`] carries it:
+/// held inline up to 24 bytes (every integer id and most string ids, so
+/// decoding them allocates nothing), on the heap beyond.
+#[derive(Clone, PartialEq, Eq)]
+pub struct JsonToken(CompactString);
 
 /// A payload (`params`, `result`, `error.data`) kept in its source encoding.
 /// Equality is byte equality.
@@ -101,31 +108,43 @@ pub enum Kind {
 // === impl WireId ===
 
 impl WireId {
-    /// A JSON id from a token known to be valid JSON.
+    /// A JSON id from a token that must be one valid JSON value.
     pub fn json(token: &str) -> Result<Self, serde_json::Error> {
-        RawValue::from_string(token.to_owned()).map(WireId::Json)
+        serde_json::from_str::<&RawValue>(token).map(|raw| WireId::Json(JsonToken::from_raw(raw)))
     }
 
     /// The JSON `null` id.
     pub fn null() -> Self {
-        WireId::Json(null_raw())
+        WireId::Json(JsonToken(CompactString::const_new("null")))
     }
 
     /// A numeric gateway id, rendered as a JSON integer.
     pub fn number(n: u64) -> Self {
-        WireId::Json(raw_from_string(n.to_string()))
+        WireId::Json(JsonToken(n.to_compact_string()))
+    }
+
+    /// A numeric gateway id as a JSON string (holon ids are strings).
+    pub fn number_string(n: u64) -> Self {
+        WireId::Json(JsonToken(format_compact!("\"{n}\"")))
     }
 
     /// A string id such as holon's `"s1"`.
     pub fn string(s: &str) -> Self {
-        let text = serde_json::to_string(s).unwrap_or_else(|_| String::from("\"\""));
-        WireId::Json(raw_from_string(text))
+        // Only `"`, `\` and control characters need escaping.
+        let plain = !s.chars().any(|c| c == '"' || c == '\\' || c.is_control());
+        let text = if plain {
+            format_compact!("\"{s}\"")
+        } else {
+            let text = serde_json::to_string(s).unwrap_or_else(|_| String::from("\"\""));
+            CompactString::from(text)
+        };
+        WireId::Json(JsonToken(text))
     }
 
     /// The raw JSON token, if this is a JSON id.
     pub fn as_json(&self) -> Option<&str> {
         match self {
-            WireId::Json(raw) => Some(raw.get()),
+            WireId::Json(token) => Some(token.get()),
             WireId::Cid(_) => None,
         }
     }
@@ -134,7 +153,7 @@ impl WireId {
 impl PartialEq for WireId {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
-            (WireId::Json(a), WireId::Json(b)) => a.get() == b.get(),
+            (WireId::Json(a), WireId::Json(b)) => a == b,
             (WireId::Cid(a), WireId::Cid(b)) => a == b,
             _ => false,
         }
@@ -146,7 +165,7 @@ impl Eq for WireId {}
 impl fmt::Debug for WireId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WireId::Json(raw) => write!(f, "Json({})", raw.get()),
+            WireId::Json(token) => write!(f, "Json({})", token.get()),
             WireId::Cid(cid) => {
                 f.write_str("Cid(")?;
                 for b in cid {
@@ -155,6 +174,32 @@ impl fmt::Debug for WireId {
                 f.write_str(")")
             }
         }
+    }
+}
+
+// === impl JsonToken ===
+
+impl JsonToken {
+    /// The token of a JSON value serde_json has read (so valid JSON).
+    pub fn from_raw(raw: &RawValue) -> Self {
+        JsonToken(CompactString::new(raw.get()))
+    }
+
+    /// The token's text.
+    pub fn get(&self) -> &str {
+        self.0.as_str()
+    }
+
+    /// Held without a heap allocation.
+    #[cfg(test)]
+    pub(crate) fn is_inline(&self) -> bool {
+        !self.0.is_heap_allocated()
+    }
+}
+
+impl fmt::Debug for JsonToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.get())
     }
 }
 
@@ -229,16 +274,70 @@ impl Kind {
     }
 }
 
-/// The raw JSON `null`.
-pub(crate) fn null_raw() -> Box<RawValue> {
-    raw_from_string(String::from("null"))
-}
-
 /// Wraps text switchyard itself produced and knows to be valid JSON.
 pub(crate) fn raw_from_string(text: String) -> Box<RawValue> {
     match RawValue::from_string(text) {
         Ok(raw) => raw,
         // Only reachable through a bug in a caller of this crate-private helper.
         Err(_) => RawValue::NULL.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(id: &WireId) -> &JsonToken {
+        match id {
+            WireId::Json(token) => token,
+            WireId::Cid(_) => panic!("not a JSON id"),
+        }
+    }
+
+    #[test]
+    fn built_ids_are_the_json_serde_json_writes_and_short_ones_are_inline() {
+        for n in [0, 7, u64::MAX] {
+            let id = WireId::number(n);
+            assert_eq!(id.as_json(), Some(n.to_string().as_str()));
+            assert!(token(&id).is_inline(), "{n}");
+            let id = WireId::number_string(n);
+            let quoted = serde_json::to_string(&n.to_string()).expect("json");
+            assert_eq!(id.as_json(), Some(quoted.as_str()));
+            assert!(token(&id).is_inline(), "\"{n}\"");
+        }
+        let long = "y".repeat(30);
+        for s in [
+            "s1",
+            "",
+            "é/ü",
+            "a\"b",
+            "back\\slash",
+            "tab\t",
+            "\u{1}",
+            long.as_str(),
+        ] {
+            let id = WireId::string(s);
+            let expected = serde_json::to_string(s).expect("json");
+            assert_eq!(id.as_json(), Some(expected.as_str()), "{s:?}");
+            let back: String = serde_json::from_str(token(&id).get()).expect("valid JSON");
+            assert_eq!(back, s);
+        }
+        assert_eq!(WireId::null().as_json(), Some("null"));
+        assert!(token(&WireId::null()).is_inline());
+    }
+
+    #[test]
+    fn a_parsed_id_must_be_one_json_value() {
+        assert_eq!(
+            WireId::json("\"a\"").expect("valid").as_json(),
+            Some("\"a\"")
+        );
+        assert_eq!(
+            WireId::json("-1.5e3").expect("valid").as_json(),
+            Some("-1.5e3")
+        );
+        for bad in ["", "a", "1 2", "\"open", "{"] {
+            assert!(WireId::json(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -15,7 +15,7 @@ use super::jsonrpc::parse_error_object;
 use super::{Dialect, Inbound, Item};
 use crate::close::CloseCode;
 use crate::dialect::errors;
-use crate::envelope::{raw_from_string, Message, Outcome, Payload, WireId};
+use crate::envelope::{raw_from_string, JsonToken, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 
 /// The close for an unusable message: 1002, protocol error.
@@ -47,7 +47,7 @@ pub fn decode(text: &str) -> Inbound {
     let Some(id) = map.get("id").copied().filter(|id| is_usable_id(id)) else {
         return Inbound::Close(PROTOCOL_ERROR, NO_ID);
     };
-    let id = WireId::Json(id.to_owned());
+    let id = WireId::Json(JsonToken::from_raw(id));
     if map.contains_key("method") {
         return Inbound::Single(request(&map, id));
     }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use crate::dialect::errors;
-use crate::envelope::{ErrorObject, Message, Outcome, Payload, WireId};
+use crate::envelope::{ErrorObject, JsonToken, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 
 use super::Dialect;
@@ -100,7 +100,7 @@ fn decode_item(text: &str) -> Item {
     };
     let id = match raw.id {
         None => None,
-        Some(id) if is_valid_id(id) => Some(WireId::Json(id.to_owned())),
+        Some(id) if is_valid_id(id) => Some(WireId::Json(JsonToken::from_raw(id))),
         Some(_) => return Item::Invalid(reject(ErrorKind::InvalidRequest, None)),
     };
     let invalid = |id: Option<WireId>| Item::Invalid(invalid_request(id));
@@ -135,7 +135,7 @@ pub fn decode_upstream(text: &str) -> Result<Message, ReplyError> {
     let raw: RawItem<'_> =
         serde_json::from_str(text).map_err(|e| ReplyError::NotJson(e.to_string()))?;
     let id = match raw.id {
-        Some(id) if is_valid_id(id) => Some(WireId::Json(id.to_owned())),
+        Some(id) if is_valid_id(id) => Some(WireId::Json(JsonToken::from_raw(id))),
         Some(_) => return Err(ReplyError::Invalid("id must be a string, number or null")),
         None => None,
     };

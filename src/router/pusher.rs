@@ -206,7 +206,7 @@ impl Pusher {
         if self.codec.pushes_by_cid() {
             WireId::Cid(self.cids.lock().issue(gid))
         } else {
-            WireId::string(&format!("s{gid}"))
+            WireId::string(&compact_str::format_compact!("s{gid}"))
         }
     }
 

@@ -33,7 +33,7 @@ impl Link {
             return WireId::Cid(sb.lock().cids.issue(gid));
         }
         match self.shared.cfg.dialect {
-            Dialect::Holon => WireId::string(&gid.to_string()),
+            Dialect::Holon => WireId::number_string(gid),
             _ => WireId::number(gid),
         }
     }

@@ -127,6 +127,43 @@ fn ids_are_kept_byte_for_byte() {
     }
 }
 
+/// The id of a request or a daemon's reply, as decoded: its token, and
+/// whether it was stored without a heap allocation.
+fn id_of(msg: &Message) -> (&str, bool) {
+    match msg {
+        Message::Request {
+            id: WireId::Json(token),
+            ..
+        }
+        | Message::Response {
+            id: WireId::Json(token),
+            ..
+        } => (token.get(), token.is_inline()),
+        other => panic!("no JSON id: {other:?}"),
+    }
+}
+
+#[test]
+fn ids_up_to_24_bytes_are_decoded_without_an_allocation() {
+    let long = format!("\"{}\"", "x".repeat(40));
+    for (id, inline) in [
+        ("7", true),
+        ("18446744073709551615", true),
+        ("\"client-1234\"", true),
+        ("\"abcdefghijklmnopqrstuv\"", true),
+        (long.as_str(), false),
+    ] {
+        let request = format!(r#"{{"jsonrpc":"2.0","method":"m","id":{id}}}"#);
+        let Inbound::Single(Item::Valid(msg)) = decode(&request, 1) else {
+            panic!("{id}: not a valid request");
+        };
+        assert_eq!(id_of(&msg), (id, inline), "request id {id}");
+        let reply = format!(r#"{{"jsonrpc":"2.0","result":1,"id":{id}}}"#);
+        let msg = decode_upstream(&reply).expect("reply");
+        assert_eq!(id_of(&msg), (id, inline), "reply id {id}");
+    }
+}
+
 #[test]
 fn notifications_and_replies() {
     assert!(matches!(
