@@ -1,7 +1,9 @@
-//! How switchyard reads an NDJSON upstream's lines (ndjson.md): a reply
-//! ending in CRLF is read without its `\r`, blank and whitespace-only lines
-//! are skipped, and a line that is not UTF-8 is dropped and counted; the
-//! reply after each of them still reaches its client.
+//! How switchyard reads and writes an NDJSON upstream's lines (ndjson.md):
+//! a reply ending in CRLF is read without its `\r`, blank and
+//! whitespace-only lines are skipped, and a line that is not UTF-8 is
+//! dropped and counted; the reply after each of them still reaches its
+//! client. A request above the upstream's `max_request_bytes` is refused
+//! without leaving a byte of it on the line.
 
 mod common;
 
@@ -56,5 +58,68 @@ async fn crlf_blank_and_non_utf8_lines_from_the_upstream_are_handled() {
     // One line that is not UTF-8 before each reply.
     let counted = metric_value(&gateway, "switchyard_protocol_errors_total", &invalid);
     assert_eq!(counted, 2.0, "non-UTF-8 lines counted");
+    gateway.shutdown().await;
+}
+
+/// Answers every request with its method and the length of the line it
+/// came on; closes the connection at the first line that is not a JSON
+/// request (what a strict daemon does with a broken line).
+async fn strict_daemon(listener: UnixListener) {
+    let (stream, _) = listener.accept().await.expect("accept");
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let Ok(req) = serde_json::from_str::<serde_json::Value>(&line) else {
+            return;
+        };
+        let reply = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": req["id"],
+            "result": {"method": req["method"], "line_bytes": line.len()},
+        });
+        if write
+            .write_all(format!("{reply}\n").as_bytes())
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_request_above_the_upstream_limit_is_refused_and_leaves_nothing_on_the_line() {
+    let (_dir, gateway, url) =
+        front_of("pool_size = 1\nmax_request_bytes = 200", strict_daemon).await;
+    let mut ws = connect(&url).await;
+    let request = |id: u32, method: &str, pad: usize| {
+        format!(
+            r#"{{"jsonrpc":"2.0","method":"{method}","params":["{}"],"id":{id}}}"#,
+            "x".repeat(pad)
+        )
+    };
+    // A small call first: the link is up and lines reach the daemon.
+    send(&mut ws, &request(1, "small", 10)).await;
+    let first = json(&recv(&mut ws).await);
+    assert_eq!(first["result"]["method"], "small", "{first}");
+    // Too long for the daemon: refused by switchyard, never written.
+    send(&mut ws, &request(2, "big", 300)).await;
+    let refused = json(&recv(&mut ws).await);
+    assert_eq!(refused["id"], 2, "{refused}");
+    let detail = refused["error"].to_string();
+    assert!(
+        detail.contains("exceeds the upstream limit of 200 bytes"),
+        "{refused}"
+    );
+    // The next line reaches the daemon whole: nothing of the refused one
+    // was left before it (the daemon would have closed the connection).
+    send(&mut ws, &request(3, "after", 10)).await;
+    let after = json(&recv(&mut ws).await);
+    assert_eq!(after["id"], 3, "{after}");
+    assert_eq!(after["result"]["method"], "after", "{after}");
+    assert_eq!(
+        after["result"]["line_bytes"], first["result"]["line_bytes"],
+        "the same line as the first call's, but for its method and id of the same lengths"
+    );
     gateway.shutdown().await;
 }

@@ -77,18 +77,50 @@ pub fn render_request_head(
     params: Option<&Payload>,
     style: Style,
 ) -> Result<String, NotJson> {
+    let mut out = String::with_capacity(request_len(method, params));
+    push_request_head(&mut out, method, params, style)?;
+    Ok(out)
+}
+
+/// Appends the text of [`render_request`] to `out`, without an
+/// allocation of its own (an NDJSON link renders its lines straight into
+/// its write queue: `upstream::outlet`).
+pub fn render_request_into(
+    id: u64,
+    method: &str,
+    params: Option<&Payload>,
+    style: Style,
+    out: &mut String,
+) -> Result<(), NotJson> {
+    push_request_head(out, method, params, style)?;
+    // Writing to a String cannot fail.
+    let _ = write!(out, "{id}}}");
+    Ok(())
+}
+
+/// Room for [`render_request`]'s text, with an NDJSON line's `\n`: exact
+/// unless the method needs escaping or JSON params need minifying (the
+/// fixed text and the longest id fit in 80 bytes), so that a long line is
+/// queued without a copy (`upstream::outlet`).
+pub fn request_len(method: &str, params: Option<&Payload>) -> usize {
     let len = match params {
         Some(Payload::Json(raw)) => raw.get().len(),
         Some(Payload::Cbor(b)) => b.len(),
         None => 0,
     };
-    // The fixed text, the longest id and an NDJSON line's `\n` fit in the
-    // 80 bytes (a long line is queued without a copy: `upstream::outlet`).
-    let mut out = String::with_capacity(80 + method.len() + len);
+    80 + method.len() + len
+}
+
+fn push_request_head(
+    out: &mut String,
+    method: &str,
+    params: Option<&Payload>,
+    style: Style,
+) -> Result<(), NotJson> {
     out.push_str("{\"jsonrpc\":\"2.0\",");
-    push_method(&mut out, method, params, style)?;
+    push_method(out, method, params, style)?;
     out.push_str(",\"id\":");
-    Ok(out)
+    Ok(())
 }
 
 /// Ends a [`render_request_head`] text with the id `id`.
@@ -270,7 +302,10 @@ fn approx_len(msg: &Message) -> usize {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::{push_str, render, render_exact, render_request, Style, SCRATCH, SCRATCH_KEPT};
+    use super::{
+        push_str, render, render_exact, render_request, render_request_into, Style, SCRATCH,
+        SCRATCH_KEPT,
+    };
     use crate::envelope::{raw_from_string, Message, Payload, WireId};
 
     /// The copy-between-quotes shortcut writes what serde_json writes.
@@ -319,10 +354,15 @@ mod tests {
                         method: method.to_string(),
                         params: payload.clone(),
                     };
+                    let expected = render(&msg, style).unwrap();
                     assert_eq!(
                         render_request(42, method, payload.as_ref(), style).unwrap(),
-                        render(&msg, style).unwrap()
+                        expected
                     );
+                    // Appended after what the buffer already holds.
+                    let mut out = String::from("before\n");
+                    render_request_into(42, method, payload.as_ref(), style, &mut out).unwrap();
+                    assert_eq!(out, format!("before\n{expected}"));
                 }
             }
         }

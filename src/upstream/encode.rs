@@ -11,7 +11,9 @@ use std::borrow::Cow;
 use parking_lot::MutexGuard;
 
 use crate::dialect::holon::object_params;
-use crate::dialect::render::{finish_request, render, render_batch, render_request_head, Style};
+use crate::dialect::render::{
+    finish_request, render, render_batch, render_request_head, render_request_into, Style,
+};
 use crate::dialect::sideband::session::encode_shared;
 use crate::dialect::sideband::{EnvelopeError, Member};
 use crate::dialect::Dialect;
@@ -180,8 +182,23 @@ impl Link {
         self.check_size(Wire::Text(finish_request(head, gid)))
     }
 
+    /// Appends request `gid`'s text to `out` (an NDJSON link's write
+    /// queue: see `outlet::LineQueue::push_with`), enforcing the
+    /// upstream's size limit. Not counted yet: see [`Self::count_request`].
+    pub(super) fn render_request_into(
+        &self,
+        gid: u64,
+        method: &str,
+        params: Option<&Payload>,
+        out: &mut String,
+    ) -> Result<(), GatewayError> {
+        let start = out.len();
+        render_request_into(gid, method, params, self.style(), out).map_err(|_| not_json())?;
+        self.check_len(out.len() - start)
+    }
+
     /// Counts a request line of `len` bytes from [`Self::finish_request`]
-    /// as written.
+    /// or [`Self::render_request_into`] as written.
     pub(super) fn count_request(&self, len: usize) {
         let m = &self.shared.metrics;
         let d = self.shared.cfg.dialect;
@@ -209,7 +226,12 @@ impl Link {
 
     /// Refuses a text the upstream would not accept.
     fn check_size(&self, text: Wire) -> Result<Wire, GatewayError> {
-        let framed_len = text.len() + usize::from(self.style() == Style::Line);
+        self.check_len(text.len()).map(|()| text)
+    }
+
+    /// Refuses a text of `len` bytes the upstream would not accept.
+    fn check_len(&self, len: usize) -> Result<(), GatewayError> {
+        let framed_len = len + usize::from(self.style() == Style::Line);
         if framed_len > self.shared.cfg.max_request_bytes {
             return Err(GatewayError::with_detail(
                 ErrorKind::ResourceExhausted,
@@ -219,7 +241,7 @@ impl Link {
                 ),
             ));
         }
-        Ok(text)
+        Ok(())
     }
 }
 

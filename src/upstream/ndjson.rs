@@ -98,7 +98,7 @@ async fn write_lines(mut write: OwnedWriteHalf, queue: Arc<LineQueue>, link: Arc
             () = &mut closed => break,
         }
         while let Some(segment) = batch.pop_front() {
-            if let Err(e) = write.write_all(&segment).await {
+            if let Err(e) = write.write_all(segment.as_bytes()).await {
                 tracing::debug!(error = %e, "upstream write failed");
                 link.fail_all(&LinkError::WriteFailed);
                 break 'write;

@@ -5,11 +5,13 @@
 
 use std::sync::atomic::Ordering;
 
+use crate::dialect::render::request_len;
 use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::upstream::correlator::Correlator;
 
 use super::link::{Link, Waiter};
+use super::outlet::Refused;
 
 /// How many recent batches are remembered for batch-wide error replies.
 const BATCHES_REMEMBERED: usize = 64;
@@ -44,9 +46,17 @@ impl Link {
             Ok(p) => p,
             Err(e) => return Err((e, Some(waiter))),
         };
-        let head = match self.request_head(method, params.as_deref()) {
-            Ok(head) => head,
-            Err(e) => return Err((e, Some(waiter))),
+        // An NDJSON line whose params are JSON is rendered straight into
+        // the write queue instead, under its lock: a copy. CBOR params
+        // (Sideband v2 clients) are transcoded here, before any lock.
+        let in_queue =
+            self.out.lines().is_some() && !matches!(params.as_deref(), Some(Payload::Cbor(_)));
+        let head = match in_queue {
+            true => None,
+            false => match self.request_head(method, params.as_deref()) {
+                Ok(head) => head,
+                Err(e) => return Err((e, Some(waiter))),
+            },
         };
         let direct = matches!(waiter, Waiter::Direct(..));
         let mut table = self.correlator.lock();
@@ -87,9 +97,9 @@ impl Link {
         Ok(gid)
     }
 
-    /// Renders request `gid` (from its `head` when there is one) and
-    /// queues it for the writer. Returns the length to count when the
-    /// rendering did not count it.
+    /// Renders request `gid` (from its `head` when there is one, else into
+    /// the write queue on NDJSON links) and queues it for the writer. Returns
+    /// the length to count when the rendering did not count it.
     fn queue_request(
         &self,
         head: Option<String>,
@@ -97,6 +107,16 @@ impl Link {
         method: &str,
         params: Option<&Payload>,
     ) -> Result<Option<usize>, GatewayError> {
+        if let (None, Some(lines)) = (&head, self.out.lines()) {
+            let rendered = lines.push_with(request_len(method, params), |out| {
+                self.render_request_into(gid, method, params, out)
+            });
+            return match rendered {
+                Ok(len) => Ok(Some(len)),
+                Err(Refused::Full) => Err(queue_full()),
+                Err(Refused::Render(e)) => Err(e),
+            };
+        }
         // `encode_request` counts what it encodes; a finished head is
         // counted once the call is queued.
         let (line, count_later) = match head {

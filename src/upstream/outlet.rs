@@ -4,9 +4,10 @@
 //! - WebSocket links queue whole messages (one per frame) on a bounded
 //!   channel.
 //! - NDJSON links queue lines, each with its `\n`, as segments: a short
-//!   line is copied onto the end of the last segment when it fits in its
-//!   spare room (else it starts a new [`SEGMENT_BYTES`] one), a long line
-//!   (from [`MOVE_BYTES`]) becomes a segment of its own without a copy. The
+//!   line is rendered (requests) or copied onto the end of the last
+//!   segment when it fits in its spare room (else it starts a new
+//!   [`SEGMENT_BYTES`] one), a long line (from [`MOVE_BYTES`]) becomes a
+//!   segment of its own without a copy. The
 //!   writer task takes every segment queued so far at once and writes each
 //!   with one `write_all`. It is woken only when the queue turns non-empty,
 //!   and a line costs a copy or a move, not a message on a channel.
@@ -22,7 +23,7 @@ use std::collections::VecDeque;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::{mpsc, Notify};
 
 use super::link::Wire;
@@ -63,7 +64,16 @@ pub(crate) struct LineQueue {
 }
 
 /// A batch of lines, in order, each ending in `\n`.
-pub(crate) type Segments = VecDeque<Vec<u8>>;
+pub(crate) type Segments = VecDeque<String>;
+
+/// Why [`LineQueue::push_with`] queued nothing.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refused<E> {
+    /// `capacity` lines wait, or the writer is gone.
+    Full,
+    /// The line's rendering failed with this error.
+    Render(E),
+}
 
 #[derive(Debug, Default)]
 struct Pending {
@@ -71,7 +81,7 @@ struct Pending {
     /// How many lines the segments hold.
     lines: usize,
     /// An empty segment of [`SEGMENT_BYTES`], given back by the writer.
-    spare: Option<Vec<u8>>,
+    spare: Option<String>,
     /// The writer is gone: nothing queued now would be written.
     closed: bool,
 }
@@ -90,6 +100,14 @@ impl Outlet {
             (Outlet::Lines(_), wire @ Wire::Binary(_)) => Err(wire),
         }
     }
+
+    /// The line queue of an NDJSON link.
+    pub(crate) fn lines(&self) -> Option<&LineQueue> {
+        match self {
+            Outlet::Frames(_) => None,
+            Outlet::Lines(queue) => Some(queue),
+        }
+    }
 }
 
 // === impl LineQueue ===
@@ -104,43 +122,82 @@ impl LineQueue {
         })
     }
 
-    /// Queues `line` and its `\n`; gives it back when `capacity` lines
-    /// wait or the writer is gone.
+    /// Queues `line` and its `\n` (copied onto the end of a segment when
+    /// it is short); gives it back when `capacity` lines wait or the
+    /// writer is gone.
     pub(crate) fn push(&self, line: String) -> Result<(), String> {
         let mut pending = self.pending.lock();
         if pending.lines >= self.capacity || pending.closed {
             return Err(line);
         }
-        let first = pending.lines == 0;
-        pending.lines += 1;
-        let need = line.len() + 1;
         if line.len() >= MOVE_BYTES {
-            let mut bytes = line.into_bytes();
-            bytes.push(b'\n');
-            pending.segments.push_back(bytes);
+            let mut line = line;
+            line.push('\n');
+            pending.segments.push_back(line);
         } else {
-            let fits = pending
-                .segments
-                .back()
-                .is_some_and(|last| last.capacity() - last.len() >= need);
-            if !fits {
-                let segment = match pending.spare.take() {
-                    Some(spare) => spare,
-                    None => Vec::with_capacity(SEGMENT_BYTES),
-                };
-                pending.segments.push_back(segment);
+            let mut last = pending.take_room(line.len() + 1);
+            last.push_str(&line);
+            last.push('\n');
+            pending.segments.push_back(last);
+        }
+        self.queued(pending);
+        Ok(())
+    }
+
+    /// Queues the line `render` appends to the string it is given, and its
+    /// `\n`. A line expected to take at most [`MOVE_BYTES`] (`len`, with
+    /// its `\n`: an estimate, which the segment outgrows if it must) is
+    /// rendered straight onto the end of a segment, without an allocation
+    /// of its own; a longer one into its own string of `len`, outside the
+    /// queue's lock, and moved in. When `render` fails, what it wrote is taken back. Returns
+    /// the line's length, without its `\n`.
+    pub(crate) fn push_with<E>(
+        &self,
+        len: usize,
+        render: impl FnOnce(&mut String) -> Result<(), E>,
+    ) -> Result<usize, Refused<E>> {
+        if len > MOVE_BYTES {
+            let mut line = String::with_capacity(len);
+            render(&mut line).map_err(Refused::Render)?;
+            let written = line.len();
+            return self.push(line).map(|()| written).map_err(|_| Refused::Full);
+        }
+        let mut pending = self.pending.lock();
+        if pending.lines >= self.capacity || pending.closed {
+            return Err(Refused::Full);
+        }
+        let mut last = pending.take_room(len);
+        let start = last.len();
+        match render(&mut last) {
+            Ok(()) => {
+                let written = last.len() - start;
+                last.push('\n');
+                pending.segments.push_back(last);
+                self.queued(pending);
+                Ok(written)
             }
-            if let Some(last) = pending.segments.back_mut() {
-                last.extend_from_slice(line.as_bytes());
-                last.push(b'\n');
+            Err(e) => {
+                last.truncate(start);
+                if !last.is_empty() {
+                    pending.segments.push_back(last);
+                } else if pending.spare.is_none() {
+                    // A segment started for this line alone.
+                    pending.spare = Some(last);
+                }
+                Err(Refused::Render(e))
             }
         }
+    }
+
+    /// Counts the line just queued; wakes the writer if it is the first.
+    fn queued(&self, mut pending: MutexGuard<'_, Pending>) {
+        let first = pending.lines == 0;
+        pending.lines += 1;
         drop(pending);
         if first {
             // Stored as a permit if the writer is not waiting yet.
             self.ready.notify_one();
         }
-        Ok(())
     }
 
     /// Waits until lines wait, then moves every segment into `batch`,
@@ -173,7 +230,7 @@ impl LineQueue {
 
     /// Takes back a written segment as the spare, if it is a short-line
     /// segment and there is none.
-    pub(crate) fn recycle(&self, mut segment: Vec<u8>) {
+    pub(crate) fn recycle(&self, mut segment: String) {
         if segment.capacity() != SEGMENT_BYTES {
             return;
         }
@@ -185,13 +242,32 @@ impl LineQueue {
     }
 }
 
+// === impl Pending ===
+
+impl Pending {
+    /// The segment to append a short line of `need` bytes to, taken off
+    /// the queue (the caller puts it back): the last one if it has the
+    /// room, else a new one (the spare, if there is one).
+    fn take_room(&mut self, need: usize) -> String {
+        match self.segments.pop_back() {
+            Some(last) if last.capacity() - last.len() >= need => last,
+            full => {
+                self.segments.extend(full);
+                self.spare
+                    .take()
+                    .unwrap_or_else(|| String::with_capacity(SEGMENT_BYTES))
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// Every byte of a batch, in order.
     fn flat(batch: &mut Segments) -> Vec<u8> {
-        batch.drain(..).flatten().collect()
+        batch.drain(..).flat_map(String::into_bytes).collect()
     }
 
     #[tokio::test]
@@ -254,13 +330,80 @@ mod tests {
         let spare = |queue: &LineQueue| queue.pending.lock().spare.as_ref().map(|s| s.as_ptr());
         queue.recycle(segment);
         assert_eq!(spare(&queue), Some(ptr), "kept as the spare");
-        queue.recycle(Vec::with_capacity(SEGMENT_BYTES));
+        queue.recycle(String::with_capacity(SEGMENT_BYTES));
         assert_eq!(spare(&queue), Some(ptr), "a second one is let go");
         queue.push("b".into()).expect("room");
         assert_eq!(spare(&queue), None, "the spare is in use");
         queue.take(&mut batch).await;
         assert_eq!(batch[0].as_ptr(), ptr, "the spare segment was reused");
         assert_eq!(flat(&mut batch), b"b\n");
+    }
+
+    #[tokio::test]
+    async fn lines_are_rendered_into_the_segment_and_a_failed_one_leaves_nothing() {
+        let queue = LineQueue::new(3);
+        let render = |text: &'static str| {
+            move |out: &mut String| -> Result<(), &'static str> {
+                assert_eq!(out.capacity(), SEGMENT_BYTES, "rendered into a segment");
+                out.push_str(text);
+                Ok(())
+            }
+        };
+        assert_eq!(queue.push_with(8, render("first")), Ok(5));
+        // A failed rendering takes back what it wrote, and counts no line.
+        let failed = queue.push_with(8, |out: &mut String| {
+            out.push_str("half");
+            Err("bad")
+        });
+        assert_eq!(failed, Err(Refused::Render("bad")));
+        queue.push("moved".into()).expect("room");
+        // A line longer than the estimate is written whole all the same.
+        assert_eq!(queue.push_with(4, render("second, longer")), Ok(14));
+        assert_eq!(queue.push_with(8, render("x")), Err(Refused::Full));
+        let mut batch = Segments::new();
+        queue.take(&mut batch).await;
+        assert_eq!(batch.len(), 1, "short lines share one segment");
+        let segment = batch.front().expect("one segment");
+        assert_eq!(segment.capacity(), SEGMENT_BYTES, "rendered in place");
+        assert_eq!(flat(&mut batch), b"first\nmoved\nsecond, longer\n");
+        // A long line gets its own string, moved in: the one rendered.
+        let long = "y".repeat(MOVE_BYTES);
+        let len = long.len();
+        let got = queue.push_with(MOVE_BYTES + 2, |out: &mut String| -> Result<(), ()> {
+            assert_eq!(out.capacity(), MOVE_BYTES + 2, "a string of its own");
+            out.push_str(&long);
+            Ok(())
+        });
+        assert_eq!(got, Ok(len));
+        queue.take(&mut batch).await;
+        assert_eq!(batch.len(), 1);
+        assert_eq!(batch[0].capacity(), MOVE_BYTES + 2, "moved, not copied");
+        assert_eq!(flat(&mut batch), format!("{long}\n").into_bytes());
+    }
+
+    #[test]
+    fn a_failed_rendering_gives_back_the_segment_it_started() {
+        let queue = LineQueue::new(3);
+        let failed = queue.push_with(8, |out: &mut String| {
+            out.push_str("half");
+            Err(())
+        });
+        assert_eq!(failed, Err(Refused::Render(())));
+        let pending = queue.pending.lock();
+        assert!(pending.segments.is_empty(), "no empty segment queued");
+        assert_eq!(pending.lines, 0);
+        let spare = pending.spare.as_ref().expect("kept as the spare");
+        assert!(spare.is_empty() && spare.capacity() == SEGMENT_BYTES);
+    }
+
+    #[test]
+    fn a_closed_queue_refuses_rendered_lines_without_rendering_them() {
+        let queue = LineQueue::new(3);
+        queue.close();
+        let got = queue.push_with(8, |_: &mut String| -> Result<(), ()> {
+            panic!("rendered for a closed queue")
+        });
+        assert_eq!(got, Err(Refused::Full));
     }
 
     #[tokio::test]
