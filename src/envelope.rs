@@ -21,6 +21,9 @@ pub enum WireId {
     Cid([u8; 16]),
 }
 
+/// A method name: held inline up to 24 bytes.
+pub type Method = CompactString;
+
 /// One raw JSON value known to be valid JSON, as a [`WireId`] carries it:
 /// held inline up to 24 bytes (every integer id and most string ids, so
 /// decoding them allocates nothing), on the heap beyond.
@@ -65,14 +68,14 @@ pub enum Message {
         /// The sender's id.
         id: WireId,
         /// Method name, passed through unchanged.
-        method: String,
+        method: Method,
         /// Parameters, absent when the sender sent none.
         params: Option<Payload>,
     },
     /// A call without a reply.
     Notification {
         /// Method name.
-        method: String,
+        method: Method,
         /// Parameters, absent when the sender sent none.
         params: Option<Payload>,
     },

@@ -169,7 +169,7 @@ async fn serve(
                     record(Seen::Other(msg));
                     continue;
                 };
-                record(Seen::Request(method.clone()));
+                record(Seen::Request(method.to_string()));
                 let WireId::Cid(cid) = id else { continue };
                 let reply = |result| {
                     let r = Message::Response {

@@ -82,7 +82,7 @@ pub(super) fn sideband(c: &mut Criterion) {
 fn request_frame(enc: Encoding, params: &str) -> Vec<u8> {
     let msg = Message::Request {
         id: WireId::Cid(CID),
-        method: "echo".to_owned(),
+        method: "echo".into(),
         params: Some(json(params)),
     };
     let data = encode_envelope(&msg, enc).expect("the request encodes");

@@ -34,7 +34,7 @@ pub async fn call_sideband(
         .map_err(|e| ClientError::InvalidParams(e.to_string()))?;
     let envelope = Envelope::Request {
         id: WireId::Cid(id),
-        method: method.to_owned(),
+        method: method.into(),
         params,
     };
     let data = encode_envelope(&envelope, Encoding::Json)

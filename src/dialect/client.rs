@@ -122,7 +122,7 @@ impl ClientCodec {
     pub fn pong(self, method: &str, answer_ping: bool) -> Option<Message> {
         let answers = answer_ping && method == "ping" && self.0 != Dialect::Holon;
         answers.then(|| Message::Notification {
-            method: "pong".to_owned(),
+            method: "pong".into(),
             params: None,
         })
     }

@@ -15,7 +15,7 @@ use super::jsonrpc::parse_error_object;
 use super::{Dialect, Inbound, Item};
 use crate::close::CloseCode;
 use crate::dialect::errors;
-use crate::envelope::{raw_from_string, JsonToken, Message, Outcome, Payload, WireId};
+use crate::envelope::{raw_from_string, JsonToken, Message, Method, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 
 /// The close for an unusable message: 1002, protocol error.
@@ -121,7 +121,7 @@ fn unknown_key<'m>(map: &'m BTreeMap<String, &RawValue>) -> Option<&'m str> {
     map.keys().map(String::as_str).find(|k| !KEYS.contains(k))
 }
 
-fn json_string(v: &RawValue) -> Option<String> {
+fn json_string(v: &RawValue) -> Option<Method> {
     if !v.get().starts_with('"') {
         return None;
     }

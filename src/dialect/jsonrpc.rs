@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use crate::dialect::errors;
-use crate::envelope::{ErrorObject, JsonToken, Message, Outcome, Payload, WireId};
+use crate::envelope::{ErrorObject, JsonToken, Message, Method, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 
 use super::Dialect;
@@ -213,7 +213,7 @@ fn is_version_2(v: &RawValue) -> bool {
 }
 
 /// The string value of a raw JSON string, or `None` if it is no string.
-fn json_str(v: &RawValue) -> Option<String> {
+fn json_str(v: &RawValue) -> Option<Method> {
     if !v.get().starts_with('"') {
         return None;
     }

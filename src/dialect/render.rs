@@ -351,7 +351,7 @@ mod tests {
                     let payload = p.map(|t| Payload::Json(raw_from_string(t.to_string())));
                     let msg = Message::Request {
                         id: WireId::number(42),
-                        method: method.to_string(),
+                        method: method.into(),
                         params: payload.clone(),
                     };
                     let expected = render(&msg, style).unwrap();

@@ -112,7 +112,7 @@ impl<'a> Event<'a> {
         };
         slot.get_or_init(|| {
             let msg = Message::Notification {
-                method: self.topic.to_owned(),
+                method: self.topic.into(),
                 params: Some(self.data.clone()),
             };
             encode_envelope(&msg, enc).map(Arc::from)
@@ -178,7 +178,7 @@ mod tests {
         assert_eq!(
             decode_envelope(cbor, Encoding::Cbor).unwrap(),
             Message::Notification {
-                method: "hld.events".to_owned(),
+                method: "hld.events".into(),
                 params: Some(Payload::Cbor(vec![0xa1, 0x61, 0x61, 0x01])),
             }
         );

@@ -9,19 +9,19 @@ use tokio::time::Instant as TokioInstant;
 
 use super::{ClientLinks, Router};
 use crate::dialect::Item;
-use crate::envelope::{Message, Payload, WireId};
+use crate::envelope::{Message, Method, Payload, WireId};
 use crate::upstream::Upstream;
 
 /// Batch items bound for one upstream: (position, request id, method, params).
 type Group = (
     Arc<Upstream>,
-    Vec<(usize, Option<WireId>, String, Option<Payload>)>,
+    Vec<(usize, Option<WireId>, Method, Option<Payload>)>,
 );
 
 fn push_group(
     groups: &mut Vec<Group>,
     up: Arc<Upstream>,
-    call: (usize, Option<WireId>, String, Option<Payload>),
+    call: (usize, Option<WireId>, Method, Option<Payload>),
 ) {
     match groups.iter_mut().find(|(u, _)| Arc::ptr_eq(u, &up)) {
         Some((_, calls)) => calls.push(call),
@@ -78,7 +78,7 @@ impl Router {
     async fn forward_batch(
         &self,
         upstream: Arc<Upstream>,
-        calls: Vec<(usize, Option<WireId>, String, Option<Payload>)>,
+        calls: Vec<(usize, Option<WireId>, Method, Option<Payload>)>,
     ) -> Vec<(usize, Option<Message>)> {
         let deadline = TokioInstant::now() + self.cfg.request_timeout;
         let wire: Vec<(&str, Option<&Payload>, bool)> = calls

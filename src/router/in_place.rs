@@ -23,7 +23,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::{record_outcome, Router};
-use crate::envelope::{Message, Payload, WireId};
+use crate::envelope::{Message, Method, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::outbox::Outbox;
 use crate::upstream::direct::Submission;
@@ -73,7 +73,7 @@ enum Ended {
 /// A request that did not fit the fast path, given back whole.
 pub(crate) struct NotPlaced {
     pub(crate) id: WireId,
-    pub(crate) method: String,
+    pub(crate) method: Method,
     pub(crate) params: Option<Payload>,
     pub(crate) permit: OwnedSemaphorePermit,
 }

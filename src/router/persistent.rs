@@ -77,7 +77,7 @@ impl PersistentSink {
             }
             EventForm::Envelope => {
                 let msg = Message::Notification {
-                    method: NOTIFICATION_METHOD.to_owned(),
+                    method: NOTIFICATION_METHOD.into(),
                     params: Some(Payload::Json(raw_from_string(params))),
                 };
                 outbox.deliver(&msg).await

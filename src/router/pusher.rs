@@ -113,7 +113,7 @@ impl Pusher {
     pub fn notification(&self, method: &str, params: Option<Payload>) -> Result<(), EventDrop> {
         if !self.codec.notifies_by_request() {
             let msg = Message::Notification {
-                method: method.to_owned(),
+                method: method.into(),
                 params,
             };
             return match self.outbox.offer(&msg) {
@@ -182,7 +182,7 @@ impl Pusher {
             };
             let msg = Message::Request {
                 id: self.push_id(gid),
-                method: method.to_owned(),
+                method: method.into(),
                 params: params.clone(),
             };
             let offer = self.outbox.deliver(&msg).await;
@@ -243,7 +243,7 @@ impl Pusher {
         // A Sideband push's fresh random cid is also the request frame's id.
         let msg = Message::Request {
             id: self.push_id(gid),
-            method: method.to_owned(),
+            method: method.into(),
             params,
         };
         if self.outbox.offer(&msg) != Offer::Queued {

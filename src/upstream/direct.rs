@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::admission::{Admission, Held, Slots};
 use super::link::{Caller, Completion, Link, Waiter};
-use crate::envelope::Payload;
+use crate::envelope::{Method, Payload};
 
 /// Longest sleep of a link's deadline sweeper while calls are pending, so a
 /// call with an earlier deadline than the ones seen is late by at most this.
@@ -28,7 +28,7 @@ const SWEEP_AT_LEAST_EVERY: Duration = Duration::from_millis(50);
 #[derive(Debug)]
 pub(crate) struct Submission {
     /// The method, as sent upstream.
-    pub(crate) method: String,
+    pub(crate) method: Method,
     /// Its params, as the client sent them.
     pub(crate) params: Option<Payload>,
     /// Gets the outcome (and knows the call's deadline).

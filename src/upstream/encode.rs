@@ -145,7 +145,7 @@ impl Link {
             None => {
                 let msg = Message::Request {
                     id: self.wire_id(gid),
-                    method: method.to_owned(),
+                    method: method.into(),
                     params: params.cloned(),
                 };
                 return self.encode(&msg);

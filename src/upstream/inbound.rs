@@ -13,7 +13,7 @@ use crate::dialect::errors;
 use crate::dialect::jsonrpc::{decode_upstream, ReplyError};
 use crate::dialect::sideband::session::{on_frame_shared, SbpEvent};
 use crate::dialect::Dialect;
-use crate::envelope::{raw_from_string, ErrorObject, Message, Outcome, Payload, WireId};
+use crate::envelope::{raw_from_string, ErrorObject, Message, Method, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, ErrorOrigin, GatewayError, Side};
 use crate::telemetry::metrics::{Direction, DropReason, ProtocolError, Unmatched};
 use crate::upstream::correlator::Resolution;
@@ -299,7 +299,7 @@ impl Link {
 
     /// An upstream-originated request: to the owning client (per-client
     /// mode), or answered here (shared mode has no owner).
-    fn upstream_request(self: &Arc<Self>, id: WireId, method: String, params: Option<Payload>) {
+    fn upstream_request(self: &Arc<Self>, id: WireId, method: Method, params: Option<Payload>) {
         if method == "rpc.heartbeat" {
             let ok = Message::Response {
                 id,
@@ -309,7 +309,7 @@ impl Link {
             return;
         }
         let Some(owner) = &self.owner else {
-            tracing::debug!(upstream = %self.shared.cfg.name, method, "refusing upstream-originated request");
+            tracing::debug!(upstream = %self.shared.cfg.name, %method, "refusing upstream-originated request");
             self.shared.count_dropped(DropReason::UpstreamRequest);
             self.send_reply(id, Err(GatewayError::no_route(&method)));
             return;
@@ -328,7 +328,7 @@ impl Link {
 
     /// An upstream notification: to the owning client, or (shared mode)
     /// published to the pub/sub broker.
-    fn upstream_notification(&self, method: String, params: Option<Payload>) {
+    fn upstream_notification(&self, method: Method, params: Option<Payload>) {
         match &self.owner {
             Some(owner) => owner.push_notification(&method, params),
             None => self.shared.publish_notification(&method, params),

@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::dialect::render::request_len;
-use crate::envelope::{Message, Payload, WireId};
+use crate::envelope::{Message, Method, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::upstream::correlator::Correlator;
 
@@ -150,7 +150,7 @@ impl Link {
                     return Err(e);
                 }
             };
-            let method = (*method).to_owned();
+            let method = Method::from(*method);
             match waiter {
                 Some(w) => {
                     let Ok(gid) = table.insert(w) else {
@@ -196,7 +196,7 @@ impl Link {
         params: Option<&Payload>,
     ) -> Result<(), GatewayError> {
         let msg = Message::Notification {
-            method: method.to_owned(),
+            method: method.into(),
             params: self.params(params)?.map(std::borrow::Cow::into_owned),
         };
         let line = self.encode(&msg)?;

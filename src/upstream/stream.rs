@@ -50,7 +50,7 @@ pub(super) async fn open(
         let relay = StreamRelay {
             shared,
             events: Events::Client {
-                method: method.to_owned(),
+                method: method.into(),
                 client_id: client_id.clone(),
                 owner,
             },
@@ -89,7 +89,7 @@ pub(super) async fn connect(
     let (read, mut write) = stream.into_split();
     let request = Message::Request {
         id: WireId::number(1),
-        method: method.to_owned(),
+        method: method.into(),
         params: params.cloned(),
     };
     let mut line =

@@ -18,7 +18,7 @@ use switchyard::dialect::sideband::{
     cbor_to_json, decode, decode_envelope, encode, encode_envelope, random_id, random_peer_id,
     Body, Cid, Control, Encoding, Frame, Handshake, Subject, CAP_CBOR, CAP_RPC,
 };
-use switchyard::envelope::{ErrorObject, Message as Envelope, Outcome, Payload, WireId};
+use switchyard::envelope::{ErrorObject, Message as Envelope, Method, Outcome, Payload, WireId};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
@@ -278,7 +278,7 @@ impl SbClient {
             .unwrap_or_else(|e| panic!("not a JSON object ({e}): {text}"));
         let payload = |key: &str| members.get(key).map(|raw| Payload::Json(raw.clone()));
         let (frame_id, subject, msg) = if let Some(method) = members.get("method") {
-            let method: String = serde_json::from_str(method.get()).expect("method is a string");
+            let method: Method = serde_json::from_str(method.get()).expect("method is a string");
             match members.get("id") {
                 Some(id) => {
                     let cid: Cid = rand::random();

@@ -144,7 +144,7 @@ fn id_of(msg: &Message) -> (&str, bool) {
 }
 
 #[test]
-fn ids_up_to_24_bytes_are_decoded_without_an_allocation() {
+fn ids_and_methods_up_to_24_bytes_are_decoded_without_an_allocation() {
     let long = format!("\"{}\"", "x".repeat(40));
     for (id, inline) in [
         ("7", true),
@@ -161,6 +161,27 @@ fn ids_up_to_24_bytes_are_decoded_without_an_allocation() {
         let reply = format!(r#"{{"jsonrpc":"2.0","result":1,"id":{id}}}"#);
         let msg = decode_upstream(&reply).expect("reply");
         assert_eq!(id_of(&msg), (id, inline), "reply id {id}");
+    }
+    let long = "m".repeat(30);
+    for (method, inline) in [
+        ("subtract", true),
+        ("a\\u0062c", true),
+        ("exactly.twenty-four.byte", true),
+        (long.as_str(), false),
+    ] {
+        let request = format!(r#"{{"jsonrpc":"2.0","method":"{method}","id":1}}"#);
+        let text = serde_json::from_str::<String>(&format!("\"{method}\"")).expect("string");
+        let from_client = decode(&request, 1);
+        let from_daemon = decode_upstream(&request).map(Item::Valid);
+        for item in [from_client, Inbound::Single(from_daemon.expect("request"))] {
+            match item {
+                Inbound::Single(Item::Valid(Message::Request { method: got, .. })) => {
+                    assert_eq!(got, text);
+                    assert_eq!(!got.is_heap_allocated(), inline, "{method}");
+                }
+                other => panic!("{method}: {other:?}"),
+            }
+        }
     }
 }
 

@@ -16,7 +16,7 @@
 
 use crate::dialect::errors;
 use crate::dialect::Dialect;
-use crate::envelope::{ErrorObject, Message, Outcome, Payload, WireId};
+use crate::envelope::{ErrorObject, Message, Method, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 
 use super::frame::{Frame, FrameId, INVALID_FRAME};
@@ -288,7 +288,7 @@ enum CodeError {
 /// How one encoding reads the members of a parsed envelope. `Err(())`
 /// means the member is present with the wrong type.
 trait Fields {
-    fn text(&self, member: Member) -> Result<Option<String>, ()>;
+    fn text(&self, member: Member) -> Result<Option<Method>, ()>;
     fn cid(&self) -> Result<Option<Cid>, ()>;
     fn code(&self) -> Result<Option<i64>, CodeError>;
     fn payload(&self, member: Member) -> Option<Payload>;
@@ -307,7 +307,10 @@ fn build(f: &impl Fields) -> Result<Message, EnvelopeError> {
         });
     }
     if !matches!(t.as_str(), "r" | "R" | "E") {
-        return Err(EnvelopeError::UnknownType { t, cid: known });
+        return Err(EnvelopeError::UnknownType {
+            t: t.into(),
+            cid: known,
+        });
     }
     let cid = match cid {
         Ok(Some(cid)) => cid,
@@ -344,7 +347,7 @@ fn error_object(f: &impl Fields, cid: Cid) -> Result<ErrorObject, EnvelopeError>
     };
     Ok(ErrorObject {
         code,
-        message: required_text(f, Member::Message, Some(cid))?,
+        message: required_text(f, Member::Message, Some(cid))?.into(),
         data: f.payload(Member::Data),
     })
 }
@@ -353,7 +356,7 @@ fn required_text(
     f: &impl Fields,
     member: Member,
     cid: Option<Cid>,
-) -> Result<String, EnvelopeError> {
+) -> Result<Method, EnvelopeError> {
     match f.text(member) {
         Ok(Some(text)) => Ok(text),
         Ok(None) => Err(missing(member, cid)),

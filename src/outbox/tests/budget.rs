@@ -161,7 +161,7 @@ async fn a_settled_reply_over_the_waiting_budget_frees_its_slot() {
     // The queue is full: the reply goes to a task, which finds no room for
     // it among the replies waiting; the client is slow and the slot freed.
     let reply = Message::Notification {
-        method: "m".repeat(64),
+        method: "m".repeat(64).into(),
         params: None,
     };
     let (slot, freed) = tokio::sync::oneshot::channel::<()>();

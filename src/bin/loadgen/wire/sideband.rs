@@ -107,7 +107,7 @@ fn encode_request(enc: Encoding, id: u64, nonce: u64, pad: &str) -> anyhow::Resu
     let cid = cid(id, nonce);
     let msg = Message::Request {
         id: WireId::Cid(cid),
-        method: "echo".to_owned(),
+        method: "echo".into(),
         params: Some(Payload::json(&params(nonce, pad)).context("echo params")?),
     };
     let data = encode_envelope(&msg, enc).context("encoding the request envelope")?;

@@ -5,7 +5,7 @@
 //! keys in any map, nesting ≤ 128, UTF-8 text) in the one pass that finds
 //! the members; payload members are kept as the raw bytes of their item.
 
-use crate::envelope::{Message, Outcome, Payload};
+use crate::envelope::{Message, Method, Outcome, Payload};
 
 use super::{build, integral_code, outbound_cid, Cid, CodeError, EnvelopeError, Fields, Member};
 use crate::dialect::sideband::cbor::{self as wire, KeyId, MapKeys, Reader};
@@ -158,7 +158,7 @@ impl<'a> RawEnvelope<'a> {
 }
 
 impl Fields for RawEnvelope<'_> {
-    fn text(&self, member: Member) -> Result<Option<String>, ()> {
+    fn text(&self, member: Member) -> Result<Option<Method>, ()> {
         let Some((head, mut reader)) = self.item(member) else {
             return Ok(None);
         };
@@ -166,8 +166,8 @@ impl Fields for RawEnvelope<'_> {
             return Err(());
         }
         let bytes = reader.string(head).map_err(|_| ())?;
-        String::from_utf8(bytes.into_owned())
-            .map(Some)
+        std::str::from_utf8(&bytes)
+            .map(|text| Some(Method::new(text)))
             .map_err(|_| ())
     }
 

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use crate::envelope::{Message, Outcome, Payload};
+use crate::envelope::{Message, Method, Outcome, Payload};
 
 use super::{build, integral_code, outbound_cid, Cid, CodeError, EnvelopeError, Fields, Member};
 use crate::dialect::sideband::{hex, scalar, transcode};
@@ -145,9 +145,9 @@ impl RawEnvelope<'_> {
 }
 
 impl Fields for RawEnvelope<'_> {
-    fn text(&self, member: Member) -> Result<Option<String>, ()> {
+    fn text(&self, member: Member) -> Result<Option<Method>, ()> {
         self.get(member)
-            .map(|raw| serde_json::from_str::<String>(raw.get()).map_err(|_| ()))
+            .map(|raw| serde_json::from_str::<Method>(raw.get()).map_err(|_| ()))
             .transpose()
     }
 

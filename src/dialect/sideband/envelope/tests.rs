@@ -36,7 +36,7 @@ fn decode_cbor(hex: &str) -> Result<Message, EnvelopeError> {
 fn vectors() -> Vec<(String, &'static str, Message, Message)> {
     let request = |p| Message::Request {
         id: WireId::Cid(CID),
-        method: "echo".to_owned(),
+        method: "echo".into(),
         params: Some(p),
     };
     let response = |r| Message::Response {
@@ -52,7 +52,7 @@ fn vectors() -> Vec<(String, &'static str, Message, Message)> {
         },
     };
     let note = |d| Message::Notification {
-        method: "user.joined".to_owned(),
+        method: "user.joined".into(),
         params: Some(d),
     };
     vec![
@@ -102,6 +102,28 @@ fn c1_to_c4_cbor_golden() {
             encode_envelope(&msg, Encoding::Cbor).map(|b| tohex(&b)),
             Ok(hex.to_owned())
         );
+    }
+}
+
+/// Method names up to 24 bytes decode without a heap allocation, from
+/// either encoding.
+#[test]
+fn short_method_names_are_decoded_inline() {
+    for (text, hex, _, _) in vectors() {
+        for decoded in [decode_json(&text), decode_cbor(hex)] {
+            match decoded.expect("a vector decodes") {
+                Message::Request { method, .. } | Message::Notification { method, .. } => {
+                    assert!(!method.is_heap_allocated(), "{method}");
+                }
+                Message::Response { .. } | Message::Error { .. } => {}
+            }
+        }
+    }
+    let long = "m".repeat(30);
+    let text = format!(r#"{{"t":"N","e":"{long}"}}"#);
+    match decode_json(&text) {
+        Ok(Message::Notification { method, .. }) => assert_eq!(method, long),
+        other => panic!("{other:?}"),
     }
 }
 
@@ -157,7 +179,7 @@ fn void_null_and_absent_members() {
     );
     // `N` without `d`; a cid on `N` is ignored, even a bad one.
     let bare = Message::Notification {
-        method: "x".to_owned(),
+        method: "x".into(),
         params: None,
     };
     assert_eq!(
@@ -171,7 +193,7 @@ fn void_null_and_absent_members() {
     assert_eq!(
         decode_cbor("a26174614e61656161"),
         Ok(Message::Notification {
-            method: "a".to_owned(),
+            method: "a".into(),
             params: None
         })
     );
@@ -220,7 +242,7 @@ fn error_data_and_codes() {
 fn encode_errors() {
     let json_id = Message::Request {
         id: WireId::number(7),
-        method: "m".to_owned(),
+        method: "m".into(),
         params: None,
     };
     let no_id = Message::Error {
@@ -237,7 +259,7 @@ fn encode_errors() {
     }
     let overflow = Message::Request {
         id: WireId::Cid(CID),
-        method: "m".to_owned(),
+        method: "m".into(),
         params: Some(json("[1e400]")),
     };
     let e = encode_envelope(&overflow, Encoding::Cbor).expect_err("overflow");
@@ -262,7 +284,7 @@ fn encode_errors() {
         })
     ));
     let broken = Message::Notification {
-        method: "e".to_owned(),
+        method: "e".into(),
         params: Some(cbor("a1")),
     };
     assert!(matches!(

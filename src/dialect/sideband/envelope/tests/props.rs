@@ -27,8 +27,13 @@ fn message(payload: impl Strategy<Value = Payload> + Clone) -> impl Strategy<Val
     let cid = any::<Cid>().prop_map(WireId::Cid);
     let text = "\\PC{0,12}";
     prop_oneof![
-        (cid.clone(), text, proptest::option::of(payload.clone()))
-            .prop_map(|(id, method, params)| Message::Request { id, method, params }),
+        (cid.clone(), text, proptest::option::of(payload.clone())).prop_map(
+            |(id, method, params)| Message::Request {
+                id,
+                method: method.into(),
+                params
+            }
+        ),
         (cid.clone(), proptest::option::of(payload.clone())).prop_map(|(id, r)| {
             Message::Response {
                 id,
@@ -51,8 +56,10 @@ fn message(payload: impl Strategy<Value = Payload> + Clone) -> impl Strategy<Val
                     },
                 }
             }),
-        (text, proptest::option::of(payload))
-            .prop_map(|(method, params)| Message::Notification { method, params }),
+        (text, proptest::option::of(payload)).prop_map(|(method, params)| Message::Notification {
+            method: method.into(),
+            params
+        }),
     ]
 }
 
