@@ -14,9 +14,11 @@
 //! transcodes the others by §7. Both encodings share one set of member
 //! rules (`build`); only the reading of members differs.
 
+use compact_str::CompactString;
+
 use crate::dialect::errors;
 use crate::dialect::Dialect;
-use crate::envelope::{ErrorObject, Message, Method, Outcome, Payload, WireId};
+use crate::envelope::{ErrorObject, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 
 use super::frame::{Frame, FrameId, INVALID_FRAME};
@@ -288,7 +290,7 @@ enum CodeError {
 /// How one encoding reads the members of a parsed envelope. `Err(())`
 /// means the member is present with the wrong type.
 trait Fields {
-    fn text(&self, member: Member) -> Result<Option<Method>, ()>;
+    fn text(&self, member: Member) -> Result<Option<CompactString>, ()>;
     fn cid(&self) -> Result<Option<Cid>, ()>;
     fn code(&self) -> Result<Option<i64>, CodeError>;
     fn payload(&self, member: Member) -> Option<Payload>;
@@ -356,7 +358,7 @@ fn required_text(
     f: &impl Fields,
     member: Member,
     cid: Option<Cid>,
-) -> Result<Method, EnvelopeError> {
+) -> Result<CompactString, EnvelopeError> {
     match f.text(member) {
         Ok(Some(text)) => Ok(text),
         Ok(None) => Err(missing(member, cid)),

@@ -5,7 +5,9 @@
 //! keys in any map, nesting ≤ 128, UTF-8 text) in the one pass that finds
 //! the members; payload members are kept as the raw bytes of their item.
 
-use crate::envelope::{Message, Method, Outcome, Payload};
+use compact_str::CompactString;
+
+use crate::envelope::{Message, Outcome, Payload};
 
 use super::{build, integral_code, outbound_cid, Cid, CodeError, EnvelopeError, Fields, Member};
 use crate::dialect::sideband::cbor::{self as wire, KeyId, MapKeys, Reader};
@@ -158,7 +160,7 @@ impl<'a> RawEnvelope<'a> {
 }
 
 impl Fields for RawEnvelope<'_> {
-    fn text(&self, member: Member) -> Result<Option<Method>, ()> {
+    fn text(&self, member: Member) -> Result<Option<CompactString>, ()> {
         let Some((head, mut reader)) = self.item(member) else {
             return Ok(None);
         };
@@ -167,7 +169,7 @@ impl Fields for RawEnvelope<'_> {
         }
         let bytes = reader.string(head).map_err(|_| ())?;
         std::str::from_utf8(&bytes)
-            .map(|text| Some(Method::new(text)))
+            .map(|text| Some(CompactString::new(text)))
             .map_err(|_| ())
     }
 

@@ -4,10 +4,11 @@
 //! Members are borrowed as raw JSON and only the scalar ones (`t`, `m`,
 //! `cid`, `code`, `message`, `e`) are parsed; payloads are copied verbatim.
 
+use compact_str::CompactString;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use crate::envelope::{Message, Method, Outcome, Payload};
+use crate::envelope::{Message, Outcome, Payload};
 
 use super::{build, integral_code, outbound_cid, Cid, CodeError, EnvelopeError, Fields, Member};
 use crate::dialect::sideband::{hex, scalar, transcode};
@@ -145,9 +146,9 @@ impl RawEnvelope<'_> {
 }
 
 impl Fields for RawEnvelope<'_> {
-    fn text(&self, member: Member) -> Result<Option<Method>, ()> {
+    fn text(&self, member: Member) -> Result<Option<CompactString>, ()> {
         self.get(member)
-            .map(|raw| serde_json::from_str::<Method>(raw.get()).map_err(|_| ()))
+            .map(|raw| serde_json::from_str::<CompactString>(raw.get()).map_err(|_| ()))
             .transpose()
     }
 
