@@ -61,6 +61,8 @@ async fn crlf_blank_and_non_utf8_lines_from_the_upstream_are_handled() {
     gateway.shutdown().await;
 }
 
+const UPSTREAM_DURATION: &str = "switchyard_upstream_request_duration_seconds";
+
 /// Answers every request with its method and the length of the line it
 /// came on; closes the connection at the first line that is not a JSON
 /// request (what a strict daemon does with a broken line).
@@ -98,10 +100,12 @@ async fn a_request_above_the_upstream_limit_is_refused_and_leaves_nothing_on_the
             "x".repeat(pad)
         )
     };
+    let upstream_durations = || histogram_count(&gateway, UPSTREAM_DURATION);
     // A small call first: the link is up and lines reach the daemon.
     send(&mut ws, &request(1, "small", 10)).await;
     let first = json(&recv(&mut ws).await);
     assert_eq!(first["result"]["method"], "small", "{first}");
+    assert_eq!(upstream_durations(), 1, "the answered call's upstream time");
     // Too long for the daemon: refused by switchyard, never written.
     send(&mut ws, &request(2, "big", 300)).await;
     let refused = json(&recv(&mut ws).await);
@@ -111,6 +115,8 @@ async fn a_request_above_the_upstream_limit_is_refused_and_leaves_nothing_on_the
         detail.contains("exceeds the upstream limit of 200 bytes"),
         "{refused}"
     );
+    // The upstream never saw it: it has no upstream duration.
+    assert_eq!(upstream_durations(), 1, "a call never written has none");
     // The next line reaches the daemon whole: nothing of the refused one
     // was left before it (the daemon would have closed the connection).
     send(&mut ws, &request(3, "after", 10)).await;
@@ -121,5 +127,6 @@ async fn a_request_above_the_upstream_limit_is_refused_and_leaves_nothing_on_the
         after["result"]["line_bytes"], first["result"]["line_bytes"],
         "the same line as the first call's, but for its method and id of the same lengths"
     );
+    assert_eq!(upstream_durations(), 2);
     gateway.shutdown().await;
 }

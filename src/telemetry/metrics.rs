@@ -24,7 +24,8 @@
 //!   [`Metrics::count_error`] for every error answered (`Router::error_reply`).
 //! - upstream admission (`upstream::admission::Slots`): `upstream_in_flight`
 //!   while a call written to a link is unsettled, and
-//!   `upstream_request_duration` when its reply arrives.
+//!   `upstream_request_duration` when it settles, unless it timed out or
+//!   was never written (refused before its request went out).
 //! - the router (`Router::finish`, `Router::reply_for`): `requests` and
 //!   `request_duration` per settled request; upstream links:
 //!   `correlator_entries` per call written and settled.

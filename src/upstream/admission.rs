@@ -260,11 +260,12 @@ impl Slots {
         }
     }
 
-    /// The call settled: no longer in flight; a reply (`timed_out` false)
-    /// also records the upstream-only duration.
-    pub(super) fn settled(&mut self, timed_out: bool) {
+    /// The call settled: no longer in flight. With `timed` (an outcome
+    /// of a written request that is not a timeout) it also records the
+    /// upstream-only duration.
+    pub(super) fn settled(&mut self, timed: bool) {
         let calls = &self.held.upstream().calls;
-        if !timed_out {
+        if timed {
             calls.1.observe_duration(self.started.elapsed());
         }
         if std::mem::take(&mut self.counted) {

@@ -159,7 +159,7 @@ async fn call_on(
         .map_err(|(e, _)| e)?;
     guard.link = Some((link, gid));
     let reply = rx.await;
-    slots.settled(false);
+    slots.settled(true);
     guard.link = None;
     reply.unwrap_or_else(|_| Err(GatewayError::new(ErrorKind::Unavailable)))
 }

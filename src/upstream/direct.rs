@@ -73,7 +73,7 @@ impl Admission {
         match link.send_request(&method, params.as_ref(), Waiter::Direct(done, slots)) {
             Ok(gid) => caller.written(token, link, gid),
             Err((e, Some(waiter))) => {
-                waiter.complete(Err(e));
+                waiter.unsent(e);
             }
             Err((e, None)) => {
                 // Abandoned (its client left, or the link failed) between

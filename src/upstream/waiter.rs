@@ -64,9 +64,24 @@ impl Waiter {
             Waiter::Task(tx) => tx.send(reply).is_ok(),
             Waiter::Direct(c, mut slots) => {
                 // Timed-out calls have no upstream duration.
-                slots.settled(matches!(&reply, Err(e) if e.kind == ErrorKind::Timeout));
+                slots.settled(!matches!(&reply, Err(e) if e.kind == ErrorKind::Timeout));
                 let delivered = c.complete(reply);
                 // The room it leaves goes to the next parked call.
+                drop(slots);
+                delivered
+            }
+        }
+    }
+
+    /// Hands over the error of a call whose request was never written:
+    /// the upstream never saw it, so it has no upstream duration. Returns
+    /// false when the waiter is gone.
+    pub(crate) fn unsent(self, error: GatewayError) -> bool {
+        match self {
+            Waiter::Task(tx) => tx.send(Err(error)).is_ok(),
+            Waiter::Direct(c, mut slots) => {
+                slots.settled(false);
+                let delivered = c.complete(Err(error));
                 drop(slots);
                 delivered
             }

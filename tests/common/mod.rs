@@ -260,6 +260,17 @@ pub fn metric_value(gateway: &Running, name: &str, labels: &[(&str, &str)]) -> f
     total
 }
 
+/// How many samples the histogram `name` holds, summed over its series.
+pub fn histogram_count(gateway: &Running, name: &str) -> u64 {
+    let families = gateway.metrics().registry().gather();
+    families
+        .iter()
+        .filter(|f| f.name() == name)
+        .flat_map(|f| f.get_metric())
+        .map(|m| m.get_histogram().get_sample_count())
+        .sum()
+}
+
 /// Polls `f` until it returns true or `within` passes.
 pub async fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = tokio::time::Instant::now() + within;
