@@ -7,9 +7,8 @@
 //!   line is rendered (requests) or copied onto the end of the last
 //!   segment when it fits in its spare room (else it starts a new
 //!   [`SEGMENT_BYTES`] one), a long line (from [`MOVE_BYTES`]) becomes a
-//!   segment of its own without a copy. The
-//!   writer task takes every segment queued so far at once and writes each
-//!   with one `write_all`. It is woken only when the queue turns non-empty,
+//!   segment of its own without a copy. The writer task takes every
+//!   segment queued so far at once and writes each with one `write_all`. It is woken only when the queue turns non-empty,
 //!   and a line costs a copy or a move, not a message on a channel.
 //!
 //! Either way a message queued once the writer has stopped is refused
@@ -149,8 +148,8 @@ impl LineQueue {
     /// its `\n`: an estimate, which the segment outgrows if it must) is
     /// rendered straight onto the end of a segment, without an allocation
     /// of its own; a longer one into its own string of `len`, outside the
-    /// queue's lock, and moved in. When `render` fails, what it wrote is taken back. Returns
-    /// the line's length, without its `\n`.
+    /// queue's lock, and moved in. When `render` fails, what it wrote is
+    /// taken back. Returns the line's length, without its `\n`.
     pub(crate) fn push_with<E>(
         &self,
         len: usize,
@@ -180,8 +179,9 @@ impl LineQueue {
                 last.truncate(start);
                 if !last.is_empty() {
                     pending.segments.push_back(last);
-                } else if pending.spare.is_none() {
-                    // A segment started for this line alone.
+                } else if pending.spare.is_none() && last.capacity() == SEGMENT_BYTES {
+                    // A segment started for this line alone (and not grown
+                    // by it past the estimate): the spare again.
                     pending.spare = Some(last);
                 }
                 Err(Refused::Render(e))

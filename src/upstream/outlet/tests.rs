@@ -134,6 +134,24 @@ fn a_failed_rendering_gives_back_the_segment_it_started() {
 }
 
 #[test]
+fn a_segment_grown_past_its_size_by_a_failed_rendering_is_not_kept() {
+    let queue = LineQueue::new(3);
+    // Estimated short, rendered long (a method that needed escaping), then
+    // refused (above the upstream's limit): the segment grew for nothing.
+    let failed = queue.push_with(8, |out: &mut String| {
+        out.push_str(&"x".repeat(2 * SEGMENT_BYTES));
+        Err(())
+    });
+    assert_eq!(failed, Err(Refused::Render(())));
+    let pending = queue.pending.lock();
+    assert!(pending.segments.is_empty());
+    assert!(
+        pending.spare.is_none(),
+        "only a segment of SEGMENT_BYTES is kept"
+    );
+}
+
+#[test]
 fn a_closed_queue_refuses_rendered_lines_without_rendering_them() {
     let queue = LineQueue::new(3);
     queue.close();
