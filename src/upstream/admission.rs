@@ -260,12 +260,12 @@ impl Slots {
         }
     }
 
-    /// The call settled: no longer in flight. With `timed` (an outcome
-    /// of a written request that is not a timeout) it also records the
-    /// upstream-only duration.
-    pub(super) fn settled(&mut self, timed: bool) {
+    /// The call settled: no longer in flight. With `record_duration` (an
+    /// outcome of a written request that is not a timeout) it also records
+    /// the upstream-only duration.
+    pub(super) fn settled(&mut self, record_duration: bool) {
         let calls = &self.held.upstream().calls;
-        if timed {
+        if record_duration {
             calls.1.observe_duration(self.started.elapsed());
         }
         if std::mem::take(&mut self.counted) {
