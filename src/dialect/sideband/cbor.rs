@@ -292,6 +292,21 @@ impl<'a> Reader<'a> {
         Ok(bytes)
     }
 
+    /// How many bytes have been read.
+    pub(super) fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// Adds the map key read since `start` to `keys`: a key the map had
+    /// already is [`CborError::DuplicateKey`].
+    pub(super) fn note_key(&self, start: usize, keys: &mut MapKeys<'a>) -> Result<(), CborError> {
+        if keys.insert(key_id(self.slice(start))?) {
+            Ok(())
+        } else {
+            Err(CborError::DuplicateKey)
+        }
+    }
+
     fn slice(&self, start: usize) -> &'a [u8] {
         self.data.get(start..self.pos).unwrap_or_default()
     }
@@ -314,7 +329,7 @@ impl Head {
     }
 }
 
-fn enter(depth: usize, max_depth: usize) -> Result<usize, CborError> {
+pub(super) fn enter(depth: usize, max_depth: usize) -> Result<usize, CborError> {
     if depth >= max_depth {
         Err(CborError::TooDeep(max_depth))
     } else {

@@ -11,7 +11,7 @@ use std::fmt;
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::cbor::{self, CborError, Head, Reader};
+use super::cbor::{self, CborError, Head, MapKeys, Reader};
 use super::scalar;
 
 /// The deepest nesting of arrays, maps and tags in one payload: one less
@@ -71,9 +71,19 @@ pub fn json_to_cbor(json: &RawValue) -> Result<Vec<u8>, TranscodeError> {
 /// Transcodes one CBOR item to JSON (§7, CBOR → JSON). The whole input
 /// must be one valid item.
 pub fn cbor_to_json(cbor: &[u8]) -> Result<Box<RawValue>, TranscodeError> {
-    cbor::validate(cbor, MAX_PAYLOAD_DEPTH)?;
     let mut out = String::with_capacity(cbor.len() * 2);
-    cbor_value(&mut Reader::new(cbor), &mut out)?;
+    let mut reader = Reader::new(cbor);
+    match cbor_value(&mut reader, &mut out, 0) {
+        Ok(()) if reader.at_end() => {}
+        Ok(()) => return Err(CborError::Trailing.into()),
+        Err(e @ TranscodeError::Cbor(_)) => return Err(e),
+        // Malformed CBOR anywhere in the item is the error to report,
+        // before what JSON cannot carry: the rest of the item is checked.
+        Err(e) => {
+            cbor::validate(cbor, MAX_PAYLOAD_DEPTH)?;
+            return Err(e);
+        }
+    }
     RawValue::from_string(out).map_err(|e| TranscodeError::Json(e.to_string()))
 }
 
@@ -185,8 +195,11 @@ fn nest(depth: usize) -> Result<usize, TranscodeError> {
     }
 }
 
-/// Converts one item already checked by [`cbor::validate`].
-fn cbor_value(r: &mut Reader<'_>, out: &mut String) -> Result<(), TranscodeError> {
+/// Converts one item at nesting `depth`, checking it as it goes as
+/// [`cbor::validate`] does (well-formed heads and strings, UTF-8 text,
+/// nesting up to [`MAX_PAYLOAD_DEPTH`], no duplicate map keys): one walk
+/// over the payload instead of a validation pass and then this one.
+fn cbor_value(r: &mut Reader<'_>, out: &mut String, depth: usize) -> Result<(), TranscodeError> {
     let head = r.head()?;
     match head.major {
         cbor::MAJOR_UINT => out.push_str(&head.arg.to_string()),
@@ -196,6 +209,7 @@ fn cbor_value(r: &mut Reader<'_>, out: &mut String) -> Result<(), TranscodeError
         }
         cbor::MAJOR_TEXT => push_text(r, head, out)?,
         cbor::MAJOR_ARRAY => {
+            let inner = cbor::enter(depth, MAX_PAYLOAD_DEPTH)?;
             out.push('[');
             let mut left = head.arg;
             let mut first = true;
@@ -203,11 +217,13 @@ fn cbor_value(r: &mut Reader<'_>, out: &mut String) -> Result<(), TranscodeError
                 if !std::mem::take(&mut first) {
                     out.push(',');
                 }
-                cbor_value(r, out)?;
+                cbor_value(r, out, inner)?;
             }
             out.push(']');
         }
         cbor::MAJOR_MAP => {
+            let inner = cbor::enter(depth, MAX_PAYLOAD_DEPTH)?;
+            let mut keys = MapKeys::new();
             out.push('{');
             let mut left = head.arg;
             let mut first = true;
@@ -215,22 +231,27 @@ fn cbor_value(r: &mut Reader<'_>, out: &mut String) -> Result<(), TranscodeError
                 if !std::mem::take(&mut first) {
                     out.push(',');
                 }
+                let start = r.position();
                 let key = r.head()?;
                 if key.major != cbor::MAJOR_TEXT {
                     return Err(TranscodeError::NonTextKey);
                 }
                 push_text(r, key, out)?;
+                r.note_key(start, &mut keys)?;
                 out.push(':');
-                cbor_value(r, out)?;
+                cbor_value(r, out, inner)?;
             }
             out.push('}');
         }
-        cbor::MAJOR_TAG => cbor_tag(r, head.arg, out)?,
+        cbor::MAJOR_TAG => cbor_tag(r, head.arg, out, cbor::enter(depth, MAX_PAYLOAD_DEPTH)?)?,
         _ => match head.info {
             20 => out.push_str("false"),
             21 => out.push_str("true"),
             22 | 23 => out.push_str("null"),
             25..=27 => out.push_str(&finite(head)?),
+            cbor::INDEFINITE => {
+                return Err(CborError::Malformed("break outside an indefinite-length item").into())
+            }
             _ => return Err(TranscodeError::SimpleValue(head.arg)),
         },
     }
@@ -238,10 +259,15 @@ fn cbor_value(r: &mut Reader<'_>, out: &mut String) -> Result<(), TranscodeError
 }
 
 /// Tags of §7's table; any other tag is an error.
-fn cbor_tag(r: &mut Reader<'_>, tag: u64, out: &mut String) -> Result<(), TranscodeError> {
+fn cbor_tag(
+    r: &mut Reader<'_>,
+    tag: u64,
+    out: &mut String,
+    depth: usize,
+) -> Result<(), TranscodeError> {
     let bad = |expected| TranscodeError::BadTagContent { tag, expected };
     match tag {
-        55799 => cbor_value(r, out),
+        55799 => cbor_value(r, out, depth),
         0 | 32 => {
             let head = r.head()?;
             if head.major != cbor::MAJOR_TEXT {

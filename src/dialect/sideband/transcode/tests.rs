@@ -222,6 +222,20 @@ fn nesting_limits() {
         to_json(&arrays(MAX_PAYLOAD_DEPTH + 1)),
         Err(TranscodeError::Cbor(CborError::TooDeep(MAX_PAYLOAD_DEPTH)))
     );
+    // Maps count as arrays do: {"a": {"a": … {}}}.
+    let maps = |n: usize| format!("{}a0", "a16161".repeat(n - 1));
+    assert_eq!(
+        to_json(&maps(MAX_PAYLOAD_DEPTH)).map(|j| j.matches('{').count()),
+        Ok(MAX_PAYLOAD_DEPTH)
+    );
+    assert_eq!(
+        to_json(&maps(MAX_PAYLOAD_DEPTH + 1)),
+        Err(TranscodeError::Cbor(CborError::TooDeep(MAX_PAYLOAD_DEPTH)))
+    );
+    assert!(
+        to_json(&maps(100_000)).is_err(),
+        "deep maps must not overflow the stack"
+    );
     let tags = |n: usize| format!("{}00", "d9d9f7".repeat(n));
     assert!(to_json(&tags(MAX_PAYLOAD_DEPTH)).is_ok());
     assert!(
