@@ -11,13 +11,15 @@
 //! The reader never allocates more than the input's length: declared
 //! lengths are checked against the remaining bytes before slicing, and
 //! containers are walked item by item rather than pre-allocated. The
-//! writer is in `write`.
+//! writer is in `write`, map keys for duplicate detection in `keys`.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
 
+mod keys;
 mod write;
 
+use self::keys::key_id;
+pub(super) use self::keys::{KeyId, MapKeys};
 pub(super) use self::write::{write_bytes, write_f64, write_head, write_int, write_text};
 
 /// The deepest nesting of arrays, maps and tags accepted in one envelope
@@ -65,30 +67,6 @@ pub(super) struct Reader<'a> {
     data: &'a [u8],
     pos: usize,
 }
-
-/// A map key's identity, for duplicate detection. Equal data-model values
-/// compare equal whatever their encoding (shortest or not, definite or
-/// chunked); containers and tags as keys compare by their raw bytes.
-#[derive(PartialEq, Eq, Hash)]
-pub(super) enum KeyId<'a> {
-    Int(bool, u64),
-    Bytes(Cow<'a, [u8]>),
-    Text(Cow<'a, [u8]>),
-    Float(u64),
-    Simple(u64),
-    Raw(&'a [u8]),
-}
-
-/// Keys seen so far in one map. Most maps are small: their keys are
-/// compared one by one, with no hashing; past [`FEW_KEYS`] they move to a
-/// (SipHash, so flooding-resistant) hash set.
-pub(super) enum MapKeys<'a> {
-    Few(Vec<KeyId<'a>>),
-    Many(HashSet<KeyId<'a>>),
-}
-
-/// Keys a map may have before duplicate checks switch to a hash set.
-const FEW_KEYS: usize = 16;
 
 pub(super) const MAJOR_UINT: u8 = 0;
 pub(super) const MAJOR_NINT: u8 = 1;
@@ -342,51 +320,6 @@ fn check_utf8(text: bool, bytes: &[u8]) -> Result<(), CborError> {
         return Err(CborError::InvalidUtf8);
     }
     Ok(())
-}
-
-// === impl MapKeys ===
-
-impl<'a> MapKeys<'a> {
-    /// No key seen yet.
-    pub(super) fn new() -> Self {
-        MapKeys::Few(Vec::new())
-    }
-
-    /// Adds a key; false when the map already had it.
-    pub(super) fn insert(&mut self, key: KeyId<'a>) -> bool {
-        match self {
-            MapKeys::Few(keys) if keys.contains(&key) => false,
-            MapKeys::Few(keys) if keys.len() < FEW_KEYS => {
-                keys.push(key);
-                true
-            }
-            MapKeys::Few(keys) => {
-                let mut set: HashSet<KeyId<'a>> = keys.drain(..).collect();
-                set.insert(key);
-                *self = MapKeys::Many(set);
-                true
-            }
-            MapKeys::Many(set) => set.insert(key),
-        }
-    }
-}
-
-/// The identity of a key item already validated by [`Reader::skip`].
-fn key_id(raw: &[u8]) -> Result<KeyId<'_>, CborError> {
-    let mut reader = Reader::new(raw);
-    let head = reader.head()?;
-    Ok(match head.major {
-        MAJOR_UINT => KeyId::Int(false, head.arg),
-        MAJOR_NINT => KeyId::Int(true, head.arg),
-        MAJOR_BYTES => KeyId::Bytes(reader.string(head)?),
-        // Checked to be UTF-8 by the skip that produced `raw`.
-        MAJOR_TEXT => KeyId::Text(reader.string_checked(head, false)?),
-        MAJOR_SIMPLE => match head.float() {
-            Some(f) => KeyId::Float(f.to_bits()),
-            None => KeyId::Simple(head.arg),
-        },
-        _ => KeyId::Raw(raw),
-    })
 }
 
 /// IEEE 754 half precision to double (exact).
