@@ -11,7 +11,7 @@ use crate::error::{ErrorKind, GatewayError, Side};
 use crate::upstream::correlator::Correlator;
 
 use super::link::{Link, Waiter};
-use super::outlet::Refused;
+use super::outlet::{LineQueue, Refused};
 
 /// How many recent batches are remembered for batch-wide error replies.
 const BATCHES_REMEMBERED: usize = 64;
@@ -27,6 +27,16 @@ fn cancel_all(table: &mut Correlator<Waiter>, ids: &[Option<u64>]) {
     for id in ids.iter().flatten() {
         table.cancel(*id);
     }
+}
+
+/// How a request's text is made once its gateway id is known.
+enum Text<'a> {
+    /// Rendered straight into this NDJSON link's write queue.
+    InQueue(&'a LineQueue),
+    /// Its text up to the id, rendered before the correlator's lock.
+    Head(String),
+    /// Encoded whole (holon, Sideband).
+    Whole,
 }
 
 // === impl Link ===
@@ -49,12 +59,13 @@ impl Link {
         // An NDJSON line whose params are JSON is rendered straight into
         // the write queue instead, under its lock: a copy. CBOR params
         // (Sideband v2 clients) are transcoded here, before any lock.
-        let in_queue =
-            self.out.lines().is_some() && !matches!(params.as_deref(), Some(Payload::Cbor(_)));
-        let head = match in_queue {
-            true => None,
-            false => match self.request_head(method, params.as_deref()) {
-                Ok(head) => head,
+        let text = match self.out.lines() {
+            Some(lines) if !matches!(params.as_deref(), Some(Payload::Cbor(_))) => {
+                Text::InQueue(lines)
+            }
+            _ => match self.request_head(method, params.as_deref()) {
+                Ok(Some(head)) => Text::Head(head),
+                Ok(None) => Text::Whole,
                 Err(e) => return Err((e, Some(waiter))),
             },
         };
@@ -74,7 +85,7 @@ impl Link {
             drop(table);
             None
         };
-        let queued = self.queue_request(head, gid, method, params.as_deref());
+        let queued = self.queue_request(text, gid, method, params.as_deref());
         let count_later = match queued {
             Ok(count_later) => count_later,
             Err(e) => {
@@ -97,35 +108,34 @@ impl Link {
         Ok(gid)
     }
 
-    /// Renders request `gid` (from its `head` when there is one, else into
-    /// the write queue on NDJSON links) and queues it for the writer. Returns
-    /// the length to count when the rendering did not count it.
+    /// Renders request `gid` as `text` says and queues it for the writer.
+    /// Returns the length to count when the rendering did not count it.
     fn queue_request(
         &self,
-        head: Option<String>,
+        text: Text<'_>,
         gid: u64,
         method: &str,
         params: Option<&Payload>,
     ) -> Result<Option<usize>, GatewayError> {
-        if let (None, Some(lines)) = (&head, self.out.lines()) {
-            let rendered = lines.push_with(request_len(method, params), |out| {
-                self.render_request_into(gid, method, params, out)
-            });
-            return match rendered {
-                Ok(len) => Ok(Some(len)),
-                Err(Refused::Full) => Err(queue_full()),
-                Err(Refused::Render(e)) => Err(e),
-            };
-        }
-        // `encode_request` counts what it encodes; a finished head is
-        // counted once the call is queued.
-        let (line, count_later) = match head {
-            Some(head) => {
+        // `encode_request` counts what it encodes; a finished head or a
+        // line rendered in the queue is counted once the call is queued.
+        let (line, count_later) = match text {
+            Text::InQueue(lines) => {
+                let rendered = lines.push_with(request_len(method, params), |out| {
+                    self.render_request_into(gid, method, params, out)
+                });
+                return match rendered {
+                    Ok(len) => Ok(Some(len)),
+                    Err(Refused::Full) => Err(queue_full()),
+                    Err(Refused::Render(e)) => Err(e),
+                };
+            }
+            Text::Head(head) => {
                 let line = self.finish_request(head, gid)?;
                 let len = line.len();
                 (line, Some(len))
             }
-            None => (self.encode_request(gid, method, params)?, None),
+            Text::Whole => (self.encode_request(gid, method, params)?, None),
         };
         self.out.try_send(line).map_err(|_| queue_full())?;
         Ok(count_later)
