@@ -60,28 +60,25 @@ impl From<oneshot::Sender<ReplyResult>> for Waiter {
 impl Waiter {
     /// Hands over the outcome. Returns false when the waiter is gone.
     pub(crate) fn complete(self, reply: ReplyResult) -> bool {
-        match self {
-            Waiter::Task(tx) => tx.send(reply).is_ok(),
-            Waiter::Direct(c, mut slots) => {
-                // Timed-out calls have no upstream duration.
-                slots.settled(!matches!(&reply, Err(e) if e.kind == ErrorKind::Timeout));
-                let delivered = c.complete(reply);
-                // The room it leaves goes to the next parked call.
-                drop(slots);
-                delivered
-            }
-        }
+        // Timed-out calls have no upstream duration.
+        let timed_out = matches!(&reply, Err(e) if e.kind == ErrorKind::Timeout);
+        self.hand_over(reply, !timed_out)
     }
 
     /// Hands over the error of a call whose request was never written:
     /// the upstream never saw it, so it has no upstream duration. Returns
     /// false when the waiter is gone.
     pub(crate) fn unsent(self, error: GatewayError) -> bool {
+        self.hand_over(Err(error), false)
+    }
+
+    fn hand_over(self, reply: ReplyResult, record_duration: bool) -> bool {
         match self {
-            Waiter::Task(tx) => tx.send(Err(error)).is_ok(),
+            Waiter::Task(tx) => tx.send(reply).is_ok(),
             Waiter::Direct(c, mut slots) => {
-                slots.settled(false);
-                let delivered = c.complete(Err(error));
+                slots.settled(record_duration);
+                let delivered = c.complete(reply);
+                // The room it leaves goes to the next parked call.
                 drop(slots);
                 delivered
             }
