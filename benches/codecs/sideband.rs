@@ -26,7 +26,13 @@ const CID: [u8; 16] = *b"0123456789abcdef";
 pub(super) fn sideband(c: &mut Criterion) {
     let small = String::from(r#"{"minuend":42,"subtrahend":23,"note":"sideband"}"#);
     let large = large_params().to_string();
-    let payloads = [("small", &small), ("large", &large)];
+    // The shape loadgen's throughput scenario echoes: 256 bytes, one long
+    // string.
+    let echo = format!(
+        r#"{{"nonce":"0123456789abcdef","pad":"{}"}}"#,
+        "x".repeat(224)
+    );
+    let payloads = [("small", &small), ("echo", &echo), ("large", &large)];
 
     let mut g = c.benchmark_group("sideband/decode");
     for (enc, enc_name) in [(Encoding::Json, "json"), (Encoding::Cbor, "cbor")] {

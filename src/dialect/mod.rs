@@ -114,6 +114,7 @@ impl FromStr for Dialect {
 pub mod client;
 pub mod errors;
 pub mod holon;
+pub(crate) mod json_string;
 pub mod jsonrpc;
 pub mod render;
 pub mod sideband;

@@ -7,6 +7,7 @@
 
 use std::fmt::Write as _;
 
+use crate::dialect::json_string::push_json_string;
 use crate::envelope::{ErrorObject, Message, Outcome, Payload, WireId};
 
 /// How a text is framed on the wire.
@@ -187,7 +188,7 @@ fn push_method(
     style: Style,
 ) -> Result<(), NotJson> {
     out.push_str("\"method\":");
-    push_str(out, method);
+    push_json_string(out, method);
     if let Some(p) = params {
         out.push_str(",\"params\":");
         push_payload(out, p, style)?;
@@ -198,7 +199,7 @@ fn push_method(
 fn push_error(out: &mut String, error: &ErrorObject, style: Style) -> Result<(), NotJson> {
     // Writing to a String cannot fail.
     let _ = write!(out, "{{\"code\":{},\"message\":", error.code);
-    push_str(out, &error.message);
+    push_json_string(out, &error.message);
     if let Some(data) = &error.data {
         out.push_str(",\"data\":");
         push_payload(out, data, style)?;
@@ -239,23 +240,6 @@ fn push_payload(out: &mut String, payload: &Payload, style: Style) -> Result<(),
         out.push_str(text);
     }
     Ok(())
-}
-
-/// Appends `s` as a JSON string. Strings with nothing to escape (the
-/// usual method names and messages) are copied between quotes, with no
-/// temporary string; the rest go through serde_json (same output).
-fn push_str(out: &mut String, s: &str) {
-    if !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
-        out.push('"');
-        out.push_str(s);
-        out.push('"');
-        return;
-    }
-    match serde_json::to_string(s) {
-        Ok(quoted) => out.push_str(&quoted),
-        // Serializing a &str cannot fail; keep the output valid regardless.
-        Err(_) => out.push_str("\"\""),
-    }
 }
 
 /// Removes insignificant whitespace from valid JSON, leaving strings untouched.
@@ -303,38 +287,9 @@ fn approx_len(msg: &Message) -> usize {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::{
-        push_str, render, render_exact, render_request, render_request_into, Style, SCRATCH,
-        SCRATCH_KEPT,
+        render, render_exact, render_request, render_request_into, Style, SCRATCH, SCRATCH_KEPT,
     };
     use crate::envelope::{raw_from_string, Message, Payload, WireId};
-
-    /// The copy-between-quotes shortcut writes what serde_json writes.
-    #[test]
-    fn push_str_matches_serde_json() {
-        let cases = [
-            "",
-            "echo",
-            "a.b/c-d_e",
-            "é ü ∑ 😀",
-            "\u{7f}",
-            "\"",
-            "\\",
-            "a\"b\\c",
-            "\n",
-            "\t\r\u{1}\u{1f}",
-            "line\nbreak",
-            "</script>",
-        ];
-        for s in cases {
-            let mut out = String::from("x");
-            push_str(&mut out, s);
-            assert_eq!(
-                out,
-                format!("x{}", serde_json::to_string(s).unwrap()),
-                "{s:?}"
-            );
-        }
-    }
 
     /// `render_request` writes what `render` writes for the same request.
     #[test]

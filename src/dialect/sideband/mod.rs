@@ -29,6 +29,7 @@
 //! [`Message`]: crate::envelope::Message
 
 use crate::dialect::errors;
+use crate::dialect::json_string::push_json_string;
 use crate::dialect::Dialect;
 use crate::envelope::{raw_from_string, ErrorObject, Payload};
 use crate::error::{ErrorKind, GatewayError};
@@ -202,11 +203,11 @@ fn json_origin(
     data: Option<&str>,
 ) -> Box<serde_json::value::RawValue> {
     let mut out = String::from(r#"{"origin":{"dialect":"#);
-    scalar::push_json_string(&mut out, dialect.as_str());
+    push_json_string(&mut out, dialect.as_str());
     out.push_str(r#","code":"#);
     out.push_str(&code.to_string());
     out.push_str(r#","message":"#);
-    scalar::push_json_string(&mut out, message);
+    push_json_string(&mut out, message);
     if let Some(data) = data {
         out.push_str(r#","data":"#);
         out.push_str(data);

@@ -1,5 +1,5 @@
-//! Scalar conversions for §7 transcoding: float text, bignums, base64 and
-//! JSON string escaping. Small and dependency-free on purpose.
+//! Scalar conversions for §7 transcoding: float text, bignums and base64.
+//! Small and dependency-free on purpose.
 
 /// The largest bignum magnitude transcoded, in bytes (≈ 2,466 decimal
 /// digits). Decimal ⇄ binary conversion is quadratic, so a cap keeps one
@@ -71,45 +71,6 @@ pub(super) fn base64(bytes: &[u8], url: bool) -> String {
         }
     }
     out
-}
-
-/// Appends `text` as a JSON string literal, escaped as serde_json does.
-pub(super) fn push_json_string(out: &mut String, text: &str) {
-    out.reserve(text.len() + 2);
-    out.push('"');
-    // Runs of bytes that need no escape are copied whole; every escaped
-    // byte is ASCII, so each cut falls on a character boundary.
-    let mut run = 0;
-    for (at, byte) in text.bytes().enumerate() {
-        let escape = match byte {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0x08 => "\\b",
-            0x0c => "\\f",
-            0x00..=0x1f => "",
-            _ => continue,
-        };
-        out.push_str(text.get(run..at).unwrap_or_default());
-        run = at + 1;
-        if escape.is_empty() {
-            push_unicode_escape(out, byte);
-        } else {
-            out.push_str(escape);
-        }
-    }
-    out.push_str(text.get(run..).unwrap_or_default());
-    out.push('"');
-}
-
-/// `\u00XX` for a control byte, lowercase hex as serde_json writes it.
-fn push_unicode_escape(out: &mut String, byte: u8) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.push_str("\\u00");
-    out.push(char::from(HEX[usize::from(byte >> 4)]));
-    out.push(char::from(HEX[usize::from(byte & 0xf)]));
 }
 
 /// A big-endian magnitude as decimal digits; `None` above the cap.
@@ -188,31 +149,5 @@ fn add_small(limbs: &mut Vec<u32>, mul: u32, add: u32) {
     }
     if carry != 0 {
         limbs.push(carry as u32);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-
-    use super::push_json_string;
-
-    proptest::proptest! {
-        /// Escaped exactly as serde_json escapes a string, whatever it holds.
-        #[test]
-        fn a_string_is_escaped_as_serde_json_escapes_it(text in "(?s).{0,64}") {
-            let mut out = String::from("x");
-            push_json_string(&mut out, &text);
-            proptest::prop_assert_eq!(&out[1..], serde_json::to_string(&text).unwrap());
-        }
-    }
-
-    #[test]
-    fn control_bytes_and_quotes_are_escaped() {
-        let text = "a\"b\\c\n\r\t\u{8}\u{c}\u{0}\u{1f}\u{7f}é😀";
-        let mut out = String::new();
-        push_json_string(&mut out, text);
-        assert_eq!(out, serde_json::to_string(text).unwrap());
-        assert_eq!(out, "\"a\\\"b\\\\c\\n\\r\\t\\b\\f\\u0000\\u001f\u{7f}é😀\"");
     }
 }

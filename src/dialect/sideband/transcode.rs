@@ -11,6 +11,8 @@ use std::fmt;
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
+use crate::dialect::json_string::push_json_string;
+
 use super::cbor::{self, CborError, Head, MapKeys, Reader};
 use super::scalar;
 
@@ -205,7 +207,7 @@ fn cbor_value(r: &mut Reader<'_>, out: &mut String, depth: usize) -> Result<(), 
         cbor::MAJOR_UINT => out.push_str(&head.arg.to_string()),
         cbor::MAJOR_NINT => out.push_str(&(-1 - i128::from(head.arg)).to_string()),
         cbor::MAJOR_BYTES => {
-            scalar::push_json_string(out, &scalar::base64(&r.string(head)?, true));
+            push_json_string(out, &scalar::base64(&r.string(head)?, true));
         }
         cbor::MAJOR_TEXT => push_text(r, head, out)?,
         cbor::MAJOR_ARRAY => {
@@ -300,9 +302,9 @@ fn cbor_tag(
                     }
                     out.push_str(&digits);
                 }
-                21 => scalar::push_json_string(out, &scalar::base64(&bytes, true)),
-                22 => scalar::push_json_string(out, &scalar::base64(&bytes, false)),
-                _ => scalar::push_json_string(out, &super::hex::encode(&bytes)),
+                21 => push_json_string(out, &scalar::base64(&bytes, true)),
+                22 => push_json_string(out, &scalar::base64(&bytes, false)),
+                _ => push_json_string(out, &super::hex::encode(&bytes)),
             }
             Ok(())
         }
@@ -312,7 +314,7 @@ fn cbor_tag(
 
 fn push_text(r: &mut Reader<'_>, head: Head, out: &mut String) -> Result<(), TranscodeError> {
     let text = r.text(head)?;
-    scalar::push_json_string(out, &text);
+    push_json_string(out, &text);
     Ok(())
 }
 

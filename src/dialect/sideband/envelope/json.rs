@@ -11,7 +11,8 @@ use serde_json::value::RawValue;
 use crate::envelope::{Message, Outcome, Payload};
 
 use super::{build, integral_code, outbound_cid, Cid, CodeError, EnvelopeError, Fields, Member};
-use crate::dialect::sideband::{hex, scalar, transcode};
+use crate::dialect::json_string::push_json_string;
+use crate::dialect::sideband::{hex, transcode};
 
 /// The members of one envelope object, borrowed. `Some` means present,
 /// `null` included. Unknown keys are ignored.
@@ -65,7 +66,7 @@ pub(super) fn encode(msg: &Message) -> Result<Vec<u8>, EnvelopeError> {
         Message::Request { id, method, params } => {
             let cid = outbound_cid(Some(id))?;
             out.push_str(r#"{"t":"r","m":"#);
-            scalar::push_json_string(&mut out, method);
+            push_json_string(&mut out, method);
             push_cid(&mut out, &cid);
             push_payload(&mut out, Member::P, params.as_ref())?;
         }
@@ -84,12 +85,12 @@ pub(super) fn encode(msg: &Message) -> Result<Vec<u8>, EnvelopeError> {
             out.push_str(r#","code":"#);
             out.push_str(&error.code.to_string());
             out.push_str(r#","message":"#);
-            scalar::push_json_string(&mut out, &error.message);
+            push_json_string(&mut out, &error.message);
             push_payload(&mut out, Member::Data, error.data.as_ref())?;
         }
         Message::Notification { method, params } => {
             out.push_str(r#"{"t":"N","e":"#);
-            scalar::push_json_string(&mut out, method);
+            push_json_string(&mut out, method);
             push_payload(&mut out, Member::D, params.as_ref())?;
         }
     }

@@ -1,0 +1,143 @@
+//! JSON string literals, written exactly as serde_json writes them: the
+//! escape scan reads eight bytes at a time, so the long runs that need no
+//! escape (padding, names, messages) are found in a few steps and copied
+//! whole.
+
+/// Eight copies of one byte in a word.
+const fn splat(byte: u8) -> u64 {
+    u64::from_ne_bytes([byte; 8])
+}
+
+/// The length of the longest prefix of `bytes` holding nothing JSON must
+/// escape: no `"`, no `\` and no control byte below 0x20.
+pub(crate) fn unescaped_prefix(bytes: &[u8]) -> usize {
+    // A word has a byte below `n` (n <= 0x80) exactly when
+    // (x - splat(n)) & !x & splat(0x80) is non-zero; a byte equal to `b`
+    // is a byte below 1 in x ^ splat(b).
+    let below = |x: u64, n: u8| x.wrapping_sub(splat(n)) & !x & splat(0x80);
+    let mut clean = 0;
+    for chunk in bytes.chunks_exact(8) {
+        let mut word = [0; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_ne_bytes(word);
+        if below(x, 0x20) | below(x ^ splat(b'"'), 1) | below(x ^ splat(b'\\'), 1) != 0 {
+            break;
+        }
+        clean += 8;
+    }
+    let rest = bytes.get(clean..).unwrap_or_default();
+    clean
+        + rest
+            .iter()
+            .position(|&b| needs_escape(b))
+            .unwrap_or(rest.len())
+}
+
+fn needs_escape(byte: u8) -> bool {
+    byte < 0x20 || byte == b'"' || byte == b'\\'
+}
+
+/// Appends `text` as a JSON string literal, escaped as serde_json escapes
+/// it (`\"`, `\\`, `\n`, `\r`, `\t`, `\b`, `\f`, other control bytes as
+/// `\u00xx`; everything else as is).
+pub(crate) fn push_json_string(out: &mut String, text: &str) {
+    out.reserve(text.len() + 2);
+    out.push('"');
+    let mut rest = text;
+    loop {
+        // Every byte that needs an escape is ASCII, so the cut falls on a
+        // character boundary.
+        let (run, tail) = rest
+            .split_at_checked(unescaped_prefix(rest.as_bytes()))
+            .unwrap_or((rest, ""));
+        out.push_str(run);
+        let Some(&byte) = tail.as_bytes().first() else {
+            break;
+        };
+        match byte {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x08 => out.push_str("\\b"),
+            0x0c => out.push_str("\\f"),
+            _ => push_unicode_escape(out, byte),
+        }
+        rest = tail.get(1..).unwrap_or_default();
+    }
+    out.push('"');
+}
+
+/// `\u00XX` for a control byte, lowercase hex as serde_json writes it.
+fn push_unicode_escape(out: &mut String, byte: u8) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push_str("\\u00");
+    out.push(char::from(HEX[usize::from(byte >> 4)]));
+    out.push(char::from(HEX[usize::from(byte & 0xf)]));
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::{push_json_string, unescaped_prefix};
+
+    proptest::proptest! {
+        /// Escaped exactly as serde_json escapes a string, whatever it holds.
+        #[test]
+        fn a_string_is_escaped_as_serde_json_escapes_it(text in "(?s).{0,64}") {
+            let mut out = String::from("x");
+            push_json_string(&mut out, &text);
+            proptest::prop_assert_eq!(&out[1..], serde_json::to_string(&text).unwrap());
+        }
+
+        /// Mostly plain text with a rare byte to escape anywhere: the
+        /// word-at-a-time scan stops exactly where a byte-by-byte one does.
+        #[test]
+        fn the_scan_stops_at_the_first_byte_to_escape(
+            text in "[a-zA-Z0-9 é~\u{7f}]{0,40}[\"\\\\\u{0}-\u{1f}]?[a-z]{0,20}",
+        ) {
+            let expected = text
+                .bytes()
+                .position(|b| b < 0x20 || b == b'"' || b == b'\\')
+                .unwrap_or(text.len());
+            proptest::prop_assert_eq!(unescaped_prefix(text.as_bytes()), expected);
+            let mut out = String::new();
+            push_json_string(&mut out, &text);
+            proptest::prop_assert_eq!(out, serde_json::to_string(&text).unwrap());
+        }
+    }
+
+    /// Each byte that needs an escape is found at every position of a
+    /// word, and the bytes just beside the limits (0x1f/0x20, 0x21/0x23,
+    /// 0x5b/0x5d, 0x7f, 0x80 and above) are not.
+    #[test]
+    fn every_escaped_byte_is_found_at_every_offset() {
+        for len in 0..24 {
+            let plain = vec![b'a'; len];
+            assert_eq!(unescaped_prefix(&plain), len);
+            for at in 0..len {
+                for byte in (0u8..0x20).chain([b'"', b'\\']) {
+                    let mut text = plain.clone();
+                    text[at] = byte;
+                    assert_eq!(unescaped_prefix(&text), at, "{byte:#x} at {at} of {len}");
+                }
+                for byte in [0x20, 0x21, 0x23, 0x5b, 0x5d, 0x7f, 0x80, 0xa2, 0xdc, 0xff] {
+                    let mut text = plain.clone();
+                    text[at] = byte;
+                    assert_eq!(unescaped_prefix(&text), len, "{byte:#x} at {at} of {len}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn control_bytes_and_quotes_are_escaped() {
+        let text = "a\"b\\c\n\r\t\u{8}\u{c}\u{0}\u{1f}\u{7f}é😀";
+        let mut out = String::new();
+        push_json_string(&mut out, text);
+        assert_eq!(out, serde_json::to_string(text).unwrap());
+        assert_eq!(out, "\"a\\\"b\\\\c\\n\\r\\t\\b\\f\\u0000\\u001f\u{7f}é😀\"");
+    }
+}
