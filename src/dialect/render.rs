@@ -223,23 +223,23 @@ fn push_id(out: &mut String, id: &WireId) {
 }
 
 fn push_payload(out: &mut String, payload: &Payload, style: Style) -> Result<(), NotJson> {
-    let transcoded;
-    let raw = match payload {
-        Payload::Json(raw) => raw,
+    match payload {
+        // Sideband v2 payloads: transcoded by sideband.md §7's rules, in
+        // place. The transcoding writes no whitespace, so it fits a line.
         Payload::Cbor(bytes) => {
-            // Sideband v2 payloads: transcoded by sideband.md §7's rules.
-            transcoded = crate::dialect::sideband::cbor_to_json(bytes).map_err(|_| NotJson)?;
-            &transcoded
+            crate::dialect::sideband::cbor_to_json_into(bytes, out).map_err(|_| NotJson)
         }
-    };
-    let text = raw.get();
-    let bytes = text.as_bytes();
-    if style == Style::Line && (bytes.contains(&b'\n') || bytes.contains(&b'\r')) {
-        minify_into(text, out);
-    } else {
-        out.push_str(text);
+        Payload::Json(raw) => {
+            let text = raw.get();
+            let bytes = text.as_bytes();
+            if style == Style::Line && (bytes.contains(&b'\n') || bytes.contains(&b'\r')) {
+                minify_into(text, out);
+            } else {
+                out.push_str(text);
+            }
+            Ok(())
+        }
     }
-    Ok(())
 }
 
 /// Removes insignificant whitespace from valid JSON, leaving strings untouched.
@@ -287,7 +287,8 @@ fn approx_len(msg: &Message) -> usize {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::{
-        render, render_exact, render_request, render_request_into, Style, SCRATCH, SCRATCH_KEPT,
+        render, render_exact, render_request, render_request_into, NotJson, Style, SCRATCH,
+        SCRATCH_KEPT,
     };
     use crate::envelope::{raw_from_string, Message, Payload, WireId};
 
@@ -321,6 +322,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// CBOR params (Sideband v2 clients) are transcoded where the request
+    /// is written, into what their JSON twin renders; a line keeps its
+    /// line breaks escaped. Params JSON cannot carry leave nothing behind.
+    #[test]
+    fn cbor_params_render_as_their_json_twin() {
+        let twin = r#"{"pad":"a\nb","n":[1,-2,1.5],"t":true,"z":null}"#;
+        let cbor = crate::dialect::sideband::json_to_cbor(&raw_from_string(twin.into())).unwrap();
+        let json = Payload::Json(raw_from_string(twin.into()));
+        for style in [Style::Frame, Style::Line, Style::Holon] {
+            let mut out = String::from("before\n");
+            render_request_into(
+                7,
+                "echo",
+                Some(&Payload::Cbor(cbor.clone())),
+                style,
+                &mut out,
+            )
+            .unwrap();
+            let expected = render_request(7, "echo", Some(&json), style).unwrap();
+            assert_eq!(out, format!("before\n{expected}"), "{style:?}");
+            assert!(!out["before\n".len()..].contains('\n'));
+        }
+        // NaN (half float 0x7e00) has no JSON form.
+        let nan = Payload::Cbor(vec![0xf9, 0x7e, 0x00]);
+        assert_eq!(
+            render_request(7, "echo", Some(&nan), Style::Line),
+            Err(NotJson)
+        );
     }
 
     /// `render_exact` writes what `render` writes, with no spare capacity,

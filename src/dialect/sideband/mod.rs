@@ -61,7 +61,9 @@ pub use frame::{
 pub use handshake::{random_peer_id, Handshake, HandshakeError, CAP_CBOR, CAP_CBOR_ALT, CAP_RPC};
 pub use scalar::MAX_BIGNUM_BYTES;
 pub use subject::{Channel, Subject, SubjectError, SubjectRules};
-pub use transcode::{cbor_to_json, json_to_cbor, TranscodeError, MAX_PAYLOAD_DEPTH};
+pub use transcode::{
+    cbor_to_json, cbor_to_json_into, json_to_cbor, TranscodeError, MAX_PAYLOAD_DEPTH,
+};
 
 /// Maps a Sideband `E` error to a JSON dialect (error-codes.md §3.2).
 ///

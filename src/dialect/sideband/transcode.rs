@@ -74,19 +74,30 @@ pub fn json_to_cbor(json: &RawValue) -> Result<Vec<u8>, TranscodeError> {
 /// must be one valid item.
 pub fn cbor_to_json(cbor: &[u8]) -> Result<Box<RawValue>, TranscodeError> {
     let mut out = String::with_capacity(cbor.len() * 2);
+    cbor_to_json_into(cbor, &mut out)?;
+    RawValue::from_string(out).map_err(|e| TranscodeError::Json(e.to_string()))
+}
+
+/// [`cbor_to_json`], appended to `out` (left as it was on error): for a
+/// renderer that writes the JSON where it goes. The text holds no
+/// whitespace outside strings, so no raw line break either.
+pub fn cbor_to_json_into(cbor: &[u8], out: &mut String) -> Result<(), TranscodeError> {
+    let start = out.len();
     let mut reader = Reader::new(cbor);
-    match cbor_value(&mut reader, &mut out, 0) {
-        Ok(()) if reader.at_end() => {}
-        Ok(()) => return Err(CborError::Trailing.into()),
-        Err(e @ TranscodeError::Cbor(_)) => return Err(e),
+    let result = match cbor_value(&mut reader, out, 0) {
+        Ok(()) if reader.at_end() => Ok(()),
+        Ok(()) => Err(CborError::Trailing.into()),
+        Err(e @ TranscodeError::Cbor(_)) => Err(e),
         // Malformed CBOR anywhere in the item is the error to report,
         // before what JSON cannot carry: the rest of the item is checked.
-        Err(e) => {
-            cbor::validate(cbor, MAX_PAYLOAD_DEPTH)?;
-            return Err(e);
-        }
+        Err(e) => cbor::validate(cbor, MAX_PAYLOAD_DEPTH)
+            .map_err(TranscodeError::from)
+            .and(Err(e)),
+    };
+    if result.is_err() {
+        out.truncate(start);
     }
-    RawValue::from_string(out).map_err(|e| TranscodeError::Json(e.to_string()))
+    result
 }
 
 /// Keys an object may have before duplicates are found by hashing.

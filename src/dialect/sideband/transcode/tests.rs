@@ -15,8 +15,20 @@ fn to_cbor(json: &str) -> Result<String, TranscodeError> {
     json_to_cbor(&raw).map(|b| tohex(&b))
 }
 
+/// Through both entry points: `cbor_to_json`, and `cbor_to_json_into`
+/// after text already written, which it must leave alone on error.
 fn to_json(hex: &str) -> Result<String, TranscodeError> {
-    cbor_to_json(&unhex(hex)).map(|raw| raw.get().to_owned())
+    let result = cbor_to_json(&unhex(hex)).map(|raw| raw.get().to_owned());
+    let mut out = String::from("[0,");
+    let into = cbor_to_json_into(&unhex(hex), &mut out);
+    match &result {
+        Ok(json) => assert_eq!(out, format!("[0,{json}"), "{hex}"),
+        Err(e) => {
+            assert_eq!(into.as_ref().err(), Some(e), "{hex}");
+            assert_eq!(out, "[0,", "{hex}: a failed transcoding leaves nothing");
+        }
+    }
+    result
 }
 
 #[test]
