@@ -5,10 +5,6 @@
 //! form in the target (NaN, non-text map keys, unknown tags, simple values,
 //! float overflow) is a [`TranscodeError`], never a silent change.
 
-use std::collections::HashMap;
-use std::fmt;
-
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::dialect::json_string::push_json_string;
@@ -66,7 +62,7 @@ pub enum TranscodeError {
 /// one's position).
 pub fn json_to_cbor(json: &RawValue) -> Result<Vec<u8>, TranscodeError> {
     let mut out = Vec::with_capacity(json.get().len());
-    json_value(json.get().trim(), &mut out, 0)?;
+    from_json::transcode(json.get(), &mut out)?;
     Ok(out)
 }
 
@@ -98,106 +94,6 @@ pub fn cbor_to_json_into(cbor: &[u8], out: &mut String) -> Result<(), TranscodeE
         out.truncate(start);
     }
     result
-}
-
-/// Keys an object may have before duplicates are found by hashing.
-const FEW_KEYS: usize = 16;
-
-fn json_value(text: &str, out: &mut Vec<u8>, depth: usize) -> Result<(), TranscodeError> {
-    let json_err = |e: serde_json::Error| TranscodeError::Json(e.to_string());
-    match text.as_bytes().first() {
-        Some(b'{') => {
-            let depth = nest(depth)?;
-            let Entries(entries) = serde_json::from_str(text).map_err(json_err)?;
-            // A repeated key keeps its first place and its last value. Few
-            // keys are compared one by one; past FEW_KEYS a (SipHash,
-            // flooding-resistant) map finds them.
-            let mut at: Option<HashMap<&str, usize>> = None;
-            let mut kept: Vec<(&str, &RawValue)> = Vec::with_capacity(entries.len());
-            for (key, value) in &entries {
-                let key = key.as_str();
-                let found = match &at {
-                    Some(at) => at.get(key).copied(),
-                    None => kept.iter().position(|(k, _)| *k == key),
-                };
-                match found.and_then(|i| kept.get_mut(i)) {
-                    Some(slot) => slot.1 = value,
-                    None => {
-                        kept.push((key, value));
-                        if let Some(at) = &mut at {
-                            at.insert(key, kept.len() - 1);
-                        } else if kept.len() > FEW_KEYS {
-                            at = Some(kept.iter().enumerate().map(|(i, (k, _))| (*k, i)).collect());
-                        }
-                    }
-                }
-            }
-            cbor::write_head(out, cbor::MAJOR_MAP, kept.len() as u64);
-            for (key, value) in kept {
-                cbor::write_text(out, key);
-                json_value(value.get(), out, depth)?;
-            }
-        }
-        Some(b'[') => {
-            let depth = nest(depth)?;
-            let items: Vec<&RawValue> = serde_json::from_str(text).map_err(json_err)?;
-            cbor::write_head(out, cbor::MAJOR_ARRAY, items.len() as u64);
-            for item in items {
-                json_value(item.get(), out, depth)?;
-            }
-        }
-        Some(b'"') => {
-            let s: String = serde_json::from_str(text).map_err(json_err)?;
-            cbor::write_text(out, &s);
-        }
-        Some(b't') => out.push(0xf5),
-        Some(b'f') => out.push(0xf4),
-        Some(b'n') => out.push(0xf6),
-        _ => json_number(text, out)?,
-    }
-    Ok(())
-}
-
-fn json_number(token: &str, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
-    if token.contains(['.', 'e', 'E']) {
-        let value: f64 = token
-            .parse()
-            .map_err(|_| TranscodeError::Json(format!("bad number {token}")))?;
-        if !value.is_finite() {
-            return Err(TranscodeError::FloatOverflow(token.to_owned()));
-        }
-        cbor::write_f64(out, value);
-        return Ok(());
-    }
-    let (negative, digits) = match token.strip_prefix('-') {
-        Some(digits) => (true, digits),
-        None => (false, token),
-    };
-    if !negative {
-        if let Ok(n) = digits.parse::<u64>() {
-            cbor::write_head(out, cbor::MAJOR_UINT, n);
-            return Ok(());
-        }
-    } else if let Ok(m) = digits.parse::<u128>() {
-        // -m with 1 ≤ m ≤ 2⁶⁴ is a CBOR negative integer -1 - (m - 1).
-        match m.checked_sub(1).map(u64::try_from) {
-            None => {
-                // "-0": integer zero.
-                cbor::write_head(out, cbor::MAJOR_UINT, 0);
-                return Ok(());
-            }
-            Some(Ok(n)) => {
-                cbor::write_head(out, cbor::MAJOR_NINT, n);
-                return Ok(());
-            }
-            Some(Err(_)) => {}
-        }
-    }
-    let magnitude =
-        scalar::decimal_to_bignum(digits, negative).ok_or(TranscodeError::BignumTooLarge)?;
-    cbor::write_head(out, cbor::MAJOR_TAG, if negative { 3 } else { 2 });
-    cbor::write_bytes(out, &magnitude);
-    Ok(())
 }
 
 fn nest(depth: usize) -> Result<usize, TranscodeError> {
@@ -336,32 +232,7 @@ fn finite(head: Head) -> Result<String, TranscodeError> {
     }
 }
 
-/// A JSON object's members in source order, duplicates included.
-struct Entries<'a>(Vec<(String, &'a RawValue)>);
-
-impl<'de> Deserialize<'de> for Entries<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(EntriesVisitor)
-    }
-}
-
-struct EntriesVisitor;
-
-impl<'de> Visitor<'de> for EntriesVisitor {
-    type Value = Entries<'de>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut entries = Vec::new();
-        while let Some(entry) = map.next_entry::<String, &'de RawValue>()? {
-            entries.push(entry);
-        }
-        Ok(Entries(entries))
-    }
-}
+mod from_json;
 
 #[cfg(test)]
 mod tests;

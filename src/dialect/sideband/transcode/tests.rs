@@ -8,6 +8,7 @@ use super::*;
 use crate::dialect::sideband::scalar::{base64, format_f64};
 use crate::dialect::sideband::testutil::{tohex, unhex};
 
+mod from_json;
 mod props;
 
 fn to_cbor(json: &str) -> Result<String, TranscodeError> {
@@ -260,87 +261,6 @@ fn nesting_limits() {
         to_cbor(&json(MAX_PAYLOAD_DEPTH + 1)),
         Err(TranscodeError::TooDeep)
     );
-}
-
-#[test]
-fn json_to_cbor_rows() {
-    let ok = [
-        ("0", "00"),
-        ("-0", "00"),
-        ("24", "1818"),
-        ("-1", "20"),
-        ("18446744073709551615", "1bffffffffffffffff"),
-        ("-18446744073709551616", "3bffffffffffffffff"),
-        ("18446744073709551616", "c249010000000000000000"),
-        ("-18446744073709551617", "c349010000000000000000"),
-        ("1.0", "fb3ff0000000000000"),
-        ("1e2", "fb4059000000000000"),
-        ("-0.0", "fb8000000000000000"),
-        ("1E-400", "fb0000000000000000"),
-        ("0.1", "fb3fb999999999999a"),
-        (r#""a\u00e9\"""#, "6461c3a922"),
-        (r#""AP_-""#, "6441505f2d"),
-        ("[true,false,null]", "83f5f4f6"),
-        (r#"{"b":1,"a":2}"#, "a2616201616102"),
-        // Duplicate keys: the last value wins, at the first key's position.
-        (r#"{"a":1,"b":2,"a":3}"#, "a2616103616202"),
-        (" [ 1 , { } ] ", "8201a0"),
-    ];
-    for (json, cbor) in ok {
-        assert_eq!(to_cbor(json).as_deref(), Ok(cbor), "{json}");
-    }
-    assert_eq!(
-        to_cbor("1e400"),
-        Err(TranscodeError::FloatOverflow("1e400".to_owned()))
-    );
-    assert_eq!(
-        to_cbor("[-1.8e308]"),
-        Err(TranscodeError::FloatOverflow("-1.8e308".to_owned()))
-    );
-    assert!(matches!(
-        to_cbor(r#""\ud800""#),
-        Err(TranscodeError::Json(_))
-    ));
-}
-
-/// Objects past the few-keys scan (16 keys) keep the same rule: a
-/// repeated key keeps its first place and takes its last value.
-#[test]
-#[allow(clippy::unwrap_used)]
-fn json_duplicate_keys_in_large_objects() {
-    for len in [15, 16, 17, 18, 40] {
-        // Keys k00..k{len-1}, then k03 again (value 100) and the last key
-        // again (value 101).
-        let mut members: Vec<String> = (0..len).map(|i| format!("\"k{i:02}\":{i}")).collect();
-        members.push("\"k03\":100".to_owned());
-        members.push(format!("\"k{:02}\":101", len - 1));
-        let json = format!("{{{}}}", members.join(","));
-        let cbor = unhex(&to_cbor(&json).unwrap());
-        let map: Vec<(String, u64)> = ciborium::from_reader(&cbor[..])
-            .map(|v: ciborium::Value| {
-                v.into_map()
-                    .unwrap()
-                    .into_iter()
-                    .map(|(k, v)| {
-                        let k = k.into_text().unwrap();
-                        let v = u64::try_from(v.into_integer().unwrap()).unwrap();
-                        (k, v)
-                    })
-                    .collect()
-            })
-            .unwrap();
-        let want: Vec<(String, u64)> = (0..len)
-            .map(|i| {
-                let v = match i {
-                    3 => 100,
-                    i if i == len - 1 => 101,
-                    i => i,
-                };
-                (format!("k{i:02}"), v)
-            })
-            .collect();
-        assert_eq!(map, want, "{len} keys");
-    }
 }
 
 #[test]
