@@ -11,8 +11,8 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput};
 use switchyard::dialect::sideband::{
-    cbor_to_json, decode, decode_envelope, encode, encode_envelope, json_to_cbor, Body, Encoding,
-    Frame, Subject,
+    cbor_to_json, decode, decode_envelope, encode, encode_envelope, json_to_cbor, wrap_message,
+    Body, Encoding, Frame, Subject,
 };
 use switchyard::envelope::{Message, Outcome, Payload, WireId};
 
@@ -105,9 +105,11 @@ fn decode_request(bytes: &[u8], enc: Encoding) -> Option<Message> {
 }
 
 /// Envelope, then frame: what the gateway writes to a client.
+/// As the gateway does: the envelope, then its frame head put in front.
 fn encode_reply(msg: &Message, enc: Encoding) -> Vec<u8> {
-    let data = encode_envelope(msg, enc).expect("the reply encodes");
-    encode(&Frame::message(CID, Subject::Rpc, data))
+    let mut frame = encode_envelope(msg, enc).expect("the reply encodes");
+    wrap_message(CID, &Subject::Rpc, &mut frame);
+    frame
 }
 
 /// The decode path must reach a request with the fixture's cid, or the

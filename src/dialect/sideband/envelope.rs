@@ -21,7 +21,7 @@ use crate::dialect::Dialect;
 use crate::envelope::{ErrorObject, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 
-use super::frame::{Frame, FrameId, INVALID_FRAME};
+use super::frame::{Frame, FrameId, INVALID_FRAME, MESSAGE_HEAD_ROOM};
 use super::handshake::Handshake;
 use super::subject::{Channel, Subject};
 use super::transcode::TranscodeError;
@@ -375,6 +375,29 @@ fn wrong(member: Member, cid: Option<Cid>) -> EnvelopeError {
 }
 
 /// The cid of an outbound request, response or error.
+/// Room for `msg`'s envelope in either encoding and the head of the frame
+/// it is wrapped in ([`super::frame::wrap_message`]): the fixed members
+/// (type, cid in hex, code) fit in 96 bytes; a payload transcoded from
+/// CBOR to JSON may need up to twice its size (base64, float text), and
+/// the buffer grows past this estimate in the rare cases it falls short.
+fn capacity(msg: &Message) -> usize {
+    let payload = |p: Option<&Payload>| match p {
+        Some(Payload::Json(raw)) => raw.get().len(),
+        Some(Payload::Cbor(bytes)) => bytes.len() * 2,
+        None => 0,
+    };
+    let variable = match msg {
+        Message::Request { method, params, .. } => method.len() + payload(params.as_ref()),
+        Message::Notification { method, params } => method.len() + payload(params.as_ref()),
+        Message::Response { result, .. } => match result {
+            Outcome::Value(value) => payload(Some(value)),
+            Outcome::Void => 0,
+        },
+        Message::Error { error, .. } => error.message.len() + payload(error.data.as_ref()),
+    };
+    MESSAGE_HEAD_ROOM + 96 + variable
+}
+
 fn outbound_cid(id: Option<&WireId>) -> Result<Cid, EnvelopeError> {
     match id {
         Some(WireId::Cid(cid)) => Ok(*cid),

@@ -129,6 +129,33 @@ pub fn encode(frame: &Frame) -> Vec<u8> {
     out
 }
 
+/// Room a Message frame's head takes before its data: [`wrap_message`]
+/// has it in front of an envelope encoded with this much spare capacity
+/// (subjects longer than `rpc` or `event` may still grow the buffer).
+pub const MESSAGE_HEAD_ROOM: usize = HEADER_LEN + 4 + 8;
+
+/// Makes `data` (an envelope) a Message frame without timestamp, with
+/// `id` and `subject`: the frame's head is put in front of it in one move,
+/// so an envelope is encoded once, straight into its frame.
+pub fn wrap_message(id: FrameId, subject: &Subject, data: &mut Vec<u8>) {
+    let (prefix, tail) = subject.parts();
+    let subject_len = prefix.len() + tail.len();
+    let head_len = HEADER_LEN + 4 + subject_len;
+    let data_len = data.len();
+    data.resize(data_len + head_len, 0);
+    data.copy_within(..data_len, head_len);
+    let (head, _) = data.split_at_mut(head_len);
+    let (fixed, subject_bytes) = head.split_at_mut(HEADER_LEN + 4);
+    let (kind_flags, rest) = fixed.split_at_mut(2);
+    let (frame_id, len) = rest.split_at_mut(16);
+    kind_flags.copy_from_slice(&[KIND_MESSAGE, 0]);
+    frame_id.copy_from_slice(&id);
+    len.copy_from_slice(&len_u32(subject_len).to_le_bytes());
+    let (p, t) = subject_bytes.split_at_mut(prefix.len());
+    p.copy_from_slice(prefix.as_bytes());
+    t.copy_from_slice(tail.as_bytes());
+}
+
 /// Appends the encoding of one frame to `out`.
 pub fn encode_into(frame: &Frame, out: &mut Vec<u8>) {
     let kind = match frame.body {

@@ -3,13 +3,19 @@
 
 /// Lowercase hex of `bytes`.
 pub(super) fn encode(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
+    push(&mut out, bytes);
+    out
+}
+
+/// Appends the lowercase hex of `bytes` to `out`.
+pub(super) fn push(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(bytes.len() * 2);
     for b in bytes {
         out.push(char::from(DIGITS[usize::from(b >> 4)]));
         out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
     }
-    out
 }
 
 /// Exactly 32 lowercase hex characters as a 16-byte cid.

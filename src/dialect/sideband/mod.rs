@@ -55,8 +55,8 @@ pub use envelope::{
     Member, INVALID_ENVELOPE, MALFORMED_ENVELOPE,
 };
 pub use frame::{
-    decode, decode_with, encode, encode_into, random_id, Body, Control, Frame, FrameError, FrameId,
-    INVALID_FRAME,
+    decode, decode_with, encode, encode_into, random_id, wrap_message, Body, Control, Frame,
+    FrameError, FrameId, INVALID_FRAME,
 };
 pub use handshake::{random_peer_id, Handshake, HandshakeError, CAP_CBOR, CAP_CBOR_ALT, CAP_RPC};
 pub use scalar::MAX_BIGNUM_BYTES;

@@ -62,8 +62,18 @@ pub enum TranscodeError {
 /// one's position).
 pub fn json_to_cbor(json: &RawValue) -> Result<Vec<u8>, TranscodeError> {
     let mut out = Vec::with_capacity(json.get().len());
-    from_json::transcode(json.get(), &mut out)?;
+    json_to_cbor_into(json, &mut out)?;
     Ok(out)
+}
+
+/// [`json_to_cbor`], appended to `out` (left as it was on error).
+pub fn json_to_cbor_into(json: &RawValue, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
+    let start = out.len();
+    let result = from_json::transcode(json.get(), out);
+    if result.is_err() {
+        out.truncate(start);
+    }
+    result
 }
 
 /// Transcodes one CBOR item to JSON (§7, CBOR → JSON). The whole input

@@ -9,7 +9,9 @@ use compact_str::CompactString;
 
 use crate::envelope::{Message, Outcome, Payload};
 
-use super::{build, integral_code, outbound_cid, Cid, CodeError, EnvelopeError, Fields, Member};
+use super::{
+    build, capacity, integral_code, outbound_cid, Cid, CodeError, EnvelopeError, Fields, Member,
+};
 use crate::dialect::sideband::cbor::{self as wire, KeyId, MapKeys, Reader};
 use crate::dialect::sideband::transcode;
 
@@ -73,7 +75,7 @@ pub(super) fn decode(data: &[u8]) -> Result<Message, EnvelopeError> {
 }
 
 pub(super) fn encode(msg: &Message) -> Result<Vec<u8>, EnvelopeError> {
-    let mut out = Vec::with_capacity(128);
+    let mut out = Vec::with_capacity(capacity(msg));
     match msg {
         Message::Request { id, method, params } => {
             let cid = outbound_cid(Some(id))?;
@@ -142,7 +144,7 @@ fn pair_payload(
             wire::validate(bytes, transcode::MAX_PAYLOAD_DEPTH).map_err(|e| fail(e.into()))?;
             out.extend_from_slice(bytes);
         }
-        Payload::Json(raw) => out.extend_from_slice(&transcode::json_to_cbor(raw).map_err(fail)?),
+        Payload::Json(raw) => transcode::json_to_cbor_into(raw, out).map_err(fail)?,
     }
     Ok(())
 }

@@ -10,7 +10,9 @@ use serde_json::value::RawValue;
 
 use crate::envelope::{Message, Outcome, Payload};
 
-use super::{build, integral_code, outbound_cid, Cid, CodeError, EnvelopeError, Fields, Member};
+use super::{
+    build, capacity, integral_code, outbound_cid, Cid, CodeError, EnvelopeError, Fields, Member,
+};
 use crate::dialect::json_string::push_json_string;
 use crate::dialect::sideband::{hex, transcode};
 
@@ -61,7 +63,7 @@ pub(super) fn decode(data: &[u8]) -> Result<Message, EnvelopeError> {
 }
 
 pub(super) fn encode(msg: &Message) -> Result<Vec<u8>, EnvelopeError> {
-    let mut out = String::with_capacity(128);
+    let mut out = String::with_capacity(capacity(msg));
     match msg {
         Message::Request { id, method, params } => {
             let cid = outbound_cid(Some(id))?;
@@ -100,7 +102,7 @@ pub(super) fn encode(msg: &Message) -> Result<Vec<u8>, EnvelopeError> {
 
 fn push_cid(out: &mut String, cid: &Cid) {
     out.push_str(r#","cid":""#);
-    out.push_str(&hex::encode(cid));
+    hex::push(out, cid);
     out.push('"');
 }
 
@@ -118,11 +120,8 @@ fn push_payload(
     out.push_str("\":");
     match payload {
         Payload::Json(raw) => out.push_str(raw.get()),
-        Payload::Cbor(bytes) => {
-            let raw = transcode::cbor_to_json(bytes)
-                .map_err(|source| EnvelopeError::Transcode { member, source })?;
-            out.push_str(raw.get());
-        }
+        Payload::Cbor(bytes) => transcode::cbor_to_json_into(bytes, out)
+            .map_err(|source| EnvelopeError::Transcode { member, source })?,
     }
     Ok(())
 }

@@ -20,6 +20,34 @@ fn golden(hex: &str, frame: Frame) {
     let bytes = unhex(hex);
     assert_eq!(decode(&bytes), Ok(frame.clone()), "decode {hex}");
     assert_eq!(tohex(&encode(&frame)), hex, "encode {frame:?}");
+    if let (None, Body::Message { subject, data }) = (frame.ts, &frame.body) {
+        let mut wrapped = data.clone();
+        wrap_message(frame.id, subject, &mut wrapped);
+        assert_eq!(tohex(&wrapped), hex, "wrap_message {frame:?}");
+    }
+}
+
+/// An envelope wrapped in place is the frame `encode` writes, on every
+/// kind of subject, legacy ones included.
+#[test]
+fn wrapping_an_envelope_is_encoding_its_frame() {
+    let subjects = [
+        Subject::Rpc,
+        Subject::Event,
+        Subject::Stream,
+        Subject::App("chat/room-1".into()),
+        Subject::LegacyRpc("user.get".into()),
+        Subject::LegacyEvent("user.joined".into()),
+        Subject::LegacyStream("logs".into()),
+    ];
+    for subject in subjects {
+        for data in [&b""[..], b"{}", &[0xa1; 300]] {
+            let mut wrapped = data.to_vec();
+            wrap_message(id(0x10), &subject, &mut wrapped);
+            let frame = Frame::message(id(0x10), subject.clone(), data.to_vec());
+            assert_eq!(wrapped, encode(&frame), "{subject:?}");
+        }
+    }
 }
 
 fn message(id_base: u8, subject: Subject, data: &str) -> Frame {

@@ -13,7 +13,7 @@ use std::ops::DerefMut;
 
 use super::{Sbp, SbpEvent};
 use crate::dialect::sideband::{
-    decode_envelope, encode_envelope, frame, Encoding, EnvelopeError, Frame, FrameId, Subject,
+    decode_envelope, encode_envelope, frame, Encoding, EnvelopeError, FrameId, Subject,
 };
 use crate::envelope::Message;
 
@@ -55,7 +55,8 @@ pub(crate) fn encode_shared<S: DerefMut<Target = Sbp>>(
     msg: &Message,
 ) -> Result<Vec<u8>, EnvelopeError> {
     let encoding = lock().encoding;
-    let data = encode_envelope(msg, encoding)?;
+    let mut frame = encode_envelope(msg, encoding)?;
     let (id, subject) = lock().address(msg);
-    Ok(frame::encode(&Frame::message(id, subject, data)))
+    frame::wrap_message(id, &subject, &mut frame);
+    Ok(frame)
 }

@@ -11,9 +11,25 @@ use crate::dialect::sideband::testutil::{tohex, unhex};
 mod from_json;
 mod props;
 
+/// Through both entry points: `json_to_cbor`, and `json_to_cbor_into`
+/// after bytes already written, which it must leave alone on error.
 fn to_cbor(json: &str) -> Result<String, TranscodeError> {
     let raw = RawValue::from_string(json.to_owned()).expect("valid JSON");
-    json_to_cbor(&raw).map(|b| tohex(&b))
+    let result = json_to_cbor(&raw).map(|b| tohex(&b));
+    let mut out = vec![0x82, 0x00];
+    let into = json_to_cbor_into(&raw, &mut out);
+    match &result {
+        Ok(cbor) => assert_eq!(tohex(&out), format!("8200{cbor}"), "{json}"),
+        Err(e) => {
+            assert_eq!(into.as_ref().err(), Some(e), "{json}");
+            assert_eq!(
+                out,
+                [0x82, 0x00],
+                "{json}: a failed transcoding leaves nothing"
+            );
+        }
+    }
+    result
 }
 
 /// Through both entry points: `cbor_to_json`, and `cbor_to_json_into`
