@@ -6,7 +6,7 @@
 //! inbound binary messages to [`Sbp::on_frame`] and sends what it returns.
 
 use std::cell::{RefCell, RefMut};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 
 use foldhash::quality::RandomState;
 
@@ -20,10 +20,12 @@ use crate::envelope::{Message, WireId};
 
 pub(crate) use super::dropped::SbpDrop;
 pub(crate) use event::SbpEvent;
+use recent::RecentIds;
 use shared::Step;
 pub(crate) use shared::{encode_shared, on_frame_shared};
 
 mod event;
+mod recent;
 mod shared;
 
 /// Message frame ids remembered to drop duplicates.
@@ -47,10 +49,8 @@ pub(crate) struct Sbp {
     rules: SubjectRules,
     /// Answer `app/…` subjects with ErrorFrame 1003 instead of dropping them.
     reject_app: bool,
-    /// Keyed by the peer's frame ids: foldhash (seeded per process) is fast
-    /// and not predictable by the peer, unlike a fixed hash.
-    seen: HashSet<FrameId, RandomState>,
-    seen_order: VecDeque<FrameId>,
+    /// The last [`SEEN_FRAMES`] Message frame ids.
+    seen: RecentIds,
     /// True once the peer sent a legacy subject: requests and events to it
     /// go out on `rpc/<m>` and `event/<e>` (§5).
     legacy_peer: bool,
@@ -77,8 +77,7 @@ impl Sbp {
             encoding: Encoding::Json,
             rules: SubjectRules::Current,
             reject_app: false,
-            seen: HashSet::with_capacity_and_hasher(0, RandomState::default()),
-            seen_order: VecDeque::new(),
+            seen: RecentIds::new(SEEN_FRAMES),
             legacy_peer: false,
             legacy_replies: HashMap::with_hasher(RandomState::default()),
         }
@@ -278,7 +277,7 @@ impl Sbp {
     }
 
     fn on_message(&mut self, id: FrameId, subject: Subject, data: Vec<u8>) -> Step {
-        if !self.remember(id) {
+        if !self.seen.insert(id) {
             return Step::Done(SbpEvent::Dropped(SbpDrop::DuplicateFrame));
         }
         Step::Done(match subject.channel() {
@@ -353,20 +352,6 @@ impl Sbp {
                 "Malformed RPC envelope",
             ))),
         }
-    }
-
-    /// Records a Message frame id; false when it was seen recently.
-    fn remember(&mut self, id: FrameId) -> bool {
-        if !self.seen.insert(id) {
-            return false;
-        }
-        self.seen_order.push_back(id);
-        if self.seen_order.len() > SEEN_FRAMES {
-            if let Some(old) = self.seen_order.pop_front() {
-                self.seen.remove(&old);
-            }
-        }
-        true
     }
 }
 

@@ -1,5 +1,5 @@
 //! Session rules of [`Sbp`] that need no socket: legacy subjects in
-//! return, and invalid envelopes reported with their cid.
+//! return, invalid envelopes reported with their cid, repeated frames.
 
 use super::*;
 use crate::dialect::sideband::decode_envelope;
@@ -119,4 +119,39 @@ fn an_invalid_envelope_with_a_cid_is_reported_with_its_text() {
     }
     assert_eq!(quote(&[0xa1, 0x61]), "CBOR a161");
     assert_eq!(quote(&[b'x'; 600]).len(), QUOTED_BYTES + "…".len());
+}
+
+/// §10: a Message frame whose id came in the last 1,024 frames is dropped
+/// and counted, whatever it carries; one from before that is taken.
+#[test]
+fn a_repeated_message_frame_is_dropped() {
+    let mut sbp = ready(false);
+    let envelope = |n: usize| {
+        let cid = format!("{n:032x}");
+        format!(r#"{{"t":"N","e":"tick","d":"{cid}"}}"#)
+    };
+    let frame = |id: u32, n: usize| {
+        let mut bytes = message(b"event", envelope(n).as_bytes());
+        bytes[2..6].copy_from_slice(&id.to_le_bytes());
+        bytes[6..18].fill(0);
+        bytes
+    };
+    assert!(matches!(sbp.on_frame(&frame(0, 0)), SbpEvent::Rpc(_)));
+    let dropped = sbp.on_frame(&frame(0, 1));
+    assert!(
+        matches!(dropped, SbpEvent::Dropped(SbpDrop::DuplicateFrame)),
+        "{dropped:?}"
+    );
+    for id in 1..SEEN_FRAMES as u32 {
+        assert!(matches!(sbp.on_frame(&frame(id, 2)), SbpEvent::Rpc(_)));
+    }
+    assert!(matches!(
+        sbp.on_frame(&frame(0, 3)),
+        SbpEvent::Dropped(SbpDrop::DuplicateFrame)
+    ));
+    assert!(matches!(
+        sbp.on_frame(&frame(SEEN_FRAMES as u32, 4)),
+        SbpEvent::Rpc(_)
+    ));
+    assert!(matches!(sbp.on_frame(&frame(0, 5)), SbpEvent::Rpc(_)));
 }
