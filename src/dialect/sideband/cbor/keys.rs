@@ -4,6 +4,8 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 
+use smallvec::SmallVec;
+
 use super::{CborError, Reader, MAJOR_BYTES, MAJOR_NINT, MAJOR_SIMPLE, MAJOR_TEXT, MAJOR_UINT};
 
 /// A map key's identity, for duplicate detection. Equal data-model values
@@ -20,12 +22,20 @@ pub(in crate::dialect::sideband) enum KeyId<'a> {
 }
 
 /// Keys seen so far in one map. Most maps are small: their keys are
-/// compared one by one, with no hashing; past [`FEW_KEYS`] they move to a
-/// (SipHash, so flooding-resistant) hash set.
+/// compared one by one, with no hashing, and the first [`INLINE_KEYS`]
+/// are held with no allocation; past [`FEW_KEYS`] they move to a (SipHash,
+/// so flooding-resistant) hash set.
+// Large on purpose: it lives on the stack while one map is read, and
+// boxing the inline keys would bring back the allocation.
+#[allow(clippy::large_enum_variant)]
 pub(in crate::dialect::sideband) enum MapKeys<'a> {
-    Few(Vec<KeyId<'a>>),
+    Few(SmallVec<[KeyId<'a>; INLINE_KEYS]>),
     Many(HashSet<KeyId<'a>>),
 }
+
+/// Keys held without an allocation: an envelope has three to five
+/// members, and most payload objects few more.
+const INLINE_KEYS: usize = 8;
 
 /// Keys a map may have before duplicate checks switch to a hash set.
 const FEW_KEYS: usize = 16;
@@ -35,7 +45,7 @@ const FEW_KEYS: usize = 16;
 impl<'a> MapKeys<'a> {
     /// No key seen yet.
     pub(in crate::dialect::sideband) fn new() -> Self {
-        MapKeys::Few(Vec::new())
+        MapKeys::Few(SmallVec::new())
     }
 
     /// Adds a key; false when the map already had it.
