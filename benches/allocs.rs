@@ -10,7 +10,8 @@
 //!   a current-thread runtime on thread G, so that everything the gateway
 //!   does runs on G;
 //! - the client (tokio-tungstenite), one connection with `WINDOW` requests
-//!   in flight, on the main thread.
+//!   in flight, on the main thread: JSON-RPC text frames, or (the last
+//!   case) Sideband frames with CBOR envelopes on a Sideband listener.
 //!
 //! Allocations are counted per thread (`allocation-counter`, a counting
 //! wrapper of the system allocator installed as the global allocator of
@@ -20,13 +21,16 @@
 //! (the binary uses mimalloc; this bench counts calls into the system
 //! allocator). A `realloc` counts as one allocation of the new size.
 //!
-//! Two cases:
+//! Three cases:
 //!
 //! - **in place**: the defaults; the upstream has room (pool 2, 4,096
 //!   pending per connection), so every call is written at once;
 //! - **waiting**: the defaults plus `pool_size = 1` and `max_pending = 1`:
 //!   one call at a time may be pending at the upstream, so with 32 in
-//!   flight nearly every call parks in the upstream's queue first.
+//!   flight nearly every call parks in the upstream's queue first;
+//! - **Sideband CBOR, in place**: the defaults with a Sideband listener;
+//!   the client negotiates CBOR envelopes, so each request's params are
+//!   transcoded to JSON for the daemon and each result back to CBOR.
 //!
 //! Each case: a warm-up of `WARMUP` requests on the same connection (not
 //! counted: connection setup, first-use growth of buffers and tables),
@@ -65,18 +69,34 @@ const PARAMS_BYTES: usize = 256;
 /// One measured configuration.
 struct Case {
     name: &'static str,
+    /// The client's (and the listener's) wire.
+    wire: Wire,
     /// TOML lines added to the default upstream table.
     upstream_extra: &'static str,
 }
 
-const CASES: [Case; 2] = [
+/// What the client speaks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    JsonRpc,
+    SidebandCbor,
+}
+
+const CASES: [Case; 3] = [
     Case {
         name: "in place (defaults)",
+        wire: Wire::JsonRpc,
         upstream_extra: "",
     },
     Case {
         name: "waiting (pool_size 1, max_pending 1)",
+        wire: Wire::JsonRpc,
         upstream_extra: "pool_size = 1\nmax_pending = 1\n",
+    },
+    Case {
+        name: "Sideband CBOR, in place (defaults)",
+        wire: Wire::SidebandCbor,
+        upstream_extra: "",
     },
 ];
 
@@ -127,8 +147,12 @@ fn run_case(case: &Case, requests: usize) -> Res<Row> {
         .enable_all()
         .build()?;
     let daemon = daemon_rt.block_on(Daemon::start(&socket, DaemonOptions::default()))?;
+    let dialect = match case.wire {
+        Wire::JsonRpc => "jsonrpc-ws",
+        Wire::SidebandCbor => "sideband",
+    };
     let toml = format!(
-        "[listeners.public]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/rpc\"\n\n\
+        "[listeners.public]\ndialect = \"{dialect}\"\naddress = \"127.0.0.1:0\"\npath = \"/rpc\"\n\n\
          [upstreams.daemon]\ndialect = \"ndjson\"\nsocket = \"{}\"\n{}\n\
          [[routes]]\nlistener = \"public\"\nupstream = \"daemon\"\n",
         socket.display(),
@@ -139,11 +163,15 @@ fn run_case(case: &Case, requests: usize) -> Res<Row> {
     let client_rt = Builder::new_current_thread().enable_all().build()?;
     let row = client_rt.block_on(async {
         let (mut ws, _) = tokio_tungstenite::connect_async(gw.url.as_str()).await?;
+        if case.wire == Wire::SidebandCbor {
+            sideband::handshake(&mut ws).await?;
+        }
         let mut next_id = 0u64;
-        drive(&mut ws, &mut next_id, WARMUP, &gw.handle).await?;
+        drive(case.wire, &mut ws, &mut next_id, WARMUP, &gw.handle).await?;
         let tasks_before = gw.handle.metrics().num_alive_tasks();
         send_signal(gw.start)?;
-        let (tasks_min, tasks_max) = drive(&mut ws, &mut next_id, requests, &gw.handle).await?;
+        let (tasks_min, tasks_max) =
+            drive(case.wire, &mut ws, &mut next_id, requests, &gw.handle).await?;
         send_signal(gw.stop)?;
         let info = gw.counted.recv()?;
         ws.close(None).await?;
@@ -232,7 +260,13 @@ fn start_gateway(toml: String) -> Res<Gateway> {
 /// Sends `n` echo requests with `WINDOW` in flight and checks every reply
 /// (a result echoing its request's params, to a pending id). Returns the
 /// fewest and most alive tasks of the gateway's runtime seen meanwhile.
-async fn drive(ws: &mut Ws, next_id: &mut u64, n: usize, gw: &Handle) -> Res<(usize, usize)> {
+async fn drive(
+    wire: Wire,
+    ws: &mut Ws,
+    next_id: &mut u64,
+    n: usize,
+    gw: &Handle,
+) -> Res<(usize, usize)> {
     let pad = "x".repeat(PARAMS_BYTES - r#"{"pad":""}"#.len());
     let mut pending = HashSet::new();
     let (mut sent, mut answered) = (0, 0);
@@ -240,10 +274,16 @@ async fn drive(ws: &mut Ws, next_id: &mut u64, n: usize, gw: &Handle) -> Res<(us
     while answered < n {
         while sent < n && pending.len() < WINDOW {
             *next_id += 1;
-            let text = format!(
-                r#"{{"jsonrpc":"2.0","method":"echo","params":{{"pad":"{pad}"}},"id":{next_id}}}"#
-            );
-            ws.feed(Message::Text(text.into())).await?;
+            let request = match wire {
+                Wire::JsonRpc => Message::Text(
+                    format!(
+                        r#"{{"jsonrpc":"2.0","method":"echo","params":{{"pad":"{pad}"}},"id":{next_id}}}"#
+                    )
+                    .into(),
+                ),
+                Wire::SidebandCbor => Message::Binary(sideband::request(*next_id, &pad)?.into()),
+            };
+            ws.feed(request).await?;
             pending.insert(*next_id);
             sent += 1;
         }
@@ -252,13 +292,19 @@ async fn drive(ws: &mut Ws, next_id: &mut u64, n: usize, gw: &Handle) -> Res<(us
             .next()
             .await
             .ok_or("the gateway closed the connection")??;
-        let Message::Text(text) = frame else { continue };
-        let reply: serde_json::Value = serde_json::from_str(&text)?;
-        let id = reply["id"]
-            .as_u64()
-            .ok_or_else(|| format!("no id: {text}"))?;
-        if !pending.remove(&id) || reply["result"]["pad"] != pad.as_str() {
-            return Err(format!("unexpected reply: {text}").into());
+        let (id, result) = match frame {
+            Message::Text(text) if wire == Wire::JsonRpc => {
+                let reply: serde_json::Value = serde_json::from_str(&text)?;
+                let id = reply["id"]
+                    .as_u64()
+                    .ok_or_else(|| format!("no id: {text}"))?;
+                (id, reply["result"].clone())
+            }
+            Message::Binary(bytes) if wire == Wire::SidebandCbor => sideband::reply(&bytes)?,
+            _ => continue,
+        };
+        if !pending.remove(&id) || result["pad"] != pad.as_str() {
+            return Err(format!("unexpected reply to {id}: {result}").into());
         }
         answered += 1;
         if answered % 64 == 0 {
@@ -270,9 +316,78 @@ async fn drive(ws: &mut Ws, next_id: &mut u64, n: usize, gw: &Handle) -> Res<(us
     Ok((tasks_min, tasks_max))
 }
 
+/// The Sideband client: frames with CBOR envelopes (sideband.md §2, §7).
+mod sideband {
+    use futures_util::{SinkExt, StreamExt};
+    use switchyard::dialect::sideband::{
+        cbor_to_json, decode, decode_envelope, encode, encode_envelope, random_id, random_peer_id,
+        Body, Control, Encoding, Frame, Handshake, Subject,
+    };
+    use switchyard::envelope::{Message, Outcome, Payload, WireId};
+    use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+    use super::{Res, Ws};
+
+    /// Sends our handshake, offering CBOR, and checks the gateway's.
+    pub(super) async fn handshake(ws: &mut Ws) -> Res<()> {
+        let local = Handshake::local(random_peer_id(), true);
+        let hello = Frame::control(random_id(), Control::Handshake(local.to_bytes()));
+        ws.send(WsMessage::Binary(encode(&hello).into())).await?;
+        loop {
+            let WsMessage::Binary(bytes) = ws.next().await.ok_or("closed in the handshake")??
+            else {
+                continue;
+            };
+            let Body::Control(Control::Handshake(data)) = decode(&bytes)?.body else {
+                return Err("the first frame is not a handshake".into());
+            };
+            let remote = Handshake::parse(&data)?;
+            if Encoding::negotiate(&local, &remote) != Encoding::Cbor {
+                return Err("CBOR envelopes were not negotiated".into());
+            }
+            return Ok(());
+        }
+    }
+
+    /// Request `id`: an `r` envelope in CBOR whose cid carries the id.
+    pub(super) fn request(id: u64, pad: &str) -> Res<Vec<u8>> {
+        let params = serde_json::value::to_raw_value(&serde_json::json!({ "pad": pad }))?;
+        let msg = Message::Request {
+            id: WireId::Cid(cid(id)),
+            method: "echo".into(),
+            params: Some(Payload::Json(params)),
+        };
+        let data = encode_envelope(&msg, Encoding::Cbor)?;
+        Ok(encode(&Frame::message(random_id(), Subject::Rpc, data)))
+    }
+
+    /// A reply's request id and its result, as JSON.
+    pub(super) fn reply(bytes: &[u8]) -> Res<(u64, serde_json::Value)> {
+        let Body::Message { data, .. } = decode(bytes)?.body else {
+            return Err("not a Message frame".into());
+        };
+        match decode_envelope(&data, Encoding::Cbor)? {
+            Message::Response {
+                id: WireId::Cid(cid),
+                result: Outcome::Value(Payload::Cbor(result)),
+            } => {
+                let id = u64::from_le_bytes(cid[..8].try_into()?);
+                Ok((id, serde_json::from_str(cbor_to_json(&result)?.get())?))
+            }
+            other => Err(format!("unexpected reply: {other:?}").into()),
+        }
+    }
+
+    fn cid(id: u64) -> [u8; 16] {
+        let mut cid = [0; 16];
+        cid[..8].copy_from_slice(&id.to_le_bytes());
+        cid
+    }
+}
+
 fn print_table(rows: &[Row]) {
     println!(
-        "allocations on the gateway's thread per request: 1 JSON-RPC WebSocket client, \
+        "allocations on the gateway's thread per request: 1 WebSocket client, \
          {WINDOW} in flight, {PARAMS_BYTES} B params, after {WARMUP} warm-up requests\n"
     );
     println!(
