@@ -9,6 +9,8 @@
 
 use std::ops::Range;
 
+use smallvec::SmallVec;
+
 use super::{nest, scalar, TranscodeError};
 use crate::dialect::json_string::unescaped_prefix;
 use crate::dialect::sideband::cbor;
@@ -24,7 +26,7 @@ pub(super) fn transcode(text: &str, out: &mut Vec<u8>) -> Result<(), TranscodeEr
         text: text.as_bytes(),
         pos: 0,
         out,
-        members: Vec::new(),
+        members: SmallVec::new(),
     };
     walk.value(0)?;
     walk.skip_space();
@@ -42,8 +44,9 @@ struct Walk<'a> {
     pos: usize,
     out: &'a mut Vec<u8>,
     /// The members of the objects being walked, innermost last: where
-    /// each key and value was written in `out`.
-    members: Vec<Member>,
+    /// each key and value was written in `out`. The first few are held
+    /// without an allocation.
+    members: SmallVec<[Member; 8]>,
 }
 
 /// One object member, as ranges of the CBOR written so far.
