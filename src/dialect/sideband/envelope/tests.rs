@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::*;
 use crate::dialect::sideband::testutil::{tohex, unhex, CID_HEX};
-use crate::dialect::sideband::transcode::json_to_cbor;
+use crate::dialect::sideband::transcode::{json_to_cbor, TranscodeError};
 
 mod invalid;
 mod props;

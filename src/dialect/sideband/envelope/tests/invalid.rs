@@ -3,6 +3,7 @@
 //! limit.
 
 use super::*;
+use crate::dialect::sideband::Frame;
 
 #[test]
 fn json_decode_errors_expose_the_cid_when_readable() {
