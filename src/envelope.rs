@@ -214,6 +214,14 @@ impl Payload {
         RawValue::from_string(text.to_owned()).map(Payload::Json)
     }
 
+    /// Its size in its own encoding: JSON text or CBOR bytes.
+    pub fn encoded_len(&self) -> usize {
+        match self {
+            Payload::Json(raw) => raw.get().len(),
+            Payload::Cbor(bytes) => bytes.len(),
+        }
+    }
+
     /// The raw JSON text, if this is a JSON payload.
     pub fn as_json(&self) -> Option<&str> {
         match self {

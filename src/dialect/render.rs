@@ -104,12 +104,7 @@ pub fn render_request_into(
 /// fixed text and the longest id fit in 80 bytes), so that a long line is
 /// queued without a copy (`upstream::outlet`).
 pub fn request_len(method: &str, params: Option<&Payload>) -> usize {
-    let len = match params {
-        Some(Payload::Json(raw)) => raw.get().len(),
-        Some(Payload::Cbor(b)) => b.len(),
-        None => 0,
-    };
-    80 + method.len() + len
+    80 + method.len() + params.map_or(0, Payload::encoded_len)
 }
 
 fn push_request_head(
@@ -266,11 +261,7 @@ pub fn minify_into(json: &str, out: &mut String) {
 }
 
 fn approx_len(msg: &Message) -> usize {
-    let payload = |p: Option<&Payload>| match p {
-        Some(Payload::Json(raw)) => raw.get().len(),
-        Some(Payload::Cbor(b)) => b.len(),
-        None => 0,
-    };
+    let payload = |p: Option<&Payload>| p.map_or(0, Payload::encoded_len);
     match msg {
         Message::Request { params, .. } | Message::Notification { params, .. } => {
             payload(params.as_ref())

@@ -234,11 +234,7 @@ impl Stored {
 
 /// Bytes of a payload's data, as retention counts them.
 pub fn data_size(data: &Payload) -> u64 {
-    let n = match data {
-        Payload::Json(raw) => raw.get().len(),
-        Payload::Cbor(bytes) => bytes.len(),
-    };
-    u64::try_from(n).unwrap_or(u64::MAX)
+    u64::try_from(data.encoded_len()).unwrap_or(u64::MAX)
 }
 
 // === impl PersistError ===

@@ -250,9 +250,8 @@ fn wrong(member: Member, cid: Option<Cid>) -> EnvelopeError {
 /// the buffer grows past this estimate in the rare cases it falls short.
 fn capacity(msg: &Message) -> usize {
     let payload = |p: Option<&Payload>| match p {
-        Some(Payload::Json(raw)) => raw.get().len(),
-        Some(Payload::Cbor(bytes)) => bytes.len() * 2,
-        None => 0,
+        Some(cbor @ Payload::Cbor(_)) => cbor.encoded_len() * 2,
+        other => other.map_or(0, Payload::encoded_len),
     };
     let variable = match msg {
         Message::Request { method, params, .. } => method.len() + payload(params.as_ref()),
