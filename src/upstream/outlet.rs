@@ -8,9 +8,9 @@
 //!   segment when it fits in its spare room (else it starts a new
 //!   [`SEGMENT_BYTES`] one), a long line (from [`MOVE_BYTES`]) becomes a
 //!   segment of its own without a copy. The writer task takes every
-//!   segment queued so far at once and writes each with one
-//!   `write_all`. It is woken only when the queue turns non-empty, and a
-//!   line costs a copy or a move, not a message on a channel.
+//!   segment queued so far at once and writes them with one vectored
+//!   write. It is woken only when the queue turns non-empty, and a line
+//!   costs a copy or a move, not a message on a channel.
 //!
 //! Either way a message queued once the writer has stopped is refused
 //! (the caller answers its call at once), and at most `capacity` messages
