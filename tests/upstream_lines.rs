@@ -7,7 +7,9 @@
 
 mod common;
 
+use common::clients::{SbClient, Speak};
 use common::*;
+use switchyard::{app, config::Config};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
 
@@ -128,5 +130,62 @@ async fn a_request_above_the_upstream_limit_is_refused_and_leaves_nothing_on_the
         "the same line as the first call's, but for its method and id of the same lengths"
     );
     assert_eq!(upstream_durations(), 2);
+    gateway.shutdown().await;
+}
+
+/// Sideband CBOR params are transcoded before the link's locks and then
+/// copied into the write queue with their id: the daemon gets the same
+/// JSON line a JSON-RPC client's call makes, and a request above the
+/// limit is refused on this path too, leaving nothing on the line.
+#[tokio::test]
+async fn cbor_params_reach_the_line_as_json_and_the_limit_holds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("upstream.sock");
+    let listener = UnixListener::bind(&socket).expect("bind");
+    tokio::spawn(strict_daemon(listener));
+    let toml = stack_toml(&socket, "", "pool_size = 1\nmax_request_bytes = 200").replace(
+        "dialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/rpc\"",
+        "dialect = \"sideband\"\naddress = \"127.0.0.1:0\"\npath = \"/sb\"",
+    );
+    let cfg = Config::from_toml(&toml).unwrap_or_else(|e| panic!("config: {e}\n{toml}"));
+    let bound = app::bind(cfg).await.expect("bind");
+    let url = bound.ws_url("public").expect("url");
+    let gateway = bound.spawn();
+    let mut sb = SbClient::connect(Speak::SidebandCbor, &url).await;
+    let request = |id: u32, method: &str, pad: usize| {
+        format!(
+            r#"{{"jsonrpc":"2.0","method":"{method}","params":["{}",{{"n":-1.5,"t":true}}],"id":{id}}}"#,
+            "x".repeat(pad)
+        )
+    };
+    // The line the daemon read: method, params in JSON and the gateway's
+    // id, nothing else (the same length as the text it was sent as, but
+    // for the gateway id "1" in place of the client's "10").
+    sb.send_jsonrpc(&request(10, "small", 10)).await;
+    let first = json(&sb.next_jsonrpc().await.expect("reply"));
+    assert_eq!(first["id"], 10, "{first}");
+    assert_eq!(first["result"]["method"], "small", "{first}");
+    let sent = request(10, "small", 10);
+    assert_eq!(first["result"]["line_bytes"], sent.len() - 1, "{first}");
+    // Above the daemon's limit once transcoded: refused, never written.
+    sb.send_jsonrpc(&request(11, "big", 300)).await;
+    let refused = json(&sb.next_jsonrpc().await.expect("reply"));
+    assert_eq!(refused["id"], 11, "{refused}");
+    assert!(
+        refused["error"]
+            .to_string()
+            .contains("exceeds the upstream limit of 200 bytes"),
+        "{refused}"
+    );
+    // The next line reaches the daemon whole (a broken line would have
+    // made it close the connection, failing this call).
+    sb.send_jsonrpc(&request(12, "after", 10)).await;
+    let after = json(&sb.next_jsonrpc().await.expect("reply"));
+    assert_eq!(after["id"], 12, "{after}");
+    assert_eq!(after["result"]["method"], "after", "{after}");
+    assert_eq!(
+        after["result"]["line_bytes"], first["result"]["line_bytes"],
+        "{after}"
+    );
     gateway.shutdown().await;
 }

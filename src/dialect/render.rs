@@ -83,6 +83,18 @@ pub fn render_request_head(
     Ok(out)
 }
 
+/// Appends [`render_request_head`]'s text to `out` (a buffer reused from
+/// call to call); what it wrote is taken back on error.
+pub fn render_request_head_into(
+    method: &str,
+    params: Option<&Payload>,
+    style: Style,
+    out: &mut String,
+) -> Result<(), NotJson> {
+    let start = out.len();
+    push_request_head(out, method, params, style).inspect_err(|_| out.truncate(start))
+}
+
 /// Appends the text of [`render_request`] to `out`, without an
 /// allocation of its own (an NDJSON link renders its lines straight into
 /// its write queue: `upstream::outlet`).
@@ -94,8 +106,7 @@ pub fn render_request_into(
     out: &mut String,
 ) -> Result<(), NotJson> {
     push_request_head(out, method, params, style)?;
-    // Writing to a String cannot fail.
-    let _ = write!(out, "{id}}}");
+    finish_request_into(out, id);
     Ok(())
 }
 
@@ -121,9 +132,15 @@ fn push_request_head(
 
 /// Ends a [`render_request_head`] text with the id `id`.
 pub fn finish_request(mut head: String, id: u64) -> String {
-    // Writing to a String cannot fail.
-    let _ = write!(head, "{id}}}");
+    finish_request_into(&mut head, id);
     head
+}
+
+/// Appends the end of a request whose head `out` ends with: the id `id`
+/// and the closing brace.
+pub fn finish_request_into(out: &mut String, id: u64) {
+    // Writing to a String cannot fail.
+    let _ = write!(out, "{id}}}");
 }
 
 /// Renders a batch reply (a JSON array of messages).

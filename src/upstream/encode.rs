@@ -12,7 +12,8 @@ use parking_lot::MutexGuard;
 
 use crate::dialect::holon::object_params;
 use crate::dialect::render::{
-    finish_request, render, render_batch, render_request_head, render_request_into, Style,
+    finish_request, finish_request_into, render, render_batch, render_request_head_into,
+    render_request_into, request_len, Style,
 };
 use crate::dialect::sideband::session::encode_shared;
 use crate::dialect::sideband::{EnvelopeError, Member};
@@ -23,6 +24,28 @@ use crate::telemetry::metrics::Direction;
 use crate::upstream::correlator::parse_gateway_id;
 
 use super::link::{Link, Wire};
+use super::outlet::MOVE_BYTES;
+
+thread_local! {
+    /// A request head's buffer between calls on this thread: taken by
+    /// [`Link::request_head`] and given back by [`give_back_head`] once the
+    /// head was copied (into an NDJSON link's write queue), so that a head
+    /// rendered before the locks costs no allocation.
+    static HEAD: std::cell::Cell<String> = const { std::cell::Cell::new(String::new()) };
+}
+
+/// Largest head buffer a thread keeps between calls: a longer line is
+/// moved into the write queue whole (`outlet::MOVE_BYTES`), not copied.
+const HEAD_KEPT: usize = MOVE_BYTES;
+
+/// Gives back a head taken by [`Link::request_head`] after its text was
+/// copied, for the next request on this thread.
+pub(super) fn give_back_head(mut head: String) {
+    if head.capacity() <= HEAD_KEPT {
+        head.clear();
+        HEAD.set(head);
+    }
+}
 
 // === impl Link ===
 
@@ -158,7 +181,9 @@ impl Link {
     /// For NDJSON and JSON-RPC upstreams, a request's text up to its id
     /// (the id comes last): [`Link::send_request`] renders it before it
     /// takes the correlator's lock, which then only adds the id. `None`
-    /// for the dialects whose requests are encoded whole.
+    /// for the dialects whose requests are encoded whole. The head is this
+    /// thread's buffer when it has one: give it back ([`give_back_head`])
+    /// if it is copied rather than sent.
     pub(super) fn request_head(
         &self,
         method: &str,
@@ -170,9 +195,15 @@ impl Link {
         }
         // The same text as `encode` of that message: these dialects' wire
         // id is the number itself (see `wire_id`).
-        render_request_head(method, params, self.style())
-            .map(Some)
-            .map_err(|_| not_json())
+        let mut head = HEAD.take();
+        head.reserve(request_len(method, params));
+        match render_request_head_into(method, params, self.style(), &mut head) {
+            Ok(()) => Ok(Some(head)),
+            Err(_) => {
+                give_back_head(head);
+                Err(not_json())
+            }
+        }
     }
 
     /// Ends a [`Self::request_head`] text with request id `gid`, enforcing
@@ -180,6 +211,21 @@ impl Link {
     /// [`Self::count_request`].
     pub(super) fn finish_request(&self, head: String, gid: u64) -> Result<Wire, GatewayError> {
         self.check_size(Wire::Text(finish_request(head, gid)))
+    }
+
+    /// Appends a [`Self::request_head`] text ended with request id `gid`
+    /// to `out` (an NDJSON link's write queue), enforcing the upstream's
+    /// size limit. Not counted yet: see [`Self::count_request`].
+    pub(super) fn finish_request_into(
+        &self,
+        head: &str,
+        gid: u64,
+        out: &mut String,
+    ) -> Result<(), GatewayError> {
+        let start = out.len();
+        out.push_str(head);
+        finish_request_into(out, gid);
+        self.check_len(out.len() - start)
     }
 
     /// Appends request `gid`'s text to `out` (an NDJSON link's write

@@ -10,8 +10,12 @@ use crate::envelope::{Message, Method, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::upstream::correlator::Correlator;
 
+use super::encode::give_back_head;
 use super::link::{Link, Waiter};
-use super::outlet::{LineQueue, Refused};
+use super::outlet::{LineQueue, Refused, MOVE_BYTES};
+
+/// Room for a request's end after its head: the longest id, `}` and `\n`.
+const ID_ROOM: usize = 24;
 
 /// How many recent batches are remembered for batch-wide error replies.
 const BATCHES_REMEMBERED: usize = 64;
@@ -33,7 +37,9 @@ fn cancel_all(table: &mut Correlator<Waiter>, ids: &[Option<u64>]) {
 enum Text<'a> {
     /// Rendered straight into this NDJSON link's write queue.
     InQueue(&'a LineQueue),
-    /// Its text up to the id, rendered before the correlator's lock.
+    /// Its text up to the id, rendered before the correlator's lock
+    /// (CBOR params transcoded there); on an NDJSON link a short one is
+    /// then copied into the write queue with its id.
     Head(String),
     /// Encoded whole (holon, Sideband).
     Whole,
@@ -130,11 +136,24 @@ impl Link {
                     Err(Refused::Render(e)) => Err(e),
                 };
             }
-            Text::Head(head) => {
-                let line = self.finish_request(head, gid)?;
-                let len = line.len();
-                (line, Some(len))
-            }
+            Text::Head(head) => match self.out.lines() {
+                Some(lines) if head.len() + ID_ROOM <= MOVE_BYTES => {
+                    let rendered = lines.push_with(head.len() + ID_ROOM, |out| {
+                        self.finish_request_into(&head, gid, out)
+                    });
+                    give_back_head(head);
+                    return match rendered {
+                        Ok(len) => Ok(Some(len)),
+                        Err(Refused::Full) => Err(queue_full()),
+                        Err(Refused::Render(e)) => Err(e),
+                    };
+                }
+                _ => {
+                    let line = self.finish_request(head, gid)?;
+                    let len = line.len();
+                    (line, Some(len))
+                }
+            },
             Text::Whole => (self.encode_request(gid, method, params)?, None),
         };
         self.out.try_send(line).map_err(|_| queue_full())?;
