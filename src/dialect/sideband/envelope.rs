@@ -71,6 +71,27 @@ pub enum Member {
     D,
 }
 
+/// [`encode_envelope`] into `buf` (a buffer reused between calls), which
+/// it replaces: `buf` holds the envelope, and nothing else, on success.
+pub fn encode_envelope_into(
+    msg: &Message,
+    enc: Encoding,
+    buf: &mut Vec<u8>,
+) -> Result<(), EnvelopeError> {
+    buf.clear();
+    buf.reserve(capacity(msg));
+    match enc {
+        Encoding::Json => {
+            // An empty buffer is valid UTF-8: its capacity carries over.
+            let mut text = String::from_utf8(std::mem::take(buf)).unwrap_or_default();
+            let encoded = json::encode_into(msg, &mut text);
+            *buf = text.into_bytes();
+            encoded
+        }
+        Encoding::Cbor => cbor::encode_into(msg, buf),
+    }
+}
+
 /// Decodes one envelope from Message data.
 pub fn decode_envelope(data: &[u8], enc: Encoding) -> Result<Message, EnvelopeError> {
     match enc {

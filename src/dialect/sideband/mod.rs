@@ -19,7 +19,8 @@
 //!   state, control frames, duplicate frame ids, legacy reply subjects),
 //!   still pure: the transport feeds it frames and sends what it returns.
 //! - [`envelope`]: `r`/`R`/`E`/`N` ⇄ neutral [`Message`] (§6, §7):
-//!   [`decode_envelope`], [`encode_envelope`], [`Encoding`].
+//!   [`decode_envelope`], [`encode_envelope`] ([`encode_envelope_into`]),
+//!   [`Encoding`].
 //! - [`transcode`]: JSON ⇄ CBOR payload values by §7's tables.
 //! - `cbor`, `scalar`, `hex`: private helpers (a strict CBOR reader and
 //!   writer; float text, bignums, base64; lowercase hex).
@@ -51,8 +52,8 @@ mod testutil;
 
 pub use cbor::{CborError, MAX_DEPTH};
 pub use envelope::{
-    decode_envelope, encode_envelope, fits_subject, Cid, Encoding, EnvelopeError, EnvelopeReply,
-    Member, INVALID_ENVELOPE, MALFORMED_ENVELOPE,
+    decode_envelope, encode_envelope, encode_envelope_into, fits_subject, Cid, Encoding,
+    EnvelopeError, EnvelopeReply, Member, INVALID_ENVELOPE, MALFORMED_ENVELOPE,
 };
 pub use frame::{
     decode, decode_with, encode, encode_into, random_id, wrap_message, Body, Control, Frame,

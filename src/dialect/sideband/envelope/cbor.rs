@@ -76,14 +76,20 @@ pub(super) fn decode(data: &[u8]) -> Result<Message, EnvelopeError> {
 
 pub(super) fn encode(msg: &Message) -> Result<Vec<u8>, EnvelopeError> {
     let mut out = Vec::with_capacity(capacity(msg));
+    encode_into(msg, &mut out)?;
+    Ok(out)
+}
+
+/// Appends `msg`'s envelope to `out`; on error, `out` may hold part of it.
+pub(super) fn encode_into(msg: &Message, out: &mut Vec<u8>) -> Result<(), EnvelopeError> {
     match msg {
         Message::Request { id, method, params } => {
             let cid = outbound_cid(Some(id))?;
-            wire::write_head(&mut out, wire::MAJOR_MAP, 3 + u64::from(params.is_some()));
-            pair_text(&mut out, Member::T, "r");
-            pair_text(&mut out, Member::M, method);
-            pair_cid(&mut out, &cid);
-            pair_payload(&mut out, Member::P, params.as_ref())?;
+            wire::write_head(out, wire::MAJOR_MAP, 3 + u64::from(params.is_some()));
+            pair_text(out, Member::T, "r");
+            pair_text(out, Member::M, method);
+            pair_cid(out, &cid);
+            pair_payload(out, Member::P, params.as_ref())?;
         }
         Message::Response { id, result } => {
             let cid = outbound_cid(Some(id))?;
@@ -91,30 +97,30 @@ pub(super) fn encode(msg: &Message) -> Result<Vec<u8>, EnvelopeError> {
                 Outcome::Value(result) => Some(result),
                 Outcome::Void => None,
             };
-            wire::write_head(&mut out, wire::MAJOR_MAP, 2 + u64::from(result.is_some()));
-            pair_text(&mut out, Member::T, "R");
-            pair_cid(&mut out, &cid);
-            pair_payload(&mut out, Member::Result, result)?;
+            wire::write_head(out, wire::MAJOR_MAP, 2 + u64::from(result.is_some()));
+            pair_text(out, Member::T, "R");
+            pair_cid(out, &cid);
+            pair_payload(out, Member::Result, result)?;
         }
         Message::Error { id, error } => {
             let cid = outbound_cid(id.as_ref())?;
             let len = 4 + u64::from(error.data.is_some());
-            wire::write_head(&mut out, wire::MAJOR_MAP, len);
-            pair_text(&mut out, Member::T, "E");
-            pair_cid(&mut out, &cid);
-            wire::write_text(&mut out, Member::Code.as_str());
-            wire::write_int(&mut out, error.code);
-            pair_text(&mut out, Member::Message, &error.message);
-            pair_payload(&mut out, Member::Data, error.data.as_ref())?;
+            wire::write_head(out, wire::MAJOR_MAP, len);
+            pair_text(out, Member::T, "E");
+            pair_cid(out, &cid);
+            wire::write_text(out, Member::Code.as_str());
+            wire::write_int(out, error.code);
+            pair_text(out, Member::Message, &error.message);
+            pair_payload(out, Member::Data, error.data.as_ref())?;
         }
         Message::Notification { method, params } => {
-            wire::write_head(&mut out, wire::MAJOR_MAP, 2 + u64::from(params.is_some()));
-            pair_text(&mut out, Member::T, "N");
-            pair_text(&mut out, Member::E, method);
-            pair_payload(&mut out, Member::D, params.as_ref())?;
+            wire::write_head(out, wire::MAJOR_MAP, 2 + u64::from(params.is_some()));
+            pair_text(out, Member::T, "N");
+            pair_text(out, Member::E, method);
+            pair_payload(out, Member::D, params.as_ref())?;
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 fn pair_text(out: &mut Vec<u8>, member: Member, text: &str) {

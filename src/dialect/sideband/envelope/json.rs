@@ -64,40 +64,46 @@ pub(super) fn decode(data: &[u8]) -> Result<Message, EnvelopeError> {
 
 pub(super) fn encode(msg: &Message) -> Result<Vec<u8>, EnvelopeError> {
     let mut out = String::with_capacity(capacity(msg));
+    encode_into(msg, &mut out)?;
+    Ok(out.into_bytes())
+}
+
+/// Appends `msg`'s envelope to `out`; on error, `out` may hold part of it.
+pub(super) fn encode_into(msg: &Message, out: &mut String) -> Result<(), EnvelopeError> {
     match msg {
         Message::Request { id, method, params } => {
             let cid = outbound_cid(Some(id))?;
             out.push_str(r#"{"t":"r","m":"#);
-            push_json_string(&mut out, method);
-            push_cid(&mut out, &cid);
-            push_payload(&mut out, Member::P, params.as_ref())?;
+            push_json_string(out, method);
+            push_cid(out, &cid);
+            push_payload(out, Member::P, params.as_ref())?;
         }
         Message::Response { id, result } => {
             let cid = outbound_cid(Some(id))?;
             out.push_str(r#"{"t":"R""#);
-            push_cid(&mut out, &cid);
+            push_cid(out, &cid);
             if let Outcome::Value(result) = result {
-                push_payload(&mut out, Member::Result, Some(result))?;
+                push_payload(out, Member::Result, Some(result))?;
             }
         }
         Message::Error { id, error } => {
             let cid = outbound_cid(id.as_ref())?;
             out.push_str(r#"{"t":"E""#);
-            push_cid(&mut out, &cid);
+            push_cid(out, &cid);
             out.push_str(r#","code":"#);
             out.push_str(&error.code.to_string());
             out.push_str(r#","message":"#);
-            push_json_string(&mut out, &error.message);
-            push_payload(&mut out, Member::Data, error.data.as_ref())?;
+            push_json_string(out, &error.message);
+            push_payload(out, Member::Data, error.data.as_ref())?;
         }
         Message::Notification { method, params } => {
             out.push_str(r#"{"t":"N","e":"#);
-            push_json_string(&mut out, method);
-            push_payload(&mut out, Member::D, params.as_ref())?;
+            push_json_string(out, method);
+            push_payload(out, Member::D, params.as_ref())?;
         }
     }
     out.push('}');
-    Ok(out.into_bytes())
+    Ok(())
 }
 
 fn push_cid(out: &mut String, cid: &Cid) {

@@ -9,11 +9,12 @@
 //! session's unit tests panic if one guard is still held when the next
 //! is taken.
 
+use std::cell::RefCell;
 use std::ops::DerefMut;
 
 use super::{Sbp, SbpEvent};
 use crate::dialect::sideband::{
-    decode_envelope, encode_envelope, frame, Encoding, EnvelopeError, FrameId, Subject,
+    decode_envelope, encode_envelope_into, frame, Encoding, EnvelopeError, FrameId, Subject,
 };
 use crate::envelope::Message;
 
@@ -49,14 +50,37 @@ pub(crate) fn on_frame_shared<S: DerefMut<Target = Sbp>>(
     }
 }
 
-/// [`Sbp::encode`] for a shared session.
+/// Largest buffer [`encode_shared`] keeps per thread between calls.
+pub(super) const SCRATCH_KEPT: usize = 64 * 1024;
+
+thread_local! {
+    /// Where [`encode_shared`] encodes a frame before it copies it.
+    pub(super) static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// [`Sbp::encode`] for a shared session. The frame is encoded in a
+/// per-thread buffer (at most [`SCRATCH_KEPT`] bytes kept) and copied
+/// into an allocation of exactly its length: handed to the WebSocket
+/// library, it becomes `Bytes` without a second allocation (a buffer with
+/// spare capacity needs a shared header), and it holds no spare capacity
+/// while it is queued.
 pub(crate) fn encode_shared<S: DerefMut<Target = Sbp>>(
     lock: impl Fn() -> S,
     msg: &Message,
 ) -> Result<Vec<u8>, EnvelopeError> {
     let encoding = lock().encoding;
-    let mut frame = encode_envelope(msg, encoding)?;
-    let (id, subject) = lock().address(msg);
-    frame::wrap_message(id, &subject, &mut frame);
-    Ok(frame)
+    SCRATCH.with_borrow_mut(|scratch| {
+        let encoded = encode_envelope_into(msg, encoding, scratch).map(|()| {
+            // The subject is chosen once the envelope is encoded: for a
+            // legacy peer, `address` has a side effect that must not run
+            // when encoding fails.
+            let (id, subject) = lock().address(msg);
+            frame::wrap_message(id, &subject, scratch);
+            scratch.as_slice().to_vec()
+        });
+        if scratch.capacity() > SCRATCH_KEPT {
+            *scratch = Vec::new();
+        }
+        encoded
+    })
 }

@@ -1,6 +1,7 @@
 //! Session rules of [`Sbp`] that need no socket: legacy subjects in
 //! return, invalid envelopes reported with their cid, repeated frames.
 
+use super::shared::{SCRATCH, SCRATCH_KEPT};
 use super::*;
 use crate::dialect::sideband::decode_envelope;
 use crate::envelope::{Outcome, Payload};
@@ -154,4 +155,52 @@ fn a_repeated_message_frame_is_dropped() {
         SbpEvent::Rpc(_)
     ));
     assert!(matches!(sbp.on_frame(&frame(0, 5)), SbpEvent::Rpc(_)));
+}
+
+/// A session with CBOR offered by both sides when `cbor`.
+fn ready_with(cbor: bool) -> Sbp {
+    let mut sbp = Sbp::new(cbor);
+    let hello = Handshake::local(random_peer_id(), cbor).to_bytes();
+    let frame = frame::encode(&Frame::control(random_id(), Control::Handshake(hello)));
+    assert!(matches!(sbp.on_frame(&frame), SbpEvent::Ready));
+    assert_eq!(sbp.encoding == Encoding::Cbor, cbor);
+    sbp
+}
+
+/// An encoded frame is the envelope `encode_envelope` gives in a Message
+/// frame, in an allocation of exactly its length, whatever the buffer
+/// reused from call to call held before (a larger frame, a failed
+/// encode); the reused buffer keeps at most its bound.
+#[test]
+fn encoded_frames_are_exact_whatever_came_before() {
+    let reply = |len: usize| Message::Response {
+        id: WireId::Cid([7; 16]),
+        result: Outcome::Value(Payload::Json(crate::envelope::raw_from_string(format!(
+            "[\"{}\",1.5,{{\"k\":null}}]",
+            "x".repeat(len)
+        )))),
+    };
+    // Not encodable in a Sideband envelope: a JSON-RPC id, not a cid.
+    let unencodable = Message::Response {
+        id: WireId::number(3),
+        result: Outcome::Void,
+    };
+    for cbor in [false, true] {
+        let mut sbp = ready_with(cbor);
+        for len in [0, 10, 300, 5_000, SCRATCH_KEPT + 1, 200, 0] {
+            assert!(sbp.encode(&unencodable).is_err(), "cbor={cbor}");
+            let msg = reply(len);
+            let bytes = sbp.encode(&msg).expect("encodable");
+            assert_eq!(bytes.capacity(), bytes.len(), "cbor={cbor} len={len}");
+            let frame = frame::decode(&bytes).expect("a valid frame");
+            let Body::Message { subject, data } = frame.body else {
+                panic!("not a Message frame: {frame:?}");
+            };
+            assert_eq!(subject, Subject::Rpc);
+            let want = encode_envelope(&msg, sbp.encoding).expect("encodable");
+            assert!(data == want, "cbor={cbor} len={len}: another envelope");
+            let kept = SCRATCH.with_borrow(Vec::capacity);
+            assert!(kept <= SCRATCH_KEPT, "scratch keeps {kept} bytes");
+        }
+    }
 }
