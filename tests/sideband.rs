@@ -41,7 +41,7 @@ impl SbClient {
         SbClient { ws, encoding }
     }
 
-    async fn next_frame(ws: &mut common::Ws) -> Frame {
+    async fn next_frame(ws: &mut common::Ws) -> Frame<'static> {
         loop {
             let msg = tokio::time::timeout(common::STEP, ws.next())
                 .await
@@ -49,7 +49,7 @@ impl SbClient {
                 .expect("open")
                 .expect("read");
             match msg {
-                WsMessage::Binary(b) => return decode(&b).expect("valid frame"),
+                WsMessage::Binary(b) => return decode(&b).expect("valid frame").into_owned(),
                 WsMessage::Ping(_) | WsMessage::Pong(_) => continue,
                 other => panic!("unexpected {other:?}"),
             }
@@ -601,7 +601,7 @@ struct Raw {
 /// What arrived next on a raw connection.
 #[derive(Debug, PartialEq)]
 enum Next {
-    Frame(Frame),
+    Frame(Frame<'static>),
     Closed(u16, String),
     Silence,
 }
@@ -652,7 +652,7 @@ impl Raw {
                 Some(Ok(WsMessage::Binary(b))) => {
                     // Legacy subjects come back only to a client that sent them.
                     let frame = decode_with(&b, SubjectRules::AcceptLegacy);
-                    return Next::Frame(frame.expect("valid frame from the gateway"));
+                    return Next::Frame(frame.expect("valid frame from the gateway").into_owned());
                 }
                 Some(Ok(WsMessage::Close(f))) => {
                     let (code, reason) = f.map_or((1005, String::new()), |f| {

@@ -45,7 +45,7 @@ impl Raw {
     }
 
     /// The next SBP frame (WebSocket pings skipped).
-    async fn next(&mut self) -> Frame {
+    async fn next(&mut self) -> Frame<'static> {
         loop {
             let msg = tokio::time::timeout(common::STEP, self.ws.next())
                 .await
@@ -54,7 +54,9 @@ impl Raw {
                 .expect("read");
             match msg {
                 WsMessage::Binary(b) => {
-                    return decode_with(&b, SubjectRules::AcceptLegacy).expect("valid frame")
+                    return decode_with(&b, SubjectRules::AcceptLegacy)
+                        .expect("valid frame")
+                        .into_owned()
                 }
                 WsMessage::Ping(_) | WsMessage::Pong(_) => continue,
                 other => panic!("unexpected {other:?}"),

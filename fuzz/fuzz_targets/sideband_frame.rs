@@ -8,7 +8,8 @@ use switchyard::dialect::sideband::{decode_with, encode, SubjectRules};
 fuzz_target!(|data: &[u8]| {
     for rules in [SubjectRules::Current, SubjectRules::AcceptLegacy] {
         if let Ok(frame) = decode_with(data, rules) {
-            let again = decode_with(&encode(&frame), rules);
+            let bytes = encode(&frame);
+            let again = decode_with(&bytes, rules);
             assert_eq!(again.as_ref(), Ok(&frame), "frame round trip");
         }
     }

@@ -45,7 +45,7 @@ pub async fn call_sideband(
         .map_err(|_| ClientError::Timeout(timeout))?
 }
 
-async fn exchange(url: &str, request: Frame, cid: Cid) -> Result<String, ClientError> {
+async fn exchange(url: &str, request: Frame<'_>, cid: Cid) -> Result<String, ClientError> {
     let (mut ws, _response) = tokio_tungstenite::connect_async(url).await?;
     let hello = Handshake::local(random_peer_id(), false).to_bytes();
     let hello = Frame::control(frame::random_id(), Control::Handshake(hello));

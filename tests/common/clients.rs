@@ -341,7 +341,7 @@ impl SbClient {
     }
 
     /// Sends one frame as a binary message.
-    pub async fn send_frame(&mut self, frame: &Frame) {
+    pub async fn send_frame(&mut self, frame: &Frame<'_>) {
         self.ws
             .send(Message::Binary(encode(frame).into()))
             .await

@@ -5,6 +5,7 @@
 //! side and never forwards frames. Pure state, no I/O: the transport feeds
 //! inbound binary messages to [`Sbp::on_frame`] and sends what it returns.
 
+use std::borrow::Cow;
 use std::cell::{RefCell, RefMut};
 use std::collections::HashMap;
 
@@ -199,7 +200,7 @@ impl Sbp {
 
     /// Handles an inbound frame once its frame layer was read; an RPC
     /// envelope is left to decode.
-    fn on_decoded(&mut self, frame: Result<Frame, FrameError>) -> Step {
+    fn on_decoded<'a>(&mut self, frame: Result<Frame<'a>, FrameError>) -> Step<'a> {
         let frame = match frame {
             Ok(frame) => frame,
             Err(e) => {
@@ -257,7 +258,7 @@ impl Sbp {
         })
     }
 
-    fn negotiate(&mut self, frame: Frame) -> SbpEvent {
+    fn negotiate(&mut self, frame: Frame<'_>) -> SbpEvent {
         let fail = |code: u16, message: String| SbpEvent::Close {
             frame: Some(frame::encode(&Frame::error(frame.id, code, message))),
             code: CloseCode::Normal,
@@ -276,7 +277,7 @@ impl Sbp {
         }
     }
 
-    fn on_message(&mut self, id: FrameId, subject: Subject, data: Vec<u8>) -> Step {
+    fn on_message<'a>(&mut self, id: FrameId, subject: Subject, data: Cow<'a, [u8]>) -> Step<'a> {
         if !self.seen.insert(id) {
             return Step::Done(SbpEvent::Dropped(SbpDrop::DuplicateFrame));
         }

@@ -82,7 +82,7 @@ pub enum EnvelopeReply {
     Envelope(Message),
     /// No cid: ErrorFrame 1002 `Malformed RPC envelope`, carrying the
     /// offending frame's id.
-    Frame(Frame),
+    Frame(Frame<'static>),
 }
 
 // === impl EnvelopeError ===

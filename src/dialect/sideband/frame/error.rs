@@ -188,7 +188,7 @@ impl FrameError {
     /// The ErrorFrame to send, or `None` when the offending frame was an
     /// ErrorFrame. It carries the offending frame's id when readable, else
     /// `fresh_id`. After a fatal error the caller closes with 1002.
-    pub fn reply(&self, fresh_id: FrameId) -> Option<Frame> {
+    pub fn reply(&self, fresh_id: FrameId) -> Option<Frame<'static>> {
         if self.about_error_frame() {
             return None;
         }

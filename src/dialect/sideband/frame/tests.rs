@@ -16,12 +16,12 @@ const HANDSHAKE_JSON: &str =
 
 /// Decodes `hex` (legacy subjects refused), checks it equals `frame`, and
 /// checks `frame` encodes back to exactly `hex`.
-fn golden(hex: &str, frame: Frame) {
+fn golden(hex: &str, frame: Frame<'_>) {
     let bytes = unhex(hex);
     assert_eq!(decode(&bytes), Ok(frame.clone()), "decode {hex}");
     assert_eq!(tohex(&encode(&frame)), hex, "encode {frame:?}");
     if let (None, Body::Message { subject, data }) = (frame.ts, &frame.body) {
-        let mut wrapped = data.clone();
+        let mut wrapped = data.to_vec();
         wrap_message(frame.id, subject, &mut wrapped);
         assert_eq!(tohex(&wrapped), hex, "wrap_message {frame:?}");
     }
@@ -50,7 +50,7 @@ fn wrapping_an_envelope_is_encoding_its_frame() {
     }
 }
 
-fn message(id_base: u8, subject: Subject, data: &str) -> Frame {
+fn message(id_base: u8, subject: Subject, data: &str) -> Frame<'static> {
     Frame::message(id(id_base), subject, data.as_bytes().to_vec())
 }
 
@@ -222,14 +222,16 @@ fn subject_strategy() -> impl Strategy<Value = Subject> {
     ]
 }
 
-fn body_strategy() -> impl Strategy<Value = Body> {
+fn body_strategy() -> impl Strategy<Value = Body<'static>> {
     prop_oneof![
         vec(any::<u8>(), 1..64).prop_map(|d| Body::Control(Control::Handshake(d))),
         Just(Body::Control(Control::Ping)),
         Just(Body::Control(Control::Pong)),
         "\\PC{0,20}".prop_map(|r| Body::Control(Control::Close(r))),
-        (subject_strategy(), vec(any::<u8>(), 0..64))
-            .prop_map(|(subject, data)| Body::Message { subject, data }),
+        (subject_strategy(), vec(any::<u8>(), 0..64)).prop_map(|(subject, data)| Body::Message {
+            subject,
+            data: data.into(),
+        }),
         any::<[u8; 16]>().prop_map(|of| Body::Ack { of }),
         (any::<u16>(), "\\PC{0,30}", vec(any::<u8>(), 0..32)).prop_map(
             |(code, message, details)| Body::Error {
@@ -264,4 +266,31 @@ proptest! {
             prop_assert_eq!(e.frame_id(), Some(bytes[2..18].try_into().expect("16 bytes")));
         }
     }
+}
+
+/// A decoded Message frame's data is the input's own bytes, not a copy;
+/// `into_owned` gives an equal frame that no longer borrows them.
+#[test]
+fn message_data_is_borrowed_from_the_input() {
+    let sent = message(0x10, Subject::Rpc, r#"{"t":"N","e":"x"}"#);
+    let bytes = encode(&sent);
+    let frame = decode(&bytes).expect("valid");
+    let Body::Message { data, .. } = &frame.body else {
+        panic!("{frame:?}")
+    };
+    let std::borrow::Cow::Borrowed(data) = data else {
+        panic!("the data was copied")
+    };
+    assert!(bytes.as_ptr_range().contains(&data.as_ptr()));
+    assert_eq!(data.len(), 17);
+    let owned = frame.clone().into_owned();
+    assert_eq!(owned, frame);
+    assert_eq!(owned, sent);
+    assert!(matches!(
+        owned.body,
+        Body::Message {
+            data: std::borrow::Cow::Owned(_),
+            ..
+        }
+    ));
 }

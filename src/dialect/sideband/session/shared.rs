@@ -9,6 +9,7 @@
 //! session's unit tests panic if one guard is still held when the next
 //! is taken.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::ops::DerefMut;
 
@@ -19,7 +20,7 @@ use crate::dialect::sideband::{
 use crate::envelope::Message;
 
 /// What an inbound frame needs once its frame layer was read.
-pub(super) enum Step {
+pub(super) enum Step<'a> {
     /// Handled: what the transport must do.
     Done(SbpEvent),
     /// An RPC envelope to decode, then to hand to `Sbp::on_envelope`.
@@ -28,8 +29,8 @@ pub(super) enum Step {
         id: FrameId,
         /// Its subject (`rpc` or `event`, or their legacy forms).
         subject: Subject,
-        /// The envelope.
-        data: Vec<u8>,
+        /// The envelope, borrowed from the frame's bytes.
+        data: Cow<'a, [u8]>,
     },
 }
 

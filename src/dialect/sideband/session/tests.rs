@@ -104,7 +104,8 @@ fn an_invalid_envelope_with_a_cid_is_reported_with_its_text() {
         SbpEvent::InvalidEnvelope { cid, reply, detail } => {
             assert_eq!(cid, [0x22; 16]);
             assert!(detail.contains(&bad), "{detail}");
-            let reply = frame::decode(&reply.expect("valid")).expect("valid");
+            let reply = reply.expect("valid");
+            let reply = frame::decode(&reply).expect("valid");
             let Body::Message { data, .. } = reply.body else {
                 panic!("{reply:?}")
             };

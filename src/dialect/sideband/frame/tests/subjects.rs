@@ -34,7 +34,7 @@ fn n11_to_n16_and_l1_invalid_subjects() {
         legacy.body,
         Body::Message {
             subject: Subject::LegacyRpc("echo".to_owned()),
-            data: vec![]
+            data: vec![].into()
         }
     );
 
