@@ -9,10 +9,16 @@
 //! (per-client and streaming upstreams, notifications, batches, the
 //! methods switchyard serves itself) takes the task path.
 //!
-//! The session keeps the calls it handed over, so that a client who
-//! leaves has them abandoned at once (late replies count as stale; parked
-//! calls are dropped unsent) and a shutdown can answer what is left with
-//! `unavailable`.
+//! The session keeps the calls it handed over, with each call's own state
+//! (the client's id, its in-flight slot, its spans): the upstream holds
+//! only the session and the call's token ([`Settle`]), so handing a call
+//! over allocates nothing. A client who leaves has its calls abandoned at
+//! once (late replies count as stale; parked calls are dropped unsent),
+//! and a shutdown answers what is left with `unavailable`.
+//!
+//! Bound: a session holds at most `max_in_flight` calls; its table keeps
+//! room for [`CALLS_KEPT`] of them once it runs empty (about 200 bytes
+//! each).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,7 +33,7 @@ use crate::envelope::{Message, Method, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::outbox::Outbox;
 use crate::upstream::direct::Submission;
-use crate::upstream::link::{Caller, Completion, Link, ReplyResult};
+use crate::upstream::link::{Caller, Link, ReplyResult, Settle};
 use crate::upstream::Upstream;
 
 /// Where a session's in-place replies go, and the calls still out.
@@ -45,6 +51,10 @@ pub(crate) struct InPlace {
     grace_over: CancellationToken,
 }
 
+/// Calls a session's table keeps room for once it runs empty: a burst
+/// larger than this gives its room back at its end.
+const CALLS_KEPT: usize = 16;
+
 /// A session's calls out, and whether it ended.
 #[derive(Debug, Default)]
 struct Calls {
@@ -52,11 +62,18 @@ struct Calls {
     ended: Option<Ended>,
 }
 
+/// One call out: where it is, and what its reply needs.
+#[derive(Debug)]
+struct Out {
+    at: At,
+    call: Call,
+}
+
 /// Where one call is.
 #[derive(Debug)]
-enum Out {
-    /// Handed to this upstream, not written yet (it may be parked there).
-    Waiting(Arc<Upstream>),
+enum At {
+    /// Handed to its upstream, not written yet (it may be parked there).
+    Waiting,
     /// Written on this link, as this gateway id.
     Written(Arc<Link>, u64),
 }
@@ -78,16 +95,13 @@ pub(crate) struct NotPlaced {
     pub(crate) permit: OwnedSemaphorePermit,
 }
 
-/// One call settled in place.
+/// What one call settled in place needs for its reply.
 #[derive(Debug)]
 struct Call {
     id: WireId,
-    token: u64,
     router: Arc<Router>,
     upstream: Arc<Upstream>,
-    to: Arc<InPlace>,
     started: std::time::Instant,
-    deadline: tokio::time::Instant,
     /// The client's in-flight slot (`max_in_flight`).
     permit: OwnedSemaphorePermit,
     /// Closed (ended) when the call settles.
@@ -135,28 +149,25 @@ impl InPlace {
         span.record("switchyard.upstream", upstream.name());
         let client_span = upstream.client_span_under(&span, &method);
         let token = self.next.fetch_add(1, Ordering::Relaxed);
-        self.calls
-            .lock()
-            .out
-            .insert(token, Out::Waiting(upstream.clone()));
-        let call = Box::new(Call {
+        let call = Call {
             id,
-            token,
             router: router.clone(),
             upstream: upstream.clone(),
-            to: self.clone(),
             started: now.into_std(),
-            deadline: now + router.cfg.request_timeout,
             permit,
             span,
             client_span,
-        });
+        };
+        let at = At::Waiting;
+        self.calls.lock().out.insert(token, Out { at, call });
         let submission = Submission {
             method,
             params,
-            done: call,
-            caller: self.clone(),
-            token,
+            done: Settle {
+                caller: self.clone(),
+                token,
+                deadline: now + router.cfg.request_timeout,
+            },
         };
         if let Err(back) = upstream.submit(submission) {
             // `settles_in_place` said yes a moment ago.
@@ -176,7 +187,7 @@ impl InPlace {
             std::mem::take(&mut calls.out)
         };
         for out in out.into_values() {
-            if let Out::Written(link, gid) = out {
+            if let At::Written(link, gid) = out.at {
                 // Dropped unanswered: nobody is there to read it.
                 drop(link.abandon(gid, false));
             }
@@ -191,30 +202,34 @@ impl InPlace {
             calls.ended = Some(Ended::Failed);
             std::mem::take(&mut calls.out)
         };
-        // Parked calls first: the room that failing written calls frees
-        // must not write them.
+        // Taken out of the upstreams first, parked calls before written
+        // ones: the room that abandoning written calls frees must not
+        // write them. Each call is then answered from the table: a reply
+        // or a write that comes meanwhile finds its call gone.
         let mut parked_on: Vec<Arc<Upstream>> = Vec::new();
         let mut written = Vec::new();
+        let mut calls = Vec::with_capacity(out.len());
         for out in out.into_values() {
-            match out {
-                Out::Written(link, gid) => written.push((link, gid)),
-                Out::Waiting(up) => {
-                    if !parked_on.iter().any(|u| Arc::ptr_eq(u, &up)) {
-                        parked_on.push(up);
+            match out.at {
+                At::Written(link, gid) => written.push((link, gid)),
+                At::Waiting => {
+                    let up = &out.call.upstream;
+                    if !parked_on.iter().any(|u| Arc::ptr_eq(u, up)) {
+                        parked_on.push(up.clone());
                     }
                 }
             }
+            calls.push(out.call);
         }
         let me: Arc<dyn Caller> = self.clone();
         for up in parked_on {
-            for done in up.withdraw(&me) {
-                done.complete(Err(shutting_down()));
-            }
+            drop(up.withdraw(&me));
         }
         for (link, gid) in written {
-            if let Some(waiter) = link.abandon(gid, false) {
-                waiter.complete(Err(shutting_down()));
-            }
+            drop(link.abandon(gid, false));
+        }
+        for call in calls {
+            call.finish(self, Err(shutting_down()));
         }
     }
 
@@ -239,22 +254,39 @@ impl Caller for InPlace {
         let ended = {
             let mut calls = self.calls.lock();
             if let Some(entry) = calls.out.get_mut(&token) {
-                *entry = Out::Written(link, gid);
+                entry.at = At::Written(link, gid);
                 return;
             }
             calls.ended
         };
-        // Settled already, or the session ended while it was being written.
-        match ended {
-            None => {}
-            Some(Ended::Gone) => drop(link.abandon(gid, false)),
-            Some(Ended::Failed) => {
-                if let Some(waiter) = link.abandon(gid, false) {
-                    waiter.complete(Err(shutting_down()));
-                }
-            }
+        // Settled already, or the session ended while it was being written
+        // (and answered it, if it failed its calls): taken back unanswered.
+        if ended.is_some() {
+            drop(link.abandon(gid, false));
         }
     }
+
+    fn complete(&self, token: u64, reply: ReplyResult) -> bool {
+        let out = take(&mut self.calls.lock().out, token);
+        // Answered by the session already (it ended), or never its call.
+        let Some(Out { at, call }) = out else {
+            return false;
+        };
+        // Dropped after the lock: a last link handle may free room, which
+        // writes parked calls (and tells their sessions).
+        drop(at);
+        call.finish(self, reply)
+    }
+}
+
+/// Takes call `token` out of a session's table; a table left empty keeps
+/// room for [`CALLS_KEPT`] calls at most.
+fn take<V>(out: &mut HashMap<u64, V>, token: u64) -> Option<V> {
+    let taken = out.remove(&token);
+    if out.is_empty() && out.capacity() > CALLS_KEPT {
+        out.shrink_to(CALLS_KEPT);
+    }
+    taken
 }
 
 fn shutting_down() -> GatewayError {
@@ -264,31 +296,57 @@ fn shutting_down() -> GatewayError {
 
 // === impl Call ===
 
-impl Completion for Call {
-    fn complete(self: Box<Self>, reply: ReplyResult) -> bool {
+impl Call {
+    /// Renders the reply into `to`'s outbox, records its outcome and ends
+    /// its spans. Returns false when the client is gone.
+    fn finish(self, to: &InPlace, reply: ReplyResult) -> bool {
         let Call {
             id,
-            token,
             router,
             upstream,
-            to,
             started,
             permit,
             span,
             client_span,
-            ..
-        } = *self;
-        // Dropped after the lock: a last link handle may free room, which
-        // writes parked calls (and tells their sessions).
-        let out = to.calls.lock().out.remove(&token);
-        drop(out);
+        } = self;
         drop(client_span);
         let msg = router.finish(id, &upstream, started, reply);
         record_outcome(&span, &msg);
         to.deliver(&msg, permit)
     }
+}
 
-    fn deadline(&self) -> tokio::time::Instant {
-        self.deadline
+#[cfg(test)]
+mod tests {
+    use super::{take, HashMap, CALLS_KEPT};
+
+    /// A table that ran empty after a burst keeps room for `CALLS_KEPT`
+    /// calls, not for the burst; one that never held more keeps its room
+    /// (taking calls out of it allocates nothing).
+    #[test]
+    fn an_empty_table_keeps_room_for_a_few_calls_only() {
+        let mut out: HashMap<u64, [u8; 200]> = HashMap::default();
+        for token in 0..256 {
+            out.insert(token, [0; 200]);
+        }
+        assert!(out.capacity() >= 256);
+        for token in 0..256 {
+            assert!(take(&mut out, token).is_some());
+            if token < 255 {
+                assert!(out.capacity() >= 256, "shrunk before it ran empty");
+            }
+        }
+        let kept = out.capacity();
+        assert!((CALLS_KEPT..2 * CALLS_KEPT).contains(&kept), "{kept}");
+        for round in 0..3 {
+            for token in 0..CALLS_KEPT as u64 {
+                out.insert(token, [round; 200]);
+            }
+            for token in 0..CALLS_KEPT as u64 {
+                assert_eq!(take(&mut out, token).map(|v| v[0]), Some(round));
+            }
+            assert_eq!(out.capacity(), kept);
+        }
+        assert!(take(&mut out, 7).is_none());
     }
 }

@@ -2,9 +2,9 @@
 //! (shared-mode, non-streaming) upstream.
 //!
 //! A request needs no task of its own: it is registered with a
-//! [`Completion`] that the link's reader (or its deadline sweeper, or its
-//! failure) runs when the call settles, and which renders the reply
-//! straight into the client's outbox. Replies that arrive together then
+//! [`Settle`] that the link's reader (or its deadline sweeper, or its
+//! failure) hands the outcome to when the call settles: its client
+//! renders the reply straight into its outbox. Replies that arrive together then
 //! leave together, in one write. When the upstream has no room, the call
 //! is parked in the upstream's queue (see `parking`) and written by
 //! whoever frees room next, still without a task.
@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::admission::{Admission, Held, Slots};
-use super::link::{Caller, Completion, Link, Waiter};
+use super::link::{Link, Settle, Waiter};
 use crate::envelope::{Method, Payload};
 
 /// Longest sleep of a link's deadline sweeper while calls are pending, so a
@@ -31,12 +31,9 @@ pub(crate) struct Submission {
     pub(crate) method: Method,
     /// Its params, as the client sent them.
     pub(crate) params: Option<Payload>,
-    /// Gets the outcome (and knows the call's deadline).
-    pub(crate) done: Box<dyn Completion>,
-    /// The client, told where the call was written.
-    pub(crate) caller: Arc<dyn Caller>,
-    /// The client's name for the call (see [`Caller::written`]).
-    pub(crate) token: u64,
+    /// Its client, which gets the outcome and is told where the call was
+    /// written, and the call's deadline.
+    pub(crate) done: Settle,
 }
 
 // === impl Admission ===
@@ -64,9 +61,8 @@ impl Admission {
             method,
             params,
             done,
-            caller,
-            token,
         } = call;
+        let (caller, token) = (done.caller.clone(), done.token);
         // Held inline (about 64 bytes in the correlator's entry) rather than
         // boxed: one allocation per call fewer.
         let slots = Slots::start(held);

@@ -28,7 +28,7 @@ use super::UpstreamShared;
 
 pub(crate) use super::link_dialect::{LinkDialect, SidebandState};
 pub(crate) use super::owner::{Client, LinkFuture, Owner, OwnerRef, PendingPush};
-pub(crate) use super::waiter::{Caller, Completion, ReplyResult, Waiter};
+pub(crate) use super::waiter::{Caller, ReplyResult, Settle, Waiter};
 
 /// A live connection to an upstream.
 #[derive(Debug)]

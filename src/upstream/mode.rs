@@ -14,7 +14,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::direct::Submission;
-use super::link::{Caller, Client, Completion, ReplyResult};
+use super::link::{Caller, Client, ReplyResult, Settle};
 use super::Upstream;
 use crate::config::UpstreamMode;
 use crate::envelope::{Payload, WireId};
@@ -77,7 +77,7 @@ impl Upstream {
 
     /// Takes out the calls `caller` has parked here (its shutdown grace
     /// period is over: it answers them itself).
-    pub(crate) fn withdraw(&self, caller: &Arc<dyn Caller>) -> Vec<Box<dyn Completion>> {
+    pub(crate) fn withdraw(&self, caller: &Arc<dyn Caller>) -> Vec<Settle> {
         self.admission.withdraw(caller)
     }
 

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::admission::{not_connected, queue_full, queue_timeout, Admission, NoRoom};
 use super::direct::Submission;
-use super::link::{Caller, Completion};
+use super::link::{Caller, Settle};
 use crate::error::{ErrorKind, GatewayError};
 
 /// The parked calls of one upstream.
@@ -105,7 +105,7 @@ impl Admission {
         }
         let now = Instant::now();
         let patience = now + self.shared.cfg.queue_timeout;
-        let deadline = call.done.deadline();
+        let deadline = call.done.deadline;
         let by_deadline = deadline < patience;
         let expires = if by_deadline { deadline } else { patience };
         let mut q = self.parked.lock();
@@ -166,14 +166,14 @@ impl Admission {
                 let Some(p) = self.pop_front() else {
                     return;
                 };
-                if p.call.caller.gone() {
+                if p.call.done.caller.gone() {
                     continue;
                 }
-                if let Some(err) = p.call.caller.closing() {
+                if let Some(err) = p.call.done.caller.closing() {
                     p.call.done.complete(Err(err));
                     continue;
                 }
-                if p.call.done.deadline() <= Instant::now() {
+                if p.call.done.deadline <= Instant::now() {
                     p.call
                         .done
                         .complete(Err(GatewayError::new(ErrorKind::Timeout)));
@@ -232,7 +232,7 @@ impl Admission {
         drop(q);
         self.queued.fetch_sub(due.len(), Ordering::AcqRel);
         for (call, err) in due {
-            if !call.caller.gone() {
+            if !call.done.caller.gone() {
                 call.done.complete(Err(err));
             }
         }
@@ -241,13 +241,13 @@ impl Admission {
 
     /// Takes out every parked call of `caller` (its shutdown grace period
     /// is over: it answers them itself).
-    pub(super) fn withdraw(&self, caller: &Arc<dyn Caller>) -> Vec<Box<dyn Completion>> {
+    pub(super) fn withdraw(&self, caller: &Arc<dyn Caller>) -> Vec<Settle> {
         let me = Arc::as_ptr(caller).cast::<()>();
         let mut q = self.parked.lock();
         let mine: Vec<u64> = q
             .fifo
             .iter()
-            .filter(|(_, p)| std::ptr::eq(Arc::as_ptr(&p.call.caller).cast::<()>(), me))
+            .filter(|(_, p)| std::ptr::eq(Arc::as_ptr(&p.call.done.caller).cast::<()>(), me))
             .map(|(seq, _)| *seq)
             .collect();
         let out: Vec<_> = mine
@@ -318,7 +318,7 @@ pub(super) async fn run(admission: Arc<Admission>, shutdown: CancellationToken) 
     };
     admission.queued.fetch_sub(left.len(), Ordering::AcqRel);
     for call in left {
-        if !call.caller.gone() {
+        if !call.done.caller.gone() {
             call.done
                 .complete(Err(not_connected(&admission.shared.cfg.name)));
         }

@@ -1,8 +1,10 @@
-//! Who receives a call's outcome: a task awaiting a oneshot, or a
-//! [`Completion`] run in place by whoever settles the call (the link's
-//! reader, its deadline sweeper, or its failure). A link's correlator maps
-//! each gateway id to one of these. A [`Caller`] is the client a call
-//! settled in place belongs to.
+//! Who receives a call's outcome: a task awaiting a oneshot, or the
+//! client of a call settled in place ([`Settle`]), to which whoever
+//! settles the call (the link's reader, its deadline sweeper, or its
+//! failure) hands the outcome. A link's correlator maps each gateway id to
+//! one of these. A [`Caller`] is the client a call settled in place
+//! belongs to: it keeps the call's own state, so that handing a call over
+//! costs no allocation.
 
 use std::sync::Arc;
 
@@ -16,8 +18,8 @@ use crate::error::{ErrorKind, GatewayError};
 /// What a waiting call receives.
 pub(crate) type ReplyResult = Result<Message, GatewayError>;
 
-/// Who gets a call's outcome: a task awaiting it, or a [`Completion`]
-/// that delivers it straight to its client (no task per request).
+/// Who gets a call's outcome: a task awaiting it, or a [`Settle`] that
+/// delivers it straight to its client (no task per request).
 #[derive(Debug)]
 pub(crate) enum Waiter {
     /// A task awaits the outcome on the other end of this channel.
@@ -25,15 +27,20 @@ pub(crate) enum Waiter {
     /// Delivered in place by whoever settles the call (the link's reader,
     /// its deadline sweeper, or its failure), with the upstream's slots
     /// the call holds until then.
-    Direct(Box<dyn Completion>, Slots),
+    Direct(Settle, Slots),
 }
 
-/// A call settled in place, without a task waiting for it.
-pub(crate) trait Completion: Send + Sync + std::fmt::Debug {
-    /// Delivers the outcome. Returns false when nobody wanted it any more.
-    fn complete(self: Box<Self>, reply: ReplyResult) -> bool;
+/// A call settled in place, without a task waiting for it: its client,
+/// the client's name for it, and its deadline. Whoever holds it settles
+/// the call, once.
+#[derive(Debug)]
+pub(crate) struct Settle {
+    /// The client, which renders the outcome.
+    pub(crate) caller: Arc<dyn Caller>,
+    /// The client's name for the call.
+    pub(crate) token: u64,
     /// When the call times out.
-    fn deadline(&self) -> tokio::time::Instant;
+    pub(crate) deadline: tokio::time::Instant,
 }
 
 /// The client whose calls are settled in place: told where each call was
@@ -47,6 +54,18 @@ pub(crate) trait Caller: Send + Sync + std::fmt::Debug {
     fn closing(&self) -> Option<GatewayError>;
     /// Its call `token` was written on `link` as gateway id `gid`.
     fn written(&self, token: u64, link: Arc<Link>, gid: u64);
+    /// Delivers call `token`'s outcome. Returns false when nobody wanted
+    /// it any more (the client left, or its calls were answered already).
+    fn complete(&self, token: u64, reply: ReplyResult) -> bool;
+}
+
+// === impl Settle ===
+
+impl Settle {
+    /// Delivers the outcome. Returns false when nobody wanted it any more.
+    pub(crate) fn complete(self, reply: ReplyResult) -> bool {
+        self.caller.complete(self.token, reply)
+    }
 }
 
 impl From<oneshot::Sender<ReplyResult>> for Waiter {
@@ -89,7 +108,7 @@ impl Waiter {
     pub(super) fn deadline(&self) -> Option<tokio::time::Instant> {
         match self {
             Waiter::Task(_) => None,
-            Waiter::Direct(c, _) => Some(c.deadline()),
+            Waiter::Direct(c, _) => Some(c.deadline),
         }
     }
 }
