@@ -20,8 +20,10 @@
 //! (`max_in_flight`). A call whose client left is dropped unsent when it
 //! comes up (to be written, or to expire); a shutdown's grace period over,
 //! a session withdraws its parked calls and answers them `unavailable`.
+//! The queue itself (`lot`) allocates nothing per call once grown: its
+//! slab and its two orders keep room for 64 calls when it runs empty, and
+//! hold at most `2n + 64` keys each for `n` calls parked.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
@@ -33,31 +35,19 @@ use super::direct::Submission;
 use super::link::{Caller, Settle};
 use crate::error::{ErrorKind, GatewayError};
 
-/// The parked calls of one upstream.
+mod lot;
+
+use lot::{Lot, Parked};
+
+/// The parked calls of one upstream, and whether it can take them.
 #[derive(Debug)]
 pub(crate) struct Queue {
-    /// Number of the next parked call.
-    next: u64,
-    /// By arrival.
-    fifo: BTreeMap<u64, Parked>,
-    /// (expiry, number), earliest first: what the timer answers next.
-    by_expiry: BTreeSet<(Instant, u64)>,
+    /// The calls, in arrival and in expiry order.
+    lot: Lot<Submission>,
     /// Since when no link has been up (`None` while one is).
     down_since: Option<Instant>,
     /// Set when the timer stopped (the upstream is closed): nothing parks.
     closed: bool,
-}
-
-/// One parked call.
-#[derive(Debug)]
-struct Parked {
-    call: Submission,
-    enqueued: Instant,
-    /// The earlier of the queue timeout and the request's deadline.
-    expires: Instant,
-    /// Whether `expires` is the request's deadline (`timeout`) rather than
-    /// the queue timeout (`resource_exhausted`).
-    by_deadline: bool,
 }
 
 // === impl Queue ===
@@ -66,26 +56,19 @@ impl Queue {
     /// An empty queue of an upstream with no link up yet.
     pub(super) fn new() -> Self {
         Queue {
-            next: 0,
-            fifo: BTreeMap::new(),
-            by_expiry: BTreeSet::new(),
+            lot: Lot::new(),
             down_since: Some(Instant::now()),
             closed: false,
         }
     }
 
-    fn remove(&mut self, seq: u64) -> Option<Parked> {
-        let p = self.fifo.remove(&seq)?;
-        self.by_expiry.remove(&(p.expires, seq));
-        Some(p)
-    }
-
-    /// The front call, if no link has been up for `patience` since it
-    /// came (or since the links went down, if later).
-    fn front_unconnected(&self, patience: std::time::Duration) -> Option<(u64, Instant)> {
+    /// When the front call gives up for want of a link: no link has been
+    /// up for `patience` since it came (or since the links went down, if
+    /// later).
+    fn front_unconnected(&mut self, patience: std::time::Duration) -> Option<Instant> {
         let since = self.down_since?;
-        let (seq, p) = self.fifo.first_key_value()?;
-        Some((*seq, p.enqueued.max(since) + patience))
+        let enqueued = self.lot.front_enqueued()?;
+        Some(enqueued.max(since) + patience)
     }
 }
 
@@ -116,23 +99,10 @@ impl Admission {
                 .complete(Err(not_connected(&self.shared.cfg.name)));
             return;
         }
-        let seq = q.next;
-        q.next += 1;
-        let earliest = q.by_expiry.first().is_none_or(|(at, _)| expires < *at);
-        let first = q.fifo.is_empty();
-        q.by_expiry.insert((expires, seq));
-        q.fifo.insert(
-            seq,
-            Parked {
-                call,
-                enqueued: now,
-                expires,
-                by_deadline,
-            },
-        );
+        let wake = q.lot.push(call, now, expires, by_deadline);
         self.parked_len.fetch_add(1, Ordering::Release);
         drop(q);
-        if earliest || first {
+        if wake {
             self.wake.notify_one();
         }
         // Pairs with the fence in `freed`: room freed meanwhile is seen.
@@ -186,10 +156,9 @@ impl Admission {
     }
 
     /// Takes the oldest parked call out.
-    fn pop_front(&self) -> Option<Parked> {
+    fn pop_front(&self) -> Option<Parked<Submission>> {
         let mut q = self.parked.lock();
-        let (seq, p) = q.fifo.pop_first()?;
-        q.by_expiry.remove(&(p.expires, seq));
+        let p = q.lot.pop_front()?;
         self.parked_len.fetch_sub(1, Ordering::Release);
         drop(q);
         self.queued.fetch_sub(1, Ordering::AcqRel);
@@ -202,31 +171,22 @@ impl Admission {
         let patience = self.shared.cfg.connect_timeout;
         let mut due = Vec::new();
         let mut q = self.parked.lock();
-        while let Some(&(at, seq)) = q.by_expiry.first() {
-            if at > now {
-                break;
-            }
-            if let Some(p) = q.remove(seq) {
-                let err = if p.by_deadline {
-                    GatewayError::new(ErrorKind::Timeout)
-                } else {
-                    queue_timeout(self.shared.cfg.queue_timeout)
-                };
-                due.push((p.call, err));
-            }
+        while let Some(p) = q.lot.pop_expired(now) {
+            let err = if p.by_deadline {
+                GatewayError::new(ErrorKind::Timeout)
+            } else {
+                queue_timeout(self.shared.cfg.queue_timeout)
+            };
+            due.push((p.call, err));
         }
-        while let Some((seq, at)) = q.front_unconnected(patience) {
-            if at > now {
-                break;
-            }
-            if let Some(p) = q.remove(seq) {
+        while q.front_unconnected(patience).is_some_and(|at| at <= now) {
+            if let Some(p) = q.lot.pop_front() {
                 due.push((p.call, not_connected(&self.shared.cfg.name)));
             }
         }
-        let next = q.by_expiry.first().map(|(at, _)| *at);
-        let next = match (next, q.front_unconnected(patience)) {
-            (Some(a), Some((_, b))) => Some(a.min(b)),
-            (a, b) => a.or(b.map(|(_, at)| at)),
+        let next = match (q.lot.next_expiry(), q.front_unconnected(patience)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         };
         self.parked_len.fetch_sub(due.len(), Ordering::Release);
         drop(q);
@@ -244,16 +204,11 @@ impl Admission {
     pub(super) fn withdraw(&self, caller: &Arc<dyn Caller>) -> Vec<Settle> {
         let me = Arc::as_ptr(caller).cast::<()>();
         let mut q = self.parked.lock();
-        let mine: Vec<u64> = q
-            .fifo
-            .iter()
-            .filter(|(_, p)| std::ptr::eq(Arc::as_ptr(&p.call.done.caller).cast::<()>(), me))
-            .map(|(seq, _)| *seq)
-            .collect();
-        let out: Vec<_> = mine
+        let out: Vec<_> = q
+            .lot
+            .take_where(|call| std::ptr::eq(Arc::as_ptr(&call.done.caller).cast::<()>(), me))
             .into_iter()
-            .filter_map(|seq| q.remove(seq))
-            .map(|p| p.call.done)
+            .map(|call| call.done)
             .collect();
         self.parked_len.fetch_sub(out.len(), Ordering::Release);
         drop(q);
@@ -308,11 +263,7 @@ pub(super) async fn run(admission: Arc<Admission>, shutdown: CancellationToken) 
     let left: Vec<Submission> = {
         let mut q = admission.parked.lock();
         q.closed = true;
-        q.by_expiry.clear();
-        let left: Vec<_> = std::mem::take(&mut q.fifo)
-            .into_values()
-            .map(|p| p.call)
-            .collect();
+        let left = q.lot.drain();
         admission.parked_len.store(0, Ordering::Release);
         left
     };
