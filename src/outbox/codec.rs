@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use axum::extract::ws::Utf8Bytes;
 use parking_lot::Mutex;
 
 use super::Outgoing;
@@ -81,22 +82,25 @@ impl OutCodec {
             return None;
         };
         if let Ok(text) = render_batch(msgs, *style) {
-            return Some(Outgoing::Text(text));
+            return Some(Outgoing::Text(text.into()));
         }
         // One item could not be rendered: render item by item, replacing it.
-        let parts: Vec<String> = msgs
+        let parts: Vec<Utf8Bytes> = msgs
             .iter()
             .filter_map(|m| match self.encode(m) {
                 Some(Outgoing::Text(t)) => Some(t),
                 _ => None,
             })
             .collect();
-        Some(Outgoing::Text(format!("[{}]", parts.join(","))))
+        let parts: Vec<&str> = parts.iter().map(Utf8Bytes::as_str).collect();
+        Some(Outgoing::Text(format!("[{}]", parts.join(",")).into()))
     }
 
     fn try_encode(&self, msg: &Message) -> Option<Outgoing> {
         let out = match &self.form {
-            Form::Text(_, style) => render_exact(msg, *style).ok().map(Outgoing::Text),
+            Form::Text(_, style) => render_exact(msg, *style)
+                .ok()
+                .map(|text| Outgoing::Text(text.into())),
             Form::Sideband(sbp) => encode_shared(|| sbp.lock(), msg).ok().map(Outgoing::Binary),
         };
         if out.is_some() {

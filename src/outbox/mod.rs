@@ -54,6 +54,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::ws::Utf8Bytes;
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -72,8 +73,9 @@ pub(crate) use codec::{Form, OutCodec};
 /// What the writer of a connection sends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outgoing {
-    /// One text frame / NDJSON line.
-    Text(String),
+    /// One text frame / NDJSON line. Shared bytes: an event fanned out to
+    /// many clients is one buffer, not a copy per client.
+    Text(Utf8Bytes),
     /// One binary frame (Sideband).
     Binary(Vec<u8>),
     /// A WebSocket ping (liveness check).

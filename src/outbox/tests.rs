@@ -83,7 +83,7 @@ proptest! {
                         largest = largest.max(text.len());
                         let size = i64::try_from(text.len()).unwrap();
                         let fits = outbox.inner.budget.fits(size);
-                        match outbox.offer_frame(Outgoing::Text(text)) {
+                        match outbox.offer_frame(Outgoing::Text(text.into())) {
                             Offer::Queued => accepted.push(tag),
                             // Dropped only when full: messages, bytes, or
                             // a reply waiting for room.
@@ -104,7 +104,7 @@ proptest! {
                         // dropped and the client is slow).
                         let o = outbox.clone();
                         waiting.push(tokio::spawn(async move {
-                            o.inner.queue(Outgoing::Text(text)).await
+                            o.inner.queue(Outgoing::Text(text.into())).await
                         }));
                         tokio::task::yield_now().await;
                     }

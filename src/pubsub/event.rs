@@ -4,6 +4,8 @@
 
 use std::sync::{Arc, OnceLock};
 
+use axum::extract::ws::Utf8Bytes;
+
 use crate::dialect::sideband::envelope::{encode_envelope, Encoding, EnvelopeError};
 use crate::dialect::sideband::transcode::{self, TranscodeError};
 use crate::envelope::{Message, Payload};
@@ -44,7 +46,7 @@ pub struct Event<'a> {
     params: OnceLock<Result<Arc<str>, TranscodeError>>,
     /// The whole JSON-RPC `rpc.notification` frame, computed by the first
     /// JSON-RPC or NDJSON subscriber.
-    notification: OnceLock<Result<Arc<str>, TranscodeError>>,
+    notification: OnceLock<Result<Utf8Bytes, TranscodeError>>,
     /// The Sideband `N` envelope `{t:"N", e:topic, d:data}` per encoding
     /// (JSON v1, CBOR v2): it carries no per-peer id, so only the frame
     /// around it differs between Sideband subscribers.
@@ -92,11 +94,11 @@ impl<'a> Event<'a> {
 
     /// The whole notification frame
     /// `{"jsonrpc":"2.0","method":"rpc.notification","params":{…}}`.
-    pub fn notification_json(&self) -> Result<&Arc<str>, &TranscodeError> {
+    pub fn notification_json(&self) -> Result<&Utf8Bytes, &TranscodeError> {
         self.notification
             .get_or_init(|| {
                 let params = self.params_json().map_err(Clone::clone)?;
-                Ok(Arc::from(format!(
+                Ok(Utf8Bytes::from(format!(
                     r#"{{"jsonrpc":"2.0","method":"{NOTIFICATION_METHOD}","params":{params}}}"#
                 )))
             })
@@ -146,10 +148,14 @@ mod tests {
         let first = Arc::clone(event.params_json().unwrap());
         assert_eq!(&*first, r#"{"topic":"orders.eu","data":{"n": 1.0}}"#);
         assert!(Arc::ptr_eq(&first, event.params_json().unwrap()), "shared");
+        let frame = event.notification_json().unwrap();
         assert_eq!(
-            &**event.notification_json().unwrap(),
+            frame.as_str(),
             r#"{"jsonrpc":"2.0","method":"rpc.notification","params":{"topic":"orders.eu","data":{"n": 1.0}}}"#
         );
+        // Every subscriber's frame is the same buffer, not a copy.
+        let again = event.notification_json().unwrap().clone();
+        assert_eq!(again.as_str().as_ptr(), frame.as_str().as_ptr(), "shared");
     }
 
     #[test]

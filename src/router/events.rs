@@ -62,7 +62,7 @@ impl EventSink {
                 match self
                     .pusher
                     .outbox()
-                    .offer_frame(Outgoing::Text(text.to_string()))
+                    .offer_frame(Outgoing::Text(text.clone()))
                 {
                     Offer::Full => Err(EventDrop::SlowConsumer),
                     offer => Ok(offer),

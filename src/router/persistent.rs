@@ -67,7 +67,7 @@ impl PersistentSink {
                 let frame = format!(
                     r#"{{"jsonrpc":"2.0","method":"{NOTIFICATION_METHOD}","params":{params}}}"#
                 );
-                outbox.deliver_frame(Outgoing::Text(frame)).await
+                outbox.deliver_frame(Outgoing::Text(frame.into())).await
             }
             EventForm::Request => {
                 let params = Payload::Json(raw_from_string(params));

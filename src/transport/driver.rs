@@ -166,7 +166,7 @@ where
         let verdict = match frame {
             Incoming::Text(text) if cfg.echo && text.len() <= cfg.max_message_bytes => {
                 outbox
-                    .send_frame(Outgoing::Text(str::to_owned(&text)))
+                    .send_frame(Outgoing::Text(str::to_owned(&text).into()))
                     .await;
                 Verdict::Continue
             }

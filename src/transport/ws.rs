@@ -259,7 +259,7 @@ struct WsSink(futures_util::stream::SplitSink<WebSocket, WsMessage>);
 impl FrameSink for WsSink {
     async fn feed(&mut self, out: Outgoing) -> Result<(), ()> {
         let msg = match out {
-            Outgoing::Text(text) => WsMessage::Text(text.into()),
+            Outgoing::Text(text) => WsMessage::Text(text),
             Outgoing::Binary(bytes) => WsMessage::Binary(bytes.into()),
             Outgoing::Ping => WsMessage::Ping(Default::default()),
             Outgoing::Close(..) => return Ok(()),

@@ -5,7 +5,7 @@
 use super::*;
 
 fn text(n: usize) -> Outgoing {
-    Outgoing::Text("x".repeat(n))
+    Outgoing::Text("x".repeat(n).into())
 }
 
 #[tokio::test]
