@@ -45,6 +45,17 @@ fn calls_come_out_in_arrival_order_and_expire_in_expiry_order() {
     assert!(lot.push(9, t, at(t, 1_000), false));
 }
 
+/// Both orders hold at most `2n + SLACK` keys for `n` calls parked.
+fn assert_keys_bounded<T>(lot: &Lot<T>) {
+    let (fifo, heap) = lot.keys();
+    let most = 2 * lot.len() + SLACK;
+    assert!(
+        fifo <= most && heap <= most,
+        "{fifo}, {heap} keys for {} calls",
+        lot.len()
+    );
+}
+
 /// Calls taken by one order leave stale keys in the other; both stay
 /// within `2n + SLACK` keys for `n` calls parked, however the calls leave.
 #[test]
@@ -60,24 +71,12 @@ fn stale_keys_stay_bounded_under_churn() {
         if !kept {
             assert_eq!(lot.pop_expired(at(t, i)).map(|p| p.call), Some(i));
         }
-        let (fifo, heap) = lot.keys();
-        let most = 2 * lot.len() + SLACK;
-        assert!(
-            fifo <= most && heap <= most,
-            "{fifo}, {heap} keys for {} calls",
-            lot.len()
-        );
+        assert_keys_bounded(&lot);
     }
     // And the other way: calls leave by the front, their expiries stay.
     while lot.len() > 1 {
         lot.pop_front();
-        let (fifo, heap) = lot.keys();
-        let most = 2 * lot.len() + SLACK;
-        assert!(
-            fifo <= most && heap <= most,
-            "{fifo}, {heap} keys for {} calls",
-            lot.len()
-        );
+        assert_keys_bounded(&lot);
     }
 }
 
