@@ -296,5 +296,12 @@ async fn parked_requests_are_answered_unavailable_when_the_shutdown_grace_ends()
     stopping.await.expect("shutdown");
     // Only the hold ever reached the upstream.
     assert!(seen.try_recv().is_err());
+    // Each call was answered once: the gateway closes both connections
+    // with nothing after those answers.
+    for client in [&mut c, &mut holder] {
+        if let Ok(extra) = client.next().await {
+            panic!("a second answer: {extra}");
+        }
+    }
     drop(release);
 }
