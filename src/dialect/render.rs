@@ -243,8 +243,9 @@ fn push_payload(out: &mut String, payload: &Payload, style: Style) -> Result<(),
         }
         Payload::Json(raw) => {
             let text = raw.get();
-            let bytes = text.as_bytes();
-            if style == Style::Line && (bytes.contains(&b'\n') || bytes.contains(&b'\r')) {
+            // Valid JSON has raw line breaks only between tokens (never in
+            // a string); one SIMD pass finds either.
+            if style == Style::Line && memchr::memchr2(b'\n', b'\r', text.as_bytes()).is_some() {
                 minify_into(text, out);
             } else {
                 out.push_str(text);
@@ -328,6 +329,35 @@ mod tests {
                     render_request_into(42, method, payload.as_ref(), style, &mut out).unwrap();
                     assert_eq!(out, format!("before\n{expected}"));
                 }
+            }
+        }
+    }
+
+    /// On a line, a payload with a line break of either kind, anywhere, is
+    /// minified onto the line; one without is copied as it is, spaces and
+    /// all (and every payload in a frame).
+    #[test]
+    fn a_line_break_anywhere_in_a_payload_minifies_it_on_a_line() {
+        let long = "x".repeat(5_000);
+        for (text, minified) in [
+            ("[1,\n2]", "[1,2]"),
+            ("[1,\r2]", "[1,2]"),
+            ("[1,\r\n2]", "[1,2]"),
+            ("{\"a\": 1}", "{\"a\": 1}"),
+        ] {
+            for at in [0, 31, 32, 33, 4_999] {
+                // The break (or the space) moved to every offset of a long
+                // value, where a SIMD search changes lanes.
+                let text = text.replacen('1', &format!("[\"{}\",1]", &long[..at]), 1);
+                let minified = minified.replacen('1', &format!("[\"{}\",1]", &long[..at]), 1);
+                let payload = Payload::Json(raw_from_string(text.clone()));
+                let line = render_request(1, "m", Some(&payload), Style::Line).unwrap();
+                assert_eq!(
+                    line,
+                    format!(r#"{{"jsonrpc":"2.0","method":"m","params":{minified},"id":1}}"#)
+                );
+                let frame = render_request(1, "m", Some(&payload), Style::Frame).unwrap();
+                assert!(frame.contains(&text), "a frame keeps the text as it is");
             }
         }
     }
