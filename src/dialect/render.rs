@@ -42,12 +42,26 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
 }
 
+/// Texts expected from this long are rendered straight into an
+/// allocation of their own, sized by an estimate and shrunk to fit, which
+/// the allocator does in place: for a large reply that costs less than the
+/// copy out of the scratch buffer.
+const DIRECT_FROM: usize = 4 * 1024;
+
 /// [`render`], into an allocation of exactly the text's length: the text
 /// is rendered in a per-thread scratch buffer (at most [`SCRATCH_KEPT`]
-/// bytes kept) and copied. A frame handed to the WebSocket library becomes
+/// bytes kept) and copied, or, from [`DIRECT_FROM`] bytes, rendered in
+/// place and shrunk. A frame handed to the WebSocket library becomes
 /// `Bytes` without a second allocation (one with spare capacity needs a
 /// shared header), and holds no spare capacity while it is queued.
 pub fn render_exact(msg: &Message, style: Style) -> Result<String, NotJson> {
+    let estimate = 64 + approx_len(msg);
+    if estimate >= DIRECT_FROM {
+        let mut out = String::with_capacity(estimate);
+        render_into(msg, style, &mut out)?;
+        out.shrink_to_fit();
+        return Ok(out);
+    }
     SCRATCH.with_borrow_mut(|scratch| {
         scratch.clear();
         let rendered = render_into(msg, style, scratch).map(|()| scratch.as_str().to_owned());
