@@ -1,0 +1,121 @@
+//! Rendering: requests from borrowed parts, exact-length replies, line
+//! breaks on NDJSON lines, CBOR params.
+#![allow(clippy::unwrap_used)]
+
+use super::{
+    render, render_exact, render_request, render_request_into, NotJson, Style, SCRATCH,
+    SCRATCH_KEPT,
+};
+use crate::envelope::{raw_from_string, Message, Payload, WireId};
+
+/// `render_request` writes what `render` writes for the same request.
+#[test]
+fn render_request_matches_render() {
+    let params = [
+        None,
+        Some(r#"{"pad":"x"}"#),
+        Some("[1, 2,\n 3]"),
+        Some(r#"{"s":"a\nb"}"#),
+    ];
+    for style in [Style::Frame, Style::Line, Style::Holon] {
+        for p in params {
+            for method in ["echo", "we\"ird\n"] {
+                let payload = p.map(|t| Payload::Json(raw_from_string(t.to_string())));
+                let msg = Message::Request {
+                    id: WireId::number(42),
+                    method: method.into(),
+                    params: payload.clone(),
+                };
+                let expected = render(&msg, style).unwrap();
+                assert_eq!(
+                    render_request(42, method, payload.as_ref(), style).unwrap(),
+                    expected
+                );
+                // Appended after what the buffer already holds.
+                let mut out = String::from("before\n");
+                render_request_into(42, method, payload.as_ref(), style, &mut out).unwrap();
+                assert_eq!(out, format!("before\n{expected}"));
+            }
+        }
+    }
+}
+
+/// On a line, a payload with a line break of either kind, anywhere, is
+/// minified onto the line; one without is copied as it is, spaces and
+/// all (and every payload in a frame).
+#[test]
+fn a_line_break_anywhere_in_a_payload_minifies_it_on_a_line() {
+    let long = "x".repeat(5_000);
+    for (text, minified) in [
+        ("[1,\n2]", "[1,2]"),
+        ("[1,\r2]", "[1,2]"),
+        ("[1,\r\n2]", "[1,2]"),
+        ("{\"a\": 1}", "{\"a\": 1}"),
+    ] {
+        for at in [0, 31, 32, 33, 4_999] {
+            // The break (or the space) moved to every offset of a long
+            // value, where a SIMD search changes lanes.
+            let text = text.replacen('1', &format!("[\"{}\",1]", &long[..at]), 1);
+            let minified = minified.replacen('1', &format!("[\"{}\",1]", &long[..at]), 1);
+            let payload = Payload::Json(raw_from_string(text.clone()));
+            let line = render_request(1, "m", Some(&payload), Style::Line).unwrap();
+            assert_eq!(
+                line,
+                format!(r#"{{"jsonrpc":"2.0","method":"m","params":{minified},"id":1}}"#)
+            );
+            let frame = render_request(1, "m", Some(&payload), Style::Frame).unwrap();
+            assert!(frame.contains(&text), "a frame keeps the text as it is");
+        }
+    }
+}
+
+/// CBOR params (Sideband v2 clients) are transcoded where the request
+/// is written, into what their JSON twin renders; a line keeps its
+/// line breaks escaped. Params JSON cannot carry leave nothing behind.
+#[test]
+fn cbor_params_render_as_their_json_twin() {
+    let twin = r#"{"pad":"a\nb","n":[1,-2,1.5],"t":true,"z":null}"#;
+    let cbor = crate::dialect::sideband::json_to_cbor(&raw_from_string(twin.into())).unwrap();
+    let json = Payload::Json(raw_from_string(twin.into()));
+    for style in [Style::Frame, Style::Line, Style::Holon] {
+        let mut out = String::from("before\n");
+        render_request_into(
+            7,
+            "echo",
+            Some(&Payload::Cbor(cbor.clone())),
+            style,
+            &mut out,
+        )
+        .unwrap();
+        let expected = render_request(7, "echo", Some(&json), style).unwrap();
+        assert_eq!(out, format!("before\n{expected}"), "{style:?}");
+        assert!(!out["before\n".len()..].contains('\n'));
+    }
+    // NaN (half float 0x7e00) has no JSON form.
+    let nan = Payload::Cbor(vec![0xf9, 0x7e, 0x00]);
+    assert_eq!(
+        render_request(7, "echo", Some(&nan), Style::Line),
+        Err(NotJson)
+    );
+}
+
+/// `render_exact` writes what `render` writes, with no spare capacity,
+/// and keeps no scratch buffer above its bound.
+#[test]
+fn render_exact_is_render_without_spare_capacity() {
+    let reply = |len: usize| Message::Response {
+        id: WireId::number(7),
+        result: crate::envelope::Outcome::Value(Payload::Json(raw_from_string(format!(
+            "\"{}\"",
+            "x".repeat(len)
+        )))),
+    };
+    for len in [0, 10, 300, 5_000, SCRATCH_KEPT + 1, 200] {
+        let msg = reply(len);
+        let exact = render_exact(&msg, Style::Frame).unwrap();
+        assert_eq!(exact, render(&msg, Style::Frame).unwrap(), "{len}");
+        assert_eq!(exact.capacity(), exact.len(), "{len}");
+        let kept = SCRATCH.with_borrow(String::capacity);
+        assert!(kept <= SCRATCH_KEPT, "{len}: scratch keeps {kept} bytes");
+    }
+}
