@@ -103,10 +103,9 @@ pub fn decode_envelope(data: &[u8], enc: Encoding) -> Result<Message, EnvelopeEr
 /// Encodes one message as an envelope. A [`Payload`] in the other
 /// encoding is transcoded; one in the same encoding is copied as is.
 pub fn encode_envelope(msg: &Message, enc: Encoding) -> Result<Vec<u8>, EnvelopeError> {
-    match enc {
-        Encoding::Json => json::encode(msg),
-        Encoding::Cbor => cbor::encode(msg),
-    }
+    let mut buf = Vec::new();
+    encode_envelope_into(msg, enc, &mut buf)?;
+    Ok(buf)
 }
 
 /// Whether an envelope belongs on a subject (§6): `rpc` carries `r`, `R`

@@ -9,9 +9,7 @@ use compact_str::CompactString;
 
 use crate::envelope::{Message, Outcome, Payload};
 
-use super::{
-    build, capacity, integral_code, outbound_cid, Cid, CodeError, EnvelopeError, Fields, Member,
-};
+use super::{build, integral_code, outbound_cid, Cid, CodeError, EnvelopeError, Fields, Member};
 use crate::dialect::sideband::cbor::{self as wire, KeyId, MapKeys, Reader};
 use crate::dialect::sideband::transcode;
 
@@ -72,12 +70,6 @@ pub(super) fn decode(data: &[u8]) -> Result<Message, EnvelopeError> {
         return Err(malformed(wire::CborError::Trailing));
     }
     build(&raw)
-}
-
-pub(super) fn encode(msg: &Message) -> Result<Vec<u8>, EnvelopeError> {
-    let mut out = Vec::with_capacity(capacity(msg));
-    encode_into(msg, &mut out)?;
-    Ok(out)
 }
 
 /// Appends `msg`'s envelope to `out`; on error, `out` may hold part of it.

@@ -10,9 +10,7 @@ use serde_json::value::RawValue;
 
 use crate::envelope::{Message, Outcome, Payload};
 
-use super::{
-    build, capacity, integral_code, outbound_cid, Cid, CodeError, EnvelopeError, Fields, Member,
-};
+use super::{build, integral_code, outbound_cid, Cid, CodeError, EnvelopeError, Fields, Member};
 use crate::dialect::json_string::push_json_string;
 use crate::dialect::sideband::{hex, transcode};
 
@@ -60,12 +58,6 @@ pub(super) fn decode(data: &[u8]) -> Result<Message, EnvelopeError> {
     let raw: RawEnvelope<'_> =
         serde_json::from_str(text).map_err(|e| EnvelopeError::Malformed(e.to_string()))?;
     build(&raw)
-}
-
-pub(super) fn encode(msg: &Message) -> Result<Vec<u8>, EnvelopeError> {
-    let mut out = String::with_capacity(capacity(msg));
-    encode_into(msg, &mut out)?;
-    Ok(out.into_bytes())
 }
 
 /// Appends `msg`'s envelope to `out`; on error, `out` may hold part of it.
