@@ -26,6 +26,18 @@ fn queue_full() -> GatewayError {
         .on(Side::Upstream)
 }
 
+/// What a line rendered into an NDJSON write queue gives `queue_request`:
+/// its length to count, or why it was not queued.
+fn rendered_in_queue(
+    rendered: Result<usize, Refused<GatewayError>>,
+) -> Result<Option<usize>, GatewayError> {
+    match rendered {
+        Ok(len) => Ok(Some(len)),
+        Err(Refused::Full) => Err(queue_full()),
+        Err(Refused::Render(e)) => Err(e),
+    }
+}
+
 /// Takes back the ids of a batch that could not be sent.
 fn cancel_all(table: &mut Correlator<Waiter>, ids: &[Option<u64>]) {
     for id in ids.iter().flatten() {
@@ -133,11 +145,7 @@ impl Link {
                 let rendered = lines.push_with(request_len(method, params), |out| {
                     self.render_request_into(gid, method, params, out)
                 });
-                return match rendered {
-                    Ok(len) => Ok(Some(len)),
-                    Err(Refused::Full) => Err(queue_full()),
-                    Err(Refused::Render(e)) => Err(e),
-                };
+                return rendered_in_queue(rendered);
             }
             Text::Head(head) => match self.out.lines() {
                 Some(lines) if head.len() + ID_ROOM <= MOVE_BYTES => {
@@ -145,11 +153,7 @@ impl Link {
                         self.finish_request_into(&head, gid, out)
                     });
                     give_back_head(head);
-                    return match rendered {
-                        Ok(len) => Ok(Some(len)),
-                        Err(Refused::Full) => Err(queue_full()),
-                        Err(Refused::Render(e)) => Err(e),
-                    };
+                    return rendered_in_queue(rendered);
                 }
                 _ => {
                     let line = self.finish_request(head, gid)?;
