@@ -170,7 +170,7 @@ impl<T> Lot<T> {
     }
 
     fn is_live(&self, seq: u64, key: usize) -> bool {
-        self.calls.get(key).is_some_and(|p| p.seq == seq)
+        live(&self.calls, seq, key)
     }
 
     /// Takes call `seq` out of the slab, if it is still there; compacts
@@ -180,8 +180,8 @@ impl<T> Lot<T> {
             return None;
         }
         let parked = self.calls.try_remove(key)?;
-        let live = self.calls.len();
-        if live == 0 {
+        let parked_now = self.calls.len();
+        if parked_now == 0 {
             self.fifo.clear();
             self.by_expiry.clear();
             if self.calls.capacity() > KEPT {
@@ -191,16 +191,15 @@ impl<T> Lot<T> {
             }
             return Some(parked);
         }
-        let most = 2 * live + SLACK;
+        let most = 2 * parked_now + SLACK;
         if self.fifo.len() > most {
             let calls = &self.calls;
-            self.fifo
-                .retain(|&(seq, key)| calls.get(key).is_some_and(|p| p.seq == seq));
+            self.fifo.retain(|&(seq, key)| live(calls, seq, key));
         }
         if self.by_expiry.len() > most {
             let calls = &self.calls;
             self.by_expiry
-                .retain(|Reverse((_, seq, key))| calls.get(*key).is_some_and(|p| p.seq == *seq));
+                .retain(|&Reverse((_, seq, key))| live(calls, seq, key));
         }
         Some(parked)
     }
@@ -216,6 +215,12 @@ impl<T> Lot<T> {
     fn room(&self) -> usize {
         self.calls.capacity()
     }
+}
+
+/// Whether key `key` still holds call number `seq` (a slot may have been
+/// reused by a later call).
+fn live<T>(calls: &Slab<Parked<T>>, seq: u64, key: usize) -> bool {
+    calls.get(key).is_some_and(|p| p.seq == seq)
 }
 
 #[cfg(test)]
