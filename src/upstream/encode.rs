@@ -294,3 +294,21 @@ impl Link {
 fn not_json() -> GatewayError {
     GatewayError::with_detail(ErrorKind::InvalidParams, "params cannot be carried as JSON")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{give_back_head, HEAD, HEAD_KEPT};
+
+    /// The head buffer a thread keeps is at most `HEAD_KEPT` bytes, and it
+    /// comes back empty.
+    #[test]
+    fn a_thread_keeps_one_head_buffer_within_its_bound() {
+        let mut head = String::with_capacity(100);
+        head.push_str("{\"jsonrpc\":\"2.0\"");
+        give_back_head(head);
+        let kept = HEAD.take();
+        assert!(kept.is_empty() && kept.capacity() >= 100);
+        give_back_head(String::with_capacity(HEAD_KEPT + 1));
+        assert_eq!(HEAD.take().capacity(), 0, "a larger buffer is let go");
+    }
+}
