@@ -355,7 +355,7 @@ mod sideband {
         let msg = Message::Request {
             id: WireId::Cid(cid(id)),
             method: "echo".into(),
-            params: Some(Payload::Json(params)),
+            params: Some(Payload::Json(params.into())),
         };
         let data = encode_envelope(&msg, Encoding::Cbor)?;
         Ok(encode(&Frame::message(random_id(), Subject::Rpc, data)))

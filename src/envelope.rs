@@ -11,6 +11,10 @@ use std::fmt;
 use compact_str::{format_compact, CompactString, ToCompactString};
 use serde_json::value::RawValue;
 
+mod raw_json;
+
+pub use raw_json::RawJson;
+
 /// An id exactly as it arrived on the wire. Never parsed for meaning.
 /// Equality is byte equality of the raw token.
 #[derive(Clone)]
@@ -35,7 +39,7 @@ pub struct JsonToken(CompactString);
 #[derive(Clone)]
 pub enum Payload {
     /// Raw JSON text.
-    Json(Box<RawValue>),
+    Json(RawJson),
     /// Raw CBOR bytes (Sideband v2 envelopes).
     Cbor(Vec<u8>),
 }
@@ -211,7 +215,7 @@ impl fmt::Debug for JsonToken {
 impl Payload {
     /// A JSON payload from text known to be valid JSON.
     pub fn json(text: &str) -> Result<Self, serde_json::Error> {
-        RawValue::from_string(text.to_owned()).map(Payload::Json)
+        RawValue::from_string(text.to_owned()).map(|raw| Payload::Json(raw.into()))
     }
 
     /// Its size in its own encoding: JSON text or CBOR bytes.
@@ -219,6 +223,15 @@ impl Payload {
         match self {
             Payload::Json(raw) => raw.get().len(),
             Payload::Cbor(bytes) => bytes.len(),
+        }
+    }
+
+    /// A copy sharing nothing with the frame or line it was read from (see
+    /// [`RawJson`]), for whatever keeps it beyond its request or reply.
+    pub fn detach(&self) -> Payload {
+        match self {
+            Payload::Json(raw) => Payload::Json(raw.detach()),
+            Payload::Cbor(bytes) => Payload::Cbor(bytes.clone()),
         }
     }
 
@@ -286,12 +299,8 @@ impl Kind {
 }
 
 /// Wraps text switchyard itself produced and knows to be valid JSON.
-pub(crate) fn raw_from_string(text: String) -> Box<RawValue> {
-    match RawValue::from_string(text) {
-        Ok(raw) => raw,
-        // Only reachable through a bug in a caller of this crate-private helper.
-        Err(_) => RawValue::NULL.to_owned(),
-    }
+pub(crate) fn raw_from_string(text: String) -> RawJson {
+    RawJson::from_string(text)
 }
 
 #[cfg(test)]

@@ -58,7 +58,11 @@ async fn backend_with(nats: &NatsServer) -> (JetStream, Meters) {
 }
 
 fn json(n: u64) -> Payload {
-    Payload::Json(RawValue::from_string(format!("{{\"n\":{n}}}")).unwrap())
+    Payload::Json(
+        RawValue::from_string(format!("{{\"n\":{n}}}"))
+            .unwrap()
+            .into(),
+    )
 }
 
 async fn next(rx: &mut mpsc::Receiver<Stored>) -> Stored {

@@ -34,7 +34,9 @@ pub(super) fn holon_rpc(c: &mut Criterion) {
     for (id, text) in &texts {
         decoded(text);
         bytes(&mut g, text);
-        g.bench_function(*id, |b| b.iter(|| holon::decode(black_box(text))));
+        // Read into shared bytes once, as the transport does.
+        let text = bytestring::ByteString::from(text.as_str());
+        g.bench_function(*id, |b| b.iter(|| holon::decode(black_box(&text))));
     }
     g.finish();
 
@@ -50,7 +52,7 @@ pub(super) fn holon_rpc(c: &mut Criterion) {
 /// The fixture as holon decodes it: one valid message, or the bench would
 /// time an error path.
 fn decoded(text: &str) -> Message {
-    match holon::decode(text) {
+    match holon::decode(&bytestring::ByteString::from(text)) {
         Inbound::Single(Item::Valid(msg)) => msg,
         other => panic!("fixture is one valid holon-rpc message, got {other:?}"),
     }

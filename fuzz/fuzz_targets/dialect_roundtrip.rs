@@ -5,6 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use switchyard::dialect::render::{minify_into, render, Style};
+use bytestring::ByteString;
 use switchyard::dialect::sideband::{decode_envelope, encode_envelope, Encoding};
 use switchyard::dialect::{holon, jsonrpc, Inbound, Item};
 use switchyard::envelope::{Message, Outcome, Payload, WireId};
@@ -14,9 +15,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     match pick % 4 {
-        0 => text(input, Style::Frame, |t| jsonrpc::decode(t, 100)),
-        1 => text(input, Style::Line, |t| jsonrpc::decode(t, 100)),
-        2 => text(input, Style::Holon, holon::decode),
+        0 => text(input, Style::Frame, |t| jsonrpc::decode(&ByteString::from(t), 100)),
+        1 => text(input, Style::Line, |t| jsonrpc::decode(&ByteString::from(t), 100)),
+        2 => text(input, Style::Holon, |t| holon::decode(&ByteString::from(t))),
         _ => {
             for enc in [Encoding::Json, Encoding::Cbor] {
                 if let Ok(msg) = decode_envelope(input, enc) {
@@ -97,7 +98,9 @@ fn expected(msg: Message, style: Style) -> Message {
         } if style == Style::Holon => Message::Response {
             id,
             result: Outcome::Value(Payload::Json(
-                serde_json::value::RawValue::from_string("{}".into()).expect("valid JSON"),
+                serde_json::value::RawValue::from_string("{}".into())
+                    .expect("valid JSON")
+                    .into(),
             )),
         },
         other => other,

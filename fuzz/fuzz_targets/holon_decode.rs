@@ -6,6 +6,6 @@ use switchyard::dialect::holon;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = holon::decode(text);
+        let _ = holon::decode(&bytestring::ByteString::from(text));
     }
 });

@@ -7,6 +7,6 @@ use switchyard::dialect::jsonrpc;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = jsonrpc::decode(text, 100);
+        let _ = jsonrpc::decode(&bytestring::ByteString::from(text), 100);
     }
 });

@@ -7,6 +7,6 @@ use switchyard::dialect::jsonrpc;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = jsonrpc::decode_upstream(text);
+        let _ = jsonrpc::decode_upstream(&bytestring::ByteString::from(text));
     }
 });

@@ -29,7 +29,7 @@ pub async fn call_sideband(
     let url = ws_only(url)?;
     let id = frame::random_id();
     let params = params
-        .map(|p| RawValue::from_string(p).map(Payload::Json))
+        .map(|p| RawValue::from_string(p).map(|raw| Payload::Json(raw.into())))
         .transpose()
         .map_err(|e| ClientError::InvalidParams(e.to_string()))?;
     let envelope = Envelope::Request {

@@ -10,6 +10,8 @@
 //! - how a message over the size limit is answered before close 1009;
 //! - how replies are written (the rendering style of text dialects).
 
+use bytestring::ByteString;
+
 use super::render::Style;
 use super::{holon, jsonrpc, Dialect, Inbound};
 use crate::envelope::{raw_from_string, Message, Outcome, Payload, WireId};
@@ -92,7 +94,7 @@ impl ClientCodec {
 
     /// Decodes one text frame or line; a JSON-RPC batch holds at most
     /// `max_batch_items`.
-    pub fn decode(self, text: &str, max_batch_items: usize) -> Inbound {
+    pub fn decode(self, text: &ByteString, max_batch_items: usize) -> Inbound {
         match self.0 {
             Dialect::Holon => holon::decode(text),
             _ => jsonrpc::decode(text, max_batch_items),

@@ -9,13 +9,16 @@
 
 use std::collections::BTreeMap;
 
+use bytestring::ByteString;
 use serde_json::value::RawValue;
 
 use super::jsonrpc::parse_error_object;
 use super::{Dialect, Inbound, Item};
 use crate::close::CloseCode;
 use crate::dialect::errors;
-use crate::envelope::{raw_from_string, JsonToken, Message, Method, Outcome, Payload, WireId};
+use crate::envelope::{
+    raw_from_string, JsonToken, Message, Method, Outcome, Payload, RawJson, WireId,
+};
 use crate::error::{ErrorKind, GatewayError};
 
 /// The close for an unusable message: 1002, protocol error.
@@ -32,7 +35,7 @@ pub const NOT_OBJECT: &str = "invalid envelope: message must be an object";
 pub const NO_ID: &str = "invalid envelope: id must be a non-empty string";
 
 /// Decodes one text frame from a holon client.
-pub fn decode(text: &str) -> Inbound {
+pub fn decode(text: &ByteString) -> Inbound {
     // One pass over the text: an object is read straight into its members;
     // anything else is only checked for being JSON at all.
     if !text.trim_start().starts_with('{') {
@@ -49,13 +52,13 @@ pub fn decode(text: &str) -> Inbound {
     };
     let id = WireId::Json(JsonToken::from_raw(id));
     if map.contains_key("method") {
-        return Inbound::Single(request(&map, id));
+        return Inbound::Single(request(text, &map, id));
     }
-    Inbound::Single(reply(&map, id))
+    Inbound::Single(reply(text, &map, id))
 }
 
 /// A request: valid, or answered -32600 with the reason in `data`.
-fn request(map: &BTreeMap<String, &RawValue>, id: WireId) -> Item {
+fn request(source: &ByteString, map: &BTreeMap<String, &RawValue>, id: WireId) -> Item {
     let invalid = |reason: String| {
         let err = GatewayError::with_detail(ErrorKind::InvalidRequest, reason);
         Item::Invalid(Message::error(
@@ -80,7 +83,7 @@ fn request(map: &BTreeMap<String, &RawValue>, id: WireId) -> Item {
         None => None,
         // HolonClient sends null when the caller passes null: same as {}.
         Some(p) if p.get() == "null" => Some(Payload::Json(raw_from_string(String::from("{}")))),
-        Some(p) if p.get().starts_with('{') => Some(Payload::Json((*p).to_owned())),
+        Some(p) if p.get().starts_with('{') => Some(Payload::Json(RawJson::within(source, p))),
         Some(_) => return invalid(String::from("params must be an object")),
     };
     Item::Valid(Message::Request { id, method, params })
@@ -88,7 +91,7 @@ fn request(map: &BTreeMap<String, &RawValue>, id: WireId) -> Item {
 
 /// A reply to one of switchyard's pushes (or a frame with none of method,
 /// result and error: a void reply, as browsers send for `undefined`).
-fn reply(map: &BTreeMap<String, &RawValue>, id: WireId) -> Item {
+fn reply(source: &ByteString, map: &BTreeMap<String, &RawValue>, id: WireId) -> Item {
     let well_formed = unknown_key(map).is_none()
         && map.get("jsonrpc").is_some_and(|v| v.get() == "\"2.0\"")
         && !map.contains_key("params");
@@ -99,7 +102,7 @@ fn reply(map: &BTreeMap<String, &RawValue>, id: WireId) -> Item {
         }),
         (Some(result), None) if well_formed => Item::Valid(Message::Response {
             id,
-            result: Outcome::Value(Payload::Json((*result).to_owned())),
+            result: Outcome::Value(Payload::Json(RawJson::within(source, result))),
         }),
         (None, Some(error)) if well_formed => match parse_error_object(error) {
             Some(error) => Item::Valid(Message::Error {
@@ -159,7 +162,7 @@ pub fn is_structured(p: &Payload) -> bool {
 pub fn wrap_params(params: &Payload) -> Option<Payload> {
     let raw = match params {
         Payload::Json(raw) => raw.clone(),
-        Payload::Cbor(bytes) => crate::dialect::sideband::cbor_to_json(bytes).ok()?,
+        Payload::Cbor(bytes) => crate::dialect::sideband::cbor_to_json(bytes).ok()?.into(),
     };
     Some(Payload::Json(raw_from_string(format!(
         "{{\"value\":{}}}",

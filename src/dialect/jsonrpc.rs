@@ -2,14 +2,17 @@
 //! batches, validated in the order jsonrpc-ws.md §4 prescribes.
 //!
 //! Shared by the JSON-RPC WebSocket dialect and NDJSON (which frames the same
-//! texts one per line). Ids and payloads are borrowed as raw JSON and copied
-//! out untouched; nothing below `params`/`result`/`error.data` is parsed.
+//! texts one per line). Ids and payloads are borrowed as raw JSON: ids are
+//! copied out (inline up to 24 bytes), `params` and `result` are slices of
+//! the text decoded ([`RawJson::within`]); nothing below
+//! `params`/`result`/`error.data` is parsed.
 
+use bytestring::ByteString;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use crate::dialect::errors;
-use crate::envelope::{ErrorObject, JsonToken, Message, Method, Outcome, Payload, WireId};
+use crate::envelope::{ErrorObject, JsonToken, Message, Method, Outcome, Payload, RawJson, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 
 use super::Dialect;
@@ -69,10 +72,10 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::
 }
 
 /// Decodes one client text (a WebSocket frame or an NDJSON line).
-pub fn decode(text: &str, max_batch_items: usize) -> Inbound {
+pub fn decode(text: &ByteString, max_batch_items: usize) -> Inbound {
     let trimmed = text.trim_start_matches([' ', '\t', '\n', '\r']);
     if !trimmed.starts_with('[') {
-        return Inbound::Single(decode_item(text));
+        return Inbound::Single(decode_item(text, text));
     }
     let items: Vec<&RawValue> = match serde_json::from_str(text) {
         Ok(items) => items,
@@ -85,11 +88,17 @@ pub fn decode(text: &str, max_batch_items: usize) -> Inbound {
         let detail = format!("Batch size exceeds maximum of {max_batch_items}");
         return Inbound::Rejected(reject(ErrorKind::InvalidRequest, Some(detail)));
     }
-    Inbound::Batch(items.iter().map(|raw| decode_item(raw.get())).collect())
+    Inbound::Batch(
+        items
+            .iter()
+            .map(|raw| decode_item(text, raw.get()))
+            .collect(),
+    )
 }
 
-/// Decodes one JSON-RPC object, validating it as a client item.
-fn decode_item(text: &str) -> Item {
+/// Decodes one JSON-RPC object (`text`, within `source`), validating it as
+/// a client item.
+fn decode_item(source: &ByteString, text: &str) -> Item {
     let raw: RawItem<'_> = match serde_json::from_str(text) {
         Ok(raw) => raw,
         Err(e) if e.is_syntax() || e.is_eof() || e.is_io() => {
@@ -108,7 +117,7 @@ fn decode_item(text: &str) -> Item {
         return invalid(id);
     }
     if raw.method.is_none() && (raw.result.is_some() || raw.error.is_some()) {
-        return match reply_from_raw(&raw, id) {
+        return match reply_from_raw(source, &raw, id) {
             Ok(msg) => Item::Valid(msg),
             Err((id, _)) => invalid(id),
         };
@@ -119,7 +128,7 @@ fn decode_item(text: &str) -> Item {
     let params = match raw.params {
         None => None,
         Some(p) if matches!(p.get().as_bytes().first(), Some(b'[' | b'{')) => {
-            Some(Payload::Json(p.to_owned()))
+            Some(Payload::Json(RawJson::within(source, p)))
         }
         Some(_) => return invalid(id),
     };
@@ -131,7 +140,12 @@ fn decode_item(text: &str) -> Item {
 
 /// Decodes one message sent by an upstream: a reply to switchyard, or a
 /// request/notification of the upstream's own. Lenient about `jsonrpc`.
-pub fn decode_upstream(text: &str) -> Result<Message, ReplyError> {
+pub fn decode_upstream(text: &ByteString) -> Result<Message, ReplyError> {
+    decode_upstream_in(text, text)
+}
+
+/// [`decode_upstream`] for one item (`text`) of a batch reply (`source`).
+pub fn decode_upstream_in(source: &ByteString, text: &str) -> Result<Message, ReplyError> {
     let raw: RawItem<'_> =
         serde_json::from_str(text).map_err(|e| ReplyError::NotJson(e.to_string()))?;
     let id = match raw.id {
@@ -141,7 +155,9 @@ pub fn decode_upstream(text: &str) -> Result<Message, ReplyError> {
     };
     if let Some(method) = raw.method {
         let method = json_str(method).ok_or(ReplyError::Invalid("method must be a string"))?;
-        let params = raw.params.map(|p| Payload::Json(p.to_owned()));
+        let params = raw
+            .params
+            .map(|p| Payload::Json(RawJson::within(source, p)));
         return Ok(match id {
             Some(id) if id.as_json() != Some("null") => Message::Request { id, method, params },
             _ => Message::Notification { method, params },
@@ -156,14 +172,15 @@ pub fn decode_upstream(text: &str) -> Result<Message, ReplyError> {
             });
         }
     }
-    reply_from_raw(&raw, id).map_err(|(id, why)| match id {
+    reply_from_raw(source, &raw, id).map_err(|(id, why)| match id {
         Some(id) if id.as_json() != Some("null") => ReplyError::InvalidReply { id, why },
         _ => ReplyError::Invalid(why),
     })
 }
 
-/// Builds a response or error from a reply-shaped item.
+/// Builds a response or error from a reply-shaped item read from `source`.
 fn reply_from_raw(
+    source: &ByteString,
     raw: &RawItem<'_>,
     id: Option<WireId>,
 ) -> Result<Message, (Option<WireId>, &'static str)> {
@@ -172,7 +189,7 @@ fn reply_from_raw(
             let id = id.ok_or((None, "a response needs an id"))?;
             Ok(Message::Response {
                 id,
-                result: Outcome::Value(Payload::Json(result.to_owned())),
+                result: Outcome::Value(Payload::Json(RawJson::within(source, result))),
             })
         }
         (None, Some(error)) => match parse_error_object(error) {
@@ -196,7 +213,7 @@ pub fn parse_error_object(raw: &RawValue) -> Option<ErrorObject> {
     Some(ErrorObject {
         code,
         message: err.message,
-        data: err.data.map(|d| Payload::Json(d.to_owned())),
+        data: err.data.map(|d| Payload::Json(RawJson::copy(d))),
     })
 }
 

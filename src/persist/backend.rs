@@ -177,6 +177,9 @@ impl Backend {
 
 impl Store for Backend {
     async fn publish(&self, topic: &str, data: &Payload) -> Result<Stored, PersistError> {
+        // A store keeps what it is given (the memory backend, in memory):
+        // never the client's read buffer the payload was decoded from.
+        let data = &data.detach();
         match self {
             Backend::Memory(e) => e.publish(topic, data).await,
             Backend::Embedded(e) => e.publish(topic, data).await,
@@ -188,6 +191,7 @@ impl Store for Backend {
         &self,
         events: Vec<(String, Payload)>,
     ) -> Result<Vec<Stored>, PersistError> {
+        // Detached already: the recorder queues its events detached.
         match self {
             Backend::Memory(e) => e.publish_batch(events).await,
             Backend::Embedded(e) => e.publish_batch(events).await,

@@ -72,7 +72,9 @@ impl Recorder {
         if !self.is_persistent(topic) {
             return;
         }
-        if self.tx.try_send((topic.to_owned(), data.clone())).is_err() {
+        // Queued, so detached from the line it was read from: the queue's
+        // bound is in its events' own bytes, not in read buffers they hold.
+        if self.tx.try_send((topic.to_owned(), data.detach())).is_err() {
             self.failed(topic, "hand-off queue full (or the store stopped)");
         }
     }

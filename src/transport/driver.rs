@@ -15,6 +15,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use bytestring::ByteString;
 use futures_util::{Stream, StreamExt};
 use tokio::time::Instant;
 
@@ -32,9 +33,10 @@ pub(crate) const WRITER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One thing read from a client, whatever the transport.
 #[derive(Debug)]
-pub(crate) enum Incoming<T> {
-    /// A text frame or an NDJSON line (UTF-8).
-    Text(T),
+pub(crate) enum Incoming {
+    /// A text frame or an NDJSON line (UTF-8), in the bytes it was read
+    /// into: what is decoded from it is sliced out of them, not copied.
+    Text(ByteString),
     /// A binary frame.
     Binary(bytes::Bytes),
     /// An NDJSON line that is not UTF-8.
@@ -116,7 +118,7 @@ pub(crate) trait FrameSink: Send {
 ///
 /// The listener is read from `cell` only where it is needed, never held (a
 /// reload may replace it); what is fixed for the connection is in `cfg`.
-pub(crate) async fn read_loop<S, T>(
+pub(crate) async fn read_loop<S>(
     mut frames: S,
     session: &Session,
     cell: &ListenerCell,
@@ -124,8 +126,7 @@ pub(crate) async fn read_loop<S, T>(
     cfg: &Fixed,
 ) -> End
 where
-    S: Stream<Item = Incoming<T>> + Unpin,
-    T: std::ops::Deref<Target = str>,
+    S: Stream<Item = Incoming> + Unpin,
 {
     let outbox = session.outbox();
     let mut clock = Clock::new(cfg);
@@ -166,7 +167,7 @@ where
         let verdict = match frame {
             Incoming::Text(text) if cfg.echo && text.len() <= cfg.max_message_bytes => {
                 outbox
-                    .send_frame(Outgoing::Text(str::to_owned(&text).into()))
+                    .send_frame(Outgoing::Text(text.to_string().into()))
                     .await;
                 Verdict::Continue
             }

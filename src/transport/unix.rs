@@ -23,6 +23,7 @@ use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use bytestring::ByteString;
 use futures_util::StreamExt;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::unix::OwnedWriteHalf;
@@ -160,7 +161,7 @@ async fn run(stream: UnixStream, cell: Arc<ListenerCell>, ctx: Serve) {
     // Empty lines (after one trailing `\r` is stripped) are skipped.
     let lines = FramedRead::new(read, codec)
         .map(incoming)
-        .filter(|line| std::future::ready(!matches!(line, Incoming::Text(Line(l)) if l.is_empty())))
+        .filter(|line| std::future::ready(!matches!(line, Incoming::Text(l) if l.is_empty())))
         // The end of input (a half-close): answer what is pending, then close.
         .chain(futures_util::stream::once(std::future::ready(
             Incoming::Eof,
@@ -172,27 +173,15 @@ async fn run(stream: UnixStream, cell: Arc<ListenerCell>, ctx: Serve) {
     driver::finish(end, session, writer).await;
 }
 
-/// One NDJSON line without its `\r`, checked to be UTF-8 when made.
-struct Line(bytes::Bytes);
-
-impl std::ops::Deref for Line {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        // Checked when the line was made: never the empty fallback.
-        std::str::from_utf8(&self.0).unwrap_or_default()
-    }
-}
-
-/// A line as the driver sees it.
-fn incoming(line: Result<bytes::Bytes, AnyDelimiterCodecError>) -> Incoming<Line> {
+/// A line as the driver sees it (without its `\r`).
+fn incoming(line: Result<bytes::Bytes, AnyDelimiterCodecError>) -> Incoming {
     match line {
         Ok(mut line) => {
             if line.ends_with(b"\r") {
                 line.truncate(line.len() - 1);
             }
-            match std::str::from_utf8(&line) {
-                Ok(_) => Incoming::Text(Line(line)),
+            match ByteString::try_from(line) {
+                Ok(line) => Incoming::Text(line),
                 Err(_) => Incoming::NotUtf8,
             }
         }

@@ -5,12 +5,13 @@
 
 use std::sync::Arc;
 
+use bytestring::ByteString;
 use parking_lot::MutexGuard;
 use serde_json::value::RawValue;
 
 use super::link::{Link, ReplyResult, Waiter, Wire};
 use crate::dialect::errors;
-use crate::dialect::jsonrpc::{decode_upstream, ReplyError};
+use crate::dialect::jsonrpc::{decode_upstream_in, ReplyError};
 use crate::dialect::sideband::session::{on_frame_shared, SbpEvent};
 use crate::dialect::Dialect;
 use crate::envelope::{raw_from_string, ErrorObject, Message, Method, Outcome, Payload, WireId};
@@ -23,7 +24,7 @@ use crate::upstream::correlator::Resolution;
 impl Link {
     /// Handles one inbound text (a message or a batch reply). Returns false
     /// when the link must close.
-    pub(super) fn on_text(self: &Arc<Self>, text: &str) -> bool {
+    pub(super) fn on_text(self: &Arc<Self>, text: &ByteString) -> bool {
         let d = self.shared.cfg.dialect;
         self.shared
             .metrics
@@ -37,9 +38,11 @@ impl Link {
                     .count_protocol_error(ProtocolError::InvalidMessage);
                 return true;
             };
-            return items.iter().all(|item| self.on_message(item.get(), true));
+            return items
+                .iter()
+                .all(|item| self.on_message(text, item.get(), true));
         }
-        self.on_message(text, false)
+        self.on_message(text, text, false)
     }
 
     /// A reply above `max_response_bytes`: its own call fails with
@@ -71,9 +74,10 @@ impl Link {
         )
     }
 
-    /// Handles one inbound message. Returns false when the link must close.
-    fn on_message(self: &Arc<Self>, text: &str, in_batch: bool) -> bool {
-        let msg = match decode_upstream(text) {
+    /// Handles one inbound message (`text`, within `source`). Returns
+    /// false when the link must close.
+    fn on_message(self: &Arc<Self>, source: &ByteString, text: &str, in_batch: bool) -> bool {
+        let msg = match decode_upstream_in(source, text) {
             Ok(msg) => msg,
             Err(ReplyError::InvalidReply { id, why }) => {
                 // The call gets `internal`, with the raw reply as detail.

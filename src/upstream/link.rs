@@ -12,10 +12,10 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use bytestring::ByteString;
 use futures_util::{Stream, StreamExt};
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
-use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ErrorKind, GatewayError};
@@ -225,7 +225,7 @@ impl Link {
     /// then fails every call still in flight.
     pub(crate) async fn run_reader<S>(self: Arc<Self>, mut inbound: S, shutdown: CancellationToken)
     where
-        S: Stream<Item = Result<Utf8Bytes, LinkError>> + Unpin,
+        S: Stream<Item = Result<ByteString, LinkError>> + Unpin,
     {
         let closed = self.closed.clone();
         let (closed, shutdown) = (closed.cancelled(), shutdown.cancelled());

@@ -15,11 +15,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use bytestring::ByteString;
 use futures_util::StreamExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
-use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_util::codec::{AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
 
@@ -62,7 +62,7 @@ fn text_line(
     line: Result<Bytes, AnyDelimiterCodecError>,
     limit: usize,
     shared: &UpstreamShared,
-) -> Option<Result<Utf8Bytes, LinkError>> {
+) -> Option<Result<ByteString, LinkError>> {
     let bytes = match line {
         Ok(bytes) => bytes,
         Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => {
@@ -75,7 +75,7 @@ fn text_line(
         None => bytes,
     };
     // Checked in place: the line's text shares the read buffer (no copy).
-    match Utf8Bytes::try_from(bytes) {
+    match ByteString::try_from(bytes) {
         Ok(text) if text.trim().is_empty() => None,
         Ok(text) => Some(Ok(text)),
         Err(e) => {

@@ -15,6 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytestring::ByteString;
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
@@ -104,7 +105,7 @@ pub(super) async fn connect(
         LinesCodec::new_with_max_length(shared.cfg.max_response_bytes),
     );
     let first = match tokio::time::timeout(FIRST_LINE_TIMEOUT, lines.next()).await {
-        Ok(Some(Ok(text))) => text,
+        Ok(Some(Ok(text))) => ByteString::from(text),
         Ok(_) => {
             return Err(GatewayError::with_detail(
                 ErrorKind::Unavailable,
@@ -174,7 +175,7 @@ impl Stream {
                 () = gone.cancelled() => return None,
             };
             match next {
-                Some(Ok(text)) => to.on_line(&text),
+                Some(Ok(text)) => to.on_line(&ByteString::from(text)),
                 Some(Err(e)) => return Some(format!("stream read failed: {e}")),
                 None => return Some(String::from("upstream closed the stream")),
             }
@@ -185,7 +186,7 @@ impl Stream {
 // === impl StreamRelay ===
 
 impl StreamRelay {
-    fn on_line(&self, text: &str) {
+    fn on_line(&self, text: &ByteString) {
         let Ok(Message::Response {
             id,
             result: Outcome::Value(Payload::Json(raw)),

@@ -15,6 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytestring::ByteString;
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use parking_lot::Mutex;
@@ -26,7 +27,7 @@ use tokio_tungstenite::tungstenite::http::header::{ORIGIN, SEC_WEBSOCKET_PROTOCO
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode as WsCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
-use tokio_tungstenite::tungstenite::{Message as WsMessage, Utf8Bytes};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 
@@ -174,12 +175,17 @@ fn texts(
     link: Arc<Link>,
     last_rx: Arc<Mutex<Instant>>,
     limit: usize,
-) -> impl futures_util::Stream<Item = Result<Utf8Bytes, LinkError>> + Unpin {
+) -> impl futures_util::Stream<Item = Result<ByteString, LinkError>> + Unpin {
     stream
         .map(move |frame| {
             *last_rx.lock() = Instant::now();
             match frame {
-                Ok(WsMessage::Text(text)) => Some(Ok(text)),
+                // UTF-8 already: the check cannot fail (about 1 ns per 64
+                // bytes; this crate uses no `unsafe`).
+                Ok(WsMessage::Text(text)) => match ByteString::try_from(bytes::Bytes::from(text)) {
+                    Ok(text) => Some(Ok(text)),
+                    Err(_) => None,
+                },
                 Ok(WsMessage::Binary(_)) => {
                     link.shared.count_protocol_error(ProtocolError::BinaryFrame);
                     Some(Err(LinkError::BinaryFrame))

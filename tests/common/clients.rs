@@ -276,7 +276,11 @@ impl SbClient {
         );
         let members: HashMap<String, Box<RawValue>> = serde_json::from_str(text)
             .unwrap_or_else(|e| panic!("not a JSON object ({e}): {text}"));
-        let payload = |key: &str| members.get(key).map(|raw| Payload::Json(raw.clone()));
+        let payload = |key: &str| {
+            members
+                .get(key)
+                .map(|raw| Payload::Json(raw.clone().into()))
+        };
         let (frame_id, subject, msg) = if let Some(method) = members.get("method") {
             let method: Method = serde_json::from_str(method.get()).expect("method is a string");
             match members.get("id") {
@@ -319,7 +323,7 @@ impl SbClient {
                     let error = ErrorObject {
                         code: serde_json::from_str(e["code"].get()).expect("integer code"),
                         message: serde_json::from_str(e["message"].get()).expect("message"),
-                        data: e.get("data").map(|d| Payload::Json(d.clone())),
+                        data: e.get("data").map(|d| Payload::Json(d.clone().into())),
                     };
                     Envelope::Error {
                         id: Some(id),

@@ -3,6 +3,11 @@
 use super::*;
 use crate::dialect::render::{render, Style};
 
+/// The codec on a copy of `text` in shared bytes.
+fn decode(text: &str) -> Inbound {
+    super::decode(&ByteString::from(text))
+}
+
 fn reply_of(inbound: Inbound) -> String {
     match inbound {
         Inbound::Single(Item::Invalid(m)) => render(&m, Style::Holon).expect("json"),

@@ -3,6 +3,82 @@
 use super::*;
 use crate::dialect::render::{render, render_batch, Style};
 
+/// The client codec on a copy of `text` in shared bytes.
+fn decode(text: &str, max_batch_items: usize) -> Inbound {
+    super::decode(&ByteString::from(text), max_batch_items)
+}
+
+/// The upstream codec on a copy of `text` in shared bytes.
+fn decode_upstream(text: &str) -> Result<Message, ReplyError> {
+    super::decode_upstream(&ByteString::from(text))
+}
+
+/// True when `payload` lies within `source`'s bytes (no copy was made).
+fn shares(source: &ByteString, payload: Option<&Payload>) -> bool {
+    let Some(Payload::Json(raw)) = payload else {
+        return false;
+    };
+    source
+        .as_bytes()
+        .as_ptr_range()
+        .contains(&raw.get().as_ptr())
+}
+
+/// Params, results and batch items' params are slices of the text read;
+/// error data (rare) is a copy.
+#[test]
+fn payloads_are_slices_of_the_text_decoded() {
+    let text = ByteString::from(r#"{"jsonrpc":"2.0","method":"m","params":[1,{"a":2}],"id":7}"#);
+    let Inbound::Single(Item::Valid(Message::Request { params, .. })) = super::decode(&text, 10)
+    else {
+        panic!("a request");
+    };
+    assert_eq!(
+        params.as_ref().and_then(Payload::as_json),
+        Some(r#"[1,{"a":2}]"#)
+    );
+    assert!(shares(&text, params.as_ref()));
+
+    let batch = ByteString::from(
+        r#"[{"jsonrpc":"2.0","method":"a","params":[1],"id":1},{"jsonrpc":"2.0","method":"b","params":{"x":"y"}}]"#,
+    );
+    let Inbound::Batch(items) = super::decode(&batch, 10) else {
+        panic!("a batch");
+    };
+    for item in &items {
+        let Item::Valid(Message::Request { params, .. } | Message::Notification { params, .. }) =
+            item
+        else {
+            panic!("valid items: {item:?}");
+        };
+        assert!(shares(&batch, params.as_ref()), "{item:?}");
+    }
+
+    let reply = ByteString::from(r#"{"jsonrpc":"2.0","result":{"ok":true},"id":3}"#);
+    let Ok(Message::Response {
+        result: Outcome::Value(result),
+        ..
+    }) = super::decode_upstream(&reply)
+    else {
+        panic!("a response");
+    };
+    assert_eq!(result.as_json(), Some(r#"{"ok":true}"#));
+    assert!(shares(&reply, Some(&result)));
+
+    let batch_reply = ByteString::from(r#"[{"jsonrpc":"2.0","result":[5],"id":1}]"#);
+    let item = batch_reply
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'));
+    let Ok(Message::Response {
+        result: Outcome::Value(result),
+        ..
+    }) = decode_upstream_in(&batch_reply, item.expect("one item"))
+    else {
+        panic!("a response");
+    };
+    assert!(shares(&batch_reply, Some(&result)));
+}
+
 fn reply_text(inbound: Inbound) -> String {
     match inbound {
         Inbound::Rejected(msg) | Inbound::Single(Item::Invalid(msg)) => {

@@ -75,7 +75,8 @@ fn a_line_break_anywhere_in_a_payload_minifies_it_on_a_line() {
 #[test]
 fn cbor_params_render_as_their_json_twin() {
     let twin = r#"{"pad":"a\nb","n":[1,-2,1.5],"t":true,"z":null}"#;
-    let cbor = crate::dialect::sideband::json_to_cbor(&raw_from_string(twin.into())).unwrap();
+    let cbor =
+        crate::dialect::sideband::json_to_cbor(raw_from_string(twin.into()).to_raw()).unwrap();
     let json = Payload::Json(raw_from_string(twin.into()));
     for style in [Style::Frame, Style::Line, Style::Holon] {
         let mut out = String::from("before\n");

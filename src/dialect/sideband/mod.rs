@@ -32,7 +32,7 @@
 use crate::dialect::errors;
 use crate::dialect::json_string::push_json_string;
 use crate::dialect::Dialect;
-use crate::envelope::{raw_from_string, ErrorObject, Payload};
+use crate::envelope::{raw_from_string, ErrorObject, Payload, RawJson};
 use crate::error::{ErrorKind, GatewayError};
 
 pub mod cids;
@@ -112,7 +112,7 @@ pub fn error_to_json_dialect(
                 Dialect::Sideband,
                 code,
                 message,
-                data.as_deref().map(|raw| raw.get()),
+                data.as_ref().map(RawJson::get),
             ))),
         },
     }
@@ -199,12 +199,7 @@ fn origin(dialect: Dialect, code: i64, message: &str, data: Option<&Payload>) ->
 
 /// `{"origin":{"dialect":…,"code":…,"message":…,"data":…}}`, `data`
 /// omitted when absent (error-codes.md, principle 4).
-fn json_origin(
-    dialect: Dialect,
-    code: i64,
-    message: &str,
-    data: Option<&str>,
-) -> Box<serde_json::value::RawValue> {
+fn json_origin(dialect: Dialect, code: i64, message: &str, data: Option<&str>) -> RawJson {
     let mut out = String::from(r#"{"origin":{"dialect":"#);
     push_json_string(&mut out, dialect.as_str());
     out.push_str(r#","code":"#);
@@ -220,10 +215,10 @@ fn json_origin(
 }
 
 /// A payload as JSON, transcoding CBOR.
-fn as_json(data: &Payload) -> Result<Box<serde_json::value::RawValue>, TranscodeError> {
+fn as_json(data: &Payload) -> Result<RawJson, TranscodeError> {
     match data {
         Payload::Json(raw) => Ok(raw.clone()),
-        Payload::Cbor(bytes) => cbor_to_json(bytes),
+        Payload::Cbor(bytes) => cbor_to_json(bytes).map(RawJson::from),
     }
 }
 

@@ -68,8 +68,15 @@ pub fn json_to_cbor(json: &RawValue) -> Result<Vec<u8>, TranscodeError> {
 
 /// [`json_to_cbor`], appended to `out` (left as it was on error).
 pub fn json_to_cbor_into(json: &RawValue, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
+    json_text_to_cbor_into(json.get(), out)
+}
+
+/// [`json_to_cbor_into`] for JSON text read already (a
+/// [`RawJson`](crate::envelope::RawJson)); text that is no valid JSON is
+/// an error.
+pub fn json_text_to_cbor_into(json: &str, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
     let start = out.len();
-    let result = from_json::transcode(json.get(), out);
+    let result = from_json::transcode(json, out);
     if result.is_err() {
         out.truncate(start);
     }

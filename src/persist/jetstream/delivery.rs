@@ -116,7 +116,11 @@ fn stored(topic: &str, msg: &Message) -> Result<(u64, i64, Stored), String> {
         Payload::Cbor(msg.payload.to_vec())
     } else {
         let text = String::from_utf8(msg.payload.to_vec()).map_err(|e| e.to_string())?;
-        Payload::Json(RawValue::from_string(text).map_err(|e| e.to_string())?)
+        Payload::Json(
+            RawValue::from_string(text)
+                .map_err(|e| e.to_string())?
+                .into(),
+        )
     };
     let seq = info.stream_sequence;
     let stored = Stored {

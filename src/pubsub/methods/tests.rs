@@ -195,7 +195,7 @@ fn cap_is_resource_exhausted_and_batch_is_whole() {
 fn cbor_params_are_accepted() {
     let reg = registration(1000);
     let raw = crate::envelope::raw_from_string(r#"{"topics":["x.*","y"]}"#.to_owned());
-    let cbor = Payload::Cbor(json_to_cbor(&raw).unwrap());
+    let cbor = Payload::Cbor(json_to_cbor(raw.to_raw()).unwrap());
     let got = call(&reg, "rpc.subscribe.batch", Some(&cbor))
         .unwrap()
         .unwrap();

@@ -17,6 +17,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use arc_swap::Guard;
+use bytestring::ByteString;
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -163,8 +164,9 @@ impl Session {
         self
     }
 
-    /// Handles one inbound text frame or line.
-    pub async fn on_text(&self, text: &str) -> Verdict {
+    /// Handles one inbound text frame or line; what it carries is decoded
+    /// as slices of it.
+    pub async fn on_text(&self, text: &ByteString) -> Verdict {
         let inbound = self
             .codec()
             .decode(text, self.listener().cfg().max_batch_items);

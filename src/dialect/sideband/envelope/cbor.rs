@@ -142,7 +142,7 @@ fn pair_payload(
             wire::validate(bytes, transcode::MAX_PAYLOAD_DEPTH).map_err(|e| fail(e.into()))?;
             out.extend_from_slice(bytes);
         }
-        Payload::Json(raw) => transcode::json_to_cbor_into(raw, out).map_err(fail)?,
+        Payload::Json(raw) => transcode::json_text_to_cbor_into(raw.get(), out).map_err(fail)?,
     }
     Ok(())
 }

@@ -8,7 +8,7 @@ use compact_str::CompactString;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use crate::envelope::{Message, Outcome, Payload};
+use crate::envelope::{Message, Outcome, Payload, RawJson};
 
 use super::{build, integral_code, outbound_cid, Cid, CodeError, EnvelopeError, Fields, Member};
 use crate::dialect::json_string::push_json_string;
@@ -176,6 +176,7 @@ impl Fields for RawEnvelope<'_> {
     }
 
     fn payload(&self, member: Member) -> Option<Payload> {
-        self.get(member).map(|raw| Payload::Json(raw.to_owned()))
+        self.get(member)
+            .map(|raw| Payload::Json(RawJson::copy(raw)))
     }
 }

@@ -108,7 +108,7 @@ pub(super) fn decode(tag: u8, bytes: &[u8]) -> Result<Payload, redb::Error> {
         TAG_JSON => {
             let text = String::from_utf8(bytes.to_vec()).map_err(|_| corrupt("not UTF-8"))?;
             RawValue::from_string(text)
-                .map(Payload::Json)
+                .map(|raw| Payload::Json(raw.into()))
                 .map_err(|_| corrupt("not JSON"))
         }
         TAG_CBOR => Ok(Payload::Cbor(bytes.to_vec())),
