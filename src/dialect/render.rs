@@ -55,21 +55,36 @@ const DIRECT_FROM: usize = 4 * 1024;
 /// `Bytes` without a second allocation (one with spare capacity needs a
 /// shared header), and holds no spare capacity while it is queued.
 pub fn render_exact(msg: &Message, style: Style) -> Result<String, NotJson> {
-    let estimate = 64 + approx_len(msg);
-    if estimate >= DIRECT_FROM {
-        let mut out = String::with_capacity(estimate);
-        render_into(msg, style, &mut out)?;
-        out.shrink_to_fit();
-        return Ok(out);
+    if let Some(rendered) = render_scratch(msg, style, str::to_owned) {
+        return rendered;
     }
-    SCRATCH.with_borrow_mut(|scratch| {
+    let mut out = String::with_capacity(64 + approx_len(msg));
+    render_into(msg, style, &mut out)?;
+    out.shrink_to_fit();
+    Ok(out)
+}
+
+/// Renders `msg` in the per-thread scratch buffer (at most
+/// [`SCRATCH_KEPT`] bytes kept) and hands the text to `take`, for a
+/// caller that copies it where it goes; `None` (nothing rendered) when the
+/// text is expected to be [`DIRECT_FROM`] bytes or more, which
+/// [`render_exact`] renders in place instead.
+pub fn render_scratch<R>(
+    msg: &Message,
+    style: Style,
+    take: impl FnOnce(&str) -> R,
+) -> Option<Result<R, NotJson>> {
+    if 64 + approx_len(msg) >= DIRECT_FROM {
+        return None;
+    }
+    Some(SCRATCH.with_borrow_mut(|scratch| {
         scratch.clear();
-        let rendered = render_into(msg, style, scratch).map(|()| scratch.as_str().to_owned());
+        let rendered = render_into(msg, style, scratch).map(|()| take(scratch.as_str()));
         if scratch.capacity() > SCRATCH_KEPT {
             *scratch = String::new();
         }
         rendered
-    })
+    }))
 }
 
 /// Renders a request with the integer id `id` from borrowed parts: the

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use axum::extract::ws::Utf8Bytes;
 use parking_lot::Mutex;
 
+use super::arena::Arena;
 use super::Outgoing;
 use crate::dialect::errors;
-use crate::dialect::render::{render_batch, render_exact, Style};
+use crate::dialect::render::{render_batch, render_exact, render_scratch, Style};
 use crate::dialect::sideband::session::{encode_shared, Sbp};
 use crate::dialect::Dialect;
 use crate::envelope::Message;
@@ -53,9 +54,10 @@ impl OutCodec {
         }
     }
 
-    /// Encodes one message; an unrenderable reply becomes `internal`.
-    pub(crate) fn encode(&self, msg: &Message) -> Option<Outgoing> {
-        if let Some(out) = self.try_encode(msg) {
+    /// Encodes one message; an unrenderable reply becomes `internal`. A
+    /// small text frame is split off `arena` when given (see `arena`).
+    pub(super) fn encode(&self, msg: &Message, mut arena: Option<&mut Arena>) -> Option<Outgoing> {
+        if let Some(out) = self.try_encode(msg, arena.as_deref_mut()) {
             return Some(out);
         }
         let id = match msg {
@@ -66,10 +68,10 @@ impl OutCodec {
             ErrorKind::Internal,
             "the reply cannot be carried in this dialect",
         );
-        self.try_encode(&Message::error(
-            Some(id),
-            errors::render(&err, self.dialect()),
-        ))
+        self.try_encode(
+            &Message::error(Some(id), errors::render(&err, self.dialect())),
+            arena,
+        )
     }
 
     /// Encodes a batch reply (JSON dialects only).
@@ -87,7 +89,7 @@ impl OutCodec {
         // One item could not be rendered: render item by item, replacing it.
         let parts: Vec<Utf8Bytes> = msgs
             .iter()
-            .filter_map(|m| match self.encode(m) {
+            .filter_map(|m| match self.encode(m, None) {
                 Some(Outgoing::Text(t)) => Some(t),
                 _ => None,
             })
@@ -96,11 +98,9 @@ impl OutCodec {
         Some(Outgoing::Text(format!("[{}]", parts.join(",")).into()))
     }
 
-    fn try_encode(&self, msg: &Message) -> Option<Outgoing> {
+    fn try_encode(&self, msg: &Message, arena: Option<&mut Arena>) -> Option<Outgoing> {
         let out = match &self.form {
-            Form::Text(_, style) => render_exact(msg, *style)
-                .ok()
-                .map(|text| Outgoing::Text(text.into())),
+            Form::Text(_, style) => text_frame(msg, *style, arena).map(Outgoing::Text),
             Form::Sideband(sbp) => encode_shared(|| sbp.lock(), msg).ok().map(Outgoing::Binary),
         };
         if out.is_some() {
@@ -109,4 +109,16 @@ impl OutCodec {
         }
         out
     }
+}
+
+/// A text frame: a small one split off `arena` when given, else (and when
+/// it came out larger than expected) an allocation of its own.
+fn text_frame(msg: &Message, style: Style, arena: Option<&mut Arena>) -> Option<Utf8Bytes> {
+    if let Some(arena) = arena {
+        let take = |text: &str| arena.frame(text).unwrap_or_else(|| Utf8Bytes::from(text));
+        if let Some(rendered) = render_scratch(msg, style, take) {
+            return rendered.ok();
+        }
+    }
+    render_exact(msg, style).ok().map(Utf8Bytes::from)
 }

@@ -41,6 +41,10 @@
 //!   (one more makes the client slow, above);
 //! - plus the one frame the writer is writing (at most `F`).
 //!
+//! Small text frames (at most 4 KiB) are queued in the connection's frame
+//! buffer (`arena`) rather than in allocations of their own: its buffers
+//! hold at most 4/3 × the bytes of the small frames queued, plus 16 KiB.
+//!
 //! In all at most `2 × max(outbox_max_bytes, F) + F` (so at most
 //! `2 × outbox_max_bytes + 3F`, and `2 × outbox_max_bytes + F` when no
 //! frame is larger than the budget). With the defaults (`outbox_max_bytes`
@@ -55,6 +59,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::Utf8Bytes;
+use parking_lot::Mutex;
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -62,11 +67,13 @@ use tokio_util::sync::CancellationToken;
 use crate::close::CloseCode;
 use crate::envelope::Message;
 
+mod arena;
 mod budget;
 pub(crate) mod codec;
 mod queue;
 
-use budget::{Budget, Waited};
+use arena::Arena;
+use budget::{Admitted, Budget, Waited};
 
 pub(crate) use codec::{Form, OutCodec};
 
@@ -134,6 +141,21 @@ struct Inner {
     budget: Budget,
     /// A watch on a full queue is running (started by a dropped offer).
     watching: AtomicBool,
+    /// Where small text frames are rendered to; locked from rendering a
+    /// frame to queueing it (see `arena`).
+    arena: Mutex<Arena>,
+}
+
+/// What became of a message rendered and offered to the queue at once.
+enum Now {
+    /// Queued.
+    Queued,
+    /// No room now: the frame, holding no frame buffer.
+    Full(Outgoing),
+    /// The client is gone.
+    Closed,
+    /// The dialect cannot carry it.
+    Untranslatable,
 }
 
 /// What became of an offered push or event.
@@ -171,6 +193,7 @@ impl Outbox {
             gauges,
             budget: Budget::new(max_bytes),
             watching: AtomicBool::new(false),
+            arena: Mutex::new(Arena::default()),
         });
         let reader = OutboxReader {
             rx,
@@ -194,7 +217,7 @@ impl Outbox {
     /// while the replies waiting fit the byte budget (else the client is
     /// slow at once). A gone client drops it too.
     pub async fn send(&self, msg: &Message) {
-        if let Some(out) = self.inner.codec.encode(msg) {
+        if let Now::Full(out) = self.inner.queue_now(msg, Budget::try_admit) {
             self.send_frame(out).await;
         }
     }
@@ -205,9 +228,11 @@ impl Outbox {
     /// it), or `Closed` (the client is gone, or stayed slow for the
     /// slow-consumer timeout and is being closed).
     pub async fn deliver(&self, msg: &Message) -> Offer {
-        match self.inner.codec.encode(msg) {
-            Some(out) => self.deliver_frame(out).await,
-            None => Offer::Untranslatable,
+        match self.inner.queue_now(msg, Budget::try_admit) {
+            Now::Queued => Offer::Queued,
+            Now::Full(out) => self.deliver_frame(out).await,
+            Now::Closed => Offer::Closed,
+            Now::Untranslatable => Offer::Untranslatable,
         }
     }
 
@@ -239,12 +264,9 @@ impl Outbox {
     /// its in-flight cap, nor their bytes beyond the budget (then the
     /// client is slow). False when the client is gone.
     pub(crate) fn settle<S: Send + 'static>(&self, msg: &Message, slot: S) -> bool {
-        let Some(out) = self.inner.codec.encode(msg) else {
-            return true;
-        };
-        match self.inner.try_queue(out, Budget::try_admit) {
-            Ok(()) => true,
-            Err(TrySendError::Full(out)) => {
+        match self.inner.queue_now(msg, Budget::try_admit) {
+            Now::Queued | Now::Untranslatable => true,
+            Now::Full(out) => {
                 let this = self.clone();
                 tokio::spawn(async move {
                     this.inner.queue(out).await;
@@ -252,7 +274,7 @@ impl Outbox {
                 });
                 true
             }
-            Err(TrySendError::Closed(_)) => false,
+            Now::Closed => false,
         }
     }
 
@@ -260,9 +282,14 @@ impl Outbox {
     /// bytes, and no reply waiting for room), else dropped (the caller
     /// counts it) and the queue watched for the slow-consumer timeout.
     pub fn offer(&self, msg: &Message) -> Offer {
-        match self.inner.codec.encode(msg) {
-            Some(out) => self.offer_frame(out),
-            None => Offer::Untranslatable,
+        match self.inner.queue_now(msg, Budget::try_admit_offer) {
+            Now::Queued => Offer::Queued,
+            Now::Full(out) => {
+                self.watch_full(out.size());
+                Offer::Full
+            }
+            Now::Closed => Offer::Closed,
+            Now::Untranslatable => Offer::Untranslatable,
         }
     }
 
@@ -305,6 +332,12 @@ impl Outbox {
             .is_ok()
     }
 
+    /// Lets go of the frame buffer if nothing was rendered into it since
+    /// the last call (the connection's clock calls it on each tick).
+    pub(crate) fn tidy(&self) {
+        self.inner.arena.lock().tidy();
+    }
+
     /// Queues a WebSocket ping unless the queue is full (a full queue
     /// shows the peer is slow already).
     pub(crate) fn try_ping(&self) {
@@ -332,6 +365,33 @@ impl Outbox {
             }
             inner.watching.store(false, Ordering::Release);
         });
+    }
+}
+
+// === impl Inner ===
+
+impl Inner {
+    /// Renders `msg` (a small text frame into the frame buffer) and queues
+    /// it if `admit` and the message count let it in now. A frame given
+    /// back is first copied out of the frame buffer, so that a frame
+    /// waiting for room never holds one (see `arena`).
+    fn queue_now(
+        &self,
+        msg: &Message,
+        admit: for<'a> fn(&'a Budget, i64) -> Option<(Admitted<'a>, i64)>,
+    ) -> Now {
+        let mut arena = self.arena.lock();
+        let Some(out) = self.codec.encode(msg, Some(&mut arena)) else {
+            return Now::Untranslatable;
+        };
+        match self.try_queue(out, admit) {
+            Ok(()) => Now::Queued,
+            Err(TrySendError::Full(Outgoing::Text(text))) if text.len() <= arena::SMALL => {
+                Now::Full(Outgoing::Text(Arena::detach(&text)))
+            }
+            Err(TrySendError::Full(out)) => Now::Full(out),
+            Err(TrySendError::Closed(_)) => Now::Closed,
+        }
     }
 }
 

@@ -198,3 +198,53 @@ async fn a_queue_full_for_the_patience_makes_the_client_slow() {
         .await
         .expect("the client became slow");
 }
+
+/// Replies queued at once are split off one frame buffer, back to back;
+/// a reply that has to wait for room is copied out of it first, so that
+/// no buffer is held by a frame outside the queue (the `arena` bound).
+#[tokio::test]
+async fn queued_replies_share_the_frame_buffer_and_a_waiting_one_holds_none() {
+    use crate::envelope::{Outcome, Payload, WireId};
+    let (outbox, mut reader, _) = outbox(Duration::from_secs(60));
+    let reply = |n: u64| Message::Response {
+        id: WireId::number(n),
+        result: Outcome::Value(Payload::json("[1,2,3]").unwrap()),
+    };
+    for n in 0..CAPACITY as u64 {
+        assert!(outbox.settle(&reply(n), ()));
+    }
+    // The queue is full: this one waits for room, in a task.
+    assert!(outbox.settle(&reply(99), ()));
+    let mut frames = Vec::new();
+    for _ in 0..=CAPACITY {
+        match reader.recv().await.unwrap() {
+            Outgoing::Text(t) => frames.push(t),
+            other => panic!("a text frame, got {other:?}"),
+        }
+    }
+    let base = frames[0].as_ptr();
+    for (n, pair) in frames[..CAPACITY].windows(2).enumerate() {
+        assert_eq!(
+            pair[1].as_ptr(),
+            pair[0].as_ptr().wrapping_add(pair[0].len()),
+            "frame {n}"
+        );
+    }
+    let waited = &frames[CAPACITY];
+    assert_eq!(
+        waited.as_str(),
+        r#"{"jsonrpc":"2.0","result":[1,2,3],"id":99}"#
+    );
+    // The buffer is alive (the outbox holds it): nothing else lies in it.
+    let buffer = base..base.wrapping_add(arena::CHUNK);
+    assert!(
+        !buffer.contains(&waited.as_ptr()),
+        "the waiting reply was copied out"
+    );
+    for (n, frame) in frames[..CAPACITY].iter().enumerate() {
+        assert_eq!(
+            frame.as_str(),
+            format!(r#"{{"jsonrpc":"2.0","result":[1,2,3],"id":{n}}}"#)
+        );
+    }
+}

@@ -150,6 +150,9 @@ where
                 return End::Gone;
             }
             _ = clock.tick.tick() => {
+                // A connection quiet since the last tick lets go of its
+                // outbox's frame buffer.
+                outbox.tidy();
                 match clock.check(session, cfg) {
                     Check::Fine => {}
                     Check::Ping => outbox.try_ping(),
@@ -309,6 +312,11 @@ pub(crate) async fn write_loop<K: FrameSink>(
 }
 
 /// The reader's clock: a coarse tick instead of a clock read per frame.
+/// The longest period of a connection's tick: a connection that has been
+/// quiet for a tick lets go of its outbox's frame buffer (16 KiB), so an
+/// idle one holds none for longer than two ticks.
+const TIDY_EVERY: Duration = Duration::from_secs(5);
+
 struct Clock {
     tick: tokio::time::Interval,
     opened: Instant,
@@ -335,8 +343,8 @@ impl Clock {
             .flatten()
             .peekable();
         let period = match limits.peek() {
-            None => Duration::from_secs(3600),
-            Some(_) => limits.fold(Duration::MAX, Duration::min) / 4,
+            None => TIDY_EVERY,
+            Some(_) => (limits.fold(Duration::MAX, Duration::min) / 4).min(TIDY_EVERY),
         };
         let period = period.max(Duration::from_millis(10));
         let now = Instant::now();

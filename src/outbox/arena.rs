@@ -1,0 +1,157 @@
+//! Where a connection's small text frames are kept while queued: one
+//! buffer that each frame is copied into and split off as shared bytes,
+//! so that queueing a frame costs no allocation. Once the writer has sent
+//! every frame split off the buffer, the next frame reuses it in place.
+//!
+//! Bound: the outbox holds the buffer's lock from rendering a frame to
+//! queueing it, and a frame that has to wait for room is copied out of
+//! the buffer first ([`Arena::detach`]), so the frames alive in buffers
+//! are the ones queued (and the one being written), split off in queue
+//! order: contiguous. A frame goes into a buffer only if it is at most
+//! [`SMALL`] bytes, and a buffer is given up for a fresh one only when the
+//! next frame does not fit in what is left of it, so every buffer given up
+//! holds at least `CHUNK - SMALL` bytes of frames. A connection's buffers
+//! hold at most `CHUNK / (CHUNK - SMALL)` (4/3) × the bytes of its queued
+//! small frames, plus one [`CHUNK`]: with the outbox's own budget
+//! (`outbox_max_bytes`), at most 4/3 × that budget + 16 KiB. A connection
+//! keeps one `CHUNK` from its first small frame on; one that never got a
+//! reply has none, and one that rendered nothing for a tick of its
+//! connection's clock (at most 5 s) lets go of it ([`Arena::tidy`]).
+
+use axum::extract::ws::Utf8Bytes;
+use bytes::BytesMut;
+
+/// The size of a connection's frame buffer.
+pub(super) const CHUNK: usize = 16 * 1024;
+
+/// The largest frame copied into the buffer; a larger one keeps an
+/// allocation of its own (where the copy costs more than the allocation).
+pub(super) const SMALL: usize = 4 * 1024;
+
+/// A connection's frame buffer (see the module doc).
+#[derive(Debug, Default)]
+pub(super) struct Arena {
+    buf: BytesMut,
+    /// A frame went into the buffer since the last [`Arena::tidy`].
+    used: bool,
+}
+
+impl Arena {
+    /// `text` as a frame in the buffer, or `None` when it is larger than
+    /// [`SMALL`] (the caller gives it an allocation of its own).
+    pub(super) fn frame(&mut self, text: &str) -> Option<Utf8Bytes> {
+        if text.len() > SMALL {
+            return None;
+        }
+        if self.buf.capacity() < text.len() {
+            // Nothing is left in the buffer (every frame is split off):
+            // reclaimed in place when every frame split off it is gone,
+            // else a fresh buffer of `CHUNK` bytes.
+            self.buf.reserve(CHUNK);
+        }
+        self.used = true;
+        self.buf.extend_from_slice(text.as_bytes());
+        // Copied from a `str`: the check cannot fail (no `unsafe` here).
+        Utf8Bytes::try_from(self.buf.split().freeze()).ok()
+    }
+
+    /// Called now and then (each tick of the connection's clock): lets go
+    /// of the buffer if no frame went into it since the last call. Frames
+    /// still queued keep their part of it until they are written.
+    pub(super) fn tidy(&mut self) {
+        if !std::mem::take(&mut self.used) {
+            self.buf = BytesMut::new();
+        }
+    }
+
+    /// A frame that is about to wait for room: copied out of the buffer,
+    /// so that no buffer is held by a frame outside the queue.
+    pub(super) fn detach(frame: &Utf8Bytes) -> Utf8Bytes {
+        Utf8Bytes::from(frame.as_str())
+    }
+
+    /// Bytes allocated for the buffer still writable (for tests).
+    #[cfg(test)]
+    pub(super) fn room(&self) -> usize {
+        self.buf.capacity()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Frames are split off one buffer; once they are all dropped the
+    /// buffer is reused in place, and while one is held a fresh buffer
+    /// takes the next frames. Large frames stay out.
+    #[test]
+    fn frames_share_one_buffer_reused_once_they_are_gone() {
+        let mut arena = Arena::default();
+        assert_eq!(arena.room(), 0, "no buffer before the first frame");
+        let text = "x".repeat(1000);
+        let first = arena.frame(&text).expect("small");
+        let base = first.as_ptr();
+        let second = arena.frame(&text).expect("small");
+        assert_eq!(
+            second.as_ptr(),
+            base.wrapping_add(1000),
+            "split off the same buffer"
+        );
+        assert_eq!(first.as_str(), text);
+        assert_eq!(second.as_str(), text);
+
+        // Fill the buffer to its end while the frames are alive.
+        let mut held = vec![first, second];
+        while arena.room() >= text.len() {
+            held.push(arena.frame(&text).expect("small"));
+        }
+        // Held frames: the next frame goes into a fresh buffer.
+        let fresh = arena.frame(&text).expect("small");
+        let fresh_base = fresh.as_ptr();
+        assert!(
+            !(base..base.wrapping_add(CHUNK)).contains(&fresh_base),
+            "a held buffer is not written over"
+        );
+        assert!(held.iter().all(|f| f.as_str() == text), "frames unchanged");
+        drop(held);
+        // Every frame of the fresh buffer gone too: it is reused in place.
+        while arena.room() >= text.len() {
+            drop(arena.frame(&text).expect("small"));
+        }
+        drop(fresh);
+        let again = arena.frame(&text).expect("small");
+        assert_eq!(again.as_ptr(), fresh_base, "reused in place");
+
+        let large = "y".repeat(SMALL + 1);
+        assert!(arena.frame(&large).is_none());
+        assert!(arena.frame(&"z".repeat(SMALL)).is_some());
+        assert!(arena.frame("").is_some_and(|f| f.is_empty()));
+    }
+
+    /// An arena that was used since the last tidy keeps its buffer; one
+    /// that was not lets it go, and a frame still held keeps its bytes.
+    #[test]
+    fn a_quiet_arena_lets_go_of_its_buffer() {
+        let mut arena = Arena::default();
+        arena.tidy();
+        assert_eq!(arena.room(), 0);
+        let held = arena.frame("[1]").expect("small");
+        arena.tidy();
+        assert!(arena.room() > 0, "used since the last tidy: kept");
+        arena.tidy();
+        assert_eq!(arena.room(), 0, "quiet for a tidy: let go");
+        assert_eq!(held.as_str(), "[1]");
+        let again = arena.frame("[2]").expect("small");
+        assert_eq!(again.as_str(), "[2]");
+        assert!(arena.room() >= CHUNK - 3, "a fresh buffer");
+    }
+
+    #[test]
+    fn a_detached_frame_holds_no_buffer() {
+        let mut arena = Arena::default();
+        let frame = arena.frame("{\"id\":1}").expect("small");
+        let copy = Arena::detach(&frame);
+        assert_eq!(copy, frame);
+        assert_ne!(copy.as_ptr(), frame.as_ptr());
+    }
+}
