@@ -1,4 +1,4 @@
-//! Where a connection's small text frames are kept while queued: one
+//! Where a connection's small frames are kept while queued: one
 //! buffer that each frame is copied into and split off as shared bytes,
 //! so that queueing a frame costs no allocation. Once the writer has sent
 //! every frame split off the buffer, the next frame reuses it in place.
@@ -19,7 +19,7 @@
 //! connection's clock (at most 5 s) lets go of it ([`Arena::tidy`]).
 
 use axum::extract::ws::Utf8Bytes;
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 
 /// The size of a connection's frame buffer.
 pub(super) const CHUNK: usize = 16 * 1024;
@@ -39,20 +39,27 @@ pub(super) struct Arena {
 impl Arena {
     /// `text` as a frame in the buffer, or `None` when it is larger than
     /// [`SMALL`] (the caller gives it an allocation of its own).
-    pub(super) fn frame(&mut self, text: &str) -> Option<Utf8Bytes> {
-        if text.len() > SMALL {
+    pub(super) fn text(&mut self, text: &str) -> Option<Utf8Bytes> {
+        // Copied from a `str`: the check cannot fail (no `unsafe` here).
+        self.frame(text.as_bytes())
+            .and_then(|bytes| Utf8Bytes::try_from(bytes).ok())
+    }
+
+    /// `bytes` as a frame in the buffer, or `None` when it is larger than
+    /// [`SMALL`] (the caller gives it an allocation of its own).
+    pub(super) fn frame(&mut self, bytes: &[u8]) -> Option<Bytes> {
+        if bytes.len() > SMALL {
             return None;
         }
-        if self.buf.capacity() < text.len() {
+        if self.buf.capacity() < bytes.len() {
             // Nothing is left in the buffer (every frame is split off):
             // reclaimed in place when every frame split off it is gone,
             // else a fresh buffer of `CHUNK` bytes.
             self.buf.reserve(CHUNK);
         }
         self.used = true;
-        self.buf.extend_from_slice(text.as_bytes());
-        // Copied from a `str`: the check cannot fail (no `unsafe` here).
-        Utf8Bytes::try_from(self.buf.split().freeze()).ok()
+        self.buf.extend_from_slice(bytes);
+        Some(self.buf.split().freeze())
     }
 
     /// Called now and then (each tick of the connection's clock): lets go
@@ -64,10 +71,15 @@ impl Arena {
         }
     }
 
-    /// A frame that is about to wait for room: copied out of the buffer,
-    /// so that no buffer is held by a frame outside the queue.
-    pub(super) fn detach(frame: &Utf8Bytes) -> Utf8Bytes {
+    /// A text frame that is about to wait for room: copied out of the
+    /// buffer, so that no buffer is held by a frame outside the queue.
+    pub(super) fn detach_text(frame: &Utf8Bytes) -> Utf8Bytes {
         Utf8Bytes::from(frame.as_str())
+    }
+
+    /// [`detach_text`](Self::detach_text) for a binary frame.
+    pub(super) fn detach(frame: &Bytes) -> Bytes {
+        Bytes::copy_from_slice(frame)
     }
 
     /// Bytes allocated for the buffer still writable (for tests).
@@ -89,9 +101,9 @@ mod tests {
         let mut arena = Arena::default();
         assert_eq!(arena.room(), 0, "no buffer before the first frame");
         let text = "x".repeat(1000);
-        let first = arena.frame(&text).expect("small");
+        let first = arena.text(&text).expect("small");
         let base = first.as_ptr();
-        let second = arena.frame(&text).expect("small");
+        let second = arena.text(&text).expect("small");
         assert_eq!(
             second.as_ptr(),
             base.wrapping_add(1000),
@@ -103,10 +115,10 @@ mod tests {
         // Fill the buffer to its end while the frames are alive.
         let mut held = vec![first, second];
         while arena.room() >= text.len() {
-            held.push(arena.frame(&text).expect("small"));
+            held.push(arena.text(&text).expect("small"));
         }
         // Held frames: the next frame goes into a fresh buffer.
-        let fresh = arena.frame(&text).expect("small");
+        let fresh = arena.text(&text).expect("small");
         let fresh_base = fresh.as_ptr();
         assert!(
             !(base..base.wrapping_add(CHUNK)).contains(&fresh_base),
@@ -116,16 +128,16 @@ mod tests {
         drop(held);
         // Every frame of the fresh buffer gone too: it is reused in place.
         while arena.room() >= text.len() {
-            drop(arena.frame(&text).expect("small"));
+            drop(arena.text(&text).expect("small"));
         }
         drop(fresh);
-        let again = arena.frame(&text).expect("small");
+        let again = arena.text(&text).expect("small");
         assert_eq!(again.as_ptr(), fresh_base, "reused in place");
 
         let large = "y".repeat(SMALL + 1);
-        assert!(arena.frame(&large).is_none());
-        assert!(arena.frame(&"z".repeat(SMALL)).is_some());
-        assert!(arena.frame("").is_some_and(|f| f.is_empty()));
+        assert!(arena.text(&large).is_none());
+        assert!(arena.text(&"z".repeat(SMALL)).is_some());
+        assert!(arena.text("").is_some_and(|f| f.is_empty()));
     }
 
     /// An arena that was used since the last tidy keeps its buffer; one
@@ -135,13 +147,13 @@ mod tests {
         let mut arena = Arena::default();
         arena.tidy();
         assert_eq!(arena.room(), 0);
-        let held = arena.frame("[1]").expect("small");
+        let held = arena.text("[1]").expect("small");
         arena.tidy();
         assert!(arena.room() > 0, "used since the last tidy: kept");
         arena.tidy();
         assert_eq!(arena.room(), 0, "quiet for a tidy: let go");
         assert_eq!(held.as_str(), "[1]");
-        let again = arena.frame("[2]").expect("small");
+        let again = arena.text("[2]").expect("small");
         assert_eq!(again.as_str(), "[2]");
         assert!(arena.room() >= CHUNK - 3, "a fresh buffer");
     }
@@ -149,7 +161,11 @@ mod tests {
     #[test]
     fn a_detached_frame_holds_no_buffer() {
         let mut arena = Arena::default();
-        let frame = arena.frame("{\"id\":1}").expect("small");
+        let frame = arena.text("{\"id\":1}").expect("small");
+        let copy = Arena::detach_text(&frame);
+        assert_eq!(copy, frame);
+        assert_ne!(copy.as_ptr(), frame.as_ptr());
+        let frame = arena.frame(&[1, 2, 3]).expect("small");
         let copy = Arena::detach(&frame);
         assert_eq!(copy, frame);
         assert_ne!(copy.as_ptr(), frame.as_ptr());

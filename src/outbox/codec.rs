@@ -6,13 +6,14 @@
 use std::sync::Arc;
 
 use axum::extract::ws::Utf8Bytes;
+use bytes::Bytes;
 use parking_lot::Mutex;
 
 use super::arena::Arena;
 use super::Outgoing;
 use crate::dialect::errors;
 use crate::dialect::render::{render_batch, render_exact, render_scratch, Style};
-use crate::dialect::sideband::session::{encode_shared, Sbp};
+use crate::dialect::sideband::session::{encode_shared_with, Sbp};
 use crate::dialect::Dialect;
 use crate::envelope::Message;
 use crate::error::{ErrorKind, GatewayError, Side};
@@ -101,7 +102,7 @@ impl OutCodec {
     fn try_encode(&self, msg: &Message, arena: Option<&mut Arena>) -> Option<Outgoing> {
         let out = match &self.form {
             Form::Text(_, style) => text_frame(msg, *style, arena).map(Outgoing::Text),
-            Form::Sideband(sbp) => encode_shared(|| sbp.lock(), msg).ok().map(Outgoing::Binary),
+            Form::Sideband(sbp) => binary_frame(msg, sbp, arena).map(Outgoing::Binary),
         };
         if out.is_some() {
             self.metrics
@@ -115,10 +116,22 @@ impl OutCodec {
 /// it came out larger than expected) an allocation of its own.
 fn text_frame(msg: &Message, style: Style, arena: Option<&mut Arena>) -> Option<Utf8Bytes> {
     if let Some(arena) = arena {
-        let take = |text: &str| arena.frame(text).unwrap_or_else(|| Utf8Bytes::from(text));
+        let take = |text: &str| arena.text(text).unwrap_or_else(|| Utf8Bytes::from(text));
         if let Some(rendered) = render_scratch(msg, style, take) {
             return rendered.ok();
         }
     }
     render_exact(msg, style).ok().map(Utf8Bytes::from)
+}
+
+/// A Sideband frame: a small one split off `arena` when given, else an
+/// allocation of its own.
+fn binary_frame(msg: &Message, sbp: &Mutex<Sbp>, arena: Option<&mut Arena>) -> Option<Bytes> {
+    let take = |frame: &[u8]| match arena {
+        Some(arena) => arena
+            .frame(frame)
+            .unwrap_or_else(|| Bytes::copy_from_slice(frame)),
+        None => Bytes::copy_from_slice(frame),
+    };
+    encode_shared_with(|| sbp.lock(), msg, take).ok()
 }

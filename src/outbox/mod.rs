@@ -41,7 +41,7 @@
 //!   (one more makes the client slow, above);
 //! - plus the one frame the writer is writing (at most `F`).
 //!
-//! Small text frames (at most 4 KiB) are queued in the connection's frame
+//! Small frames (at most 4 KiB) are queued in the connection's frame
 //! buffer (`arena`) rather than in allocations of their own: its buffers
 //! hold at most 4/3 × the bytes of the small frames queued, plus 16 KiB.
 //!
@@ -84,7 +84,7 @@ pub enum Outgoing {
     /// many clients is one buffer, not a copy per client.
     Text(Utf8Bytes),
     /// One binary frame (Sideband).
-    Binary(Vec<u8>),
+    Binary(bytes::Bytes),
     /// A WebSocket ping (liveness check).
     Ping,
     /// Close the connection with this code and reason.
@@ -141,7 +141,7 @@ struct Inner {
     budget: Budget,
     /// A watch on a full queue is running (started by a dropped offer).
     watching: AtomicBool,
-    /// Where small text frames are rendered to; locked from rendering a
+    /// Where small frames are rendered to; locked from rendering a
     /// frame to queueing it (see `arena`).
     arena: Mutex<Arena>,
 }
@@ -371,7 +371,7 @@ impl Outbox {
 // === impl Inner ===
 
 impl Inner {
-    /// Renders `msg` (a small text frame into the frame buffer) and queues
+    /// Renders `msg` (a small frame into the frame buffer) and queues
     /// it if `admit` and the message count let it in now. A frame given
     /// back is first copied out of the frame buffer, so that a frame
     /// waiting for room never holds one (see `arena`).
@@ -387,7 +387,10 @@ impl Inner {
         match self.try_queue(out, admit) {
             Ok(()) => Now::Queued,
             Err(TrySendError::Full(Outgoing::Text(text))) if text.len() <= arena::SMALL => {
-                Now::Full(Outgoing::Text(Arena::detach(&text)))
+                Now::Full(Outgoing::Text(Arena::detach_text(&text)))
+            }
+            Err(TrySendError::Full(Outgoing::Binary(frame))) if frame.len() <= arena::SMALL => {
+                Now::Full(Outgoing::Binary(Arena::detach(&frame)))
             }
             Err(TrySendError::Full(out)) => Now::Full(out),
             Err(TrySendError::Closed(_)) => Now::Closed,

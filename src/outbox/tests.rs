@@ -202,49 +202,77 @@ async fn a_queue_full_for_the_patience_makes_the_client_slow() {
 /// Replies queued at once are split off one frame buffer, back to back;
 /// a reply that has to wait for room is copied out of it first, so that
 /// no buffer is held by a frame outside the queue (the `arena` bound).
+/// For text frames and for Sideband (binary) frames.
 #[tokio::test]
 async fn queued_replies_share_the_frame_buffer_and_a_waiting_one_holds_none() {
+    use crate::dialect::sideband::session::{Sbp, SbpEvent};
+    use crate::dialect::sideband::{frame, random_peer_id, Control, Frame, Handshake};
     use crate::envelope::{Outcome, Payload, WireId};
-    let (outbox, mut reader, _) = outbox(Duration::from_secs(60));
-    let reply = |n: u64| Message::Response {
-        id: WireId::number(n),
-        result: Outcome::Value(Payload::json("[1,2,3]").unwrap()),
-    };
-    for n in 0..CAPACITY as u64 {
-        assert!(outbox.settle(&reply(n), ()));
-    }
-    // The queue is full: this one waits for room, in a task.
-    assert!(outbox.settle(&reply(99), ()));
-    let mut frames = Vec::new();
-    for _ in 0..=CAPACITY {
-        match reader.recv().await.unwrap() {
-            Outgoing::Text(t) => frames.push(t),
-            other => panic!("a text frame, got {other:?}"),
+    let mut sbp = Sbp::new(true);
+    let hello = Handshake::local(random_peer_id(), true).to_bytes();
+    let hello = frame::encode(&Frame::control(
+        frame::random_id(),
+        Control::Handshake(hello),
+    ));
+    assert!(matches!(sbp.on_frame(&hello), SbpEvent::Ready));
+    let forms = [
+        Form::Text(Dialect::JsonRpc, Style::Frame),
+        Form::Sideband(std::sync::Arc::new(parking_lot::Mutex::new(sbp))),
+    ];
+    for form in forms {
+        let binary = matches!(form, Form::Sideband(_));
+        let gauges = Gauges {
+            messages: prometheus::IntGauge::new("m", "m").unwrap(),
+            bytes: prometheus::IntGauge::new("b", "b").unwrap(),
+        };
+        let codec = OutCodec::new(form, Metrics::new().unwrap());
+        let (outbox, mut reader) =
+            Outbox::channel(CAPACITY, BUDGET, codec, Duration::from_secs(60), gauges);
+        let reply = |n: u64| Message::Response {
+            id: match n {
+                99 => WireId::Cid([99; 16]),
+                n => WireId::Cid([u8::try_from(n).unwrap(); 16]),
+            },
+            result: Outcome::Value(Payload::json("[1,2,3]").unwrap()),
+        };
+        for n in 0..CAPACITY as u64 {
+            assert!(outbox.settle(&reply(n), ()));
         }
-    }
-    let base = frames[0].as_ptr();
-    for (n, pair) in frames[..CAPACITY].windows(2).enumerate() {
-        assert_eq!(
-            pair[1].as_ptr(),
-            pair[0].as_ptr().wrapping_add(pair[0].len()),
-            "frame {n}"
+        // The queue is full: this one waits for room, in a task.
+        assert!(outbox.settle(&reply(99), ()));
+        let mut frames: Vec<Vec<u8>> = Vec::new();
+        let mut at: Vec<*const u8> = Vec::new();
+        for _ in 0..=CAPACITY {
+            match reader.recv().await.unwrap() {
+                Outgoing::Text(t) => {
+                    at.push(t.as_ptr());
+                    frames.push(t.as_bytes().to_vec());
+                }
+                Outgoing::Binary(b) => {
+                    at.push(b.as_ptr());
+                    frames.push(b.to_vec());
+                }
+                other => panic!("a frame, got {other:?}"),
+            }
+        }
+        for n in 1..CAPACITY {
+            let after = at[n - 1].wrapping_add(frames[n - 1].len());
+            assert_eq!(at[n], after, "frame {n} follows frame {}", n - 1);
+        }
+        // The buffer is alive (the outbox holds it): nothing else lies in it.
+        let buffer = at[0]..at[0].wrapping_add(arena::CHUNK);
+        assert!(
+            !buffer.contains(&at[CAPACITY]),
+            "the waiting reply was copied out"
         );
-    }
-    let waited = &frames[CAPACITY];
-    assert_eq!(
-        waited.as_str(),
-        r#"{"jsonrpc":"2.0","result":[1,2,3],"id":99}"#
-    );
-    // The buffer is alive (the outbox holds it): nothing else lies in it.
-    let buffer = base..base.wrapping_add(arena::CHUNK);
-    assert!(
-        !buffer.contains(&waited.as_ptr()),
-        "the waiting reply was copied out"
-    );
-    for (n, frame) in frames[..CAPACITY].iter().enumerate() {
-        assert_eq!(
-            frame.as_str(),
-            format!(r#"{{"jsonrpc":"2.0","result":[1,2,3],"id":{n}}}"#)
-        );
+        // Each frame carries its result: `[1,2,3]` as JSON text, or as
+        // CBOR (an array of three: 0x83 0x01 0x02 0x03).
+        let result: &[u8] = if binary { &[0x83, 1, 2, 3] } else { b"[1,2,3]" };
+        for (n, f) in frames.iter().enumerate() {
+            assert!(
+                f.windows(result.len()).any(|w| w == result),
+                "frame {n}: {f:?}"
+            );
+        }
     }
 }

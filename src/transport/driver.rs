@@ -175,7 +175,7 @@ where
                 Verdict::Continue
             }
             Incoming::Binary(bytes) if cfg.echo && bytes.len() <= cfg.max_message_bytes => {
-                outbox.send_frame(Outgoing::Binary(bytes.to_vec())).await;
+                outbox.send_frame(Outgoing::Binary(bytes)).await;
                 Verdict::Continue
             }
             Incoming::Text(_) if session.binary() => {

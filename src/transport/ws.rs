@@ -266,7 +266,7 @@ impl FrameSink for WsSink {
     async fn feed(&mut self, out: Outgoing) -> Result<(), ()> {
         let msg = match out {
             Outgoing::Text(text) => WsMessage::Text(text),
-            Outgoing::Binary(bytes) => WsMessage::Binary(bytes.into()),
+            Outgoing::Binary(bytes) => WsMessage::Binary(bytes),
             Outgoing::Ping => WsMessage::Ping(Default::default()),
             Outgoing::Close(..) => return Ok(()),
         };

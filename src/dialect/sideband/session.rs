@@ -23,7 +23,7 @@ pub(crate) use super::dropped::SbpDrop;
 pub(crate) use event::SbpEvent;
 use recent::RecentIds;
 use shared::Step;
-pub(crate) use shared::{encode_shared, on_frame_shared};
+pub(crate) use shared::{encode_shared, encode_shared_with, on_frame_shared};
 
 mod event;
 mod recent;

@@ -56,6 +56,8 @@ impl Session {
     /// What to send before the shutdown close: a Sideband Control Close
     /// `shutdown`.
     pub fn goodbye(&self) -> Option<Outgoing> {
-        self.codec().goodbye().map(Outgoing::Binary)
+        self.codec()
+            .goodbye()
+            .map(|frame| Outgoing::Binary(frame.into()))
     }
 }

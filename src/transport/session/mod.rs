@@ -219,7 +219,7 @@ impl Session {
     /// The frames to send when the connection opens (Sideband handshake).
     pub fn greeting(&self) -> Option<Outgoing> {
         match &self.outbox.codec().form {
-            Form::Sideband(sbp) => Some(Outgoing::Binary(sbp.lock().hello())),
+            Form::Sideband(sbp) => Some(Outgoing::Binary(sbp.lock().hello().into())),
             Form::Text(..) => None,
         }
     }
@@ -248,7 +248,7 @@ impl Session {
             | SbpEvent::InvalidEnvelope {
                 reply: Some(frame), ..
             } => {
-                self.outbox.send_frame(Outgoing::Binary(frame)).await;
+                self.outbox.send_frame(Outgoing::Binary(frame.into())).await;
             }
             SbpEvent::InvalidEnvelope { reply: None, .. } => {}
             SbpEvent::Rpc(msg) => return self.single(Item::Valid(msg)).await,
@@ -263,7 +263,7 @@ impl Session {
             } => {
                 listener.count_protocol_error(ProtocolError::FatalFrame);
                 if let Some(frame) = frame {
-                    self.outbox.send_frame(Outgoing::Binary(frame)).await;
+                    self.outbox.send_frame(Outgoing::Binary(frame.into())).await;
                 }
                 self.outbox.close(code, reason).await;
                 return Verdict::Close(code);

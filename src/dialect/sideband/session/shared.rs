@@ -69,6 +69,16 @@ pub(crate) fn encode_shared<S: DerefMut<Target = Sbp>>(
     lock: impl Fn() -> S,
     msg: &Message,
 ) -> Result<Vec<u8>, EnvelopeError> {
+    encode_shared_with(lock, msg, <[u8]>::to_vec)
+}
+
+/// [`encode_shared`], the frame handed to `take` (which copies it where it
+/// goes) while it is in the per-thread buffer.
+pub(crate) fn encode_shared_with<S: DerefMut<Target = Sbp>, R>(
+    lock: impl Fn() -> S,
+    msg: &Message,
+    take: impl FnOnce(&[u8]) -> R,
+) -> Result<R, EnvelopeError> {
     let encoding = lock().encoding;
     SCRATCH.with_borrow_mut(|scratch| {
         let encoded = encode_envelope_into(msg, encoding, scratch).map(|()| {
@@ -77,7 +87,7 @@ pub(crate) fn encode_shared<S: DerefMut<Target = Sbp>>(
             // when encoding fails.
             let (id, subject) = lock().address(msg);
             frame::wrap_message(id, &subject, scratch);
-            scratch.as_slice().to_vec()
+            take(scratch.as_slice())
         });
         if scratch.capacity() > SCRATCH_KEPT {
             *scratch = Vec::new();
