@@ -8,6 +8,7 @@
 
 use std::fmt;
 
+use bytes::Bytes;
 use compact_str::{format_compact, CompactString, ToCompactString};
 use serde_json::value::RawValue;
 
@@ -40,8 +41,9 @@ pub struct JsonToken(CompactString);
 pub enum Payload {
     /// Raw JSON text.
     Json(RawJson),
-    /// Raw CBOR bytes (Sideband v2 envelopes).
-    Cbor(Vec<u8>),
+    /// Raw CBOR bytes (Sideband v2 envelopes): decoded from a frame, a
+    /// slice of it, as [`RawJson`] is of a text.
+    Cbor(Bytes),
 }
 
 /// A successful result. *Void* (no result at all) is kept apart from `null`.
@@ -231,7 +233,7 @@ impl Payload {
     pub fn detach(&self) -> Payload {
         match self {
             Payload::Json(raw) => Payload::Json(raw.detach()),
-            Payload::Cbor(bytes) => Payload::Cbor(bytes.clone()),
+            Payload::Cbor(bytes) => Payload::Cbor(Bytes::copy_from_slice(bytes)),
         }
     }
 

@@ -115,7 +115,7 @@ async fn cbor_payloads_keep_their_encoding() {
     let nats = NatsServer::start();
     let js = backend(&nats).await;
     let mut opened = js.open("c", "orders").await.unwrap();
-    let data = Payload::Cbor(vec![0xa1, 0x61, 0x6e, 0x01]);
+    let data = Payload::Cbor(vec![0xa1, 0x61, 0x6e, 0x01].into());
     js.publish("orders", &data).await.unwrap();
     assert_eq!(next(&mut opened.deliveries).await.data, data);
 }

@@ -393,7 +393,7 @@ async fn serve_fake(tcp: tokio::net::TcpStream, log: Fake) {
                     Frame::error(frame.id, 1002, "Invalid subject namespace")
                 } else {
                     let result = if method.ends_with("nan") {
-                        Outcome::Value(Payload::Cbor(CBOR_NAN.to_vec()))
+                        Outcome::Value(Payload::Cbor(CBOR_NAN.to_vec().into()))
                     } else {
                         params.map_or(Outcome::Void, Outcome::Value)
                     };
@@ -527,7 +527,7 @@ async fn json_and_cbor_clients_get_identical_results() {
     }
 
     // A CBOR byte string has a JSON form: base64url without padding.
-    let bytes_param = Payload::Cbor(vec![0xa1, 0x61, 0x62, 0x43, 0x00, 0xff, 0xfe]);
+    let bytes_param = Payload::Cbor(vec![0xa1, 0x61, 0x62, 0x43, 0x00, 0xff, 0xfe].into());
     let r = cbor_c.call_with("echo", Some(bytes_param)).await;
     assert_eq!(got(&r), Got::Value(json!({"b": "AP_-"})));
 
@@ -543,7 +543,9 @@ async fn json_and_cbor_clients_get_identical_results() {
         ("a nested non-text key", vec![0x81, 0xa1, 0xf5, 0x00]),
         ("an unknown tag", vec![0xd9, 0x01, 0x00, 0x00]),
     ] {
-        let r = cbor_c.call_with("echo", Some(Payload::Cbor(raw))).await;
+        let r = cbor_c
+            .call_with("echo", Some(Payload::Cbor(raw.into())))
+            .await;
         match got(&r) {
             Got::Error(code, _, data) => {
                 assert_eq!(code, 2000, "{what}: {r:?}");
@@ -559,7 +561,7 @@ async fn json_and_cbor_clients_get_identical_results() {
     // The same NaN to a CBOR upstream passes through untouched.
     let nan_param = vec![0xa1, 0x61, 0x78, 0xfb, 0x7f, 0xf8, 0, 0, 0, 0, 0, 0];
     match cbor_c
-        .call_with("fake.echo", Some(Payload::Cbor(nan_param.clone())))
+        .call_with("fake.echo", Some(Payload::Cbor(nan_param.clone().into())))
         .await
     {
         Message::Response {
@@ -574,7 +576,7 @@ async fn json_and_cbor_clients_get_identical_results() {
         Message::Response {
             result: Outcome::Value(Payload::Cbor(bytes)),
             ..
-        } => assert_eq!(bytes, CBOR_NAN),
+        } => assert_eq!(bytes.as_ref(), CBOR_NAN),
         other => panic!("NaN result to a CBOR client: {other:?}"),
     }
     match got(&json_c.call_with("fake.nan", None).await) {

@@ -161,7 +161,7 @@ mod tests {
     #[test]
     fn cbor_data_is_transcoded() {
         // {"a": 1} in CBOR.
-        let data = Payload::Cbor(vec![0xa1, 0x61, 0x61, 0x01]);
+        let data = Payload::Cbor(vec![0xa1, 0x61, 0x61, 0x01].into());
         let event = Event::new("t", &data);
         assert_eq!(
             &**event.params_json().unwrap(),
@@ -185,7 +185,7 @@ mod tests {
             decode_envelope(cbor, Encoding::Cbor).unwrap(),
             Message::Notification {
                 method: "hld.events".into(),
-                params: Some(Payload::Cbor(vec![0xa1, 0x61, 0x61, 0x01])),
+                params: Some(Payload::Cbor(vec![0xa1, 0x61, 0x61, 0x01].into())),
             }
         );
     }
@@ -193,7 +193,7 @@ mod tests {
     #[test]
     fn cbor_without_json_form_is_an_error_for_everyone() {
         // A NaN float64 has no JSON form.
-        let data = Payload::Cbor(vec![0xfb, 0x7f, 0xf8, 0, 0, 0, 0, 0, 0]);
+        let data = Payload::Cbor(vec![0xfb, 0x7f, 0xf8, 0, 0, 0, 0, 0, 0].into());
         let event = Event::new("t", &data);
         assert!(event.params_json().is_err());
         assert!(event.notification_json().is_err());

@@ -103,7 +103,7 @@ impl Link {
 
     /// Handles one inbound binary frame (Sideband). Returns false when the
     /// link must close.
-    pub(super) fn on_frame(self: &Arc<Self>, bytes: &[u8]) -> bool {
+    pub(super) fn on_frame(self: &Arc<Self>, bytes: &bytes::Bytes) -> bool {
         let Some(sb) = self.sideband() else {
             return false;
         };

@@ -83,7 +83,7 @@ fn cbor_params_render_as_their_json_twin() {
         render_request_into(
             7,
             "echo",
-            Some(&Payload::Cbor(cbor.clone())),
+            Some(&Payload::Cbor(cbor.clone().into())),
             style,
             &mut out,
         )
@@ -93,7 +93,7 @@ fn cbor_params_render_as_their_json_twin() {
         assert!(!out["before\n".len()..].contains('\n'));
     }
     // NaN (half float 0x7e00) has no JSON form.
-    let nan = Payload::Cbor(vec![0xf9, 0x7e, 0x00]);
+    let nan = Payload::Cbor(vec![0xf9, 0x7e, 0x00].into());
     assert_eq!(
         render_request(7, "echo", Some(&nan), Style::Line),
         Err(NotJson)

@@ -14,6 +14,7 @@
 //! transcodes the others by §7. Both encodings share one set of member
 //! rules (`build`); only the reading of members differs.
 
+use bytes::Bytes;
 use compact_str::CompactString;
 
 use crate::envelope::{ErrorObject, Message, Outcome, Payload, WireId};
@@ -97,6 +98,19 @@ pub fn decode_envelope(data: &[u8], enc: Encoding) -> Result<Message, EnvelopeEr
     match enc {
         Encoding::Json => json::decode(data),
         Encoding::Cbor => cbor::decode(data),
+    }
+}
+
+/// [`decode_envelope`] of `data` within the frame `source`: CBOR payloads
+/// are slices of `source` (no copy); JSON ones are copied.
+pub fn decode_envelope_in(
+    source: &Bytes,
+    data: &[u8],
+    enc: Encoding,
+) -> Result<Message, EnvelopeError> {
+    match enc {
+        Encoding::Json => json::decode(data),
+        Encoding::Cbor => cbor::decode_in(Some(source), data),
     }
 }
 

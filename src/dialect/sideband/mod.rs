@@ -52,8 +52,8 @@ mod testutil;
 
 pub use cbor::{CborError, MAX_DEPTH};
 pub use envelope::{
-    decode_envelope, encode_envelope, encode_envelope_into, fits_subject, Cid, Encoding,
-    EnvelopeError, EnvelopeReply, Member, INVALID_ENVELOPE, MALFORMED_ENVELOPE,
+    decode_envelope, decode_envelope_in, encode_envelope, encode_envelope_into, fits_subject, Cid,
+    Encoding, EnvelopeError, EnvelopeReply, Member, INVALID_ENVELOPE, MALFORMED_ENVELOPE,
 };
 pub use frame::{
     decode, decode_with, encode, encode_into, random_id, wrap_message, Body, Control, Frame,
@@ -188,7 +188,7 @@ fn origin(dialect: Dialect, code: i64, message: &str, data: Option<&Payload>) ->
             cbor::write_text(&mut out, message);
             cbor::write_text(&mut out, "data");
             out.extend_from_slice(raw);
-            Payload::Cbor(out)
+            Payload::Cbor(out.into())
         }
         Some(Payload::Json(raw)) => {
             Payload::Json(json_origin(dialect, code, message, Some(raw.get())))

@@ -191,11 +191,13 @@ impl Sbp {
         }
     }
 
-    /// Handles one inbound binary message. A session shared between tasks
-    /// uses [`on_frame_shared`] instead.
+    /// Handles one inbound binary message (copied: a session shared
+    /// between tasks uses [`on_frame_shared`], which slices payloads out of
+    /// the frame instead).
     pub(crate) fn on_frame(&mut self, bytes: &[u8]) -> SbpEvent {
         let cell = RefCell::new(self);
-        on_frame_shared(|| RefMut::map(cell.borrow_mut(), |s| &mut **s), bytes)
+        let bytes = bytes::Bytes::copy_from_slice(bytes);
+        on_frame_shared(|| RefMut::map(cell.borrow_mut(), |s| &mut **s), &bytes)
     }
 
     /// Handles an inbound frame once its frame layer was read; an RPC

@@ -117,11 +117,11 @@ fn sideband_to_json_data_is_kept_or_transcoded() {
         Some(r#"{"origin":{"dialect":"sideband","code":1104,"message":"m","data":{"k":[1, 2]}}}"#)
     );
     // CBOR data from a v2 link is transcoded for the JSON client.
-    let cbor = Payload::Cbor(unhex("a1616b820102"));
+    let cbor = Payload::Cbor(unhex("a1616b820102").into());
     let obj = error_to_json_dialect(2001, "m", Some(&cbor), Dialect::Holon);
     assert_eq!(data_text(&obj), Some(r#"{"k":[1,2]}"#));
     // Data that cannot be transcoded gives the caller `internal` (§7).
-    let nan = Payload::Cbor(unhex("f97e00"));
+    let nan = Payload::Cbor(unhex("f97e00").into());
     let obj = error_to_json_dialect(1101, "m", Some(&nan), Dialect::JsonRpc);
     assert_eq!((obj.code, obj.message.as_str()), (-32603, "Internal error"));
     assert_eq!(
@@ -222,7 +222,7 @@ fn json_to_sideband_origin_keeps_data_in_its_encoding() {
     let src = ErrorObject {
         code: 7,
         message: "m".to_owned(),
-        data: Some(Payload::Cbor(unhex("f6"))),
+        data: Some(Payload::Cbor(unhex("f6").into())),
     };
     let obj = error_from_json_dialect(&src, Dialect::Holon);
     let Some(Payload::Cbor(bytes)) = obj.data else {

@@ -9,7 +9,7 @@ impl Store for JetStream {
         let started = Instant::now();
         self.stream(topic, &policy).await?;
         let (bytes, headers) = match data {
-            Payload::Json(raw) => (raw.get().as_bytes().to_vec(), None),
+            Payload::Json(raw) => (bytes::Bytes::copy_from_slice(raw.get().as_bytes()), None),
             Payload::Cbor(b) => {
                 let mut h = async_nats::HeaderMap::new();
                 h.insert(ENCODING_HEADER, "cbor");
@@ -17,12 +17,8 @@ impl Store for JetStream {
             }
         };
         let sent = match headers {
-            Some(h) => {
-                self.js
-                    .publish_with_headers(subject(topic), h, bytes.into())
-                    .await
-            }
-            None => self.js.publish(subject(topic), bytes.into()).await,
+            Some(h) => self.js.publish_with_headers(subject(topic), h, bytes).await,
+            None => self.js.publish(subject(topic), bytes).await,
         };
         let ack = match sent.map_err(|e| fail("publish", e))?.await {
             Ok(ack) => ack,

@@ -195,13 +195,13 @@ fn cap_is_resource_exhausted_and_batch_is_whole() {
 fn cbor_params_are_accepted() {
     let reg = registration(1000);
     let raw = crate::envelope::raw_from_string(r#"{"topics":["x.*","y"]}"#.to_owned());
-    let cbor = Payload::Cbor(json_to_cbor(raw.to_raw()).unwrap());
+    let cbor = Payload::Cbor(json_to_cbor(raw.to_raw()).unwrap().into());
     let got = call(&reg, "rpc.subscribe.batch", Some(&cbor))
         .unwrap()
         .unwrap();
     assert_eq!(got.as_json(), Some(r#"{"subscribed":["x.*","y"]}"#));
     assert_eq!(reg.len(), 2);
-    let bad = Payload::Cbor(vec![0xff]);
+    let bad = Payload::Cbor(vec![0xff].into());
     let err = call(&reg, "rpc.subscribe", Some(&bad))
         .unwrap()
         .unwrap_err();

@@ -230,7 +230,7 @@ impl Session {
     }
 
     /// Handles one inbound binary frame (Sideband).
-    pub async fn on_binary(&self, bytes: &[u8]) -> Verdict {
+    pub async fn on_binary(&self, bytes: &bytes::Bytes) -> Verdict {
         let Form::Sideband(sbp) = &self.outbox.codec().form else {
             return Verdict::Close(CloseCode::Unsupported);
         };

@@ -5,6 +5,7 @@
 //! keys in any map, nesting ≤ 128, UTF-8 text) in the one pass that finds
 //! the members; payload members are kept as the raw bytes of their item.
 
+use bytes::Bytes;
 use compact_str::CompactString;
 
 use crate::envelope::{Message, Outcome, Payload};
@@ -17,6 +18,8 @@ use crate::dialect::sideband::transcode;
 #[derive(Default)]
 struct RawEnvelope<'a> {
     members: [Option<&'a [u8]>; 10],
+    /// The frame the data lies in, if shared: payloads are slices of it.
+    source: Option<&'a Bytes>,
 }
 
 const ORDER: [Member; 10] = [
@@ -37,6 +40,12 @@ const ORDER: [Member; 10] = [
 /// (text, no duplicates), and nothing may follow the map. That is all
 /// `wire::validate` checks, without walking the payloads twice.
 pub(super) fn decode(data: &[u8]) -> Result<Message, EnvelopeError> {
+    decode_in(None, data)
+}
+
+/// [`decode`], the payloads sliced out of `source` (the frame `data` lies
+/// in) rather than copied.
+pub(super) fn decode_in(source: Option<&Bytes>, data: &[u8]) -> Result<Message, EnvelopeError> {
     let malformed = |e: wire::CborError| EnvelopeError::Malformed(e.to_string());
     let mut reader = Reader::new(data);
     let head = reader.head().map_err(malformed)?;
@@ -46,7 +55,10 @@ pub(super) fn decode(data: &[u8]) -> Result<Message, EnvelopeError> {
             "envelope is not a CBOR map".to_owned(),
         ));
     }
-    let mut raw = RawEnvelope::default();
+    let mut raw = RawEnvelope {
+        source,
+        ..RawEnvelope::default()
+    };
     let mut keys = MapKeys::new();
     let mut left = head.arg;
     while reader.more(head, &mut left).map_err(malformed)? {
@@ -206,6 +218,14 @@ impl Fields for RawEnvelope<'_> {
 
     fn payload(&self, member: Member) -> Option<Payload> {
         let slot = ORDER.iter().position(|m| *m == member)?;
-        self.members[slot].map(|raw| Payload::Cbor(raw.to_vec()))
+        let raw = self.members[slot]?;
+        let within = self.source.filter(|source| {
+            let (outer, inner) = (source.as_ptr_range(), raw.as_ptr_range());
+            outer.start <= inner.start && inner.end <= outer.end
+        });
+        Some(Payload::Cbor(match within {
+            Some(source) => source.slice_ref(raw),
+            None => Bytes::copy_from_slice(raw),
+        }))
     }
 }

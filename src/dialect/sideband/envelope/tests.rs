@@ -21,7 +21,7 @@ fn json(text: &str) -> Payload {
 }
 
 fn cbor(hex: &str) -> Payload {
-    Payload::Cbor(unhex(hex))
+    Payload::Cbor(unhex(hex).into())
 }
 
 fn decode_json(text: &str) -> Result<Message, EnvelopeError> {
@@ -335,4 +335,47 @@ fn detection_negotiation_and_subjects() {
     assert!(
         fits_subject(&note, &Subject::Event) && !fits_subject(&note, &Subject::App(String::new()))
     );
+}
+
+/// Decoded within its frame, a CBOR envelope's params and result are
+/// slices of the frame (no copy); decoded alone, copies. Equal either way.
+#[test]
+fn cbor_payloads_are_slices_of_the_frame_they_were_read_from() {
+    let messages = [
+        Message::Request {
+            id: WireId::Cid(CID),
+            method: "echo".into(),
+            params: Some(cbor("a1616b820102")),
+        },
+        Message::Response {
+            id: WireId::Cid(CID),
+            result: Outcome::Value(cbor("820102")),
+        },
+    ];
+    for msg in messages {
+        let data = encode_envelope(&msg, Encoding::Cbor).expect("encodes");
+        // The envelope inside a larger frame, as a Message frame carries it.
+        let mut frame = vec![0u8; 7];
+        frame.extend_from_slice(&data);
+        let frame = Bytes::from(frame);
+        let inside = &frame[7..];
+        let shared = decode_envelope_in(&frame, inside, Encoding::Cbor).expect("decodes");
+        let copied = decode_envelope(inside, Encoding::Cbor).expect("decodes");
+        assert_eq!(shared, msg);
+        assert_eq!(copied, msg);
+        let payload = |m: &Message| match m {
+            Message::Request {
+                params: Some(Payload::Cbor(b)),
+                ..
+            }
+            | Message::Response {
+                result: Outcome::Value(Payload::Cbor(b)),
+                ..
+            } => b.as_ptr(),
+            other => panic!("a CBOR payload: {other:?}"),
+        };
+        let range = frame.as_ptr_range();
+        assert!(range.contains(&payload(&shared)), "sliced out of the frame");
+        assert!(!range.contains(&payload(&copied)), "a copy of its own");
+    }
 }

@@ -13,9 +13,11 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::ops::DerefMut;
 
+use bytes::Bytes;
+
 use super::{Sbp, SbpEvent};
 use crate::dialect::sideband::{
-    decode_envelope, encode_envelope_into, frame, Encoding, EnvelopeError, FrameId, Subject,
+    decode_envelope_in, encode_envelope_into, frame, Encoding, EnvelopeError, FrameId, Subject,
 };
 use crate::envelope::Message;
 
@@ -34,10 +36,11 @@ pub(super) enum Step<'a> {
     },
 }
 
-/// [`Sbp::on_frame`] for a shared session.
+/// [`Sbp::on_frame`] for a shared session; CBOR payloads are slices of
+/// `bytes`.
 pub(crate) fn on_frame_shared<S: DerefMut<Target = Sbp>>(
     lock: impl Fn() -> S,
-    bytes: &[u8],
+    bytes: &Bytes,
 ) -> SbpEvent {
     let rules = lock().rules;
     let frame = frame::decode_with(bytes, rules);
@@ -45,7 +48,7 @@ pub(crate) fn on_frame_shared<S: DerefMut<Target = Sbp>>(
     match step {
         Step::Done(event) => event,
         Step::Envelope { id, subject, data } => {
-            let decoded = decode_envelope(&data, Encoding::detect(&data));
+            let decoded = decode_envelope_in(bytes, &data, Encoding::detect(&data));
             lock().on_envelope(id, &subject, decoded, &data)
         }
     }

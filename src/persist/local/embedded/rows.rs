@@ -97,7 +97,7 @@ pub(super) fn age_cutoff(now_ms: u64, retention: &Retention) -> Option<u64> {
 pub(super) fn encode(data: &Payload) -> (u8, &[u8]) {
     match data {
         Payload::Json(raw) => (TAG_JSON, raw.get().as_bytes()),
-        Payload::Cbor(bytes) => (TAG_CBOR, bytes.as_slice()),
+        Payload::Cbor(bytes) => (TAG_CBOR, bytes),
     }
 }
 
@@ -111,7 +111,7 @@ pub(super) fn decode(tag: u8, bytes: &[u8]) -> Result<Payload, redb::Error> {
                 .map(|raw| Payload::Json(raw.into()))
                 .map_err(|_| corrupt("not JSON"))
         }
-        TAG_CBOR => Ok(Payload::Cbor(bytes.to_vec())),
+        TAG_CBOR => Ok(Payload::Cbor(bytes::Bytes::copy_from_slice(bytes))),
         _ => Err(corrupt("unknown encoding tag")),
     }
 }

@@ -29,7 +29,7 @@ fn reopen_keeps_messages_last_seq_and_positions() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("store");
     let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_000_000_123);
-    let cbor = Payload::Cbor(vec![0xa1, 0x61, 0x61, 0x01]);
+    let cbor = Payload::Cbor(vec![0xa1, 0x61, 0x61, 0x01].into());
     {
         let mut log = EmbeddedLog::open(&data).unwrap();
         let (first, evicted) = log

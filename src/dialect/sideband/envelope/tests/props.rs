@@ -70,7 +70,7 @@ fn json_payload() -> impl Strategy<Value = Payload> + Clone {
 fn cbor_payload() -> impl Strategy<Value = Payload> + Clone {
     json_value().prop_map(|v| {
         let raw = serde_json::value::to_raw_value(&v).expect("serializable");
-        Payload::Cbor(json_to_cbor(&raw).expect("finite values transcode"))
+        Payload::Cbor(json_to_cbor(&raw).expect("finite values transcode").into())
     })
 }
 
