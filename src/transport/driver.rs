@@ -311,12 +311,12 @@ pub(crate) async fn write_loop<K: FrameSink>(
     let _ = sink.flush().await;
 }
 
-/// The reader's clock: a coarse tick instead of a clock read per frame.
 /// The longest period of a connection's tick: a connection that has been
 /// quiet for a tick lets go of its outbox's frame buffer (16 KiB), so an
 /// idle one holds none for longer than two ticks.
 const TIDY_EVERY: Duration = Duration::from_secs(5);
 
+/// The reader's clock: a coarse tick instead of a clock read per frame.
 struct Clock {
     tick: tokio::time::Interval,
     opened: Instant,
