@@ -73,7 +73,8 @@ pub(crate) mod codec;
 mod queue;
 
 use arena::Arena;
-use budget::{Admitted, Budget, Waited};
+use budget::{Budget, Waited};
+use queue::Now;
 
 pub(crate) use codec::{Form, OutCodec};
 
@@ -144,18 +145,6 @@ struct Inner {
     /// Where small frames are rendered to; locked from rendering a
     /// frame to queueing it (see `arena`).
     arena: Mutex<Arena>,
-}
-
-/// What became of a message rendered and offered to the queue at once.
-enum Now {
-    /// Queued.
-    Queued,
-    /// No room now: the frame, holding no frame buffer.
-    Full(Outgoing),
-    /// The client is gone.
-    Closed,
-    /// The dialect cannot carry it.
-    Untranslatable,
 }
 
 /// What became of an offered push or event.
@@ -365,36 +354,6 @@ impl Outbox {
             }
             inner.watching.store(false, Ordering::Release);
         });
-    }
-}
-
-// === impl Inner ===
-
-impl Inner {
-    /// Renders `msg` (a small frame into the frame buffer) and queues
-    /// it if `admit` and the message count let it in now. A frame given
-    /// back is first copied out of the frame buffer, so that a frame
-    /// waiting for room never holds one (see `arena`).
-    fn queue_now(
-        &self,
-        msg: &Message,
-        admit: for<'a> fn(&'a Budget, i64) -> Option<(Admitted<'a>, i64)>,
-    ) -> Now {
-        let mut arena = self.arena.lock();
-        let Some(out) = self.codec.encode(msg, Some(&mut arena)) else {
-            return Now::Untranslatable;
-        };
-        match self.try_queue(out, admit) {
-            Ok(()) => Now::Queued,
-            Err(TrySendError::Full(Outgoing::Text(text))) if text.len() <= arena::SMALL => {
-                Now::Full(Outgoing::Text(Arena::detach_text(&text)))
-            }
-            Err(TrySendError::Full(Outgoing::Binary(frame))) if frame.len() <= arena::SMALL => {
-                Now::Full(Outgoing::Binary(Arena::detach(&frame)))
-            }
-            Err(TrySendError::Full(out)) => Now::Full(out),
-            Err(TrySendError::Closed(_)) => Now::Closed,
-        }
     }
 }
 

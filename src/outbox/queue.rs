@@ -1,17 +1,58 @@
 //! How a frame gets into an outbox's queue: at once when there is room
 //! (a message slot and the bytes), or, for a reply, waiting for room at
-//! most the slow-consumer timeout. See the `outbox` module doc for the
-//! policy and `budget` for the bytes.
+//! most the slow-consumer timeout. A message is rendered and queued under
+//! the frame buffer's lock (`queue_now`, see `arena`). See the `outbox`
+//! module doc for the policy and `budget` for the bytes.
 
 use tokio::sync::mpsc::error::{SendTimeoutError, TrySendError};
 use tokio::time::Instant;
 
+use super::arena::{self, Arena};
 use super::budget::{Admitted, Budget, Waited};
 use super::{Inner, Outgoing};
+use crate::envelope::Message;
+
+/// What became of a message rendered and offered to the queue at once.
+pub(super) enum Now {
+    /// Queued.
+    Queued,
+    /// No room now: the frame, holding no frame buffer.
+    Full(Outgoing),
+    /// The client is gone.
+    Closed,
+    /// The dialect cannot carry it.
+    Untranslatable,
+}
 
 // === impl Inner ===
 
 impl Inner {
+    /// Renders `msg` (a small frame into the frame buffer) and queues
+    /// it if `admit` and the message count let it in now. A frame given
+    /// back is first copied out of the frame buffer, so that a frame
+    /// waiting for room never holds one (see `arena`).
+    pub(super) fn queue_now(
+        &self,
+        msg: &Message,
+        admit: for<'a> fn(&'a Budget, i64) -> Option<(Admitted<'a>, i64)>,
+    ) -> Now {
+        let mut arena = self.arena.lock();
+        let Some(out) = self.codec.encode(msg, Some(&mut arena)) else {
+            return Now::Untranslatable;
+        };
+        match self.try_queue(out, admit) {
+            Ok(()) => Now::Queued,
+            Err(TrySendError::Full(Outgoing::Text(text))) if text.len() <= arena::SMALL => {
+                Now::Full(Outgoing::Text(Arena::detach_text(&text)))
+            }
+            Err(TrySendError::Full(Outgoing::Binary(frame))) if frame.len() <= arena::SMALL => {
+                Now::Full(Outgoing::Binary(Arena::detach(&frame)))
+            }
+            Err(TrySendError::Full(out)) => Now::Full(out),
+            Err(TrySendError::Closed(_)) => Now::Closed,
+        }
+    }
+
     /// Queues `out` now if it fits (`admit` decides for the bytes) and
     /// the count queue has room; gives it back as `Full` otherwise.
     pub(super) fn try_queue(
