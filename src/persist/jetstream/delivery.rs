@@ -113,7 +113,9 @@ fn stored(topic: &str, msg: &Message) -> Result<(u64, i64, Stored), String> {
         .and_then(|h| h.get(ENCODING_HEADER))
         .is_some_and(|v| v.as_str() == "cbor");
     let data = if cbor {
-        Payload::Cbor(msg.payload.clone())
+        // A copy: a delivery may wait in its subscription's window, and
+        // must not keep the NATS client's read buffer alive meanwhile.
+        Payload::Cbor(bytes::Bytes::copy_from_slice(&msg.payload))
     } else {
         let text = String::from_utf8(msg.payload.to_vec()).map_err(|e| e.to_string())?;
         Payload::Json(
