@@ -21,6 +21,8 @@
 use axum::extract::ws::Utf8Bytes;
 use bytes::{Bytes, BytesMut};
 
+use super::Outgoing;
+
 /// The size of a connection's frame buffer.
 pub(super) const CHUNK: usize = 16 * 1024;
 
@@ -71,15 +73,15 @@ impl Arena {
         }
     }
 
-    /// A text frame that is about to wait for room: copied out of the
-    /// buffer, so that no buffer is held by a frame outside the queue.
-    pub(super) fn detach_text(frame: &Utf8Bytes) -> Utf8Bytes {
-        Utf8Bytes::from(frame.as_str())
-    }
-
-    /// [`detach_text`](Self::detach_text) for a binary frame.
-    pub(super) fn detach(frame: &Bytes) -> Bytes {
-        Bytes::copy_from_slice(frame)
+    /// A frame that is about to wait for room: a small one (which may lie
+    /// in a buffer) is copied out, so that no buffer is held by a frame
+    /// outside the queue; a larger one has an allocation of its own.
+    pub(super) fn detach(out: Outgoing) -> Outgoing {
+        match out {
+            Outgoing::Text(t) if t.len() <= SMALL => Outgoing::Text(Utf8Bytes::from(t.as_str())),
+            Outgoing::Binary(b) if b.len() <= SMALL => Outgoing::Binary(Bytes::copy_from_slice(&b)),
+            other => other,
+        }
     }
 
     /// Bytes allocated for the buffer still writable (for tests).
@@ -162,11 +164,15 @@ mod tests {
     fn a_detached_frame_holds_no_buffer() {
         let mut arena = Arena::default();
         let frame = arena.text("{\"id\":1}").expect("small");
-        let copy = Arena::detach_text(&frame);
+        let Outgoing::Text(copy) = Arena::detach(Outgoing::Text(frame.clone())) else {
+            panic!("a text frame");
+        };
         assert_eq!(copy, frame);
         assert_ne!(copy.as_ptr(), frame.as_ptr());
         let frame = arena.frame(&[1, 2, 3]).expect("small");
-        let copy = Arena::detach(&frame);
+        let Outgoing::Binary(copy) = Arena::detach(Outgoing::Binary(frame.clone())) else {
+            panic!("a binary frame");
+        };
         assert_eq!(copy, frame);
         assert_ne!(copy.as_ptr(), frame.as_ptr());
     }

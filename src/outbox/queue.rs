@@ -7,7 +7,7 @@
 use tokio::sync::mpsc::error::{SendTimeoutError, TrySendError};
 use tokio::time::Instant;
 
-use super::arena::{self, Arena};
+use super::arena::Arena;
 use super::budget::{Admitted, Budget, Waited};
 use super::{Inner, Outgoing};
 use crate::envelope::Message;
@@ -42,13 +42,7 @@ impl Inner {
         };
         match self.try_queue(out, admit) {
             Ok(()) => Now::Queued,
-            Err(TrySendError::Full(Outgoing::Text(text))) if text.len() <= arena::SMALL => {
-                Now::Full(Outgoing::Text(Arena::detach_text(&text)))
-            }
-            Err(TrySendError::Full(Outgoing::Binary(frame))) if frame.len() <= arena::SMALL => {
-                Now::Full(Outgoing::Binary(Arena::detach(&frame)))
-            }
-            Err(TrySendError::Full(out)) => Now::Full(out),
+            Err(TrySendError::Full(out)) => Now::Full(Arena::detach(out)),
             Err(TrySendError::Closed(_)) => Now::Closed,
         }
     }
