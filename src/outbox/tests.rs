@@ -276,3 +276,52 @@ async fn queued_replies_share_the_frame_buffer_and_a_waiting_one_holds_none() {
         }
     }
 }
+
+/// The frame-buffer bound (`arena`) with a client that never reads: the
+/// queue fills with replies of 1 to 4 KiB while nothing is taken out, and
+/// the buffers its frames lie in are at most the queued bytes over
+/// `CHUNK - SMALL`, plus one: frames follow each other in a buffer, and a
+/// fresh buffer is taken only when the next frame does not fit.
+#[tokio::test]
+async fn a_never_reading_client_holds_few_frame_buffers() {
+    use crate::envelope::{Outcome, Payload, WireId};
+    const MANY: usize = 200;
+    let gauges = Gauges {
+        messages: prometheus::IntGauge::new("m", "m").unwrap(),
+        bytes: prometheus::IntGauge::new("b", "b").unwrap(),
+    };
+    let codec = OutCodec::new(
+        Form::Text(Dialect::JsonRpc, Style::Frame),
+        Metrics::new().unwrap(),
+    );
+    let (outbox, mut reader) =
+        Outbox::channel(MANY, 1 << 20, codec, Duration::from_secs(60), gauges);
+    for n in 0..MANY {
+        let pad = "p".repeat(1000 + (n * 733) % 2900);
+        let reply = Message::Response {
+            id: WireId::number(n as u64),
+            result: Outcome::Value(Payload::json(&format!("\"{pad}\"")).unwrap()),
+        };
+        assert!(outbox.settle(&reply, ()));
+    }
+    // Nothing was read while they were queued; now look where they lie.
+    let mut frames = Vec::new();
+    for _ in 0..MANY {
+        match reader.recv().await.unwrap() {
+            Outgoing::Text(t) => frames.push(t),
+            other => panic!("a text frame, got {other:?}"),
+        }
+    }
+    assert!(frames.iter().all(|f| f.len() <= arena::SMALL));
+    let bytes: usize = frames.iter().map(|f| f.len()).sum();
+    let buffers = 1 + frames
+        .windows(2)
+        .filter(|p| p[1].as_ptr() != p[0].as_ptr().wrapping_add(p[0].len()))
+        .count();
+    let bound = bytes.div_ceil(arena::CHUNK - arena::SMALL) + 1;
+    assert!(
+        buffers <= bound,
+        "{buffers} buffers for {bytes} bytes (bound {bound})"
+    );
+    assert!(buffers > 1, "{bytes} bytes cannot fit one buffer");
+}
