@@ -31,6 +31,18 @@ async fn delivery(c: &mut TestClient) -> Value {
     msg["params"].clone()
 }
 
+/// `rpc.subscribe.persistent`: its reply is the first frame, before any
+/// delivery, even when retained messages are ready at once.
+async fn subscribe(c: &mut TestClient, id: u64, params: Value) -> Value {
+    let req =
+        json!({"jsonrpc": "2.0", "id": id, "method": "rpc.subscribe.persistent", "params": params});
+    c.send(&req.to_string()).await;
+    let msg: Value = serde_json::from_str(&c.recv().await).expect("JSON");
+    assert_eq!(msg["id"], id, "the reply comes before any delivery: {msg}");
+    msg
+}
+
+/// A call whose reply may come after deliveries (which are passed over).
 async fn call(c: &mut TestClient, id: u64, method: &str, params: Value) -> Value {
     let req = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
     c.send(&req.to_string()).await;
@@ -103,7 +115,7 @@ max_count = 10000
     // A subscriber takes some, acknowledges the first two, and leaves.
     let mut c = TestClient::connect(Speak::JsonRpc, &url).await;
     let sub = json!({"subscription_id": "feed", "topic": "daemon.events"});
-    let reply = call(&mut c, 1, "rpc.subscribe.persistent", sub.clone()).await;
+    let reply = subscribe(&mut c, 1, sub.clone()).await;
     let start = reply["result"]["resumed_from_sequence"]
         .as_u64()
         .unwrap_or_else(|| panic!("{reply}"));
@@ -142,7 +154,7 @@ max_count = 10000
     .await;
     assert_eq!(attached, 0.0);
     let mut c = TestClient::connect(Speak::JsonRpc, &url).await;
-    let again = call(&mut c, 2, "rpc.subscribe.persistent", sub.clone()).await;
+    let again = subscribe(&mut c, 2, sub.clone()).await;
     assert_eq!(again["result"]["resumed_from_sequence"], start + 2);
     let resumed: Vec<Value> = {
         let mut v = Vec::new();

@@ -13,6 +13,11 @@
 //! the id held by this connection (else -32003). Unsubscribing deletes the
 //! id and is idempotent (an id held by another connection is -32003).
 //!
+//! A pump starts once the reply to the call that opened it is queued
+//! ([`Starts`]): a client reads `rpc.subscribe.persistent`'s result before
+//! the subscription's first delivery, even when retained messages are
+//! ready at once.
+//!
 //! The pump waits for room in the client's outbox rather than dropping: a
 //! persistent message is never lost on the way to a connected client (and
 //! one a slow client never acknowledges is sent again anyway).
@@ -43,6 +48,14 @@ pub trait Sink: Send + Sync + fmt::Debug + 'static {
     /// room; false when the client is gone.
     fn deliver<'a>(&'a self, id: &'a str, message: &'a Stored) -> BoxFuture<'a, bool>;
 }
+
+/// The pumps one call opened, held until its reply is queued: the caller
+/// makes one per call (a batch shares one), passes it to
+/// [`super::methods::call`], and calls [`Starts::release`] once the reply
+/// is in the client's outbox. Dropping it releases them too. Holds one
+/// token per subscription the call opened.
+#[derive(Debug, Default)]
+pub struct Starts(Mutex<Vec<CancellationToken>>);
 
 /// Holders of every subscription id, over the configured store.
 pub struct Hub {
@@ -199,6 +212,30 @@ impl Hub {
     }
 }
 
+// === impl Starts ===
+
+impl Starts {
+    /// A gate for one pump, opened by [`Starts::release`].
+    fn gate(&self) -> CancellationToken {
+        let gate = CancellationToken::new();
+        self.0.lock().push(gate.clone());
+        gate
+    }
+
+    /// Starts every pump held: the call's reply is queued.
+    pub fn release(&self) {
+        for gate in self.0.lock().drain(..) {
+            gate.cancel();
+        }
+    }
+}
+
+impl Drop for Starts {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
 impl fmt::Debug for Hub {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Hub")
@@ -228,3 +265,6 @@ fn at_index(i: usize, e: GatewayError) -> GatewayError {
     let detail = e.detail.as_deref().unwrap_or_default();
     GatewayError::with_detail(e.kind, format!("subscriptions[{i}]: {detail}"))
 }
+
+#[cfg(test)]
+mod tests;

@@ -21,7 +21,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::hub::Attachment;
+use super::hub::{Attachment, Starts};
 use crate::envelope::{raw_from_string, Payload};
 use crate::error::{ErrorKind, GatewayError};
 use crate::pubsub::methods::object;
@@ -61,17 +61,20 @@ pub fn is_persistent(method: &str) -> bool {
     METHODS.contains(&method)
 }
 
-/// Serves `method` on `att`; `None` when it is not one of the six.
+/// Serves `method` on `att`; `None` when it is not one of the six. The
+/// subscriptions it opens deliver once `starts` is released (after the
+/// reply is queued).
 pub async fn call(
     att: &Attachment,
     method: &str,
     params: Option<&Payload>,
+    starts: &Starts,
 ) -> Option<Result<Payload, GatewayError>> {
     let result = match method {
-        SUBSCRIBE => subscribe(att, params).await,
+        SUBSCRIBE => subscribe(att, params, starts).await,
         ACKNOWLEDGE => acknowledge(att, params).await,
         UNSUBSCRIBE => unsubscribe(att, params).await,
-        SUBSCRIBE_BATCH => subscribe_batch(att, params).await,
+        SUBSCRIBE_BATCH => subscribe_batch(att, params, starts).await,
         ACKNOWLEDGE_BATCH => acknowledge_batch(att, params).await,
         UNSUBSCRIBE_BATCH => unsubscribe_batch(att, params).await,
         _ => return None,
@@ -79,10 +82,14 @@ pub async fn call(
     Some(result.map(|value| Payload::Json(raw_from_string(value.to_string()))))
 }
 
-async fn subscribe(att: &Attachment, params: Option<&Payload>) -> Result<Value, GatewayError> {
+async fn subscribe(
+    att: &Attachment,
+    params: Option<&Payload>,
+    starts: &Starts,
+) -> Result<Value, GatewayError> {
     let mut object = object(params, SUBSCRIBE_SHAPE)?;
     let (id, topic) = id_and_topic(&mut object, SUBSCRIBE_SHAPE)?;
-    let resumed = att.subscribe(&id, &topic).await?;
+    let resumed = att.subscribe(&id, &topic, starts).await?;
     Ok(json!({"subscription_id": id, "topic": topic, "resumed_from_sequence": resumed}))
 }
 
@@ -103,6 +110,7 @@ async fn unsubscribe(att: &Attachment, params: Option<&Payload>) -> Result<Value
 async fn subscribe_batch(
     att: &Attachment,
     params: Option<&Payload>,
+    starts: &Starts,
 ) -> Result<Value, GatewayError> {
     let items = list(params, "subscriptions", SUBSCRIBE_BATCH_SHAPE)?;
     let pairs = items
@@ -113,7 +121,7 @@ async fn subscribe_batch(
             _ => Err(invalid(format!("subscriptions[{i}] must be an object"))),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let resumed = att.subscribe_all(&pairs).await?;
+    let resumed = att.subscribe_all(&pairs, starts).await?;
     let out: Vec<Value> = pairs
         .iter()
         .zip(resumed)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use tokio::time::Instant as TokioInstant;
 
-use super::{ClientLinks, Router};
+use super::{ClientLinks, Router, Starts};
 use crate::dialect::Item;
 use crate::envelope::{Message, Method, Payload, WireId};
 use crate::upstream::Upstream;
@@ -35,7 +35,14 @@ impl Router {
     /// Handles the items of one client batch and returns their replies in
     /// request order. Items routed to an upstream that accepts batches go to
     /// it as one batch; all others are handled one by one, concurrently.
-    pub async fn handle_batch(&self, items: Vec<Item>, client: &ClientLinks) -> Vec<Message> {
+    /// Persistent subscriptions opened by its items deliver once `starts`
+    /// is released (after the batch reply is queued).
+    pub async fn handle_batch(
+        &self,
+        items: Vec<Item>,
+        client: &ClientLinks,
+        starts: &Starts,
+    ) -> Vec<Message> {
         let mut grouped: Vec<Group> = Vec::new();
         let mut single = Vec::new();
         for (i, item) in items.into_iter().enumerate() {
@@ -58,11 +65,10 @@ impl Router {
                 (_, item) => single.push((i, item)),
             }
         }
-        let singles = join_all(
-            single
-                .into_iter()
-                .map(|(i, item)| async move { vec![(i, self.handle(item, client).await)] }),
-        );
+        let singles =
+            join_all(single.into_iter().map(|(i, item)| async move {
+                vec![(i, self.handle(item, client, starts).await)]
+            }));
         let groups = join_all(
             grouped
                 .into_iter()

@@ -42,6 +42,7 @@ mod policy;
 mod pusher;
 mod settings;
 
+pub use crate::persist::hub::Starts;
 pub use client::ClientLinks;
 pub use pusher::Pusher;
 pub use settings::RouterSettings;
@@ -143,8 +144,15 @@ impl Router {
         self.table.upstream_for(method)
     }
 
-    /// Handles one client item and returns the reply to send, if any.
-    pub async fn handle(&self, item: Item, client: &ClientLinks) -> Option<Message> {
+    /// Handles one client item and returns the reply to send, if any. The
+    /// persistent subscriptions it opens deliver once the caller has queued
+    /// the reply and released `starts`.
+    pub async fn handle(
+        &self,
+        item: Item,
+        client: &ClientLinks,
+        starts: &Starts,
+    ) -> Option<Message> {
         match item {
             Item::Invalid(reply) => {
                 self.count_protocol_error(ProtocolError::InvalidRequest);
@@ -153,7 +161,7 @@ impl Router {
             Item::Valid(Message::Request { id, method, params }) => {
                 let span = self.server_span(&tracing::Span::current(), &id, &method);
                 let reply = self
-                    .request(id, &method, params.as_ref(), client)
+                    .request(id, &method, params.as_ref(), client, starts)
                     .instrument(span.clone())
                     .await;
                 record_outcome(&span, &reply);
@@ -242,6 +250,7 @@ impl Router {
         method: &str,
         params: Option<&Payload>,
         client: &ClientLinks,
+        starts: &Starts,
     ) -> Message {
         if let Some(refusal) = self.refuse_request(&id, method) {
             return refusal;
@@ -249,7 +258,7 @@ impl Router {
         if let Some(reply) = self.pubsub(&id, method, params, client) {
             return reply;
         }
-        if let Some(reply) = self.persistent(&id, method, params, client).await {
+        if let Some(reply) = self.persistent(&id, method, params, client, starts).await {
             return reply;
         }
         let Some(upstream) = self.routed(method) else {
@@ -364,9 +373,11 @@ mod tests {
     /// soak restart with ~300 such tasks swung RSS by several MiB.
     #[test]
     fn a_waiting_request_is_a_small_future() {
-        let handle = future_size(|(r, i, c): (Arc<Router>, Item, ClientLinks)| async move {
-            r.handle(i, &c).await
-        });
+        let handle = future_size(
+            |(r, i, c, s): (Arc<Router>, Item, ClientLinks, Starts)| async move {
+                r.handle(i, &c, &s).await
+            },
+        );
         assert!(
             handle <= 3 * 1024,
             "Router::handle's future is {handle} bytes"

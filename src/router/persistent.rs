@@ -28,7 +28,7 @@ use crate::dialect::sideband::transcode;
 use crate::envelope::{raw_from_string, Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::outbox::{Offer, Outgoing};
-use crate::persist::hub::{Hub, Sink};
+use crate::persist::hub::{Hub, Sink, Starts};
 use crate::persist::{methods, Stored, NOTIFICATION_METHOD};
 use crate::telemetry::metrics::DropReason;
 
@@ -136,6 +136,7 @@ impl Router {
         method: &str,
         params: Option<&Payload>,
         client: &ClientLinks,
+        starts: &Starts,
     ) -> Option<Message> {
         if !methods::is_persistent(method) {
             return None;
@@ -154,7 +155,7 @@ impl Router {
         // Boxed: the store's futures are large, and inline they would make
         // every request's future (a task of its own while it waits for an
         // upstream link) as large as the largest of them.
-        let outcome = Box::pin(methods::call(&attachment, method, params)).await;
+        let outcome = Box::pin(methods::call(&attachment, method, params, starts)).await;
         Some(self.own_reply(id, PERSISTENT, outcome))
     }
 }

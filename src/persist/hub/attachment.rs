@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{at_index, conflict, invalid, not_held, Attachment, Claim, Sink, Ticket};
+use super::{at_index, conflict, invalid, not_held, Attachment, Claim, Sink, Starts, Ticket};
 use crate::error::{ErrorKind, GatewayError};
 use crate::persist::{Acked, PersistError, Store, Stored};
 
@@ -15,21 +15,29 @@ use crate::persist::{Acked, PersistError, Store, Stored};
 
 impl Attachment {
     /// `rpc.subscribe.persistent`: the subscription's `resumed_from_sequence`.
-    pub async fn subscribe(&self, id: &str, topic_name: &str) -> Result<u64, GatewayError> {
+    /// Its deliveries start when `starts` is released.
+    pub async fn subscribe(
+        &self,
+        id: &str,
+        topic_name: &str,
+        starts: &Starts,
+    ) -> Result<u64, GatewayError> {
         self.hub.check(id, topic_name)?;
         match self.hub.claim(self.conn, id, topic_name)? {
             Claim::Repeat => self.floor(id).await,
-            Claim::Fresh(ticket) => self.open(id, topic_name, ticket).await,
+            Claim::Fresh(ticket) => self.open(id, topic_name, ticket, starts).await,
         }
     }
 
     /// `rpc.subscribe.persistent.batch`: every item subscribed, or none.
     /// Each is checked (params, holders, existing topics) before any is
     /// opened; if one fails to open, those opened are detached and those
-    /// created are deleted again.
+    /// created are deleted again. Deliveries start when `starts` is
+    /// released.
     pub async fn subscribe_all(
         &self,
         items: &[(String, String)],
+        starts: &Starts,
     ) -> Result<Vec<u64>, GatewayError> {
         let created = self.check_all(items).await?;
         let mut results = Vec::with_capacity(items.len());
@@ -39,7 +47,7 @@ impl Attachment {
                 Ok(Claim::Repeat) => self.floor(id).await,
                 Ok(Claim::Fresh(ticket)) => {
                     claimed.push((id.clone(), ticket.clone()));
-                    self.open(id, topic_name, ticket).await
+                    self.open(id, topic_name, ticket, starts).await
                 }
                 Err(e) => Err(e),
             };
@@ -161,12 +169,19 @@ impl Attachment {
         }
     }
 
-    async fn open(&self, id: &str, topic_name: &str, ticket: Ticket) -> Result<u64, GatewayError> {
+    async fn open(
+        &self,
+        id: &str,
+        topic_name: &str,
+        ticket: Ticket,
+        starts: &Starts,
+    ) -> Result<u64, GatewayError> {
         match self.hub.store.open(id, topic_name).await {
             Ok(opened) => {
                 let pump = Pump {
                     id: id.to_owned(),
                     sink: self.sink.clone(),
+                    start: starts.gate(),
                     stop: ticket.stop,
                     gone: self.gone.clone(),
                 };
@@ -207,16 +222,24 @@ impl fmt::Debug for Attachment {
     }
 }
 
-/// Moves one subscription's deliveries into its connection's sink.
+/// Moves one subscription's deliveries into its connection's sink, once
+/// the reply to the call that opened it is queued.
 struct Pump {
     id: String,
     sink: Arc<dyn Sink>,
+    /// Cancelled when the opening call's reply is queued ([`Starts`]).
+    start: CancellationToken,
     stop: CancellationToken,
     gone: CancellationToken,
 }
 
 impl Pump {
     async fn run(self, mut deliveries: mpsc::Receiver<Stored>) {
+        tokio::select! {
+            () = self.start.cancelled() => {}
+            () = self.stop.cancelled() => return,
+            () = self.gone.cancelled() => return,
+        }
         loop {
             let next = tokio::select! {
                 next = deliveries.recv() => next,

@@ -18,7 +18,7 @@ use crate::dialect::Item;
 use crate::envelope::Message;
 use crate::error::{ErrorKind, GatewayError};
 use crate::router::in_place::NotPlaced;
-use crate::router::{ClientLinks, Router};
+use crate::router::{ClientLinks, Router, Starts};
 use crate::telemetry::metrics::Limit;
 
 // === impl Session ===
@@ -89,11 +89,15 @@ impl Session {
         let (router, client, outbox) = (self.router(), self.client.clone(), self.outbox.clone());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
         let task = async move {
-            let Some(reply) = settle(&router, item, &client, &gone, &grace_over).await else {
+            let starts = Starts::default();
+            let Some(reply) = settle(&router, item, &client, &starts, &gone, &grace_over).await
+            else {
                 return;
             };
-            // The in-flight slot is freed once the reply is queued.
+            // The in-flight slot is freed once the reply is queued, and the
+            // persistent subscriptions it opened start delivering.
             outbox.send(&reply).await;
+            starts.release();
             drop(permit);
         };
         self.tasks.spawn(task.instrument(self.parent.clone()));
@@ -145,8 +149,9 @@ impl Session {
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
         let span = tracing::debug_span!(target: crate::telemetry::trace::RPC_TARGET, parent: &self.parent, "rpc.batch", otel.kind = "server", rpc.batch.size = request_ids.len());
         let task = async move {
+            let starts = Starts::default();
             let replies = tokio::select! {
-                replies = router.handle_batch(items, &client) => replies,
+                replies = router.handle_batch(items, &client, &starts) => replies,
                 () = gone.cancelled() => return,
                 () = grace_over.cancelled() => {
                     let err = shutting_down();
@@ -156,7 +161,9 @@ impl Session {
             if !replies.is_empty() {
                 outbox.send_batch(&replies).await;
             }
-            // The in-flight slots are freed once the reply is queued.
+            // The in-flight slots are freed once the reply is queued, and
+            // the persistent subscriptions it opened start delivering.
+            starts.release();
             drop(permits);
         };
         self.tasks.spawn(task.instrument(span));
@@ -188,6 +195,7 @@ async fn settle(
     router: &Router,
     item: Item,
     client: &ClientLinks,
+    starts: &Starts,
     gone: &CancellationToken,
     grace_over: &CancellationToken,
 ) -> Option<Message> {
@@ -196,7 +204,7 @@ async fn settle(
         _ => None,
     };
     tokio::select! {
-        reply = router.handle(item, client) => reply,
+        reply = router.handle(item, client, starts) => reply,
         () = gone.cancelled() => None,
         () = grace_over.cancelled() => {
             id.map(|id| router.error_reply(id, &shutting_down()))
