@@ -21,13 +21,15 @@
 //! (the binary uses mimalloc; this bench counts calls into the system
 //! allocator). A `realloc` counts as one allocation of the new size.
 //!
-//! Three cases:
+//! Four cases:
 //!
 //! - **in place**: the defaults; the upstream has room (pool 2, 4,096
 //!   pending per connection), so every call is written at once;
 //! - **waiting**: the defaults plus `pool_size = 1` and `max_pending = 1`:
 //!   one call at a time may be pending at the upstream, so with 32 in
 //!   flight nearly every call parks in the upstream's queue first;
+//! - **holon-rpc, in place**: the defaults with a holon-rpc listener
+//!   (subprotocol `holon-rpc`, string ids);
 //! - **Sideband CBOR, in place**: the defaults with a Sideband listener;
 //!   the client negotiates CBOR envelopes, so each request's params are
 //!   transcoded to JSON for the daemon and each result back to CBOR.
@@ -51,6 +53,8 @@ use switchyard::daemon::{Daemon, DaemonOptions};
 use tokio::net::TcpStream;
 use tokio::runtime::{Builder, Handle};
 use tokio::sync::oneshot;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::header::{HeaderValue, SEC_WEBSOCKET_PROTOCOL};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
@@ -79,10 +83,11 @@ struct Case {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Wire {
     JsonRpc,
+    Holon,
     SidebandCbor,
 }
 
-const CASES: [Case; 3] = [
+const CASES: [Case; 4] = [
     Case {
         name: "in place (defaults)",
         wire: Wire::JsonRpc,
@@ -92,6 +97,11 @@ const CASES: [Case; 3] = [
         name: "waiting (pool_size 1, max_pending 1)",
         wire: Wire::JsonRpc,
         upstream_extra: "pool_size = 1\nmax_pending = 1\n",
+    },
+    Case {
+        name: "holon-rpc, in place (defaults)",
+        wire: Wire::Holon,
+        upstream_extra: "",
     },
     Case {
         name: "Sideband CBOR, in place (defaults)",
@@ -149,6 +159,7 @@ fn run_case(case: &Case, requests: usize) -> Res<Row> {
     let daemon = daemon_rt.block_on(Daemon::start(&socket, DaemonOptions::default()))?;
     let dialect = match case.wire {
         Wire::JsonRpc => "jsonrpc-ws",
+        Wire::Holon => "holon-rpc",
         Wire::SidebandCbor => "sideband",
     };
     let toml = format!(
@@ -162,7 +173,14 @@ fn run_case(case: &Case, requests: usize) -> Res<Row> {
 
     let client_rt = Builder::new_current_thread().enable_all().build()?;
     let row = client_rt.block_on(async {
-        let (mut ws, _) = tokio_tungstenite::connect_async(gw.url.as_str()).await?;
+        let mut request = gw.url.as_str().into_client_request()?;
+        if case.wire == Wire::Holon {
+            let protocol = HeaderValue::from_static("holon-rpc");
+            request
+                .headers_mut()
+                .insert(SEC_WEBSOCKET_PROTOCOL, protocol);
+        }
+        let (mut ws, _) = tokio_tungstenite::connect_async(request).await?;
         if case.wire == Wire::SidebandCbor {
             sideband::handshake(&mut ws).await?;
         }
@@ -281,6 +299,12 @@ async fn drive(
                     )
                     .into(),
                 ),
+                Wire::Holon => Message::Text(
+                    format!(
+                        r#"{{"jsonrpc":"2.0","id":"{next_id}","method":"echo","params":{{"pad":"{pad}"}}}}"#
+                    )
+                    .into(),
+                ),
                 Wire::SidebandCbor => Message::Binary(sideband::request(*next_id, &pad)?.into()),
             };
             ws.feed(request).await?;
@@ -293,11 +317,17 @@ async fn drive(
             .await
             .ok_or("the gateway closed the connection")??;
         let (id, result) = match frame {
-            Message::Text(text) if wire == Wire::JsonRpc => {
+            Message::Text(text) if wire != Wire::SidebandCbor => {
                 let reply: serde_json::Value = serde_json::from_str(&text)?;
-                let id = reply["id"]
-                    .as_u64()
-                    .ok_or_else(|| format!("no id: {text}"))?;
+                // holon-rpc ids are strings; a frame without one (a
+                // heartbeat) is not a reply.
+                let id = match &reply["id"] {
+                    serde_json::Value::String(s) => s.parse().ok(),
+                    id => id.as_u64(),
+                };
+                let Some(id) = id else {
+                    continue;
+                };
                 (id, reply["result"].clone())
             }
             Message::Binary(bytes) if wire == Wire::SidebandCbor => sideband::reply(&bytes)?,

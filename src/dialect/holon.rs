@@ -7,25 +7,20 @@
 //! is [`render`](super::render) with [`Style::Holon`](super::render::Style):
 //! the same JSON-RPC 2.0 shapes with string ids and a void result as `{}`.
 
-use std::collections::BTreeMap;
-
 use bytestring::ByteString;
 use serde_json::value::RawValue;
 
+use self::envelope::Envelope;
 use super::jsonrpc::parse_error_object;
 use super::{Dialect, Inbound, Item};
 use crate::close::CloseCode;
 use crate::dialect::errors;
-use crate::envelope::{
-    raw_from_string, JsonToken, Message, Method, Outcome, Payload, RawJson, WireId,
-};
+use crate::dialect::json_string::string_value;
+use crate::envelope::{raw_from_string, JsonToken, Message, Outcome, Payload, RawJson, WireId};
 use crate::error::{ErrorKind, GatewayError};
 
 /// The close for an unusable message: 1002, protocol error.
 const PROTOCOL_ERROR: u16 = CloseCode::ProtocolError.as_u16();
-
-/// The six top-level keys a holon envelope may carry.
-const KEYS: [&str; 6] = ["jsonrpc", "id", "method", "params", "result", "error"];
 
 /// Close reasons (at most 123 bytes each).
 pub const MALFORMED: &str = "malformed JSON";
@@ -44,21 +39,21 @@ pub fn decode(text: &ByteString) -> Inbound {
             Err(_) => Inbound::Close(PROTOCOL_ERROR, MALFORMED),
         };
     }
-    let Ok(map) = serde_json::from_str::<BTreeMap<String, &RawValue>>(text) else {
+    let Ok(env) = serde_json::from_str::<Envelope<'_>>(text) else {
         return Inbound::Close(PROTOCOL_ERROR, MALFORMED);
     };
-    let Some(id) = map.get("id").copied().filter(|id| is_usable_id(id)) else {
+    let Some(id) = env.id.filter(|id| is_usable_id(id)) else {
         return Inbound::Close(PROTOCOL_ERROR, NO_ID);
     };
     let id = WireId::Json(JsonToken::from_raw(id));
-    if map.contains_key("method") {
-        return Inbound::Single(request(text, &map, id));
+    if env.method.is_some() {
+        return Inbound::Single(request(text, &env, id));
     }
-    Inbound::Single(reply(text, &map, id))
+    Inbound::Single(reply(text, &env, id))
 }
 
 /// A request: valid, or answered -32600 with the reason in `data`.
-fn request(source: &ByteString, map: &BTreeMap<String, &RawValue>, id: WireId) -> Item {
+fn request(source: &ByteString, env: &Envelope<'_>, id: WireId) -> Item {
     let invalid = |reason: String| {
         let err = GatewayError::with_detail(ErrorKind::InvalidRequest, reason);
         Item::Invalid(Message::error(
@@ -66,20 +61,20 @@ fn request(source: &ByteString, map: &BTreeMap<String, &RawValue>, id: WireId) -
             errors::render(&err, Dialect::Holon),
         ))
     };
-    if let Some(key) = unknown_key(map) {
+    if let Some(key) = &env.unknown {
         return invalid(format!("unknown key {key:?}"));
     }
-    if map.get("jsonrpc").is_none_or(|v| v.get() != "\"2.0\"") {
+    if env.jsonrpc.is_none_or(|v| v.get() != "\"2.0\"") {
         return invalid(String::from("jsonrpc must be \"2.0\""));
     }
-    let method = map.get("method").and_then(|m| json_string(m));
+    let method = env.method.and_then(string_value);
     let Some(method) = method.filter(|m| !m.trim().is_empty()) else {
         return invalid(String::from("method must be a non-empty string"));
     };
-    if map.contains_key("result") || map.contains_key("error") {
+    if env.result.is_some() || env.error.is_some() {
         return invalid(String::from("a request cannot carry result or error"));
     }
-    let params = match map.get("params") {
+    let params = match env.params {
         None => None,
         // HolonClient sends null when the caller passes null: same as {}.
         Some(p) if p.get() == "null" => Some(Payload::Json(raw_from_string(String::from("{}")))),
@@ -91,11 +86,11 @@ fn request(source: &ByteString, map: &BTreeMap<String, &RawValue>, id: WireId) -
 
 /// A reply to one of switchyard's pushes (or a frame with none of method,
 /// result and error: a void reply, as browsers send for `undefined`).
-fn reply(source: &ByteString, map: &BTreeMap<String, &RawValue>, id: WireId) -> Item {
-    let well_formed = unknown_key(map).is_none()
-        && map.get("jsonrpc").is_some_and(|v| v.get() == "\"2.0\"")
-        && !map.contains_key("params");
-    match (map.get("result"), map.get("error")) {
+fn reply(source: &ByteString, env: &Envelope<'_>, id: WireId) -> Item {
+    let well_formed = env.unknown.is_none()
+        && env.jsonrpc.is_some_and(|v| v.get() == "\"2.0\"")
+        && env.params.is_none();
+    match (env.result, env.error) {
         (None, None) if well_formed => Item::Valid(Message::Response {
             id,
             result: Outcome::Void,
@@ -117,18 +112,7 @@ fn reply(source: &ByteString, map: &BTreeMap<String, &RawValue>, id: WireId) -> 
 
 /// A string id that is not blank after trimming.
 fn is_usable_id(id: &RawValue) -> bool {
-    json_string(id).is_some_and(|s| !s.trim().is_empty())
-}
-
-fn unknown_key<'m>(map: &'m BTreeMap<String, &RawValue>) -> Option<&'m str> {
-    map.keys().map(String::as_str).find(|k| !KEYS.contains(k))
-}
-
-fn json_string(v: &RawValue) -> Option<Method> {
-    if !v.get().starts_with('"') {
-        return None;
-    }
-    serde_json::from_str(v.get()).ok()
+    string_value(id).is_some_and(|s| !s.trim().is_empty())
 }
 
 /// The `params` a holon peer accepts: an object. Absent params become `{}`;
@@ -169,6 +153,8 @@ pub fn wrap_params(params: &Payload) -> Option<Payload> {
         raw.get()
     ))))
 }
+
+mod envelope;
 
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,24 @@
 //! JSON string literals, written exactly as serde_json writes them: the
 //! escape scan reads eight bytes at a time, so the long runs that need no
 //! escape (padding, names, messages) are found in a few steps and copied
-//! whole.
+//! whole. And read back out of a raw JSON value ([`string_value`]).
+
+use serde_json::value::RawValue;
+
+use crate::envelope::Method;
+
+/// The string a raw JSON value holds, or `None` if it is no string. A
+/// string without escapes (a method name, nearly always) is the text
+/// between its quotes: the parse that produced `raw` has checked it
+/// already, so it is not parsed a second time.
+pub(crate) fn string_value(raw: &RawValue) -> Option<Method> {
+    let text = raw.get();
+    let inner = text.strip_prefix('"')?.strip_suffix('"')?;
+    if !inner.contains('\\') {
+        return Some(Method::from(inner));
+    }
+    serde_json::from_str(text).ok()
+}
 
 /// Eight copies of one byte in a word.
 const fn splat(byte: u8) -> u64 {
@@ -81,9 +98,28 @@ fn push_unicode_escape(out: &mut String, byte: u8) {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use super::{push_json_string, unescaped_prefix};
+    use serde_json::value::RawValue;
+
+    use super::{push_json_string, string_value, unescaped_prefix};
 
     proptest::proptest! {
+        /// Read back exactly as serde_json reads it, written plainly or
+        /// with escapes serde_json does not write (`\u` for every
+        /// character).
+        #[test]
+        fn a_raw_string_reads_as_serde_json_reads_it(text in "(?s).{0,40}") {
+            let plain = serde_json::to_string(&text).unwrap();
+            let escaped: String = text
+                .encode_utf16()
+                .map(|unit| format!("\\u{unit:04x}"))
+                .collect();
+            for literal in [plain, format!("\"{escaped}\"")] {
+                let raw: &RawValue = serde_json::from_str(&literal).unwrap();
+                let read = string_value(raw);
+                proptest::prop_assert_eq!(read.as_deref(), Some(text.as_str()));
+            }
+        }
+
         /// Escaped exactly as serde_json escapes a string, whatever it holds.
         #[test]
         fn a_string_is_escaped_as_serde_json_escapes_it(text in "(?s).{0,64}") {
@@ -129,6 +165,22 @@ mod tests {
                     assert_eq!(unescaped_prefix(&text), len, "{byte:#x} at {at} of {len}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn only_strings_have_a_string_value() {
+        for (text, value) in [
+            (r#""subtract""#, Some("subtract")),
+            (r#""a\/b\n""#, Some("a/b\n")),
+            (r#""""#, Some("")),
+            ("12", None),
+            ("null", None),
+            (r#"["x"]"#, None),
+            (r#"{"a":"b"}"#, None),
+        ] {
+            let raw: &RawValue = serde_json::from_str(text).unwrap();
+            assert_eq!(string_value(raw).as_deref(), value, "{text}");
         }
     }
 

@@ -12,7 +12,8 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use crate::dialect::errors;
-use crate::envelope::{ErrorObject, JsonToken, Message, Method, Outcome, Payload, RawJson, WireId};
+use crate::dialect::json_string::string_value;
+use crate::envelope::{ErrorObject, JsonToken, Message, Outcome, Payload, RawJson, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 
 use super::Dialect;
@@ -122,7 +123,7 @@ fn decode_item(source: &ByteString, text: &str) -> Item {
             Err((id, _)) => invalid(id),
         };
     }
-    let Some(method) = raw.method.and_then(json_str) else {
+    let Some(method) = raw.method.and_then(string_value) else {
         return invalid(id);
     };
     let params = match raw.params {
@@ -154,7 +155,7 @@ pub fn decode_upstream_in(source: &ByteString, text: &str) -> Result<Message, Re
         None => None,
     };
     if let Some(method) = raw.method {
-        let method = json_str(method).ok_or(ReplyError::Invalid("method must be a string"))?;
+        let method = string_value(method).ok_or(ReplyError::Invalid("method must be a string"))?;
         let params = raw
             .params
             .map(|p| Payload::Json(RawJson::within(source, p)));
@@ -226,15 +227,7 @@ fn is_valid_id(id: &RawValue) -> bool {
 }
 
 fn is_version_2(v: &RawValue) -> bool {
-    v.get() == "\"2.0\"" || json_str(v).as_deref() == Some("2.0")
-}
-
-/// The string value of a raw JSON string, or `None` if it is no string.
-fn json_str(v: &RawValue) -> Option<Method> {
-    if !v.get().starts_with('"') {
-        return None;
-    }
-    serde_json::from_str(v.get()).ok()
+    v.get() == "\"2.0\"" || string_value(v).as_deref() == Some("2.0")
 }
 
 fn reject(kind: ErrorKind, detail: Option<String>) -> Message {

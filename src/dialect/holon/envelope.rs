@@ -1,0 +1,160 @@
+//! [`Envelope`]: the members of one holon envelope, read from its text in
+//! one pass without a map: the six keys it may carry, borrowed as raw
+//! JSON, and the unknown key to name in an error, if any.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// One holon envelope's members. A key given twice keeps its last value,
+/// as a JSON object read into a map does.
+#[derive(Debug, Default)]
+pub(super) struct Envelope<'a> {
+    pub jsonrpc: Option<&'a RawValue>,
+    pub id: Option<&'a RawValue>,
+    pub method: Option<&'a RawValue>,
+    pub params: Option<&'a RawValue>,
+    pub result: Option<&'a RawValue>,
+    pub error: Option<&'a RawValue>,
+    /// The first unknown key in alphabetical order (the one an error
+    /// names); its value is checked as JSON and passed over.
+    pub unknown: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for Envelope<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(EnvelopeVisitor)
+    }
+}
+
+struct EnvelopeVisitor;
+
+impl<'de> Visitor<'de> for EnvelopeVisitor {
+    type Value = Envelope<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut env = Envelope::default();
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            let slot = match key.as_ref() {
+                "jsonrpc" => &mut env.jsonrpc,
+                "id" => &mut env.id,
+                "method" => &mut env.method,
+                "params" => &mut env.params,
+                "result" => &mut env.result,
+                "error" => &mut env.error,
+                other => {
+                    map.next_value::<IgnoredAny>()?;
+                    if env.unknown.as_deref().is_none_or(|first| other < first) {
+                        env.unknown = Some(other.to_owned());
+                    }
+                    continue;
+                }
+            };
+            *slot = Some(map.next_value()?);
+        }
+        Ok(env)
+    }
+}
+
+/// An object key, borrowed from the text unless it holds escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+struct KeyVisitor;
+
+impl<'de> Visitor<'de> for KeyVisitor {
+    type Value = Key<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Key(Cow::Borrowed(v)))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Key(Cow::Owned(v.to_owned())))
+    }
+
+    fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Key(Cow::Owned(v)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+    use serde_json::value::RawValue;
+
+    use super::Envelope;
+
+    const KEYS: [&str; 6] = ["jsonrpc", "id", "method", "params", "result", "error"];
+
+    fn object() -> impl Strategy<Value = String> {
+        let key = prop::sample::select(vec![
+            "jsonrpc",
+            "id",
+            "method",
+            "params",
+            "result",
+            "error",
+            "extra",
+            "zeta",
+            "a",
+            "\\u0069d",
+            "m\\u0065thod",
+            "ID",
+        ]);
+        let value = prop::sample::select(vec!["1", "\"x\"", "{}", "[1,{\"a\":null}]", "null"]);
+        prop::collection::vec((key, value), 0..8).prop_map(|members| {
+            let members: Vec<String> = members
+                .iter()
+                .map(|(k, v)| format!("\"{k}\":{v}"))
+                .collect();
+            format!("{{{}}}", members.join(","))
+        })
+    }
+
+    proptest! {
+        /// The same members as reading the object into a map: the last
+        /// value of a repeated key, escaped keys unescaped, and the first
+        /// unknown key in alphabetical order.
+        #[test]
+        fn an_envelope_reads_as_a_map_of_its_members(text in object()) {
+            let map: BTreeMap<String, &RawValue> = serde_json::from_str(&text).unwrap();
+            let env: Envelope<'_> = serde_json::from_str(&text).unwrap();
+            let fields = [env.jsonrpc, env.id, env.method, env.params, env.result, env.error];
+            for (key, field) in KEYS.iter().zip(fields) {
+                prop_assert_eq!(field.map(RawValue::get), map.get(*key).map(|v| v.get()), "{}", key);
+            }
+            let unknown = map.keys().find(|k| !KEYS.contains(&k.as_str()));
+            prop_assert_eq!(env.unknown.as_ref(), unknown);
+        }
+    }
+
+    #[test]
+    fn only_an_object_is_an_envelope() {
+        for text in ["[]", "1", "\"id\"", "null", "{\"id\":}", "{\"id\":\"1\"} x"] {
+            assert!(
+                serde_json::from_str::<Envelope<'_>>(text).is_err(),
+                "{text}"
+            );
+        }
+    }
+}
