@@ -21,7 +21,7 @@
 //! (the binary uses mimalloc; this bench counts calls into the system
 //! allocator). A `realloc` counts as one allocation of the new size.
 //!
-//! Four cases:
+//! Five cases:
 //!
 //! - **in place**: the defaults; the upstream has room (pool 2, 4,096
 //!   pending per connection), so every call is written at once;
@@ -30,6 +30,8 @@
 //!   flight nearly every call parks in the upstream's queue first;
 //! - **holon-rpc, in place**: the defaults with a holon-rpc listener
 //!   (subprotocol `holon-rpc`, string ids);
+//! - **Sideband JSON, in place**: the defaults with a Sideband listener
+//!   and JSON (v1) envelopes;
 //! - **Sideband CBOR, in place**: the defaults with a Sideband listener;
 //!   the client negotiates CBOR envelopes, so each request's params are
 //!   transcoded to JSON for the daemon and each result back to CBOR.
@@ -50,6 +52,7 @@ use std::thread;
 use allocation_counter::AllocationInfo;
 use futures_util::{SinkExt, StreamExt};
 use switchyard::daemon::{Daemon, DaemonOptions};
+use switchyard::dialect::sideband::Encoding;
 use tokio::net::TcpStream;
 use tokio::runtime::{Builder, Handle};
 use tokio::sync::oneshot;
@@ -84,10 +87,22 @@ struct Case {
 enum Wire {
     JsonRpc,
     Holon,
+    SidebandJson,
     SidebandCbor,
 }
 
-const CASES: [Case; 4] = [
+impl Wire {
+    /// The Sideband envelope encoding, for a Sideband client.
+    fn sideband(self) -> Option<Encoding> {
+        match self {
+            Wire::SidebandJson => Some(Encoding::Json),
+            Wire::SidebandCbor => Some(Encoding::Cbor),
+            Wire::JsonRpc | Wire::Holon => None,
+        }
+    }
+}
+
+const CASES: [Case; 5] = [
     Case {
         name: "in place (defaults)",
         wire: Wire::JsonRpc,
@@ -101,6 +116,11 @@ const CASES: [Case; 4] = [
     Case {
         name: "holon-rpc, in place (defaults)",
         wire: Wire::Holon,
+        upstream_extra: "",
+    },
+    Case {
+        name: "Sideband JSON, in place (defaults)",
+        wire: Wire::SidebandJson,
         upstream_extra: "",
     },
     Case {
@@ -160,7 +180,7 @@ fn run_case(case: &Case, requests: usize) -> Res<Row> {
     let dialect = match case.wire {
         Wire::JsonRpc => "jsonrpc-ws",
         Wire::Holon => "holon-rpc",
-        Wire::SidebandCbor => "sideband",
+        Wire::SidebandJson | Wire::SidebandCbor => "sideband",
     };
     let toml = format!(
         "[listeners.public]\ndialect = \"{dialect}\"\naddress = \"127.0.0.1:0\"\npath = \"/rpc\"\n\n\
@@ -181,8 +201,8 @@ fn run_case(case: &Case, requests: usize) -> Res<Row> {
                 .insert(SEC_WEBSOCKET_PROTOCOL, protocol);
         }
         let (mut ws, _) = tokio_tungstenite::connect_async(request).await?;
-        if case.wire == Wire::SidebandCbor {
-            sideband::handshake(&mut ws).await?;
+        if let Some(encoding) = case.wire.sideband() {
+            sideband::handshake(&mut ws, encoding).await?;
         }
         let mut next_id = 0u64;
         drive(case.wire, &mut ws, &mut next_id, WARMUP, &gw.handle).await?;
@@ -305,7 +325,10 @@ async fn drive(
                     )
                     .into(),
                 ),
-                Wire::SidebandCbor => Message::Binary(sideband::request(*next_id, &pad)?.into()),
+                Wire::SidebandJson | Wire::SidebandCbor => {
+                    let encoding = wire.sideband().ok_or("a Sideband wire")?;
+                    Message::Binary(sideband::request(*next_id, &pad, encoding)?.into())
+                }
             };
             ws.feed(request).await?;
             pending.insert(*next_id);
@@ -317,7 +340,7 @@ async fn drive(
             .await
             .ok_or("the gateway closed the connection")??;
         let (id, result) = match frame {
-            Message::Text(text) if wire != Wire::SidebandCbor => {
+            Message::Text(text) if wire.sideband().is_none() => {
                 let reply: serde_json::Value = serde_json::from_str(&text)?;
                 // holon-rpc ids are strings; a frame without one (a
                 // heartbeat) is not a reply.
@@ -330,7 +353,10 @@ async fn drive(
                 };
                 (id, reply["result"].clone())
             }
-            Message::Binary(bytes) if wire == Wire::SidebandCbor => sideband::reply(&bytes)?,
+            Message::Binary(bytes) => match wire.sideband() {
+                Some(encoding) => sideband::reply(&bytes, encoding)?,
+                None => continue,
+            },
             _ => continue,
         };
         if !pending.remove(&id) || result["pad"] != pad.as_str() {
@@ -358,9 +384,10 @@ mod sideband {
 
     use super::{Res, Ws};
 
-    /// Sends our handshake, offering CBOR, and checks the gateway's.
-    pub(super) async fn handshake(ws: &mut Ws) -> Res<()> {
-        let local = Handshake::local(random_peer_id(), true);
+    /// Sends our handshake, offering CBOR or not, and checks that the
+    /// gateway's agrees on `encoding`.
+    pub(super) async fn handshake(ws: &mut Ws, encoding: Encoding) -> Res<()> {
+        let local = Handshake::local(random_peer_id(), encoding == Encoding::Cbor);
         let hello = Frame::control(random_id(), Control::Handshake(local.to_bytes()));
         ws.send(WsMessage::Binary(encode(&hello).into())).await?;
         loop {
@@ -372,37 +399,41 @@ mod sideband {
                 return Err("the first frame is not a handshake".into());
             };
             let remote = Handshake::parse(&data)?;
-            if Encoding::negotiate(&local, &remote) != Encoding::Cbor {
-                return Err("CBOR envelopes were not negotiated".into());
+            if Encoding::negotiate(&local, &remote) != encoding {
+                return Err(format!("{encoding:?} envelopes were not negotiated").into());
             }
             return Ok(());
         }
     }
 
-    /// Request `id`: an `r` envelope in CBOR whose cid carries the id.
-    pub(super) fn request(id: u64, pad: &str) -> Res<Vec<u8>> {
+    /// Request `id`: an `r` envelope in `encoding` whose cid carries the id.
+    pub(super) fn request(id: u64, pad: &str, encoding: Encoding) -> Res<Vec<u8>> {
         let params = serde_json::value::to_raw_value(&serde_json::json!({ "pad": pad }))?;
         let msg = Message::Request {
             id: WireId::Cid(cid(id)),
             method: "echo".into(),
             params: Some(Payload::Json(params.into())),
         };
-        let data = encode_envelope(&msg, Encoding::Cbor)?;
+        let data = encode_envelope(&msg, encoding)?;
         Ok(encode(&Frame::message(random_id(), Subject::Rpc, data)))
     }
 
     /// A reply's request id and its result, as JSON.
-    pub(super) fn reply(bytes: &[u8]) -> Res<(u64, serde_json::Value)> {
+    pub(super) fn reply(bytes: &[u8], encoding: Encoding) -> Res<(u64, serde_json::Value)> {
         let Body::Message { data, .. } = decode(bytes)?.body else {
             return Err("not a Message frame".into());
         };
-        match decode_envelope(&data, Encoding::Cbor)? {
+        match decode_envelope(&data, encoding)? {
             Message::Response {
                 id: WireId::Cid(cid),
-                result: Outcome::Value(Payload::Cbor(result)),
+                result: Outcome::Value(result),
             } => {
                 let id = u64::from_le_bytes(cid[..8].try_into()?);
-                Ok((id, serde_json::from_str(cbor_to_json(&result)?.get())?))
+                let value = match result {
+                    Payload::Cbor(cbor) => serde_json::from_str(cbor_to_json(&cbor)?.get())?,
+                    Payload::Json(json) => serde_json::from_str(json.get())?,
+                };
+                Ok((id, value))
             }
             other => Err(format!("unexpected reply: {other:?}").into()),
         }

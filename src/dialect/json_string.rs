@@ -3,21 +3,28 @@
 //! escape (padding, names, messages) are found in a few steps and copied
 //! whole. And read back out of a raw JSON value ([`string_value`]).
 
+use std::borrow::Cow;
+
 use serde_json::value::RawValue;
 
 use crate::envelope::Method;
 
 /// The string a raw JSON value holds, or `None` if it is no string. A
-/// string without escapes (a method name, nearly always) is the text
-/// between its quotes: the parse that produced `raw` has checked it
-/// already, so it is not parsed a second time.
-pub(crate) fn string_value(raw: &RawValue) -> Option<Method> {
+/// string without escapes (a method name, an id, nearly always) is
+/// borrowed: the text between its quotes, which the parse that produced
+/// `raw` has checked already, so it is not parsed a second time.
+pub(crate) fn string_text(raw: &RawValue) -> Option<Cow<'_, str>> {
     let text = raw.get();
     let inner = text.strip_prefix('"')?.strip_suffix('"')?;
     if !inner.contains('\\') {
-        return Some(Method::from(inner));
+        return Some(Cow::Borrowed(inner));
     }
-    serde_json::from_str(text).ok()
+    serde_json::from_str::<String>(text).ok().map(Cow::Owned)
+}
+
+/// [`string_text`] as a method name (inline up to 24 bytes).
+pub(crate) fn string_value(raw: &RawValue) -> Option<Method> {
+    string_text(raw).map(|text| Method::from(text.as_ref()))
 }
 
 /// Eight copies of one byte in a word.

@@ -101,15 +101,15 @@ pub fn decode_envelope(data: &[u8], enc: Encoding) -> Result<Message, EnvelopeEr
     }
 }
 
-/// [`decode_envelope`] of `data` within the frame `source`: CBOR payloads
-/// are slices of `source` (no copy); JSON ones are copied.
+/// [`decode_envelope`] of `data` within the frame `source`: payloads are
+/// slices of `source` (no copy).
 pub fn decode_envelope_in(
     source: &Bytes,
     data: &[u8],
     enc: Encoding,
 ) -> Result<Message, EnvelopeError> {
     match enc {
-        Encoding::Json => json::decode(data),
+        Encoding::Json => json::decode_in(Some(source), data),
         Encoding::Cbor => cbor::decode_in(Some(source), data),
     }
 }

@@ -2,8 +2,11 @@
 //! omitted, keys in switchyard's order, `cid` as 32 lowercase hex.
 //!
 //! Members are borrowed as raw JSON and only the scalar ones (`t`, `m`,
-//! `cid`, `code`, `message`, `e`) are parsed; payloads are copied verbatim.
+//! `cid`, `code`, `message`, `e`) are parsed; payloads are slices of the
+//! frame read ([`decode_in`]), or copied verbatim.
 
+use bytes::Bytes;
+use bytestring::ByteString;
 use compact_str::CompactString;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
@@ -11,7 +14,7 @@ use serde_json::value::RawValue;
 use crate::envelope::{Message, Outcome, Payload, RawJson};
 
 use super::{build, integral_code, outbound_cid, Cid, CodeError, EnvelopeError, Fields, Member};
-use crate::dialect::json_string::push_json_string;
+use crate::dialect::json_string::{push_json_string, string_text};
 use crate::dialect::sideband::{hex, transcode};
 
 /// The members of one envelope object, borrowed. `Some` means present,
@@ -38,6 +41,10 @@ struct RawEnvelope<'a> {
     e: Option<&'a RawValue>,
     #[serde(borrow, default, deserialize_with = "present")]
     d: Option<&'a RawValue>,
+    /// The envelope's text as shared bytes, when payloads may be slices
+    /// of it.
+    #[serde(skip)]
+    source: Option<ByteString>,
 }
 
 /// Keeps a present member, `null` included, as `Some(raw)`.
@@ -46,6 +53,12 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::
 }
 
 pub(super) fn decode(data: &[u8]) -> Result<Message, EnvelopeError> {
+    decode_in(None, data)
+}
+
+/// [`decode`] of `data` within the frame `source`: payloads are slices of
+/// `source` (copies when `data` does not lie within it).
+pub(super) fn decode_in(source: Option<&Bytes>, data: &[u8]) -> Result<Message, EnvelopeError> {
     // Strict UTF-8 first (§10): serde_json does not check skipped strings.
     let text = std::str::from_utf8(data)
         .map_err(|_| EnvelopeError::Malformed("envelope is not valid UTF-8".to_owned()))?;
@@ -55,9 +68,21 @@ pub(super) fn decode(data: &[u8]) -> Result<Message, EnvelopeError> {
             "envelope is not a JSON object".to_owned(),
         ));
     }
-    let raw: RawEnvelope<'_> =
+    let mut raw: RawEnvelope<'_> =
         serde_json::from_str(text).map_err(|e| EnvelopeError::Malformed(e.to_string()))?;
+    raw.source = source.and_then(|frame| shared(frame, data));
     build(&raw)
+}
+
+/// `data` as shared text within `frame`, if it lies within it.
+fn shared(frame: &Bytes, data: &[u8]) -> Option<ByteString> {
+    let outer = frame.as_ptr_range();
+    let inner = data.as_ptr_range();
+    if outer.start <= inner.start && inner.end <= outer.end {
+        ByteString::try_from(frame.slice_ref(data)).ok()
+    } else {
+        None
+    }
 }
 
 /// Appends `msg`'s envelope to `out`; on error, `out` may hold part of it.
@@ -146,13 +171,20 @@ impl RawEnvelope<'_> {
 impl Fields for RawEnvelope<'_> {
     fn text(&self, member: Member) -> Result<Option<CompactString>, ()> {
         self.get(member)
-            .map(|raw| serde_json::from_str::<CompactString>(raw.get()).map_err(|_| ()))
+            .map(|raw| {
+                string_text(raw)
+                    .map(|t| CompactString::from(t.as_ref()))
+                    .ok_or(())
+            })
             .transpose()
     }
 
     fn cid(&self) -> Result<Option<Cid>, ()> {
-        match self.text(Member::Cid)? {
-            Some(text) => hex::decode_cid(&text).map(Some).ok_or(()),
+        match self.cid {
+            Some(raw) => string_text(raw)
+                .and_then(|text| hex::decode_cid(&text))
+                .map(Some)
+                .ok_or(()),
             None => Ok(None),
         }
     }
@@ -176,7 +208,11 @@ impl Fields for RawEnvelope<'_> {
     }
 
     fn payload(&self, member: Member) -> Option<Payload> {
-        self.get(member)
-            .map(|raw| Payload::Json(RawJson::copy(raw)))
+        self.get(member).map(|raw| {
+            Payload::Json(match &self.source {
+                Some(source) => RawJson::within(source, raw),
+                None => RawJson::copy(raw),
+            })
+        })
     }
 }

@@ -379,3 +379,62 @@ fn cbor_payloads_are_slices_of_the_frame_they_were_read_from() {
         assert!(!range.contains(&payload(&copied)), "a copy of its own");
     }
 }
+
+#[test]
+fn json_payloads_are_slices_of_the_frame_they_were_read_from() {
+    let messages = [
+        Message::Request {
+            id: WireId::Cid(CID),
+            method: "echo".into(),
+            params: Some(json(r#"{"k":[1,2],"s":"é\n"}"#)),
+        },
+        Message::Response {
+            id: WireId::Cid(CID),
+            result: Outcome::Value(json("[1,2]")),
+        },
+        Message::Notification {
+            method: "tick".into(),
+            params: Some(json(r#"{"n":1}"#)),
+        },
+    ];
+    for msg in messages {
+        let data = encode_envelope(&msg, Encoding::Json).expect("encodes");
+        // The envelope inside a larger frame, as a Message frame carries it.
+        let mut frame = vec![0u8; 7];
+        frame.extend_from_slice(&data);
+        let frame = Bytes::from(frame);
+        let inside = &frame[7..];
+        let shared = decode_envelope_in(&frame, inside, Encoding::Json).expect("decodes");
+        let copied = decode_envelope(inside, Encoding::Json).expect("decodes");
+        assert_eq!(shared, msg);
+        assert_eq!(copied, msg);
+        let payload = |m: &Message| match m {
+            Message::Request {
+                params: Some(Payload::Json(raw)),
+                ..
+            }
+            | Message::Notification {
+                params: Some(Payload::Json(raw)),
+                ..
+            }
+            | Message::Response {
+                result: Outcome::Value(Payload::Json(raw)),
+                ..
+            } => raw.get().as_ptr(),
+            other => panic!("a JSON payload: {other:?}"),
+        };
+        let range = frame.as_ptr_range();
+        assert!(range.contains(&payload(&shared)), "sliced out of the frame");
+        assert!(!range.contains(&payload(&copied)), "a copy of its own");
+    }
+    // Data that does not lie within the frame given is copied, not sliced.
+    let msg = Message::Request {
+        id: WireId::Cid(CID),
+        method: "echo".into(),
+        params: Some(json("[true]")),
+    };
+    let data = encode_envelope(&msg, Encoding::Json).expect("encodes");
+    let elsewhere = Bytes::from_static(b"unrelated");
+    let decoded = decode_envelope_in(&elsewhere, &data, Encoding::Json).expect("decodes");
+    assert_eq!(decoded, msg);
+}
