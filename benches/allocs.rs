@@ -3,15 +3,15 @@
 //!
 //! In one process, each on its own OS thread and tokio runtime:
 //!
-//! - the reference NDJSON daemon (`switchyard::daemon::Daemon`), on a
-//!   one-worker multi-thread runtime;
+//! - the reference NDJSON daemon (`switchyard::daemon::Daemon`), or the
+//!   reference JSON-RPC WebSocket daemon, on a one-worker multi-thread
+//!   runtime;
 //! - the gateway (`app::bind(..).spawn()`) with the DEFAULT configuration
-//!   (one JSON-RPC WebSocket listener, the NDJSON upstream, one route), on
-//!   a current-thread runtime on thread G, so that everything the gateway
-//!   does runs on G;
-//! - the client (tokio-tungstenite), one connection with `WINDOW` requests
-//!   in flight, on the main thread: JSON-RPC text frames, or (the last
-//!   case) Sideband frames with CBOR envelopes on a Sideband listener.
+//!   (one listener, one upstream, one route), on a current-thread runtime
+//!   on thread G, so that everything the gateway does runs on G;
+//! - the client, one connection with `WINDOW` requests in flight, on the
+//!   main thread: tokio-tungstenite for the WebSocket listeners, lines
+//!   over a Unix socket for the NDJSON listener.
 //!
 //! Allocations are counted per thread (`allocation-counter`, a counting
 //! wrapper of the system allocator installed as the global allocator of
@@ -21,7 +21,7 @@
 //! (the binary uses mimalloc; this bench counts calls into the system
 //! allocator). A `realloc` counts as one allocation of the new size.
 //!
-//! Five cases:
+//! Six cases:
 //!
 //! - **in place**: the defaults; the upstream has room (pool 2, 4,096
 //!   pending per connection), so every call is written at once;
@@ -32,6 +32,9 @@
 //!   (subprotocol `holon-rpc`, string ids);
 //! - **Sideband JSON, in place**: the defaults with a Sideband listener
 //!   and JSON (v1) envelopes;
+//! - **NDJSON → JSON-RPC WebSocket, in place**: the defaults with an
+//!   NDJSON listener (the client writes lines to its Unix socket) and the
+//!   reference JSON-RPC WebSocket daemon as the upstream;
 //! - **Sideband CBOR, in place**: the defaults with a Sideband listener;
 //!   the client negotiates CBOR envelopes, so each request's params are
 //!   transcoded to JSON for the daemon and each result back to CBOR.
@@ -51,6 +54,7 @@ use std::thread;
 
 use allocation_counter::AllocationInfo;
 use futures_util::{SinkExt, StreamExt};
+use switchyard::daemon::ws::{WsDaemon, WsDialect};
 use switchyard::daemon::{Daemon, DaemonOptions};
 use switchyard::dialect::sideband::Encoding;
 use tokio::net::TcpStream;
@@ -60,6 +64,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::header::{HeaderValue, SEC_WEBSOCKET_PROTOCOL};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio_util::codec::{Framed, LinesCodec};
 
 type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
@@ -78,6 +83,9 @@ struct Case {
     name: &'static str,
     /// The client's (and the listener's) wire.
     wire: Wire,
+    /// The upstream: the reference NDJSON daemon, or the reference
+    /// JSON-RPC WebSocket daemon.
+    ws_upstream: bool,
     /// TOML lines added to the default upstream table.
     upstream_extra: &'static str,
 }
@@ -89,6 +97,8 @@ enum Wire {
     Holon,
     SidebandJson,
     SidebandCbor,
+    /// NDJSON lines over the Unix socket of an `ndjson` listener.
+    Ndjson,
 }
 
 impl Wire {
@@ -97,35 +107,46 @@ impl Wire {
         match self {
             Wire::SidebandJson => Some(Encoding::Json),
             Wire::SidebandCbor => Some(Encoding::Cbor),
-            Wire::JsonRpc | Wire::Holon => None,
+            Wire::JsonRpc | Wire::Holon | Wire::Ndjson => None,
         }
     }
 }
 
-const CASES: [Case; 5] = [
+const CASES: [Case; 6] = [
     Case {
         name: "in place (defaults)",
         wire: Wire::JsonRpc,
+        ws_upstream: false,
         upstream_extra: "",
     },
     Case {
         name: "waiting (pool_size 1, max_pending 1)",
         wire: Wire::JsonRpc,
+        ws_upstream: false,
         upstream_extra: "pool_size = 1\nmax_pending = 1\n",
     },
     Case {
         name: "holon-rpc, in place (defaults)",
         wire: Wire::Holon,
+        ws_upstream: false,
         upstream_extra: "",
     },
     Case {
         name: "Sideband JSON, in place (defaults)",
         wire: Wire::SidebandJson,
+        ws_upstream: false,
         upstream_extra: "",
     },
     Case {
         name: "Sideband CBOR, in place (defaults)",
         wire: Wire::SidebandCbor,
+        ws_upstream: false,
+        upstream_extra: "",
+    },
+    Case {
+        name: "NDJSON → JSON-RPC WebSocket, in place (defaults)",
+        wire: Wire::Ndjson,
+        ws_upstream: true,
         upstream_extra: "",
     },
 ];
@@ -155,6 +176,7 @@ fn main() -> Res<()> {
 
 /// The gateway's thread: what the client needs from it.
 struct Gateway {
+    /// A WebSocket listener's URL (empty for an NDJSON listener).
     url: String,
     /// The gateway runtime's handle, for its metrics.
     handle: Handle,
@@ -176,45 +198,62 @@ fn run_case(case: &Case, requests: usize) -> Res<Row> {
         .worker_threads(1)
         .enable_all()
         .build()?;
-    let daemon = daemon_rt.block_on(Daemon::start(&socket, DaemonOptions::default()))?;
-    let dialect = match case.wire {
-        Wire::JsonRpc => "jsonrpc-ws",
-        Wire::Holon => "holon-rpc",
-        Wire::SidebandJson | Wire::SidebandCbor => "sideband",
+    let listener_socket = dir.path().join("gateway.sock");
+    let (daemon, upstream) = if case.ws_upstream {
+        let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        let daemon = daemon_rt.block_on(WsDaemon::start(any, WsDialect::JsonRpc))?;
+        let upstream = format!("dialect = \"jsonrpc-ws\"\nurl = \"{}\"", daemon.url());
+        (Upstream::Ws(daemon), upstream)
+    } else {
+        let daemon = daemon_rt.block_on(Daemon::start(&socket, DaemonOptions::default()))?;
+        let upstream = format!("dialect = \"ndjson\"\nsocket = \"{}\"", socket.display());
+        (Upstream::Ndjson(daemon), upstream)
+    };
+    let listener = match case.wire {
+        Wire::JsonRpc => ws_listener("jsonrpc-ws"),
+        Wire::Holon => ws_listener("holon-rpc"),
+        Wire::SidebandJson | Wire::SidebandCbor => ws_listener("sideband"),
+        Wire::Ndjson => format!(
+            "dialect = \"ndjson\"\nsocket = \"{}\"",
+            listener_socket.display()
+        ),
     };
     let toml = format!(
-        "[listeners.public]\ndialect = \"{dialect}\"\naddress = \"127.0.0.1:0\"\npath = \"/rpc\"\n\n\
-         [upstreams.daemon]\ndialect = \"ndjson\"\nsocket = \"{}\"\n{}\n\
+        "[listeners.public]\n{listener}\n\n\
+         [upstreams.daemon]\n{upstream}\n{}\n\
          [[routes]]\nlistener = \"public\"\nupstream = \"daemon\"\n",
-        socket.display(),
         case.upstream_extra
     );
     let gw = start_gateway(toml)?;
 
     let client_rt = Builder::new_current_thread().enable_all().build()?;
     let row = client_rt.block_on(async {
-        let mut request = gw.url.as_str().into_client_request()?;
-        if case.wire == Wire::Holon {
-            let protocol = HeaderValue::from_static("holon-rpc");
-            request
-                .headers_mut()
-                .insert(SEC_WEBSOCKET_PROTOCOL, protocol);
-        }
-        let (mut ws, _) = tokio_tungstenite::connect_async(request).await?;
-        if let Some(encoding) = case.wire.sideband() {
-            sideband::handshake(&mut ws, encoding).await?;
-        }
+        let mut conn = if case.wire == Wire::Ndjson {
+            let stream = tokio::net::UnixStream::connect(&listener_socket).await?;
+            Conn::Lines(Framed::new(stream, LinesCodec::new()))
+        } else {
+            let mut request = gw.url.as_str().into_client_request()?;
+            if case.wire == Wire::Holon {
+                let protocol = HeaderValue::from_static("holon-rpc");
+                request
+                    .headers_mut()
+                    .insert(SEC_WEBSOCKET_PROTOCOL, protocol);
+            }
+            let (mut ws, _) = tokio_tungstenite::connect_async(request).await?;
+            if let Some(encoding) = case.wire.sideband() {
+                sideband::handshake(&mut ws, encoding).await?;
+            }
+            Conn::Ws(ws)
+        };
         let mut next_id = 0u64;
-        drive(case.wire, &mut ws, &mut next_id, WARMUP, &gw.handle).await?;
+        drive(case.wire, &mut conn, &mut next_id, WARMUP, &gw.handle).await?;
         let tasks_before = gw.handle.metrics().num_alive_tasks();
         send_signal(gw.start)?;
         let (tasks_min, tasks_max) =
-            drive(case.wire, &mut ws, &mut next_id, requests, &gw.handle).await?;
+            drive(case.wire, &mut conn, &mut next_id, requests, &gw.handle).await?;
         send_signal(gw.stop)?;
         let info = gw.counted.recv()?;
-        ws.close(None).await?;
-        // The gateway's close frame (or the end of the stream).
-        while let Some(Ok(_)) = ws.next().await {}
+        conn.close().await?;
         Res::Ok(Row {
             name: case.name,
             requests,
@@ -228,8 +267,69 @@ fn run_case(case: &Case, requests: usize) -> Res<Row> {
     gw.thread
         .join()
         .map_err(|_| "the gateway thread panicked")?;
-    daemon_rt.block_on(daemon.stop());
+    match daemon {
+        Upstream::Ndjson(d) => daemon_rt.block_on(d.stop()),
+        Upstream::Ws(d) => daemon_rt.block_on(d.stop()),
+    }
     Ok(row)
+}
+
+/// The reference daemon a case runs.
+enum Upstream {
+    Ndjson(Daemon),
+    Ws(WsDaemon),
+}
+
+/// A WebSocket listener's lines of configuration.
+fn ws_listener(dialect: &str) -> String {
+    format!("dialect = \"{dialect}\"\naddress = \"127.0.0.1:0\"\npath = \"/rpc\"")
+}
+
+/// The client's connection: a WebSocket, or NDJSON lines over a Unix
+/// socket (each line a text message).
+enum Conn {
+    Ws(Ws),
+    Lines(Framed<tokio::net::UnixStream, LinesCodec>),
+}
+
+impl Conn {
+    async fn feed(&mut self, msg: Message) -> Res<()> {
+        match (self, msg) {
+            (Conn::Ws(ws), msg) => ws.feed(msg).await?,
+            (Conn::Lines(lines), Message::Text(text)) => lines.feed(text.as_str()).await?,
+            (Conn::Lines(_), _) => return Err("NDJSON carries text only".into()),
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Res<()> {
+        match self {
+            Conn::Ws(ws) => ws.flush().await?,
+            Conn::Lines(lines) => SinkExt::<&str>::flush(lines).await?,
+        }
+        Ok(())
+    }
+
+    async fn next(&mut self) -> Res<Message> {
+        let closed = "the gateway closed the connection";
+        Ok(match self {
+            Conn::Ws(ws) => ws.next().await.ok_or(closed)??,
+            Conn::Lines(lines) => Message::Text(lines.next().await.ok_or(closed)??.into()),
+        })
+    }
+
+    /// Closes the connection and waits for the gateway's side to end.
+    async fn close(self) -> Res<()> {
+        match self {
+            Conn::Ws(mut ws) => {
+                ws.close(None).await?;
+                // The gateway's close frame (or the end of the stream).
+                while let Some(Ok(_)) = ws.next().await {}
+            }
+            Conn::Lines(lines) => drop(lines),
+        }
+        Ok(())
+    }
 }
 
 fn send_signal(tx: oneshot::Sender<()>) -> Res<()> {
@@ -258,7 +358,8 @@ fn start_gateway(toml: String) -> Res<Gateway> {
             };
             let running = rt.block_on(async {
                 let bound = switchyard::app::bind(cfg).await?;
-                let url = bound.ws_url("public").ok_or("no listener `public`")?;
+                // An NDJSON listener has no URL: its client dials the socket.
+                let url = bound.ws_url("public").unwrap_or_default();
                 let running = bound.spawn();
                 Res::Ok((url, running))
             });
@@ -300,7 +401,7 @@ fn start_gateway(toml: String) -> Res<Gateway> {
 /// fewest and most alive tasks of the gateway's runtime seen meanwhile.
 async fn drive(
     wire: Wire,
-    ws: &mut Ws,
+    conn: &mut Conn,
     next_id: &mut u64,
     n: usize,
     gw: &Handle,
@@ -313,7 +414,7 @@ async fn drive(
         while sent < n && pending.len() < WINDOW {
             *next_id += 1;
             let request = match wire {
-                Wire::JsonRpc => Message::Text(
+                Wire::JsonRpc | Wire::Ndjson => Message::Text(
                     format!(
                         r#"{{"jsonrpc":"2.0","method":"echo","params":{{"pad":"{pad}"}},"id":{next_id}}}"#
                     )
@@ -330,15 +431,12 @@ async fn drive(
                     Message::Binary(sideband::request(*next_id, &pad, encoding)?.into())
                 }
             };
-            ws.feed(request).await?;
+            conn.feed(request).await?;
             pending.insert(*next_id);
             sent += 1;
         }
-        ws.flush().await?;
-        let frame = ws
-            .next()
-            .await
-            .ok_or("the gateway closed the connection")??;
+        conn.flush().await?;
+        let frame = conn.next().await?;
         let (id, result) = match frame {
             Message::Text(text) if wire.sideband().is_none() => {
                 let reply: serde_json::Value = serde_json::from_str(&text)?;
