@@ -17,6 +17,10 @@
 //! keeps one `CHUNK` from its first small frame on; one that never got a
 //! reply has none, and one that rendered nothing for a tick of its
 //! connection's clock (at most 5 s) lets go of it ([`Arena::tidy`]).
+//!
+//! A WebSocket upstream link keeps one too, for its request frames
+//! (`upstream::outlet`): there nothing waits for room (a full queue
+//! refuses the request), so the same bound holds over the link's queue.
 
 use axum::extract::ws::Utf8Bytes;
 use bytes::{Bytes, BytesMut};
@@ -24,15 +28,15 @@ use bytes::{Bytes, BytesMut};
 use super::Outgoing;
 
 /// The size of a connection's frame buffer.
-pub(super) const CHUNK: usize = 16 * 1024;
+pub(crate) const CHUNK: usize = 16 * 1024;
 
 /// The largest frame copied into the buffer; a larger one keeps an
 /// allocation of its own (where the copy costs more than the allocation).
-pub(super) const SMALL: usize = 4 * 1024;
+pub(crate) const SMALL: usize = 4 * 1024;
 
 /// A connection's frame buffer (see the module doc).
 #[derive(Debug, Default)]
-pub(super) struct Arena {
+pub(crate) struct Arena {
     buf: BytesMut,
     /// A frame went into the buffer since the last [`Arena::tidy`].
     used: bool,
@@ -49,7 +53,7 @@ impl Arena {
 
     /// `bytes` as a frame in the buffer, or `None` when it is larger than
     /// [`SMALL`] (the caller gives it an allocation of its own).
-    pub(super) fn frame(&mut self, bytes: &[u8]) -> Option<Bytes> {
+    pub(crate) fn frame(&mut self, bytes: &[u8]) -> Option<Bytes> {
         if bytes.len() > SMALL {
             return None;
         }
@@ -67,7 +71,7 @@ impl Arena {
     /// Called now and then (each tick of the connection's clock): lets go
     /// of the buffer if no frame went into it since the last call. Frames
     /// still queued keep their part of it until they are written.
-    pub(super) fn tidy(&mut self) {
+    pub(crate) fn tidy(&mut self) {
         if !std::mem::take(&mut self.used) {
             self.buf = BytesMut::new();
         }

@@ -67,7 +67,7 @@ use tokio_util::sync::CancellationToken;
 use crate::close::CloseCode;
 use crate::envelope::Message;
 
-mod arena;
+pub(crate) mod arena;
 mod budget;
 pub(crate) mod codec;
 mod queue;

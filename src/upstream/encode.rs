@@ -276,7 +276,7 @@ impl Link {
     }
 
     /// Refuses a text of `len` bytes the upstream would not accept.
-    fn check_len(&self, len: usize) -> Result<(), GatewayError> {
+    pub(super) fn check_len(&self, len: usize) -> Result<(), GatewayError> {
         let framed_len = len + usize::from(self.style() == Style::Line);
         if framed_len > self.shared.cfg.max_request_bytes {
             return Err(GatewayError::with_detail(

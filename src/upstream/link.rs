@@ -16,6 +16,7 @@ use bytestring::ByteString;
 use futures_util::{Stream, StreamExt};
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ErrorKind, GatewayError};
@@ -72,6 +73,8 @@ pub(crate) struct Link {
 pub(crate) enum Wire {
     /// An NDJSON line (without `\n`) or a WebSocket text frame.
     Text(String),
+    /// A WebSocket text frame split off the link's frame buffer.
+    Shared(Utf8Bytes),
     /// A WebSocket binary frame (Sideband).
     Binary(Vec<u8>),
 }
@@ -81,6 +84,7 @@ impl Wire {
     pub(crate) fn len(&self) -> usize {
         match self {
             Wire::Text(t) => t.len(),
+            Wire::Shared(t) => t.len(),
             Wire::Binary(b) => b.len(),
         }
     }

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::dialect::render::request_len;
+use crate::dialect::render::{finish_request_into, request_len};
 use crate::envelope::{Message, Method, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::upstream::correlator::Correlator;
@@ -155,10 +155,26 @@ impl Link {
                     give_back_head(head);
                     return rendered_in_queue(rendered);
                 }
-                _ => {
+                Some(_) => {
                     let line = self.finish_request(head, gid)?;
                     let len = line.len();
                     (line, Some(len))
+                }
+                // A WebSocket link: the frame is copied into the link's
+                // frame buffer (a small one) and the head's buffer kept.
+                None => {
+                    let mut text = head;
+                    finish_request_into(&mut text, gid);
+                    let checked = self.check_len(text.len());
+                    let sent = checked.is_ok() && self.out.try_send_text(&text);
+                    let len = text.len();
+                    give_back_head(text);
+                    checked?;
+                    return if sent {
+                        Ok(Some(len))
+                    } else {
+                        Err(queue_full())
+                    };
                 }
             },
             Text::Whole => (self.encode_request(gid, method, params)?, None),

@@ -2,7 +2,10 @@
 //! the order they hand it over.
 //!
 //! - WebSocket links queue whole messages (one per frame) on a bounded
-//!   channel.
+//!   channel. A request frame of at most 4 KiB is copied into the link's
+//!   frame buffer and split off it as shared bytes
+//!   ([`crate::outbox::arena`]: the same bound as a client's, over the
+//!   link's queue), so that queueing it costs no allocation.
 //! - NDJSON links queue lines, each with its `\n`, as segments: a short
 //!   line is rendered (requests) or copied onto the end of the last
 //!   segment when it fits in its spare room (else it starts a new
@@ -25,8 +28,10 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::{mpsc, Notify};
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::link::Wire;
+use crate::outbox::arena::{Arena, SMALL};
 
 /// The size of a segment of short lines.
 pub(crate) const SEGMENT_BYTES: usize = 16 * 1024;
@@ -48,9 +53,18 @@ pub(crate) fn capacity(max_in_flight: NonZeroUsize) -> usize {
 #[derive(Debug)]
 pub(crate) enum Outlet {
     /// WebSocket links: one message per frame.
-    Frames(mpsc::Sender<Wire>),
+    Frames(FrameQueue),
     /// NDJSON links: lines in segments.
     Lines(Arc<LineQueue>),
+}
+
+/// The frames a WebSocket link's writer has not taken yet.
+#[derive(Debug)]
+pub(crate) struct FrameQueue {
+    tx: mpsc::Sender<Wire>,
+    /// Where small text frames are copied to, locked from the copy to
+    /// the send so that the frames in it are contiguous in queue order.
+    arena: Mutex<Arena>,
 }
 
 /// The lines an NDJSON link's writer has not taken yet.
@@ -93,11 +107,30 @@ impl Outlet {
     /// writer is gone).
     pub(crate) fn try_send(&self, wire: Wire) -> Result<(), Wire> {
         match (self, wire) {
-            (Outlet::Frames(tx), wire) => tx.try_send(wire).map_err(|e| e.into_inner()),
+            (Outlet::Frames(frames), wire) => frames.try_send(wire),
             (Outlet::Lines(queue), Wire::Text(line)) => queue.push(line).map_err(Wire::Text),
-            // Only Sideband links send binary frames, and they are
-            // WebSocket links.
-            (Outlet::Lines(_), wire @ Wire::Binary(_)) => Err(wire),
+            // Only WebSocket links send binary frames (Sideband) and
+            // shared ones.
+            (Outlet::Lines(_), wire @ (Wire::Binary(_) | Wire::Shared(_))) => Err(wire),
+        }
+    }
+
+    /// Queues `text` as a text frame (a WebSocket link) or a line (an
+    /// NDJSON link); a short frame is copied into the link's frame buffer,
+    /// anything else into an allocation of its own. False when the queue
+    /// is full (or its writer is gone).
+    pub(crate) fn try_send_text(&self, text: &str) -> bool {
+        match self {
+            Outlet::Frames(frames) => frames.try_send_text(text),
+            Outlet::Lines(_) => self.try_send(Wire::Text(text.to_owned())).is_ok(),
+        }
+    }
+
+    /// Lets a WebSocket link's frame buffer go if nothing went into it
+    /// since the last call (see [`Arena::tidy`]).
+    pub(crate) fn tidy(&self) {
+        if let Outlet::Frames(frames) = self {
+            frames.arena.lock().tidy();
         }
     }
 
@@ -107,6 +140,38 @@ impl Outlet {
             Outlet::Frames(_) => None,
             Outlet::Lines(queue) => Some(queue),
         }
+    }
+}
+
+// === impl FrameQueue ===
+
+impl FrameQueue {
+    /// Frames queued on `tx`.
+    pub(crate) fn new(tx: mpsc::Sender<Wire>) -> Self {
+        FrameQueue {
+            tx,
+            arena: Mutex::new(Arena::default()),
+        }
+    }
+
+    fn try_send(&self, wire: Wire) -> Result<(), Wire> {
+        self.tx.try_send(wire).map_err(|e| e.into_inner())
+    }
+
+    fn try_send_text(&self, text: &str) -> bool {
+        if text.len() > SMALL {
+            return self.try_send(Wire::Text(text.to_owned())).is_ok();
+        }
+        let mut arena = self.arena.lock();
+        // Copied from a `str`: the check cannot fail (no `unsafe` here).
+        let frame = arena
+            .frame(text.as_bytes())
+            .and_then(|bytes| Utf8Bytes::try_from(bytes).ok());
+        let wire = match frame {
+            Some(frame) => Wire::Shared(frame),
+            None => Wire::Text(text.to_owned()),
+        };
+        self.try_send(wire).is_ok()
     }
 }
 

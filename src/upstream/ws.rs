@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::LinkError;
 use super::link::{Link, OwnerRef, Wire};
-use super::outlet::{self, Outlet};
+use super::outlet::{self, FrameQueue, Outlet};
 use super::sideband::{self, Farewell};
 use super::UpstreamShared;
 use crate::close::CloseCode;
@@ -107,7 +107,7 @@ pub(super) async fn connect(
     let (tx, rx) = mpsc::channel(outlet::capacity(shared.cfg.max_in_flight_per_connection));
     let last_rx = Arc::new(Mutex::new(Instant::now()));
     let sideband = sbp.is_some();
-    let link = Link::with_sideband(Outlet::Frames(tx), shared, owner, sbp);
+    let link = Link::with_sideband(Outlet::Frames(FrameQueue::new(tx)), shared, owner, sbp);
     // Tracked, so that shutdown waits for every link's goodbye.
     link.shared
         .writers
@@ -227,6 +227,7 @@ async fn write_loop(
             wire = rx.recv() => {
                 let frame = match wire {
                     Some(Wire::Text(text)) => WsMessage::Text(text.into()),
+                    Some(Wire::Shared(text)) => WsMessage::Text(text),
                     Some(Wire::Binary(bytes)) => WsMessage::Binary(bytes.into()),
                     None => break None,
                 };
@@ -238,6 +239,7 @@ async fn write_loop(
                 }
             }
             _ = tick.tick() => {
+                link.out.tidy();
                 if holon && link.heartbeat_overdue(timeout) {
                     break Some(Farewell::plain(CloseCode::HeartbeatTimeout, "heartbeat timeout"));
                 }

@@ -198,3 +198,31 @@ fn binary_frames_are_refused_by_a_line_queue() {
         Err(Wire::Binary(vec![1]))
     );
 }
+
+/// A WebSocket link's short text frames are split off one frame buffer
+/// in order; a long one keeps an allocation of its own; a full queue
+/// refuses.
+#[test]
+fn short_text_frames_share_the_link_frame_buffer() {
+    let (tx, mut rx) = mpsc::channel(3);
+    let outlet = Outlet::Frames(FrameQueue::new(tx));
+    let long = "x".repeat(SMALL + 1);
+    assert!(outlet.try_send_text("first"));
+    assert!(outlet.try_send_text("second"));
+    assert!(outlet.try_send_text(&long));
+    assert!(!outlet.try_send_text("third"), "the queue holds 3");
+    let mut got = Vec::new();
+    while let Ok(wire) = rx.try_recv() {
+        got.push(wire);
+    }
+    let [Wire::Shared(a), Wire::Shared(b), Wire::Text(c)] = &got[..] else {
+        panic!("two shared frames and a long one: {got:?}");
+    };
+    assert_eq!(
+        (a.as_str(), b.as_str(), c.as_str()),
+        ("first", "second", long.as_str())
+    );
+    // Split off the same buffer, one after the other.
+    let (a, b) = (a.as_str().as_bytes(), b.as_str().as_bytes());
+    assert_eq!(a.as_ptr_range().end, b.as_ptr());
+}
