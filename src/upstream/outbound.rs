@@ -26,14 +26,19 @@ fn queue_full() -> GatewayError {
         .on(Side::Upstream)
 }
 
+fn connection_lost() -> GatewayError {
+    GatewayError::with_detail(ErrorKind::Unavailable, "upstream connection lost").on(Side::Upstream)
+}
+
 /// What a line rendered into an NDJSON write queue gives `queue_request`:
 /// its length to count, or why it was not queued.
 fn rendered_in_queue(
+    link: &Link,
     rendered: Result<usize, Refused<GatewayError>>,
 ) -> Result<Option<usize>, GatewayError> {
     match rendered {
         Ok(len) => Ok(Some(len)),
-        Err(Refused::Full) => Err(queue_full()),
+        Err(Refused::Full) => Err(link.queue_refusal()),
         Err(Refused::Render(e)) => Err(e),
     }
 }
@@ -60,6 +65,17 @@ enum Text<'a> {
 // === impl Link ===
 
 impl Link {
+    /// Why the write queue refused a message: the link is gone
+    /// (`unavailable`, as for a call in flight when it drops), or the queue
+    /// is full.
+    fn queue_refusal(&self) -> GatewayError {
+        if self.out.is_closed() {
+            connection_lost()
+        } else {
+            queue_full()
+        }
+    }
+
     /// Registers a call and queues its request. Returns the gateway id, or
     /// the error with the waiter back (it was never sent).
     // The waiter comes back by value, as it went in: a refusal allocates
@@ -145,7 +161,7 @@ impl Link {
                 let rendered = lines.push_with(request_len(method, params), |out| {
                     self.render_request_into(gid, method, params, out)
                 });
-                return rendered_in_queue(rendered);
+                return rendered_in_queue(self, rendered);
             }
             Text::Head(head) => match self.out.lines() {
                 Some(lines) if head.len() + ID_ROOM <= MOVE_BYTES => {
@@ -153,7 +169,7 @@ impl Link {
                         self.finish_request_into(&head, gid, out)
                     });
                     give_back_head(head);
-                    return rendered_in_queue(rendered);
+                    return rendered_in_queue(self, rendered);
                 }
                 Some(_) => {
                     let line = self.finish_request(head, gid)?;
@@ -173,13 +189,13 @@ impl Link {
                     return if sent {
                         Ok(Some(len))
                     } else {
-                        Err(queue_full())
+                        Err(self.queue_refusal())
                     };
                 }
             },
             Text::Whole => (self.encode_request(gid, method, params)?, None),
         };
-        self.out.try_send(line).map_err(|_| queue_full())?;
+        self.out.try_send(line).map_err(|_| self.queue_refusal())?;
         Ok(count_later)
     }
 
@@ -224,7 +240,7 @@ impl Link {
         }
         let sent = self
             .encode_batch(&msgs)
-            .and_then(|text| self.out.try_send(text).map_err(|_| queue_full()));
+            .and_then(|text| self.out.try_send(text).map_err(|_| self.queue_refusal()));
         if let Err(e) = sent {
             cancel_all(&mut table, &ids);
             return Err(e);
@@ -252,6 +268,6 @@ impl Link {
             params: self.params(params)?.map(std::borrow::Cow::into_owned),
         };
         let line = self.encode(&msg)?;
-        self.out.try_send(line).map_err(|_| queue_full())
+        self.out.try_send(line).map_err(|_| self.queue_refusal())
     }
 }

@@ -126,6 +126,14 @@ impl Outlet {
         }
     }
 
+    /// True once the writer is gone: nothing queued now would be written.
+    pub(crate) fn is_closed(&self) -> bool {
+        match self {
+            Outlet::Frames(frames) => frames.tx.is_closed(),
+            Outlet::Lines(queue) => queue.pending.lock().closed,
+        }
+    }
+
     /// Lets a WebSocket link's frame buffer go if nothing went into it
     /// since the last call (see [`Arena::tidy`]).
     pub(crate) fn tidy(&self) {

@@ -226,3 +226,20 @@ fn short_text_frames_share_the_link_frame_buffer() {
     let (a, b) = (a.as_str().as_bytes(), b.as_str().as_bytes());
     assert_eq!(a.as_ptr_range().end, b.as_ptr());
 }
+
+/// Once the writer is gone, both kinds of queue say so (a refused call
+/// is then answered `unavailable`, not "write queue full").
+#[test]
+fn a_queue_whose_writer_is_gone_says_so() {
+    let (tx, rx) = mpsc::channel(3);
+    let frames = Outlet::Frames(FrameQueue::new(tx));
+    assert!(!frames.is_closed());
+    drop(rx);
+    assert!(frames.is_closed());
+    assert!(!frames.try_send_text("late"));
+    let queue = LineQueue::new(4);
+    let lines = Outlet::Lines(queue.clone());
+    assert!(!lines.is_closed());
+    queue.close();
+    assert!(lines.is_closed());
+}
