@@ -337,11 +337,52 @@ fn detection_negotiation_and_subjects() {
     );
 }
 
-/// Decoded within its frame, a CBOR envelope's params and result are
-/// slices of the frame (no copy); decoded alone, copies. Equal either way.
+/// Decoded within its frame, an envelope's payload is a slice of the
+/// frame (no copy); decoded alone, a copy. Equal either way.
+fn assert_sliced_out_of_its_frame(msg: &Message, enc: Encoding) {
+    let data = encode_envelope(msg, enc).expect("encodes");
+    // The envelope inside a larger frame, as a Message frame carries it.
+    let mut frame = vec![0u8; 7];
+    frame.extend_from_slice(&data);
+    let frame = Bytes::from(frame);
+    let inside = &frame[7..];
+    let shared = decode_envelope_in(&frame, inside, enc).expect("decodes");
+    let copied = decode_envelope(inside, enc).expect("decodes");
+    assert_eq!(&shared, msg);
+    assert_eq!(&copied, msg);
+    let payload = |m: &Message| {
+        let p = match m {
+            Message::Request {
+                params: Some(p), ..
+            }
+            | Message::Notification {
+                params: Some(p), ..
+            }
+            | Message::Response {
+                result: Outcome::Value(p),
+                ..
+            } => p,
+            other => panic!("a payload: {other:?}"),
+        };
+        match p {
+            Payload::Cbor(b) => b.as_ptr(),
+            Payload::Json(raw) => raw.get().as_ptr(),
+        }
+    };
+    let range = frame.as_ptr_range();
+    assert!(
+        range.contains(&payload(&shared)),
+        "sliced out of the frame: {msg:?}"
+    );
+    assert!(
+        !range.contains(&payload(&copied)),
+        "a copy of its own: {msg:?}"
+    );
+}
+
 #[test]
 fn cbor_payloads_are_slices_of_the_frame_they_were_read_from() {
-    let messages = [
+    for msg in [
         Message::Request {
             id: WireId::Cid(CID),
             method: "echo".into(),
@@ -351,38 +392,14 @@ fn cbor_payloads_are_slices_of_the_frame_they_were_read_from() {
             id: WireId::Cid(CID),
             result: Outcome::Value(cbor("820102")),
         },
-    ];
-    for msg in messages {
-        let data = encode_envelope(&msg, Encoding::Cbor).expect("encodes");
-        // The envelope inside a larger frame, as a Message frame carries it.
-        let mut frame = vec![0u8; 7];
-        frame.extend_from_slice(&data);
-        let frame = Bytes::from(frame);
-        let inside = &frame[7..];
-        let shared = decode_envelope_in(&frame, inside, Encoding::Cbor).expect("decodes");
-        let copied = decode_envelope(inside, Encoding::Cbor).expect("decodes");
-        assert_eq!(shared, msg);
-        assert_eq!(copied, msg);
-        let payload = |m: &Message| match m {
-            Message::Request {
-                params: Some(Payload::Cbor(b)),
-                ..
-            }
-            | Message::Response {
-                result: Outcome::Value(Payload::Cbor(b)),
-                ..
-            } => b.as_ptr(),
-            other => panic!("a CBOR payload: {other:?}"),
-        };
-        let range = frame.as_ptr_range();
-        assert!(range.contains(&payload(&shared)), "sliced out of the frame");
-        assert!(!range.contains(&payload(&copied)), "a copy of its own");
+    ] {
+        assert_sliced_out_of_its_frame(&msg, Encoding::Cbor);
     }
 }
 
 #[test]
 fn json_payloads_are_slices_of_the_frame_they_were_read_from() {
-    let messages = [
+    for msg in [
         Message::Request {
             id: WireId::Cid(CID),
             method: "echo".into(),
@@ -396,36 +413,8 @@ fn json_payloads_are_slices_of_the_frame_they_were_read_from() {
             method: "tick".into(),
             params: Some(json(r#"{"n":1}"#)),
         },
-    ];
-    for msg in messages {
-        let data = encode_envelope(&msg, Encoding::Json).expect("encodes");
-        // The envelope inside a larger frame, as a Message frame carries it.
-        let mut frame = vec![0u8; 7];
-        frame.extend_from_slice(&data);
-        let frame = Bytes::from(frame);
-        let inside = &frame[7..];
-        let shared = decode_envelope_in(&frame, inside, Encoding::Json).expect("decodes");
-        let copied = decode_envelope(inside, Encoding::Json).expect("decodes");
-        assert_eq!(shared, msg);
-        assert_eq!(copied, msg);
-        let payload = |m: &Message| match m {
-            Message::Request {
-                params: Some(Payload::Json(raw)),
-                ..
-            }
-            | Message::Notification {
-                params: Some(Payload::Json(raw)),
-                ..
-            }
-            | Message::Response {
-                result: Outcome::Value(Payload::Json(raw)),
-                ..
-            } => raw.get().as_ptr(),
-            other => panic!("a JSON payload: {other:?}"),
-        };
-        let range = frame.as_ptr_range();
-        assert!(range.contains(&payload(&shared)), "sliced out of the frame");
-        assert!(!range.contains(&payload(&copied)), "a copy of its own");
+    ] {
+        assert_sliced_out_of_its_frame(&msg, Encoding::Json);
     }
     // Data that does not lie within the frame given is copied, not sliced.
     let msg = Message::Request {
