@@ -21,7 +21,7 @@
 //! (the binary uses mimalloc; this bench counts calls into the system
 //! allocator). A `realloc` counts as one allocation of the new size.
 //!
-//! Six cases:
+//! Seven cases:
 //!
 //! - **in place**: the defaults; the upstream has room (pool 2, 4,096
 //!   pending per connection), so every call is written at once;
@@ -35,6 +35,8 @@
 //! - **NDJSON → JSON-RPC WebSocket, in place**: the defaults with an
 //!   NDJSON listener (the client writes lines to its Unix socket) and the
 //!   reference JSON-RPC WebSocket daemon as the upstream;
+//! - **NDJSON → holon-rpc WebSocket, in place**: the same with the
+//!   reference holon-rpc WebSocket daemon;
 //! - **Sideband CBOR, in place**: the defaults with a Sideband listener;
 //!   the client negotiates CBOR envelopes, so each request's params are
 //!   transcoded to JSON for the daemon and each result back to CBOR.
@@ -83,9 +85,9 @@ struct Case {
     name: &'static str,
     /// The client's (and the listener's) wire.
     wire: Wire,
-    /// The upstream: the reference NDJSON daemon, or the reference
-    /// JSON-RPC WebSocket daemon.
-    ws_upstream: bool,
+    /// The upstream: the reference NDJSON daemon (`None`), or the
+    /// reference WebSocket daemon speaking this dialect.
+    ws_upstream: Option<WsDialect>,
     /// TOML lines added to the default upstream table.
     upstream_extra: &'static str,
 }
@@ -112,41 +114,47 @@ impl Wire {
     }
 }
 
-const CASES: [Case; 6] = [
+const CASES: [Case; 7] = [
     Case {
         name: "in place (defaults)",
         wire: Wire::JsonRpc,
-        ws_upstream: false,
+        ws_upstream: None,
         upstream_extra: "",
     },
     Case {
         name: "waiting (pool_size 1, max_pending 1)",
         wire: Wire::JsonRpc,
-        ws_upstream: false,
+        ws_upstream: None,
         upstream_extra: "pool_size = 1\nmax_pending = 1\n",
     },
     Case {
         name: "holon-rpc, in place (defaults)",
         wire: Wire::Holon,
-        ws_upstream: false,
+        ws_upstream: None,
         upstream_extra: "",
     },
     Case {
         name: "Sideband JSON, in place (defaults)",
         wire: Wire::SidebandJson,
-        ws_upstream: false,
+        ws_upstream: None,
         upstream_extra: "",
     },
     Case {
         name: "Sideband CBOR, in place (defaults)",
         wire: Wire::SidebandCbor,
-        ws_upstream: false,
+        ws_upstream: None,
         upstream_extra: "",
     },
     Case {
         name: "NDJSON → JSON-RPC WebSocket, in place (defaults)",
         wire: Wire::Ndjson,
-        ws_upstream: true,
+        ws_upstream: Some(WsDialect::JsonRpc),
+        upstream_extra: "",
+    },
+    Case {
+        name: "NDJSON → holon-rpc WebSocket, in place (defaults)",
+        wire: Wire::Ndjson,
+        ws_upstream: Some(WsDialect::Holon),
         upstream_extra: "",
     },
 ];
@@ -199,10 +207,14 @@ fn run_case(case: &Case, requests: usize) -> Res<Row> {
         .enable_all()
         .build()?;
     let listener_socket = dir.path().join("gateway.sock");
-    let (daemon, upstream) = if case.ws_upstream {
+    let (daemon, upstream) = if let Some(ws) = case.ws_upstream {
         let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-        let daemon = daemon_rt.block_on(WsDaemon::start(any, WsDialect::JsonRpc))?;
-        let upstream = format!("dialect = \"jsonrpc-ws\"\nurl = \"{}\"", daemon.url());
+        let daemon = daemon_rt.block_on(WsDaemon::start(any, ws))?;
+        let dialect = match ws {
+            WsDialect::JsonRpc => "jsonrpc-ws",
+            WsDialect::Holon => "holon-rpc",
+        };
+        let upstream = format!("dialect = \"{dialect}\"\nurl = \"{}\"", daemon.url());
         (Upstream::Ws(daemon), upstream)
     } else {
         let daemon = daemon_rt.block_on(Daemon::start(&socket, DaemonOptions::default()))?;

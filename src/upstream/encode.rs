@@ -13,7 +13,7 @@ use parking_lot::MutexGuard;
 use crate::dialect::holon::object_params;
 use crate::dialect::render::{
     finish_request, finish_request_into, render, render_batch, render_request_head_into,
-    render_request_into, request_len, Style,
+    render_request_into, render_scratch, request_len, Style,
 };
 use crate::dialect::sideband::session::encode_shared;
 use crate::dialect::sideband::{EnvelopeError, Member};
@@ -176,6 +176,36 @@ impl Link {
         };
         self.count_out([Kind::Request], &wire);
         Ok(wire)
+    }
+
+    /// A holon-rpc request on a WebSocket link, rendered in this thread's
+    /// scratch buffer and copied into the link's frame buffer when short
+    /// (no allocation), and queued: the length to count, or why it was not
+    /// queued. `None` for the other dialects and for long requests, which
+    /// are encoded whole ([`Self::encode_request`]).
+    pub(super) fn queue_holon_request(
+        &self,
+        gid: u64,
+        method: &str,
+        params: Option<&Payload>,
+    ) -> Option<Result<Option<usize>, GatewayError>> {
+        if self.shared.cfg.dialect != Dialect::Holon || self.out.lines().is_some() {
+            return None;
+        }
+        let msg = Message::Request {
+            id: self.wire_id(gid),
+            method: method.into(),
+            params: params.cloned(),
+        };
+        let queued = render_scratch(&msg, self.style(), |text| {
+            self.check_len(text.len())?;
+            if self.out.try_send_text(text) {
+                Ok(Some(text.len()))
+            } else {
+                Err(self.queue_refusal())
+            }
+        })?;
+        Some(queued.unwrap_or_else(|_| Err(not_json())))
     }
 
     /// For NDJSON and JSON-RPC upstreams, a request's text up to its id

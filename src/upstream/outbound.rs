@@ -58,7 +58,8 @@ enum Text<'a> {
     /// (CBOR params transcoded there); on an NDJSON link a short one is
     /// then copied into the write queue with its id.
     Head(String),
-    /// Encoded whole (holon, Sideband).
+    /// Encoded whole (holon, Sideband); a short holon request is
+    /// rendered in a scratch buffer and copied into the link's frame buffer.
     Whole,
 }
 
@@ -68,7 +69,7 @@ impl Link {
     /// Why the write queue refused a message: the link is gone
     /// (`unavailable`, as for a call in flight when it drops), or the queue
     /// is full.
-    fn queue_refusal(&self) -> GatewayError {
+    pub(super) fn queue_refusal(&self) -> GatewayError {
         if self.out.is_closed() {
             connection_lost()
         } else {
@@ -193,7 +194,12 @@ impl Link {
                     };
                 }
             },
-            Text::Whole => (self.encode_request(gid, method, params)?, None),
+            Text::Whole => {
+                if let Some(queued) = self.queue_holon_request(gid, method, params) {
+                    return queued;
+                }
+                (self.encode_request(gid, method, params)?, None)
+            }
         };
         self.out.try_send(line).map_err(|_| self.queue_refusal())?;
         Ok(count_later)
