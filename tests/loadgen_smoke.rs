@@ -267,6 +267,14 @@ fn check_table(scenario: &str, section: &str) -> Vec<String> {
             .parse()
             .unwrap_or_else(|e| panic!("{scenario}: {:?} is not a number ({e})", row[traffic]));
         assert!(carried > 0.0, "{scenario}: no verified traffic in {line}");
+        if has("idle CPU ms/s") {
+            // Measured, not a dash (it may be 0 over a short window).
+            let cpu = &row[col("idle CPU ms/s")];
+            let ms: f64 = cpu
+                .parse()
+                .unwrap_or_else(|e| panic!("{scenario}: idle CPU {cpu:?} is not a number ({e})"));
+            assert!(ms >= 0.0, "{scenario}: idle CPU {ms} in {line}");
+        }
         labels.push(row[0].clone());
     }
     labels

@@ -1,6 +1,7 @@
 //! The idle scenario: hold N WebSocket connections open to a gateway and
-//! measure what each costs it in resident memory, then check that every one
-//! of them still answers.
+//! measure what each costs it in resident memory and what they all cost it
+//! in CPU while nothing is sent (their clocks' ticks: pings, tidying),
+//! then check that every one of them still answers.
 
 use std::time::Duration;
 
@@ -16,6 +17,10 @@ const CONNECT_CONCURRENCY: usize = 64;
 /// Time for the gateway to finish setting up the last connections before
 /// its memory is read.
 const SETTLE: Duration = Duration::from_millis(500);
+/// The shortest quiet window of a full run: two of a connection's clock
+/// ticks (at most 5 s apart), which connections opened together take at
+/// the same moments.
+pub(crate) const QUIET_MIN: Duration = Duration::from_secs(10);
 /// How long one check request may take.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -40,14 +45,20 @@ pub(crate) struct Idle {
     pub(crate) mismatches: u64,
     /// Check requests without a reply.
     pub(crate) lost: u64,
+    /// Gateway CPU (user + system) while every connection sat idle, in
+    /// ms per second, over the run's measured time (`/proc` counts CPU in
+    /// 10 ms ticks: ±10 ms over the window).
+    pub(crate) cpu_ms_per_s: Option<f64>,
 }
 
-/// Opens `n` connections to `endpoint`, reads the gateway's RSS, checks each.
+/// Opens `n` connections to `endpoint`, reads the gateway's RSS, leaves
+/// them idle for `quiet` while reading its CPU, checks each.
 pub(crate) async fn run(
     endpoint: &Endpoint,
     gateway_pid: u32,
     wire: Wire,
     n: usize,
+    quiet: Duration,
 ) -> anyhow::Result<Idle> {
     let requests = Requests::new(wire, 0)?;
     let mut idle = Idle {
@@ -67,6 +78,13 @@ pub(crate) async fn run(
     idle.errors = (n - conns.len()) as u64;
     tokio::time::sleep(SETTLE).await;
     idle.rss_open_kib = procs::vm_kib(gateway_pid, "VmRSS").unwrap_or(0);
+    let cpu_before = procs::cpu_time(gateway_pid);
+    let quiet_from = Instant::now();
+    tokio::time::sleep(quiet).await;
+    if let (Some(before), Some(after)) = (cpu_before, procs::cpu_time(gateway_pid)) {
+        let used = after.saturating_sub(before).as_secs_f64();
+        idle.cpu_ms_per_s = Some(used * 1000.0 / quiet_from.elapsed().as_secs_f64());
+    }
     let checks: Vec<Check> = stream::iter(conns.into_iter().enumerate())
         .map(|(i, conn)| check(conn, wire, &requests, i as u64))
         .buffer_unordered(CONNECT_CONCURRENCY)

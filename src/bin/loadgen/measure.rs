@@ -128,7 +128,14 @@ async fn run_one(r: &Run, start: &StartOpts, o: &Options) -> anyhow::Result<RunR
             let Some(pid) = live.server_pid else {
                 bail!("the idle scenario needs a gateway process");
             };
-            let idle = idle::run(&live.endpoint, pid, r.target.wire, n).await?;
+            // Connections opened together tick together (every 5 s at
+            // most): a quiet window shorter than two ticks may see none.
+            let quiet = if o.smoke {
+                o.duration
+            } else {
+                o.duration.max(idle::QUIET_MIN)
+            };
+            let idle = idle::run(&live.endpoint, pid, r.target.wire, n, quiet).await?;
             result.errors = idle.errors;
             result.mismatches = idle.mismatches;
             result.lost = idle.lost;

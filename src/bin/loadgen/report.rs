@@ -93,9 +93,9 @@ fn traffic_table(sc: &ScenarioResult, out: &mut String) {
 fn idle_table(sc: &ScenarioResult, out: &mut String) {
     out.push_str(
         "| target | connections | RSS before MiB | RSS open MiB | per connection KiB \
-         | connect s | checked | errors | mismatched | lost |\n",
+         | idle CPU ms/s | connect s | checked | errors | mismatched | lost |\n",
     );
-    out.push_str(&"|---".repeat(10));
+    out.push_str(&"|---".repeat(11));
     out.push_str("|\n");
     for r in &sc.runs {
         let idle = r.idle.unwrap_or_default();
@@ -105,6 +105,7 @@ fn idle_table(sc: &ScenarioResult, out: &mut String) {
             format!("{:.1}", idle.rss_before_kib as f64 / 1024.0),
             format!("{:.1}", idle.rss_open_kib as f64 / 1024.0),
             opt(idle.bytes_per_conn().map(|b| b / 1024.0), 1),
+            opt(idle.cpu_ms_per_s, 1),
             format!("{:.2}", idle.connect_secs),
             idle.checked.to_string(),
             r.errors.to_string(),
