@@ -308,6 +308,13 @@ fn outbound_cid(id: Option<&WireId>) -> Result<Cid, EnvelopeError> {
 }
 
 /// An integral float as an i64 code, if it is one.
+/// `part` as a slice of `frame` (a reference count, no copy), if it lies
+/// within it: the payloads and envelopes decoded in place.
+fn slice_within(frame: &Bytes, part: &[u8]) -> Option<Bytes> {
+    let (outer, inner) = (frame.as_ptr_range(), part.as_ptr_range());
+    (outer.start <= inner.start && inner.end <= outer.end).then(|| frame.slice_ref(part))
+}
+
 fn integral_code(value: f64) -> Option<i64> {
     // -2⁶³ is exact as f64; the half-open range keeps the cast lossless.
     let min = i64::MIN as f64;

@@ -10,7 +10,9 @@ use compact_str::CompactString;
 
 use crate::envelope::{Message, Outcome, Payload};
 
-use super::{build, integral_code, outbound_cid, Cid, CodeError, EnvelopeError, Fields, Member};
+use super::{
+    build, integral_code, outbound_cid, slice_within, Cid, CodeError, EnvelopeError, Fields, Member,
+};
 use crate::dialect::sideband::cbor::{self as wire, KeyId, MapKeys, Reader};
 use crate::dialect::sideband::transcode;
 
@@ -219,13 +221,9 @@ impl Fields for RawEnvelope<'_> {
     fn payload(&self, member: Member) -> Option<Payload> {
         let slot = ORDER.iter().position(|m| *m == member)?;
         let raw = self.members[slot]?;
-        let within = self.source.filter(|source| {
-            let (outer, inner) = (source.as_ptr_range(), raw.as_ptr_range());
-            outer.start <= inner.start && inner.end <= outer.end
-        });
-        Some(Payload::Cbor(match within {
-            Some(source) => source.slice_ref(raw),
-            None => Bytes::copy_from_slice(raw),
-        }))
+        let within = self.source.and_then(|source| slice_within(source, raw));
+        Some(Payload::Cbor(
+            within.unwrap_or_else(|| Bytes::copy_from_slice(raw)),
+        ))
     }
 }

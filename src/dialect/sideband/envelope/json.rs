@@ -13,7 +13,9 @@ use serde_json::value::RawValue;
 
 use crate::envelope::{Message, Outcome, Payload, RawJson};
 
-use super::{build, integral_code, outbound_cid, Cid, CodeError, EnvelopeError, Fields, Member};
+use super::{
+    build, integral_code, outbound_cid, slice_within, Cid, CodeError, EnvelopeError, Fields, Member,
+};
 use crate::dialect::json_string::{push_json_string, string_text};
 use crate::dialect::sideband::{hex, transcode};
 
@@ -60,8 +62,17 @@ pub(super) fn decode(data: &[u8]) -> Result<Message, EnvelopeError> {
 /// `source` (copies when `data` does not lie within it).
 pub(super) fn decode_in(source: Option<&Bytes>, data: &[u8]) -> Result<Message, EnvelopeError> {
     // Strict UTF-8 first (§10): serde_json does not check skipped strings.
-    let text = std::str::from_utf8(data)
-        .map_err(|_| EnvelopeError::Malformed("envelope is not valid UTF-8".to_owned()))?;
+    // Checked once: as the shared text payloads are sliced from, when
+    // `data` lies within `source`.
+    let not_utf8 = || EnvelopeError::Malformed("envelope is not valid UTF-8".to_owned());
+    let shared = match source.and_then(|frame| slice_within(frame, data)) {
+        Some(bytes) => Some(ByteString::try_from(bytes).map_err(|_| not_utf8())?),
+        None => None,
+    };
+    let text = match &shared {
+        Some(text) => text,
+        None => std::str::from_utf8(data).map_err(|_| not_utf8())?,
+    };
     // serde would also read a struct from a JSON array, positionally.
     if !text.trim_start().starts_with('{') {
         return Err(EnvelopeError::Malformed(
@@ -70,19 +81,8 @@ pub(super) fn decode_in(source: Option<&Bytes>, data: &[u8]) -> Result<Message, 
     }
     let mut raw: RawEnvelope<'_> =
         serde_json::from_str(text).map_err(|e| EnvelopeError::Malformed(e.to_string()))?;
-    raw.source = source.and_then(|frame| shared(frame, data));
+    raw.source = shared.clone();
     build(&raw)
-}
-
-/// `data` as shared text within `frame`, if it lies within it.
-fn shared(frame: &Bytes, data: &[u8]) -> Option<ByteString> {
-    let outer = frame.as_ptr_range();
-    let inner = data.as_ptr_range();
-    if outer.start <= inner.start && inner.end <= outer.end {
-        ByteString::try_from(frame.slice_ref(data)).ok()
-    } else {
-        None
-    }
 }
 
 /// Appends `msg`'s envelope to `out`; on error, `out` may hold part of it.
