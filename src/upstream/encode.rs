@@ -178,20 +178,19 @@ impl Link {
         Ok(wire)
     }
 
-    /// A holon-rpc request on a WebSocket link, rendered in this thread's
-    /// scratch buffer and copied into the link's frame buffer when short
-    /// (no allocation), and queued: the length to count, or why it was not
-    /// queued. `None` for the other dialects and for long requests, which
-    /// are encoded whole ([`Self::encode_request`]).
-    pub(super) fn queue_holon_request(
+    /// A request encoded whole as text (holon-rpc) on a WebSocket link:
+    /// rendered in this thread's scratch buffer and queued as a text frame
+    /// (a short one copied into the link's frame buffer: no allocation).
+    /// The length to count, or why it was not queued. `None` for Sideband
+    /// links (binary frames), NDJSON links and long requests, which are
+    /// encoded whole ([`Self::encode_request`]).
+    pub(super) fn queue_text_frame(
         &self,
         gid: u64,
         method: &str,
         params: Option<&Payload>,
     ) -> Option<Result<Option<usize>, GatewayError>> {
-        if self.shared.cfg.dialect != Dialect::Holon || self.out.lines().is_some() {
-            return None;
-        }
+        let frames = self.out.frames().filter(|_| self.sideband().is_none())?;
         let msg = Message::Request {
             id: self.wire_id(gid),
             method: method.into(),
@@ -199,7 +198,7 @@ impl Link {
         };
         let queued = render_scratch(&msg, self.style(), |text| {
             self.check_len(text.len())?;
-            if self.out.try_send_text(text) {
+            if frames.try_send_text(text) {
                 Ok(Some(text.len()))
             } else {
                 Err(self.queue_refusal())

@@ -58,8 +58,8 @@ enum Text<'a> {
     /// (CBOR params transcoded there); on an NDJSON link a short one is
     /// then copied into the write queue with its id.
     Head(String),
-    /// Encoded whole (holon, Sideband); a short holon request is
-    /// rendered in a scratch buffer and copied into the link's frame buffer.
+    /// Encoded whole (holon, Sideband); a holon request is rendered in a
+    /// scratch buffer and queued as a text frame (`queue_text_frame`).
     Whole,
 }
 
@@ -183,7 +183,8 @@ impl Link {
                     let mut text = head;
                     finish_request_into(&mut text, gid);
                     let checked = self.check_len(text.len());
-                    let sent = checked.is_ok() && self.out.try_send_text(&text);
+                    let sent = checked.is_ok()
+                        && self.out.frames().is_some_and(|f| f.try_send_text(&text));
                     let len = text.len();
                     give_back_head(text);
                     checked?;
@@ -195,7 +196,7 @@ impl Link {
                 }
             },
             Text::Whole => {
-                if let Some(queued) = self.queue_holon_request(gid, method, params) {
+                if let Some(queued) = self.queue_text_frame(gid, method, params) {
                     return queued;
                 }
                 (self.encode_request(gid, method, params)?, None)

@@ -115,17 +115,6 @@ impl Outlet {
         }
     }
 
-    /// Queues `text` as a text frame (a WebSocket link) or a line (an
-    /// NDJSON link); a short frame is copied into the link's frame buffer,
-    /// anything else into an allocation of its own. False when the queue
-    /// is full (or its writer is gone).
-    pub(crate) fn try_send_text(&self, text: &str) -> bool {
-        match self {
-            Outlet::Frames(frames) => frames.try_send_text(text),
-            Outlet::Lines(_) => self.try_send(Wire::Text(text.to_owned())).is_ok(),
-        }
-    }
-
     /// True once the writer is gone: nothing queued now would be written.
     pub(crate) fn is_closed(&self) -> bool {
         match self {
@@ -139,6 +128,14 @@ impl Outlet {
     pub(crate) fn tidy(&self) {
         if let Outlet::Frames(frames) = self {
             frames.arena.lock().tidy();
+        }
+    }
+
+    /// The frame queue of a WebSocket link.
+    pub(crate) fn frames(&self) -> Option<&FrameQueue> {
+        match self {
+            Outlet::Frames(frames) => Some(frames),
+            Outlet::Lines(_) => None,
         }
     }
 
@@ -166,7 +163,10 @@ impl FrameQueue {
         self.tx.try_send(wire).map_err(|e| e.into_inner())
     }
 
-    fn try_send_text(&self, text: &str) -> bool {
+    /// Queues `text` as a text frame: a short one is copied into the
+    /// link's frame buffer, a longer one into an allocation of its own.
+    /// False when the queue is full (or its writer is gone).
+    pub(crate) fn try_send_text(&self, text: &str) -> bool {
         if text.len() > SMALL {
             return self.try_send(Wire::Text(text.to_owned())).is_ok();
         }

@@ -205,12 +205,12 @@ fn binary_frames_are_refused_by_a_line_queue() {
 #[test]
 fn short_text_frames_share_the_link_frame_buffer() {
     let (tx, mut rx) = mpsc::channel(3);
-    let outlet = Outlet::Frames(FrameQueue::new(tx));
+    let frames = FrameQueue::new(tx);
     let long = "x".repeat(SMALL + 1);
-    assert!(outlet.try_send_text("first"));
-    assert!(outlet.try_send_text("second"));
-    assert!(outlet.try_send_text(&long));
-    assert!(!outlet.try_send_text("third"), "the queue holds 3");
+    assert!(frames.try_send_text("first"));
+    assert!(frames.try_send_text("second"));
+    assert!(frames.try_send_text(&long));
+    assert!(!frames.try_send_text("third"), "the queue holds 3");
     let mut got = Vec::new();
     while let Ok(wire) = rx.try_recv() {
         got.push(wire);
@@ -236,7 +236,8 @@ fn a_queue_whose_writer_is_gone_says_so() {
     assert!(!frames.is_closed());
     drop(rx);
     assert!(frames.is_closed());
-    assert!(!frames.try_send_text("late"));
+    let refused = frames.frames().is_some_and(|f| !f.try_send_text("late"));
+    assert!(refused, "a frame link refuses once its writer is gone");
     let queue = LineQueue::new(4);
     let lines = Outlet::Lines(queue.clone());
     assert!(!lines.is_closed());
