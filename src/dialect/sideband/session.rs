@@ -138,11 +138,11 @@ impl Sbp {
                 ..
             } => (
                 *cid,
-                self.outbound_subject(Subject::legacy_rpc(method), Subject::Rpc),
+                self.outbound_subject(|| Subject::legacy_rpc(method), Subject::Rpc),
             ),
             Message::Notification { method, .. } => (
                 random_id(),
-                self.outbound_subject(Subject::legacy_event(method), Subject::Event),
+                self.outbound_subject(|| Subject::legacy_event(method), Subject::Event),
             ),
             Message::Response {
                 id: WireId::Cid(cid),
@@ -157,12 +157,17 @@ impl Sbp {
     }
 
     /// The legacy form for a legacy peer (when the name fits in a
-    /// subject), else the current channel.
-    fn outbound_subject<E>(&self, legacy: Result<Subject, E>, current: Subject) -> Subject {
-        match legacy {
-            Ok(subject) if self.legacy_peer => subject,
-            _ => current,
+    /// subject), else the current channel. The legacy form (a string) is
+    /// only made for a legacy peer.
+    fn outbound_subject<E>(
+        &self,
+        legacy: impl FnOnce() -> Result<Subject, E>,
+        current: Subject,
+    ) -> Subject {
+        if !self.legacy_peer {
+            return current;
         }
+        legacy().unwrap_or(current)
     }
 
     /// The subject of the request `cid` answers (`rpc` unless it came on a
