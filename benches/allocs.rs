@@ -3,9 +3,10 @@
 //!
 //! In one process, each on its own OS thread and tokio runtime:
 //!
-//! - the reference NDJSON daemon (`switchyard::daemon::Daemon`), or the
-//!   reference JSON-RPC WebSocket daemon, on a one-worker multi-thread
-//!   runtime;
+//! - the reference NDJSON daemon (`switchyard::daemon::Daemon`), the
+//!   reference JSON-RPC or holon-rpc WebSocket daemon, or a second
+//!   switchyard's Sideband listener in front of the NDJSON daemon, on a
+//!   one-worker multi-thread runtime;
 //! - the gateway (`app::bind(..).spawn()`) with the DEFAULT configuration
 //!   (one listener, one upstream, one route), on a current-thread runtime
 //!   on thread G, so that everything the gateway does runs on G;
@@ -21,7 +22,7 @@
 //! (the binary uses mimalloc; this bench counts calls into the system
 //! allocator). A `realloc` counts as one allocation of the new size.
 //!
-//! Seven cases:
+//! Eight cases:
 //!
 //! - **in place**: the defaults; the upstream has room (pool 2, 4,096
 //!   pending per connection), so every call is written at once;
@@ -37,6 +38,11 @@
 //!   reference JSON-RPC WebSocket daemon as the upstream;
 //! - **NDJSON → holon-rpc WebSocket, in place**: the same with the
 //!   reference holon-rpc WebSocket daemon;
+//! - **NDJSON → Sideband, in place**: the same with a Sideband upstream:
+//!   a second switchyard gateway (a Sideband listener routed to the
+//!   NDJSON daemon) on the daemon's thread. The two negotiate CBOR
+//!   envelopes (both offer it by default), so each request's params are
+//!   transcoded to CBOR and each result back to JSON;
 //! - **Sideband CBOR, in place**: the defaults with a Sideband listener;
 //!   the client negotiates CBOR envelopes, so each request's params are
 //!   transcoded to JSON for the daemon and each result back to CBOR.
@@ -47,7 +53,9 @@
 //! tasks of the gateway's runtime (tokio's runtime metrics) are read
 //! before the measured requests and sampled while they run.
 //!
-//! `ALLOCS_REQUESTS=N` changes the number of measured requests.
+//! `ALLOCS_REQUESTS=N` changes the number of measured requests;
+//! `ALLOCS_CASES=holon,CBOR` runs only the cases whose name begins with one
+//! of the comma-separated words (for a profiler that should see one path).
 
 use std::collections::HashSet;
 use std::error::Error;
@@ -85,11 +93,22 @@ struct Case {
     name: &'static str,
     /// The client's (and the listener's) wire.
     wire: Wire,
-    /// The upstream: the reference NDJSON daemon (`None`), or the
-    /// reference WebSocket daemon speaking this dialect.
-    ws_upstream: Option<WsDialect>,
+    /// The gateway's upstream.
+    peer: Peer,
     /// TOML lines added to the default upstream table.
     upstream_extra: &'static str,
+}
+
+/// What the gateway forwards to.
+#[derive(Clone, Copy)]
+enum Peer {
+    /// The reference NDJSON daemon.
+    Ndjson,
+    /// The reference WebSocket daemon speaking this dialect.
+    Ws(WsDialect),
+    /// A second switchyard's Sideband listener routed to the reference
+    /// NDJSON daemon (both on the daemon's thread): a real Sideband peer.
+    Sideband,
 }
 
 /// What the client speaks.
@@ -114,47 +133,53 @@ impl Wire {
     }
 }
 
-const CASES: [Case; 7] = [
+const CASES: [Case; 8] = [
     Case {
         name: "in place (defaults)",
         wire: Wire::JsonRpc,
-        ws_upstream: None,
+        peer: Peer::Ndjson,
         upstream_extra: "",
     },
     Case {
         name: "waiting (pool_size 1, max_pending 1)",
         wire: Wire::JsonRpc,
-        ws_upstream: None,
+        peer: Peer::Ndjson,
         upstream_extra: "pool_size = 1\nmax_pending = 1\n",
     },
     Case {
         name: "holon-rpc, in place (defaults)",
         wire: Wire::Holon,
-        ws_upstream: None,
+        peer: Peer::Ndjson,
         upstream_extra: "",
     },
     Case {
         name: "Sideband JSON, in place (defaults)",
         wire: Wire::SidebandJson,
-        ws_upstream: None,
+        peer: Peer::Ndjson,
         upstream_extra: "",
     },
     Case {
         name: "Sideband CBOR, in place (defaults)",
         wire: Wire::SidebandCbor,
-        ws_upstream: None,
+        peer: Peer::Ndjson,
         upstream_extra: "",
     },
     Case {
         name: "NDJSON → JSON-RPC WebSocket, in place (defaults)",
         wire: Wire::Ndjson,
-        ws_upstream: Some(WsDialect::JsonRpc),
+        peer: Peer::Ws(WsDialect::JsonRpc),
         upstream_extra: "",
     },
     Case {
         name: "NDJSON → holon-rpc WebSocket, in place (defaults)",
         wire: Wire::Ndjson,
-        ws_upstream: Some(WsDialect::Holon),
+        peer: Peer::Ws(WsDialect::Holon),
+        upstream_extra: "",
+    },
+    Case {
+        name: "NDJSON → Sideband, in place (defaults)",
+        wire: Wire::Ndjson,
+        peer: Peer::Sideband,
         upstream_extra: "",
     },
 ];
@@ -174,8 +199,15 @@ fn main() -> Res<()> {
         Ok(n) => n.parse()?,
         Err(_) => REQUESTS,
     };
+    let only = std::env::var("ALLOCS_CASES").unwrap_or_default();
+    let chosen = |case: &Case| {
+        only.is_empty()
+            || only
+                .split(',')
+                .any(|word| case.name.starts_with(word.trim()))
+    };
     let mut rows = Vec::new();
-    for case in &CASES {
+    for case in CASES.iter().filter(|case| chosen(case)) {
         rows.push(run_case(case, requests)?);
     }
     print_table(&rows);
@@ -207,19 +239,37 @@ fn run_case(case: &Case, requests: usize) -> Res<Row> {
         .enable_all()
         .build()?;
     let listener_socket = dir.path().join("gateway.sock");
-    let (daemon, upstream) = if let Some(ws) = case.ws_upstream {
-        let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-        let daemon = daemon_rt.block_on(WsDaemon::start(any, ws))?;
-        let dialect = match ws {
-            WsDialect::JsonRpc => "jsonrpc-ws",
-            WsDialect::Holon => "holon-rpc",
-        };
-        let upstream = format!("dialect = \"{dialect}\"\nurl = \"{}\"", daemon.url());
-        (Upstream::Ws(daemon), upstream)
-    } else {
-        let daemon = daemon_rt.block_on(Daemon::start(&socket, DaemonOptions::default()))?;
-        let upstream = format!("dialect = \"ndjson\"\nsocket = \"{}\"", socket.display());
-        (Upstream::Ndjson(daemon), upstream)
+    let ndjson_upstream = format!("dialect = \"ndjson\"\nsocket = \"{}\"", socket.display());
+    let (daemon, upstream) = match case.peer {
+        Peer::Ws(ws) => {
+            let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+            let daemon = daemon_rt.block_on(WsDaemon::start(any, ws))?;
+            let dialect = match ws {
+                WsDialect::JsonRpc => "jsonrpc-ws",
+                WsDialect::Holon => "holon-rpc",
+            };
+            let upstream = format!("dialect = \"{dialect}\"\nurl = \"{}\"", daemon.url());
+            (Upstream::Ws(daemon), upstream)
+        }
+        Peer::Ndjson => {
+            let daemon = daemon_rt.block_on(Daemon::start(&socket, DaemonOptions::default()))?;
+            (Upstream::Ndjson(daemon), ndjson_upstream)
+        }
+        Peer::Sideband => daemon_rt.block_on(async {
+            let daemon = Daemon::start(&socket, DaemonOptions::default()).await?;
+            let toml = format!(
+                "[listeners.inner]\n{}\n\n[upstreams.daemon]\n{ndjson_upstream}\n\n\
+                 [[routes]]\nlistener = \"inner\"\nupstream = \"daemon\"\n",
+                ws_listener("sideband")
+            );
+            let cfg = switchyard::config::Config::from_toml(&toml)?;
+            let bound = switchyard::app::bind(cfg).await?;
+            let url = bound
+                .ws_url("inner")
+                .ok_or("the inner gateway has no URL")?;
+            let upstream = format!("dialect = \"sideband\"\nurl = \"{url}\"");
+            Res::Ok((Upstream::Sideband(daemon, Box::new(bound.spawn())), upstream))
+        })?,
     };
     let listener = match case.wire {
         Wire::JsonRpc => ws_listener("jsonrpc-ws"),
@@ -282,6 +332,10 @@ fn run_case(case: &Case, requests: usize) -> Res<Row> {
     match daemon {
         Upstream::Ndjson(d) => daemon_rt.block_on(d.stop()),
         Upstream::Ws(d) => daemon_rt.block_on(d.stop()),
+        Upstream::Sideband(d, inner) => daemon_rt.block_on(async {
+            inner.shutdown().await;
+            d.stop().await;
+        }),
     }
     Ok(row)
 }
@@ -290,6 +344,8 @@ fn run_case(case: &Case, requests: usize) -> Res<Row> {
 enum Upstream {
     Ndjson(Daemon),
     Ws(WsDaemon),
+    /// The NDJSON daemon and the switchyard in front of it.
+    Sideband(Daemon, Box<switchyard::app::Running>),
 }
 
 /// A WebSocket listener's lines of configuration.

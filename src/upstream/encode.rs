@@ -15,7 +15,7 @@ use crate::dialect::render::{
     finish_request, finish_request_into, render, render_batch, render_request_head_into,
     render_request_into, render_scratch, request_len, Style,
 };
-use crate::dialect::sideband::session::encode_shared;
+use crate::dialect::sideband::session::{encode_shared, encode_shared_with};
 use crate::dialect::sideband::{EnvelopeError, Member};
 use crate::dialect::Dialect;
 use crate::envelope::{raw_from_string, Kind, Message, Payload, WireId};
@@ -134,16 +134,9 @@ impl Link {
     /// Renders a message for this upstream, enforcing its size limit.
     pub(super) fn encode(&self, msg: &Message) -> Result<Wire, GatewayError> {
         if let Some(sb) = self.sideband() {
-            let frame =
-                encode_shared(|| MutexGuard::map(sb.lock(), |s| &mut s.sbp), msg).map_err(|e| {
-                    match e {
-                        EnvelopeError::Transcode {
-                            member: Member::P, ..
-                        } => GatewayError::with_detail(ErrorKind::InvalidParams, e.to_string()),
-                        other => GatewayError::with_detail(ErrorKind::Internal, other.to_string()),
-                    }
-                })?;
-            let wire = self.check_size(Wire::Binary(frame))?;
+            let frame = encode_shared(|| MutexGuard::map(sb.lock(), |s| &mut s.sbp), msg)
+                .map_err(not_encodable)?;
+            let wire = self.check_size(Wire::Binary(frame.into()))?;
             self.count_out([msg.kind()], &wire);
             return Ok(wire);
         }
@@ -178,24 +171,36 @@ impl Link {
         Ok(wire)
     }
 
-    /// A request encoded whole as text (holon-rpc) on a WebSocket link:
-    /// rendered in this thread's scratch buffer and queued as a text frame
-    /// (a short one copied into the link's frame buffer: no allocation).
-    /// The length to count, or why it was not queued. `None` for Sideband
-    /// links (binary frames), NDJSON links and long requests, which are
-    /// encoded whole ([`Self::encode_request`]).
-    pub(super) fn queue_text_frame(
+    /// A request encoded whole (holon-rpc, Sideband) on a WebSocket link:
+    /// encoded in this thread's scratch buffer and queued as a frame (a
+    /// short one copied into the link's frame buffer: no allocation). The
+    /// length to count, or why it was not queued. `None` for NDJSON links
+    /// and long holon requests, which are encoded whole
+    /// ([`Self::encode_request`]).
+    pub(super) fn queue_whole_frame(
         &self,
         gid: u64,
         method: &str,
         params: Option<&Payload>,
     ) -> Option<Result<Option<usize>, GatewayError>> {
-        let frames = self.out.frames().filter(|_| self.sideband().is_none())?;
+        let frames = self.out.frames()?;
         let msg = Message::Request {
             id: self.wire_id(gid),
             method: method.into(),
             params: params.cloned(),
         };
+        if let Some(sb) = self.sideband() {
+            let lock = || MutexGuard::map(sb.lock(), |s| &mut s.sbp);
+            let queued = encode_shared_with(lock, &msg, |frame| {
+                self.check_len(frame.len())?;
+                if frames.try_send_binary(frame) {
+                    Ok(Some(frame.len()))
+                } else {
+                    Err(self.queue_refusal())
+                }
+            });
+            return Some(queued.map_err(not_encodable).and_then(|queued| queued));
+        }
         let queued = render_scratch(&msg, self.style(), |text| {
             self.check_len(text.len())?;
             if frames.try_send_text(text) {
@@ -317,6 +322,17 @@ impl Link {
             ));
         }
         Ok(())
+    }
+}
+
+/// A message the Sideband envelope cannot carry: params that do not
+/// transcode are the caller's fault, anything else ours.
+fn not_encodable(e: EnvelopeError) -> GatewayError {
+    match e {
+        EnvelopeError::Transcode {
+            member: Member::P, ..
+        } => GatewayError::with_detail(ErrorKind::InvalidParams, e.to_string()),
+        other => GatewayError::with_detail(ErrorKind::Internal, other.to_string()),
     }
 }
 

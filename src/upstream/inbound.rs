@@ -119,7 +119,7 @@ impl Link {
                 true
             }
             SbpEvent::Send(frame) => {
-                if self.out.try_send(Wire::Binary(frame)).is_err() {
+                if self.out.try_send(Wire::Binary(frame.into())).is_err() {
                     self.shared.count_dropped(DropReason::UpstreamQueueFull);
                 }
                 true
@@ -137,7 +137,7 @@ impl Link {
                 None => {
                     self.shared
                         .count_protocol_error(ProtocolError::InvalidEnvelope);
-                    if reply.is_some_and(|f| self.out.try_send(Wire::Binary(f)).is_err()) {
+                    if reply.is_some_and(|f| self.out.try_send(Wire::Binary(f.into())).is_err()) {
                         self.shared.count_dropped(DropReason::UpstreamQueueFull);
                     }
                     true

@@ -75,8 +75,9 @@ pub(crate) enum Wire {
     Text(String),
     /// A WebSocket text frame split off the link's frame buffer.
     Shared(Utf8Bytes),
-    /// A WebSocket binary frame (Sideband).
-    Binary(Vec<u8>),
+    /// A WebSocket binary frame (Sideband): split off the link's frame
+    /// buffer, or an allocation of its own of exactly its length.
+    Binary(bytes::Bytes),
 }
 
 impl Wire {

@@ -58,8 +58,8 @@ enum Text<'a> {
     /// (CBOR params transcoded there); on an NDJSON link a short one is
     /// then copied into the write queue with its id.
     Head(String),
-    /// Encoded whole (holon, Sideband); a holon request is rendered in a
-    /// scratch buffer and queued as a text frame (`queue_text_frame`).
+    /// Encoded whole (holon, Sideband) in a scratch buffer and queued as a
+    /// frame (`queue_whole_frame`).
     Whole,
 }
 
@@ -196,7 +196,7 @@ impl Link {
                 }
             },
             Text::Whole => {
-                if let Some(queued) = self.queue_text_frame(gid, method, params) {
+                if let Some(queued) = self.queue_whole_frame(gid, method, params) {
                     return queued;
                 }
                 (self.encode_request(gid, method, params)?, None)

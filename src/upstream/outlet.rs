@@ -167,19 +167,38 @@ impl FrameQueue {
     /// link's frame buffer, a longer one into an allocation of its own.
     /// False when the queue is full (or its writer is gone).
     pub(crate) fn try_send_text(&self, text: &str) -> bool {
-        if text.len() > SMALL {
-            return self.try_send(Wire::Text(text.to_owned())).is_ok();
+        self.copy_in(text.as_bytes(), |copied| match copied {
+            // Copied from a `str`: the check cannot fail (no `unsafe` here).
+            Some(bytes) => Utf8Bytes::try_from(bytes)
+                .map(Wire::Shared)
+                .unwrap_or_else(|_| Wire::Text(text.to_owned())),
+            None => Wire::Text(text.to_owned()),
+        })
+    }
+
+    /// Queues `frame` as a binary frame (Sideband), copied as
+    /// [`Self::try_send_text`] copies a text. False when the queue is full
+    /// (or its writer is gone).
+    pub(crate) fn try_send_binary(&self, frame: &[u8]) -> bool {
+        self.copy_in(frame, |copied| {
+            Wire::Binary(copied.unwrap_or_else(|| bytes::Bytes::copy_from_slice(frame)))
+        })
+    }
+
+    /// Queues the frame `wire` makes of `bytes`: given the copy split off
+    /// the frame buffer when `bytes` is short (and the buffer has room),
+    /// `None` otherwise. The buffer stays locked from the copy to the send,
+    /// so the frames in it are the queued ones, in order (the bound in the
+    /// module docs).
+    fn copy_in(&self, bytes: &[u8], wire: impl FnOnce(Option<bytes::Bytes>) -> Wire) -> bool {
+        if bytes.len() > SMALL {
+            return self.try_send(wire(None)).is_ok();
         }
         let mut arena = self.arena.lock();
-        // Copied from a `str`: the check cannot fail (no `unsafe` here).
-        let frame = arena
-            .frame(text.as_bytes())
-            .and_then(|bytes| Utf8Bytes::try_from(bytes).ok());
-        let wire = match frame {
-            Some(frame) => Wire::Shared(frame),
-            None => Wire::Text(text.to_owned()),
-        };
-        self.try_send(wire).is_ok()
+        let copied = arena.frame(bytes);
+        let sent = self.try_send(wire(copied)).is_ok();
+        drop(arena);
+        sent
     }
 }
 

@@ -228,7 +228,7 @@ async fn write_loop(
                 let frame = match wire {
                     Some(Wire::Text(text)) => WsMessage::Text(text.into()),
                     Some(Wire::Shared(text)) => WsMessage::Text(text),
-                    Some(Wire::Binary(bytes)) => WsMessage::Binary(bytes.into()),
+                    Some(Wire::Binary(bytes)) => WsMessage::Binary(bytes),
                     None => break None,
                 };
                 if sink.feed(frame).await.is_err() {

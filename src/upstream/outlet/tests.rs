@@ -194,8 +194,8 @@ fn a_closed_queue_refuses_lines() {
 fn binary_frames_are_refused_by_a_line_queue() {
     let outlet = Outlet::Lines(LineQueue::new(4));
     assert_eq!(
-        outlet.try_send(Wire::Binary(vec![1])),
-        Err(Wire::Binary(vec![1]))
+        outlet.try_send(Wire::Binary(vec![1].into())),
+        Err(Wire::Binary(vec![1].into()))
     );
 }
 
@@ -225,6 +225,38 @@ fn short_text_frames_share_the_link_frame_buffer() {
     // Split off the same buffer, one after the other.
     let (a, b) = (a.as_str().as_bytes(), b.as_str().as_bytes());
     assert_eq!(a.as_ptr_range().end, b.as_ptr());
+}
+
+/// Binary frames (Sideband requests) go the same way: short ones split
+/// off the one frame buffer, after the text frames queued before them.
+#[test]
+fn short_binary_frames_share_the_link_frame_buffer() {
+    let (tx, mut rx) = mpsc::channel(4);
+    let frames = FrameQueue::new(tx);
+    let long = vec![7u8; SMALL + 1];
+    assert!(frames.try_send_text("text"));
+    assert!(frames.try_send_binary(&[1, 2, 3]));
+    assert!(frames.try_send_binary(&long));
+    assert!(frames.try_send_binary(&[4]));
+    assert!(!frames.try_send_binary(&[5]), "the queue holds 4");
+    let mut got = Vec::new();
+    while let Ok(wire) = rx.try_recv() {
+        got.push(wire);
+    }
+    let [Wire::Shared(text), Wire::Binary(a), Wire::Binary(c), Wire::Binary(b)] = &got[..] else {
+        panic!("a text, two short binary frames and a long one: {got:?}");
+    };
+    assert_eq!(
+        (&a[..], &b[..], &c[..]),
+        (&[1, 2, 3][..], &[4][..], &long[..])
+    );
+    let text = text.as_str().as_bytes();
+    assert_eq!(text.as_ptr_range().end, a.as_ptr(), "after the text frame");
+    assert_eq!(
+        a.as_ptr_range().end,
+        b.as_ptr(),
+        "the long frame is not in the buffer"
+    );
 }
 
 /// Once the writer is gone, both kinds of queue say so (a refused call
