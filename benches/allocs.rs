@@ -268,7 +268,10 @@ fn run_case(case: &Case, requests: usize) -> Res<Row> {
                 .ws_url("inner")
                 .ok_or("the inner gateway has no URL")?;
             let upstream = format!("dialect = \"sideband\"\nurl = \"{url}\"");
-            Res::Ok((Upstream::Sideband(daemon, Box::new(bound.spawn())), upstream))
+            Res::Ok((
+                Upstream::Sideband(daemon, Box::new(bound.spawn())),
+                upstream,
+            ))
         })?,
     };
     let listener = match case.wire {
@@ -614,7 +617,7 @@ mod sideband {
 
 fn print_table(rows: &[Row]) {
     println!(
-        "allocations on the gateway's thread per request: 1 WebSocket client, \
+        "allocations on the gateway's thread per request: 1 client connection, \
          {WINDOW} in flight, {PARAMS_BYTES} B params, after {WARMUP} warm-up requests\n"
     );
     println!(
