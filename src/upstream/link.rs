@@ -285,3 +285,6 @@ impl Link {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -128,9 +128,13 @@ impl Link {
             Ok(count_later) => count_later,
             Err(e) => {
                 // Registered just above: `cancel` gives the waiter back
-                // (unless the call was abandoned since the lock was let go).
+                // (unless the call was abandoned since the lock was let go),
+                // and a Sideband link forgets the cid it issued for it.
                 let mut table = held.unwrap_or_else(|| self.correlator.lock());
-                return Err((e, table.cancel(gid)));
+                let waiter = table.cancel(gid);
+                drop(table);
+                self.forget_gid(gid);
+                return Err((e, waiter));
             }
         };
         drop(held);
