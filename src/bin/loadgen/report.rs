@@ -9,6 +9,8 @@
 
 #[path = "report/fanout.rs"]
 mod fanout;
+#[path = "report/gateway_cost.rs"]
+mod gateway_cost;
 #[path = "report/persist.rs"]
 mod persist;
 #[path = "report/verdicts.rs"]
@@ -59,10 +61,7 @@ fn traffic_table(sc: &ScenarioResult, out: &mut String) {
     let (b2, c) = (floor(Role::FloorB2), floor(Role::FloorC));
     for r in &sc.runs {
         let [p50, p90, p99, p999, _] = r.latency_us;
-        let per_req = r
-            .server_cpu_s
-            .filter(|_| r.rps > 0.0)
-            .map(|s| s * 1e6 / (r.rps * r.window_secs));
+        let per_req = cpu_us_per_request(r);
         let cells = [
             r.label.clone(),
             load_cell(r),
@@ -88,6 +87,13 @@ fn traffic_table(sc: &ScenarioResult, out: &mut String) {
         ];
         row(out, &cells);
     }
+}
+
+/// The measured server's CPU time per verified reply in the window, µs.
+fn cpu_us_per_request(r: &RunResult) -> Option<f64> {
+    r.server_cpu_s
+        .filter(|_| r.rps > 0.0 && r.window_secs > 0.0)
+        .map(|s| s * 1e6 / (r.rps * r.window_secs))
 }
 
 fn idle_table(sc: &ScenarioResult, out: &mut String) {

@@ -93,6 +93,7 @@ pub(crate) fn verdicts(results: &[ScenarioResult], smoke: bool) -> Vec<Verdict> 
         &mut out,
         |g, b, sc| judge_ratio(g, b, sc, "floor B2"),
     );
+    super::gateway_cost::verdicts(&find, &mut out);
     idle_verdicts(find("idle"), &mut out);
     fan_in_verdict(find("fan-in"), &mut out);
     super::fanout::verdict(find("fanout"), &mut out);
@@ -271,7 +272,7 @@ fn fan_in_verdict(sc: Option<&ScenarioResult>, out: &mut Vec<Verdict>) {
     });
 }
 
-fn skip(target: &str) -> Verdict {
+pub(super) fn skip(target: &str) -> Verdict {
     Verdict {
         target: target.to_owned(),
         status: Status::Skip,

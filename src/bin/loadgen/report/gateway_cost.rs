@@ -1,0 +1,171 @@
+//! Issue 19's targets on what the gateway itself adds: latency over
+//! floor C (a byte relay process, so the hop any extra process costs is
+//! not counted against switchyard), CPU per request, and Sideband CBOR
+//! throughput against JSON-RPC's.
+
+use super::super::measure::{RunResult, ScenarioResult};
+use super::super::target::Role;
+use super::cpu_us_per_request;
+use super::verdicts::{skip, Status, Verdict};
+
+/// Latency 1×1: p50 at most floor C's + 20 µs.
+const MAX_P50_OVER_C_US: f64 = 20.0;
+/// Fixed rate: p99 at most floor C's + 50 µs.
+const MAX_P99_OVER_C_US: f64 = 50.0;
+/// Throughput scenario: switchyard's CPU per request.
+const MAX_CPU_US_PER_REQUEST: f64 = 1.7;
+/// Throughput scenario: Sideband CBOR → NDJSON against JSON-RPC → NDJSON.
+const MIN_CBOR_VS_JSONRPC: f64 = 0.8;
+
+/// Percentile columns of `RunResult::latency_us`.
+const P50: usize = 0;
+const P99: usize = 2;
+
+/// Appends these verdicts; `find` gives a scenario's results by name.
+pub(super) fn verdicts<'a>(
+    find: &impl Fn(&str) -> Option<&'a ScenarioResult>,
+    out: &mut Vec<Verdict>,
+) {
+    over_c(
+        find("latency"),
+        P50,
+        MAX_P50_OVER_C_US,
+        "latency 1x1 p50 <= floor C p50 + 20 µs",
+        out,
+    );
+    over_c(
+        find("fixed-rate"),
+        P99,
+        MAX_P99_OVER_C_US,
+        "fixed-rate p99 <= floor C p99 + 50 µs",
+        out,
+    );
+    cpu_per_request(find("throughput"), out);
+    cbor_vs_jsonrpc(find("throughput"), out);
+}
+
+/// One verdict per gateway row: its percentile `col` at most floor C's
+/// plus `limit` µs.
+fn over_c(
+    sc: Option<&ScenarioResult>,
+    col: usize,
+    limit: f64,
+    target: &str,
+    out: &mut Vec<Verdict>,
+) {
+    let Some(sc) = sc else {
+        out.push(skip(target));
+        return;
+    };
+    let name = if col == P50 { "p50" } else { "p99" };
+    let c = sc
+        .runs
+        .iter()
+        .find(|r| r.role == Role::FloorC && r.failure.is_none());
+    for g in gateways(sc) {
+        let (status, detail) = match c {
+            Some(c) if g.failure.is_none() => {
+                let (gp, cp) = (g.latency_us[col], c.latency_us[col]);
+                let over = gp - cp;
+                let ok = over <= limit;
+                let detail = format!(
+                    "{name} {gp:.1} µs vs floor C {cp:.1} µs: {over:+.1} µs (limit +{limit:.0} µs, \
+                     {} by {:.1} µs)",
+                    if ok { "under" } else { "over" },
+                    (limit - over).abs(),
+                );
+                (pass_fail(ok), detail)
+            }
+            _ => (
+                Status::Fail,
+                String::from("a run failed; nothing to compare"),
+            ),
+        };
+        out.push(Verdict {
+            target: format!("{target} [{}]", g.label),
+            status,
+            detail,
+        });
+    }
+}
+
+/// One verdict per gateway row of the throughput scenario.
+fn cpu_per_request(sc: Option<&ScenarioResult>, out: &mut Vec<Verdict>) {
+    let target = "throughput CPU per request <= 1.7 µs";
+    let Some(sc) = sc else {
+        out.push(skip(target));
+        return;
+    };
+    for g in gateways(sc) {
+        let (status, detail) = match cpu_us_per_request(g).filter(|_| g.failure.is_none()) {
+            Some(us) => {
+                let ok = us <= MAX_CPU_US_PER_REQUEST;
+                let detail = format!(
+                    "{us:.2} µs of switchyard CPU per request (limit {MAX_CPU_US_PER_REQUEST} µs, \
+                     {} by {:.2} µs)",
+                    if ok { "under" } else { "over" },
+                    (MAX_CPU_US_PER_REQUEST - us).abs(),
+                );
+                (pass_fail(ok), detail)
+            }
+            None => (Status::Fail, String::from("no CPU measurement")),
+        };
+        out.push(Verdict {
+            target: format!("{target} [{}]", g.label),
+            status,
+            detail,
+        });
+    }
+}
+
+/// Sideband CBOR → NDJSON against JSON-RPC → NDJSON in the same run.
+fn cbor_vs_jsonrpc(sc: Option<&ScenarioResult>, out: &mut Vec<Verdict>) {
+    let target = "Sideband CBOR throughput >= 0.8 x JSON-RPC";
+    let Some(sc) = sc else {
+        out.push(skip(target));
+        return;
+    };
+    let row = |needle: &str| {
+        gateways(sc).find(|r| r.label.contains(needle) && r.failure.is_none() && r.rps > 0.0)
+    };
+    let (status, detail) = match (row("sideband cbor →"), row("jsonrpc-ws →")) {
+        (Some(cbor), Some(json)) => {
+            let r = cbor.rps / json.rps;
+            let ok = r >= MIN_CBOR_VS_JSONRPC;
+            let detail = format!(
+                "{:.0} req/s against {:.0} req/s = {r:.2} x (target >= {MIN_CBOR_VS_JSONRPC}, {} \
+                 by {:.2})",
+                cbor.rps,
+                json.rps,
+                if ok { "above" } else { "short" },
+                (r - MIN_CBOR_VS_JSONRPC).abs(),
+            );
+            (pass_fail(ok), detail)
+        }
+        _ => (
+            Status::Fail,
+            String::from("a run failed or did not run; nothing to compare"),
+        ),
+    };
+    out.push(Verdict {
+        target: target.to_owned(),
+        status,
+        detail,
+    });
+}
+
+fn gateways(sc: &ScenarioResult) -> impl Iterator<Item = &RunResult> {
+    sc.runs.iter().filter(|r| r.role == Role::Gateway)
+}
+
+fn pass_fail(ok: bool) -> Status {
+    if ok {
+        Status::Pass
+    } else {
+        Status::Fail
+    }
+}
+
+#[cfg(test)]
+#[path = "gateway_cost/tests.rs"]
+mod tests;

@@ -1,0 +1,139 @@
+//! Each verdict against results built by hand: the boundary passes, one
+//! step beyond it fails, and a missing floor is a failure, not a pass.
+
+use super::*;
+
+fn run(label: &str, role: Role, rps: f64, p50: f64, p99: f64, cpu_s: f64) -> RunResult {
+    RunResult {
+        label: label.to_owned(),
+        role,
+        load: None,
+        failure: None,
+        window_secs: 2.0,
+        rps,
+        latency_us: [p50, 0.0, p99, 0.0, 0.0],
+        sent: 0,
+        verified: 0,
+        errors: 0,
+        mismatches: 0,
+        lost: 0,
+        server_cpu_s: Some(cpu_s),
+        daemon_cpu_s: None,
+        loadgen_cpu_s: None,
+        other_cpu_s: None,
+        server_peak_rss_kib: None,
+        idle: None,
+        fanout: None,
+        persist: None,
+    }
+}
+
+fn scenario(name: &'static str, runs: Vec<RunResult>) -> ScenarioResult {
+    ScenarioResult {
+        name,
+        about: String::new(),
+        runs,
+    }
+}
+
+fn judged(results: &[ScenarioResult]) -> Vec<Verdict> {
+    let find = |name: &str| results.iter().find(|s| s.name == name);
+    let mut out = Vec::new();
+    verdicts(&find, &mut out);
+    out
+}
+
+fn status_of<'a>(verdicts: &'a [Verdict], target: &str) -> Vec<(&'a str, Status)> {
+    verdicts
+        .iter()
+        .filter(|v| v.target.starts_with(target))
+        .map(|v| (v.target.as_str(), v.status))
+        .collect()
+}
+
+const C: &str = "C: byte relay";
+const JSON: &str = "switchyard jsonrpc-ws → ndjson";
+const CBOR: &str = "switchyard sideband cbor → ndjson";
+
+#[test]
+fn latency_and_fixed_rate_are_judged_against_floor_c() {
+    let results = [
+        scenario(
+            "latency",
+            vec![
+                run(C, Role::FloorC, 1.0, 80.0, 0.0, 0.0),
+                run(JSON, Role::Gateway, 1.0, 100.0, 0.0, 0.0),
+                run(CBOR, Role::Gateway, 1.0, 100.5, 0.0, 0.0),
+            ],
+        ),
+        scenario(
+            "fixed-rate",
+            vec![
+                run(C, Role::FloorC, 1.0, 0.0, 300.0, 0.0),
+                run(JSON, Role::Gateway, 1.0, 0.0, 351.0, 0.0),
+                run(CBOR, Role::Gateway, 1.0, 0.0, 350.0, 0.0),
+            ],
+        ),
+    ];
+    let v = judged(&results);
+    assert_eq!(
+        status_of(&v, "latency 1x1"),
+        [
+            (
+                format!("latency 1x1 p50 <= floor C p50 + 20 µs [{JSON}]").as_str(),
+                Status::Pass
+            ),
+            (
+                format!("latency 1x1 p50 <= floor C p50 + 20 µs [{CBOR}]").as_str(),
+                Status::Fail
+            ),
+        ]
+    );
+    let fixed: Vec<Status> = status_of(&v, "fixed-rate")
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect();
+    assert_eq!(fixed, [Status::Fail, Status::Pass]);
+    assert!(v[0].detail.contains("+20.0 µs"), "{}", v[0].detail);
+}
+
+#[test]
+fn cpu_per_request_and_the_cbor_ratio_come_from_the_throughput_rows() {
+    // 100k req/s over 2 s: 0.34 CPU-seconds is 1.7 µs per request.
+    let results = [scenario(
+        "throughput",
+        vec![
+            run(C, Role::FloorC, 500_000.0, 0.0, 0.0, 0.5),
+            run(JSON, Role::Gateway, 100_000.0, 0.0, 0.0, 0.34),
+            run(CBOR, Role::Gateway, 79_000.0, 0.0, 0.0, 0.6),
+        ],
+    )];
+    let v = judged(&results);
+    let cpu: Vec<Status> = status_of(&v, "throughput CPU")
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect();
+    assert_eq!(cpu, [Status::Pass, Status::Fail], "floor C is not judged");
+    let cbor = status_of(&v, "Sideband CBOR");
+    assert_eq!(
+        cbor,
+        [("Sideband CBOR throughput >= 0.8 x JSON-RPC", Status::Fail)]
+    );
+
+    let mut results = results;
+    results[0].runs[2].rps = 80_000.0;
+    let v = judged(&results);
+    assert_eq!(status_of(&v, "Sideband CBOR")[0].1, Status::Pass);
+}
+
+#[test]
+fn a_missing_floor_or_scenario_is_not_a_pass() {
+    let results = [scenario(
+        "latency",
+        vec![run(JSON, Role::Gateway, 1.0, 1.0, 1.0, 0.0)],
+    )];
+    let v = judged(&results);
+    assert_eq!(status_of(&v, "latency 1x1")[0].1, Status::Fail);
+    assert_eq!(status_of(&v, "fixed-rate")[0].1, Status::Skip);
+    assert_eq!(status_of(&v, "throughput CPU")[0].1, Status::Skip);
+}
