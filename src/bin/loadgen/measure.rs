@@ -212,14 +212,23 @@ pub(crate) async fn sample_cpu(pids: [Option<u32>; 2], timing: Timing) -> CpuUse
 impl RunResult {
     /// A result with nothing measured and `why` as its failure.
     fn failed(r: &Run, why: String) -> Self {
+        let load = match r.shape {
+            Shape::Traffic(load) => Some(load),
+            Shape::Idle(_) | Shape::Fanout(_) | Shape::Persist => None,
+        };
         RunResult {
-            label: r.label.clone(),
-            role: r.target.role,
-            load: match r.shape {
-                Shape::Traffic(load) => Some(load),
-                Shape::Idle(_) | Shape::Fanout(_) | Shape::Persist => None,
-            },
             failure: Some(why),
+            ..RunResult::empty(r.label.clone(), r.target.role, load)
+        }
+    }
+
+    /// A result with nothing measured (and no failure) yet.
+    pub(crate) fn empty(label: String, role: Role, load: Option<Load>) -> Self {
+        RunResult {
+            label,
+            role,
+            load,
+            failure: None,
             window_secs: 0.0,
             rps: 0.0,
             latency_us: [0.0; 5],

@@ -53,62 +53,62 @@ fn over_c(
     target: &str,
     out: &mut Vec<Verdict>,
 ) {
-    let Some(sc) = sc else {
-        out.push(skip(target));
-        return;
-    };
     let name = if col == P50 { "p50" } else { "p99" };
-    let c = sc
-        .runs
-        .iter()
-        .find(|r| r.role == Role::FloorC && r.failure.is_none());
-    for g in gateways(sc) {
-        let (status, detail) = match c {
-            Some(c) if g.failure.is_none() => {
-                let (gp, cp) = (g.latency_us[col], c.latency_us[col]);
-                let over = gp - cp;
-                let ok = over <= limit;
-                let detail = format!(
-                    "{name} {gp:.1} µs vs floor C {cp:.1} µs: {over:+.1} µs (limit +{limit:.0} µs, \
-                     {} by {:.1} µs)",
-                    if ok { "under" } else { "over" },
-                    (limit - over).abs(),
-                );
-                (pass_fail(ok), detail)
-            }
-            _ => (
-                Status::Fail,
-                String::from("a run failed; nothing to compare"),
-            ),
-        };
-        out.push(Verdict {
-            target: format!("{target} [{}]", g.label),
-            status,
-            detail,
-        });
-    }
+    per_gateway(sc, target, out, |sc, g| {
+        let c = sc
+            .runs
+            .iter()
+            .find(|r| r.role == Role::FloorC && r.failure.is_none())?;
+        let (gp, cp) = (g.latency_us[col], c.latency_us[col]);
+        let over = gp - cp;
+        let ok = over <= limit;
+        let detail = format!(
+            "{name} {gp:.1} µs vs floor C {cp:.1} µs: {over:+.1} µs (limit +{limit:.0} µs, {} by \
+             {:.1} µs)",
+            if ok { "under" } else { "over" },
+            (limit - over).abs(),
+        );
+        Some((ok, detail))
+    });
 }
 
 /// One verdict per gateway row of the throughput scenario.
 fn cpu_per_request(sc: Option<&ScenarioResult>, out: &mut Vec<Verdict>) {
     let target = "throughput CPU per request <= 1.7 µs";
+    per_gateway(sc, target, out, |_, g| {
+        let us = cpu_us_per_request(g)?;
+        let ok = us <= MAX_CPU_US_PER_REQUEST;
+        let detail = format!(
+            "{us:.2} µs of switchyard CPU per request (limit {MAX_CPU_US_PER_REQUEST} µs, {} by \
+             {:.2} µs)",
+            if ok { "under" } else { "over" },
+            (MAX_CPU_US_PER_REQUEST - us).abs(),
+        );
+        Some((ok, detail))
+    });
+}
+
+/// One verdict per gateway row of `sc` that ran: `judge` says whether
+/// it met `target` and why, or `None` when there is nothing to compare
+/// (a failed floor, no CPU measurement): a failure, not a pass.
+fn per_gateway(
+    sc: Option<&ScenarioResult>,
+    target: &str,
+    out: &mut Vec<Verdict>,
+    judge: impl Fn(&ScenarioResult, &RunResult) -> Option<(bool, String)>,
+) {
     let Some(sc) = sc else {
         out.push(skip(target));
         return;
     };
     for g in gateways(sc) {
-        let (status, detail) = match cpu_us_per_request(g).filter(|_| g.failure.is_none()) {
-            Some(us) => {
-                let ok = us <= MAX_CPU_US_PER_REQUEST;
-                let detail = format!(
-                    "{us:.2} µs of switchyard CPU per request (limit {MAX_CPU_US_PER_REQUEST} µs, \
-                     {} by {:.2} µs)",
-                    if ok { "under" } else { "over" },
-                    (MAX_CPU_US_PER_REQUEST - us).abs(),
-                );
-                (pass_fail(ok), detail)
-            }
-            None => (Status::Fail, String::from("no CPU measurement")),
+        let judged = judge(sc, g).filter(|_| g.failure.is_none());
+        let (status, detail) = match judged {
+            Some((ok, detail)) => (pass_fail(ok), detail),
+            None => (
+                Status::Fail,
+                String::from("a run failed; nothing to compare"),
+            ),
         };
         out.push(Verdict {
             target: format!("{target} [{}]", g.label),
