@@ -13,6 +13,8 @@ mod fanout;
 mod gateway_cost;
 #[path = "report/persist.rs"]
 mod persist;
+#[path = "report/verdict.rs"]
+mod verdict;
 #[path = "report/verdicts.rs"]
 mod verdicts;
 
@@ -21,7 +23,8 @@ use std::fmt::Write as _;
 use super::measure::{RunResult, ScenarioResult};
 use super::target::Role;
 
-pub(crate) use self::verdicts::{verdict_lines, verdicts, Status};
+pub(crate) use self::verdict::{verdict_lines, Status};
+pub(crate) use self::verdicts::verdicts;
 
 /// A scenario's Markdown section: heading, description, table.
 pub(crate) fn table(sc: &ScenarioResult) -> String {

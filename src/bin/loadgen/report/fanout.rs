@@ -3,7 +3,7 @@
 //! subscribers that keep up.
 
 use super::super::measure::{RunResult, ScenarioResult};
-use super::verdicts::{Status, Verdict};
+use super::verdict::{Status, Verdict};
 use super::{dash, opt, row};
 
 /// The target's delivery latency bound, µs.

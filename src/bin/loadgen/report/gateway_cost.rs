@@ -6,7 +6,7 @@
 use super::super::measure::{RunResult, ScenarioResult};
 use super::super::target::Role;
 use super::cpu_us_per_request;
-use super::verdicts::{skip, Status, Verdict};
+use super::verdict::{skip, Status, Verdict};
 
 /// Latency 1×1: p50 at most floor C's + 20 µs.
 const MAX_P50_OVER_C_US: f64 = 20.0;

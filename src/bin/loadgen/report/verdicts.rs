@@ -2,43 +2,15 @@
 //! against the floors of the same scenario (B, and B2 for the echo as a
 //! process of its own), with the ratios to every floor in the detail.
 
-use std::fmt::Write as _;
-
 use super::super::measure::{RunResult, ScenarioResult};
 use super::super::target::Role;
+use super::verdict::{skip, Status, Verdict};
 
 /// The issue's thresholds.
 const MIN_THROUGHPUT_VS_B: f64 = 0.60;
 const MAX_P99_OVER_B_US: f64 = 150.0;
 const MAX_IDLE_BYTES_PER_CONN: f64 = 64.0 * 1024.0;
 const MIN_FAN_IN_VS_16: f64 = 0.80;
-
-/// How a target fared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub(crate) enum Status {
-    /// Met.
-    Pass,
-    /// Missed.
-    Fail,
-    /// Its scenario did not run.
-    Skip,
-    /// Smoke runs are too small to judge performance.
-    NotJudged,
-    /// Floor C judged by the same rule: not a target, the bound that any
-    /// extra process between client and daemon meets on this machine.
-    Reference,
-}
-
-/// One line of the verdict list.
-#[derive(Debug, serde::Serialize)]
-pub(crate) struct Verdict {
-    /// The target, as the issue states it.
-    pub(crate) target: String,
-    /// The outcome.
-    pub(crate) status: Status,
-    /// Measured values and the margin.
-    pub(crate) detail: String,
-}
 
 /// The issue's targets, judged against the results (`smoke`: not judged).
 pub(crate) fn verdicts(results: &[ScenarioResult], smoke: bool) -> Vec<Verdict> {
@@ -270,29 +242,4 @@ fn fan_in_verdict(sc: Option<&ScenarioResult>, out: &mut Vec<Verdict>) {
         status,
         detail,
     });
-}
-
-pub(super) fn skip(target: &str) -> Verdict {
-    Verdict {
-        target: target.to_owned(),
-        status: Status::Skip,
-        detail: String::from("scenario not run"),
-    }
-}
-
-/// The verdict list as Markdown lines.
-pub(crate) fn verdict_lines(verdicts: &[Verdict]) -> String {
-    let mut out = String::from("### targets\n\n");
-    for v in verdicts {
-        let status = match v.status {
-            Status::Pass => "PASS",
-            Status::Fail => "FAIL",
-            Status::Skip => "SKIP",
-            Status::NotJudged => "NOT JUDGED (smoke)",
-            Status::Reference => "REF",
-        };
-        // Writing to a String cannot fail.
-        let _ = writeln!(out, "- {status} {}: {}", v.target, v.detail);
-    }
-    out
 }
