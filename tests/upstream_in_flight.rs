@@ -1,7 +1,8 @@
 //! `switchyard_upstream_in_flight` and `switchyard_upstream_request_duration_seconds`
 //! for calls settled in place that never get their reply: abandoned when
 //! their client leaves, and timed out. Both must leave the gauge (the call
-//! is no longer in flight) and neither has an upstream duration.
+//! is no longer in flight) and neither has an upstream duration. And the
+//! room itself: every call gives its pending and link slots back.
 
 mod common;
 
@@ -68,4 +69,44 @@ async fn timed_out_calls_leave_the_in_flight_gauge_without_a_duration() {
         durations, 1.0,
         "only the answered call has an upstream duration"
     );
+}
+
+/// With room for two calls (two pending slots, two in flight on the one
+/// link), twenty calls and five batches of two, one after another, are
+/// all answered: every path that takes room (a call settled in place, a
+/// batch's pending slots and its link slots) gives it back when it
+/// settles. A slot kept would leave the third call waiting for room until
+/// the queue timeout, and answered with an error.
+#[tokio::test]
+async fn every_settled_call_gives_its_room_back() {
+    let upstream = "pool_size = 1\nmax_pending = 2\nmax_in_flight_per_connection = 2\n\
+                    queue_timeout_ms = 2000";
+    let stack = Stack::start("", upstream, DaemonOptions::default()).await;
+    let mut ws = stack.client().await;
+    for id in 1..=20 {
+        let req = format!(r#"{{"jsonrpc":"2.0","method":"echo","params":[{id}],"id":{id}}}"#);
+        send(&mut ws, &req).await;
+        let reply: serde_json::Value = serde_json::from_str(&recv(&mut ws).await).expect("JSON");
+        assert_eq!(reply["id"], id, "{reply}");
+        assert_eq!(reply["result"], serde_json::json!([id]), "{reply}");
+    }
+    for batch in 0..5 {
+        let (a, b) = (100 + 2 * batch, 101 + 2 * batch);
+        let req = format!(
+            r#"[{{"jsonrpc":"2.0","method":"echo","params":[{a}],"id":{a}}},{{"jsonrpc":"2.0","method":"echo","params":[{b}],"id":{b}}}]"#
+        );
+        send(&mut ws, &req).await;
+        let reply: serde_json::Value = serde_json::from_str(&recv(&mut ws).await).expect("JSON");
+        let results: Vec<&serde_json::Value> = reply
+            .as_array()
+            .expect("a batch reply")
+            .iter()
+            .map(|r| &r["result"])
+            .collect();
+        assert_eq!(results.len(), 2, "{reply}");
+        assert!(
+            results.iter().all(|r| r.is_array()),
+            "both calls answered: {reply}"
+        );
+    }
 }
