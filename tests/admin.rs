@@ -563,7 +563,7 @@ async fn metrics_and_status_page_are_gzipped_when_accepted() {
 /// Debian's headless Chromium, which this test installs when missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_page_renders_in_headless_chromium() {
-    let chromium = ensure_chromium().await;
+    let chromium = common::node::require_chromium();
     let mut stack = AdminStack::start().await;
     let mut ws = connect(&stack.url).await;
     send(
@@ -705,48 +705,6 @@ async fn run_chromium(chromium: &Path, profile: &Path, args: &[String]) -> Outpu
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     };
     out
-}
-
-/// Debian's `chromium`, installed with apt-get if missing. Fails (never
-/// skips) when it cannot be installed.
-async fn ensure_chromium() -> PathBuf {
-    let found = || {
-        ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.exists())
-    };
-    if let Some(path) = found() {
-        return path;
-    }
-    let install = || {
-        tokio::process::Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends", "chromium"])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .output()
-    };
-    let mut log = String::new();
-    for attempt in 0..2 {
-        if attempt == 1 {
-            let update = tokio::process::Command::new("apt-get")
-                .arg("update")
-                .output()
-                .await;
-            log.push_str(&format!("apt-get update: {update:?}\n"));
-        }
-        match install().await {
-            Ok(out) => log.push_str(&String::from_utf8_lossy(&out.stderr)),
-            Err(e) => log.push_str(&format!("cannot run apt-get: {e}\n")),
-        }
-        if let Some(path) = found() {
-            return path;
-        }
-    }
-    panic!(
-        "this test needs Debian's chromium and could not install it \
-         (apt-get install -y chromium, as root):\n{log}"
-    );
 }
 
 #[test]

@@ -1,19 +1,15 @@
-//! Node.js tooling for the independent-client tests: checks that `node`
-//! and `npm` exist (a missing tool fails the test, never skips it) and
-//! installs `tests/node`'s locked dependencies once, under a lock shared by
-//! every test process.
+//! Node.js tooling for the independent-client tests: checks that `node`,
+//! `npm` and `tests/node`'s locked dependencies exist (a missing tool fails
+//! the test with what to run, never skips it; `scripts/test.sh` installs
+//! them).
 #![allow(dead_code, unreachable_pub)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
-
-/// How long to wait for another test process's `npm ci`.
-const INSTALL_LOCK_WAIT: Duration = Duration::from_secs(300);
 
 pub fn node_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node")
@@ -70,45 +66,6 @@ pub fn installed_ws_version(dir: &Path) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// A lock directory, so that concurrent test processes run `npm ci` once.
-struct InstallLock(PathBuf);
-
-impl InstallLock {
-    fn acquire() -> InstallLock {
-        let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("holon-node-client-npm.lock");
-        let start = Instant::now();
-        loop {
-            match std::fs::create_dir(&path) {
-                Ok(()) => return InstallLock(path),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    // A lock left behind by a killed process goes stale.
-                    let age = std::fs::metadata(&path)
-                        .and_then(|m| m.modified())
-                        .ok()
-                        .and_then(|t| SystemTime::now().duration_since(t).ok());
-                    if age.is_some_and(|age| age > INSTALL_LOCK_WAIT) {
-                        let _ = std::fs::remove_dir(&path);
-                        continue;
-                    }
-                    assert!(
-                        start.elapsed() < INSTALL_LOCK_WAIT,
-                        "waited {INSTALL_LOCK_WAIT:?} for {}",
-                        path.display()
-                    );
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                Err(e) => panic!("cannot create {}: {e}", path.display()),
-            }
-        }
-    }
-}
-
-impl Drop for InstallLock {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
 /// Every dependency `package.json` pins, with its exact version.
 pub fn pinned_dependencies(dir: &Path) -> Vec<(String, String)> {
     let pkg = read_json(&dir.join("package.json")).expect("tests/node/package.json");
@@ -131,42 +88,18 @@ fn all_installed(dir: &Path) -> bool {
     })
 }
 
-/// Installs `tests/node`'s locked dependencies unless every pinned one
-/// (`ws`, `json-rpc-2.0`, `puppeteer-core`) is already there.
+/// Checks that `tests/node`'s locked dependencies (`ws`, `json-rpc-2.0`,
+/// `puppeteer-core`) are installed at their pinned versions. A test never
+/// installs them itself: `scripts/test.sh` (through
+/// `scripts/install-test-tools.sh`) runs `npm ci` there.
 pub fn ensure_node_modules(dir: &Path) {
-    let pinned = pinned_ws_version(dir);
-    if all_installed(dir) {
-        return;
-    }
-    let _lock = InstallLock::acquire();
-    if all_installed(dir) {
-        return; // another process installed it meanwhile
-    }
-    let npm = npm_program();
-    require_tool(npm);
-    let out = Command::new(npm)
-        .args(["ci", "--no-audit", "--no-fund"])
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run `{npm} ci` in {}: {e}", dir.display()));
-    assert!(
-        out.status.success(),
-        "`{npm} ci --no-audit --no-fund` in {} failed ({}):\n{}\n{}",
-        dir.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        installed_ws_version(dir).as_deref(),
-        Some(pinned.as_str()),
-        "`npm ci` did not install ws {pinned}"
-    );
+    require_tool(npm_program());
     assert!(
         all_installed(dir),
-        "`npm ci` did not install every pinned dependency: {:?}",
-        pinned_dependencies(dir)
+        "tests/node's locked dependencies are not installed at their pinned versions \
+         {:?}. Run scripts/test.sh, or `npm ci` in {}.",
+        pinned_dependencies(dir),
+        dir.display()
     );
 }
 
