@@ -2,6 +2,7 @@
 //! dir, a gateway bound to port 0, and a raw WebSocket client.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod child;
 pub mod clients;
 pub mod demo;
 pub mod feed;
@@ -236,11 +237,22 @@ pub fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
-/// Reads a metric from the gateway's registry through the Prometheus text
-/// format: `name{labels}` summed over the unnamed labels.
+/// Reads a counter or gauge from the gateway's registry: `name{labels}`
+/// summed over the unnamed labels. A series that does not exist is an
+/// error, not 0, so that an assertion of `0.0` cannot pass after a rename.
 pub fn metric_value(gateway: &Running, name: &str, labels: &[(&str, &str)]) -> f64 {
+    try_metric_value(gateway, name, labels).unwrap_or_else(|| {
+        let families = gateway.metrics().registry().gather();
+        let names: Vec<&str> = families.iter().map(|f| f.name()).collect();
+        panic!("no series {name}{labels:?} in the registry; families present: {names:?}")
+    })
+}
+
+/// The sum of the counter or gauge series `name` carrying every label of
+/// `labels`, or `None` when no such series exists (yet).
+pub fn try_metric_value(gateway: &Running, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     let families = gateway.metrics().registry().gather();
-    let mut total = 0.0;
+    let mut total = None;
     for family in families.iter().filter(|f| f.name() == name) {
         for m in family.get_metric() {
             let matches = labels.iter().all(|(k, v)| {
@@ -249,11 +261,12 @@ pub fn metric_value(gateway: &Running, name: &str, labels: &[(&str, &str)]) -> f
                     .any(|l| l.name() == *k && l.value() == *v)
             });
             if matches {
-                total += match family.get_field_type() {
+                let v = match family.get_field_type() {
                     prometheus::proto::MetricType::COUNTER => m.get_counter().get_value(),
                     prometheus::proto::MetricType::GAUGE => m.get_gauge().get_value(),
-                    _ => 0.0,
+                    other => panic!("{name} is a {other:?}, not a counter or gauge"),
                 };
+                total = Some(total.unwrap_or(0.0) + v);
             }
         }
     }

@@ -58,14 +58,28 @@ fn scalar(sample: &Sample) -> f64 {
     }
 }
 
-/// The sum of `metric`'s samples carrying every label of `labels`; absent
-/// counts as 0.
+/// The sum of `metric`'s samples carrying every label of `labels`. A
+/// series that does not exist is an error, not 0: an assertion of `0.0`
+/// must not pass because a metric or a label was renamed.
 pub fn value(s: &Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
-    s.samples
+    try_value(s, metric, labels).unwrap_or_else(|| {
+        let mut names: Vec<&str> = s.samples.iter().map(|x| x.metric.as_str()).collect();
+        names.dedup();
+        panic!("no series {metric}{labels:?} in the scrape; metrics present: {names:?}")
+    })
+}
+
+/// The sum of `metric`'s samples carrying every label of `labels`, or
+/// `None` when no such series exists (yet).
+pub fn try_value(s: &Scrape, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut matched = s
+        .samples
         .iter()
         .filter(|x| x.metric == metric && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
         .map(scalar)
-        .fold(0.0, |a, b| a + b)
+        .peekable();
+    matched.peek()?;
+    Some(matched.sum())
 }
 
 /// Scrapes until `metric{labels}` is above `floor` or `within` passes;
@@ -79,9 +93,10 @@ pub async fn wait_above(
 ) -> f64 {
     let deadline = tokio::time::Instant::now() + within;
     loop {
-        let got = value(&scrape(admin).await, metric, labels);
-        if got > floor || tokio::time::Instant::now() > deadline {
-            return got;
+        let scraped = scrape(admin).await;
+        let got = try_value(&scraped, metric, labels);
+        if got.is_some_and(|got| got > floor) || tokio::time::Instant::now() > deadline {
+            return got.unwrap_or_else(|| value(&scraped, metric, labels));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -98,9 +113,10 @@ pub async fn wait_value(
 ) -> f64 {
     let deadline = tokio::time::Instant::now() + within;
     loop {
-        let got = value(&scrape(admin).await, metric, labels);
-        if got == want || tokio::time::Instant::now() > deadline {
-            return got;
+        let scraped = scrape(admin).await;
+        let got = try_value(&scraped, metric, labels);
+        if got == Some(want) || tokio::time::Instant::now() > deadline {
+            return got.unwrap_or_else(|| value(&scraped, metric, labels));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
