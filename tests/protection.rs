@@ -90,6 +90,20 @@ async fn start_edited(
     (dir, daemon, gateway, url)
 }
 
+/// A connection closed for its unfinished head, `took` after it was
+/// opened: not before the configured 300 ms, and well before the 10 s
+/// default (a listener that ignored the setting would take 10 s).
+fn assert_closed_at_the_header_timeout(took: Duration) {
+    assert!(
+        took >= Duration::from_millis(300),
+        "closed after {took:?}, before header_read_timeout_ms = 300"
+    );
+    assert!(
+        took < Duration::from_secs(6),
+        "closed after {took:?}: the 300 ms setting was not applied (default 10 s)"
+    );
+}
+
 /// Opens a connection and sends half a request line.
 async fn half_request(authority: &str) -> TcpStream {
     let mut tcp = TcpStream::connect(authority).await.expect("connect");
@@ -116,14 +130,18 @@ async fn closed_by_server(tcp: &mut TcpStream, wait: Duration) -> bool {
 async fn a_half_sent_request_is_closed_after_the_header_read_timeout() {
     let stack = Stack::start("header_read_timeout_ms = 300", "", DaemonOptions::default()).await;
     let (authority, _) = authority_and_path(&stack.url);
+    let started = tokio::time::Instant::now();
     let mut tcp = half_request(&authority).await;
     assert!(
         closed_by_server(&mut tcp, CLOSE_WAIT).await,
         "a half-sent request must not be held open"
     );
+    assert_closed_at_the_header_timeout(started.elapsed());
     // A connection that sends nothing at all is closed too.
+    let started = tokio::time::Instant::now();
     let mut silent = TcpStream::connect(&authority).await.expect("connect");
     assert!(closed_by_server(&mut silent, CLOSE_WAIT).await);
+    assert_closed_at_the_header_timeout(started.elapsed());
     // A real client is unaffected.
     let mut ws = stack.client().await;
     common::send(

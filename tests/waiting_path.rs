@@ -23,6 +23,9 @@ use tokio::sync::mpsc;
 /// How long a test waits for something the upstream should have read.
 const STEP: Duration = Duration::from_secs(10);
 
+/// How long the upstream must read nothing when nothing may reach it.
+const QUIET: Duration = Duration::from_millis(500);
+
 /// The test's end of the upstream.
 struct Gate {
     /// Every request line the upstream read, in order.
@@ -71,9 +74,13 @@ impl Gate {
             .expect("upstream gone")
     }
 
-    /// Asserts that the upstream read nothing more so far.
-    fn nothing_more_seen(&mut self) {
-        if let Ok(v) = self.seen.try_recv() {
+    /// Asserts that the upstream reads nothing more during a quiet period.
+    /// Callers get a marker first (a reply that proves the gateway handled
+    /// everything sent before it), so a request that was going to be
+    /// written has had its chance; the quiet period gives the write and the
+    /// upstream's read the time a busy machine may need.
+    async fn nothing_more_seen(&mut self) {
+        if let Ok(Some(v)) = tokio::time::timeout(QUIET, self.seen.recv()).await {
             panic!("the upstream read {v}");
         }
     }
@@ -162,7 +169,7 @@ async fn parked_requests_take_no_task_each_and_go_out_in_arrival_order() {
         grown < PARKED / 4,
         "{grown} more tasks for {PARKED} parked requests"
     );
-    gate.nothing_more_seen();
+    gate.nothing_more_seen().await;
     gate.release.send(()).expect("release");
     assert_eq!(json(&c.recv().await)["id"], "hold");
     for i in 0..PARKED {
@@ -194,7 +201,7 @@ async fn a_parked_request_gets_resource_exhausted_at_the_queue_timeout_and_not_b
         metric_value(&gate.gateway, "switchyard_errors_total", &side),
         1.0
     );
-    gate.nothing_more_seen();
+    gate.nothing_more_seen().await;
     // The slot held all along: the timed-out request was never written.
     gate.release.send(()).expect("release");
     assert_eq!(json(&c.recv().await)["id"], "hold");
@@ -230,7 +237,7 @@ path = "/rpc"
     assert!(parked.elapsed() >= Duration::from_millis(300));
     assert_eq!(v["id"], 1, "{v}");
     assert_eq!(v["error"]["code"], -32008, "{v}");
-    gate.nothing_more_seen();
+    gate.nothing_more_seen().await;
     gate.release.send(()).expect("release");
     assert_eq!(json(&held.recv().await)["id"], "hold");
     gate.gateway.shutdown().await;
@@ -258,7 +265,7 @@ async fn parked_requests_of_a_client_that_left_never_reach_the_upstream() {
         serde_json::json!(["stayed", 7])
     );
     assert_eq!(json(&holder.recv().await)["id"], 7);
-    gate.nothing_more_seen();
+    gate.nothing_more_seen().await;
     gate.gateway.shutdown().await;
 }
 

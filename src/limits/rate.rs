@@ -288,19 +288,26 @@ mod tests {
 
     #[test]
     fn pruning_keeps_ips_still_limited() {
-        // 1 per second, burst 1: a used bucket stays non-full for 1 s.
-        let limits = RateLimits::new(None, rate(1, 1), None, HashMap::new(), 0);
-        let used = std::time::Instant::now();
-        assert_eq!(limits.connection(IP).check("m"), Verdict::Allow);
-        let left = limits.prune();
-        // Only meaningful while the bucket has not refilled yet.
-        if used.elapsed() < Duration::from_millis(900) {
-            assert_eq!(left, 1);
-            assert_eq!(
-                limits.connection(IP).check("m"),
-                Verdict::Limit(Limited::Ip)
-            );
+        // 1 per second, burst 3,600, all used: the bucket is full again
+        // only an hour later, however slow the machine is meanwhile.
+        const BURST: u32 = 3600;
+        let limits = RateLimits::new(None, rate(1, BURST), None, HashMap::new(), 0);
+        let mut c = limits.connection(IP);
+        for _ in 0..BURST {
+            assert_eq!(c.check("m"), Verdict::Allow);
         }
+        assert_eq!(limits.prune(), 1, "a used bucket is kept");
+        assert_eq!(limits.tracked_ips(), 1);
+        // The kept state still limits: only the cells refilled since (one
+        // a second) are allowed, not a fresh burst.
+        let mut c = limits.connection(IP);
+        let allowed = (0..BURST)
+            .filter(|_| c.check("m") == Verdict::Allow)
+            .count();
+        assert!(
+            allowed < BURST as usize / 2,
+            "{allowed} allowed: the state was forgotten"
+        );
     }
 
     #[tokio::test]
@@ -320,7 +327,14 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(limits.tracked_ips(), 0);
+        // The task holds the limits weakly; cancelling `stop` ends it, and
+        // with it that reference.
+        assert_eq!(Arc::weak_count(&limits), 1, "the task is running");
         stop.cancel();
+        while Arc::weak_count(&limits) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(Arc::weak_count(&limits), 0, "the task stopped");
         // Without a per-IP rate there is nothing to prune: no task.
         let none = RateLimits::new(rate(1, 1), None, None, HashMap::new(), 0);
         none.start_pruning(Duration::from_millis(10), CancellationToken::new());
