@@ -221,3 +221,118 @@ where
         "the slow client ended with {end:?}"
     );
 }
+
+/// Never-reading clients of the RSS test.
+const RSS_CLIENTS: usize = 8;
+/// Each echo's params in the RSS test: requests and replies of about 64 KiB
+/// (the outbox's 1,024 messages alone would let 64 MiB of them queue).
+const RSS_REPLY: usize = 64 * 1024;
+/// The default `outbox_max_bytes`.
+const DEFAULT_BUDGET: usize = 4 << 20;
+/// The default `max_in_flight`.
+const DEFAULT_IN_FLIGHT: usize = 256;
+
+/// The gateway's own gauge is not the only witness: a child switchyard with
+/// the default listener limits, in front of the reference daemon, serves
+/// never-reading clients that each send up to 96 MiB worth of echo
+/// requests, and the peak RSS the kernel reports for it (`VmHWM`) grows by
+/// no more than the documented bound per client (requests waiting to be
+/// written, and 2 × max(outbox_max_bytes, F) + F of replies), with slack for
+/// the allocator and the runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_reading_clients_grow_a_child_gateways_rss_by_no_more_than_the_bound() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("daemon.sock");
+    let daemon = switchyard::daemon::Daemon::start(&socket, DaemonOptions::default())
+        .await
+        .expect("daemon");
+    let gateway = common::child::Gateway::start(dir.path(), &socket, "").await;
+    // Connected and warm: every client made one round trip.
+    let mut clients = Vec::new();
+    for i in 0..RSS_CLIENTS {
+        let mut ws = common::connect_tiny_window(&gateway.url).await;
+        common::send(
+            &mut ws,
+            &format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["warm"],"id":"w{i}"}}"#),
+        )
+        .await;
+        common::recv(&mut ws).await;
+        clients.push(ws);
+    }
+    let before = gateway.rss_kib("VmRSS");
+    let sent: Arc<Vec<AtomicUsize>> =
+        Arc::new((0..RSS_CLIENTS).map(|_| AtomicUsize::new(0)).collect());
+    let mut senders = Vec::new();
+    let mut readers = Vec::new();
+    for (i, ws) in clients.into_iter().enumerate() {
+        let (mut sink, stream) = ws.split();
+        readers.push(stream); // never read, kept open
+        let sent = sent.clone();
+        senders.push(tokio::spawn(async move {
+            let pad = "x".repeat(RSS_REPLY);
+            for id in 0..1500 {
+                let request =
+                    format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{pad}"],"id":{id}}}"#);
+                if sink.send(Message::text(request)).await.is_err() {
+                    return; // closed as a slow consumer: an outcome
+                }
+                sent[i].fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    // The run ends when every sender is done (closed, or all sent) or none
+    // made progress for two seconds in a row (the gateway stopped reading
+    // them all): then whatever the gateway holds, it holds.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let total = || sent.iter().map(|s| s.load(Ordering::Relaxed)).sum::<usize>();
+    let mut last = (total(), tokio::time::Instant::now());
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = total();
+        if now != last.0 {
+            last = (now, tokio::time::Instant::now());
+        }
+        let stalled = last.1.elapsed() >= Duration::from_secs(2);
+        if senders.iter().all(|s| s.is_finished()) || stalled {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the clients kept sending for 120 s ({now} requests)"
+        );
+    }
+    let peak = gateway.rss_kib("VmHWM");
+    let sent = total();
+    // The clients pushed more than a byte budget each on average (the run
+    // reached the bound's regime: replies queued and waiting to the budget).
+    assert!(
+        sent * RSS_REPLY > RSS_CLIENTS * DEFAULT_BUDGET,
+        "only {sent} requests were sent"
+    );
+    // The documented bound per client (README, Architecture): requests
+    // waiting to be written keep their read buffers (at most max_in_flight
+    // of them, each at most twice the frame it grew to hold), and the
+    // outbox holds 2 × max(outbox_max_bytes, F) + F of replies; plus the
+    // frame being read. The slack is the allocator's and the runtime's: a
+    // quarter more, and 32 MiB.
+    let frame = RSS_REPLY + 256;
+    let per_client = DEFAULT_IN_FLIGHT * 2 * frame.max(8 * 1024)
+        + 2 * DEFAULT_BUDGET.max(frame)
+        + 2 * frame;
+    let bound_kib = (RSS_CLIENTS * per_client * 5 / 4 + (32 << 20)) / 1024;
+    let grown = peak.saturating_sub(before);
+    eprintln!("peak RSS grew by {grown} KiB; bound {bound_kib} KiB; {sent} requests sent");
+    assert!(
+        grown <= bound_kib,
+        "peak RSS grew by {grown} KiB > {bound_kib} KiB ({sent} requests of {RSS_REPLY} B sent)"
+    );
+    for s in senders {
+        s.abort();
+    }
+    drop(readers);
+    gateway.stop();
+    daemon.stop().await;
+}

@@ -1,0 +1,104 @@
+//! A switchyard gateway as a child process (`switchyard run`), for what
+//! only the operating system can witness: its memory (`/proc/<pid>/status`).
+#![allow(dead_code, unreachable_pub)]
+
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
+
+/// A child `switchyard run`: a JSON-RPC WebSocket listener `public` routed
+/// to the NDJSON daemon at a socket. Killed on drop.
+pub struct Gateway {
+    child: Child,
+    pub url: String,
+    log: PathBuf,
+}
+
+impl Gateway {
+    /// Starts it on a free port, with `listener_extra` TOML lines in the
+    /// listener's table; returns once the listener accepts.
+    pub async fn start(dir: &Path, socket: &Path, listener_extra: &str) -> Gateway {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let config = dir.join("child-gateway.toml");
+        let toml = format!(
+            "[listeners.public]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:{port}\"\n\
+             path = \"/rpc\"\n{listener_extra}\n\n\
+             [upstreams.daemon]\ndialect = \"ndjson\"\nsocket = \"{}\"\n\n\
+             [[routes]]\nlistener = \"public\"\nupstream = \"daemon\"\n",
+            socket.display()
+        );
+        std::fs::write(&config, toml).expect("config");
+        let log = dir.join("child-gateway.log");
+        let child = Command::new(BIN)
+            .args(["run", "--config"])
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn switchyard");
+        let mut gateway = Gateway {
+            child,
+            url: format!("ws://127.0.0.1:{port}/rpc"),
+            log,
+        };
+        gateway.until_accepting().await;
+        gateway
+    }
+
+    async fn until_accepting(&mut self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("switchyard exited ({status}): {}", self.log());
+            }
+            if tokio_tungstenite::connect_async(self.url.as_str())
+                .await
+                .is_ok()
+            {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "switchyard never listened: {}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A size line of `/proc/<pid>/status` in KiB: `VmRSS` (resident now)
+    /// or `VmHWM` (the peak resident size).
+    pub fn rss_kib(&self, field: &str) -> usize {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("/proc/<pid>/status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.trim().strip_suffix("kB")?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in /proc/<pid>/status:\n{status}"))
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL, then reaps it.
+    pub fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
