@@ -159,8 +159,11 @@ async fn missed_heartbeat_closes_the_upstream_with_4000_and_fails_calls() {
 }
 
 /// A holon upstream that answers each request with a reply for an unknown
-/// id, the real reply, and the real reply again; `slow` is answered late.
-async fn noisy_holon_upstream() -> String {
+/// id, the real reply, and the real reply again; `slow` is answered only
+/// once the returned `Notify` is notified.
+async fn noisy_holon_upstream() -> (String, std::sync::Arc<tokio::sync::Notify>) {
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    let slow_released = release.clone();
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let url = format!("ws://{}/rpc", listener.local_addr().expect("addr"));
     tokio::spawn(async move {
@@ -175,7 +178,7 @@ async fn noisy_holon_upstream() -> String {
             let v: serde_json::Value = serde_json::from_str(&t).expect("json");
             let id = v["id"].clone();
             if v["method"] == "slow" {
-                tokio::time::sleep(Duration::from_millis(400)).await;
+                slow_released.notified().await;
             }
             for reply in [
                 json!({"jsonrpc":"2.0","id":"999999","result":"unknown"}),
@@ -192,17 +195,19 @@ async fn noisy_holon_upstream() -> String {
             }
         }
     });
-    url
+    (url, release)
 }
 
 #[tokio::test]
 async fn unknown_duplicate_and_stale_reply_ids_are_counted_apart() {
-    let url = noisy_holon_upstream().await;
+    let (url, release_slow) = noisy_holon_upstream().await;
     let up = format!("dialect = \"holon-rpc\"\nurl = \"{url}\"\npool_size = 1");
+    // `fast` is answered at once, well within the timeout however busy the
+    // machine; `slow` is held until it timed out.
     let (gw, urls) = gateway(
         &[("j", "jsonrpc-ws", "/rpc")],
         &up,
-        "request_timeout_ms = 200",
+        "request_timeout_ms = 2000",
     )
     .await;
     common::wait_connected(&gw, "up").await;
@@ -213,6 +218,7 @@ async fn unknown_duplicate_and_stale_reply_ids_are_counted_apart() {
     c.send(r#"{"jsonrpc":"2.0","method":"slow","params":{},"id":2}"#)
         .await;
     assert_eq!(json(&c.recv().await)["error"]["code"], -32008);
+    release_slow.notify_one();
     let count = |kind: &str| {
         metric_value(
             &gw,

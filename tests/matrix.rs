@@ -151,6 +151,10 @@ struct Pair {
     server: Option<RefServer>,
     main: String,
     pc: String,
+    /// Routed to the shared upstream like `main`, with a 400 ms request
+    /// timeout, for the timeout scenario alone: `main`'s timeout is long,
+    /// so that no other call times out on a busy machine.
+    short: String,
     gateway: switchyard::app::Running,
 }
 
@@ -175,12 +179,15 @@ impl Pair {
         };
         let target = server.target(up);
         let toml = format!(
-            "[listeners.main]\n{}\nrequest_timeout_ms = 400\n\n[listeners.pc]\n{}\nrequest_timeout_ms = 3000\n\n\
+            "[listeners.main]\n{}\nrequest_timeout_ms = 120000\n\n[listeners.pc]\n{}\nrequest_timeout_ms = 120000\n\n\
+             [listeners.short]\n{}\nrequest_timeout_ms = 400\n\n\
              [upstreams.shared]\n{target}\nbackoff_initial_ms = 50\nbackoff_max_ms = 100\n\n\
              [upstreams.private]\n{target}\nmode = \"per-client\"\n\n\
-             [[routes]]\nlistener = \"main\"\nupstream = \"shared\"\n\n[[routes]]\nlistener = \"pc\"\nupstream = \"private\"\n",
+             [[routes]]\nlistener = \"main\"\nupstream = \"shared\"\n\n[[routes]]\nlistener = \"pc\"\nupstream = \"private\"\n\n\
+             [[routes]]\nlistener = \"short\"\nupstream = \"shared\"\n",
             listener("main"),
             listener("pc"),
+            listener("short"),
         );
         let cfg =
             switchyard::config::Config::from_toml(&toml).unwrap_or_else(|e| panic!("{e}\n{toml}"));
@@ -189,7 +196,7 @@ impl Pair {
             Speak::Ndjson => bound.unix_path(name).expect("socket").display().to_string(),
             _ => bound.ws_url(name).expect("url"),
         };
-        let (main, pc) = (endpoint("main"), endpoint("pc"));
+        let (main, pc, short) = (endpoint("main"), endpoint("pc"), endpoint("short"));
         let gateway = bound.spawn();
         common::wait_connected(&gateway, "shared").await;
         Pair {
@@ -199,6 +206,7 @@ impl Pair {
             server: Some(server),
             main,
             pc,
+            short,
             gateway,
         }
     }
@@ -425,7 +433,7 @@ async fn errors_notifications_batches(pair: &Pair, name: &str) {
 }
 
 async fn timeout(pair: &Pair, name: &str) {
-    let mut c = pair.client(&pair.main).await;
+    let mut c = pair.client(&pair.short).await;
     c.send(&request(pair.speak, r#""t""#, "sleep", r#"{"ms":1500}"#))
         .await;
     let v = json(&c.recv().await);
@@ -514,7 +522,7 @@ async fn server_initiated(pair: &Pair, name: &str) {
 
 async fn per_client_link_loss(pair: &Pair, name: &str) {
     let mut c = pair.client(&pair.pc).await;
-    c.send(&request(pair.speak, r#""slow""#, "sleep", r#"{"ms":5000}"#))
+    c.send(&request(pair.speak, r#""slow""#, "sleep", r#"{"ms":60000}"#))
         .await;
     c.send(&request(pair.speak, r#""bye""#, "close_me", "{}"))
         .await;
@@ -541,10 +549,28 @@ async fn per_client_link_loss(pair: &Pair, name: &str) {
 }
 
 async fn upstream_death(pair: &mut Pair, name: &str) {
+    // A call the upstream holds for a minute, under `main`'s two minutes:
+    // only the upstream's death can end it while the test runs. The
+    // upstream is killed once the call is pending there (the late reply
+    // of the timeout scenario settled first).
+    let pending = || {
+        common::metric_value(
+            &pair.gateway,
+            "switchyard_correlator_entries",
+            &[("upstream", "shared")],
+        )
+    };
+    assert!(
+        common::eventually(Duration::from_secs(30), || pending() == 0.0).await,
+        "{name}: calls still pending before the death scenario"
+    );
     let mut c = pair.client(&pair.main).await;
-    c.send(&request(pair.speak, r#""d""#, "sleep", r#"{"ms":300}"#))
+    c.send(&request(pair.speak, r#""d""#, "sleep", r#"{"ms":60000}"#))
         .await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        common::eventually(Duration::from_secs(30), || pending() >= 1.0).await,
+        "{name}: the call never reached the upstream"
+    );
     if let Some(server) = pair.server.take() {
         server.stop().await;
     }
