@@ -1,16 +1,19 @@
 //! `switchyard reload --admin URL [--token T]`: asks a running gateway's
 //! admin listener to reload (`POST /reload`) and reports the outcome.
 //!
-//! A plain HTTP/1.1 request over TCP (`http://` only: the admin listener
-//! has no TLS), answered with the gateway's JSON.
+//! One HTTP/1.1 request through hyper's client (`http://` only: the admin
+//! listener has no TLS), answered with the gateway's JSON.
 
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::header::{AUTHORIZATION, CONTENT_LENGTH};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 
 /// Largest answer read (a rejected reload lists its problems).
-const MAX_ANSWER: u64 = 1024 * 1024;
+const MAX_ANSWER: usize = 1024 * 1024;
 
 /// What a reload request came to.
 #[derive(Debug)]
@@ -55,33 +58,52 @@ pub async fn reload(
         .map(|rest| rest.trim_end_matches('/'))
         .filter(|a| !a.is_empty() && !a.contains('/'))
         .ok_or_else(|| ReloadError::Url(url.to_owned()))?;
+    let mut request =
+        hyper::Request::post(format!("http://{authority}/reload")).header(CONTENT_LENGTH, 0);
+    if let Some(token) = token {
+        request = request.header(AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let request = request
+        .body(Empty::<Bytes>::new())
+        .map_err(|_| ReloadError::Url(url.to_owned()))?;
+    let client = Client::builder(TokioExecutor::new()).build_http();
     let exchange = async {
-        let mut stream = TcpStream::connect(authority).await?;
-        let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-        let request = format!(
-            "POST /reload HTTP/1.1\r\nHost: {authority}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
-        );
-        stream.write_all(request.as_bytes()).await?;
-        let mut answer = Vec::new();
-        stream.take(MAX_ANSWER).read_to_end(&mut answer).await?;
-        Ok::<_, std::io::Error>(answer)
+        let response = client.request(request).await.map_err(io_error)?;
+        let status = response.status().as_u16();
+        let body = Limited::new(response.into_body(), MAX_ANSWER)
+            .collect()
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))?
+            .to_bytes();
+        Ok::<_, std::io::Error>((status, body))
     };
-    let answer = tokio::time::timeout(timeout, exchange)
+    let (status, body) = tokio::time::timeout(timeout, exchange)
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in time"))??;
-    verdict(&String::from_utf8_lossy(&answer))
+    verdict(status, &body)
 }
 
-/// Reads the status line and the JSON body.
-fn verdict(answer: &str) -> Result<Reloaded, ReloadError> {
-    let bad = || ReloadError::Answer(answer.lines().next().unwrap_or("").to_owned());
-    let status: u16 = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(bad)?;
-    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    let json: serde_json::Value = serde_json::from_str(body.trim()).map_err(|_| bad())?;
+/// A client error as the I/O error it comes from, when it does.
+fn io_error(e: hyper_util::client::legacy::Error) -> std::io::Error {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(&e);
+    while let Some(inner) = source {
+        if let Some(io) = inner.downcast_ref::<std::io::Error>() {
+            return std::io::Error::new(io.kind(), io.to_string());
+        }
+        source = inner.source();
+    }
+    std::io::Error::other(e.to_string())
+}
+
+/// Reads the gateway's JSON answer for an HTTP status.
+fn verdict(status: u16, body: &[u8]) -> Result<Reloaded, ReloadError> {
+    let bad = || {
+        ReloadError::Answer(format!(
+            "{status}: {}",
+            String::from_utf8_lossy(&body[..body.len().min(200)])
+        ))
+    };
+    let json: serde_json::Value = serde_json::from_slice(body).map_err(|_| bad())?;
     match status {
         200 => json["generation"]
             .as_u64()
@@ -109,15 +131,18 @@ mod tests {
 
     #[test]
     fn verdicts() {
-        let ok = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{\"result\":\"ok\",\"generation\":3}";
-        assert!(matches!(verdict(ok), Ok(Reloaded::Ok(3))));
-        let no = "HTTP/1.1 422 Unprocessable Entity\r\n\r\n{\"result\":\"rejected\",\"problems\":[\"a\",\"b\"]}";
-        assert!(matches!(verdict(no), Ok(Reloaded::Rejected(p)) if p == ["a", "b"]));
-        let refused = "HTTP/1.1 401 Unauthorized\r\n\r\n{\"error\":\"a bearer token is required\"}";
+        let ok = br#"{"result":"ok","generation":3}"#;
+        assert!(matches!(verdict(200, ok), Ok(Reloaded::Ok(3))));
+        let no = br#"{"result":"rejected","problems":["a","b"]}"#;
+        assert!(matches!(verdict(422, no), Ok(Reloaded::Rejected(p)) if p == ["a", "b"]));
+        let refused = br#"{"error":"a bearer token is required"}"#;
         assert!(matches!(
-            verdict(refused),
+            verdict(401, refused),
             Err(ReloadError::Refused { status: 401, .. })
         ));
-        assert!(matches!(verdict("garbage"), Err(ReloadError::Answer(_))));
+        assert!(matches!(
+            verdict(200, b"garbage"),
+            Err(ReloadError::Answer(_))
+        ));
     }
 }

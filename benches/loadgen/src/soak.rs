@@ -17,13 +17,9 @@
 //! are 0 and the RSS is flat (not judged with `--smoke`). Everything is
 //! loopback and bounded: clients pace their requests and cap them in flight.
 
-#[path = "soak/chaos.rs"]
 mod chaos;
-#[path = "soak/client.rs"]
 mod client;
-#[path = "soak/report.rs"]
 mod report;
-#[path = "soak/stats.rs"]
 mod stats;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -7,15 +7,10 @@
 //! process), `xA` by floor A's (the daemon over NDJSON with no gateway),
 //! and `p99-B` is the extra p99 latency over floor B.
 
-#[path = "report/fanout.rs"]
 mod fanout;
-#[path = "report/gateway_cost.rs"]
 mod gateway_cost;
-#[path = "report/persist.rs"]
 mod persist;
-#[path = "report/verdict.rs"]
 mod verdict;
-#[path = "report/verdicts.rs"]
 mod verdicts;
 
 use std::fmt::Write as _;

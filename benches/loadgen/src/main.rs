@@ -24,41 +24,25 @@
 //! it, `drive`, `idle`,
 //! `fanout` and `persist` apply the load (the last two read the daemon feed
 //! of `feed`), `scenario` defines the runs, `measure` performs one and reads
-//! the processes' CPU and memory, `report` prints it all. They live
-//! in `src/bin/loadgen/` (a binary crate root has no module directory of its
-//! own, hence the `#[path]` attributes).
+//! the processes' CPU and memory, `report` prints it all. It is a package
+//! of its own (`benches/loadgen`, a member of switchyard's workspace), so
+//! the product crate carries none of its dependencies.
 
-#[path = "loadgen/cli.rs"]
 mod cli;
-#[path = "loadgen/conn.rs"]
 mod conn;
-#[path = "loadgen/drive.rs"]
 mod drive;
-#[path = "loadgen/echo.rs"]
 mod echo;
-#[path = "loadgen/fanout.rs"]
 mod fanout;
-#[path = "loadgen/feed.rs"]
 mod feed;
-#[path = "loadgen/idle.rs"]
 mod idle;
-#[path = "loadgen/measure.rs"]
 mod measure;
-#[path = "loadgen/persist.rs"]
 mod persist;
-#[path = "loadgen/procs.rs"]
 mod procs;
-#[path = "loadgen/relay.rs"]
 mod relay;
-#[path = "loadgen/report.rs"]
 mod report;
-#[path = "loadgen/scenario.rs"]
 mod scenario;
-#[path = "loadgen/soak.rs"]
 mod soak;
-#[path = "loadgen/target.rs"]
 mod target;
-#[path = "loadgen/wire.rs"]
 mod wire;
 
 use std::io::Write as _;

@@ -167,5 +167,4 @@ fn pass_fail(ok: bool) -> Status {
 }
 
 #[cfg(test)]
-#[path = "gateway_cost/tests.rs"]
 mod tests;

@@ -9,11 +9,8 @@
 //! [`Wire`]. `launch` starts the processes: the reference daemons and
 //! switchyard with a configuration `gateway_config` generates.
 
-#[path = "target/gateway_config.rs"]
 pub(crate) mod gateway_config;
-#[path = "target/launch.rs"]
 pub(crate) mod launch;
-#[path = "target/nats.rs"]
 mod nats;
 
 use std::path::PathBuf;

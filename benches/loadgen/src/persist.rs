@@ -25,7 +25,6 @@
 //! resume) are in `calls`; the feed's configuration and event reading in
 //! `feed`.
 
-#[path = "persist/calls.rs"]
 mod calls;
 
 use std::time::{Duration, SystemTime};

@@ -15,7 +15,6 @@
 //! (see [`sideband`]). [`Requests`] builds everything but the id and the
 //! nonce once per run, so the client's own cost per request stays small.
 
-#[path = "wire/sideband.rs"]
 pub(crate) mod sideband;
 
 use std::borrow::Cow;
