@@ -2,11 +2,12 @@
 //!
 //! After the confirmation line the daemon emits a synthetic `new_approval`
 //! event every `interval_ms` and a heartbeat after `heartbeat_ms` without an
-//! event (`ndjson-unix.md` §6). Two params hld does not have serve
-//! benchmarks: `pad_bytes` sizes the events and `catch_up` keeps their rate
-//! exact. Whatever the client writes afterwards is read and discarded; EOF
-//! or a half-close ends the stream. Events and heartbeats are dropped, not
-//! queued, when the client stops reading, as in hld.
+//! event (`ndjson-unix.md` §6). Three params hld does not have serve
+//! benchmarks and tests: `pad_bytes` sizes the events, `catch_up` keeps
+//! their rate exact, and `burst` sends a first run of events as fast as
+//! the client reads them, none dropped. Whatever the client writes afterwards is read and discarded; EOF
+//! or a half-close ends the stream. Events (but a burst's) and heartbeats
+//! are dropped, not queued, when the client stops reading, as in hld.
 
 use std::time::{Duration, SystemTime};
 
@@ -37,6 +38,11 @@ struct Params {
     /// late; by default (false) a late tick delays the following ones, as
     /// hld's ticker does. Benchmarks use it for a steady 1,000 events/s.
     catch_up: bool,
+    /// Events sent at once, back to back, before the ticks start (counted
+    /// in `count`): each waits for room in the outbox instead of being
+    /// dropped, so the stream is exactly as fast as its reader reads and
+    /// none is lost. Tests use it for a feed faster than a store.
+    burst: u64,
 }
 
 /// The largest `pad_bytes` accepted (1 MiB), so one call cannot make the
@@ -121,6 +127,15 @@ async fn discard(mut rd: OwnedReadHalf) {
 
 /// Emits events and heartbeats; returns only when the outbox is closed.
 async fn emit(tx: &mpsc::Sender<Vec<u8>>, params: &Params) {
+    let pad = "x".repeat(params.pad_bytes);
+    let mut seq: u64 = 0;
+    let burst = params.count.map_or(params.burst, |c| c.min(params.burst));
+    while seq < burst {
+        seq += 1;
+        if tx.send(event_line(seq, &pad)).await.is_err() {
+            return;
+        }
+    }
     let interval = Duration::from_millis(params.interval_ms);
     let heartbeat = Duration::from_millis(params.heartbeat_ms);
     let mut ticks = time::interval_at(Instant::now() + interval, interval);
@@ -131,8 +146,6 @@ async fn emit(tx: &mpsc::Sender<Vec<u8>>, params: &Params) {
     });
     let idle = time::sleep(heartbeat);
     tokio::pin!(idle);
-    let pad = "x".repeat(params.pad_bytes);
-    let mut seq: u64 = 0;
     loop {
         let events_left = params.count.is_none_or(|count| seq < count);
         let line = tokio::select! {
@@ -190,6 +203,7 @@ impl Default for Params {
             heartbeat_ms: 30_000,
             pad_bytes: 0,
             catch_up: false,
+            burst: 0,
         }
     }
 }
@@ -233,6 +247,11 @@ mod tests {
             Some((3, true))
         );
         assert_eq!(parse(None).map(|p| p.catch_up).ok(), Some(false));
+        let raw = serde_json::from_str::<&RawValue>("{\"burst\":50000,\"count\":7}").unwrap();
+        assert_eq!(
+            parse(Some(raw)).map(|p| (p.burst, p.count)).ok(),
+            Some((50_000, Some(7)))
+        );
         let raw = serde_json::from_str::<&RawValue>("{\"pad_bytes\":1048577}").unwrap();
         assert!(parse(Some(raw)).is_err());
     }

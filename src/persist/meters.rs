@@ -14,8 +14,8 @@ pub struct Meters {
     pub stored_bytes: IntGauge,
     /// Messages stored (publishes that succeeded).
     pub published: IntCounter,
-    /// Publishes the store refused or failed, and events the hand-off
-    /// queue had no room for (never silent: each is also logged,
+    /// Publishes the store refused or failed, and events still waiting
+    /// when the store stopped (never silent: each is also logged,
     /// throttled).
     pub publish_failed: IntCounter,
     /// Message × subscription pairs evicted by retention before that

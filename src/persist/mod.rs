@@ -30,7 +30,7 @@
 //!   from an [`Opened`] subscription into a client's [`hub::Sink`].
 //! - [`methods`]: the six methods' params and results.
 //! - [`recorder`]: the bounded hand-off from the broker's publishers to
-//!   the store.
+//!   the store, which slows a publisher rather than drop its events.
 //!
 //! # Bounds
 //!
@@ -45,8 +45,10 @@
 //! - Retention bounds what a topic keeps (`max_age_seconds`, `max_count`,
 //!   `max_bytes`; all optional: a topic without any keeps everything).
 //! - Between the broker and the store, at most
-//!   [`recorder::QUEUE`] events wait (past it they are counted and
-//!   logged, not stored), and the recorder hands the store at most
+//!   [`recorder::QUEUE`] events wait (past it the publisher keeps one
+//!   read's events in its [`recorder::Backlog`] and stops reading its
+//!   upstream connection until they are taken: back-pressure, never a
+//!   drop), and the recorder hands the store at most
 //!   [`recorder::BATCH`] at once.
 //! - In the embedded store, at most
 //!   [`local::embedded::QUEUE`] staged changes wait for its writer

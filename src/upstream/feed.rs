@@ -10,7 +10,10 @@
 //! it or refuses it while subscribers remain. Events read while the stream
 //! is open are published in order from this one task. A feed whose topic
 //! is persistent (`[[persistent_topics]]`) is open all the time, so that
-//! its events are stored whether or not anyone is connected.
+//! its events are stored whether or not anyone is connected; when the
+//! store falls behind, this task waits for it before it reads the next
+//! line, so the upstream is slowed (through its socket), and the feed's
+//! pub/sub subscribers with it, rather than events lost.
 
 use std::sync::Arc;
 
@@ -48,6 +51,7 @@ pub(super) async fn run(shared: Arc<UpstreamShared>, feed: Feed, shutdown: Cance
             events: Events::Feed {
                 topic: feed.topic.clone(),
             },
+            backlog: Default::default(),
         };
         let ended = match stream::connect(&shared, &feed.method, params.as_ref()).await {
             Ok((_, Some(open))) => {
@@ -75,6 +79,9 @@ pub(super) async fn run(shared: Arc<UpstreamShared>, feed: Feed, shutdown: Cance
                     .feeds_open
                     .with_label_values(&[&shared.cfg.name])
                     .dec();
+                // An event read but not yet taken by the store's queue is
+                // still stored (this waits for the store, or its stop).
+                shared.hand_off(&relay.backlog).await;
                 match reason {
                     Some(reason) => {
                         tracing::warn!(upstream = %shared.cfg.name, topic = %feed.topic, reason, "feed ended by the upstream");

@@ -331,11 +331,14 @@ impl Link {
     }
 
     /// An upstream notification: to the owning client, or (shared mode)
-    /// published to the pub/sub broker.
+    /// published to the pub/sub broker (and the store, through the link's
+    /// backlog, which the reader hands off before it reads on).
     fn upstream_notification(&self, method: Method, params: Option<Payload>) {
         match &self.owner {
             Some(owner) => owner.push_notification(&method, params),
-            None => self.shared.publish_notification(&method, params),
+            None => self
+                .shared
+                .publish_notification(&method, params, &self.backlog),
         }
     }
 

@@ -20,6 +20,7 @@ use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ErrorKind, GatewayError};
+use crate::persist::recorder::Backlog;
 use crate::telemetry::metrics::ProtocolError;
 use crate::upstream::correlator::Correlator;
 
@@ -64,6 +65,10 @@ pub(crate) struct Link {
     /// pending). Read on every call: a load, where signalling every call
     /// would write the `Notify`'s state, shared by all worker threads.
     pub(super) sweeper_idle: AtomicBool,
+    /// Events of persistent topics read on this link that the store's
+    /// queue had no room for: the reader hands them off before it reads
+    /// on (at most one frame's events; see `persist::recorder`).
+    pub(super) backlog: Backlog,
     /// Upstream-wide settings and metrics.
     pub(super) shared: Arc<UpstreamShared>,
 }
@@ -137,6 +142,7 @@ impl Link {
             dialect,
             direct_added: tokio::sync::Notify::new(),
             sweeper_idle: AtomicBool::new(false),
+            backlog: Backlog::default(),
             shared,
         })
     }
@@ -227,7 +233,10 @@ impl Link {
     }
 
     /// Reads inbound texts until the stream ends or the link is closed,
-    /// then fails every call still in flight.
+    /// then fails every call still in flight. Events of persistent topics
+    /// that found the store's queue full are handed off before the next
+    /// read (and after the last one): a store that falls behind stops the
+    /// reading, it never loses them.
     pub(crate) async fn run_reader<S>(self: Arc<Self>, mut inbound: S, shutdown: CancellationToken)
     where
         S: Stream<Item = Result<ByteString, LinkError>> + Unpin,
@@ -247,6 +256,14 @@ impl Link {
                     if !self.on_text(&text) {
                         break;
                     }
+                    if !self.backlog.is_empty() {
+                        tokio::select! {
+                            biased;
+                            () = self.shared.hand_off(&self.backlog) => {}
+                            () = &mut closed => break,
+                            () = &mut shutdown => break,
+                        }
+                    }
                 }
                 Some(Err(e)) => {
                     self.read_failed(&e);
@@ -259,6 +276,13 @@ impl Link {
             }
         }
         self.fail_all(&LinkError::Lost);
+        self.hand_off_rest().await;
+    }
+
+    /// After the link closed: what it read is still stored (this waits
+    /// for the store, or for it to stop, not for the link).
+    pub(super) async fn hand_off_rest(&self) {
+        self.shared.hand_off(&self.backlog).await;
     }
 
     /// Notes why reading the upstream failed: logged, and counted when the

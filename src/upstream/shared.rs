@@ -10,7 +10,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::UpstreamConfig;
 use crate::envelope::{raw_from_string, Payload};
 use crate::error::Side;
-use crate::persist::recorder::Recorder;
+use crate::persist::recorder::{Backlog, Recorder};
 use crate::pubsub::Broker;
 use crate::telemetry::metrics::sharded::{Gauge, Histogram};
 use crate::telemetry::metrics::{DropReason, Metrics, ProtocolError, Quirk, Unmatched};
@@ -34,7 +34,8 @@ pub(crate) struct UpstreamShared {
     /// Where notifications on shared connections and feed events go.
     pub(crate) broker: Arc<Broker>,
     /// The persistent store's hand-off: events of persistent topics are
-    /// stored too (it never waits; a full queue is counted and logged).
+    /// stored too. A full queue keeps them in the publisher's [`Backlog`],
+    /// which the reader hands off before it reads on (back-pressure).
     pub(crate) recorder: Option<Recorder>,
     /// `switchyard_events_published_total` of this upstream.
     pub(super) published: IntCounter,
@@ -59,31 +60,50 @@ impl UpstreamShared {
     }
 
     /// Publishes `params` of the notification `method` under its topic
-    /// (`<upstream>.<method>` unless renamed), unless publishing is off.
-    pub(crate) fn publish_notification(&self, method: &str, params: Option<Payload>) {
+    /// (`<upstream>.<method>` unless renamed), unless publishing is off;
+    /// see [`UpstreamShared::publish`] for `backlog`.
+    pub(crate) fn publish_notification(
+        &self,
+        method: &str,
+        params: Option<Payload>,
+        backlog: &Backlog,
+    ) {
         if !self.cfg.publish.notifications {
             self.count_dropped(DropReason::NoSubscriber);
             return;
         }
         let topic = self.cfg.publish.topic_for(&self.cfg.name, method);
-        self.publish(&topic, params);
+        self.publish(&topic, params, backlog);
     }
 
     /// Publishes `data` (`null` when absent) under the concrete `topic`,
-    /// and hands it to the persistent store if the topic is persistent.
-    pub(crate) fn publish(&self, topic: &str, data: Option<Payload>) {
+    /// and hands it to the persistent store if the topic is persistent:
+    /// when the store's queue is full it waits in `backlog`, and the
+    /// caller (the task reading the upstream connection) must
+    /// [`UpstreamShared::hand_off`] it before it reads on.
+    pub(crate) fn publish(&self, topic: &str, data: Option<Payload>, backlog: &Backlog) {
         let data = data.unwrap_or_else(|| Payload::Json(raw_from_string(String::from("null"))));
         match self.broker.publish(topic, &data) {
             Ok(_) => {
                 self.published.inc();
                 if let Some(recorder) = &self.recorder {
-                    recorder.record(topic, &data);
+                    recorder.record(topic, &data, backlog);
                 }
             }
             Err(e) => {
                 tracing::debug!(upstream = %self.cfg.name, topic, error = %e, "event not published");
                 self.count_dropped(DropReason::InvalidTopic);
             }
+        }
+    }
+
+    /// Waits until the store's queue took every event of `backlog` (or
+    /// the store stopped): the connection they came from is not read
+    /// meanwhile, so a store that falls behind slows its upstream instead
+    /// of losing events.
+    pub(crate) async fn hand_off(&self, backlog: &Backlog) {
+        if let Some(recorder) = &self.recorder {
+            recorder.hand_off(backlog).await;
         }
     }
 

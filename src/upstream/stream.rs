@@ -31,6 +31,7 @@ use crate::dialect::jsonrpc::decode_upstream;
 use crate::dialect::render::{render, Style};
 use crate::envelope::{raw_from_string, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
+use crate::persist::recorder::Backlog;
 use crate::telemetry::metrics::DropReason;
 
 /// How long the first line (the call's answer) may take.
@@ -55,6 +56,7 @@ pub(super) async fn open(
                 client_id: client_id.clone(),
                 owner,
             },
+            backlog: Backlog::default(),
         };
         tokio::spawn(async move {
             if let Some(reason) = stream.relay(&relay, &gone).await {
@@ -145,6 +147,10 @@ fn unavailable(e: LinkError) -> GatewayError {
 pub(super) struct StreamRelay {
     pub(super) shared: Arc<UpstreamShared>,
     pub(super) events: Events,
+    /// A feed's events of a persistent topic that the store's queue had no
+    /// room for: handed off before the next line is read (at most one
+    /// line's event).
+    pub(super) backlog: Backlog,
 }
 
 /// The receiver of a stream's events.
@@ -163,7 +169,10 @@ pub(super) enum Events {
 
 impl Stream {
     /// Relays lines until the upstream ends (returns the reason) or the
-    /// receiver goes away (returns `None`).
+    /// receiver goes away (returns `None`). A line whose event the store's
+    /// queue had no room for is handed off before the next is read: a
+    /// store that falls behind slows the stream (back-pressure to the
+    /// upstream through the socket) instead of losing events.
     pub(super) async fn relay(
         mut self,
         to: &StreamRelay,
@@ -175,7 +184,16 @@ impl Stream {
                 () = gone.cancelled() => return None,
             };
             match next {
-                Some(Ok(text)) => to.on_line(&ByteString::from(text)),
+                Some(Ok(text)) => {
+                    to.on_line(&ByteString::from(text));
+                    if !to.backlog.is_empty() {
+                        tokio::select! {
+                            biased;
+                            () = to.shared.hand_off(&to.backlog) => {}
+                            () = gone.cancelled() => return None,
+                        }
+                    }
+                }
                 Some(Err(e)) => return Some(format!("stream read failed: {e}")),
                 None => return Some(String::from("upstream closed the stream")),
             }
@@ -204,7 +222,8 @@ impl StreamRelay {
         }
         let (method, client_id, owner) = match &self.events {
             Events::Feed { topic } => {
-                self.shared.publish(topic, Some(Payload::Json(raw)));
+                self.shared
+                    .publish(topic, Some(Payload::Json(raw)), &self.backlog);
                 return;
             }
             Events::Client {

@@ -145,6 +145,16 @@ async fn read_frames(
                 if !link.on_frame(&bytes) {
                     break;
                 }
+                // Events the store's queue had no room for: read on only
+                // once it took them (back-pressure, `Link::run_reader`).
+                if !link.backlog.is_empty() {
+                    tokio::select! {
+                        biased;
+                        () = link.shared.hand_off(&link.backlog) => {}
+                        () = &mut closed => break,
+                        () = &mut shutdown => break,
+                    }
+                }
             }
             Some(Ok(WsMessage::Text(_))) => {
                 link.shared.count_protocol_error(ProtocolError::TextFrame);
@@ -167,6 +177,7 @@ async fn read_frames(
         }
     }
     link.fail_all(&LinkError::Lost);
+    link.hand_off_rest().await;
 }
 
 /// The upstream's text frames; a binary frame or a close ends the stream.

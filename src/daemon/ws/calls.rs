@@ -11,7 +11,9 @@
 //!   -32000 `callback timed out`;
 //! - `push` `{"method":M,"params":P}` sends a notification (JSON-RPC) or an
 //!   `s<K>` request whose reply nobody awaits (holon), then answers
-//!   `{"pushed":true}`;
+//!   `{"pushed":true}`; with `"times":N` (at most [`MAX_PUSH_TIMES`]) it
+//!   sends N of them back to back, each waiting for room in the outbox
+//!   (none dropped), as fast as the client reads;
 //! - `close_me` answers `{"closing":true}`, then the connection closes 1001.
 //!
 //! holon-rpc also gets `rpc.heartbeat` → `{}`.
@@ -40,7 +42,13 @@ struct Forward<'a> {
     method: String,
     #[serde(default, borrow, deserialize_with = "present")]
     params: Option<&'a RawValue>,
+    /// `push` only: how many to send (1 when absent).
+    #[serde(default)]
+    times: Option<u64>,
 }
+
+/// The most notifications one `push` sends.
+pub(super) const MAX_PUSH_TIMES: u64 = 1_000_000;
 
 /// The NDJSON daemon's methods that are served here too.
 const DAEMON_METHODS: [&str; 9] = [
@@ -145,18 +153,29 @@ async fn callback(conn: &Conn, params: Option<&RawValue>) -> Result<String, RpcE
 /// queued before the answer to `push` itself.
 async fn push(conn: &Conn, params: Option<&RawValue>) -> Result<String, RpcError> {
     let fwd = forward_params(params)?;
-    let frame = match conn.dialect {
-        WsDialect::JsonRpc => format!(
-            "{{\"jsonrpc\":\"2.0\",\"method\":{}{}}}",
-            serde_json::Value::from(fwd.method.as_str()),
-            params_member(fwd.params)
-        ),
-        // holon-rpc has no notifications; the reply, when it comes, finds no
-        // waiter and is dropped.
-        WsDialect::Holon => request_frame(&conn.next_server_id(), &fwd),
-    };
-    if !conn.send(frame).await {
-        return Err(RpcError::new(SERVER_ERROR, "connection closed"));
+    let times = fwd.times.unwrap_or(1);
+    if times > MAX_PUSH_TIMES {
+        let detail = format!("times must be at most {MAX_PUSH_TIMES}");
+        return Err(RpcError {
+            code: -32602,
+            message: "Invalid params".into(),
+            data: Some(serde_json::Value::from(detail).to_string()),
+        });
+    }
+    for _ in 0..times {
+        let frame = match conn.dialect {
+            WsDialect::JsonRpc => format!(
+                "{{\"jsonrpc\":\"2.0\",\"method\":{}{}}}",
+                serde_json::Value::from(fwd.method.as_str()),
+                params_member(fwd.params)
+            ),
+            // holon-rpc has no notifications; the reply, when it comes, finds
+            // no waiter and is dropped.
+            WsDialect::Holon => request_frame(&conn.next_server_id(), &fwd),
+        };
+        if !conn.send(frame).await {
+            return Err(RpcError::new(SERVER_ERROR, "connection closed"));
+        }
     }
     Ok("{\"pushed\":true}".to_owned())
 }

@@ -57,10 +57,11 @@
 //! - `positions`: subscription id → (topic, floor, acknowledged sequences
 //!   above the floor).
 //!
-//! The directory is created with mode 0700 if absent (messages may be
-//! private). The file is locked while open: a second process on the same
-//! directory gets a clear error, as does an unwritable directory or a
-//! damaged file. The whole file is checked (every page checksum) when it is
+//! The directory is created with mode 0700 if absent, and the file with
+//! mode 0600 (messages may be private; the directory may be one the
+//! operator made with a wider mode). The file is locked while open: a
+//! second process on the same directory gets a clear error, as does an
+//! unwritable directory or a damaged file. The whole file is checked (every page checksum) when it is
 //! opened, so damage is an error at start-up, never a panic later.
 //!
 //! # Bounds
@@ -104,11 +105,12 @@
 //! redb 4 needs Rust 1.90 (the crate's `rust-version`).
 
 use std::fmt;
-use std::fs::DirBuilder;
-use std::os::unix::fs::DirBuilderExt;
+use std::fs::{DirBuilder, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use redb::backends::FileBackend;
 use redb::{Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError};
 
 use self::rows::{age_cutoff, decode, from_millis, millis, MESSAGES, POSITIONS, TOPICS};
@@ -147,7 +149,8 @@ pub struct EmbeddedLog {
 
 impl EmbeddedLog {
     /// Opens (creating if absent) the store in directory `dir`, which is
-    /// created with mode 0700 if it does not exist.
+    /// created with mode 0700 if it does not exist; the file is created
+    /// with mode 0600.
     pub fn open(dir: &Path) -> Result<Self, PersistError> {
         DirBuilder::new()
             .recursive(true)
@@ -160,11 +163,7 @@ impl EmbeddedLog {
                 ))
             })?;
         let path = dir.join(FILE_NAME);
-        let db = Database::builder()
-            .set_check_integrity_on_open(true)
-            .set_cache_size(CACHE_BYTES)
-            .create(&path)
-            .map_err(|e| open_error(&path, e))?;
+        let db = create_database(&path).map_err(|e| open_error(&path, e))?;
         let mut log = EmbeddedLog {
             db: Some(Arc::new(db)),
             path,
@@ -338,6 +337,24 @@ impl fmt::Debug for EmbeddedLog {
 }
 
 // === helpers ===
+
+/// Opens the database file at `path`, creating it with mode 0600 if
+/// absent: it holds the messages, which may be private even when the
+/// directory around it was made by someone else with a wider mode.
+fn create_database(path: &Path) -> Result<Database, DatabaseError> {
+    // As redb's `Builder::create` opens it, plus the mode.
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)?;
+    Database::builder()
+        .set_check_integrity_on_open(true)
+        .set_cache_size(CACHE_BYTES)
+        .create_with_backend(FileBackend::new(file)?)
+}
 
 /// Why the database could not be opened, in words an operator can act on.
 fn open_error(path: &Path, e: DatabaseError) -> PersistError {

@@ -16,7 +16,8 @@ pub struct PersistMetrics {
     pub stored_bytes: IntGaugeVec,
     /// Messages stored, by backend.
     pub published: IntCounterVec,
-    /// Events not stored (hand-off queue full, store failed), by backend.
+    /// Events not stored (store failed, or stopped before taking them), by
+    /// backend.
     pub publish_failed: IntCounterVec,
     /// Message × subscription pairs evicted before acknowledgement.
     pub evicted_unacked: IntCounterVec,
@@ -59,7 +60,7 @@ impl PersistMetrics {
             publish_failed: counter(
                 registry,
                 "persistent_publish_failed_total",
-                "Events of persistent topics not stored (hand-off queue full, store failed)",
+                "Events of persistent topics not stored (the store failed, or stopped before taking them)",
                 backend,
             )?,
             evicted_unacked: counter(

@@ -66,6 +66,28 @@ fn reopen_keeps_messages_last_seq_and_positions() {
     assert_eq!(topics, ["orders", "other"]);
 }
 
+/// The file holds the messages: 0600 even in a directory the operator
+/// made with a wider mode (here 0755), whatever the umask lets through.
+#[test]
+fn the_store_file_is_created_private_in_a_directory_made_by_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("shared");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    drop(EmbeddedLog::open(&data).unwrap());
+    let mode = std::fs::metadata(data.join(FILE_NAME))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "the store file is private");
+    let dir_mode = std::fs::metadata(&data).unwrap().permissions().mode();
+    assert_eq!(
+        dir_mode & 0o777,
+        0o755,
+        "a directory made by others is left as it is"
+    );
+}
+
 #[test]
 fn read_after_and_limit() {
     let dir = tempfile::tempdir().unwrap();
