@@ -65,10 +65,9 @@ impl std::fmt::Debug for Held {
     }
 }
 
-/// What acknowledging one sequence takes.
-pub(super) enum Take {
-    /// Sent in this opening and unacknowledged: a JetStream ack.
-    Held(Acker),
+/// What acknowledging one sequence not held takes (one held, sent in
+/// this opening and unacknowledged, takes a JetStream ack).
+pub(super) enum NotHeld {
     /// Sent before this opening and not yet again: recorded, so that it
     /// is acknowledged, not sent, when it comes.
     Owed,
@@ -77,15 +76,6 @@ pub(super) enum Take {
     Again,
     /// Never delivered to this subscription.
     Never,
-}
-
-/// What to do with one message the consumer delivered.
-enum Delivery {
-    /// Send it; whether it is a redelivery.
-    Send(bool),
-    /// Acknowledged already (before a resume): acknowledge it on this
-    /// consumer, do not send it.
-    Acked(Acker),
 }
 
 impl Held {
@@ -113,18 +103,18 @@ impl Held {
         held
     }
 
-    /// Says how to acknowledge `seq`.
-    pub(super) fn take(&mut self, seq: u64) -> Take {
+    /// Takes the acker of `seq`, or says what acknowledging it takes.
+    pub(super) fn take(&mut self, seq: u64) -> Result<Acker, NotHeld> {
         if let Some(acker) = self.ackers.remove(&seq) {
-            return Take::Held(acker);
+            return Ok(acker);
         }
         if seq == 0 || seq < self.start || seq > self.seen {
-            return Take::Never;
+            return Err(NotHeld::Never);
         }
         if seq >= self.next && seq <= self.sent_before && !self.acked.contains(&seq) {
-            return Take::Owed;
+            return Err(NotHeld::Owed);
         }
-        Take::Again
+        Err(NotHeld::Again)
     }
 
     /// Puts back an acker whose acknowledgement failed, so a retry can use
@@ -167,8 +157,10 @@ impl Held {
 
     /// Records a delivery; returns how many sequences were skipped before
     /// it (evicted before the subscription got them), and what to do with
-    /// it.
-    fn record(&mut self, seq: u64, delivered: i64, acker: Acker) -> (u64, Delivery) {
+    /// it: send it (`Ok`: whether it is a redelivery), or, acknowledged
+    /// already before a resume, acknowledge it on this consumer and not
+    /// send it (`Err`: its acker).
+    fn record(&mut self, seq: u64, delivered: i64, acker: Acker) -> (u64, Result<bool, Acker>) {
         let mut skipped = 0;
         if delivered <= 1 && seq >= self.next {
             skipped = seq - self.next;
@@ -176,16 +168,13 @@ impl Held {
         }
         self.seen = self.seen.max(seq);
         if self.acked.contains(&seq) {
-            return (skipped, Delivery::Acked(acker));
+            return (skipped, Err(acker));
         }
         self.ackers.insert(seq, acker);
         while self.ackers.len() > self.window {
             self.ackers.pop_first();
         }
-        (
-            skipped,
-            Delivery::Send(delivered > 1 || seq <= self.sent_before),
-        )
+        (skipped, Ok(delivered > 1 || seq <= self.sent_before))
     }
 }
 
@@ -267,9 +256,9 @@ pub(super) async fn pump(
         }
         match delivery {
             // Sent again after the ack timeout or after a resume.
-            Delivery::Send(true) => meters.redelivered.inc(),
-            Delivery::Send(false) => {}
-            Delivery::Acked(acker) => {
+            Ok(true) => meters.redelivered.inc(),
+            Ok(false) => {}
+            Err(acker) => {
                 // Acknowledged before the resume that recreated the
                 // consumer. A lost ack only means it comes again, and is
                 // acknowledged again.

@@ -111,7 +111,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use self::acks::AckState;
-use self::delivery::{Held, Take, ENCODING_HEADER};
+use self::delivery::{Held, NotHeld, ENCODING_HEADER};
 use self::open::{Holding, OpenSubs};
 pub use self::setup::{consumer_name, stream_name, subject};
 use self::setup::{fail, hex};

@@ -124,10 +124,10 @@ impl Store for JetStream {
         };
         let take = holding.held.lock().take(seq);
         match take {
-            Take::Never => return Ok(Acked::NeverDelivered),
-            Take::Again => {}
-            Take::Owed => self.save_ack(id, &holding, seq).await?,
-            Take::Held(acker) => {
+            Err(NotHeld::Never) => return Ok(Acked::NeverDelivered),
+            Err(NotHeld::Again) => {}
+            Err(NotHeld::Owed) => self.save_ack(id, &holding, seq).await?,
+            Ok(acker) => {
                 if let Err(e) = acker.double_ack().await {
                     holding.held.lock().put_back(seq, acker);
                     return Err(fail("ack", e));
