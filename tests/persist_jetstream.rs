@@ -149,9 +149,9 @@ async fn resume_reports_the_ack_floor_and_redelivers_every_unacknowledged_in_ord
 
     let mut again = js.open("r", "orders").await.unwrap();
     assert_eq!(again.resumed_from, 2);
-    // 4 was acknowledged out of order above the floor: delivered again.
-    assert_eq!(seqs(&mut again.deliveries, 3).await, [3, 4, 5]);
-    assert_eq!(meters.redelivered.get(), 3, "3, 4 and 5 were sent before");
+    // 4 was acknowledged out of order above the floor: not sent again.
+    assert_eq!(seqs(&mut again.deliveries, 2).await, [3, 5]);
+    assert_eq!(meters.redelivered.get(), 2, "3 and 5 were sent before");
     assert_eq!(meters.attached.get(), 1, "the detached one counted down");
     js.publish("orders", &json(6)).await.unwrap();
     assert_eq!(next(&mut again.deliveries).await.seq, 6, "then live ones");
@@ -312,4 +312,120 @@ async fn a_subscription_that_got_nothing_resumes_where_it_started() {
     assert_eq!(again.resumed_from, 3, "not 0: 1..=3 were never its own");
     js.publish("orders", &json(4)).await.unwrap();
     assert_eq!(next(&mut again.deliveries).await.seq, 4);
+}
+
+/// Publishes 1..=10 on `orders`, has `id` (opened on `js` before) get
+/// them, and acknowledges 1, 2, 3, 5 and 7.
+async fn ten_with_gaps(js: &JetStream, id: &str, opened: &mut switchyard::persist::Opened) {
+    for n in 1..=10 {
+        js.publish("orders", &json(n)).await.unwrap();
+    }
+    assert_eq!(
+        seqs(&mut opened.deliveries, 10).await,
+        (1..=10).collect::<Vec<_>>()
+    );
+    for seq in [1, 2, 3, 5, 7] {
+        assert_eq!(js.ack(id, seq).await.unwrap(), Acked::Yes);
+    }
+}
+
+#[tokio::test]
+async fn acknowledgements_stay_per_message_across_a_resume() {
+    let nats = NatsServer::start();
+    let js = backend(&nats).await;
+    let mut opened = js.open("p", "orders").await.unwrap();
+    ten_with_gaps(&js, "p", &mut opened).await;
+    assert_eq!(
+        js.position("p").await.unwrap(),
+        Some(("orders".to_owned(), 3))
+    );
+    drop(opened); // detach
+
+    let mut again = js.open("p", "orders").await.unwrap();
+    assert_eq!(again.resumed_from, 3, "every message ≤ 3 acknowledged");
+    assert_eq!(
+        seqs(&mut again.deliveries, 5).await,
+        [4, 6, 8, 9, 10],
+        "only what was not acknowledged"
+    );
+    js.publish("orders", &json(11)).await.unwrap();
+    assert_eq!(next(&mut again.deliveries).await.seq, 11, "then live ones");
+    // Acknowledged before the resume: still a no-op `true`.
+    assert_eq!(js.ack("p", 5).await.unwrap(), Acked::Yes);
+    for seq in [4, 6] {
+        assert_eq!(js.ack("p", seq).await.unwrap(), Acked::Yes);
+    }
+    assert_eq!(
+        js.position("p").await.unwrap(),
+        Some(("orders".to_owned(), 7)),
+        "every message ≤ 7 acknowledged, 8 not"
+    );
+    // Acknowledged after this resume, out of order: kept for the next.
+    assert_eq!(js.ack("p", 10).await.unwrap(), Acked::Yes);
+    drop(again);
+    let mut third = js.open("p", "orders").await.unwrap();
+    assert_eq!(third.resumed_from, 7);
+    assert_eq!(seqs(&mut third.deliveries, 3).await, [8, 9, 11]);
+    for seq in [8, 9, 11] {
+        assert_eq!(js.ack("p", seq).await.unwrap(), Acked::Yes);
+    }
+    assert_eq!(
+        js.position("p").await.unwrap(),
+        Some(("orders".to_owned(), 11))
+    );
+}
+
+#[tokio::test]
+async fn another_instance_resumes_with_the_acknowledgements_made_on_the_first() {
+    let nats = NatsServer::start();
+    let a = backend(&nats).await;
+    let b = backend(&nats).await;
+    let mut on_a = a.open("moved", "orders").await.unwrap();
+    ten_with_gaps(&a, "moved", &mut on_a).await;
+    // Taken over while A still holds it.
+    let mut on_b = b.open("moved", "orders").await.unwrap();
+    assert_eq!(on_b.resumed_from, 3);
+    assert_eq!(seqs(&mut on_b.deliveries, 5).await, [4, 6, 8, 9, 10]);
+    b.publish("orders", &json(11)).await.unwrap();
+    assert_eq!(next(&mut on_b.deliveries).await.seq, 11);
+    for seq in [4, 6] {
+        assert_eq!(b.ack("moved", seq).await.unwrap(), Acked::Yes);
+    }
+    assert_eq!(
+        a.position("moved").await.unwrap(),
+        Some(("orders".to_owned(), 7)),
+        "the same floor seen from either instance"
+    );
+    // Acknowledged on B; A opens it again and gets only the rest.
+    assert_eq!(b.ack("moved", 9).await.unwrap(), Acked::Yes);
+    drop(on_b);
+    let mut back = a.open("moved", "orders").await.unwrap();
+    assert_eq!(back.resumed_from, 7);
+    assert_eq!(seqs(&mut back.deliveries, 3).await, [8, 10, 11]);
+}
+
+#[tokio::test]
+async fn a_sequence_never_delivered_to_the_subscription_is_refused() {
+    let nats = NatsServer::start();
+    let js = backend(&nats).await;
+    for n in 1..=2 {
+        js.publish("orders", &json(n)).await.unwrap();
+    }
+    let mut opened = js.open("late", "orders").await.unwrap();
+    assert_eq!(opened.resumed_from, 2, "it starts at 3");
+    for n in 3..=4 {
+        js.publish("orders", &json(n)).await.unwrap();
+    }
+    assert_eq!(seqs(&mut opened.deliveries, 2).await, [3, 4]);
+    assert_eq!(js.ack("late", 2).await.unwrap(), Acked::NeverDelivered);
+    assert_eq!(js.ack("late", 1).await.unwrap(), Acked::NeverDelivered);
+    assert_eq!(js.ack("late", 3).await.unwrap(), Acked::Yes);
+    drop(opened);
+    // Its floor is 3 now; 2 was still never its own.
+    let mut again = js.open("late", "orders").await.unwrap();
+    assert_eq!(again.resumed_from, 3);
+    assert_eq!(next(&mut again.deliveries).await.seq, 4);
+    assert_eq!(js.ack("late", 2).await.unwrap(), Acked::NeverDelivered);
+    assert_eq!(js.ack("late", 3).await.unwrap(), Acked::Yes, "re-ack");
+    assert_eq!(js.ack("late", 5).await.unwrap(), Acked::NeverDelivered);
 }

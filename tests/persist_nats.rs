@@ -2,8 +2,8 @@
 //! a client subscribes persistently on instance A and acknowledges some of
 //! what it gets; A is killed with SIGKILL while events keep coming; the
 //! client resumes the same `subscription_id` on instance B and gets every
-//! unacknowledged message. Received on A ∪ received on B is every
-//! published message: no loss, no sequence gap.
+//! unacknowledged message, and only those. Received on A ∪ received on B
+//! is every published message: no loss, no sequence gap.
 //!
 //! A and B are child processes of the built binary, each in front of the
 //! reference JSON-RPC WebSocket daemon (upstream `events`) and with
@@ -230,13 +230,12 @@ async fn a_client_resumes_on_another_instance_after_a_sigkill_and_loses_nothing(
         "every message ≤ 6 was acknowledged, 7 was not: {reply}"
     );
     let _publisher = publishing.await.unwrap();
-    // From 7 on, every message again, in order (those acknowledged out of
-    // order above the floor included: at least once).
-    let want = (TOTAL - 6) as usize;
-    sub.until(want).await;
+    // From 7 on, every message not acknowledged on A, in order (those
+    // acknowledged out of order above the floor are not sent again).
+    let expected: Vec<u64> = [7, 13].into_iter().chain(21..=TOTAL).collect();
+    sub.until(expected.len()).await;
     let on_b: Vec<u64> = sub.deliveries.iter().map(seq).collect();
-    let expected: Vec<u64> = (7..=TOTAL).collect();
-    assert_eq!(on_b[..want], expected[..], "in order, no gap");
+    assert_eq!(on_b[..expected.len()], expected[..], "in order, no gap");
 
     let mut all = BTreeSet::new();
     for d in on_a.iter().chain(&sub.deliveries) {
@@ -259,6 +258,78 @@ async fn a_client_resumes_on_another_instance_after_a_sigkill_and_loses_nothing(
     }
     drop(b);
     drop(nats);
+}
+
+/// The `error.code` of a reply.
+fn error_code(reply: &Value) -> i64 {
+    reply["error"]["code"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{reply}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledgements_stay_per_message_when_a_client_resumes_on_another_gateway() {
+    let nats = NatsServer::start();
+    let daemon = WsDaemon::start("127.0.0.1:0".parse().unwrap(), WsDialect::JsonRpc)
+        .await
+        .unwrap();
+    let (gw_a, url_a) = gateway(&nats.url, &daemon.url()).await.unwrap();
+    let (gw_b, url_b) = gateway(&nats.url, &daemon.url()).await.unwrap();
+    common::wait_connected(&gw_a, "events").await;
+    common::wait_connected(&gw_b, "events").await;
+    let subscribe = json!({"subscription_id": ID, "topic": TOPIC});
+    let floor = |reply: Value| reply["result"]["resumed_from_sequence"].clone();
+
+    let mut sub = Client::connect(&url_a).await;
+    let reply = sub
+        .call("rpc.subscribe.persistent", subscribe.clone())
+        .await;
+    assert_eq!(floor(reply), 0);
+    let mut publisher = Client::connect(&url_a).await;
+    for n in 1..=10 {
+        push(&mut publisher, n).await;
+    }
+    sub.until(10).await;
+    for s in [1, 2, 3, 5, 7] {
+        sub.ack(s).await;
+    }
+    let again = sub
+        .call("rpc.subscribe.persistent", subscribe.clone())
+        .await;
+    assert_eq!(floor(again), 3, "repeated on the holder: its floor");
+    drop(sub); // detach from A
+
+    let mut sub = Client::connect(&url_b).await;
+    let reply = sub
+        .call("rpc.subscribe.persistent", subscribe.clone())
+        .await;
+    assert_eq!(floor(reply), 3, "every message ≤ 3 acknowledged");
+    sub.until(5).await;
+    let on_b: Vec<u64> = sub.deliveries.iter().map(seq).collect();
+    assert_eq!(on_b, [4, 6, 8, 9, 10], "only what was not acknowledged");
+    push(&mut publisher, 11).await;
+    sub.until(6).await;
+    assert_eq!(seq(&sub.deliveries[5]), 11, "then live ones");
+
+    sub.ack(5).await; // acknowledged on A: a no-op, still true
+    sub.ack(4).await;
+    sub.ack(6).await;
+    let again = sub
+        .call("rpc.subscribe.persistent", subscribe.clone())
+        .await;
+    assert_eq!(floor(again), 7, "every message ≤ 7 acknowledged, 8 not");
+
+    // Never delivered to it: above what it got, and, for a subscription
+    // that started at 12, below its start.
+    let never = json!({"subscription_id": ID, "sequence_id": 12});
+    let reply = sub.call("rpc.acknowledge.persistent", never).await;
+    assert_eq!(error_code(&reply), -32602, "{reply}");
+    let late = json!({"subscription_id": "late-1", "topic": TOPIC});
+    let reply = sub.call("rpc.subscribe.persistent", late).await;
+    assert_eq!(floor(reply), 11);
+    let early = json!({"subscription_id": "late-1", "sequence_id": 2});
+    let reply = sub.call("rpc.acknowledge.persistent", early).await;
+    assert_eq!(error_code(&reply), -32602, "{reply}");
 }
 
 /// An in-process gateway with backend `nats` and an admin listener.

@@ -2,7 +2,7 @@
 //! durable consumer into the `deliveries` channel, and the deliveries it
 //! holds for acknowledgement.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -14,8 +14,9 @@ use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
+use super::acks::AckState;
 use crate::envelope::Payload;
-use crate::persist::{Acked, Meters, Stored};
+use crate::persist::{Meters, Stored};
 
 /// The header that marks a CBOR payload; JSON payloads carry none.
 pub(super) const ENCODING_HEADER: &str = "Switchyard-Encoding";
@@ -28,10 +29,19 @@ pub(super) struct Held {
     /// evicted while held is dropped from here when the map passes
     /// `window` (lowest first).
     ackers: BTreeMap<u64, Acker>,
-    /// At most this many ackers.
+    /// At most this many ackers, and this many out-of-order
+    /// acknowledgements.
     window: usize,
-    /// Every message ≤ this was acknowledged, or (before a resume) sent:
-    /// acknowledging one is a no-op `Yes`.
+    /// The subscription's first sequence: below it, nothing was its own.
+    start: u64,
+    /// Acknowledged sequences above the consumer's ack floor: what a
+    /// resume, which recreates the consumer from that floor + 1, must not
+    /// send again. Kept in the id bucket ([`super::acks`]). Past `window`
+    /// entries the lowest is forgotten (it comes again after a resume: at
+    /// least once).
+    acked: BTreeSet<u64>,
+    /// The highest sequence ever sent to this subscription (in this
+    /// opening or, before a resume, by the old consumer).
     seen: u64,
     /// The next stream sequence expected on a first delivery: a first
     /// delivery above it means the ones between were evicted unsent.
@@ -46,6 +56,8 @@ impl std::fmt::Debug for Held {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Held")
             .field("ackers", &self.ackers.keys().collect::<Vec<_>>())
+            .field("start", &self.start)
+            .field("acked", &self.acked)
             .field("seen", &self.seen)
             .field("next", &self.next)
             .field("sent_before", &self.sent_before)
@@ -53,27 +65,56 @@ impl std::fmt::Debug for Held {
     }
 }
 
+/// What acknowledging one sequence not held takes (one held, sent in
+/// this opening and unacknowledged, takes a JetStream ack).
+pub(super) enum NotHeld {
+    /// Sent before this opening and not yet again: recorded, so that it
+    /// is acknowledged, not sent, when it comes.
+    Owed,
+    /// Acknowledged already (or evicted unsent: JetStream keeps no record
+    /// to tell): a no-op.
+    Again,
+    /// Never delivered to this subscription.
+    Never,
+}
+
 impl Held {
-    /// `seen` covers what was sent or acknowledged before this opening;
-    /// `start` is the consumer's first sequence.
-    pub(super) fn new(window: usize, seen: u64, start: u64) -> Held {
-        Held {
+    /// `start` is the subscription's first sequence, `floor` its
+    /// consumer's ack floor (the consumer delivers from `floor + 1`),
+    /// `seen` the highest sequence sent before this opening and `acked`
+    /// what was acknowledged above the floor.
+    pub(super) fn new(
+        window: usize,
+        start: u64,
+        floor: u64,
+        seen: u64,
+        acked: impl IntoIterator<Item = u64>,
+    ) -> Held {
+        let mut held = Held {
             ackers: BTreeMap::new(),
             window,
+            start,
+            acked: acked.into_iter().filter(|s| *s > floor).collect(),
             seen,
-            next: start,
+            next: floor + 1,
             sent_before: seen,
-        }
+        };
+        held.trim();
+        held
     }
 
-    /// Takes the acker of `seq`, or says why there is none.
-    pub(super) fn take(&mut self, seq: u64) -> Result<Acker, Acked> {
-        match self.ackers.remove(&seq) {
-            Some(acker) => Ok(acker),
-            None if seq == 0 => Err(Acked::NeverDelivered),
-            None if seq <= self.seen => Err(Acked::Yes),
-            None => Err(Acked::NeverDelivered),
+    /// Takes the acker of `seq`, or says what acknowledging it takes.
+    pub(super) fn take(&mut self, seq: u64) -> Result<Acker, NotHeld> {
+        if let Some(acker) = self.ackers.remove(&seq) {
+            return Ok(acker);
         }
+        if seq == 0 || seq < self.start || seq > self.seen {
+            return Err(NotHeld::Never);
+        }
+        if seq >= self.next && seq <= self.sent_before && !self.acked.contains(&seq) {
+            return Err(NotHeld::Owed);
+        }
+        Err(NotHeld::Again)
     }
 
     /// Puts back an acker whose acknowledgement failed, so a retry can use
@@ -82,21 +123,58 @@ impl Held {
         self.ackers.entry(seq).or_insert(acker);
     }
 
+    /// Records that `seq` was acknowledged; returns whether it lies above
+    /// the consumer's ack floor (so the state must be saved for a resume).
+    pub(super) fn acked(&mut self, seq: u64) -> bool {
+        self.acked.insert(seq);
+        self.trim();
+        self.acked.contains(&seq)
+    }
+
+    /// The state to save.
+    pub(super) fn state(&self) -> AckState {
+        AckState {
+            start: self.start,
+            acked: self.acked.iter().copied().collect(),
+        }
+    }
+
+    /// Drops the acknowledgements the consumer's ack floor covers: below
+    /// the lowest sequence it still waits for (held unacknowledged, or not
+    /// yet delivered in this opening), JetStream has every one
+    /// acknowledged. Then keeps at most `window`.
+    fn trim(&mut self) {
+        let waiting = self
+            .ackers
+            .keys()
+            .next()
+            .map_or(self.next, |s| (*s).min(self.next));
+        self.acked = self.acked.split_off(&waiting);
+        while self.acked.len() > self.window {
+            self.acked.pop_first();
+        }
+    }
+
     /// Records a delivery; returns how many sequences were skipped before
-    /// it (evicted before the subscription got them), and whether it is a
-    /// redelivery.
-    fn record(&mut self, seq: u64, delivered: i64, acker: Acker) -> (u64, bool) {
+    /// it (evicted before the subscription got them), and what to do with
+    /// it: send it (`Ok`: whether it is a redelivery), or, acknowledged
+    /// already before a resume, acknowledge it on this consumer and not
+    /// send it (`Err`: its acker).
+    fn record(&mut self, seq: u64, delivered: i64, acker: Acker) -> (u64, Result<bool, Acker>) {
         let mut skipped = 0;
         if delivered <= 1 && seq >= self.next {
             skipped = seq - self.next;
             self.next = seq + 1;
         }
         self.seen = self.seen.max(seq);
+        if self.acked.contains(&seq) {
+            return (skipped, Err(acker));
+        }
         self.ackers.insert(seq, acker);
         while self.ackers.len() > self.window {
             self.ackers.pop_first();
         }
-        (skipped, delivered > 1 || seq <= self.sent_before)
+        (skipped, Ok(delivered > 1 || seq <= self.sent_before))
     }
 }
 
@@ -171,14 +249,24 @@ pub(super) async fn pump(
             }
         };
         let (_, acker) = msg.split();
-        let (skipped, again) = held.lock().record(seq, delivered, acker);
-        // Messages evicted before this subscription got them; messages
-        // sent again after the ack timeout or after a resume.
+        let (skipped, delivery) = held.lock().record(seq, delivered, acker);
+        // Messages evicted before this subscription got them.
         if skipped > 0 {
             meters.evicted_unacked.inc_by(skipped);
         }
-        if again {
-            meters.redelivered.inc();
+        match delivery {
+            // Sent again after the ack timeout or after a resume.
+            Ok(true) => meters.redelivered.inc(),
+            Ok(false) => {}
+            Err(acker) => {
+                // Acknowledged before the resume that recreated the
+                // consumer. A lost ack only means it comes again, and is
+                // acknowledged again.
+                if let Err(e) = acker.double_ack().await {
+                    tracing::debug!(target: "switchyard::persist", %topic, seq, error = %e, "jetstream ack of an acknowledged message");
+                }
+                continue;
+            }
         }
         if tx.send(stored).await.is_err() {
             return;

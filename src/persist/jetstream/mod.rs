@@ -22,20 +22,27 @@
 //!   the window. Its topic is kept in the KV bucket `SWITCHYARD_SUBS`
 //!   (key `hex(id)`), so any instance finds the stream of an id and tells
 //!   "same id, other topic" (`Conflict`); the KV `create` is atomic, so two
-//!   instances opening a new id at once agree on its topic.
+//!   instances opening a new id at once agree on its topic. The same
+//!   bucket keeps, under `acks.<hex(id)>`, what the consumer loses when it
+//!   is recreated (module `acks`): the subscription's first sequence and the
+//!   sequences acknowledged out of order above its ack floor.
 //! - New subscription: the consumer starts at the stream's last sequence
 //!   + 1; `resumed_from` = that last sequence.
 //! - Resume: `resumed_from` = the consumer's ack floor (never below its
-//!   start − 1: JetStream reports 0 before any delivery). To get every
-//!   unacknowledged message again at once and in order (§7.3), the
-//!   consumer is recreated from floor + 1. Consequence: messages
-//!   acknowledged out of order above the floor are delivered again after
-//!   a resume (allowed: delivery is at least once; acknowledging them
-//!   again is a no-op).
+//!   start − 1: JetStream reports 0 before any delivery), which is the
+//!   highest S such that every message ≤ S is acknowledged. To get every
+//!   unacknowledged message again at once and in order (§7.3), also
+//!   after the instance that held it died, and to end that instance's
+//!   pull, the consumer is recreated from floor + 1; a message of the
+//!   saved out-of-order set is acknowledged on the new consumer as it
+//!   comes, not sent. So acknowledgements stay per message across a
+//!   resume, on any instance, and the new consumer's ack floor moves on
+//!   past them as the ones between are acknowledged.
 //! - Acknowledgements are JetStream acks of the held deliveries, confirmed
-//!   by the server (double ack) before `Yes`. Redelivery after the ack
-//!   timeout is JetStream's own.
-//! - Unsubscribe deletes the consumer and the KV entry (idempotent).
+//!   by the server (double ack) before `Yes`; one above the consumer's
+//!   ack floor is saved in the bucket before `Yes` too. Redelivery after
+//!   the ack timeout is JetStream's own.
+//! - Unsubscribe deletes the consumer and both KV entries (idempotent).
 //! - Evicted before ack: a *first* delivery whose stream sequence skips
 //!   past the next expected one means the ones between were evicted
 //!   before this subscription got them; they are counted. (Messages
@@ -43,11 +50,13 @@
 //!   by the backend and not counted.)
 //!
 //! - Acknowledging a sequence: held (sent, unacknowledged) → a JetStream
-//!   ack; at or below the highest sequence sent to this subscription (in
-//!   this opening or, before a resume, by the old consumer) → a no-op
-//!   `Yes`; above it → `NeverDelivered`. A sequence evicted unsent below
-//!   the highest sent counts as `Yes` (JetStream keeps no per-message
-//!   record to tell it apart).
+//!   ack; sent before a resume and not yet again → recorded, `Yes` (it is
+//!   acknowledged, not sent, when it comes); below the subscription's
+//!   first sequence or above the highest sequence sent to it →
+//!   `NeverDelivered`; otherwise (acknowledged already) a no-op `Yes`. A
+//!   sequence evicted unsent between the first and the highest sent
+//!   counts as `Yes` (JetStream keeps no per-message record to tell it
+//!   apart).
 //!
 //! # Across instances
 //!
@@ -74,12 +83,16 @@
 //! - Per open subscription: at most `window` deliveries held for
 //!   acknowledgement (`max_ack_pending`: JetStream sends no more
 //!   unacknowledged; unlike the local engine, acknowledgements out of
-//!   order above the floor do not count against it), and a channel of
+//!   order above the floor do not count against it), at most `window`
+//!   out-of-order acknowledgements kept for a resume (past that the
+//!   lowest is forgotten and comes again after a resume: at least once;
+//!   the saved state is at most about 21 bytes per entry), and a channel of
 //!   [`super::DELIVERY_QUEUE`] to the pump; one pull request asks for at most
 //!   [`PULL_BATCH`] messages.
 //! - The client's own buffers are async-nats's defaults (its subscription
 //!   channels are bounded).
 
+mod acks;
 mod delivery;
 mod open;
 mod setup;
@@ -97,8 +110,9 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use self::delivery::{Held, ENCODING_HEADER};
-use self::open::OpenSubs;
+use self::acks::AckState;
+use self::delivery::{Held, NotHeld, ENCODING_HEADER};
+use self::open::{Holding, OpenSubs};
 pub use self::setup::{consumer_name, stream_name, subject};
 use self::setup::{fail, hex};
 use super::{Acked, Meters, Opened, PersistError, Store, Stored, TopicPolicy, Topics};
@@ -138,11 +152,16 @@ impl std::fmt::Debug for JetStream {
 /// consumer that has delivered nothing reports an ack floor of 0, while
 /// every message before its start is behind it by definition).
 fn floor_of(info: &js::consumer::Info) -> u64 {
-    let start = match info.config.deliver_policy {
+    let start = start_of(&info.config);
+    info.ack_floor.stream_sequence.max(start.saturating_sub(1))
+}
+
+/// The first sequence a consumer delivers.
+fn start_of(config: &js::consumer::Config) -> u64 {
+    match config.deliver_policy {
         DeliverPolicy::ByStartSequence { start_sequence } => start_sequence,
         _ => 1,
-    };
-    info.ack_floor.stream_sequence.max(start.saturating_sub(1))
+    }
 }
 
 // === impl JetStream ===
@@ -301,14 +320,25 @@ impl JetStream {
         }
     }
 
-    /// Starts pulling a consumer just created from `start`.
+    /// Records that `seq` of `id` was acknowledged and, when it lies above
+    /// the consumer's ack floor, saves the state, so that a resume does not
+    /// send it again.
+    async fn save_ack(&self, id: &str, holding: &Holding, seq: u64) -> Result<(), PersistError> {
+        if !holding.held.lock().acked(seq) {
+            return Ok(());
+        }
+        let _one_at_a_time = holding.saving.lock().await;
+        let state = holding.held.lock().state();
+        acks::save(&self.subs, id, &state).await
+    }
+
+    /// Starts pulling a consumer just created, for `held`.
     async fn attach(
         &self,
         id: &str,
         topic: &str,
         consumer: js::consumer::PullConsumer,
-        seen: u64,
-        start: u64,
+        held: Held,
     ) -> Result<mpsc::Receiver<Stored>, PersistError> {
         let messages = consumer
             .stream()
@@ -316,7 +346,6 @@ impl JetStream {
             .messages()
             .await
             .map_err(|e| fail("pull", e))?;
-        let held = Held::new(self.window, seen, start);
         Ok(self.open.attach(id, topic, messages, held, &self.meters))
     }
 }

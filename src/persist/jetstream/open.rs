@@ -26,8 +26,20 @@ pub(super) struct OpenSubs {
 /// One subscription open on this instance.
 struct OpenSub {
     opening: u64,
-    held: Arc<Mutex<Held>>,
+    holding: Holding,
     task: AbortHandle,
+}
+
+/// What an open subscription may acknowledge, shared by its pump and its
+/// acknowledgements.
+#[derive(Clone)]
+pub(super) struct Holding {
+    /// Its deliveries and acknowledgements.
+    pub(super) held: Arc<Mutex<Held>>,
+    /// Taken while its acknowledgement state is saved: one write at a
+    /// time, each of the state as it is when the write starts, so that an
+    /// older state never lands after a newer one.
+    pub(super) saving: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// Counts an attached subscription down when its task ends.
@@ -74,7 +86,10 @@ impl OpenSubs {
         });
         let sub = OpenSub {
             opening,
-            held,
+            holding: Holding {
+                held,
+                saving: Arc::default(),
+            },
             task: task.abort_handle(),
         };
         if let Some(old) = subs.insert(id.to_owned(), sub) {
@@ -98,8 +113,8 @@ impl OpenSubs {
     }
 
     /// What `id` holds, if it is open here.
-    pub(super) fn held(&self, id: &str) -> Option<Arc<Mutex<Held>>> {
-        self.map.lock().get(id).map(|s| s.held.clone())
+    pub(super) fn holding(&self, id: &str) -> Option<Holding> {
+        self.map.lock().get(id).map(|s| s.holding.clone())
     }
 }
 

@@ -51,18 +51,28 @@ impl Store for JetStream {
             None
         } else {
             match stream.consumer_info(&name).await {
-                Ok(info) => {
-                    let floor = floor_of(&info);
-                    Some((floor, info.delivered.stream_sequence.max(floor)))
-                }
+                Ok(info) => Some(info.clone()),
                 Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => None,
                 Err(e) => return Err(fail("consumer info", e)),
             }
         };
-        // `seen`: acknowledging up to what the old consumer delivered is a
-        // no-op `Yes` until it comes again.
-        let (floor, seen) = match prior {
-            Some(p) => p,
+        // `seen`: what the old consumer delivered; `state`: where the
+        // subscription started and what was acknowledged above its floor.
+        let (floor, seen, state) = match &prior {
+            Some(info) => {
+                let floor = floor_of(info);
+                let seen = info.delivered.stream_sequence.max(floor);
+                let state = match acks::load(&self.subs, id).await? {
+                    Some(state) => state,
+                    // Made before the state was kept: its consumer's start
+                    // is the best known.
+                    None => AckState {
+                        start: start_of(&info.config),
+                        acked: Vec::new(),
+                    },
+                };
+                (floor, seen, state)
+            }
             None => {
                 let last = stream
                     .info()
@@ -70,7 +80,12 @@ impl Store for JetStream {
                     .map_err(|e| fail("stream info", e))?
                     .state
                     .last_sequence;
-                (last, last)
+                let state = AckState {
+                    start: last + 1,
+                    acked: Vec::new(),
+                };
+                acks::save(&self.subs, id, &state).await?;
+                (last, last, state)
             }
         };
         // Recreated from floor + 1, so that every unacknowledged message
@@ -94,7 +109,8 @@ impl Store for JetStream {
             .create_consumer(config)
             .await
             .map_err(|e| fail("consumer create", e))?;
-        let deliveries = self.attach(id, topic, consumer, seen, floor + 1).await?;
+        let held = Held::new(self.window, state.start, floor, seen, state.acked);
+        let deliveries = self.attach(id, topic, consumer, held).await?;
         Ok(Opened {
             resumed_from: floor,
             deliveries,
@@ -103,27 +119,24 @@ impl Store for JetStream {
 
     async fn ack(&self, id: &str, seq: u64) -> Result<Acked, PersistError> {
         // Acknowledgements go through the instance that holds the id.
-        let Some(held) = self.open.held(id) else {
+        let Some(holding) = self.open.holding(id) else {
             return Err(PersistError::NotFound);
         };
-        let acker = match held.lock().take(seq) {
-            Ok(acker) => acker,
-            Err(Acked::Yes) => {
-                self.meters.acks.inc();
-                return Ok(Acked::Yes);
-            }
-            Err(never) => return Ok(never),
-        };
-        match acker.double_ack().await {
-            Ok(()) => {
-                self.meters.acks.inc();
-                Ok(Acked::Yes)
-            }
-            Err(e) => {
-                held.lock().put_back(seq, acker);
-                Err(fail("ack", e))
+        let take = holding.held.lock().take(seq);
+        match take {
+            Err(NotHeld::Never) => return Ok(Acked::NeverDelivered),
+            Err(NotHeld::Again) => {}
+            Err(NotHeld::Owed) => self.save_ack(id, &holding, seq).await?,
+            Ok(acker) => {
+                if let Err(e) = acker.double_ack().await {
+                    holding.held.lock().put_back(seq, acker);
+                    return Err(fail("ack", e));
+                }
+                self.save_ack(id, &holding, seq).await?;
             }
         }
+        self.meters.acks.inc();
+        Ok(Acked::Yes)
     }
 
     async fn delete(&self, id: &str) -> Result<bool, PersistError> {
@@ -135,6 +148,7 @@ impl Store for JetStream {
         if let Some(stream) = setup::find_stream(&self.js, &topic).await? {
             setup::delete_consumer(&stream, &consumer_name(id)).await?;
         }
+        acks::purge(&self.subs, id).await?;
         self.subs
             .purge(hex(id))
             .await
