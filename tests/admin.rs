@@ -391,6 +391,11 @@ async fn status_page_lists_listeners_and_upstreams() {
     }
     assert!(!page.body.contains("<script"), "no scripts on the page");
     assert!(!page.body.contains("src=\"http"), "no external assets");
+    // Only the demo serves a playground (tests/playground.rs follows its link).
+    assert!(
+        !page.body.contains("/playground"),
+        "a link to no playground"
+    );
     assert_eq!(get(stack.admin, "/nope").await.status, 404);
     stack.gateway.shutdown().await;
 }

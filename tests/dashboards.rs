@@ -1,6 +1,8 @@
-//! `dashboards/` may only reference metrics switchyard exports: start a
-//! gateway, scrape its admin `/metrics`, and check every `switchyard_*` name
-//! in the Grafana dashboard and the alert rules against the families found.
+//! `dashboards/` may only reference metrics switchyard exports, and must
+//! use all of them: start a gateway, scrape its admin `/metrics`, and check
+//! every `switchyard_*` and `process_*` name in the Grafana dashboard and
+//! the alert rules against the families found. Every alert links its
+//! runbook in `deploy/OPERATE.md` and names no scrape job.
 
 mod common;
 
@@ -52,14 +54,20 @@ fn families(scrape: &Scrape) -> (BTreeSet<String>, BTreeSet<String>) {
     (all, histograms)
 }
 
-/// Every `switchyard_[a-z0-9_]+` token in `text`.
+/// Prefixes of the families switchyard exports: its own, and the standard
+/// process families.
+const PREFIXES: [&str; 2] = ["switchyard_", "process_"];
+
+/// Every `switchyard_[a-z0-9_]+` and `process_[a-z0-9_]+` token in `text`.
 fn metric_names(text: &str, out: &mut BTreeSet<String>) {
     let ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
-    for (start, _) in text.match_indices("switchyard_") {
-        let glued = text[..start].chars().next_back().is_some_and(ident);
-        let name: String = text[start..].chars().take_while(|c| ident(*c)).collect();
-        if !glued {
-            out.insert(name);
+    for prefix in PREFIXES {
+        for (start, _) in text.match_indices(prefix) {
+            let glued = text[..start].chars().next_back().is_some_and(ident);
+            let name: String = text[start..].chars().take_while(|c| ident(*c)).collect();
+            if !glued {
+                out.insert(name);
+            }
         }
     }
 }
@@ -141,9 +149,28 @@ async fn dashboards_and_alerts_use_only_exported_metrics() {
     )
     .await;
     recv(&mut ws).await;
+    // And a close, so the close family has a series too.
+    let close = tokio_tungstenite::tungstenite::Message::Close(None);
+    // The gateway may answer the close and drop the socket at once.
+    let _ = futures_util::SinkExt::send(&mut ws, close).await;
+    assert!(
+        eventually(STEP, || metric_value(
+            &gateway,
+            "switchyard_ws_closes_total",
+            &[]
+        ) > 0.0)
+        .await,
+        "the client's close was not counted"
+    );
 
-    let (all, histograms) = families(&scrape(admin).await);
-    assert!(all.iter().all(|f| f.starts_with("switchyard_")), "{all:?}");
+    let scraped = scrape(admin).await;
+    build_info_and_process(&scraped);
+    let (all, histograms) = families(&scraped);
+    assert!(
+        all.iter()
+            .all(|f| PREFIXES.iter().any(|p| f.starts_with(p))),
+        "{all:?}"
+    );
     let mut used = BTreeSet::new();
     let mut missing = Vec::new();
     for file in ["switchyard.json", "alerts.yml"] {
@@ -164,9 +191,107 @@ async fn dashboards_and_alerts_use_only_exported_metrics() {
         missing.join("\n  ")
     );
     let unused: Vec<&String> = all.difference(&used).collect();
-    println!("exported but not on any dashboard or alert: {unused:?}");
+    assert!(
+        unused.is_empty(),
+        "exported but on no dashboard panel or alert: {unused:?}"
+    );
     gateway.shutdown().await;
     daemon.stop().await;
+}
+
+/// `switchyard_build_info{version, target} 1`, and on Linux the standard
+/// process families.
+fn build_info_and_process(scrape: &Scrape) {
+    let info: Vec<_> = scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == "switchyard_build_info")
+        .collect();
+    assert_eq!(info.len(), 1, "{info:?}");
+    assert_eq!(
+        info[0].labels.get("version"),
+        Some(env!("CARGO_PKG_VERSION"))
+    );
+    let target = format!("{}-{}", std::env::consts::ARCH, std::env::consts::OS);
+    assert_eq!(info[0].labels.get("target"), Some(target.as_str()));
+    assert!(
+        matches!(info[0].value, Value::Gauge(v) if v == 1.0),
+        "{:?}",
+        info[0].value
+    );
+    if cfg!(target_os = "linux") {
+        for family in [
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_virtual_memory_bytes",
+            "process_open_fds",
+            "process_max_fds",
+            "process_threads",
+            "process_start_time_seconds",
+        ] {
+            let sample = scrape.samples.iter().find(|s| s.metric == family);
+            assert!(sample.is_some(), "{family} is not exported");
+        }
+    }
+}
+
+/// The anchors GitHub gives the headings of a Markdown file: lower case,
+/// punctuation other than `-` and `_` removed, spaces as `-`.
+fn anchors(markdown: &str) -> BTreeSet<String> {
+    markdown
+        .lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .map(|l| l.trim_start_matches('#').trim())
+        .map(|title| {
+            title
+                .to_lowercase()
+                .chars()
+                .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn every_alert_has_a_runbook_in_operate_md_and_names_no_job() {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let operate = std::fs::read_to_string(format!("{dir}/deploy/OPERATE.md")).expect("OPERATE.md");
+    let sections = anchors(&operate);
+    let text = std::fs::read_to_string(format!("{dir}/dashboards/alerts.yml")).expect("alerts");
+    let alerts: serde_norway::Value = serde_norway::from_str(&text).expect("YAML");
+    let mut rules = 0;
+    for group in alerts["groups"].as_sequence().expect("groups") {
+        for rule in group["rules"].as_sequence().expect("rules") {
+            let name = rule["alert"].as_str().expect("alert name");
+            let url = rule["annotations"]["runbook_url"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name}: no runbook_url annotation"));
+            let (page, anchor) = url
+                .split_once('#')
+                .unwrap_or_else(|| panic!("{name}: {url} has no #anchor"));
+            assert!(
+                page.starts_with("https://") && page.ends_with("/deploy/OPERATE.md"),
+                "{name}: {url} is not deploy/OPERATE.md"
+            );
+            assert!(
+                sections.contains(anchor),
+                "{name}: deploy/OPERATE.md has no section #{anchor}"
+            );
+            assert_eq!(anchor, name.to_lowercase(), "{name}: {url}");
+            let expr = rule["expr"].as_str().expect("expr");
+            let compact: String = expr.split_whitespace().collect();
+            for matcher in ["job=", "job!=", "job=~", "job!~"] {
+                assert!(
+                    !compact.contains(&format!("{{{matcher}"))
+                        && !compact.contains(&format!(",{matcher}")),
+                    "{name} selects a scrape job ({matcher}): {expr}"
+                );
+            }
+            rules += 1;
+        }
+    }
+    assert!(rules >= 10, "only {rules} alert rules");
 }
 
 #[test]

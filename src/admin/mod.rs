@@ -56,6 +56,9 @@ pub(crate) struct AdminState {
     inner: View,
     /// Last-minute latency and rates for the status page.
     window: Arc<window::Window>,
+    /// Whether the demo's playground is served here too: the status page
+    /// links to it.
+    playground: bool,
 }
 
 /// A read-only view of the running gateway.
@@ -114,6 +117,7 @@ impl AdminState {
         Self {
             inner: view,
             window: Arc::default(),
+            playground: false,
         }
     }
 
@@ -141,7 +145,8 @@ impl AdminState {
 
 /// The admin routes over `state`, plus `extra` routes (the demo's
 /// playground), inside the admin layers.
-pub(crate) fn router(state: AdminState, extra: Option<Router>) -> Router {
+pub(crate) fn router(mut state: AdminState, extra: Option<Router>) -> Router {
+    state.playground = extra.is_some();
     let routes = Router::new()
         .route("/", get(status::page))
         .route("/status.css", get(status::stylesheet))

@@ -92,8 +92,12 @@ fn render(state: &AdminState) -> String {
     recent::last_minute(state, &mut out);
     requests(gw, &mut out);
     counters(gw, &mut out);
+    out.push_str("</main><footer>Endpoints: ");
+    if state.playground {
+        out.push_str("<a href=\"/playground\" id=\"playground\">playground</a> · ");
+    }
     out.push_str(
-        "</main><footer>Endpoints: <a href=\"/metrics\">/metrics</a> · \
+        "<a href=\"/metrics\">/metrics</a> · \
          <a href=\"/livez\">/livez</a> · <a href=\"/readyz\">/readyz</a>. \
          Counters are totals since start; this page refreshes every 10 s.</footer>\
          </body></html>\n",

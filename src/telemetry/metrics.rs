@@ -39,7 +39,9 @@
 //! collectors; both kinds sit on the one registry.
 //!
 //! This file holds the struct and the counting calls; `register` creates
-//! and registers every family (names, help, buckets), `events` and
+//! and registers every family (names, help, buckets), with the two that
+//! are no field here (`switchyard_build_info` and the standard `process_*`
+//! families, Linux only), `events` and
 //! `persistent` the pub/sub and persistent-subscription families, `init`
 //! the zero-valued label sets, `labels`/`reasons` the closed label sets,
 //! `cache` the per-message handles resolved once, `sharded` the per-thread

@@ -3,7 +3,8 @@
 //
 // Usage: node playground.mjs <playground-url> <ws-jsonrpc-url> <screenshot.png> <chromium>
 //
-// 1. Opens the playground and, for each WebSocket dialect (JSON-RPC, holon,
+// 1. Opens the status page, follows its link to the playground and, for
+//    each WebSocket dialect (JSON-RPC, holon,
 //    Sideband), performs a call from the page's own WebSocket; waits (on DOM
 //    state, never on sleeps) for the answer and for the upstream id the page
 //    read from the daemon's tapped lines; then a JSON-RPC batch.
@@ -185,9 +186,22 @@ async function main() {
     page.on('console', (m) => summary.console.push(`${m.type()}: ${m.text()}`));
     page.on('pageerror', (e) => summary.console.push(`pageerror: ${e.message}`));
     await watchHandshakes(page, 'playground');
-    const response = await page.goto(playgroundUrl, { waitUntil: 'load', timeout: STEP_MS });
-    summary.page = { status: response.status(), csp: response.headers()['content-security-policy'] ?? null };
+    // The status page links to the playground.
+    const statusUrl = new URL('/', playgroundUrl).href;
+    await page.goto(statusUrl, { waitUntil: 'load', timeout: STEP_MS });
+    const link = await page.$('a#playground');
+    if (!link) throw new Error(`the status page ${statusUrl} has no link to the playground`);
+    const [response] = await Promise.all([
+      page.waitForNavigation({ waitUntil: 'load', timeout: STEP_MS }),
+      link.click(),
+    ]);
+    summary.page = {
+      url: page.url(),
+      status: response.status(),
+      csp: response.headers()['content-security-policy'] ?? null,
+    };
     await page.waitForSelector('body[data-ready="true"]', { timeout: STEP_MS });
+    summary.idNote = await page.$eval('#id-note', (p) => p.textContent);
 
     summary.calls.jsonrpc = await call(page, 'jsonrpc', 'subtract', '[42,23]');
     summary.calls.holon = await call(page, 'holon', 'echo', '{"hello":"holon"}');

@@ -4,20 +4,28 @@
 //
 // DOM state the tests wait on:
 //   body[data-ready=true]                 endpoints loaded, first poll done
+//   #link-state[data-state]               online|offline (link.js)
 //   #conn-state[data-state=open]          the selected dialect is connected
 //   #calls tr[data-seq][data-state]       one row per call: sent|answered|error
 //     [data-client-id][data-upstream-id]  the ids on each leg
 //
 // Everything shown is set with textContent (never innerHTML), and every
-// list is bounded (LOG_MAX, CALLS_MAX).
+// list is bounded (LOG_MAX, CALLS_MAX). While the demo does not answer,
+// nothing is polled (link.js); when it is back, polls resume and the
+// WebSocket reconnects.
 
-import { pollCounters } from './counters.js';
+import { startCounters } from './counters.js';
+import * as link from './link.js';
 import * as sbp from './sideband.js';
 
 const LOG_MAX = 200;
 const CALLS_MAX = 100;
 const FAST_POLL_MS = 400;
 const SLOW_POLL_MS = 1500;
+// The page numbers its JSON-RPC and holon-rpc calls from here, so that its
+// ids never read like the ones switchyard gives them upstream (numbered per
+// upstream from 1).
+const FIRST_CLIENT_ID = 101;
 const EXAMPLES = {
   jsonrpc: ['subtract', '[42,23]'],
   holon: ['echo', '{"hello":"holon"}'],
@@ -31,7 +39,7 @@ const state = {
   conn: null, // { dialect, ws, ready: Promise }
   calls: [], // { seq, dialect, method, key, clientId, upstream: null|{conn,id}, row }
   nextSeq: 1,
-  nextId: 1,
+  nextId: FIRST_CLIENT_ID,
   tapAfter: 0,
 };
 
@@ -290,9 +298,11 @@ function connect() {
     const why = conn.closing ? 'by the page (dialect changed)' : `${ev.code}${ev.reason ? ` ${ev.reason}` : ''}`;
     logLine('client-log', 'note', `WebSocket closed: ${why} · ${url}`);
     if (state.conn === conn) {
-      setConnState('closed', `closed (${ev.code}): reload or pick a dialect to reconnect`);
+      setConnState('closed', `closed (${ev.code}): pick a dialect to reconnect`);
       $('send').disabled = true;
       $('batch').disabled = true;
+      // The demo may have stopped: if so, wait for it and reconnect.
+      if (!conn.closing) link.check('WebSocket closed');
     }
   });
 }
@@ -325,16 +335,22 @@ function schedulePoll(ms) {
 }
 
 async function pollUpstream() {
+  if (!link.isOnline()) return;
+  let lines;
   try {
     const res = await fetch(`/demo/upstream?after=${state.tapAfter}`, { cache: 'no-store' });
-    const { lines } = await res.json();
-    for (const line of lines) {
-      state.tapAfter = Math.max(state.tapAfter, line.seq);
-      showUpstream(line);
-    }
+    if (!res.ok) throw new Error(`HTTP ${res.status}`);
+    ({ lines } = await res.json());
   } catch (e) {
-    // The demo stopped, or a request failed: try again later.
+    // The demo stopped: poll again once it answers (link.js).
+    link.lost('/demo/upstream');
+    return;
   }
+  for (const line of lines) {
+    state.tapAfter = Math.max(state.tapAfter, line.seq);
+    showUpstream(line);
+  }
+  if (!link.isOnline()) return;
   // rpc.* (pub/sub) is served by switchyard itself: never upstream.
   const waiting = state.calls.some((c) => !c.method.startsWith('rpc.') && (!c.upstream || c.row.dataset.state === 'sent'));
   schedulePoll(waiting ? FAST_POLL_MS : SLOW_POLL_MS);
@@ -358,11 +374,32 @@ function showUpstream(line) {
 
 // ---------------------------------------------------------------------------
 
+/** Only the daemon's lines from now on are matched to this page's calls. */
+async function skipTappedLines() {
+  const { lines } = await (await fetch('/demo/upstream?after=0', { cache: 'no-store' })).json();
+  state.tapAfter = 0;
+  for (const line of lines) state.tapAfter = Math.max(state.tapAfter, line.seq);
+}
+
+/** The demo answers again (maybe restarted): poll and reconnect. */
+async function resume(endpoints) {
+  state.endpoints = endpoints;
+  logLine('upstream-log', 'note', 'the demo answers again');
+  try {
+    // A restarted demo numbers its lines from 1 again.
+    await skipTappedLines();
+  } catch (e) {
+    link.lost('/demo/upstream');
+    return;
+  }
+  schedulePoll(0);
+  if (!state.conn || state.conn.ws.readyState !== WebSocket.OPEN) connect();
+}
+
 async function init() {
   state.endpoints = await (await fetch('/demo/endpoints', { cache: 'no-store' })).json();
-  // Only lines from now on are matched to this page's calls.
-  const { lines } = await (await fetch('/demo/upstream?after=0', { cache: 'no-store' })).json();
-  for (const line of lines) state.tapAfter = Math.max(state.tapAfter, line.seq);
+  await skipTappedLines();
+  link.register(() => clearTimeout(pollTimer), resume);
   $('dialect').addEventListener('change', () => {
     const [method, params] = EXAMPLES[$('dialect').value];
     $('method').value = method;
@@ -381,7 +418,7 @@ async function init() {
   });
   connect();
   schedulePoll(SLOW_POLL_MS);
-  pollCounters();
+  startCounters();
   document.body.dataset.ready = 'true';
 }
 

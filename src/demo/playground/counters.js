@@ -1,19 +1,41 @@
 // Live counters for the playground: polls the admin listener's /metrics
-// (Prometheus text) and fills #counters and #upstream-counters.
+// (Prometheus text) and fills #counters and #upstream-counters; stops while
+// the demo does not answer (link.js).
+
+import * as link from './link.js';
 
 const COUNTERS_MS = 2000;
 const LISTENERS = ['jsonrpc', 'holon', 'sideband', 'ndjson'];
 
 const $ = (id) => document.getElementById(id);
 
-export async function pollCounters() {
+let timer = null;
+
+/** Polls /metrics every COUNTERS_MS while the demo answers. */
+export function startCounters() {
+  link.register(() => clearTimeout(timer), () => schedule(0));
+  schedule(0);
+}
+
+function schedule(ms) {
+  clearTimeout(timer);
+  timer = setTimeout(pollCounters, ms);
+}
+
+async function pollCounters() {
+  if (!link.isOnline()) return;
+  let text;
   try {
-    const text = await (await fetch('/metrics', { cache: 'no-store' })).text();
-    renderCounters(parseMetrics(text));
+    const res = await fetch('/metrics', { cache: 'no-store' });
+    if (!res.ok) throw new Error(`HTTP ${res.status}`);
+    text = await res.text();
   } catch (e) {
-    // Try again on the next tick.
+    // The demo stopped (or is restarting): stop until it answers again.
+    link.lost('/metrics');
+    return;
   }
-  setTimeout(pollCounters, COUNTERS_MS);
+  renderCounters(parseMetrics(text));
+  if (link.isOnline()) schedule(COUNTERS_MS);
 }
 
 /** `name{labels} value` lines into [{ name, labels, value }]. */

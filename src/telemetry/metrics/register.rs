@@ -1,6 +1,7 @@
 //! Creating and registering every family of [`Metrics`]: names, help
 //! texts, label names and buckets. The families are documented on the
-//! fields of [`Metrics`].
+//! fields of [`Metrics`], except the two that never change after start:
+//! `switchyard_build_info` and the standard `process_*` families.
 
 use prometheus::{
     HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
@@ -29,6 +30,8 @@ impl Metrics {
     /// Creates every collector on a fresh registry.
     pub fn new() -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
+        build_info(&registry)?;
+        process(&registry)?;
         let m = Metrics {
             connections_open: gauge(
                 &registry,
@@ -230,6 +233,36 @@ impl Metrics {
         };
         Ok(m)
     }
+}
+
+/// `switchyard_build_info{version, target} 1`: which build runs, for
+/// joins (`* on (job, instance) group_left (version)`) and for alert rules
+/// that select switchyard's scrape targets without naming their job.
+fn build_info(registry: &Registry) -> Result<(), prometheus::Error> {
+    let target = format!("{}-{}", std::env::consts::ARCH, std::env::consts::OS);
+    let g = gauge(
+        registry,
+        "build_info",
+        "Always 1; labels describe the running build",
+        &["version", "target"],
+    )?;
+    g.with_label_values(&[env!("CARGO_PKG_VERSION"), target.as_str()])
+        .set(1);
+    Ok(())
+}
+
+/// The standard `process_*` families (CPU seconds, resident and virtual
+/// memory, open and maximum file descriptors, threads, start time) of this
+/// process, read from `/proc` on every scrape. Linux only: elsewhere there
+/// are none.
+fn process(registry: &Registry) -> Result<(), prometheus::Error> {
+    #[cfg(target_os = "linux")]
+    registry.register(Box::new(
+        prometheus::process_collector::ProcessCollector::for_self(),
+    ))?;
+    #[cfg(not(target_os = "linux"))]
+    let _ = registry;
+    Ok(())
 }
 
 /// Registers a sharded family (see [`sharded`](super::sharded)): the
