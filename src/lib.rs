@@ -16,8 +16,8 @@
 //! restored, into the client's [`outbox::Outbox`].
 //!
 //! Layers, lowest first, each importing only from the ones before it:
-//! [`envelope`], [`close`], [`error`] and [`lines`] (nothing from the
-//! crate) →
+//! [`envelope`], [`close`], [`error`], [`lines`] and [`redact`] (nothing
+//! from the crate) →
 //! [`dialect`] → [`pubsub`] → [`persist`] → [`upstream`], [`outbox`] →
 //! [`router`] → [`transport`].
 //!
@@ -26,6 +26,7 @@
 //! - [`config`]: typed, validated configuration (figment: defaults ← TOML ← env).
 //! - [`envelope`]: the protocol-neutral message every dialect maps to.
 //! - [`close`]: the WebSocket close codes switchyard sends, as a closed set.
+//! - [`redact`]: secrets hidden wherever configuration values are shown (`check`, problems, status page, logs).
 //! - [`lines`]: NDJSON line framing for the NDJSON listener and upstream links: a read buffer bounded by one line that does not keep a long line's memory.
 //! - [`dialect`]: pure wire codecs, bytes ⇄ neutral message. No sockets, no tokio.
 //! - [`error`]: switchyard's own error kinds and the side that caused each; [`dialect::errors`] renders them per dialect.
@@ -66,6 +67,7 @@ pub mod lines;
 pub mod outbox;
 pub mod persist;
 pub mod pubsub;
+pub mod redact;
 pub mod router;
 pub mod shutdown;
 pub mod stdout;

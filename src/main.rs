@@ -89,7 +89,8 @@ enum Command {
         /// Serve the reference WebSocket daemon on this IP:port instead (path /rpc).
         #[arg(long)]
         ws_listen: Option<SocketAddr>,
-        /// The WebSocket daemon's dialect [default: jsonrpc].
+        /// The WebSocket daemon's dialect, named as in the configuration
+        /// [default: jsonrpc-ws].
         #[arg(long, value_enum, conflicts_with = "socket")]
         ws_dialect: Option<WsDialectArg>,
         /// Mimic the HumanLayer daemon's quirks (NDJSON daemon only).
@@ -98,12 +99,15 @@ enum Command {
     },
 }
 
-/// `--ws-dialect` values.
+/// `--ws-dialect` values: the configuration's dialect names, and the short
+/// names earlier versions took.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum WsDialectArg {
     /// JSON-RPC 2.0 over WebSocket.
+    #[value(name = "jsonrpc-ws", alias = "jsonrpc")]
     Jsonrpc,
     /// holon-rpc.
+    #[value(name = "holon-rpc", alias = "holon")]
     Holon,
 }
 
@@ -152,6 +156,9 @@ enum Job {
 async fn gateway(cfg: Config, file: Option<PathBuf>) -> ExitCode {
     // Kept until exit: its shutdown sends the spans still queued.
     let telemetry = telemetry::init(&cfg.log, &cfg.tracing);
+    for warning in warnings(&cfg) {
+        tracing::warn!("{warning}");
+    }
     // Before anything is served: from now on SIGHUP reloads.
     let mut hangups = shutdown::Hangups::new();
     let bound = match app::bind(cfg).await {
@@ -271,20 +278,59 @@ async fn reload(admin: &str, token: Option<&str>, timeout: Duration) -> ExitCode
 }
 
 fn load(config: Option<PathBuf>) -> Result<Config, ExitCode> {
-    Config::load(config.as_deref()).map_err(|e| {
-        eprintln!("switchyard: invalid configuration:\n{e}");
-        ExitCode::from(EXIT_CONFIG as u8)
-    })
+    Config::load(config.as_deref()).map_err(|e| invalid(config.is_none(), &e))
 }
 
 fn check(config: Option<PathBuf>) -> ExitCode {
     match Config::check(config.as_deref()) {
-        Ok((_, raw)) => print(&raw.to_toml_string()),
-        Err(e) => {
-            eprintln!("switchyard: invalid configuration:\n{e}");
-            ExitCode::from(EXIT_CONFIG as u8)
+        Ok((cfg, raw)) => {
+            for warning in warnings(&cfg) {
+                eprintln!("switchyard: warning: {warning}");
+            }
+            print(&raw.to_toml_string())
         }
+        Err(e) => invalid(config.is_none(), &e),
     }
+}
+
+/// Reports an invalid configuration (exit 64); without `--config`, says
+/// so and how to start, since a missing file is the likely cause.
+fn invalid(no_file: bool, e: &switchyard::config::ConfigError) -> ExitCode {
+    if let Some(ignored) = ignored_env_warning() {
+        eprintln!("switchyard: warning: {ignored}");
+    }
+    eprintln!("switchyard: invalid configuration:\n{e}");
+    if no_file {
+        eprintln!(
+            "switchyard: no --config FILE was given, so only built-in defaults and \
+             SWITCHYARD_* variables were read.\n  \
+             switchyard run --config switchyard.toml   (every key: config/switchyard.example.toml)\n  \
+             switchyard demo                           (try it with nothing to set up)"
+        );
+    }
+    ExitCode::from(EXIT_CONFIG as u8)
+}
+
+/// The warnings about a valid configuration: the environment variables
+/// left out, then [`Config::warnings`].
+fn warnings(cfg: &Config) -> Vec<String> {
+    ignored_env_warning()
+        .into_iter()
+        .chain(cfg.warnings())
+        .collect()
+}
+
+/// One warning naming every `SWITCHYARD_*` variable that is not
+/// configuration (no `__`), if any; names only, values may be secrets.
+fn ignored_env_warning() -> Option<String> {
+    let ignored = switchyard::config::raw::ignored_env_vars();
+    (!ignored.is_empty()).then(|| {
+        format!(
+            "ignoring {}: only SWITCHYARD_* variables with a \"__\" separator are \
+             configuration (e.g. SWITCHYARD_ADMIN__ADDRESS)",
+            ignored.join(", ")
+        )
+    })
 }
 
 /// Prints a command's result; a closed stdout is a clean end, not a panic.

@@ -76,11 +76,16 @@ impl Reply {
 
 /// A raw HTTP/1.1 GET (`Connection: close`), read to the end.
 async fn get(addr: SocketAddr, path: &str) -> Reply {
+    get_as(addr, path, &addr.to_string()).await
+}
+
+/// [`get`] with this `Host` header.
+async fn get_as(addr: SocketAddr, path: &str, host: &str) -> Reply {
     let mut stream = tokio::time::timeout(STEP, TcpStream::connect(addr))
         .await
         .expect("connect timed out")
         .expect("connect");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.expect("write");
     let mut raw = Vec::new();
     tokio::time::timeout(STEP, stream.read_to_end(&mut raw))
@@ -986,4 +991,63 @@ async fn closes_initiated_by_clients_are_counted() {
     }
     assert_eq!(now - before, 1.0, "one close from the client, code 1000");
     stack.gateway.shutdown().await;
+}
+
+/// DNS rebinding: a page on `evil.example` whose name now resolves to the
+/// admin listener sends `Host: evil.example`. The listener answers only IP
+/// addresses, loopback names and `[admin] allowed_hosts`, on every route;
+/// and its status page never shows the credentials in an upstream's URL.
+#[tokio::test]
+async fn the_admin_listener_checks_host_and_hides_credentials() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let toml = format!(
+        "{}\n[upstreams.remote]\ndialect = \"jsonrpc-ws\"\n\
+         url = \"ws://alice:s3cr3tpw@127.0.0.1:1/rpc?token=t0k3nval&v=2\"\n\
+         [admin]\naddress = \"127.0.0.1:0\"\nallowed_hosts = [\"switchyard\"]\n",
+        stack_toml(&dir.path().join("nobody.sock"), "", "")
+    );
+    let cfg = Config::from_toml(&toml).unwrap_or_else(|e| panic!("config: {e}\n{toml}"));
+    let bound = app::bind(cfg).await.expect("bind");
+    let admin = bound.admin_addr().expect("admin listener");
+    let gateway = bound.spawn();
+    let port = admin.port();
+
+    for path in [
+        "/",
+        "/metrics",
+        "/livez",
+        "/readyz",
+        "/status.css",
+        "/nowhere",
+    ] {
+        for host in ["evil.example".to_owned(), format!("evil.example:{port}")] {
+            let reply = get_as(admin, path, &host).await;
+            assert_eq!(reply.status, 403, "{path} as {host}: {}", reply.body);
+            assert!(reply.body.contains("Host not allowed"), "{}", reply.body);
+            assert_eq!(reply.header("x-frame-options"), Some("DENY"), "{path}");
+        }
+    }
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("switchyard:{port}"),
+        "SWITCHYARD".to_owned(),
+    ] {
+        let reply = get_as(admin, "/livez", &host).await;
+        assert_eq!(reply.status, 200, "{host}: {}", reply.body);
+    }
+
+    let page = get(admin, "/").await;
+    assert_eq!(page.status, 200);
+    for secret in ["s3cr3tpw", "t0k3nval"] {
+        assert!(
+            !page.body.contains(secret),
+            "{secret} shown on the status page"
+        );
+    }
+    assert!(
+        page.body.contains("127.0.0.1:1/rpc"),
+        "the URL's server is still shown"
+    );
+    gateway.shutdown().await;
 }

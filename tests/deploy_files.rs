@@ -294,6 +294,14 @@ fn compose_config_is_valid_and_matches_the_stack() {
         .expect("switchyard scrape job");
     let targets = strings(seq(&seq(job, &["static_configs"])[0], &["targets"]));
     assert_eq!(targets, [format!("switchyard:{}", admin.port())]);
+    // ... under a name the admin listener's Host check accepts.
+    let host = targets[0].as_bytes();
+    let allowed = switchyard::limits::origin::admin_host(Some(host), &cfg.admin.allowed_hosts);
+    assert!(
+        allowed.is_ok(),
+        "Prometheus's Host {} is refused",
+        targets[0]
+    );
     let service = at(&compose, &["services", "prometheus"]);
     let rules = mount_target(service, "../dashboards/alerts.yml");
     assert_eq!(strings(seq(&prom, &["rule_files"])), [rules.as_str()]);
@@ -473,6 +481,9 @@ fn k8s_sidecar_probes_scrape_and_share_the_socket() {
     assert!(args.contains(&socket.to_str().expect("UTF-8")), "{args:?}");
     let non_root = at(pod, &["securityContext", "runAsNonRoot"]).as_bool();
     assert_eq!(non_root, Some(true));
+    // No {SERVICE}_PORT-style variables in the pod's environment.
+    let links = pod.get("enableServiceLinks").and_then(Value::as_bool);
+    assert_eq!(links, Some(false), "enableServiceLinks");
 }
 
 #[test]

@@ -266,3 +266,40 @@ async fn ping_notification_gets_pong_and_unrouted_rpc_methods_are_refused() {
     expect_silence(&mut ws, Duration::from_millis(100)).await;
     stack.gateway.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_method_no_route_matches_is_told_from_the_upstreams_own() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("daemon.sock");
+    let daemon = switchyard::daemon::Daemon::start(&socket, DaemonOptions::default())
+        .await
+        .expect("daemon");
+    // `public` routes everything to the daemon; `lonely` has no route.
+    let toml = format!(
+        "{}\n[listeners.lonely]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/lonely\"\n",
+        stack_toml(&socket, "", "")
+    );
+    let cfg = switchyard::config::Config::from_toml(&toml).expect("valid config");
+    assert_eq!(cfg.warnings().len(), 1, "{:?}", cfg.warnings());
+    let bound = switchyard::app::bind(cfg).await.expect("bind");
+    let (public, lonely) = (bound.ws_url("public"), bound.ws_url("lonely"));
+    let gateway = bound.spawn();
+    wait_connected(&gateway, "daemon").await;
+    let call = r#"{"jsonrpc":"2.0","method":"no.such.method","id":1}"#;
+
+    let mut ws = connect(&public.expect("public url")).await;
+    send(&mut ws, call).await;
+    let upstreams = json(&recv(&mut ws).await);
+    assert_eq!(upstreams["error"]["code"], -32601, "{upstreams}");
+    assert!(upstreams["error"].get("data").is_none(), "{upstreams}");
+
+    let mut ws = connect(&lonely.expect("lonely url")).await;
+    send(&mut ws, call).await;
+    let ours = json(&recv(&mut ws).await);
+    assert_eq!(ours["error"]["code"], -32601, "{ours}");
+    assert_eq!(ours["error"]["message"], "Method not found", "{ours}");
+    assert_eq!(ours["error"]["data"], "no route matched", "{ours}");
+    assert_eq!(ours["id"], 1, "{ours}");
+    gateway.shutdown().await;
+    drop(daemon);
+}

@@ -279,7 +279,8 @@ fn listen_addr(gw: &Gateway, l: &ListenerConfig) -> String {
 fn target(u: &UpstreamConfig) -> String {
     match &u.target {
         UpstreamTarget::Unix(path) => format!("unix://{}", path.display()),
-        UpstreamTarget::Ws(url) => url.clone(),
+        // Credentials in the URL are never shown.
+        UpstreamTarget::Ws(url) => crate::redact::url(url).into_owned(),
     }
 }
 

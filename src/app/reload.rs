@@ -91,6 +91,9 @@ impl Live {
             .await
             .map_err(|e| vec![e.to_string()])?;
         self.warn_restart_only(&cfg);
+        for warning in cfg.warnings() {
+            tracing::warn!("{warning}");
+        }
         let old = std::mem::replace(&mut self.cfg, cfg);
         let patience = old
             .listeners

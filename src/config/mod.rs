@@ -61,6 +61,9 @@ pub struct AdminConfig {
     /// Bearer token `POST /reload` must carry; `None` (the default): the
     /// endpoint refuses every request.
     pub reload_token: Option<String>,
+    /// Host names accepted in the `Host` header besides IP addresses and
+    /// loopback names (DNS-rebinding defence), lower case.
+    pub allowed_hosts: Vec<String>,
 }
 
 /// Process-wide settings.
@@ -266,6 +269,24 @@ impl Config {
     /// the embedded demo.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         checked(raw::RawConfig::read_toml(text)?).map(|(config, _)| config)
+    }
+
+    /// What is valid but probably not meant, one message each: a listener
+    /// without any route (not an echo listener) answers every method but
+    /// switchyard's own (`rpc.*`) with `-32601` and `data` "no route
+    /// matched". Printed by `switchyard check`, logged at start and reload.
+    pub fn warnings(&self) -> Vec<String> {
+        self.listeners
+            .iter()
+            .filter(|l| !l.echo && l.routes.upstreams().next().is_none())
+            .map(|l| {
+                format!(
+                    "listeners.{}: no [[routes]] entry names this listener; every method but \
+                     switchyard's own (rpc.*) is answered -32601 \"no route matched\"",
+                    l.name
+                )
+            })
+            .collect()
     }
 
     /// Looks an upstream up by name.

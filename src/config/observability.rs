@@ -37,10 +37,12 @@ pub(super) fn admin_config(
     p: &mut Problems,
 ) -> AdminConfig {
     let reload_token = (!raw.reload_token.is_empty()).then(|| raw.reload_token.clone());
+    let allowed_hosts = admin_hosts(&raw.allowed_hosts, p);
     if raw.address.is_empty() {
         return AdminConfig {
             addr: None,
             reload_token,
+            allowed_hosts,
         };
     }
     let addr = match raw.address.parse::<SocketAddr>() {
@@ -51,6 +53,7 @@ pub(super) fn admin_config(
             return AdminConfig {
                 addr: None,
                 reload_token,
+                allowed_hosts,
             };
         }
     };
@@ -68,7 +71,21 @@ pub(super) fn admin_config(
     AdminConfig {
         addr: Some(addr),
         reload_token,
+        allowed_hosts,
     }
+}
+
+/// `admin.allowed_hosts`: bare host names (no scheme, port or path), kept
+/// in lower case.
+fn admin_hosts(raw: &[String], p: &mut Problems) -> Vec<String> {
+    for name in raw {
+        let bare = !name.is_empty() && !name.contains([':', '/', '@', ' ']);
+        if !bare {
+            let msg = format!("{name:?} is not a bare host name (no scheme, port or path)");
+            p.at("admin", "allowed_hosts", msg);
+        }
+    }
+    raw.iter().map(|h| h.to_ascii_lowercase()).collect()
 }
 
 /// Both addresses would bind the same port on a common interface.
@@ -81,8 +98,8 @@ fn same_socket(a: SocketAddr, b: SocketAddr) -> bool {
 /// cannot surface an old mistake.
 pub(super) fn tracing_config(raw: &RawTracing, p: &mut Problems) -> TracingConfig {
     let protocol = p.choice("tracing", "protocol", &raw.protocol, &PROTOCOLS);
-    let endpoint = &raw.endpoint;
-    let problem = match endpoint.parse::<axum::http::Uri>() {
+    let endpoint = crate::redact::url(&raw.endpoint);
+    let problem = match raw.endpoint.parse::<axum::http::Uri>() {
         Ok(uri) if uri.scheme_str() == Some("http") && uri.host().is_some() => None,
         Ok(uri) if uri.scheme_str() == Some("https") => Some("https is not supported (this build has no TLS); use an http:// collector such as a local OpenTelemetry Collector".to_owned()),
         Ok(_) => Some(format!("expected an http:// URL with a host (got {endpoint:?})")),

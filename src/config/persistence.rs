@@ -70,7 +70,7 @@ pub(super) fn persistence(
             p.at(
                 key,
                 "nats_url",
-                format!("expected a nats:// URL (got {url:?})"),
+                format!("expected a nats:// URL (got {:?})", crate::redact::url(url)),
             );
         }
     }

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use figment::providers::{Env, Format, Serialized, Toml};
+use figment::value::Value;
 use figment::Figment;
 use serde::{Deserialize, Serialize};
 
@@ -150,6 +151,13 @@ pub struct RawAdmin {
     /// <token>`). Default `""`: the endpoint refuses every request (SIGHUP
     /// and `switchyard reload` still work, the latter only with a token).
     pub reload_token: String,
+    /// Host names the admin listener answers to, besides IP addresses and
+    /// loopback names (`localhost`), which it always accepts: a request
+    /// with any other `Host` is refused with `403`, so that a web page
+    /// cannot read it through DNS rebinding. List the names scrapers and
+    /// people use, e.g. `["switchyard"]` when Prometheus scrapes
+    /// `switchyard:9090`. Default `[]`.
+    pub allowed_hosts: Vec<String>,
 }
 
 /// `[gateway]`: process-wide settings.
@@ -196,7 +204,9 @@ pub struct RawRoute {
 
 impl RawConfig {
     /// Merges defaults ← `file` (if given; a missing file is an error) ←
-    /// `SWITCHYARD_*` environment (nested keys split on `__`, lower-cased).
+    /// `SWITCHYARD_*` environment (only names with `__`, nested keys split
+    /// on it, lower-cased but for listener and upstream names, which match
+    /// the file's case-insensitively).
     /// Unknown keys and wrongly typed values are load errors, all reported.
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
         strict(Self::read(file)?)
@@ -223,7 +233,8 @@ impl RawConfig {
             }
             figment = figment.merge(Toml::file_exact(path));
         }
-        read::read(&figment.merge(Env::prefixed(ENV_PREFIX).split(ENV_SEPARATOR)))
+        let env = environment(&figment);
+        read::read(&figment.merge(env))
     }
 
     /// Like [`from_toml`](Self::from_toml), keeping what deserializes.
@@ -232,9 +243,10 @@ impl RawConfig {
     }
 
     /// Renders the effective configuration as TOML for `switchyard check`:
-    /// defaults filled in and each upstream's profile applied.
+    /// defaults filled in, each upstream's profile applied and every secret
+    /// hidden ([`redacted`](Self::redacted)).
     pub fn to_toml_string(&self) -> String {
-        let mut effective = self.clone();
+        let mut effective = self.redacted();
         for upstream in effective.upstreams.values_mut() {
             *upstream = upstream.with_profile_defaults();
         }
@@ -242,6 +254,94 @@ impl RawConfig {
             "RawConfig holds only strings, integers, bools, arrays and string-keyed tables, which TOML can represent; qed",
         )
     }
+
+    /// The same configuration with every secret shown as
+    /// [`redact::MASK`](crate::redact::MASK): listener `auth_token`s,
+    /// `[admin] reload_token`, and the credentials in URLs (upstream `url`,
+    /// `[persistence] nats_url`, `[tracing] endpoint`).
+    pub fn redacted(&self) -> RawConfig {
+        use crate::redact;
+        let mut shown = self.clone();
+        for listener in shown.listeners.values_mut() {
+            if let Some(token) = &mut listener.auth_token {
+                *token = redact::MASK.to_owned();
+            }
+        }
+        for upstream in shown.upstreams.values_mut() {
+            if let Some(url) = &mut upstream.url {
+                *url = redact::url(url).into_owned();
+            }
+        }
+        shown.admin.reload_token = redact::secret(&shown.admin.reload_token).to_owned();
+        shown.persistence.nats_url = redact::url(&shown.persistence.nats_url).into_owned();
+        shown.tracing.endpoint = redact::url(&shown.tracing.endpoint).into_owned();
+        shown
+    }
+}
+
+/// The `SWITCHYARD_*` variables that are configuration: those whose name
+/// has the [`ENV_SEPARATOR`] after the prefix. Others, such as the
+/// `SWITCHYARD_PORT` and `SWITCHYARD_SERVICE_HOST` Kubernetes sets for a
+/// Service named `switchyard`, are left out ([`ignored_env_vars`] names
+/// them for a warning). Keys are lower-cased, except that a listener or
+/// upstream name matches the name in `base` case-insensitively (the
+/// lower-case one when several match), so `SWITCHYARD_LISTENERS__PUBLIC__…`
+/// sets `[listeners.Public]`.
+fn environment(base: &Figment) -> Env {
+    let names = |table: &str| -> Vec<String> {
+        match base.find_value(table) {
+            Ok(Value::Dict(_, dict)) => dict.into_keys().collect(),
+            _ => Vec::new(),
+        }
+    };
+    let (listeners, upstreams) = (names("listeners"), names("upstreams"));
+    Env::prefixed(ENV_PREFIX)
+        .filter(|key| key.as_str().contains(ENV_SEPARATOR))
+        .map(move |key| env_key(key.as_str(), &listeners, &upstreams).into())
+        // Last: each filter or map turns lower-casing back on.
+        .lowercase(false)
+}
+
+/// The key path of a variable named `name` (prefix removed), e.g.
+/// `LISTENERS__Public__ADDRESS` → `listeners.Public.address` when the
+/// file names the listener `Public`.
+fn env_key(name: &str, listeners: &[String], upstreams: &[String]) -> String {
+    let mut parts: Vec<String> = name
+        .split(ENV_SEPARATOR)
+        .map(str::to_ascii_lowercase)
+        .collect();
+    let known = match parts.first().map(String::as_str) {
+        Some("listeners") => listeners,
+        Some("upstreams") => upstreams,
+        _ => &[],
+    };
+    if let Some(part) = parts.get_mut(1) {
+        let exact = known.iter().find(|n| *n == part);
+        let loose = || known.iter().find(|n| n.eq_ignore_ascii_case(part));
+        if let Some(written) = exact.or_else(loose) {
+            *part = written.clone();
+        }
+    }
+    parts.join(".")
+}
+
+/// Names of the `SWITCHYARD_*` variables set now that are not
+/// configuration (no [`ENV_SEPARATOR`] after the prefix), sorted. Only
+/// names: their values may be secrets.
+pub fn ignored_env_vars() -> Vec<String> {
+    let mut names: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, _)| {
+            let name = name.to_string_lossy().into_owned();
+            let rest = name.get(..ENV_PREFIX.len()).and_then(|prefix| {
+                prefix
+                    .eq_ignore_ascii_case(ENV_PREFIX)
+                    .then(|| &name[ENV_PREFIX.len()..])
+            })?;
+            (!rest.contains(ENV_SEPARATOR)).then(|| name.clone())
+        })
+        .collect();
+    names.sort();
+    names
 }
 
 /// The configuration only if it read without a single load error.

@@ -213,7 +213,8 @@ fn target(key: &str, d: Dialect, raw: &RawUpstream, p: &mut Problems) -> Option<
             return Some(UpstreamTarget::Ws(url.to_owned()));
         }
         Some(url) => {
-            let msg = format!("must start with ws:// or wss:// (got {url:?})");
+            let shown = crate::redact::url(url);
+            let msg = format!("must start with ws:// or wss:// (got {shown:?})");
             p.at(key, "url", msg);
         }
     }

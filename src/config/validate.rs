@@ -151,7 +151,10 @@ fn route_ref<'a, T>(
         Some(name) if known.contains_key(name) => return Some(name),
         Some(name) => {
             let names: Vec<&str> = known.keys().map(String::as_str).collect();
-            let msg = format!("unknown {field} {name:?} (known: {})", names.join(", "));
+            let mut msg = format!("unknown {field} {name:?} (known: {})", names.join(", "));
+            if let Some(near) = closest(name, names.iter().copied()) {
+                msg.push_str(&format!("; did you mean {near:?}?"));
+            }
             p.at(key, field, msg);
         }
     }
@@ -246,6 +249,24 @@ fn check_conflicts(listeners: &[ListenerConfig], upstreams: &[UpstreamConfig], p
     }
 }
 
+/// The candidate closest to `word` if it is close enough to be a likely
+/// misspelling, for "did you mean" hints (Jaro-Winkler similarity, as
+/// clap uses for subcommands).
+pub(crate) fn closest<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    /// Below this similarity a suggestion is more confusing than none.
+    const LIKELY: f64 = 0.8;
+    let lower = word.to_ascii_lowercase();
+    candidates
+        .into_iter()
+        .map(|c| (strsim::jaro_winkler(&lower, &c.to_ascii_lowercase()), c))
+        .filter(|(score, _)| *score >= LIKELY)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c)
+}
+
 // === impl ConfigError ===
 
 impl ConfigError {
@@ -291,10 +312,13 @@ impl Problems {
         let found = of.iter().find(|(name, _)| *name == v).map(|(_, t)| *t);
         if found.is_none() {
             let names: Vec<String> = of.iter().map(|(name, _)| format!("{name:?}")).collect();
-            let msg = format!(
+            let mut msg = format!(
                 "unknown value {v:?} (expected one of: {})",
                 names.join(", ")
             );
+            if let Some(near) = closest(v, of.iter().map(|(name, _)| *name)) {
+                msg.push_str(&format!("; did you mean {near:?}?"));
+            }
             self.at(key, field, msg);
         }
         found

@@ -95,6 +95,20 @@ fn no_route_object(err: &GatewayError, dialect: Dialect) -> ErrorObject {
     }
 }
 
+/// What `data` says when switchyard answers `method_not_found` because
+/// no route of the listener matched the method.
+pub const NO_ROUTE_DATA: &str = "no route matched";
+
+/// `method_not_found` for `method` when no route of the listener matched
+/// it: as [`render`] spells it, with `data` [`NO_ROUTE_DATA`] in every
+/// dialect, so that the client (and an operator reading its logs) can
+/// tell it from the upstream's own `-32601`, which never carries that.
+pub fn no_route_matched(method: &str, dialect: Dialect) -> ErrorObject {
+    let mut obj = render(&GatewayError::no_route(method), dialect);
+    obj.data = Some(json_string(NO_ROUTE_DATA));
+    obj
+}
+
 /// A JSON string payload.
 fn json_string(text: &str) -> Payload {
     let encoded = serde_json::to_string(text).unwrap_or_else(|_| String::from("\"\""));
@@ -138,6 +152,31 @@ mod tests {
             render(&GatewayError::new(ErrorKind::Unavailable), Dialect::Ndjson).code,
             -32009
         );
+    }
+
+    #[test]
+    fn no_route_matched_says_so_in_data_in_every_dialect() {
+        let data = |obj: &ErrorObject| {
+            obj.data
+                .as_ref()
+                .and_then(|d| d.as_json().map(str::to_owned))
+        };
+        for dialect in [
+            Dialect::JsonRpc,
+            Dialect::Ndjson,
+            Dialect::Holon,
+            Dialect::Sideband,
+        ] {
+            let plain = render(&GatewayError::no_route("m.x"), dialect);
+            let ours = no_route_matched("m.x", dialect);
+            assert_eq!((ours.code, &ours.message), (plain.code, &plain.message));
+            assert_eq!(data(&plain), None, "{dialect}");
+            assert_eq!(
+                data(&ours).as_deref(),
+                Some("\"no route matched\""),
+                "{dialect}"
+            );
+        }
     }
 
     #[test]

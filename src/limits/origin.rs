@@ -196,6 +196,23 @@ impl UpgradePolicy {
     }
 }
 
+/// The admin listener's Host check (DNS-rebinding defence): a `Host` that
+/// is an IP address or a loopback name passes (a rebinding page cannot
+/// make a browser send one: the browser sends the page's own name), and
+/// so does one of the `names` (lower case, without port). A missing or
+/// unreadable `Host` is refused.
+pub fn admin_host(host: Option<&[u8]>, names: &[String]) -> Result<(), Refusal> {
+    let (name, _) = host
+        .and_then(ascii)
+        .and_then(split_host_port)
+        .ok_or(Refusal::Host)?;
+    let bare = name.trim_start_matches('[').trim_end_matches(']');
+    let allowed = is_loopback_host(&name)
+        || bare.parse::<IpAddr>().is_ok()
+        || names.iter().any(|n| n.eq_ignore_ascii_case(&name));
+    allowed.then_some(()).ok_or(Refusal::Host)
+}
+
 /// The header value as text, if it is visible ASCII (with spaces and tabs).
 fn ascii(raw: &[u8]) -> Option<&str> {
     raw.iter()

@@ -263,7 +263,14 @@ impl Router {
         }
         let Some(upstream) = self.routed(method) else {
             self.count_request("none", RequestOutcome::Error(ErrorKind::MethodNotFound));
-            return self.error_reply(id, &GatewayError::no_route(method));
+            let err = GatewayError::no_route(method);
+            // `rpc.*` is switchyard's own namespace, never routed: an
+            // unknown one is plainly not found.
+            if method.starts_with("rpc.") {
+                return self.error_reply(id, &err);
+            }
+            self.metrics.count_error(&self.cfg.name, &err);
+            return Message::error(Some(id), errors::no_route_matched(method, self.cfg.dialect));
         };
         tracing::Span::current().record("switchyard.upstream", upstream.name());
         let started = Instant::now();

@@ -9,6 +9,7 @@
 //! next one. What is left deserializes into a [`RawConfig`] that
 //! validation can still check, minus the keys already reported.
 
+use figment::error::Kind;
 use figment::value::{Dict, Value};
 use figment::Figment;
 
@@ -162,9 +163,32 @@ fn message(figment: &Figment, value: &Value, error: &figment::Error) -> String {
         })
     });
     let source = source.unwrap_or_default();
+    let kind = kind_text(error);
     if key.is_empty() {
-        format!("{}{source}", error.kind)
+        format!("{kind}{source}")
     } else {
-        format!("{key}: {}{source}", error.kind)
+        format!("{key}: {kind}{source}")
+    }
+}
+
+/// What is wrong, with a "did you mean" for a misspelt key, and without
+/// the value when the key holds a secret (a token given the wrong type
+/// must not be printed).
+fn kind_text(error: &figment::Error) -> String {
+    let secret = error
+        .path
+        .last()
+        .is_some_and(|key| crate::redact::is_secret_key(key));
+    match &error.kind {
+        Kind::InvalidType(_, expected) | Kind::InvalidValue(_, expected) if secret => {
+            format!("invalid value (not shown: the key holds a secret), expected {expected}")
+        }
+        Kind::UnknownField(field, expected) => {
+            match crate::config::validate::closest(field, expected.iter().copied()) {
+                Some(near) => format!("{}; did you mean {near:?}?", error.kind),
+                None => error.kind.to_string(),
+            }
+        }
+        kind => kind.to_string(),
     }
 }

@@ -257,3 +257,36 @@ fn query_tokens_are_form_decoded_and_the_scheme_is_case_insensitive() {
         );
     }
 }
+
+#[test]
+fn the_admin_host_check_takes_ips_loopback_and_listed_names_only() {
+    let listed = vec!["switchyard".to_owned()];
+    for ok in [
+        "127.0.0.1:9090",
+        "localhost:9090",
+        "LOCALHOST",
+        "[::1]:9090",
+        "10.1.2.3:9090",
+        "[fd00::1]",
+        "switchyard:9090",
+        "SwitchYard",
+    ] {
+        assert_eq!(admin_host(Some(ok.as_bytes()), &listed), Ok(()), "{ok}");
+    }
+    for bad in [
+        "evil.example",
+        "evil.example:9090",
+        "localhost.evil.example",
+        "127.0.0.1.evil.example",
+        "switchyard.evil.example",
+        "",
+        "a b",
+    ] {
+        assert_eq!(
+            admin_host(Some(bad.as_bytes()), &listed),
+            Err(Refusal::Host),
+            "{bad}"
+        );
+    }
+    assert_eq!(admin_host(None, &listed), Err(Refusal::Host));
+}

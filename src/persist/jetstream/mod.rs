@@ -180,7 +180,10 @@ impl JetStream {
             .name("switchyard")
             .connect(url)
             .await
-            .map_err(|e| PersistError::Store(format!("cannot connect to NATS at {url}: {e}")))?;
+            .map_err(|e| {
+                let shown = crate::redact::url(url);
+                PersistError::Store(format!("cannot connect to NATS at {shown}: {e}"))
+            })?;
         let js = js::new(client.clone());
         let subs = setup::subs_bucket(&js).await?;
         Ok(JetStream {
