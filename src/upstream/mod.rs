@@ -49,6 +49,7 @@ mod outlet;
 mod owner;
 mod parking;
 mod pool;
+mod redact;
 mod shared;
 mod sideband;
 mod stream;
