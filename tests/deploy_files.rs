@@ -590,10 +590,16 @@ fn the_admin_listener_is_on_loopback_outside_containers() {
     );
     let cfg = with_env(&read("deploy/switchyard.toml"), unit_environment(&unit));
     let admin = cfg.admin.addr.expect("admin listener enabled");
-    assert!(admin.ip().is_loopback(), "systemd install: admin on {admin}");
+    assert!(
+        admin.ip().is_loopback(),
+        "systemd install: admin on {admin}"
+    );
 
     let compose = compose_config().admin.addr.expect("compose admin listener");
-    assert!(compose.ip().is_unspecified(), "compose: Prometheus scrapes {compose}");
+    assert!(
+        compose.ip().is_unspecified(),
+        "compose: Prometheus scrapes {compose}"
+    );
     let compose = self::compose();
     let ports = strings(seq(&compose, &["services", "switchyard", "ports"]));
     let published = ports.iter().find(|p| p.ends_with(":9090")).expect("9090");
