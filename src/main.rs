@@ -49,9 +49,9 @@ enum Command {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
-    /// Call a method on a switchyard listener (ws://… or unix://…) and print the reply.
+    /// Call a method on a switchyard listener (ws://…, wss://… or unix://…) and print the reply.
     Call {
-        /// ws://host:port/path, or unix:///path/to.sock
+        /// ws://host:port/path, wss://host:port/path, or unix:///path/to.sock
         url: String,
         /// Method name.
         method: String,
@@ -63,6 +63,10 @@ enum Command {
         /// Speak Sideband (SBP frames, JSON envelopes) instead (WebSocket only).
         #[arg(long, conflicts_with = "holon")]
         sideband: bool,
+        /// wss:// only: trust only the CA certificates in this PEM file
+        /// [default: the system's root certificates].
+        #[arg(long)]
+        ca_file: Option<PathBuf>,
         /// Seconds to wait for the reply.
         #[arg(long, default_value_t = 10)]
         timeout: u64,
@@ -205,15 +209,17 @@ async fn run(command: Command) -> ExitCode {
             params,
             holon,
             sideband,
+            ca_file,
             timeout,
         } => {
             let timeout = Duration::from_secs(timeout);
+            let (params, ca) = (params.as_deref(), ca_file.as_deref());
             let reply = if holon {
-                client::call_holon(&url, &method, params.as_deref(), timeout).await
+                client::call_holon(&url, &method, params, ca, timeout).await
             } else if sideband {
-                client::call_sideband(&url, &method, params.as_deref(), timeout).await
+                client::call_sideband(&url, &method, params, ca, timeout).await
             } else {
-                client::call(&url, &method, params.as_deref(), timeout).await
+                client::call(&url, &method, params, ca, timeout).await
             };
             match reply {
                 Ok(text) => print(&text),
