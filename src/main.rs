@@ -13,6 +13,7 @@ use clap::{ArgGroup, Parser, Subcommand, ValueEnum};
 use switchyard::config::{Config, EXIT_CONFIG};
 use switchyard::daemon::ws::WsDialect;
 use switchyard::daemon::DaemonOptions;
+use switchyard::shutdown::Lifecycle;
 use switchyard::{app, client, demo, shutdown, telemetry};
 
 /// switchyard: a sidecar RPC gateway.
@@ -167,6 +168,7 @@ async fn gateway(cfg: Config, file: Option<PathBuf>) -> ExitCode {
     };
     let running = bound.reload_from(file).spawn();
     tracing::info!("switchyard is running");
+    shutdown::tell_manager(Lifecycle::Ready);
     let stop = shutdown::signal();
     tokio::pin!(stop);
     loop {
@@ -174,11 +176,14 @@ async fn gateway(cfg: Config, file: Option<PathBuf>) -> ExitCode {
             () = &mut stop => break,
             () = hangups.recv() => {
                 tracing::info!("SIGHUP received");
+                shutdown::tell_manager(Lifecycle::Reloading);
                 // The outcome is logged and counted by the reload itself.
                 let _ = running.reload().await;
+                shutdown::tell_manager(Lifecycle::Ready);
             }
         }
     }
+    shutdown::tell_manager(Lifecycle::Stopping);
     running.shutdown().await;
     telemetry.shutdown().await;
     ExitCode::SUCCESS

@@ -551,6 +551,8 @@ fn systemd_unit_is_hardened() {
     assert!(get("ExecStart").contains("switchyard run --config"));
     // `systemctl reload` sends the SIGHUP switchyard reloads on.
     assert_eq!(get("ExecReload"), "/bin/kill -HUP $MAINPID");
+    // Started means serving: switchyard sends READY=1 (tests/sd_notify.rs).
+    assert_eq!(get("Type"), "notify");
     let dynamic = service.get("DynamicUser").is_some_and(|v| v == "yes");
     assert!(dynamic || service.contains_key("User"), "a non-root user");
     for (key, value) in [
