@@ -308,7 +308,7 @@ fn run_case(case: &Case, requests: usize) -> Res<Row> {
             if let Some(encoding) = case.wire.sideband() {
                 sideband::handshake(&mut ws, encoding).await?;
             }
-            Conn::Ws(ws)
+            Conn::Ws(Box::new(ws))
         };
         let mut next_id = 0u64;
         drive(case.wire, &mut conn, &mut next_id, WARMUP, &gw.handle).await?;
@@ -357,9 +357,10 @@ fn ws_listener(dialect: &str) -> String {
 }
 
 /// The client's connection: a WebSocket, or NDJSON lines over a Unix
-/// socket (each line a text message).
+/// socket (each line a text message). The WebSocket is boxed: with TLS
+/// support its stream type is large (one allocation per connection).
 enum Conn {
-    Ws(Ws),
+    Ws(Box<Ws>),
     Lines(Framed<tokio::net::UnixStream, LinesCodec>),
 }
 
@@ -393,7 +394,7 @@ impl Conn {
     async fn close(self) -> Res<()> {
         match self {
             Conn::Ws(mut ws) => {
-                ws.close(None).await?;
+                (*ws).close(None).await?;
                 // The gateway's close frame (or the end of the stream).
                 while let Some(Ok(_)) = ws.next().await {}
             }

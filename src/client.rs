@@ -6,7 +6,8 @@
 //! per call, no pooling, no retries.
 //!
 //! - `ws://host:port/path`: JSON-RPC 2.0 (or holon-rpc, via [`call_holon`])
-//!   in WebSocket text frames. `wss://` is refused: this build has no TLS.
+//!   in WebSocket text frames; `wss://` over TLS, trusting the system's root
+//!   certificates, or only those of a CA file (`--ca-file`).
 //! - `unix:///abs/path.sock` or `/abs/path.sock`: NDJSON over a Unix socket.
 //! - `ws://…` with [`call_sideband`]: Sideband SBP frames, JSON envelopes.
 //!
@@ -22,6 +23,7 @@ use tokio_tungstenite::tungstenite;
 
 use self::exchange::{unix_exchange, ws_exchange, Expect, MAX_REPLY_BYTES};
 use crate::error::{ErrorKind, Side};
+use crate::upstream::tls::TlsSetupError;
 
 mod exchange;
 pub mod reload;
@@ -35,12 +37,26 @@ pub enum ClientError {
     /// PARAMS is not valid JSON, or not of the shape the dialect allows.
     #[error("invalid params: {0}")]
     InvalidParams(String),
-    /// The URL is neither `ws://`, `unix:///…` nor an absolute path.
-    #[error("unsupported URL {0:?}: expected ws://host:port/path, unix:///abs/path.sock or /abs/path.sock")]
+    /// The URL is neither `ws://`, `wss://`, `unix:///…` nor an absolute path.
+    #[error("unsupported URL {0:?}: expected ws://host:port/path, wss://host:port/path, unix:///abs/path.sock or /abs/path.sock")]
     UnsupportedUrl(String),
-    /// `wss://` URLs need TLS, which this build does not include.
-    #[error("wss:// is not supported: this build has no TLS support; use ws:// (e.g. behind a TLS-terminating proxy)")]
-    TlsUnsupported,
+    /// A CA file was given for a URL that is not `wss://`.
+    #[error("--ca-file applies to wss:// URLs only (got {0:?})")]
+    CaFileWithoutTls(String),
+    /// No TLS client configuration: the CA file is unreadable, or the
+    /// system has no root certificates.
+    #[error(transparent)]
+    TlsSetup(#[from] TlsSetupError),
+    /// The TLS handshake failed (e.g. a certificate the trusted roots do
+    /// not vouch for).
+    #[error("TLS handshake with {url} failed: {source}")]
+    TlsHandshake {
+        /// The URL dialed.
+        url: String,
+        /// rustls's reason.
+        #[source]
+        source: rustls::Error,
+    },
     /// The Unix socket could not be reached.
     #[error("cannot connect to {path}: {source}")]
     Connect {
@@ -74,15 +90,17 @@ enum Target<'a> {
     Unix(&'a Path),
 }
 
-/// Sends one JSON-RPC request and returns the reply text exactly as received.
+/// Sends one JSON-RPC request and returns the reply text exactly as
+/// received. `ca_file`: `wss://` trusts only its certificates.
 pub async fn call(
     url: &str,
     method: &str,
     params: Option<&str>,
+    ca_file: Option<&Path>,
     timeout: Duration,
 ) -> Result<String, ClientError> {
     let params = params.map(|p| checked_params(p, false)).transpose()?;
-    let target = parse_url(url)?;
+    let target = parse_url(url, ca_file)?;
     let mut request = format!("{{\"jsonrpc\":\"2.0\",\"method\":{}", json_string(method));
     if let Some(params) = &params {
         request.push_str(",\"params\":");
@@ -91,7 +109,7 @@ pub async fn call(
     request.push_str(",\"id\":1}");
     let exchange = async {
         match target {
-            Target::Ws(url) => ws_exchange(url, None, request, Expect::WsNumber).await,
+            Target::Ws(url) => ws_exchange(url, ca_file, None, request, Expect::WsNumber).await,
             Target::Unix(path) => unix_exchange(path, request).await,
         }
     };
@@ -102,21 +120,28 @@ pub async fn call(
 
 /// Sends one holon-rpc request (subprotocol `holon-rpc`, string id `"1"`,
 /// object params, `{}` when omitted) and returns the reply text exactly as
-/// received. Only `ws://` URLs apply.
+/// received. Only `ws://` and `wss://` URLs apply.
 pub async fn call_holon(
     url: &str,
     method: &str,
     params: Option<&str>,
+    ca_file: Option<&Path>,
     timeout: Duration,
 ) -> Result<String, ClientError> {
     let params = params.map(|p| checked_params(p, true)).transpose()?;
-    let url = ws_only(url)?;
+    let url = ws_only(url, ca_file)?;
     let request = format!(
         "{{\"jsonrpc\":\"2.0\",\"id\":\"1\",\"method\":{},\"params\":{}}}",
         json_string(method),
         params.as_deref().unwrap_or("{}")
     );
-    let exchange = ws_exchange(url, Some("holon-rpc"), request, Expect::HolonString);
+    let exchange = ws_exchange(
+        url,
+        ca_file,
+        Some("holon-rpc"),
+        request,
+        Expect::HolonString,
+    );
     tokio::time::timeout(timeout, exchange)
         .await
         .map_err(|_| ClientError::Timeout(timeout))?
@@ -129,12 +154,14 @@ impl ClientError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             ClientError::InvalidParams(_) => ErrorKind::InvalidParams,
-            ClientError::UnsupportedUrl(_) | ClientError::TlsUnsupported => {
+            ClientError::UnsupportedUrl(_) | ClientError::CaFileWithoutTls(_) => {
                 ErrorKind::InvalidRequest
             }
             ClientError::ReplyTooLarge => ErrorKind::ResourceExhausted,
             ClientError::Timeout(_) => ErrorKind::Timeout,
             ClientError::Connect { .. }
+            | ClientError::TlsSetup(_)
+            | ClientError::TlsHandshake { .. }
             | ClientError::WebSocket(_)
             | ClientError::Io(_)
             | ClientError::Closed => ErrorKind::Unavailable,
@@ -156,12 +183,13 @@ impl From<tungstenite::Error> for ClientError {
     }
 }
 
-/// Classifies a URL; refuses `wss://` and relative paths.
-fn parse_url(url: &str) -> Result<Target<'_>, ClientError> {
-    if url.starts_with("ws://") {
+/// Classifies a URL; refuses relative paths, and a CA file for anything
+/// but `wss://`.
+fn parse_url<'a>(url: &'a str, ca_file: Option<&Path>) -> Result<Target<'a>, ClientError> {
+    if ca_file.is_some() && !url.starts_with("wss://") {
+        Err(ClientError::CaFileWithoutTls(url.to_owned()))
+    } else if url.starts_with("ws://") || url.starts_with("wss://") {
         Ok(Target::Ws(url))
-    } else if url.starts_with("wss://") {
-        Err(ClientError::TlsUnsupported)
     } else if let Some(path) = url
         .strip_prefix("unix://")
         .or(Some(url))
@@ -173,9 +201,9 @@ fn parse_url(url: &str) -> Result<Target<'_>, ClientError> {
     }
 }
 
-/// The `ws://` URL of a dialect that only speaks WebSocket.
-fn ws_only(url: &str) -> Result<&str, ClientError> {
-    match parse_url(url)? {
+/// The `ws://` or `wss://` URL of a dialect that only speaks WebSocket.
+fn ws_only<'a>(url: &'a str, ca_file: Option<&Path>) -> Result<&'a str, ClientError> {
+    match parse_url(url, ca_file)? {
         Target::Ws(ws) => Ok(ws),
         Target::Unix(_) => Err(ClientError::UnsupportedUrl(url.to_owned())),
     }
@@ -248,18 +276,27 @@ mod tests {
             .unwrap();
         let path = daemon.path().display().to_string();
         let url = format!("unix://{path}");
-        let reply = call(&url, "subtract", Some("[42,\n 23]"), T).await.unwrap();
+        let reply = call(&url, "subtract", Some("[42,\n 23]"), None, T)
+            .await
+            .unwrap();
         assert_eq!(reply, r#"{"jsonrpc":"2.0","result":19,"id":1}"#);
-        let reply = call(&path, "echo", Some(r#"{ "a b" : [ 1 ] }"#), T)
+        let reply = call(&path, "echo", Some(r#"{ "a b" : [ 1 ] }"#), None, T)
             .await
             .unwrap();
         assert_eq!(reply, r#"{"jsonrpc":"2.0","result":{"a b":[1]},"id":1}"#);
-        let reply = call(&path, "Subscribe", None, T).await.unwrap();
+        let reply = call(&path, "Subscribe", None, None, T).await.unwrap();
         assert!(reply.contains("\"subscription_id\""), "{reply}");
-        let slow = call(&path, "sleep", Some("[5000]"), Duration::from_millis(50)).await;
+        let slow = call(
+            &path,
+            "sleep",
+            Some("[5000]"),
+            None,
+            Duration::from_millis(50),
+        )
+        .await;
         assert!(matches!(slow, Err(ClientError::Timeout(_))));
         daemon.stop().await;
-        let gone = call(&url, "echo", None, T).await;
+        let gone = call(&url, "echo", None, None, T).await;
         assert!(matches!(gone, Err(ClientError::Connect { .. })));
     }
 
@@ -267,16 +304,29 @@ mod tests {
     async fn params_and_urls_are_checked_before_connecting() {
         let sock = "unix:///nonexistent/d.sock";
         for bad in ["1", "\"x\"", "{", "[1] [2]", "null"] {
-            let err = call(sock, "m", Some(bad), T).await.unwrap_err();
+            let err = call(sock, "m", Some(bad), None, T).await.unwrap_err();
             assert!(matches!(err, ClientError::InvalidParams(_)), "{bad}: {err}");
             assert_eq!(err.side(), Side::Client);
         }
-        let holon = call_holon("ws://127.0.0.1:1/", "m", Some("[1]"), T).await;
+        let holon = call_holon("ws://127.0.0.1:1/", "m", Some("[1]"), None, T).await;
         assert!(matches!(holon, Err(ClientError::InvalidParams(_))));
-        let wss = call("wss://h/", "m", None, T).await;
-        assert!(matches!(wss, Err(ClientError::TlsUnsupported)));
+        let ca = Some(Path::new("/nonexistent/ca.pem"));
+        for url in ["ws://127.0.0.1:1/", "/nonexistent/d.sock"] {
+            let err = call(url, "m", None, ca, T).await.unwrap_err();
+            assert!(
+                matches!(err, ClientError::CaFileWithoutTls(_)),
+                "{url}: {err}"
+            );
+        }
+        let err = call("wss://127.0.0.1:1/", "m", None, ca, T)
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("ca_file /nonexistent/ca.pem"),
+            "{err}"
+        );
         for url in ["d.sock", "unix://d.sock", "http://h/"] {
-            let err = call(url, "m", None, T).await.unwrap_err();
+            let err = call(url, "m", None, None, T).await.unwrap_err();
             assert!(matches!(err, ClientError::UnsupportedUrl(_)), "{url}");
         }
         assert_eq!(minify("{ \"a \\\" b\" :\n[1, 2] }"), "{\"a \\\" b\":[1,2]}");
@@ -318,9 +368,9 @@ mod tests {
     async fn call_over_websocket() {
         let reply = r#"{"jsonrpc":"2.0","result":{"ok":true},"id":1}"#;
         let url = ws_server(None, reply).await;
-        assert_eq!(call(&url, "m", Some("[1]"), T).await.unwrap(), reply);
+        assert_eq!(call(&url, "m", Some("[1]"), None, T).await.unwrap(), reply);
         let reply = r#"{"jsonrpc":"2.0","id":"1","result":{}}"#;
         let url = ws_server(Some("holon-rpc"), reply).await;
-        assert_eq!(call_holon(&url, "m", None, T).await.unwrap(), reply);
+        assert_eq!(call_holon(&url, "m", None, None, T).await.unwrap(), reply);
     }
 }

@@ -46,7 +46,7 @@
 //!   router; in a `ListenerCell` a reload swaps), WebSocket and Unix listeners, the connection
 //!   driver, sessions.
 //! - [`telemetry`]: logging, Prometheus metrics and OpenTelemetry trace export.
-//! - [`shutdown`]: SIGINT/SIGTERM as one future; SIGHUP (reload) as events.
+//! - [`shutdown`]: SIGINT/SIGTERM as one future; SIGHUP (reload) as events; READY/RELOADING/STOPPING for systemd `Type=notify`.
 //! - [`stdout`]: the CLI's output, with a closed stdout a clean end, never a panic.
 //! - [`daemon`]: the bundled reference NDJSON daemon (demo, tests, benches).
 //! - [`client`]: a tiny client for `switchyard call`, speaking each listener dialect.

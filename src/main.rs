@@ -13,6 +13,7 @@ use clap::{ArgGroup, Parser, Subcommand, ValueEnum};
 use switchyard::config::{Config, EXIT_CONFIG};
 use switchyard::daemon::ws::WsDialect;
 use switchyard::daemon::DaemonOptions;
+use switchyard::shutdown::Lifecycle;
 use switchyard::{app, client, demo, shutdown, telemetry};
 
 /// switchyard: a sidecar RPC gateway.
@@ -49,9 +50,9 @@ enum Command {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
-    /// Call a method on a switchyard listener (ws://… or unix://…) and print the reply.
+    /// Call a method on a switchyard listener (ws://…, wss://… or unix://…) and print the reply.
     Call {
-        /// ws://host:port/path, or unix:///path/to.sock
+        /// ws://host:port/path, wss://host:port/path, or unix:///path/to.sock
         url: String,
         /// Method name.
         method: String,
@@ -63,6 +64,10 @@ enum Command {
         /// Speak Sideband (SBP frames, JSON envelopes) instead (WebSocket only).
         #[arg(long, conflicts_with = "holon")]
         sideband: bool,
+        /// wss:// only: trust only the CA certificates in this PEM file
+        /// [default: the system's root certificates].
+        #[arg(long)]
+        ca_file: Option<PathBuf>,
         /// Seconds to wait for the reply.
         #[arg(long, default_value_t = 10)]
         timeout: u64,
@@ -170,6 +175,7 @@ async fn gateway(cfg: Config, file: Option<PathBuf>) -> ExitCode {
     };
     let running = bound.reload_from(file).spawn();
     tracing::info!("switchyard is running");
+    shutdown::tell_manager(Lifecycle::Ready);
     let stop = shutdown::signal();
     tokio::pin!(stop);
     loop {
@@ -177,11 +183,14 @@ async fn gateway(cfg: Config, file: Option<PathBuf>) -> ExitCode {
             () = &mut stop => break,
             () = hangups.recv() => {
                 tracing::info!("SIGHUP received");
+                shutdown::tell_manager(Lifecycle::Reloading);
                 // The outcome is logged and counted by the reload itself.
                 let _ = running.reload().await;
+                shutdown::tell_manager(Lifecycle::Ready);
             }
         }
     }
+    shutdown::tell_manager(Lifecycle::Stopping);
     running.shutdown().await;
     telemetry.shutdown().await;
     ExitCode::SUCCESS
@@ -212,15 +221,17 @@ async fn run(command: Command) -> ExitCode {
             params,
             holon,
             sideband,
+            ca_file,
             timeout,
         } => {
             let timeout = Duration::from_secs(timeout);
+            let (params, ca) = (params.as_deref(), ca_file.as_deref());
             let reply = if holon {
-                client::call_holon(&url, &method, params.as_deref(), timeout).await
+                client::call_holon(&url, &method, params, ca, timeout).await
             } else if sideband {
-                client::call_sideband(&url, &method, params.as_deref(), timeout).await
+                client::call_sideband(&url, &method, params, ca, timeout).await
             } else {
-                client::call(&url, &method, params.as_deref(), timeout).await
+                client::call(&url, &method, params, ca, timeout).await
             };
             match reply {
                 Ok(text) => print(&text),

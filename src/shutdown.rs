@@ -1,5 +1,6 @@
 //! Turns SIGINT/SIGTERM into one future, and SIGHUP (reload) into a
-//! stream of events.
+//! stream of events; tells the service manager (systemd `Type=notify`)
+//! when the gateway is ready, reloading or stopping ([`tell_manager`]).
 
 /// Completes on the first SIGINT or SIGTERM.
 pub async fn signal() {
@@ -60,5 +61,34 @@ impl Hangups {
 impl Default for Hangups {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Where the gateway is in its life, as the service manager hears it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// Every listener is bound and serving (`READY=1`; again after a
+    /// reload, whatever its outcome).
+    Ready,
+    /// A reload has begun (`RELOADING=1` with `MONOTONIC_USEC`, which
+    /// systemd 253 and later require).
+    Reloading,
+    /// Shutdown has begun (`STOPPING=1`).
+    Stopping,
+}
+
+/// Tells the service manager (`$NOTIFY_SOCKET`, systemd `Type=notify`)
+/// about `state`. Nothing is sent without `NOTIFY_SOCKET`; a failure is
+/// logged and changes nothing else.
+pub fn tell_manager(state: Lifecycle) {
+    use sd_notify::NotifyState;
+    let sent = match state {
+        Lifecycle::Ready => sd_notify::notify(&[NotifyState::Ready]),
+        Lifecycle::Reloading => NotifyState::monotonic_usec_now()
+            .and_then(|now| sd_notify::notify(&[NotifyState::Reloading, now])),
+        Lifecycle::Stopping => sd_notify::notify(&[NotifyState::Stopping]),
+    };
+    if let Err(e) = sent {
+        tracing::warn!(error = %e, ?state, "cannot notify the service manager");
     }
 }

@@ -560,6 +560,10 @@ fn systemd_unit_is_hardened() {
             .unwrap_or_else(|| panic!("[Service] {k} missing"))
     };
     assert!(get("ExecStart").contains("switchyard run --config"));
+    // `systemctl reload` sends the SIGHUP switchyard reloads on.
+    assert_eq!(get("ExecReload"), "/bin/kill -HUP $MAINPID");
+    // Started means serving: switchyard sends READY=1 (tests/sd_notify.rs).
+    assert_eq!(get("Type"), "notify");
     let dynamic = service.get("DynamicUser").is_some_and(|v| v == "yes");
     assert!(dynamic || service.contains_key("User"), "a non-root user");
     for (key, value) in [
@@ -575,6 +579,52 @@ fn systemd_unit_is_hardened() {
     ] {
         assert_eq!(get(key), value, "[Service] {key}");
     }
+}
+
+/// The `SWITCHYARD_*` pairs of the unit's `Environment=` lines.
+fn unit_environment(unit: &str) -> Vec<(String, String)> {
+    unit.lines()
+        .filter_map(|l| l.trim().strip_prefix("Environment="))
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// The admin listener has no authentication: the systemd install (the
+/// shipped file, with the unit's environment) binds it to loopback only,
+/// while the compose stack widens it inside its container for Prometheus.
+#[test]
+fn the_admin_listener_is_on_loopback_outside_containers() {
+    let unit = read("deploy/switchyard.service");
+    assert!(
+        unit.contains("deploy/switchyard.toml /etc/switchyard/switchyard.toml")
+            && unit.contains("--config /etc/switchyard/switchyard.toml"),
+        "the unit runs the shipped file"
+    );
+    let cfg = with_env(&read("deploy/switchyard.toml"), unit_environment(&unit));
+    let admin = cfg.admin.addr.expect("admin listener enabled");
+    assert!(
+        admin.ip().is_loopback(),
+        "systemd install: admin on {admin}"
+    );
+
+    let compose = compose_config().admin.addr.expect("compose admin listener");
+    assert!(
+        compose.ip().is_unspecified(),
+        "compose: Prometheus scrapes {compose}"
+    );
+    let compose = self::compose();
+    let ports = strings(seq(&compose, &["services", "switchyard", "ports"]));
+    let published = ports.iter().find(|p| p.ends_with(":9090")).expect("9090");
+    assert!(published.starts_with("127.0.0.1:"), "{published}");
+    // The image, probed from outside its container, widens it the same way.
+    let dockerfile = read("deploy/Dockerfile");
+    assert!(
+        dockerfile
+            .lines()
+            .any(|l| l == "ENV SWITCHYARD_ADMIN__ADDRESS=0.0.0.0:9090"),
+        "the image's admin listener is reachable by probes"
+    );
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! child with stderr captured (a pipe, so no colour), and the lines that
 //! tell what happened must be there: every bound address, refused
 //! upgrades, requests answered `unavailable` or `timeout`, and the upstream
-//! failing to connect, coming back and being lost.
+//! failing to connect, coming back and being lost (naming its socket).
 
 mod common;
 
@@ -148,8 +148,9 @@ async fn an_operator_sees_addresses_refusals_failures_and_upstream_state() {
         .to_owned();
     logs.wait_for(&["listening", "local", &local_socket.display().to_string()]);
 
-    // The upstream is not there yet.
-    logs.wait_for(&["upstream connect failed", "daemon"]);
+    // The upstream is not there yet: the line names the socket it tried.
+    let daemon_path = daemon_socket.display().to_string();
+    logs.wait_for(&["upstream connect failed", "daemon", &daemon_path]);
 
     // A request now is answered `unavailable`, and the operator hears of it.
     let mut ws = connect(&url).await;
@@ -186,7 +187,7 @@ async fn an_operator_sees_addresses_refusals_failures_and_upstream_state() {
     assert!(reply["error"].is_object(), "{reply}");
     logs.wait_for(&["public", "daemon", "timeout"]);
     stop(&mut daemon);
-    logs.wait_for(&["upstream connection lost", "daemon"]);
+    logs.wait_for(&["upstream connection lost", "daemon", &daemon_path]);
 
     stop(&mut gateway);
     let all = logs.all();

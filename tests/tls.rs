@@ -1,5 +1,9 @@
 //! TLS on WebSocket listeners: `wss://` with a certificate generated here,
 //! plain `ws://` refused on that port, and the `tls_cert`/`tls_key` checks.
+//! TLS to WebSocket upstreams: a `wss://` upstream (switchyard's own TLS
+//! listener in front of the reference daemon, its certificate signed by a
+//! CA generated here) trusted through `ca_file`, refused with another CA,
+//! and `switchyard call --ca-file … wss://…`.
 
 mod common;
 
@@ -351,4 +355,251 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
         .expect("admin answers in time")
         .expect("read");
     body
+}
+
+/// A CA and a certificate it signed for `localhost`/127.0.0.1, as PEM files.
+struct Chain {
+    _dir: tempfile::TempDir,
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+fn ca_signed() -> Chain {
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    // A name of its own: another test CA is then an unknown issuer, not
+    // one whose signature does not match.
+    static CAS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CAS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("switchyard test CA {n}"));
+    let ca_key = rcgen::KeyPair::generate().expect("CA key");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).expect("CA certificate");
+    let names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let server_key = rcgen::KeyPair::generate().expect("server key");
+    let server = rcgen::CertificateParams::new(names)
+        .expect("server params")
+        .signed_by(&server_key, &ca)
+        .expect("server certificate");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ca_path, cert, key) = (
+        dir.path().join("ca.pem"),
+        dir.path().join("server.pem"),
+        dir.path().join("server.key"),
+    );
+    std::fs::write(&ca_path, ca.pem()).expect("write CA");
+    std::fs::write(&cert, server.pem()).expect("write cert");
+    std::fs::write(&key, server_key.serialize_pem()).expect("write key");
+    Chain {
+        _dir: dir,
+        ca: ca_path,
+        cert,
+        key,
+    }
+}
+
+/// A gateway whose upstream `inner` is the `wss://` URL `url`, with
+/// `upstream_extra` lines in its table.
+fn wss_upstream_toml(url: &str, upstream_extra: &str) -> String {
+    format!(
+        r#"
+[listeners.public]
+dialect = "jsonrpc-ws"
+address = "127.0.0.1:0"
+path = "/rpc"
+
+[upstreams.inner]
+dialect = "jsonrpc-ws"
+url = "{url}"
+pool_size = 1
+backoff_initial_ms = 50
+backoff_max_ms = 200
+{upstream_extra}
+
+[[routes]]
+listener = "public"
+upstream = "inner"
+"#
+    )
+}
+
+/// `switchyard call` with `args`, `SSL_CERT_FILE` (the system roots) set
+/// to `system_roots`: its exit status, stdout and stderr.
+async fn cli_call(args: &[&str], system_roots: &Path) -> (bool, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .arg("call")
+        .args(args)
+        .env("SSL_CERT_FILE", system_roots)
+        .env_remove("SSL_CERT_DIR")
+        .output()
+        .await
+        .expect("run switchyard call");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_wss_upstream_trusted_through_ca_file_carries_calls() {
+    let chain = ca_signed();
+    let inner = Stack::start(
+        &tls_keys(&chain.cert, &chain.key),
+        "",
+        DaemonOptions::default(),
+    )
+    .await;
+    assert!(inner.url.starts_with("wss://127.0.0.1:"), "{}", inner.url);
+    let extra = format!("ca_file = \"{}\"", chain.ca.display());
+    let toml = wss_upstream_toml(&inner.url, &extra);
+    let cfg = Config::from_toml(&toml).unwrap_or_else(|e| panic!("config: {e}\n{toml}"));
+    let bound = switchyard::app::bind(cfg).await.expect("bind");
+    let url = bound.ws_url("public").expect("url");
+    let outer = bound.spawn();
+    wait_connected(&outer, "inner").await;
+
+    let mut ws = connect(&url).await;
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"echo","params":{"via":"wss"},"id":7}"#,
+    )
+    .await;
+    let reply = json(&recv(&mut ws).await);
+    assert_eq!(reply["id"], 7, "{reply}");
+    assert_eq!(reply["result"]["via"], "wss", "{reply}");
+    outer.shutdown().await;
+    inner.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn switchyard_call_dials_wss_with_a_ca_file_or_the_system_roots() {
+    let (chain, other) = (ca_signed(), ca_signed());
+    let inner = Stack::start(
+        &tls_keys(&chain.cert, &chain.key),
+        "",
+        DaemonOptions::default(),
+    )
+    .await;
+    let ca = chain.ca.display().to_string();
+    let url = inner.url.as_str();
+    let call = [url, "echo", r#"{"over":"tls"}"#];
+
+    // --ca-file: trusted, whatever the system roots are.
+    let args = [&["--ca-file", ca.as_str()][..], &call].concat();
+    let (ok, stdout, stderr) = cli_call(&args, &other.ca).await;
+    assert!(ok, "{stderr}");
+    assert_eq!(json(stdout.trim())["result"]["over"], "tls", "{stdout}");
+
+    // No --ca-file: the system roots (SSL_CERT_FILE here) decide.
+    let (ok, stdout, stderr) = cli_call(&call, &chain.ca).await;
+    assert!(ok, "{stderr}");
+    assert_eq!(json(stdout.trim())["result"]["over"], "tls", "{stdout}");
+    let (ok, _, stderr) = cli_call(&call, &other.ca).await;
+    assert!(!ok, "a certificate the system roots do not vouch for");
+    let refused =
+        format!("TLS handshake with {url} failed: invalid peer certificate: UnknownIssuer");
+    assert!(stderr.contains(&refused), "{stderr}");
+
+    // The wrong CA file is refused the same way.
+    let wrong = other.ca.display().to_string();
+    let args = [&["--ca-file", wrong.as_str()][..], &call].concat();
+    let (ok, _, stderr) = cli_call(&args, &chain.ca).await;
+    assert!(!ok, "a CA that did not sign the certificate");
+    assert!(stderr.contains(&refused), "{stderr}");
+    inner.gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_wss_upstream_with_the_wrong_ca_is_logged_naming_its_url() {
+    use std::io::BufRead;
+    let (chain, other) = (ca_signed(), ca_signed());
+    let inner = Stack::start(
+        &tls_keys(&chain.cert, &chain.key),
+        "",
+        DaemonOptions::default(),
+    )
+    .await;
+    // A credential in the URL stays out of the log line.
+    let url = format!("{}?access_token=s3cret", inner.url);
+    // No attempt cut short on a busy machine: the first failure (the one
+    // logged at warn) is the TLS one.
+    let extra = format!(
+        "ca_file = \"{}\"\nconnect_timeout_ms = 30000",
+        other.ca.display()
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("switchyard.toml");
+    std::fs::write(&config, wss_upstream_toml(&url, &extra)).expect("write config");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn switchyard");
+    let stderr = child.stderr.take().expect("stderr piped");
+    let shown = format!("{}?access_token=***", inner.url);
+    let needle = shown.clone();
+    // Read on a blocking thread: the TLS upstream runs on this runtime.
+    let line = tokio::task::spawn_blocking(move || {
+        let wanted = |l: &str| {
+            l.contains("upstream connect failed")
+                && l.contains(&needle)
+                && l.contains("TLS handshake failed")
+        };
+        let mut seen = Vec::new();
+        // Ends at the line, or when the child's stderr closes (the test
+        // kills it after a generous timeout).
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if wanted(&line) {
+                return Ok(line);
+            }
+            seen.push(line);
+        }
+        Err(seen.join("\n"))
+    });
+    // Generous: the machine may be busy; returns as soon as the line is in.
+    let line = tokio::time::timeout(std::time::Duration::from_secs(60), line).await;
+    // Best effort: the child may have exited already.
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = match line {
+        Ok(Ok(Ok(line))) => line,
+        Ok(Ok(Err(seen))) => panic!("no connect failure naming {shown}:\n{seen}"),
+        Ok(Err(e)) => panic!("reader: {e}"),
+        Err(_) => panic!("no connect failure naming {shown} in time"),
+    };
+    assert!(!line.contains("s3cret"), "{line}");
+    inner.gateway.shutdown().await;
+}
+
+#[test]
+fn ca_file_applies_to_wss_upstreams_only() {
+    let toml = wss_upstream_toml("ws://127.0.0.1:9/rpc", "ca_file = \"/ca.pem\"");
+    let text = Config::from_toml(&toml)
+        .expect_err("ca_file on ws://")
+        .to_string();
+    assert!(
+        text.contains("upstreams.inner.ca_file: applies to wss:// URLs only"),
+        "{text}"
+    );
+    let toml = wss_upstream_toml("wss://127.0.0.1:9/rpc", "ca_file = \"/ca.pem\"");
+    let cfg = Config::from_toml(&toml).expect("ca_file on wss://");
+    assert_eq!(
+        cfg.upstreams[0].ca_file.as_deref(),
+        Some(Path::new("/ca.pem"))
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let toml = stack_toml(&dir.path().join("d.sock"), "", "ca_file = \"/ca.pem\"");
+    let text = Config::from_toml(&toml)
+        .expect_err("ca_file on ndjson")
+        .to_string();
+    assert!(
+        text.contains("upstreams.daemon.ca_file: not allowed for dialect ndjson"),
+        "{text}"
+    );
 }

@@ -1,6 +1,8 @@
 //! One request out, one reply back: the transports of the one-shot client.
 //! A WebSocket text frame (JSON-RPC or holon-rpc) or an NDJSON line on a
 //! Unix socket, read until the frame or line that answers the request.
+//! `wss://` goes over TLS (the upstreams' client configuration, `ca_file`
+//! or the system's roots).
 //!
 //! Bound: a reply of at most [`MAX_REPLY_BYTES`] (larger frames or lines
 //! fail the call).
@@ -10,14 +12,17 @@ use std::path::Path;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
-use tokio::net::UnixStream;
+use tokio::net::{TcpStream, UnixStream};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::handshake::client::Request;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
 use super::ClientError;
+use crate::upstream::tls;
 
 /// Which lines or frames count as the reply to our request.
 #[derive(Debug, Clone, Copy)]
@@ -37,6 +42,7 @@ pub(super) const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
 /// Connects, sends `request` in one text frame and waits for the reply frame.
 pub(super) async fn ws_exchange(
     url: &str,
+    ca_file: Option<&Path>,
     subprotocol: Option<&'static str>,
     request: String,
     expect: Expect,
@@ -50,8 +56,7 @@ pub(super) async fn ws_exchange(
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_REPLY_BYTES))
         .max_frame_size(Some(MAX_REPLY_BYTES));
-    let (mut ws, _response) =
-        tokio_tungstenite::connect_async_with_config(req, Some(config), true).await?;
+    let mut ws = ws_connect(url, req, ca_file, Some(config)).await?;
     ws.send(Message::text(request)).await?;
     while let Some(message) = ws.next().await {
         match message? {
@@ -65,6 +70,34 @@ pub(super) async fn ws_exchange(
         }
     }
     Err(ClientError::Closed)
+}
+
+/// Opens the WebSocket connection of `request` to `url`: over TLS for
+/// `wss://`, trusting only the certificates of `ca_file` when given, else
+/// the system's roots.
+pub(super) async fn ws_connect(
+    url: &str,
+    request: Request,
+    ca_file: Option<&Path>,
+    config: Option<WebSocketConfig>,
+) -> Result<WebSocketStream<MaybeTlsStream<TcpStream>>, ClientError> {
+    let connector = if url.starts_with("wss://") {
+        Some(tls::connector(&tls::client_config(ca_file)?))
+    } else {
+        None
+    };
+    let dialed =
+        tokio_tungstenite::connect_async_tls_with_config(request, config, true, connector).await;
+    match dialed {
+        Ok((ws, _response)) => Ok(ws),
+        Err(e) => match tls::handshake_error(&e) {
+            Some(source) => Err(ClientError::TlsHandshake {
+                url: url.to_owned(),
+                source: source.clone(),
+            }),
+            None => Err(e.into()),
+        },
+    }
 }
 
 /// Connects, writes `request` as one line and waits for the reply line. The

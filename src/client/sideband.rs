@@ -2,11 +2,14 @@
 //! over SBP frames (sideband.md §2, §3, §6), after the handshake exchange.
 //! The reply envelope (`R` or `E` with our cid) is returned as received.
 
+use std::path::Path;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
+use super::exchange::ws_connect;
 use super::{checked_params, ws_only, ClientError};
 use serde_json::value::RawValue;
 
@@ -17,16 +20,18 @@ use crate::dialect::sideband::{
 use crate::envelope::{Message as Envelope, Payload, WireId};
 
 /// Sends one Sideband request (`params` any JSON value, omitted when
-/// absent) and returns the reply envelope's JSON text. Only `ws://` URLs
-/// apply. The handshake advertises no CBOR, so the reply is JSON.
+/// absent) and returns the reply envelope's JSON text. Only `ws://` and
+/// `wss://` URLs apply; `ca_file`: `wss://` trusts only its certificates.
+/// The handshake advertises no CBOR, so the reply is JSON.
 pub async fn call_sideband(
     url: &str,
     method: &str,
     params: Option<&str>,
+    ca_file: Option<&Path>,
     timeout: Duration,
 ) -> Result<String, ClientError> {
     let params = params.map(|p| checked_params(p, false)).transpose()?;
-    let url = ws_only(url)?;
+    let url = ws_only(url, ca_file)?;
     let id = frame::random_id();
     let params = params
         .map(|p| RawValue::from_string(p).map(|raw| Payload::Json(raw.into())))
@@ -40,13 +45,18 @@ pub async fn call_sideband(
     let data = encode_envelope(&envelope, Encoding::Json)
         .map_err(|e| ClientError::InvalidParams(e.to_string()))?;
     let request = Frame::message(id, Subject::Rpc, data);
-    tokio::time::timeout(timeout, exchange(url, request, id))
+    tokio::time::timeout(timeout, exchange(url, ca_file, request, id))
         .await
         .map_err(|_| ClientError::Timeout(timeout))?
 }
 
-async fn exchange(url: &str, request: Frame<'_>, cid: Cid) -> Result<String, ClientError> {
-    let (mut ws, _response) = tokio_tungstenite::connect_async(url).await?;
+async fn exchange(
+    url: &str,
+    ca_file: Option<&Path>,
+    request: Frame<'_>,
+    cid: Cid,
+) -> Result<String, ClientError> {
+    let mut ws = ws_connect(url, url.into_client_request()?, ca_file, None).await?;
     let hello = Handshake::local(random_peer_id(), false).to_bytes();
     let hello = Frame::control(frame::random_id(), Control::Handshake(hello));
     ws.send(Message::binary(frame::encode(&hello))).await?;

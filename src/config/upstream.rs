@@ -47,6 +47,9 @@ pub struct UpstreamConfig {
     pub dialect: Dialect,
     /// Where it is.
     pub target: UpstreamTarget,
+    /// `wss://` targets: the CA certificates trusted instead of the
+    /// system's roots (read when the upstream starts).
+    pub ca_file: Option<PathBuf>,
     /// Connection sharing mode.
     pub mode: UpstreamMode,
     /// Persistent connections in the shared pool.
@@ -138,6 +141,7 @@ pub(super) fn upstream(name: &str, raw: &RawUpstream, p: &mut Problems) -> Optio
     p.nonzero(&key, "max_request_bytes", raw.max_request_bytes);
     p.nonzero(&key, "max_response_bytes", raw.max_response_bytes);
     let publish = super::publish::publish(&key, name, raw, dialect, p);
+    let ca_file = ca_file(&key, target.as_ref(), raw, p);
     Some(UpstreamConfig {
         publish,
         connect_timeout: p.millis(&key, "connect_timeout_ms", raw.connect_timeout_ms),
@@ -151,6 +155,7 @@ pub(super) fn upstream(name: &str, raw: &RawUpstream, p: &mut Problems) -> Optio
         backoff_max: Duration::from_millis(raw.backoff_max_ms),
         name: name.to_owned(),
         dialect: dialect?,
+        ca_file,
         target: target?,
         mode: mode?,
         pool_size: pool_size?,
@@ -219,4 +224,23 @@ fn target(key: &str, d: Dialect, raw: &RawUpstream, p: &mut Problems) -> Option<
         }
     }
     None
+}
+
+/// `ca_file`: a non-empty path, for `wss://` URLs only. The file is read
+/// when the upstream starts.
+fn ca_file(
+    key: &str,
+    target: Option<&UpstreamTarget>,
+    raw: &RawUpstream,
+    p: &mut Problems,
+) -> Option<PathBuf> {
+    let path = raw.ca_file.as_deref()?;
+    if path.is_empty() {
+        p.at(key, "ca_file", "must not be empty");
+    } else if matches!(target, Some(UpstreamTarget::Ws(url)) if !url.starts_with("wss://")) {
+        p.at(key, "ca_file", "applies to wss:// URLs only");
+    } else if matches!(target, Some(UpstreamTarget::Unix(_))) {
+        p.at(key, "ca_file", "not allowed for dialect ndjson");
+    }
+    Some(PathBuf::from(path))
 }

@@ -17,6 +17,8 @@ use tokio_tungstenite::tungstenite;
 use tokio_tungstenite::tungstenite::http::header::InvalidHeaderValue;
 use tokio_tungstenite::tungstenite::http::StatusCode;
 
+use super::tls::TlsSetupError;
+
 /// Why an upstream link failed to open, or ended.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LinkError {
@@ -42,6 +44,14 @@ pub(crate) enum LinkError {
     /// A WebSocket failure while dialing, handshaking or reading.
     #[error(transparent)]
     WebSocket(Box<tungstenite::Error>),
+    /// `wss://`: no TLS client configuration (an unreadable `ca_file`, no
+    /// system roots).
+    #[error(transparent)]
+    TlsSetup(TlsSetupError),
+    /// `wss://`: the TLS handshake failed (a certificate the trusted roots
+    /// do not vouch for, a name mismatch, an alert from the upstream).
+    #[error("TLS handshake failed: {0}")]
+    Tls(rustls::Error),
     /// A holon-rpc upstream accepted the upgrade without `holon-rpc`.
     #[error("upstream did not select the holon-rpc subprotocol")]
     Subprotocol,
@@ -125,8 +135,12 @@ pub(crate) enum Refuser {
 // === impl LinkError ===
 
 impl LinkError {
-    /// A tungstenite error while dialing: an HTTP answer is a refusal.
+    /// A tungstenite error while dialing: an HTTP answer is a refusal, a
+    /// failed TLS handshake [`Tls`](LinkError::Tls).
     pub(crate) fn dial(e: tungstenite::Error) -> Self {
+        if let Some(tls) = super::tls::handshake_error(&e) {
+            return LinkError::Tls(tls.clone());
+        }
         match e {
             tungstenite::Error::Http(response) => LinkError::Refused {
                 status: response.status(),
@@ -213,6 +227,12 @@ mod tests {
                     status: StatusCode::NOT_FOUND,
                 },
                 "HTTP error: 404 Not Found",
+            ),
+            (
+                LinkError::Tls(rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::UnknownIssuer,
+                )),
+                "TLS handshake failed: invalid peer certificate: UnknownIssuer",
             ),
         ];
         for (e, text) in cases {

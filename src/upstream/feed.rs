@@ -98,7 +98,8 @@ pub(super) async fn run(shared: Arc<UpstreamShared>, feed: Feed, shutdown: Cance
                 true
             }
             Err(e) => {
-                tracing::warn!(upstream = %shared.cfg.name, topic = %feed.topic, error = %e, "feed could not be opened");
+                let endpoint = super::redact::endpoint(&shared.cfg.target);
+                tracing::warn!(upstream = %shared.cfg.name, %endpoint, topic = %feed.topic, error = %e, "feed could not be opened");
                 true
             }
         };

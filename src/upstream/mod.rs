@@ -5,7 +5,8 @@
 //! with exponential backoff and jitter. Calls are admitted against the
 //! upstream-wide pending cap (with a bounded wait queue), placed on the
 //! least-loaded live connection, and settled by id. The transport-specific
-//! parts (dialing, framing) live in [`ndjson`].
+//! parts (dialing, framing) live in [`ndjson`] and `ws` (TLS for
+//! `wss://` in [`tls`]).
 //!
 //! The router reaches an upstream through `mode`, the one place that
 //! chooses the pool, the client's own link or a link per stream:
@@ -49,9 +50,11 @@ mod outlet;
 mod owner;
 mod parking;
 mod pool;
+mod redact;
 mod shared;
 mod sideband;
 mod stream;
+pub mod tls;
 mod waiter;
 mod ws;
 
@@ -103,6 +106,7 @@ impl Upstream {
                 .with_label_values(&[&cfg.name]),
         );
         let published = metrics.events.published.with_label_values(&[&cfg.name]);
+        let tls = tls::for_upstream(&cfg);
         let shared = Arc::new(UpstreamShared {
             broker,
             recorder,
@@ -114,6 +118,7 @@ impl Upstream {
             stopping,
             writers: TaskTracker::new(),
             health: health::LinkHealth::new(),
+            tls,
         });
         let (changed_tx, changed) = watch::channel(0u64);
         let changed_tx = Arc::new(changed_tx);

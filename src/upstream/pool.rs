@@ -39,6 +39,8 @@ async fn supervise(
     shutdown: CancellationToken,
 ) {
     let name = shared.cfg.name.clone();
+    // The socket path or URL (credentials redacted), for the log lines.
+    let endpoint = super::redact::endpoint(&shared.cfg.target).into_owned();
     let up_gauge = shared
         .metrics
         .upstream_connections
@@ -64,11 +66,11 @@ async fn supervise(
                 let delay = backoff.after(refused);
                 failures += 1;
                 if refused {
-                    tracing::error!(upstream = %name, slot, error = %e, retry_in = ?delay, "upstream refused the Sideband handshake");
+                    tracing::error!(upstream = %name, slot, %endpoint, error = %e, retry_in = ?delay, "upstream refused the Sideband handshake");
                 } else if failures == 1 {
-                    tracing::warn!(upstream = %name, slot, error = %e, retry_in = ?delay, "upstream connect failed; retrying with backoff");
+                    tracing::warn!(upstream = %name, slot, %endpoint, error = %e, retry_in = ?delay, "upstream connect failed; retrying with backoff");
                 } else {
-                    tracing::debug!(upstream = %name, slot, error = %e, retry_in = ?delay, "upstream connect failed");
+                    tracing::debug!(upstream = %name, slot, %endpoint, error = %e, retry_in = ?delay, "upstream connect failed");
                 }
                 shared.health.connect_failed(&e);
                 tokio::select! {
@@ -82,7 +84,7 @@ async fn supervise(
         }
         ever_connected = true;
         backoff.reset();
-        tracing::info!(upstream = %name, slot, failed_attempts = failures, "upstream connected");
+        tracing::info!(upstream = %name, slot, %endpoint, failed_attempts = failures, "upstream connected");
         failures = 0;
         up_gauge.inc();
         shared.health.connected();
@@ -92,7 +94,7 @@ async fn supervise(
         wait_until_unusable(&link, &shutdown).await;
         up_gauge.dec();
         if link.closed.is_cancelled() && !link.is_retiring() && !shutdown.is_cancelled() {
-            tracing::warn!(upstream = %name, slot, "upstream connection lost; reconnecting");
+            tracing::warn!(upstream = %name, slot, %endpoint, "upstream connection lost; reconnecting");
         }
         shared.health.disconnected();
         publish(&tx, &changed, None);
@@ -109,7 +111,7 @@ async fn supervise(
             // The connection died: back off before dialing again.
             let delay = backoff.after(link.refused());
             if link.refused() {
-                tracing::error!(upstream = %name, slot, ?delay, "upstream refused the Sideband handshake");
+                tracing::error!(upstream = %name, slot, %endpoint, ?delay, "upstream refused the Sideband handshake");
             }
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}

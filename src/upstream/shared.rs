@@ -7,6 +7,7 @@ use prometheus::IntCounter;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::tls::TlsSetupError;
 use crate::config::UpstreamConfig;
 use crate::envelope::{raw_from_string, Payload};
 use crate::error::Side;
@@ -39,6 +40,10 @@ pub(crate) struct UpstreamShared {
     pub(crate) recorder: Option<Recorder>,
     /// `switchyard_events_published_total` of this upstream.
     pub(super) published: IntCounter,
+    /// `wss://` upstreams: the TLS client configuration (roots read once,
+    /// when the upstream starts), or why there is none (each dial then
+    /// fails with it). `None` for `ws://` and Unix sockets.
+    pub(crate) tls: Option<Result<Arc<rustls::ClientConfig>, TlsSetupError>>,
 }
 
 // === impl UpstreamShared ===

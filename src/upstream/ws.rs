@@ -7,6 +7,9 @@
 //! - JSON-RPC: offers `jsonrpc` only when configured; liveness by WebSocket
 //!   pings, a link silent for a ping interval plus the pong timeout is closed.
 //!
+//! `wss://` URLs are dialed over TLS with the upstream's client
+//! configuration (`tls.rs`: its `ca_file`, else the system's roots).
+//!
 //! Text frames only, except Sideband (binary SBP frames; its handshake and
 //! goodbyes are in `sideband.rs`): a binary frame from a JSON upstream closes
 //! the link (1003). Every close fails the calls in flight on the link with
@@ -80,8 +83,13 @@ pub(super) async fn connect(
         .max_message_size(Some(limit))
         .max_frame_size(Some(limit))
         .read_buffer_size(READ_BUFFER);
+    let connector = match &shared.tls {
+        Some(Ok(tls)) => Some(super::tls::connector(tls)),
+        Some(Err(e)) => return Err(LinkError::TlsSetup(e.clone())),
+        None => None,
+    };
     let (mut ws, response) =
-        tokio_tungstenite::connect_async_with_config(request, Some(config), true)
+        tokio_tungstenite::connect_async_tls_with_config(request, Some(config), true, connector)
             .await
             .map_err(LinkError::dial)?;
     let echoed = response

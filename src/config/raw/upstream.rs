@@ -23,6 +23,11 @@ pub struct RawUpstream {
     /// allowed for `ndjson`. No default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// `wss://` URLs: PEM file of the CA certificates that vouch for the
+    /// upstream's certificate; only they are trusted. Default: none (the
+    /// system's root certificates).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
     /// `"shared"` (one pool multiplexed for all clients) or `"per-client"`
     /// (one upstream connection per client connection). Default `"shared"`.
     pub mode: String,
@@ -155,6 +160,7 @@ impl Default for RawUpstream {
             dialect: None,
             socket: None,
             url: None,
+            ca_file: None,
             mode: "shared".to_owned(),
             pool_size: 2,
             max_in_flight_per_connection: 4096,

@@ -47,6 +47,7 @@ fn sideband_link(tx: mpsc::Sender<super::Wire>) -> Arc<Link> {
         stopping: CancellationToken::new(),
         writers: TaskTracker::new(),
         health: LinkHealth::new(),
+        tls: None,
     });
     let out = Outlet::Frames(FrameQueue::new(tx));
     Link::with_sideband(out, shared, None, Some(Sbp::new(false)))
