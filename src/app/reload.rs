@@ -17,7 +17,8 @@
 //! What applies to established connections: routes, method policy, rate
 //! limits (a connection whose listener's rates changed gets a fresh bucket
 //! of its own), connection caps (counted over the connections already
-//! open), `max_batch_items`, request timeouts, the slow-consumer timeout.
+//! open), `max_batch_items`, request timeouts, the slow-consumer timeout,
+//! the `[pubsub]` bounds (to the next subscribe; patterns held stay).
 //! What applies to new connections only, being fixed when a connection
 //! opens: `max_in_flight`, `outbox_capacity`, `outbox_max_bytes`,
 //! `max_message_bytes`,
@@ -91,6 +92,7 @@ impl Live {
             .await
             .map_err(|e| vec![e.to_string()])?;
         self.warn_restart_only(&cfg);
+        self.broker.set_limits(cfg.pubsub);
         let old = std::mem::replace(&mut self.cfg, cfg);
         let patience = old
             .listeners
