@@ -270,7 +270,7 @@ impl Bound {
             cfg: self.cfg.clone(),
             generation: 1,
             metrics: self.metrics.clone(),
-            broker: Arc::new(Broker::new(crate::pubsub::DEFAULT_MAX_SUBSCRIPTIONS)),
+            broker: Arc::new(Broker::with_limits(self.cfg.pubsub)),
             recorder,
             hub: Arc::new(Hub::new(self.store.clone(), topics)),
             upstreams: HashMap::new(),

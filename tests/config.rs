@@ -848,3 +848,48 @@ fn persistence_problems_are_all_reported() {
     let unknown = format!("{MINIMAL}\n[[persistent_topics]]\ntopic = \"a\"\nmax_age = 5\n");
     assert_has(&problems(&unknown), "max_age");
 }
+
+#[test]
+fn pubsub_bounds_default_and_are_at_least_one() {
+    use switchyard::pubsub::Limits;
+    let config = Config::from_toml(MINIMAL).expect("minimal config is valid");
+    assert_eq!(config.pubsub, Limits::default());
+    let example = std::fs::read_to_string(EXAMPLE).expect("example file is readable");
+    let example = Config::from_toml(&example).expect("example config is valid");
+    assert_eq!(
+        example.pubsub,
+        Limits::default(),
+        "the example lists the defaults"
+    );
+
+    let set = format!(
+        "{MINIMAL}\n[pubsub]\nmax_subscriptions = 10\nmax_pattern_tokens = 4\n\
+         index_bytes_per_connection = 5000\nindex_bytes_per_ip = 6000\nindex_bytes_total = 7000\n"
+    );
+    let config = Config::from_toml(&set).expect("pubsub bounds");
+    assert_eq!(
+        config.pubsub,
+        Limits {
+            max_subscriptions: 10,
+            max_pattern_tokens: 4,
+            index_bytes_per_connection: 5000,
+            index_bytes_per_ip: 6000,
+            index_bytes_total: 7000,
+        }
+    );
+
+    let zeros = format!(
+        "{MINIMAL}\n[pubsub]\nmax_subscriptions = 0\nmax_pattern_tokens = 0\n\
+         index_bytes_per_connection = 0\nindex_bytes_per_ip = 0\nindex_bytes_total = 0\n"
+    );
+    let found = problems(&zeros);
+    for field in [
+        "max_subscriptions",
+        "max_pattern_tokens",
+        "index_bytes_per_connection",
+        "index_bytes_per_ip",
+        "index_bytes_total",
+    ] {
+        assert_has(&found, &format!("pubsub.{field}: must be at least 1"));
+    }
+}

@@ -284,3 +284,36 @@ async fn subscriptions_survive_a_reload_and_a_changed_feed_is_reopened() {
     gateway.shutdown().await;
     daemon.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_past_a_bound_is_resource_exhausted_in_every_dialect() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let daemon = Daemon::start(&dir.path().join("d.sock"), DaemonOptions::default())
+        .await
+        .expect("daemon");
+    let upstream = format!(
+        "[upstreams.up]\ndialect = \"ndjson\"\nsocket = \"{}\"\n",
+        daemon.path().display()
+    );
+    let gw = gateway(&upstream, dir).await;
+    // 17 tokens: one more than a pattern may have by default.
+    let deep = vec!["t"; 17].join(".");
+    for (speak, endpoint) in &gw.endpoints {
+        let mut c = TestClient::connect(*speak, endpoint).await;
+        let reply = call(&mut c, "1", "rpc.subscribe", json!({ "topic": deep })).await;
+        let detail = "topic has 17 tokens, at most 16 are allowed";
+        // Each dialect's own code for resource_exhausted; Sideband names
+        // the kind beside the detail.
+        let (code, data) = match speak {
+            Speak::Holon => (8, json!(detail)),
+            Speak::SidebandJson | Speak::SidebandCbor => (
+                2000,
+                json!({"kind": "resource_exhausted", "detail": detail}),
+            ),
+            _ => (-32007, json!(detail)),
+        };
+        assert_eq!(reply["error"]["code"], code, "{speak:?}: {reply}");
+        assert_eq!(reply["error"]["data"], data, "{speak:?}: {reply}");
+    }
+    gw.gateway.shutdown().await;
+}

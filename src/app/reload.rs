@@ -17,7 +17,8 @@
 //! What applies to established connections: routes, method policy, rate
 //! limits (a connection whose listener's rates changed gets a fresh bucket
 //! of its own), connection caps (counted over the connections already
-//! open), `max_batch_items`, request timeouts, the slow-consumer timeout.
+//! open), `max_batch_items`, request timeouts, the slow-consumer timeout,
+//! the `[pubsub]` bounds (to the next subscribe; patterns held stay).
 //! What applies to new connections only, being fixed when a connection
 //! opens: `max_in_flight`, `outbox_capacity`, `outbox_max_bytes`,
 //! `max_message_bytes`,
@@ -94,6 +95,7 @@ impl Live {
         for warning in cfg.warnings() {
             tracing::warn!("{warning}");
         }
+        self.broker.set_limits(cfg.pubsub);
         let old = std::mem::replace(&mut self.cfg, cfg);
         let patience = old
             .listeners

@@ -49,6 +49,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// Persistent subscriptions: the store and the persistent topics.
     pub persistence: PersistenceConfig,
+    /// The bounds on clients' topic subscriptions (`[pubsub]`).
+    pub pubsub: crate::pubsub::Limits,
 }
 
 /// The admin listener: `/metrics`, `/livez`, `/readyz` and a status page, on

@@ -72,6 +72,29 @@ pub struct RawConfig {
     /// subscriptions, and what each keeps. Default: none (every
     /// `rpc.subscribe.persistent` is then -32602).
     pub persistent_topics: Vec<RawPersistentTopic>,
+    /// `[pubsub]`: what clients' topic subscriptions may hold (all keys
+    /// have defaults).
+    pub pubsub: RawPubsub,
+}
+
+/// `[pubsub]`: the bounds on clients' `rpc.subscribe` patterns. A pattern
+/// accounts for `2 × bytes + 128 × tokens + 256` bytes of index.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawPubsub {
+    /// Patterns one connection may hold. Default `1000`.
+    pub max_subscriptions: usize,
+    /// Tokens one pattern may have, wildcards included. Default `16`.
+    pub max_pattern_tokens: usize,
+    /// Bytes of index one connection's patterns may account for. Default
+    /// `1048576` (1 MiB).
+    pub index_bytes_per_connection: usize,
+    /// Bytes of index the connections of one client address may account
+    /// for. Default `67108864` (64 MiB).
+    pub index_bytes_per_ip: usize,
+    /// Bytes of index all connections may account for. Default
+    /// `268435456` (256 MiB).
+    pub index_bytes_total: usize,
 }
 
 /// `[persistence]`: where persistent subscriptions are stored.
@@ -371,6 +394,21 @@ impl Default for RawLog {
         Self {
             format: "text".to_owned(),
             level: "info".to_owned(),
+        }
+    }
+}
+
+// === impl RawPubsub ===
+
+impl Default for RawPubsub {
+    fn default() -> Self {
+        let limits = crate::pubsub::Limits::default();
+        Self {
+            max_subscriptions: limits.max_subscriptions,
+            max_pattern_tokens: limits.max_pattern_tokens,
+            index_bytes_per_connection: limits.index_bytes_per_connection,
+            index_bytes_per_ip: limits.index_bytes_per_ip,
+            index_bytes_total: limits.index_bytes_total,
         }
     }
 }

@@ -8,7 +8,8 @@
 //!
 //! The checks of most tables live beside this file: `listener`,
 //! `upstream`, `persistence`, and `observability` (`[log]`, `[admin]`,
-//! `[tracing]`); routes and cross-table conflicts are checked here.
+//! `[tracing]`); routes, cross-table conflicts and `[pubsub]` are checked
+//! here.
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
@@ -16,7 +17,7 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::raw::RawConfig;
+use super::raw::{RawConfig, RawPubsub};
 use super::{
     Config, GatewayConfig, ListenAddr, ListenerConfig, RouteTable, UpstreamConfig, UpstreamTarget,
 };
@@ -81,6 +82,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     let tracing = tracing_config(&raw.tracing, &mut p);
     let persistence =
         super::persistence::persistence(&raw.persistence, &raw.persistent_topics, &mut p);
+    let pubsub = pubsub_limits(&raw.pubsub, &mut p);
     if p.0.is_empty() {
         Ok(Config {
             gateway,
@@ -90,9 +92,35 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             admin,
             tracing,
             persistence,
+            pubsub,
         })
     } else {
         Err(ConfigError::Invalid(p.0))
+    }
+}
+
+/// `[pubsub]`: every bound at least 1 (pub/sub is turned off per listener
+/// with the method policy, not here).
+fn pubsub_limits(raw: &RawPubsub, p: &mut Problems) -> crate::pubsub::Limits {
+    let key = "pubsub";
+    let fields = [
+        ("max_subscriptions", raw.max_subscriptions),
+        ("max_pattern_tokens", raw.max_pattern_tokens),
+        ("index_bytes_per_connection", raw.index_bytes_per_connection),
+        ("index_bytes_per_ip", raw.index_bytes_per_ip),
+        ("index_bytes_total", raw.index_bytes_total),
+    ];
+    for (field, value) in fields {
+        if value == 0 {
+            p.at(key, field, "must be at least 1");
+        }
+    }
+    crate::pubsub::Limits {
+        max_subscriptions: raw.max_subscriptions,
+        max_pattern_tokens: raw.max_pattern_tokens,
+        index_bytes_per_connection: raw.index_bytes_per_connection,
+        index_bytes_per_ip: raw.index_bytes_per_ip,
+        index_bytes_total: raw.index_bytes_total,
     }
 }
 

@@ -6,10 +6,16 @@
 //! returned [`Registration`]: it subscribes and unsubscribes through it,
 //! and dropping it removes all of its subscriptions.
 //!
-//! Bounds: at most `max` patterns per connection (default
-//! [`DEFAULT_MAX_SUBSCRIPTIONS`]), each at most
-//! [`MAX_TOPIC_BYTES`](super::topic::MAX_TOPIC_BYTES); the index holds one
-//! node per distinct token path. The number of connections is bounded by
+//! Bounds ([`Limits`]): a subscription accounts for
+//! [`index::cost`](super::index::cost) bytes of index, `2 × bytes + 128 ×
+//! tokens + 256`, an upper bound on what holding it takes (shared trie
+//! nodes only make it less). A connection holds at most
+//! `max_subscriptions` patterns of at most `max_pattern_tokens` tokens
+//! and [`MAX_TOPIC_BYTES`](super::topic::MAX_TOPIC_BYTES) bytes each, and at
+//! most `index_bytes_per_connection` bytes of index; the connections of one
+//! client address hold at most `index_bytes_per_ip`, and all of them at most
+//! `index_bytes_total`. Past any of them a subscribe is refused
+//! (`resource_exhausted`) and nothing changes. Connections are bounded by
 //! the listeners' connection caps, and feed-interest watches by the
 //! configured feeds.
 //!
@@ -20,6 +26,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -29,7 +36,7 @@ use rustc_hash::FxHashMap;
 use tokio::sync::watch;
 
 use super::event::{Delivery, Event, Published, Subscriber};
-use super::index::Index;
+use super::index::{self, Index};
 use super::topic::{self, TopicError};
 use crate::envelope::Payload;
 use crate::error::{ErrorKind, GatewayError};
@@ -37,10 +44,39 @@ use crate::error::{ErrorKind, GatewayError};
 /// The default cap on one connection's subscriptions (jsonrpc-ws.md §7.2).
 pub const DEFAULT_MAX_SUBSCRIPTIONS: usize = 1_000;
 
+/// The default cap on a pattern's tokens.
+pub const DEFAULT_MAX_PATTERN_TOKENS: usize = 16;
+
+/// The default bytes of index one connection's patterns may account for:
+/// 1,000 patterns such as `daemon.events` fit.
+pub const DEFAULT_INDEX_BYTES_PER_CONNECTION: usize = 1 << 20;
+
+/// The default bytes of index the connections of one client address may
+/// account for.
+pub const DEFAULT_INDEX_BYTES_PER_IP: usize = 64 << 20;
+
+/// The default bytes of index all connections' patterns may account for.
+pub const DEFAULT_INDEX_BYTES_TOTAL: usize = 256 << 20;
+
+/// What the broker holds at most (`[pubsub]` in the configuration). Each
+/// is at least 1 once validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Patterns per connection.
+    pub max_subscriptions: usize,
+    /// Tokens per pattern (wildcards included).
+    pub max_pattern_tokens: usize,
+    /// Bytes of index ([`index::cost`]) per connection.
+    pub index_bytes_per_connection: usize,
+    /// Bytes of index over the connections of one client address (Unix
+    /// socket clients have none, and only count in the total).
+    pub index_bytes_per_ip: usize,
+    /// Bytes of index over all connections.
+    pub index_bytes_total: usize,
+}
+
 /// Subscriptions of all connections, and the publish side.
 pub struct Broker {
-    /// The cap on one connection's patterns: past it, -32007.
-    max: usize,
     /// Issues registration keys; never reused, so a late removal cannot
     /// touch a newer connection's entries.
     next_key: AtomicU64,
@@ -56,10 +92,17 @@ pub struct Registration {
 
 type Key = u64;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
+    /// The bounds; a reload replaces them (held patterns stay).
+    limits: Limits,
     index: Index<Key>,
     conns: FxHashMap<Key, Conn>,
+    /// Bytes of index held by the connections of each client address; an
+    /// address leaves when its last byte goes.
+    per_ip: HashMap<IpAddr, usize>,
+    /// Bytes of index held over all connections.
+    total: usize,
     /// Feed-interest watches by concrete topic: true while a pattern
     /// matches. One per configured feed; closed ones are pruned on change.
     feeds: HashMap<Box<str>, watch::Sender<bool>>,
@@ -68,41 +111,84 @@ struct State {
 #[derive(Debug)]
 struct Conn {
     subscriber: Arc<dyn Subscriber>,
-    /// The patterns as subscribed, at most `max`.
+    /// The client's address (none for Unix socket clients).
+    peer: Option<IpAddr>,
+    /// The patterns as subscribed, at most `max_subscriptions`.
     patterns: HashSet<Box<str>>,
+    /// Bytes of index the patterns account for.
+    bytes: usize,
     /// Kept equal to `patterns.len()`; summed per listener by the owner.
     gauge: IntGauge,
+}
+
+// === impl Limits ===
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
+            max_pattern_tokens: DEFAULT_MAX_PATTERN_TOKENS,
+            index_bytes_per_connection: DEFAULT_INDEX_BYTES_PER_CONNECTION,
+            index_bytes_per_ip: DEFAULT_INDEX_BYTES_PER_IP,
+            index_bytes_total: DEFAULT_INDEX_BYTES_TOTAL,
+        }
+    }
 }
 
 // === impl Broker ===
 
 impl Broker {
-    /// A broker allowing at most `max` subscriptions per connection.
+    /// A broker allowing at most `max` subscriptions per connection, and
+    /// the default [`Limits`] otherwise.
     pub fn new(max: usize) -> Self {
+        Broker::with_limits(Limits {
+            max_subscriptions: max,
+            ..Limits::default()
+        })
+    }
+
+    /// A broker holding at most what `limits` allow.
+    pub fn with_limits(limits: Limits) -> Self {
         Broker {
-            max,
             next_key: AtomicU64::new(1),
-            state: RwLock::new(State::default()),
+            state: RwLock::new(State {
+                limits,
+                index: Index::new(),
+                conns: FxHashMap::default(),
+                per_ip: HashMap::new(),
+                total: 0,
+                feeds: HashMap::new(),
+            }),
         }
     }
 
-    /// The cap on one connection's subscriptions.
-    pub fn max(&self) -> usize {
-        self.max
+    /// The bounds now in force.
+    pub fn limits(&self) -> Limits {
+        self.state.read().limits
     }
 
-    /// Registers a connection's `subscriber`. `gauge` is kept equal to the
+    /// Replaces the bounds (a reload): they apply to the next subscribe;
+    /// patterns held stay, even past them.
+    pub fn set_limits(&self, limits: Limits) {
+        self.state.write().limits = limits;
+    }
+
+    /// Registers a connection's `subscriber`, from client address `peer`
+    /// (none for a Unix socket client). `gauge` is kept equal to the
     /// connection's number of subscriptions (incremented and decremented,
     /// so one gauge may be shared by a whole listener).
     pub fn register(
         self: &Arc<Self>,
         subscriber: Arc<dyn Subscriber>,
         gauge: IntGauge,
+        peer: Option<IpAddr>,
     ) -> Registration {
         let key = self.next_key.fetch_add(1, Ordering::Relaxed);
         let conn = Conn {
             subscriber,
+            peer,
             patterns: HashSet::new(),
+            bytes: 0,
             gauge,
         };
         self.state.write().conns.insert(key, conn);
@@ -156,6 +242,11 @@ impl Broker {
         self.state.read().conns.len()
     }
 
+    /// The bytes of index ([`index::cost`]) all subscriptions account for.
+    pub fn index_bytes(&self) -> usize {
+        self.state.read().total
+    }
+
     fn matching(&self, topic: &str) -> Vec<Arc<dyn Subscriber>> {
         let mut keys = Vec::new();
         let state = self.state.read();
@@ -174,6 +265,7 @@ impl Broker {
         for pattern in &conn.patterns {
             state.index.remove(pattern, key);
         }
+        state.release(conn.peer, conn.bytes);
         conn.gauge.sub(gauge_value(conn.patterns.len()));
         if !conn.patterns.is_empty() {
             state.refresh_interest();
@@ -183,7 +275,7 @@ impl Broker {
 
 impl Default for Broker {
     fn default() -> Self {
-        Broker::new(DEFAULT_MAX_SUBSCRIPTIONS)
+        Broker::with_limits(Limits::default())
     }
 }
 
@@ -191,9 +283,10 @@ impl fmt::Debug for Broker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.state.read();
         f.debug_struct("Broker")
-            .field("max", &self.max)
+            .field("limits", &state.limits)
             .field("connections", &state.conns.len())
             .field("subscriptions", &state.index.len())
+            .field("index_bytes", &state.total)
             .field("feeds", &state.feeds.len())
             .finish()
     }
@@ -205,14 +298,14 @@ impl Registration {
     /// Subscribes to `pattern`; a no-op if already subscribed.
     pub fn subscribe(&self, pattern: &str) -> Result<(), GatewayError> {
         topic::validate_pattern(pattern).map_err(invalid)?;
-        self.add(&[pattern])
+        self.add(&[pattern], false)
     }
 
     /// Subscribes to every pattern, or to none: each is validated and the
-    /// cap checked before anything changes.
+    /// bounds checked before anything changes.
     pub fn subscribe_all(&self, patterns: &[&str]) -> Result<(), GatewayError> {
         validate_all(patterns)?;
-        self.add(patterns)
+        self.add(patterns, true)
     }
 
     /// Unsubscribes from `pattern` (as it was subscribed); idempotent.
@@ -245,32 +338,78 @@ impl Registration {
         &self.broker
     }
 
-    fn add(&self, patterns: &[&str]) -> Result<(), GatewayError> {
-        let max = self.broker.max;
+    /// Adds the patterns not held yet, or none if they would take the
+    /// connection, its address or the gateway past a bound. `batch`: a
+    /// refused pattern is named by its index in `patterns`.
+    fn add(&self, patterns: &[&str], batch: bool) -> Result<(), GatewayError> {
         let mut guard = self.broker.state.write();
         let state = &mut *guard;
+        let limits = state.limits;
         let Some(conn) = state.conns.get_mut(&self.key) else {
             return Err(GatewayError::new(ErrorKind::Internal));
         };
-        let fresh: HashSet<&str> = patterns
-            .iter()
-            .copied()
-            .filter(|p| !conn.patterns.contains(*p))
-            .collect();
-        if conn.patterns.len() + fresh.len() > max {
-            return Err(GatewayError::with_detail(
-                ErrorKind::ResourceExhausted,
-                format!("at most {max} subscriptions per connection"),
-            ));
+        let mut fresh: HashSet<&str> = HashSet::new();
+        for (i, pattern) in patterns.iter().enumerate() {
+            if conn.patterns.contains(*pattern) || !fresh.insert(*pattern) {
+                continue;
+            }
+            let tokens = index::tokens(pattern);
+            if tokens > limits.max_pattern_tokens {
+                let which = if batch {
+                    format!("topics[{i}]")
+                } else {
+                    "topic".to_owned()
+                };
+                return Err(exhausted(format!(
+                    "{which} has {tokens} tokens, at most {} are allowed",
+                    limits.max_pattern_tokens
+                )));
+            }
         }
         if fresh.is_empty() {
             return Ok(());
+        }
+        let max = limits.max_subscriptions;
+        if conn.patterns.len() + fresh.len() > max {
+            return Err(exhausted(format!(
+                "at most {max} subscriptions per connection"
+            )));
+        }
+        let bytes: usize = fresh.iter().map(|p| index::cost(p)).sum();
+        let after = conn.bytes + bytes;
+        let max = limits.index_bytes_per_connection;
+        if after > max {
+            return Err(exhausted(format!(
+                "the subscriptions would take {after} bytes of index, at most {max} per connection"
+            )));
+        }
+        if let Some(ip) = conn.peer {
+            let held = state.per_ip.get(&ip).copied().unwrap_or(0);
+            let max = limits.index_bytes_per_ip;
+            if held + bytes > max {
+                return Err(exhausted(format!(
+                    "the subscriptions of this client address would take {} bytes of index, \
+                     at most {max} per address",
+                    held + bytes
+                )));
+            }
+        }
+        if state.total + bytes > limits.index_bytes_total {
+            return Err(exhausted(format!(
+                "the gateway holds as many subscriptions as it may ({} bytes of index)",
+                limits.index_bytes_total
+            )));
         }
         for pattern in &fresh {
             conn.patterns.insert(Box::from(*pattern));
             state.index.insert(pattern, self.key);
         }
+        conn.bytes = after;
         conn.gauge.add(gauge_value(fresh.len()));
+        if let Some(ip) = conn.peer {
+            *state.per_ip.entry(ip).or_insert(0) += bytes;
+        }
+        state.total += bytes;
         state.refresh_interest();
         Ok(())
     }
@@ -281,15 +420,23 @@ impl Registration {
         let Some(conn) = state.conns.get_mut(&self.key) else {
             return;
         };
-        let mut removed = 0;
+        let (mut removed, mut bytes) = (0, 0);
         for pattern in patterns {
             if conn.patterns.remove(*pattern) {
                 state.index.remove(pattern, self.key);
                 removed += 1;
+                bytes += index::cost(pattern);
             }
         }
         if removed > 0 {
+            // At most 16/7 buckets per pattern held, as after it grew.
+            if conn.patterns.capacity() > 2 * conn.patterns.len() {
+                conn.patterns.shrink_to_fit();
+            }
+            conn.bytes = conn.bytes.saturating_sub(bytes);
             conn.gauge.sub(gauge_value(removed));
+            let peer = conn.peer;
+            state.release(peer, bytes);
             state.refresh_interest();
         }
     }
@@ -312,6 +459,19 @@ impl fmt::Debug for Registration {
 // === impl State ===
 
 impl State {
+    /// Gives back `bytes` of index held by a connection from `peer`.
+    fn release(&mut self, peer: Option<IpAddr>, bytes: usize) {
+        self.total = self.total.saturating_sub(bytes);
+        if let Some(ip) = peer {
+            if let Some(held) = self.per_ip.get_mut(&ip) {
+                *held = held.saturating_sub(bytes);
+                if *held == 0 {
+                    self.per_ip.remove(&ip);
+                }
+            }
+        }
+    }
+
     /// Brings every feed-interest watch up to date after a change of
     /// subscriptions, waking a watcher only when its value flips. Feeds are
     /// few (configured), so recomputing them all is cheap.
@@ -337,14 +497,21 @@ fn validate_all(patterns: &[&str]) -> Result<(), GatewayError> {
     Ok(())
 }
 
+fn exhausted(detail: String) -> GatewayError {
+    GatewayError::with_detail(ErrorKind::ResourceExhausted, detail)
+}
+
 fn invalid(e: TopicError) -> GatewayError {
     GatewayError::with_detail(ErrorKind::InvalidParams, e.to_string())
 }
 
-/// A count as a gauge delta (counts are bounded by `max`, far below i64).
+/// A count as a gauge delta (counts are bounded by `max_subscriptions`,
+/// far below i64).
 fn gauge_value(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+#[cfg(test)]
+mod bounds;
 #[cfg(test)]
 mod tests;

@@ -30,12 +30,15 @@
 //!
 //! # Bounds
 //!
-//! At most `max` patterns per connection (default
-//! [`DEFAULT_MAX_SUBSCRIPTIONS`], past it -32007) of at most
-//! [`topic::MAX_TOPIC_BYTES`] bytes each; the trie holds one node per
-//! distinct token path and prunes nodes as patterns go. Connections are
-//! bounded by the listeners' caps, feed watches by the configured feeds.
-//! Nothing is queued here: an event is delivered or dropped at once.
+//! A subscription accounts for [`index::cost`] bytes of index
+//! (`2 × bytes + 128 × tokens + 256`), an upper bound on what it takes;
+//! the broker's [`Limits`] bound a connection's patterns (1,000, of at most
+//! 16 tokens and [`topic::MAX_TOPIC_BYTES`] bytes each, and 1 MiB of index
+//! by default), a client address's (64 MiB) and all of them (256 MiB);
+//! past any, -32007. The trie shares the nodes of common prefixes and
+//! prunes them as patterns go. Connections are bounded by the listeners'
+//! caps, feed watches by the configured feeds. Nothing is queued here: an
+//! event is delivered or dropped at once.
 
 pub mod broker;
 pub mod event;
@@ -43,5 +46,5 @@ pub mod index;
 pub mod methods;
 pub mod topic;
 
-pub use broker::{Broker, Registration, DEFAULT_MAX_SUBSCRIPTIONS};
+pub use broker::{Broker, Limits, Registration, DEFAULT_MAX_SUBSCRIPTIONS};
 pub use event::{Delivery, Event, Published, Subscriber};

@@ -11,6 +11,7 @@
 //! the client (WebSocket 1001).
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -29,6 +30,9 @@ use super::Pusher;
 pub struct ClientLinks {
     links: tokio::sync::Mutex<HashMap<String, Arc<Link>>>,
     pusher: Pusher,
+    /// The client's address (none for a Unix socket client): its
+    /// subscriptions count against the per-address bound.
+    peer: Option<IpAddr>,
     /// Cancelled when a dedicated link drops: the client must be closed.
     lost: CancellationToken,
     /// Cancelled when the client is gone: links and push tasks stop.
@@ -44,11 +48,13 @@ pub struct ClientLinks {
 // === impl ClientLinks ===
 
 impl ClientLinks {
-    /// State for a client speaking `dialect` through `outbox`.
-    pub fn new(pusher: Pusher) -> Self {
+    /// State for a client from `peer` (none for a Unix socket client)
+    /// speaking `dialect` through `outbox`.
+    pub fn new(pusher: Pusher, peer: Option<IpAddr>) -> Self {
         ClientLinks {
             links: tokio::sync::Mutex::new(HashMap::new()),
             pusher,
+            peer,
             lost: CancellationToken::new(),
             gone: CancellationToken::new(),
             subscriptions: Mutex::new(None),
@@ -77,6 +83,11 @@ impl ClientLinks {
     /// Fires when a dedicated upstream link of this client dropped.
     pub fn lost(&self) -> &CancellationToken {
         &self.lost
+    }
+
+    /// The client's address (none for a Unix socket client).
+    pub fn peer(&self) -> Option<IpAddr> {
+        self.peer
     }
 
     /// The pusher for this client.

@@ -125,7 +125,7 @@ impl Router {
                     .events
                     .subscriptions
                     .with_label_values(&[self.cfg.name.as_str()]);
-                self.broker.register(Arc::new(sink), gauge)
+                self.broker.register(Arc::new(sink), gauge, client.peer())
             },
             |registration| methods::call(registration, method, params),
         );

@@ -149,7 +149,7 @@ async fn run(stream: UnixStream, cell: Arc<ListenerCell>, ctx: Serve) {
         crate::error::Side::Client,
         crate::telemetry::metrics::Direction::Out,
     );
-    let (session, rx) = Session::new(cell.clone(), ctx.grace_over.clone());
+    let (session, rx) = Session::new(cell.clone(), ctx.grace_over.clone(), None);
     let writer = tokio::spawn(driver::write_loop(
         LineSink(BufWriter::new(write)),
         rx,

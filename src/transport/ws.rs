@@ -194,8 +194,7 @@ async fn run(mut socket: WebSocket, cell: Arc<ListenerCell>, ctx: Serve, peer: I
         crate::error::Side::Client,
         crate::telemetry::metrics::Direction::Out,
     );
-    let (session, rx) = Session::new(cell.clone(), ctx.grace_over.clone());
-    let session = session.with_peer(peer);
+    let (session, rx) = Session::new(cell.clone(), ctx.grace_over.clone(), Some(peer));
     let writer = tokio::spawn(driver::write_loop(WsSink(sink), rx, sent));
     if let Some(hello) = session.greeting() {
         // Sideband: both sides send their handshake at once.

@@ -52,7 +52,7 @@ fn data() -> Payload {
 
 fn connect(broker: &Arc<Broker>) -> (Registration, Arc<Recorder>) {
     let rec = recorder(Delivery::Delivered);
-    (broker.register(rec.clone(), gauge()), rec)
+    (broker.register(rec.clone(), gauge(), None), rec)
 }
 
 #[test]
@@ -104,7 +104,7 @@ fn publish_counts_dropped_and_gone() {
     let regs: Vec<_> = subs
         .iter()
         .map(|d| {
-            let reg = broker.register(recorder(*d), gauge());
+            let reg = broker.register(recorder(*d), gauge(), None);
             reg.subscribe("t.*").unwrap();
             reg
         })
@@ -137,7 +137,7 @@ fn subscribe_is_idempotent_and_unsubscribe_too() {
     let broker = Arc::new(Broker::default());
     let g = gauge();
     let rec = recorder(Delivery::Delivered);
-    let reg = broker.register(rec.clone(), g.clone());
+    let reg = broker.register(rec.clone(), g.clone(), None);
     reg.subscribe("a").unwrap();
     reg.subscribe("a").unwrap();
     assert_eq!((reg.len(), g.get(), broker.subscriptions()), (1, 1, 1));
@@ -190,7 +190,7 @@ fn batch_is_atomic() {
 fn cap_per_connection() {
     let broker = Arc::new(Broker::new(3));
     let g = gauge();
-    let reg = broker.register(recorder(Delivery::Delivered), g.clone());
+    let reg = broker.register(recorder(Delivery::Delivered), g.clone(), None);
     let (other, _rec) = connect(&broker);
     reg.subscribe_all(&["a", "b"]).unwrap();
     let err = reg.subscribe_all(&["c", "d"]).unwrap_err();
@@ -232,8 +232,8 @@ fn drop_removes_everything() {
     let broker = Arc::new(Broker::default());
     let shared = gauge();
     let rec = recorder(Delivery::Delivered);
-    let a = broker.register(rec.clone(), shared.clone());
-    let b = broker.register(recorder(Delivery::Delivered), shared.clone());
+    let a = broker.register(rec.clone(), shared.clone(), None);
+    let b = broker.register(recorder(Delivery::Delivered), shared.clone(), None);
     a.subscribe_all(&["x.>", "y", "z.*"]).unwrap();
     b.subscribe("y").unwrap();
     assert_eq!((shared.get(), broker.connections()), (4, 2));

@@ -100,6 +100,50 @@ fn removal_prunes_empty_nodes() {
 }
 
 #[test]
+fn nodes_are_small_and_shared() {
+    // A child in a vector of few: its token (inline up to 24 bytes) and
+    // the node, within the per-token cost.
+    assert!(std::mem::size_of::<super::Node<u64>>() <= 40);
+    assert!(std::mem::size_of::<(compact_str::CompactString, super::Node<u64>)>() <= 64);
+    // Patterns with a common prefix share its nodes.
+    let index = index_of(&[("a.b.c", 1), ("a.b.d", 2), ("a.b.c", 3), ("a.b", 4)]);
+    assert_eq!(index.nodes(), 4, "a, a.b, a.b.c, a.b.d");
+}
+
+#[test]
+fn many_children_move_to_a_map_and_back() {
+    let mut index = Index::new();
+    let topics: Vec<String> = (0..100).map(|i| format!("x.{i}")).collect();
+    for (i, t) in topics.iter().enumerate() {
+        assert!(index.insert(t, i as u32));
+        assert!(index.insert(&format!("{t}.>"), 1000 + i as u32));
+    }
+    assert_eq!(index.nodes(), 101);
+    for (i, t) in topics.iter().enumerate() {
+        assert_eq!(matched(&index, t), [i as u32]);
+        assert_eq!(matched(&index, &format!("{t}.y")), [1000 + i as u32]);
+    }
+    // Down to a few again (a vector), in any order, still all found.
+    for (i, t) in topics.iter().enumerate().skip(3) {
+        assert!(index.remove(t, i as u32));
+        assert!(index.remove(&format!("{t}.>"), 1000 + i as u32));
+    }
+    assert!(matches!(
+        index.root.literal.get("x").map(|n| &n.literal),
+        Some(super::Children::Few(few)) if few.len() == 3
+    ));
+    for (i, t) in topics.iter().enumerate().take(3) {
+        assert_eq!(matched(&index, t), [i as u32]);
+    }
+    assert_eq!(matched(&index, "x.50"), Vec::<u32>::new());
+    for (i, t) in topics.iter().enumerate().take(3) {
+        assert!(index.remove(t, i as u32));
+        assert!(index.remove(&format!("{t}.>"), 1000 + i as u32));
+    }
+    assert_eq!((index.nodes(), index.len()), (0, 0));
+}
+
+#[test]
 fn has_match_agrees() {
     let index = index_of(&[("orders.>", 1), ("x.*", 2)]);
     assert!(!index.has_match("orders"));
@@ -129,15 +173,21 @@ fn naive_matches(pattern: &str, topic: &str) -> bool {
     naive(&p, &t)
 }
 
-fn token() -> impl Strategy<Value = &'static str> {
-    prop_oneof![Just("a"), Just("b"), Just("c")]
+/// Mostly three tokens (overlapping patterns), sometimes one of 24 (more
+/// children than a vector of few holds).
+fn token() -> impl Strategy<Value = String> {
+    prop_oneof![
+        6 => prop_oneof![Just("a"), Just("b"), Just("c")].prop_map(str::to_owned),
+        1 => (0u8..24).prop_map(|i| format!("w{i}")),
+    ]
 }
 
 fn pattern() -> impl Strategy<Value = String> {
-    let head = prop::collection::vec(prop_oneof![3 => token(), 1 => Just("*")], 0..4);
+    let star = || Just("*".to_owned());
+    let head = prop::collection::vec(prop_oneof![3 => token(), 1 => star()], 0..4);
     (
         head,
-        prop_oneof![3 => token(), 1 => Just("*"), 1 => Just(">")],
+        prop_oneof![3 => token(), 1 => star(), 1 => Just(">".to_owned())],
     )
         .prop_map(|(mut t, last)| {
             t.push(last);
@@ -152,7 +202,7 @@ fn concrete() -> impl Strategy<Value = String> {
 proptest! {
     #[test]
     fn agrees_with_naive_matcher(
-        subs in prop::collection::vec((pattern(), 0u32..6), 0..40),
+        subs in prop::collection::vec((pattern(), 0u32..6), 0..80),
         removals in prop::collection::vec(any::<prop::sample::Index>(), 0..20),
         topics in prop::collection::vec(concrete(), 1..20),
     ) {

@@ -22,7 +22,7 @@ impl Subscriber for Sink {
 
 fn registration(max: usize) -> Registration {
     let gauge = IntGauge::new("subs", "test").unwrap();
-    Arc::new(Broker::new(max)).register(Arc::new(Sink), gauge)
+    Arc::new(Broker::new(max)).register(Arc::new(Sink), gauge, None)
 }
 
 fn json(text: &str) -> Payload {

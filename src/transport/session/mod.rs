@@ -83,9 +83,15 @@ pub enum Verdict {
 // === impl Session ===
 
 impl Session {
-    /// A session for one client of the listener in `cell`, and the reader
-    /// of its outbox (for the connection's writer).
-    pub fn new(cell: Arc<ListenerCell>, grace_over: CancellationToken) -> (Self, OutboxReader) {
+    /// A session for one client of the listener in `cell`, from `peer`
+    /// (none for a Unix socket client), and the reader of its outbox (for
+    /// the connection's writer). The per-IP rate limit and subscription
+    /// bound are keyed on `peer`.
+    pub fn new(
+        cell: Arc<ListenerCell>,
+        grace_over: CancellationToken,
+        peer: Option<IpAddr>,
+    ) -> (Self, OutboxReader) {
         let listener = cell.load();
         let cfg = listener.cfg();
         let codec = ClientCodec::of(cfg.dialect);
@@ -119,14 +125,14 @@ impl Session {
         let session = Session {
             in_flight: Arc::new(Semaphore::new(cfg.max_in_flight)),
             max_in_flight: cfg.max_in_flight,
-            peer: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            peer: peer.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
             in_place: InPlace::new(outbox.clone(), grace_over.clone()),
             cell,
             outbox,
             tasks: TaskTracker::new(),
             gone: CancellationToken::new(),
             grace_over,
-            client: Arc::new(ClientLinks::new(pusher)),
+            client: Arc::new(ClientLinks::new(pusher, peer)),
             parent: tracing::Span::current(),
             rate: Mutex::new(None),
         };
@@ -156,12 +162,6 @@ impl Session {
     /// The client's outbox.
     pub fn outbox(&self) -> &Outbox {
         &self.outbox
-    }
-
-    /// Keys the per-IP rate limit on the client's address.
-    pub fn with_peer(mut self, ip: IpAddr) -> Self {
-        self.peer = ip;
-        self
     }
 
     /// Handles one inbound text frame or line; what it carries is decoded
