@@ -47,7 +47,7 @@
 //!
 //! # Layout of the file
 //!
-//! `<path>/persist.redb`, three tables:
+//! `<path>/persist.redb`, four tables:
 //!
 //! - `messages`: (topic, seq) → (stored_at in ms since the epoch, encoding
 //!   tag, data bytes). Tag 0 is JSON text, 1 is CBOR bytes.
@@ -56,6 +56,9 @@
 //!   eviction and restart and sequences never restart from 1.
 //! - `positions`: subscription id → (topic, floor, acknowledged sequences
 //!   above the floor).
+//! - `starts`: subscription id → the topic's last sequence when it was
+//!   created (an id without a row, from a file older than this table,
+//!   started at 0).
 //!
 //! The directory is created with mode 0700 if absent (messages may be
 //! private). The file is locked while open: a second process on the same
@@ -111,7 +114,7 @@ use std::sync::Arc;
 
 use redb::{Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError};
 
-use self::rows::{age_cutoff, decode, from_millis, millis, MESSAGES, POSITIONS, TOPICS};
+use self::rows::{age_cutoff, decode, from_millis, millis, MESSAGES, POSITIONS, STARTS, TOPICS};
 use self::writer::Writer;
 use super::{Applied, Change, Log, Position, Ticket, Usage};
 use crate::persist::{PersistError, Stored};
@@ -203,6 +206,7 @@ impl EmbeddedLog {
         txn.open_table(MESSAGES)?;
         txn.open_table(TOPICS)?;
         txn.open_table(POSITIONS)?;
+        txn.open_table(STARTS)?;
         txn.commit()?;
         Ok(())
     }
@@ -288,25 +292,30 @@ impl EmbeddedLog {
     fn do_position(&self, id: &str) -> Result<Option<Position>, redb::Error> {
         let txn = self.db()?.begin_read()?;
         let positions = txn.open_table(POSITIONS)?;
-        Ok(positions.get(id)?.map(|row| {
-            let (topic, floor, acked) = row.value();
-            Position {
-                topic: topic.to_owned(),
-                floor,
-                acked: acked.into_iter().collect(),
-            }
+        let starts = txn.open_table(STARTS)?;
+        let Some(row) = positions.get(id)? else {
+            return Ok(None);
+        };
+        let (topic, floor, acked) = row.value();
+        Ok(Some(Position {
+            topic: topic.to_owned(),
+            start: starts.get(id)?.map_or(0, |s| s.value()),
+            floor,
+            acked: acked.into_iter().collect(),
         }))
     }
 
     fn do_positions(&self) -> Result<Vec<(String, Position)>, redb::Error> {
         let txn = self.db()?.begin_read()?;
         let positions = txn.open_table(POSITIONS)?;
+        let starts = txn.open_table(STARTS)?;
         let mut out = Vec::new();
         for entry in positions.iter()? {
             let (id, row) = entry?;
             let (topic, floor, acked) = row.value();
             let position = Position {
                 topic: topic.to_owned(),
+                start: starts.get(id.value())?.map_or(0, |s| s.value()),
                 floor,
                 acked: acked.into_iter().collect(),
             };

@@ -31,12 +31,17 @@ pub mod memory;
 pub use change::{Applied, Change, Ticket};
 pub use engine::{Engine, SWEEP_EVERY};
 
-/// A subscription's durable position: its topic, the floor (every message
-/// ≤ floor is acknowledged) and the acknowledged messages above it.
+/// A subscription's durable position: its topic, where it started, the
+/// floor (every message ≤ floor is acknowledged) and the acknowledged
+/// messages above it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Position {
     /// The topic it follows.
     pub topic: String,
+    /// The topic's last sequence when the subscription was created: no
+    /// message at or below it was ever delivered to it, so acknowledging
+    /// one is -32602 (jsonrpc-ws.md §7.3). Never changes.
+    pub start: u64,
     /// Every message ≤ `floor` is acknowledged.
     pub floor: u64,
     /// Acknowledged messages above `floor`.
