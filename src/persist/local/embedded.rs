@@ -112,19 +112,23 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use redb::{Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError};
+use redb::{Database, ReadableDatabase, ReadableTable};
 
+use self::file::open_database;
 use self::rows::{age_cutoff, decode, from_millis, millis, MESSAGES, POSITIONS, STARTS, TOPICS};
 use self::writer::Writer;
-use super::{Applied, Change, Log, Position, Ticket, Usage};
+use super::{Applied, Change, Health, Log, Position, Ticket, Usage};
 use crate::persist::{PersistError, Stored};
 
 mod apply;
+mod file;
 mod log;
 mod rows;
 mod writer;
 
-pub use writer::QUEUE;
+#[doc(hidden)]
+pub use file::WriteFaults;
+pub use writer::{QUEUE, REOPEN_FIRST, REOPEN_MAX};
 
 /// The database file's name inside the data directory.
 pub const FILE_NAME: &str = "persist.redb";
@@ -135,14 +139,13 @@ pub const CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 /// A [`Log`] in a redb database file; see the module doc.
 pub struct EmbeddedLog {
-    /// The open database (locked against other processes while open),
-    /// shared with the writer for reads; `None` once closed.
-    db: Option<Arc<Database>>,
     /// Its file, for error messages.
     path: PathBuf,
     /// The one thread that writes: every staged change goes through it.
-    /// It also keeps the retained totals (summed from `topics` when
-    /// opened, then kept up to date by each commit).
+    /// It also holds the open database (reads take it from there: it is
+    /// replaced when the writer reopens the file after a failed commit)
+    /// and keeps the retained totals (summed from `topics` when opened,
+    /// then kept up to date by each commit). `None` once closed.
     writer: Option<Writer>,
 }
 
@@ -163,22 +166,14 @@ impl EmbeddedLog {
                 ))
             })?;
         let path = dir.join(FILE_NAME);
-        let db = Database::builder()
-            .set_check_integrity_on_open(true)
-            .set_cache_size(CACHE_BYTES)
-            .create(&path)
-            .map_err(|e| open_error(&path, e))?;
-        let mut log = EmbeddedLog {
-            db: Some(Arc::new(db)),
+        let faults = WriteFaults::of(dir);
+        let (db, usage) = open_database(&path, &faults)?;
+        let writer = Writer::start(db, usage, path.clone(), faults)
+            .map_err(|e| PersistError::Store(format!("embedded store {}: {e}", path.display())))?;
+        Ok(EmbeddedLog {
             path,
-            writer: None,
-        };
-        log.create_tables().map_err(|e| log.error(e))?;
-        let usage = log.sum_usage().map_err(|e| log.error(e))?;
-        let db = log.db().map_err(|e| log.error(e))?.clone();
-        let writer = Writer::start(db, usage, log.path.clone()).map_err(|e| log.error(e))?;
-        log.writer = Some(writer);
-        Ok(log)
+            writer: Some(writer),
+        })
     }
 
     /// Durable commits made by this handle's writer so far (each is one
@@ -199,34 +194,12 @@ impl EmbeddedLog {
         &self.path
     }
 
-    /// Creates the tables so that read transactions find them (before
-    /// the writer starts: the only commit not made by it).
-    fn create_tables(&self) -> Result<(), redb::Error> {
-        let txn = self.db()?.begin_write()?;
-        txn.open_table(MESSAGES)?;
-        txn.open_table(TOPICS)?;
-        txn.open_table(POSITIONS)?;
-        txn.open_table(STARTS)?;
-        txn.commit()?;
-        Ok(())
-    }
-
-    /// The retained totals, summed over the `topics` rows.
-    fn sum_usage(&self) -> Result<Usage, redb::Error> {
-        let txn = self.db()?.begin_read()?;
-        let topics = txn.open_table(TOPICS)?;
-        let mut usage = Usage::default();
-        for entry in topics.iter()? {
-            let (_, count, bytes) = entry?.1.value();
-            usage.messages += count;
-            usage.bytes += bytes;
-        }
-        Ok(usage)
-    }
-
-    /// The database, unless closed.
-    fn db(&self) -> Result<&Arc<Database>, redb::Error> {
-        self.db.as_ref().ok_or(redb::Error::DatabaseClosed)
+    /// The database, unless closed or being reopened.
+    fn db(&self) -> Result<Arc<Database>, redb::Error> {
+        self.writer
+            .as_ref()
+            .and_then(Writer::db)
+            .ok_or(redb::Error::DatabaseClosed)
     }
 
     /// Whether none of `changes` (all expiries) would evict anything, as
@@ -346,31 +319,8 @@ impl fmt::Debug for EmbeddedLog {
     }
 }
 
-// === helpers ===
-
-/// Why the database could not be opened, in words an operator can act on.
-fn open_error(path: &Path, e: DatabaseError) -> PersistError {
-    let file = path.display();
-    PersistError::Store(match e {
-        DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => format!(
-            "the embedded store {file} is open in another process \
-             (another switchyard on the same persistence path?)"
-        ),
-        DatabaseError::Storage(StorageError::Corrupted(why)) => format!(
-            "the embedded store {file} is damaged ({why}); \
-             move it away to start with an empty store"
-        ),
-        DatabaseError::Storage(StorageError::Io(io)) => {
-            format!("cannot open the embedded store {file}: {io}")
-        }
-        DatabaseError::UpgradeRequired(version) => format!(
-            "the embedded store {file} has file format {version}, \
-             which this redb cannot read"
-        ),
-        other => format!("cannot open the embedded store {file}: {other}"),
-    })
-}
-
+#[cfg(test)]
+mod failure_tests;
 #[cfg(test)]
 mod group_tests;
 #[cfg(test)]

@@ -69,7 +69,7 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::{Applied, Change, Log, Position, Ticket};
+use super::{Applied, Change, Health, Log, Position, Ticket};
 use crate::envelope::Payload;
 use crate::persist::{
     Acked, Meters, Opened, PersistError, Store, Stored, TopicPolicy, Topics, DELIVERY_QUEUE,
@@ -91,6 +91,9 @@ struct Shared<L> {
     window: u64,
     max_subscriptions: usize,
     meters: Meters,
+    /// Whether the log can write now (read by readiness without the
+    /// lock).
+    health: Health,
 }
 
 #[derive(Debug)]
@@ -160,6 +163,7 @@ impl<L: Log> Engine<L> {
             subs.insert(id, Sub::stored(position));
         }
         let usage = log.stats()?;
+        let health = log.health();
         meters.stored_messages.set(gauge(usage.messages));
         meters.stored_bytes.set(gauge(usage.bytes));
         let state = State {
@@ -176,6 +180,7 @@ impl<L: Log> Engine<L> {
                 window: u64::try_from(window.max(1)).unwrap_or(u64::MAX),
                 max_subscriptions,
                 meters,
+                health,
             }),
         })
     }
@@ -185,6 +190,12 @@ impl<L: Log> Engine<L> {
     /// the engine are still ending. Later calls fail.
     pub fn close(&self) {
         self.shared.state.lock().log.close();
+    }
+
+    /// Whether the log can write now; why not if it cannot (the
+    /// embedded store between a failed commit and its reopening).
+    pub fn ready(&self) -> Result<(), String> {
+        self.shared.health.failure().map_or(Ok(()), Err)
     }
 
     /// Runs `f` on the log (tests: its counters).

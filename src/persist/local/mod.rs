@@ -16,7 +16,10 @@
 //!   generic over `L: Log`; call `conformance::run` from a log's tests.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::SystemTime;
+
+use parking_lot::Mutex;
 
 use super::{PersistError, Retention, Stored};
 use crate::envelope::Payload;
@@ -100,6 +103,12 @@ pub trait Log: Send + 'static {
     /// staged is durable; later calls fail. The default does nothing.
     fn close(&mut self) {}
 
+    /// Whether it can write now, as a handle readable without the
+    /// engine's lock (readiness reads it). The default: always.
+    fn health(&self) -> Health {
+        Health::default()
+    }
+
     /// Appends `data` to `topic` ([`Change::Append`]) and waits until it
     /// is durable, blocking this thread: for tools and tests; the engine
     /// stages. Returns the stored message and the sequences evicted.
@@ -156,6 +165,26 @@ pub trait Log: Send + 'static {
             Applied::PositionRemoved(existed) => Ok(existed),
             other => Err(change::mismatch(&other)),
         }
+    }
+}
+
+/// Whether a log can write now: `None`, or why not (the embedded store
+/// between a failed commit and the reopening of its file). Shared between
+/// the part that writes and readiness; cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Health(Arc<Mutex<Option<String>>>);
+
+// === impl Health ===
+
+impl Health {
+    /// Why it cannot write now, if it cannot.
+    pub fn failure(&self) -> Option<String> {
+        self.0.lock().clone()
+    }
+
+    /// Records that it cannot write (`Some(why)`) or can again (`None`).
+    pub fn set(&self, failure: Option<String>) {
+        *self.0.lock() = failure;
     }
 }
 

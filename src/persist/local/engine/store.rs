@@ -57,8 +57,11 @@ impl<L: Log> Store for Engine<L> {
         let outcome = ticket.wait().await;
         if let Some(snapshot) = write {
             let (key, ok) = (id.clone(), outcome.is_ok());
-            self.call(move |e| Ok(e.written(&key, &snapshot, ok)))
-                .await?;
+            self.call(move |e| {
+                e.written(&key, &snapshot, ok);
+                Ok(())
+            })
+            .await?;
         }
         outcome?;
         self.call(move |e| e.start(&id)).await
@@ -83,8 +86,11 @@ impl<L: Log> Store for Engine<L> {
             AckStep::Write(ticket, snapshot) => {
                 let outcome = ticket.wait().await;
                 let ok = outcome.is_ok();
-                self.call(move |e| Ok(e.written(&id, &snapshot, ok)))
-                    .await?;
+                self.call(move |e| {
+                    e.written(&id, &snapshot, ok);
+                    Ok(())
+                })
+                .await?;
                 outcome?;
                 Acked::Yes
             }
@@ -103,7 +109,11 @@ impl<L: Log> Store for Engine<L> {
         };
         let outcome = ticket.wait().await;
         let ok = outcome.is_ok();
-        self.call(move |e| Ok(e.deleted(&id, ok))).await?;
+        self.call(move |e| {
+            e.deleted(&id, ok);
+            Ok(())
+        })
+        .await?;
         outcome.map(|_| true)
     }
 
