@@ -40,9 +40,20 @@
 //! the engine calls the log from tokio's blocking pool, never from a
 //! runtime worker.
 //!
+//! # A failing disk
+//!
+//! A commit that fails (a full disk, an I/O error) fails every batch in
+//! it; redb then refuses every operation on that database, so the writer
+//! closes it, reports the failure ([`Log::health`]: readiness and the
+//! status page), refuses writes at once, and reopens the file with a
+//! backoff ([`REOPEN_FIRST`] doubling to [`REOPEN_MAX`]) until it opens;
+//! then the store serves again. Reads fail while it is closed.
+//!
 //! `rows` holds the table definitions, the row encodings and the
 //! retention walk; `apply` one change applied to the open tables;
-//! `writer` the thread, its queue and its bound; `log` the [`Log`]
+//! `writer` the thread, its queue and its bound, and the reopening after
+//! a failed commit; `file` opening the file (through a backend whose
+//! writes tests can make fail: [`WriteFaults`]); `log` the [`Log`]
 //! implementation.
 //!
 //! # Layout of the file

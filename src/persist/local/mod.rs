@@ -12,6 +12,8 @@
 //!   change on disk before its ticket resolves, the changes staged
 //!   meanwhile in one commit (its durability contract, its writer and the
 //!   choice of redb are in its module doc).
+//! - [`Health`]: whether a log can write now, read by readiness without
+//!   the engine's lock.
 //! - `conformance` (tests only): the suite every [`Log`] must pass,
 //!   generic over `L: Log`; call `conformance::run` from a log's tests.
 
