@@ -336,6 +336,7 @@ fn the_embedded_log_keeps_every_commit_across_kill_9() {
             if stored.seq % 3 == 0 {
                 let position = Position {
                     topic: "t".into(),
+                    start: 0,
                     floor: stored.seq,
                     acked: BTreeSet::from([stored.seq + 2]),
                 };
@@ -474,6 +475,7 @@ fn the_embedded_logs_grouped_commits_survive_kill_9() {
                             id: "s".into(),
                             position: Position {
                                 topic: "t".into(),
+                                start: 0,
                                 floor: seq,
                                 acked: BTreeSet::from([seq + 2]),
                             },

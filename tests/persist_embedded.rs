@@ -3,16 +3,24 @@
 //! subscription, its messages, acknowledgements and the topic's sequence
 //! survive a restart of switchyard on the same `persistence.path`; a
 //! second switchyard on a path in use is refused before it binds; the
-//! store metrics carry `backend="embedded"`. (The `kill -9` case is
+//! store metrics carry `backend="embedded"`; a store whose writes fail (a
+//! full disk, injected through the store file's `WriteFaults` seam) makes
+//! the gateway not ready, answers -32009 without changing anything, and
+//! serves again once writes succeed. (The `kill -9` case is
 //! tests/persist_crash.rs.)
 
 mod common;
 
+use std::net::SocketAddr;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use common::persist_node::*;
 use common::scrape::{scrape, value};
 use serde_json::json;
+use switchyard::persist::local::embedded::WriteFaults;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 const SUBSCRIBE: &str = "rpc.subscribe.persistent";
 const ACK: &str = "rpc.acknowledge.persistent";
@@ -95,5 +103,106 @@ async fn a_second_gateway_on_a_store_in_use_is_refused_before_it_binds() {
         Err(e) => format!("{e:#}"),
     };
     assert!(err.contains("open in another process"), "{err}");
+    stack.stop().await;
+}
+
+/// GETs `path` from the admin listener (HTTP/1.0: no chunking): status
+/// and body.
+async fn http(admin: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = tokio::time::timeout(COMMAND_TIMEOUT, TcpStream::connect(admin))
+        .await
+        .expect("connect timed out")
+        .expect("connect");
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {admin}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut raw = Vec::new();
+    tokio::time::timeout(COMMAND_TIMEOUT, stream.read_to_end(&mut raw))
+        .await
+        .expect("response timed out")
+        .expect("read");
+    let text = String::from_utf8(raw).expect("UTF-8 response");
+    let (head, body) = text.split_once("\r\n\r\n").expect("header/body separator");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line in {head:?}"));
+    (status, body.to_owned())
+}
+
+/// Polls `/readyz` until it answers `status` (the store reopens with a
+/// backoff of a few seconds at most).
+async fn readyz_becomes(admin: SocketAddr, status: u16) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (got, body) = http(admin, "/readyz").await;
+        if got == status {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "/readyz stayed {got}: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_cannot_write_is_not_ready_changes_nothing_and_serves_again_once_reopened() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    let faults = WriteFaults::register(&store);
+    let stack = Persist::start_with("", &embedded(&store)).await;
+    let mut c = Client::start(&stack.url).await;
+    c.open("a").await;
+    c.open("pub").await;
+    c.ok("a", SUBSCRIBE, subscribe("p", "events.orders")).await;
+    c.publish("pub", "orders", json!({"order": 1})).await;
+    assert_eq!(seqs(&c.notes("a", 1).await), [1]);
+    readyz_becomes(stack.admin, 200).await;
+
+    faults.set(true);
+    let failed = c.call("a", ACK, ack("p", 1)).await;
+    assert_error(&failed, -32009, "an ack whose commit failed");
+    let retried = c.call("a", ACK, ack("p", 1)).await;
+    assert_error(&retried, -32009, "its retry, not answered from memory");
+    let refused = c
+        .call("a", SUBSCRIBE, subscribe("q", "events.orders"))
+        .await;
+    assert_error(&refused, -32009, "a subscribe while the store fails");
+    let body = readyz_becomes(stack.admin, 503).await;
+    assert!(
+        body.contains("persistent store (embedded)") && body.contains("No space left on device"),
+        "{body}"
+    );
+    let (_, page) = http(stack.admin, "/").await;
+    let section = page
+        .split("<section id=\"store\">")
+        .nth(1)
+        .expect("the status page shows the store");
+    assert!(
+        section.contains("failing") && section.contains("No space left on device"),
+        "{section}"
+    );
+
+    // Room again: the store is reopened, the failed ack had changed
+    // nothing (1 is acknowledged only now), and the open subscription
+    // delivers again.
+    faults.set(false);
+    readyz_becomes(stack.admin, 200).await;
+    c.ok("a", ACK, ack("p", 1)).await;
+    c.publish("pub", "orders", json!({"order": 2})).await;
+    assert_eq!(seqs(&c.notes("a", 2).await), [1, 2]);
+    let q = c.ok("a", SUBSCRIBE, subscribe("q", "events.orders")).await;
+    assert_eq!(q["resumed_from_sequence"], 2);
+    let (_, page) = http(stack.admin, "/").await;
+    assert!(page.contains("<section id=\"store\">") && page.contains("serving"));
+    c.exit().await;
+    stack.stop().await;
+
+    // What a restart finds: 1 acknowledged (its successful retry).
+    let stack = Persist::start_with("", &embedded(&store)).await;
+    let mut c = Client::start(&stack.url).await;
+    c.open("a").await;
+    let resumed = c.ok("a", SUBSCRIBE, subscribe("p", "events.orders")).await;
+    assert_eq!(resumed["resumed_from_sequence"], 1);
+    c.exit().await;
     stack.stop().await;
 }

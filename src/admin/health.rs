@@ -12,8 +12,9 @@
 //!   live pooled connection. `per-client` upstreams keep no standing
 //!   connections (each client dials its own), so there is nothing to wait
 //!   for and `required` does not gate readiness for them.
-//! - the persistent-subscription store can serve (the local backends once
-//!   opened, which happens before binding; NATS while connected).
+//! - the persistent-subscription store can serve: memory always; the
+//!   embedded store unless a commit failed (a full disk) and its file is
+//!   not yet reopened (it retries with backoff); NATS while connected.
 //!
 //! Liveness (`/livez`) checks none of this: a gateway whose upstream is down
 //! must not be restarted for it.

@@ -4,7 +4,8 @@
 //! same listener, so the CSP needs no inline styles), no build step: it
 //! renders the same from a browser on the host, through `kubectl
 //! port-forward`, or in headless Chromium. It shows readiness, the
-//! listeners, the upstreams, and the error and drop counters that are not
+//! listeners, the upstreams, the persistent-subscription store (when
+//! configured) and whether it can serve, and the error and drop counters that are not
 //! zero (totals since start; Prometheus has the rates). Every value comes
 //! from the config, the upstream pools or the metrics registry, and is
 //! HTML-escaped.
@@ -89,6 +90,7 @@ fn render(state: &AdminState) -> String {
     }
     listeners(gw, &mut out);
     upstreams(gw, now, &mut out);
+    store(gw, &mut out);
     recent::last_minute(state, &mut out);
     requests(gw, &mut out);
     counters(gw, &mut out);
@@ -165,6 +167,29 @@ fn upstreams(gw: &Gateway, now: SystemTime, out: &mut String) {
         ));
     }
     out.push_str("</table></section>");
+}
+
+/// The persistent-subscription store: its backend and whether it can
+/// serve (why not, if not: a failing disk, NATS unreachable).
+fn store(gw: &Gateway, out: &mut String) {
+    let Some(store) = gw.store.as_ref() else {
+        return;
+    };
+    if gw.cfg.persistence.topics.is_empty() && store.ready().is_ok() {
+        // No persistent topics: nothing to show unless it fails.
+        return;
+    }
+    let (state, detail) = match store.ready() {
+        Ok(()) => (badge(true, "serving", ""), String::new()),
+        Err(why) => (badge(false, "", "failing"), why),
+    };
+    out.push_str(&format!(
+        "<section id=\"store\"><h2>Persistent store</h2><table><tr><th>Backend</th>\
+         <th>State</th><th>Detail</th></tr><tr><td>{}</td><td>{state}</td><td>{}</td></tr>\
+         </table></section>",
+        store.kind().as_str(),
+        esc(&detail),
+    ));
 }
 
 /// Requests settled per route: total, ok, the upstream's own errors, and

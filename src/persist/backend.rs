@@ -164,11 +164,13 @@ impl Backend {
         }
     }
 
-    /// Whether it can serve now (the local backends: once opened, always;
-    /// NATS: while connected).
+    /// Whether it can serve now (memory: always; embedded: unless a
+    /// commit failed and the file is not yet reopened; NATS: while
+    /// connected).
     pub fn ready(&self) -> Result<(), String> {
         match self {
-            Backend::Memory(_) | Backend::Embedded(_) => Ok(()),
+            Backend::Memory(e) => e.ready(),
+            Backend::Embedded(e) => e.ready(),
             Backend::Nats(js) if js.is_connected() => Ok(()),
             Backend::Nats(_) => Err("not connected to NATS".to_owned()),
         }

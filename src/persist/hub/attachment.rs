@@ -113,31 +113,32 @@ impl Attachment {
         }
     }
 
-    /// `rpc.unsubscribe.persistent`: deletes `id` (idempotent).
+    /// `rpc.unsubscribe.persistent`: deletes `id` (idempotent). The
+    /// connection holds it (and its deliveries go on) until the delete is
+    /// written: if that fails (-32009), nothing changed.
     pub async fn unsubscribe(&self, id: &str) -> Result<(), GatewayError> {
-        {
-            let mut holders = self.hub.holders.lock();
-            match holders.get(id) {
-                Some(h) if h.conn != self.conn => {
-                    return Err(GatewayError::with_detail(
-                        ErrorKind::NotFound,
-                        format!("subscription {id:?} is held by another connection"),
-                    ));
-                }
-                Some(_) => {
-                    if let Some(h) = holders.remove(id) {
-                        h.stop.cancel();
-                    }
-                }
-                None => {}
-            }
+        let held_elsewhere = {
+            let holders = self.hub.holders.lock();
+            holders.get(id).is_some_and(|h| h.conn != self.conn)
+        };
+        if held_elsewhere {
+            return Err(GatewayError::with_detail(
+                ErrorKind::NotFound,
+                format!("subscription {id:?} is held by another connection"),
+            ));
         }
         self.hub
             .store
             .delete(id)
             .await
-            .map(|_| ())
-            .map_err(|e| e.to_gateway())
+            .map_err(|e| e.to_gateway())?;
+        let mut holders = self.hub.holders.lock();
+        if holders.get(id).is_some_and(|h| h.conn == self.conn) {
+            if let Some(h) = holders.remove(id) {
+                h.stop.cancel();
+            }
+        }
+        Ok(())
     }
 
     /// `rpc.unsubscribe.persistent.batch`: deletes every id, or none when

@@ -166,6 +166,7 @@ fn positions_round_trip<L: Log>(log: &mut L) {
     assert_eq!(log.position("p").unwrap(), None);
     let position = Position {
         topic: "orders".to_owned(),
+        start: 5,
         floor: 7,
         acked: BTreeSet::from([9, 12]),
     };
@@ -228,6 +229,7 @@ fn at(floor: u64) -> Change {
         id: "p".to_owned(),
         position: Position {
             topic: "a".to_owned(),
+            start: 0,
             floor,
             acked: BTreeSet::new(),
         },

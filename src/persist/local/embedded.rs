@@ -40,14 +40,25 @@
 //! the engine calls the log from tokio's blocking pool, never from a
 //! runtime worker.
 //!
+//! # A failing disk
+//!
+//! A commit that fails (a full disk, an I/O error) fails every batch in
+//! it; redb then refuses every operation on that database, so the writer
+//! closes it, reports the failure ([`Log::health`]: readiness and the
+//! status page), refuses writes at once, and reopens the file with a
+//! backoff ([`REOPEN_FIRST`] doubling to [`REOPEN_MAX`]) until it opens;
+//! then the store serves again. Reads fail while it is closed.
+//!
 //! `rows` holds the table definitions, the row encodings and the
 //! retention walk; `apply` one change applied to the open tables;
-//! `writer` the thread, its queue and its bound; `log` the [`Log`]
+//! `writer` the thread, its queue and its bound, and the reopening after
+//! a failed commit; `file` opening the file (through a backend whose
+//! writes tests can make fail: [`WriteFaults`]); `log` the [`Log`]
 //! implementation.
 //!
 //! # Layout of the file
 //!
-//! `<path>/persist.redb`, three tables:
+//! `<path>/persist.redb`, four tables:
 //!
 //! - `messages`: (topic, seq) → (stored_at in ms since the epoch, encoding
 //!   tag, data bytes). Tag 0 is JSON text, 1 is CBOR bytes.
@@ -56,6 +67,9 @@
 //!   eviction and restart and sequences never restart from 1.
 //! - `positions`: subscription id → (topic, floor, acknowledged sequences
 //!   above the floor).
+//! - `starts`: subscription id → the topic's last sequence when it was
+//!   created (an id without a row, from a file older than this table,
+//!   started at 0).
 //!
 //! The directory is created with mode 0700 if absent, and the file with
 //! mode 0600 (messages may be private; the directory may be one the
@@ -105,25 +119,28 @@
 //! redb 4 needs Rust 1.90 (the crate's `rust-version`).
 
 use std::fmt;
-use std::fs::{DirBuilder, OpenOptions};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs::DirBuilder;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use redb::backends::FileBackend;
-use redb::{Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError};
+use redb::{Database, ReadableDatabase, ReadableTable};
 
-use self::rows::{age_cutoff, decode, from_millis, millis, MESSAGES, POSITIONS, TOPICS};
+use self::file::open_database;
+use self::rows::{age_cutoff, decode, from_millis, millis, MESSAGES, POSITIONS, STARTS, TOPICS};
 use self::writer::Writer;
-use super::{Applied, Change, Log, Position, Ticket, Usage};
+use super::{Applied, Change, Health, Log, Position, Ticket, Usage};
 use crate::persist::{PersistError, Stored};
 
 mod apply;
+mod file;
 mod log;
 mod rows;
 mod writer;
 
-pub use writer::QUEUE;
+#[doc(hidden)]
+pub use file::WriteFaults;
+pub use writer::{QUEUE, REOPEN_FIRST, REOPEN_MAX};
 
 /// The database file's name inside the data directory.
 pub const FILE_NAME: &str = "persist.redb";
@@ -134,14 +151,13 @@ pub const CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 /// A [`Log`] in a redb database file; see the module doc.
 pub struct EmbeddedLog {
-    /// The open database (locked against other processes while open),
-    /// shared with the writer for reads; `None` once closed.
-    db: Option<Arc<Database>>,
     /// Its file, for error messages.
     path: PathBuf,
     /// The one thread that writes: every staged change goes through it.
-    /// It also keeps the retained totals (summed from `topics` when
-    /// opened, then kept up to date by each commit).
+    /// It also holds the open database (reads take it from there: it is
+    /// replaced when the writer reopens the file after a failed commit)
+    /// and keeps the retained totals (summed from `topics` when opened,
+    /// then kept up to date by each commit). `None` once closed.
     writer: Option<Writer>,
 }
 
@@ -163,18 +179,14 @@ impl EmbeddedLog {
                 ))
             })?;
         let path = dir.join(FILE_NAME);
-        let db = create_database(&path).map_err(|e| open_error(&path, e))?;
-        let mut log = EmbeddedLog {
-            db: Some(Arc::new(db)),
+        let faults = WriteFaults::of(dir);
+        let (db, usage) = open_database(&path, &faults)?;
+        let writer = Writer::start(db, usage, path.clone(), faults)
+            .map_err(|e| PersistError::Store(format!("embedded store {}: {e}", path.display())))?;
+        Ok(EmbeddedLog {
             path,
-            writer: None,
-        };
-        log.create_tables().map_err(|e| log.error(e))?;
-        let usage = log.sum_usage().map_err(|e| log.error(e))?;
-        let db = log.db().map_err(|e| log.error(e))?.clone();
-        let writer = Writer::start(db, usage, log.path.clone()).map_err(|e| log.error(e))?;
-        log.writer = Some(writer);
-        Ok(log)
+            writer: Some(writer),
+        })
     }
 
     /// Durable commits made by this handle's writer so far (each is one
@@ -195,33 +207,12 @@ impl EmbeddedLog {
         &self.path
     }
 
-    /// Creates the tables so that read transactions find them (before
-    /// the writer starts: the only commit not made by it).
-    fn create_tables(&self) -> Result<(), redb::Error> {
-        let txn = self.db()?.begin_write()?;
-        txn.open_table(MESSAGES)?;
-        txn.open_table(TOPICS)?;
-        txn.open_table(POSITIONS)?;
-        txn.commit()?;
-        Ok(())
-    }
-
-    /// The retained totals, summed over the `topics` rows.
-    fn sum_usage(&self) -> Result<Usage, redb::Error> {
-        let txn = self.db()?.begin_read()?;
-        let topics = txn.open_table(TOPICS)?;
-        let mut usage = Usage::default();
-        for entry in topics.iter()? {
-            let (_, count, bytes) = entry?.1.value();
-            usage.messages += count;
-            usage.bytes += bytes;
-        }
-        Ok(usage)
-    }
-
-    /// The database, unless closed.
-    fn db(&self) -> Result<&Arc<Database>, redb::Error> {
-        self.db.as_ref().ok_or(redb::Error::DatabaseClosed)
+    /// The database, unless closed or being reopened.
+    fn db(&self) -> Result<Arc<Database>, redb::Error> {
+        self.writer
+            .as_ref()
+            .and_then(Writer::db)
+            .ok_or(redb::Error::DatabaseClosed)
     }
 
     /// Whether none of `changes` (all expiries) would evict anything, as
@@ -287,25 +278,30 @@ impl EmbeddedLog {
     fn do_position(&self, id: &str) -> Result<Option<Position>, redb::Error> {
         let txn = self.db()?.begin_read()?;
         let positions = txn.open_table(POSITIONS)?;
-        Ok(positions.get(id)?.map(|row| {
-            let (topic, floor, acked) = row.value();
-            Position {
-                topic: topic.to_owned(),
-                floor,
-                acked: acked.into_iter().collect(),
-            }
+        let starts = txn.open_table(STARTS)?;
+        let Some(row) = positions.get(id)? else {
+            return Ok(None);
+        };
+        let (topic, floor, acked) = row.value();
+        Ok(Some(Position {
+            topic: topic.to_owned(),
+            start: starts.get(id)?.map_or(0, |s| s.value()),
+            floor,
+            acked: acked.into_iter().collect(),
         }))
     }
 
     fn do_positions(&self) -> Result<Vec<(String, Position)>, redb::Error> {
         let txn = self.db()?.begin_read()?;
         let positions = txn.open_table(POSITIONS)?;
+        let starts = txn.open_table(STARTS)?;
         let mut out = Vec::new();
         for entry in positions.iter()? {
             let (id, row) = entry?;
             let (topic, floor, acked) = row.value();
             let position = Position {
                 topic: topic.to_owned(),
+                start: starts.get(id.value())?.map_or(0, |s| s.value()),
                 floor,
                 acked: acked.into_iter().collect(),
             };
@@ -336,49 +332,8 @@ impl fmt::Debug for EmbeddedLog {
     }
 }
 
-// === helpers ===
-
-/// Opens the database file at `path`, creating it with mode 0600 if
-/// absent: it holds the messages, which may be private even when the
-/// directory around it was made by someone else with a wider mode.
-fn create_database(path: &Path) -> Result<Database, DatabaseError> {
-    // As redb's `Builder::create` opens it, plus the mode.
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(path)?;
-    Database::builder()
-        .set_check_integrity_on_open(true)
-        .set_cache_size(CACHE_BYTES)
-        .create_with_backend(FileBackend::new(file)?)
-}
-
-/// Why the database could not be opened, in words an operator can act on.
-fn open_error(path: &Path, e: DatabaseError) -> PersistError {
-    let file = path.display();
-    PersistError::Store(match e {
-        DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => format!(
-            "the embedded store {file} is open in another process \
-             (another switchyard on the same persistence path?)"
-        ),
-        DatabaseError::Storage(StorageError::Corrupted(why)) => format!(
-            "the embedded store {file} is damaged ({why}); \
-             move it away to start with an empty store"
-        ),
-        DatabaseError::Storage(StorageError::Io(io)) => {
-            format!("cannot open the embedded store {file}: {io}")
-        }
-        DatabaseError::UpgradeRequired(version) => format!(
-            "the embedded store {file} has file format {version}, \
-             which this redb cannot read"
-        ),
-        other => format!("cannot open the embedded store {file}: {other}"),
-    })
-}
-
+#[cfg(test)]
+mod failure_tests;
 #[cfg(test)]
 mod group_tests;
 #[cfg(test)]

@@ -20,8 +20,9 @@
 //! - an unacknowledged message is sent again, same sequence, after the
 //!   topic's ack timeout, on the same session;
 //! - acknowledgements are per message; at or below the floor, or repeated,
-//!   they are a no-op; above what the subscription can have been sent they
-//!   are [`Acked::NeverDelivered`];
+//!   they are a no-op; at or below where the subscription started
+//!   ([`Position::start`]: sequence 0 included) or above what it can have
+//!   been sent they are [`Acked::NeverDelivered`];
 //! - retention runs on every append and every [`SWEEP_EVERY`] (by age);
 //!   each message × subscription pair evicted unacknowledged is counted,
 //!   and the floors move over what is gone.
@@ -41,14 +42,24 @@
 //! the embedded log commits everything staged meanwhile at once (group
 //! commit). A publish is answered, and its topic's sessions woken, only
 //! once its ticket resolved (sessions read only what is durable); an ack,
-//! an open, a delete and a position are answered once theirs did (a
-//! repeated ack waits for what is staged before it: a barrier). The
-//! floors moved over evicted messages are staged and not waited for.
+//! an open, a delete and a position are answered once theirs did.
+//!
+//! Memory follows the log: an ack, a new position or a removal shows in
+//! the engine's state only once its ticket resolved without error, so a
+//! write that failed (-32009 to the client) changes nothing: a retried
+//! ack is written again rather than answered from memory, a resume
+//! reports the durable floor, an id whose removal failed is kept, and an
+//! id whose creation failed does not exist. Writes of one position are
+//! made from the newest one staged (`Sub::staged`), never from an older
+//! one, so that a later write cannot undo an earlier ack that succeeded.
+//! The floors moved over evicted messages need no disk: they change
+//! memory at once, and are staged and not waited for.
 //!
 //! Files: `session.rs` (one open subscription: what it sent, what waits
-//! for an ack, its task), `floor.rs` (positions: made, and their floors
-//! moved over acks and evictions), `store.rs` (the [`Store`] calls: stage,
-//! wait for the ticket, answer), `sweep.rs` (retention by age).
+//! for an ack, its task), `floor.rs` (positions: made, forgotten, and
+//! their floors moved over acks and evictions), `store.rs` (the [`Store`]
+//! calls: stage, wait for the ticket, bring its outcome into memory,
+//! answer), `sweep.rs` (retention by age).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -58,7 +69,7 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::{Applied, Change, Log, Position, Ticket};
+use super::{Applied, Change, Health, Log, Position, Ticket};
 use crate::envelope::Payload;
 use crate::persist::{
     Acked, Meters, Opened, PersistError, Store, Stored, TopicPolicy, Topics, DELIVERY_QUEUE,
@@ -80,6 +91,9 @@ struct Shared<L> {
     window: u64,
     max_subscriptions: usize,
     meters: Meters,
+    /// Whether the log can write now (read by readiness without the
+    /// lock).
+    health: Health,
 }
 
 #[derive(Debug)]
@@ -94,9 +108,28 @@ struct State<L> {
     next_session: u64,
 }
 
+/// One subscription id. Memory follows the log: a staged change shows in
+/// `position` only once its ticket resolved without error, so what is
+/// answered, reported and delivered by is what a restart would find
+/// (floors moved over evicted messages aside: those need no disk).
 #[derive(Debug)]
 struct Sub {
+    /// What is durable: acks are answered, resumes report and sessions
+    /// deliver by it.
     position: Position,
+    /// The newest position staged while writes of it are unresolved
+    /// (`pending` > 0); every newer write is made from it, so a write
+    /// never undoes one staged before it. Dropped once none is pending
+    /// (then it held only writes that failed).
+    staged: Option<Position>,
+    /// Writes of the position staged whose outcome is not yet known.
+    pending: u32,
+    /// The position is in the log (false: created by an open whose write
+    /// has not succeeded; forgotten if it fails).
+    stored: bool,
+    /// Its removal is staged: nothing more is written for it, and acks
+    /// and opens are refused until the removal resolves.
+    deleting: bool,
     session: Option<Session>,
 }
 
@@ -127,15 +160,10 @@ impl<L: Log> Engine<L> {
                 .entry(position.topic.clone())
                 .or_default()
                 .insert(id.clone());
-            subs.insert(
-                id,
-                Sub {
-                    position,
-                    session: None,
-                },
-            );
+            subs.insert(id, Sub::stored(position));
         }
         let usage = log.stats()?;
+        let health = log.health();
         meters.stored_messages.set(gauge(usage.messages));
         meters.stored_bytes.set(gauge(usage.bytes));
         let state = State {
@@ -152,6 +180,7 @@ impl<L: Log> Engine<L> {
                 window: u64::try_from(window.max(1)).unwrap_or(u64::MAX),
                 max_subscriptions,
                 meters,
+                health,
             }),
         })
     }
@@ -161,6 +190,12 @@ impl<L: Log> Engine<L> {
     /// the engine are still ending. Later calls fail.
     pub fn close(&self) {
         self.shared.state.lock().log.close();
+    }
+
+    /// Whether the log can write now; why not if it cannot (the
+    /// embedded store between a failed commit and its reopening).
+    pub fn ready(&self) -> Result<(), String> {
+        self.shared.health.failure().map_or(Ok(()), Err)
     }
 
     /// Runs `f` on the log (tests: its counters).
@@ -174,19 +209,52 @@ impl<L: Log> Engine<L> {
         self.shared.state.lock().subs.len()
     }
 
-    /// Opens `id`, staging its new or moved position: the caller waits
-    /// for the ticket before it answers.
-    fn open_now(&self, id: &str, topic: &str) -> Result<(Opened, Ticket), PersistError> {
-        let policy = self.policy(topic)?;
+    /// Stages the opening of `id`: the write of a new position (returned,
+    /// its outcome for [`Engine::written`]), of one whose first write has
+    /// not succeeded yet, or of a floor moved over evicted messages; else
+    /// a barrier. The session starts once the ticket resolved
+    /// ([`Engine::start`]).
+    fn open_now(&self, id: &str, topic: &str) -> Result<(Ticket, Option<Position>), PersistError> {
+        self.policy(topic)?;
         let shared = &self.shared;
         let mut guard = shared.state.lock();
         let state = &mut *guard;
         let last = state.log.last_seq(topic)?;
-        let changes: Vec<Change> = match shared.position_for(state, id, topic, last)? {
-            Some(created) => vec![created],
-            None => shared.compact(state, id, false)?.into_iter().collect(),
+        if let Some(created) = shared.position_for(state, id, topic, last)? {
+            let ticket = state.log.stage(vec![created.write(id)]);
+            return Ok((ticket, Some(created)));
+        }
+        let Some(sub) = state.subs.get_mut(id) else {
+            return Err(PersistError::NotFound);
         };
-        let ticket = state.log.stage(changes);
+        if sub.deleting {
+            return Err(PersistError::Conflict(format!(
+                "subscription {id:?} is being deleted"
+            )));
+        }
+        if !sub.stored {
+            // Its first write failed or is on its way: written again.
+            let again = sub.stage_from_base();
+            let ticket = state.log.stage(vec![again.write(id)]);
+            return Ok((ticket, Some(again)));
+        }
+        let changes = shared.compact(state, id)?.into_iter().collect();
+        Ok((state.log.stage(changes), None))
+    }
+
+    /// Starts a session of `id` (replacing one open elsewhere) once its
+    /// opening is durable.
+    fn start(&self, id: &str) -> Result<Opened, PersistError> {
+        let shared = &self.shared;
+        let mut guard = shared.state.lock();
+        let state = &mut *guard;
+        let topic = match state.subs.get(id) {
+            Some(sub) if sub.stored && !sub.deleting => sub.position.topic.clone(),
+            Some(_) => return Err(PersistError::Store("its position is not stored".to_owned())),
+            None => return Err(PersistError::NotFound),
+        };
+        let policy = self.policy(&topic)?;
+        let last = state.log.last_seq(&topic)?;
         let session_id = state.next_session;
         state.next_session += 1;
         if state.live.len() > state.subs.len() {
@@ -195,7 +263,7 @@ impl<L: Log> Engine<L> {
         }
         let live = state
             .live
-            .entry(topic.to_owned())
+            .entry(topic)
             .or_insert_with(|| watch::channel(last).0)
             .subscribe();
         let Some(sub) = state.subs.get_mut(id) else {
@@ -229,86 +297,123 @@ impl<L: Log> Engine<L> {
             live,
         };
         tokio::spawn(run.run());
-        let opened = Opened {
+        Ok(Opened {
             resumed_from: floor,
             deliveries: rx,
-        };
-        Ok((opened, ticket))
+        })
     }
 
-    /// Records the acknowledgement of `seq` by `id`, staging its
-    /// position: `Yes` may be answered once the ticket resolves, never
-    /// before.
-    fn ack_now(&self, id: &str, seq: u64) -> Result<(Acked, Option<Ticket>), PersistError> {
+    /// Stages the acknowledgement of `seq` by `id` (see [`AckStep`]).
+    fn ack_now(&self, id: &str, seq: u64) -> Result<AckStep, PersistError> {
         let shared = &self.shared;
         let mut guard = shared.state.lock();
         let state = &mut *guard;
-        let Some(sub) = state.subs.get_mut(id) else {
+        let Some(sub) = state.subs.get_mut(id).filter(|s| !s.deleting) else {
             return Err(PersistError::NotFound);
         };
-        let position = &mut sub.position;
-        if seq == 0 {
-            return Ok((Acked::NeverDelivered, None));
+        if seq <= sub.position.start {
+            // Before the subscription began (0 included): never sent to it.
+            return Ok(AckStep::Done(Acked::NeverDelivered));
         }
-        if seq <= position.floor || position.acked.contains(&seq) {
-            // Recorded already, but perhaps staged and not yet durable
-            // (a repeated ack): answered after what is staged.
-            return Ok((Acked::Yes, Some(state.log.stage(Vec::new()))));
+        if sub.position.covers(seq) {
+            return Ok(AckStep::Done(Acked::Yes));
+        }
+        if sub.base().covers(seq) {
+            // Staged by an earlier ack whose write is unresolved: answered
+            // by its outcome, after what is staged.
+            return Ok(AckStep::Recheck(state.log.stage(Vec::new())));
         }
         let sent = sub
             .session
             .as_ref()
-            .map_or(position.floor, |s| s.cursor.max(s.owed));
+            .map_or(sub.position.floor, |s| s.cursor.max(s.owed));
         if seq > sent {
-            return Ok((Acked::NeverDelivered, None));
+            return Ok(AckStep::Done(Acked::NeverDelivered));
         }
-        position.acked.insert(seq);
-        if let Some(session) = sub.session.as_mut() {
-            session.in_flight.remove(&seq);
-        }
-        let changes = shared.compact(state, id, true)?.into_iter().collect();
-        Ok((Acked::Yes, Some(state.log.stage(changes))))
+        let mut next = sub.base().clone();
+        next.acked.insert(seq);
+        next.settle_acks();
+        sub.staged = Some(next.clone());
+        sub.pending += 1;
+        let ticket = state.log.stage(vec![next.write(id)]);
+        Ok(AckStep::Write(ticket, next))
     }
 
-    /// Deletes `id`, staging the removal of its position (the caller
-    /// waits for the ticket).
-    fn delete_now(&self, id: &str) -> Result<Option<Ticket>, PersistError> {
-        let shared = &self.shared;
-        let mut state = shared.state.lock();
-        let Some(sub) = state.subs.remove(id) else {
-            return Ok(None);
+    /// Whether `seq` is acknowledged, durably, for `id`.
+    fn covers(&self, id: &str, seq: u64) -> bool {
+        let state = self.shared.state.lock();
+        state.subs.get(id).is_some_and(|s| s.position.covers(seq))
+    }
+
+    /// The write of `snapshot` (a position of `id` staged and counted in
+    /// `pending`) resolved: into `position` if `ok`, else dropped.
+    fn written(&self, id: &str, snapshot: &Position, ok: bool) {
+        let mut guard = self.shared.state.lock();
+        let state = &mut *guard;
+        let Some(sub) = state.subs.get_mut(id) else {
+            return;
         };
-        if let Some(session) = sub.session {
-            session.stop.cancel();
-            shared.meters.attached.dec();
+        sub.pending = sub.pending.saturating_sub(1);
+        if ok {
+            sub.stored = true;
+            let before = sub.position.floor;
+            sub.position.merge(snapshot);
+            if let Some(staged) = sub.staged.as_mut() {
+                staged.merge(snapshot);
+            }
+            sub.moved(before);
         }
-        if let Some(ids) = state.by_topic.get_mut(&sub.position.topic) {
-            ids.remove(id);
-            if ids.is_empty() {
-                state.by_topic.remove(&sub.position.topic);
+        if sub.pending == 0 {
+            sub.staged = None;
+            if !sub.stored && !sub.deleting {
+                // Created by an open whose write failed: never existed.
+                self.shared.forget(state, id);
             }
         }
+    }
+
+    /// Stages the removal of `id` (the caller waits for the ticket, then
+    /// calls [`Engine::deleted`]); `None` if there is no such id.
+    fn delete_now(&self, id: &str) -> Result<Option<Ticket>, PersistError> {
+        let mut state = self.shared.state.lock();
+        let Some(sub) = state.subs.get_mut(id) else {
+            return Ok(None);
+        };
+        sub.deleting = true;
         let remove = Change::RemovePosition { id: id.to_owned() };
         Ok(Some(state.log.stage(vec![remove])))
     }
 
-    /// The topic and floor of `id`, with a ticket to wait for before
-    /// reporting it (the floor may rest on acks still on their way to
-    /// disk).
-    fn position_now(&self, id: &str) -> Result<(Option<(String, u64)>, Ticket), PersistError> {
+    /// The removal of `id` resolved: forgotten (its session ended) if
+    /// `ok`, else kept as it was.
+    fn deleted(&self, id: &str, ok: bool) {
         let mut guard = self.shared.state.lock();
         let state = &mut *guard;
-        let changes = if state.subs.contains_key(id) {
-            self.shared.compact(state, id, false)?.into_iter().collect()
-        } else {
-            Vec::new()
-        };
-        let ticket = state.log.stage(changes);
-        let found = state
+        if ok {
+            self.shared.forget(state, id);
+        } else if let Some(sub) = state.subs.get_mut(id) {
+            sub.deleting = false;
+        }
+    }
+
+    /// Stages what reporting the position of `id` needs (a floor moved
+    /// over evicted messages, or a barrier: it may rest on acks still on
+    /// their way to disk); [`Engine::found`] reads it once durable.
+    fn position_now(&self, id: &str) -> Result<Ticket, PersistError> {
+        let mut guard = self.shared.state.lock();
+        let state = &mut *guard;
+        let changes = self.shared.compact(state, id)?.into_iter().collect();
+        Ok(state.log.stage(changes))
+    }
+
+    /// The topic and floor of `id` if it is stored.
+    fn found(&self, id: &str) -> Option<(String, u64)> {
+        let state = self.shared.state.lock();
+        state
             .subs
             .get(id)
-            .map(|s| (s.position.topic.clone(), s.position.floor));
-        Ok((found, ticket))
+            .filter(|s| s.stored)
+            .map(|s| (s.position.topic.clone(), s.position.floor))
     }
 
     /// Stages `changes` (with the lock: in the engine's order).
@@ -345,6 +450,98 @@ impl<L: Log> Engine<L> {
             .policy(topic)
             .copied()
             .ok_or_else(|| PersistError::NotPersistent(topic.to_owned()))
+    }
+}
+
+/// What an acknowledgement needs once staged.
+#[derive(Debug)]
+enum AckStep {
+    /// Answered now: durable already, or refused.
+    Done(Acked),
+    /// Staged by an earlier ack: `Yes` if, after this barrier, it is
+    /// durable.
+    Recheck(Ticket),
+    /// A new position staged: `Yes` once the ticket resolves without
+    /// error (then [`Engine::written`] with it).
+    Write(Ticket, Position),
+}
+
+// === impl Sub ===
+
+impl Sub {
+    /// A position read from the log.
+    fn stored(position: Position) -> Self {
+        Sub {
+            position,
+            staged: None,
+            pending: 0,
+            stored: true,
+            deleting: false,
+            session: None,
+        }
+    }
+
+    /// What new writes are made from: the newest staged position, else
+    /// the durable one.
+    fn base(&self) -> &Position {
+        self.staged.as_ref().unwrap_or(&self.position)
+    }
+
+    /// Counts one more write of the base (written again as it is).
+    fn stage_from_base(&mut self) -> Position {
+        let again = self.base().clone();
+        self.staged = Some(again.clone());
+        self.pending += 1;
+        again
+    }
+
+    /// The durable floor moved from `before` (or acks above it were
+    /// added): the session forgets what is acknowledged and, if the floor
+    /// moved, looks at its window again.
+    fn moved(&mut self, before: u64) {
+        let position = &self.position;
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        session
+            .in_flight
+            .retain(|seq, _| *seq > position.floor && !position.acked.contains(seq));
+        if position.floor != before {
+            session.cursor = session.cursor.max(position.floor);
+            session.wake.notify_one();
+        }
+    }
+}
+
+// === impl Position (the engine's view) ===
+
+impl Position {
+    /// Whether `seq` is acknowledged in it.
+    fn covers(&self, seq: u64) -> bool {
+        seq <= self.floor || self.acked.contains(&seq)
+    }
+
+    /// Moves the floor over the acknowledged sequences just above it.
+    fn settle_acks(&mut self) {
+        while self.acked.remove(&(self.floor + 1)) {
+            self.floor += 1;
+        }
+        self.acked = self.acked.split_off(&(self.floor + 1));
+    }
+
+    /// Adds what `other` acknowledges (positions only grow).
+    fn merge(&mut self, other: &Position) {
+        self.floor = self.floor.max(other.floor);
+        self.acked.extend(other.acked.iter().copied());
+        self.settle_acks();
+    }
+
+    /// The change that writes it as `id`'s position.
+    fn write(&self, id: &str) -> Change {
+        Change::SetPosition {
+            id: id.to_owned(),
+            position: self.clone(),
+        }
     }
 }
 

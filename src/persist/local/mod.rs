@@ -12,11 +12,16 @@
 //!   change on disk before its ticket resolves, the changes staged
 //!   meanwhile in one commit (its durability contract, its writer and the
 //!   choice of redb are in its module doc).
+//! - [`Health`]: whether a log can write now, read by readiness without
+//!   the engine's lock.
 //! - `conformance` (tests only): the suite every [`Log`] must pass,
 //!   generic over `L: Log`; call `conformance::run` from a log's tests.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::SystemTime;
+
+use parking_lot::Mutex;
 
 use super::{PersistError, Retention, Stored};
 use crate::envelope::Payload;
@@ -31,12 +36,17 @@ pub mod memory;
 pub use change::{Applied, Change, Ticket};
 pub use engine::{Engine, SWEEP_EVERY};
 
-/// A subscription's durable position: its topic, the floor (every message
-/// ≤ floor is acknowledged) and the acknowledged messages above it.
+/// A subscription's durable position: its topic, where it started, the
+/// floor (every message ≤ floor is acknowledged) and the acknowledged
+/// messages above it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Position {
     /// The topic it follows.
     pub topic: String,
+    /// The topic's last sequence when the subscription was created: no
+    /// message at or below it was ever delivered to it, so acknowledging
+    /// one is -32602 (jsonrpc-ws.md §7.3). Never changes.
+    pub start: u64,
     /// Every message ≤ `floor` is acknowledged.
     pub floor: u64,
     /// Acknowledged messages above `floor`.
@@ -95,6 +105,12 @@ pub trait Log: Send + 'static {
     /// staged is durable; later calls fail. The default does nothing.
     fn close(&mut self) {}
 
+    /// Whether it can write now, as a handle readable without the
+    /// engine's lock (readiness reads it). The default: always.
+    fn health(&self) -> Health {
+        Health::default()
+    }
+
     /// Appends `data` to `topic` ([`Change::Append`]) and waits until it
     /// is durable, blocking this thread: for tools and tests; the engine
     /// stages. Returns the stored message and the sequences evicted.
@@ -151,6 +167,26 @@ pub trait Log: Send + 'static {
             Applied::PositionRemoved(existed) => Ok(existed),
             other => Err(change::mismatch(&other)),
         }
+    }
+}
+
+/// Whether a log can write now: `None`, or why not (the embedded store
+/// between a failed commit and the reopening of its file). Shared between
+/// the part that writes and readiness; cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Health(Arc<Mutex<Option<String>>>);
+
+// === impl Health ===
+
+impl Health {
+    /// Why it cannot write now, if it cannot.
+    pub fn failure(&self) -> Option<String> {
+        self.0.lock().clone()
+    }
+
+    /// Records that it cannot write (`Some(why)`) or can again (`None`).
+    pub fn set(&self, failure: Option<String>) {
+        *self.0.lock() = failure;
     }
 }
 

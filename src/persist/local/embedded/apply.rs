@@ -6,18 +6,20 @@
 use redb::{ReadableTable, Table, WriteTransaction};
 
 use super::rows::{
-    age_cutoff, change, encode, evict, from_millis, millis, read_meta, MESSAGES, POSITIONS, TOPICS,
+    age_cutoff, change, encode, evict, from_millis, millis, read_meta, MESSAGES, POSITIONS, STARTS,
+    TOPICS,
 };
 use crate::envelope::Payload;
 use crate::persist::local::change::{Applied, Change};
 use crate::persist::local::{Position, Usage};
 use crate::persist::{Retention, Stored};
 
-/// The three tables, open in one write transaction.
+/// The tables, open in one write transaction.
 pub(super) struct Tables<'t> {
     messages: Table<'t, (&'static str, u64), (u64, u8, &'static [u8])>,
     topics: Table<'t, &'static str, (u64, u64, u64)>,
     positions: Table<'t, &'static str, (&'static str, u64, Vec<u64>)>,
+    starts: Table<'t, &'static str, u64>,
 }
 
 // === impl Tables ===
@@ -29,6 +31,7 @@ impl<'t> Tables<'t> {
             messages: txn.open_table(MESSAGES)?,
             topics: txn.open_table(TOPICS)?,
             positions: txn.open_table(POSITIONS)?,
+            starts: txn.open_table(STARTS)?,
         })
     }
 
@@ -62,9 +65,12 @@ impl<'t> Tables<'t> {
                 self.set_position(id, position)?;
                 Ok(Applied::PositionSet)
             }
-            Change::RemovePosition { id } => Ok(Applied::PositionRemoved(
-                self.positions.remove(id.as_str())?.is_some(),
-            )),
+            Change::RemovePosition { id } => {
+                self.starts.remove(id.as_str())?;
+                Ok(Applied::PositionRemoved(
+                    self.positions.remove(id.as_str())?.is_some(),
+                ))
+            }
         }
     }
 
@@ -128,8 +134,15 @@ impl<'t> Tables<'t> {
 
     fn set_position(&mut self, id: &str, position: &Position) -> Result<(), redb::Error> {
         let acked: Vec<u64> = position.acked.iter().copied().collect();
-        self.positions
-            .insert(id, (position.topic.as_str(), position.floor, acked))?;
+        let created = self
+            .positions
+            .insert(id, (position.topic.as_str(), position.floor, acked))?
+            .is_none();
+        // The start never changes: written once, with the first row (an
+        // ack rewrites the position, not this).
+        if created {
+            self.starts.insert(id, position.start)?;
+        }
         Ok(())
     }
 }

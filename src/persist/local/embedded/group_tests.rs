@@ -37,6 +37,7 @@ fn position(id: &str, floor: u64) -> Change {
         id: id.to_owned(),
         position: Position {
             topic: "t".to_owned(),
+            start: 0,
             floor,
             acked: BTreeSet::new(),
         },

@@ -54,13 +54,18 @@ impl Log for EmbeddedLog {
     }
 
     fn close(&mut self) {
-        // The writer commits what is queued, then ends (and drops its
-        // handle on the database); dropping ours releases the file and
-        // its lock.
+        // The writer commits what is queued, then ends and drops the
+        // database (readers hold it only for the length of one read):
+        // the file and its lock are released.
         if let Some(mut writer) = self.writer.take() {
             writer.close();
         }
-        self.db = None;
+    }
+
+    fn health(&self) -> Health {
+        self.writer
+            .as_ref()
+            .map_or_else(Health::default, Writer::health)
     }
 }
 

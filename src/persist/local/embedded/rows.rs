@@ -23,6 +23,12 @@ pub(super) const TOPICS: TableDefinition<'static, &str, (u64, u64, u64)> =
 pub(super) const POSITIONS: TableDefinition<'static, &str, (&str, u64, Vec<u64>)> =
     TableDefinition::new("positions");
 
+/// Per subscription id: the topic's last sequence when it was created
+/// ([`crate::persist::local::Position::start`]). A table of its own, so
+/// that files written before it existed still open (an id without a row
+/// started at 0).
+pub(super) const STARTS: TableDefinition<'static, &str, u64> = TableDefinition::new("starts");
+
 /// Encoding tag of a JSON payload.
 const TAG_JSON: u8 = 0;
 /// Encoding tag of a CBOR payload.

@@ -41,6 +41,7 @@ fn reopen_keeps_messages_last_seq_and_positions() {
         log.append("other", &json("[]"), at, &none()).unwrap();
         let position = Position {
             topic: "orders".into(),
+            start: 0,
             floor: 0,
             acked: BTreeSet::from([2]),
         };
@@ -196,6 +197,7 @@ fn positions_are_replaced_and_removed() {
     let mut log = EmbeddedLog::open(dir.path()).unwrap();
     let mut position = Position {
         topic: "t".into(),
+        start: 2,
         floor: 3,
         acked: BTreeSet::from([5, 7]),
     };

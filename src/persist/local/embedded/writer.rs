@@ -14,23 +14,45 @@
 //!
 //! A batch whose changes fail (a redb error) fails its whole transaction:
 //! every batch in it gets the error, nothing of it is on disk, and the
-//! failure is logged once here.
+//! failure is logged here (at most one line per [`WARN_EVERY`]; a full
+//! disk fails every commit). A redb database that met an I/O error
+//! refuses every later operation until it is opened again, so after a
+//! failed commit the writer drops the database, reports the failure
+//! ([`Health`]: readiness turns red), refuses every batch at once, and
+//! reopens the file after [`REOPEN_FIRST`], doubling the wait after each
+//! failed attempt up to [`REOPEN_MAX`]; once it is open, commits go on
+//! and readiness is green again. Reads fail while it is closed.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 use redb::{Database, Durability};
 
 use super::apply::Tables;
+use super::file::{open_database, WriteFaults};
 use crate::persist::local::change::{Applied, Change, Outcome, Ticket};
-use crate::persist::local::Usage;
+use crate::persist::local::{Health, Usage};
 use crate::persist::PersistError;
+use crate::telemetry::throttle::Throttle;
 
 /// Staged changes waiting for the writer, at most (see the module doc).
 pub const QUEUE: usize = 4096;
+
+/// The first reopening is tried this long after a failed commit; each
+/// failed attempt doubles the wait, up to [`REOPEN_MAX`].
+pub const REOPEN_FIRST: Duration = Duration::from_millis(100);
+
+/// The longest wait between two reopenings: once the disk has room
+/// again, the store serves again within this.
+pub const REOPEN_MAX: Duration = Duration::from_secs(5);
+
+/// At most one warning line per kind (a commit failed, batches refused,
+/// a reopening failed) this often; the next says how many were held back.
+const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// The writer thread and its queue.
 pub(super) struct Writer {
@@ -45,14 +67,24 @@ struct Shared {
     work: Condvar,
     /// Signalled when the writer takes the queue (room for stagers).
     room: Condvar,
+    /// The open database, shared with readers; `None` while the writer
+    /// reopens it after a failed commit (reads fail meanwhile) and once
+    /// the thread ended.
+    db: RwLock<Option<Arc<Database>>>,
+    /// `Some(why)` from a failed commit until the database is reopened.
+    health: Health,
     /// Retained totals as of the last durable commit.
     usage: Mutex<Usage>,
     /// Durable commits made.
     commits: AtomicU64,
     /// Batches staged (barriers included).
     staged: AtomicU64,
-    /// The database file, for error messages.
+    /// The database file, for error messages and to reopen it.
     path: PathBuf,
+    /// The test seam its file is opened with (see `file.rs`).
+    faults: WriteFaults,
+    /// Rate-limits the warnings (a full disk fails every commit).
+    throttle: Throttle,
 }
 
 #[derive(Default)]
@@ -70,6 +102,13 @@ struct Batch {
     done: tokio::sync::oneshot::Sender<Outcome>,
 }
 
+/// A database to reopen after a failed commit: when, and how long the
+/// wait after the next failed attempt.
+struct Reopen {
+    at: Instant,
+    wait: Duration,
+}
+
 /// Closes the queue when the thread ends, however it ends: later stagers
 /// get an error at once instead of waiting for a writer that is gone.
 struct Closer(Arc<Shared>);
@@ -77,21 +116,33 @@ struct Closer(Arc<Shared>);
 // === impl Writer ===
 
 impl Writer {
-    /// Starts the writer over `db`, whose retained totals are `usage`.
-    pub(super) fn start(db: Arc<Database>, usage: Usage, path: PathBuf) -> std::io::Result<Self> {
+    /// Starts the writer over `db` (the file at `path`, opened with
+    /// `faults`), whose retained totals are `usage`. The thread logs
+    /// through the caller's tracing subscriber.
+    pub(super) fn start(
+        db: Database,
+        usage: Usage,
+        path: PathBuf,
+        faults: WriteFaults,
+    ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             work: Condvar::new(),
             room: Condvar::new(),
+            db: RwLock::new(Some(Arc::new(db))),
+            health: Health::default(),
             usage: Mutex::new(usage),
             commits: AtomicU64::new(0),
             staged: AtomicU64::new(0),
             path,
+            faults,
+            throttle: Throttle::new(WARN_EVERY),
         });
         let closer = Closer(shared.clone());
+        let dispatch = tracing::dispatcher::get_default(Clone::clone);
         let thread = std::thread::Builder::new()
             .name("switchyard-store-writer".to_owned())
-            .spawn(move || closer.0.run(&db))?;
+            .spawn(move || tracing::dispatcher::with_default(&dispatch, || closer.0.run()))?;
         Ok(Writer {
             shared,
             thread: Some(thread),
@@ -119,6 +170,16 @@ impl Writer {
         drop(queue);
         self.shared.work.notify_one();
         ticket
+    }
+
+    /// The open database (`None` while it is reopened, or closed).
+    pub(super) fn db(&self) -> Option<Arc<Database>> {
+        self.shared.db.read().clone()
+    }
+
+    /// Whether it can write now.
+    pub(super) fn health(&self) -> Health {
+        self.shared.health.clone()
     }
 
     /// Retained totals as of the last durable commit.
@@ -159,38 +220,121 @@ impl Drop for Writer {
 
 impl Shared {
     /// The thread: takes the whole queue, writes it as one transaction,
-    /// until closed and drained.
-    fn run(&self, db: &Database) {
+    /// until closed and drained. After a failed commit it drops the
+    /// database and reopens it ([`Shared::reopen`]), refusing batches
+    /// meanwhile.
+    fn run(&self) {
+        let mut reopen: Option<Reopen> = None;
         loop {
-            let batches = {
-                let mut queue = self.queue.lock();
-                while queue.batches.is_empty() && !queue.closed {
-                    self.work.wait(&mut queue);
-                }
-                if queue.batches.is_empty() {
-                    return;
-                }
-                queue.changes = 0;
-                std::mem::take(&mut queue.batches)
+            let Some(batches) = self.take(reopen.as_ref().map(|r| r.at)) else {
+                break;
             };
             self.room.notify_all();
-            self.commit(db, batches);
+            if let Some(r) = reopen.as_mut().filter(|r| Instant::now() >= r.at) {
+                if self.reopen() {
+                    reopen = None;
+                } else {
+                    r.at = Instant::now() + r.wait;
+                    r.wait = (r.wait * 2).min(REOPEN_MAX);
+                }
+            }
+            if reopen.is_some() {
+                self.refuse(batches);
+                continue;
+            }
+            if !self.commit(batches) {
+                // The database refuses everything after an I/O error:
+                // dropped now (readers hold it for one read at most) and
+                // opened again.
+                *self.db.write() = None;
+                reopen = Some(Reopen {
+                    at: Instant::now() + REOPEN_FIRST,
+                    wait: REOPEN_FIRST * 2,
+                });
+            }
+        }
+        *self.db.write() = None;
+    }
+
+    /// Waits for batches (or for `until`, the next reopening: then
+    /// possibly none) and takes them all; `None` once closed and drained.
+    fn take(&self, until: Option<Instant>) -> Option<Vec<Batch>> {
+        let mut queue = self.queue.lock();
+        while queue.batches.is_empty() && !queue.closed {
+            match until {
+                Some(at) => {
+                    if self.work.wait_until(&mut queue, at).timed_out() {
+                        break;
+                    }
+                }
+                None => self.work.wait(&mut queue),
+            }
+        }
+        if queue.batches.is_empty() && queue.closed {
+            return None;
+        }
+        queue.changes = 0;
+        Some(std::mem::take(&mut queue.batches))
+    }
+
+    /// Opens the database again; whether it is open. While the old
+    /// handle lingers (a read in progress) the file is still locked: the
+    /// attempt fails and is made again later.
+    fn reopen(&self) -> bool {
+        match open_database(&self.path, &self.faults) {
+            Ok((db, usage)) => {
+                *self.usage.lock() = usage;
+                *self.db.write() = Some(Arc::new(db));
+                self.health.set(None);
+                tracing::info!(path = %self.path.display(), "persistent store: reopened after a failed commit");
+                true
+            }
+            Err(e) => {
+                if let Some(held) = self.throttle.admit("reopen") {
+                    tracing::warn!(error = %e, held_back = held, "persistent store: reopening failed; retrying with backoff");
+                }
+                false
+            }
+        }
+    }
+
+    /// Fails `batches` at once: the database is being reopened.
+    fn refuse(&self, batches: Vec<Batch>) {
+        if batches.is_empty() {
+            return;
+        }
+        let why = self.health.failure().unwrap_or_default();
+        let error = PersistError::Store(format!(
+            "embedded store {why}; writes are refused until the store is reopened"
+        ));
+        if let Some(held) = self.throttle.admit("refused") {
+            tracing::warn!(error = %error, held_back = held, "persistent store: writes refused until the store is reopened");
+        }
+        for batch in batches {
+            // A caller that stopped waiting needs no answer.
+            let _ = batch.done.send(Err(error.clone()));
         }
     }
 
     /// Writes `batches` in one transaction, committed once, then answers
-    /// each. Barriers alone (empty batches) need no commit: everything
-    /// staged before them was committed by an earlier turn.
-    fn commit(&self, db: &Database, batches: Vec<Batch>) {
+    /// each; whether it committed. Barriers alone (empty batches) need no
+    /// commit: everything staged before them was committed by an earlier
+    /// turn (or failed, which their callers learn from their own
+    /// tickets).
+    fn commit(&self, batches: Vec<Batch>) -> bool {
         if batches.iter().all(|b| b.changes.is_empty()) {
             for batch in batches {
                 // A caller that stopped waiting needs no answer.
                 let _ = batch.done.send(Ok(Vec::new()));
             }
-            return;
+            return true;
         }
+        let Some(db) = self.db.read().clone() else {
+            self.refuse(batches);
+            return false;
+        };
         let mut usage = *self.usage.lock();
-        match write(db, &batches, &mut usage) {
+        match write(&db, &batches, &mut usage) {
             Ok(applied) => {
                 self.commits.fetch_add(1, Ordering::Relaxed);
                 *self.usage.lock() = usage;
@@ -198,14 +342,20 @@ impl Shared {
                     // A caller that stopped waiting needs no answer.
                     let _ = batch.done.send(Ok(applied));
                 }
+                true
             }
             Err(e) => {
+                self.health
+                    .set(Some(format!("{}: {e}", self.path.display())));
                 let error = self.error(e);
-                tracing::warn!(error = %error, batches = batches.len(), "persistent store: a commit failed");
+                if let Some(held) = self.throttle.admit("commit") {
+                    tracing::warn!(error = %error, batches = batches.len(), held_back = held, "persistent store: a commit failed; reopening the store");
+                }
                 for batch in batches {
                     // A caller that stopped waiting needs no answer.
                     let _ = batch.done.send(Err(error.clone()));
                 }
+                false
             }
         }
     }

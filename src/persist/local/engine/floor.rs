@@ -11,15 +11,16 @@ use crate::persist::PersistError;
 
 impl<L: Log> Shared<L> {
     /// Finds the position of `id` on `topic`, or creates it after `last`
-    /// (then returns the change that writes it, for the caller to stage);
-    /// `Conflict` for an id of another topic, `Full` past the cap on ids.
+    /// (not stored yet: its write counted as pending) and returns it for
+    /// the caller to stage; `Conflict` for an id of another topic, `Full`
+    /// past the cap on ids.
     pub(super) fn position_for(
         &self,
         state: &mut State<L>,
         id: &str,
         topic: &str,
         last: u64,
-    ) -> Result<Option<Change>, PersistError> {
+    ) -> Result<Option<Position>, PersistError> {
         match state.subs.get(id) {
             Some(sub) if sub.position.topic != topic => Err(PersistError::Conflict(format!(
                 "subscription {id:?} exists with topic {:?}",
@@ -33,76 +34,66 @@ impl<L: Log> Shared<L> {
             None => {
                 let position = Position {
                     topic: topic.to_owned(),
+                    start: last,
                     floor: last,
                     acked: Default::default(),
-                };
-                let write = Change::SetPosition {
-                    id: id.to_owned(),
-                    position: position.clone(),
                 };
                 let ids = state.by_topic.entry(topic.to_owned()).or_default();
                 ids.insert(id.to_owned());
                 let sub = Sub {
-                    position,
+                    position: position.clone(),
+                    staged: Some(position.clone()),
+                    pending: 1,
+                    stored: false,
+                    deleting: false,
                     session: None,
                 };
                 state.subs.insert(id.to_owned(), sub);
-                Ok(Some(write))
+                Ok(Some(position))
             }
         }
     }
 
-    /// Moves the floor of `id` over acknowledged and evicted sequences,
-    /// returns the change that writes the position if it changed (or
-    /// `dirty`: changed by the caller), for the caller to stage, and wakes
-    /// its session if the floor moved.
+    /// Moves the floors of `id` (durable and staged) over evicted
+    /// sequences, and returns the change that writes the position if it
+    /// moved, for the caller to stage: made from the staged position, so
+    /// that it undoes no write staged before it; not counted as pending
+    /// (nobody is answered on it). Nothing is written for an id not yet
+    /// stored or being deleted.
     pub(super) fn compact(
         &self,
         state: &mut State<L>,
         id: &str,
-        dirty: bool,
     ) -> Result<Option<Change>, PersistError> {
         let Some(sub) = state.subs.get_mut(id) else {
             return Ok(None);
         };
-        let position = &mut sub.position;
-        let before = position.clone();
-        let last = state.log.last_seq(&position.topic)?;
-        loop {
-            if position.acked.remove(&(position.floor + 1)) {
-                position.floor += 1;
-                continue;
-            }
-            if position.floor >= last {
-                break;
-            }
-            // The first retained message above the floor: what lies
-            // between was evicted (and counted then).
-            let first = state
-                .log
-                .read(&position.topic, position.floor, 1)?
-                .first()
-                .map_or(last + 1, |m| m.seq);
-            if first > position.floor + 1 {
-                position.floor = first - 1;
-                continue;
-            }
-            break;
+        let before = sub.base().clone();
+        let floor = sub.position.floor;
+        settle(&state.log, &mut sub.position)?;
+        if let Some(staged) = sub.staged.as_mut() {
+            settle(&state.log, staged)?;
         }
-        let floor = position.floor;
-        position.acked = position.acked.split_off(&(floor + 1));
-        let write = (dirty || *position != before).then(|| Change::SetPosition {
-            id: id.to_owned(),
-            position: position.clone(),
-        });
-        if floor != before.floor {
-            if let Some(session) = sub.session.as_mut() {
-                session.in_flight = session.in_flight.split_off(&(floor + 1));
-                session.cursor = session.cursor.max(floor);
-                session.wake.notify_one();
+        sub.moved(floor);
+        let changed = *sub.base() != before;
+        Ok((changed && sub.stored && !sub.deleting).then(|| sub.base().write(id)))
+    }
+
+    /// Forgets `id`: its session ends.
+    pub(super) fn forget(&self, state: &mut State<L>, id: &str) {
+        let Some(sub) = state.subs.remove(id) else {
+            return;
+        };
+        if let Some(session) = sub.session {
+            session.stop.cancel();
+            self.meters.attached.dec();
+        }
+        if let Some(ids) = state.by_topic.get_mut(&sub.position.topic) {
+            ids.remove(id);
+            if ids.is_empty() {
+                state.by_topic.remove(&sub.position.topic);
             }
         }
-        Ok(write)
     }
 
     /// Counts the unacknowledged `evicted` messages of `topic` per
@@ -132,7 +123,7 @@ impl<L: Log> Shared<L> {
             let Some(sub) = state.subs.get(&id) else {
                 continue;
             };
-            let p = &sub.position;
+            let p = sub.base();
             let lost = evicted
                 .iter()
                 .filter(|seq| **seq > p.floor && !p.acked.contains(seq))
@@ -146,12 +137,33 @@ impl<L: Log> Shared<L> {
         }
         let mut moved = Vec::new();
         for id in lagging {
-            moved.extend(self.compact(state, &id, false)?);
+            moved.extend(self.compact(state, &id)?);
         }
         if !moved.is_empty() {
             // Not waited for (above); a failed commit is logged by the log.
             drop(state.log.stage(moved));
         }
         Ok(())
+    }
+}
+
+/// Moves the floor of `position` over acknowledged sequences and over
+/// what retention evicted (the first retained message above the floor
+/// tells: what lies between is gone, and was counted then).
+fn settle<L: Log>(log: &L, position: &mut Position) -> Result<(), PersistError> {
+    let last = log.last_seq(&position.topic)?;
+    loop {
+        position.settle_acks();
+        if position.floor >= last {
+            return Ok(());
+        }
+        let first = log
+            .read(&position.topic, position.floor, 1)?
+            .first()
+            .map_or(last + 1, |m| m.seq);
+        if first <= position.floor + 1 {
+            return Ok(());
+        }
+        position.floor = first - 1;
     }
 }

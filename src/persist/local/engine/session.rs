@@ -3,7 +3,7 @@
 //! messages from the log into the subscription's delivery channel.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch, Notify};
@@ -13,6 +13,14 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use crate::persist::local::{Log, Position};
 use crate::persist::{PersistError, Stored, DELIVERY_QUEUE};
+use crate::telemetry::throttle::Throttle;
+
+/// How long a session waits to read again after a read failed.
+const READ_RETRY: Duration = Duration::from_secs(1);
+
+/// Rate-limits the warning of a failed read (every session meets it when
+/// the store fails).
+static READ_FAILED: LazyLock<Throttle> = LazyLock::new(|| Throttle::new(Duration::from_secs(10)));
 
 /// One open subscription's delivery state (not persisted).
 #[derive(Debug)]
@@ -160,8 +168,17 @@ impl<L: Log> Run<L> {
                 Ok(Some(step)) => step,
                 Ok(None) => break,
                 Err(e) => {
-                    tracing::warn!(error = %e, "persistent delivery: store read failed");
-                    break;
+                    // The store is failing (the embedded one reopens its
+                    // file): the session stays, and reads again later.
+                    if let Some(held) = READ_FAILED.admit("read") {
+                        tracing::warn!(error = %e, held_back = held, "persistent delivery: store read failed; retrying");
+                    }
+                    tokio::select! {
+                        () = self.stop.cancelled() => break,
+                        () = self.tx.closed() => break,
+                        () = tokio::time::sleep(READ_RETRY) => {}
+                    }
+                    continue;
                 }
             };
             let sent_any = !step.send.is_empty();

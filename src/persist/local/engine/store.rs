@@ -1,8 +1,10 @@
 //! The engine as a [`Store`]: each call stages its changes on the engine
 //! (on tokio's blocking pool, one at a time, when its log blocks on the
 //! disk), waits for the log's ticket without the engine's lock (so the
-//! embedded log puts everything staged meanwhile into one commit), and
-//! only then answers; appends are delivered only once durable.
+//! embedded log puts everything staged meanwhile into one commit), then
+//! brings the outcome into memory (a position, an ack, a removal counts
+//! only once written: a failed write changes nothing) and only then
+//! answers; appends are delivered only once durable.
 
 use std::time::Instant as StdInstant;
 
@@ -50,17 +52,49 @@ impl<L: Log> Store for Engine<L> {
 
     async fn open(&self, id: &str, topic: &str) -> Result<Opened, PersistError> {
         let (id, topic) = (id.to_owned(), topic.to_owned());
-        let (opened, ticket) = self.call(move |e| e.open_now(&id, &topic)).await?;
-        ticket.wait().await?;
-        Ok(opened)
+        let key = id.clone();
+        let (ticket, write) = self.call(move |e| e.open_now(&key, &topic)).await?;
+        let outcome = ticket.wait().await;
+        if let Some(snapshot) = write {
+            let (key, ok) = (id.clone(), outcome.is_ok());
+            self.call(move |e| {
+                e.written(&key, &snapshot, ok);
+                Ok(())
+            })
+            .await?;
+        }
+        outcome?;
+        self.call(move |e| e.start(&id)).await
     }
 
     async fn ack(&self, id: &str, seq: u64) -> Result<Acked, PersistError> {
         let id = id.to_owned();
-        let (acked, ticket) = self.call(move |e| e.ack_now(&id, seq)).await?;
-        if let Some(ticket) = ticket {
-            ticket.wait().await?;
-        }
+        let key = id.clone();
+        let acked = match self.call(move |e| e.ack_now(&key, seq)).await? {
+            AckStep::Done(acked) => acked,
+            AckStep::Recheck(barrier) => {
+                let outcome = barrier.wait().await;
+                if !self.call(move |e| Ok(e.covers(&id, seq))).await? {
+                    outcome?;
+                    // What staged it failed to write it.
+                    return Err(PersistError::Store(format!(
+                        "the write of the acknowledgement of {seq} failed"
+                    )));
+                }
+                Acked::Yes
+            }
+            AckStep::Write(ticket, snapshot) => {
+                let outcome = ticket.wait().await;
+                let ok = outcome.is_ok();
+                self.call(move |e| {
+                    e.written(&id, &snapshot, ok);
+                    Ok(())
+                })
+                .await?;
+                outcome?;
+                Acked::Yes
+            }
+        };
         if acked == Acked::Yes {
             self.shared.meters.acks.inc();
         }
@@ -69,17 +103,26 @@ impl<L: Log> Store for Engine<L> {
 
     async fn delete(&self, id: &str) -> Result<bool, PersistError> {
         let id = id.to_owned();
-        match self.call(move |e| e.delete_now(&id)).await? {
-            Some(ticket) => ticket.wait().await.map(|_| true),
-            None => Ok(false),
-        }
+        let key = id.clone();
+        let Some(ticket) = self.call(move |e| e.delete_now(&key)).await? else {
+            return Ok(false);
+        };
+        let outcome = ticket.wait().await;
+        let ok = outcome.is_ok();
+        self.call(move |e| {
+            e.deleted(&id, ok);
+            Ok(())
+        })
+        .await?;
+        outcome.map(|_| true)
     }
 
     async fn position(&self, id: &str) -> Result<Option<(String, u64)>, PersistError> {
         let id = id.to_owned();
-        let (found, ticket) = self.call(move |e| e.position_now(&id)).await?;
+        let key = id.clone();
+        let ticket = self.call(move |e| e.position_now(&key)).await?;
         ticket.wait().await?;
-        Ok(found)
+        self.call(move |e| Ok(e.found(&id))).await
     }
 }
 

@@ -307,3 +307,137 @@ async fn a_blocking_log_is_called_from_the_blocking_pool() {
     assert_eq!(seqs(&mut again.deliveries, 2).await, [2, 3]);
     assert!(e.sweep(SystemTime::now()).await.is_ok());
 }
+
+#[tokio::test(start_paused = true)]
+async fn sequences_before_the_subscription_began_were_never_delivered_to_it() {
+    let e = engine(8, policy());
+    publish(&e, 3).await;
+    let mut a = e.open("a", TOPIC).await.unwrap();
+    assert_eq!(a.resumed_from, 3);
+    for seq in [1, 2, 3] {
+        assert_eq!(
+            e.ack("a", seq).await.unwrap(),
+            Acked::NeverDelivered,
+            "{seq} came before the subscription"
+        );
+    }
+    publish(&e, 1).await;
+    assert_eq!(next(&mut a.deliveries).await.seq, 4);
+    assert_eq!(e.ack("a", 4).await.unwrap(), Acked::Yes);
+    drop(a);
+    detached(&e, "a").await;
+    let again = e.open("a", TOPIC).await.unwrap();
+    assert_eq!(again.resumed_from, 4);
+    assert_eq!(e.ack("a", 2).await.unwrap(), Acked::NeverDelivered);
+    assert_eq!(e.ack("a", 4).await.unwrap(), Acked::Yes, "re-ack: no-op");
+}
+
+/// The memory log whose batches with changes fail while `fail` is set;
+/// barriers (empty batches) still resolve, as the embedded writer's do
+/// (they need no commit).
+#[derive(Debug, Default)]
+struct FailingLog {
+    log: MemoryLog,
+    fail: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Log for FailingLog {
+    fn stage(&mut self, changes: Vec<Change>) -> Ticket {
+        if !changes.is_empty() && self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ticket::ready(Err(PersistError::Store("injected".to_owned())));
+        }
+        self.log.stage(changes)
+    }
+    fn read(&self, topic: &str, after: u64, limit: usize) -> Result<Vec<Stored>, PersistError> {
+        self.log.read(topic, after, limit)
+    }
+    fn last_seq(&self, topic: &str) -> Result<u64, PersistError> {
+        self.log.last_seq(topic)
+    }
+    fn position(&self, id: &str) -> Result<Option<Position>, PersistError> {
+        self.log.position(id)
+    }
+    fn topics(&self) -> Result<Vec<String>, PersistError> {
+        self.log.topics()
+    }
+    fn positions(&self) -> Result<Vec<(String, Position)>, PersistError> {
+        self.log.positions()
+    }
+    fn stats(&self) -> Result<super::super::Usage, PersistError> {
+        self.log.stats()
+    }
+}
+
+type Switch = Arc<std::sync::atomic::AtomicBool>;
+
+fn failing_engine() -> (Engine<FailingLog>, Switch) {
+    let log = FailingLog::default();
+    let fail = log.fail.clone();
+    let topics = Topics::new(vec![(TOPIC.to_owned(), policy())]);
+    let meters = Meters::unregistered().unwrap();
+    (Engine::new(log, topics, 8, 100, meters).unwrap(), fail)
+}
+
+fn set(switch: &Switch, on: bool) {
+    switch.store(on, std::sync::atomic::Ordering::SeqCst);
+}
+
+async fn publish_to<L: Log>(e: &Engine<L>, n: usize) {
+    for i in 0..n {
+        let data = Payload::json(&format!("{i}")).unwrap();
+        e.publish(TOPIC, &data).await.unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_acknowledgement_whose_write_failed_changes_nothing() {
+    let (e, fail) = failing_engine();
+    let mut a = e.open("a", TOPIC).await.unwrap();
+    publish_to(&e, 3).await;
+    assert_eq!(seqs(&mut a.deliveries, 3).await, [1, 2, 3]);
+    set(&fail, true);
+    assert!(matches!(e.ack("a", 1).await, Err(PersistError::Store(_))));
+    assert!(
+        matches!(e.ack("a", 1).await, Err(PersistError::Store(_))),
+        "a retry is written again, not answered from memory"
+    );
+    assert_eq!(e.position("a").await.unwrap(), Some((TOPIC.to_owned(), 0)));
+    // A resume reports the durable floor and sends 1 again.
+    drop(a);
+    detached(&e, "a").await;
+    let mut again = e.open("a", TOPIC).await.unwrap();
+    assert_eq!(again.resumed_from, 0);
+    assert_eq!(seqs(&mut again.deliveries, 3).await, [1, 2, 3]);
+    set(&fail, false);
+    assert_eq!(e.ack("a", 1).await.unwrap(), Acked::Yes);
+    assert_eq!(e.position("a").await.unwrap(), Some((TOPIC.to_owned(), 1)));
+    let stored = e.with_log(|l| l.position("a").unwrap().unwrap());
+    assert_eq!(stored.floor, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_delete_keeps_the_id_and_a_failed_create_leaves_none() {
+    let (e, fail) = failing_engine();
+    let mut a = e.open("a", TOPIC).await.unwrap();
+    set(&fail, true);
+    assert!(matches!(e.delete("a").await, Err(PersistError::Store(_))));
+    assert_eq!(e.position("a").await.unwrap(), Some((TOPIC.to_owned(), 0)));
+    assert!(matches!(
+        e.open("b", TOPIC).await,
+        Err(PersistError::Store(_))
+    ));
+    assert!(
+        matches!(e.open("b", TOPIC).await, Err(PersistError::Store(_))),
+        "a retry is written again, not answered from memory"
+    );
+    assert_eq!(e.position("b").await.unwrap(), None);
+    assert_eq!(e.subscriptions(), 1);
+    set(&fail, false);
+    // The session of "a" still delivers.
+    publish_to(&e, 1).await;
+    assert_eq!(next(&mut a.deliveries).await.seq, 1);
+    assert_eq!(e.open("b", TOPIC).await.unwrap().resumed_from, 1);
+    assert!(e.delete("a").await.unwrap());
+    assert_eq!(e.position("a").await.unwrap(), None);
+    assert!(a.deliveries.recv().await.is_none());
+}
