@@ -11,6 +11,7 @@
 //! the client (WebSocket 1001).
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -19,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{ErrorKind, GatewayError};
 use crate::persist::hub::Attachment;
 use crate::pubsub::Registration;
+use crate::telemetry::Peer;
 use crate::upstream::link::{Client, Link, LinkFuture, OwnerRef};
 use crate::upstream::Upstream;
 
@@ -39,13 +41,16 @@ pub struct ClientLinks {
     /// The client's persistent subscriptions, attached on first use and
     /// detached (positions kept) when the client is gone.
     persistent: Mutex<Option<Arc<Attachment>>>,
+    /// The client's address (`None`: a Unix-socket client), for log lines.
+    peer: Option<IpAddr>,
 }
 
 // === impl ClientLinks ===
 
 impl ClientLinks {
-    /// State for a client speaking `dialect` through `outbox`.
-    pub fn new(pusher: Pusher) -> Self {
+    /// State for a client at `peer` (`None`: a Unix socket), pushed to
+    /// through `pusher`.
+    pub fn new(pusher: Pusher, peer: Option<IpAddr>) -> Self {
         ClientLinks {
             links: tokio::sync::Mutex::new(HashMap::new()),
             pusher,
@@ -53,7 +58,13 @@ impl ClientLinks {
             gone: CancellationToken::new(),
             subscriptions: Mutex::new(None),
             persistent: Mutex::new(None),
+            peer,
         }
+    }
+
+    /// The client's address, as log lines name it.
+    pub fn peer(&self) -> Peer {
+        Peer(self.peer)
     }
 
     /// The client's attachment to the persistent-subscription hub, made by

@@ -252,7 +252,7 @@ impl Router {
         client: &ClientLinks,
         starts: &Starts,
     ) -> Message {
-        if let Some(refusal) = self.refuse_request(&id, method) {
+        if let Some(refusal) = self.refuse_request(&id, method, client.peer()) {
             return refusal;
         }
         if let Some(reply) = self.pubsub(&id, method, params, client) {
@@ -284,7 +284,7 @@ impl Router {
         if let Some(pong) = codec.pong(method, self.cfg.answer_ping_notification) {
             return Some(pong);
         }
-        if self.refuse_notification(method) {
+        if self.refuse_notification(method, client.peer()) {
             return None;
         }
         let Some(upstream) = self.routed(method) else {
