@@ -10,7 +10,12 @@
 //! - `unix:///abs/path.sock` or `/abs/path.sock`: NDJSON over a Unix socket.
 //! - `ws://…` with [`call_sideband`]: Sideband SBP frames, JSON envelopes.
 //!
+//! A listener's token goes in the upgrade's `Authorization: Bearer`
+//! header (`connect`). An error reply is still a reply: [`is_error_reply`]
+//! tells the CLI to exit with [`EXIT_ERROR_REPLY`].
+//!
 //! [`reload`] is `switchyard reload`: `POST /reload` to an admin listener.
+//! [`watch`] is `switchyard watch`: a subscription, one line per event.
 //! The frames and lines themselves go out and come back in `exchange`.
 
 use std::path::Path;
@@ -23,11 +28,30 @@ use tokio_tungstenite::tungstenite;
 use self::exchange::{unix_exchange, ws_exchange, Expect, MAX_REPLY_BYTES};
 use crate::error::{ErrorKind, Side};
 
+mod connect;
 mod exchange;
 pub mod reload;
 mod sideband;
+pub mod watch;
 
 pub use sideband::call_sideband;
+
+/// `switchyard call`'s exit code when the reply is an error reply
+/// (JSON-RPC or holon-rpc `error`, a Sideband `E` envelope); the reply is
+/// printed all the same. A call that got no reply exits 1.
+pub const EXIT_ERROR_REPLY: u8 = 3;
+
+/// True when `reply` (as [`call`], [`call_holon`] or [`call_sideband`]
+/// return it) is an error reply: an object with an `error` member, or a
+/// Sideband `E` envelope.
+pub fn is_error_reply(reply: &str) -> bool {
+    match serde_json::from_str::<Value>(reply) {
+        Ok(Value::Object(msg)) => {
+            msg.contains_key("error") || msg.get("t").and_then(Value::as_str) == Some("E")
+        }
+        _ => false,
+    }
+}
 
 /// Why a [`call`] or [`call_holon`] failed.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +74,9 @@ pub enum ClientError {
         #[source]
         source: std::io::Error,
     },
+    /// The token cannot go in an HTTP header (a control character).
+    #[error("invalid token: it must be printable ASCII")]
+    InvalidToken,
     /// The WebSocket handshake or connection failed.
     #[error("WebSocket error: {0}")]
     WebSocket(#[source] Box<tungstenite::Error>),
@@ -74,11 +101,14 @@ enum Target<'a> {
     Unix(&'a Path),
 }
 
-/// Sends one JSON-RPC request and returns the reply text exactly as received.
+/// Sends one JSON-RPC request and returns the reply text exactly as
+/// received. `token` goes in the WebSocket upgrade's `Authorization:
+/// Bearer` header (a Unix socket has none).
 pub async fn call(
     url: &str,
     method: &str,
     params: Option<&str>,
+    token: Option<&str>,
     timeout: Duration,
 ) -> Result<String, ClientError> {
     let params = params.map(|p| checked_params(p, false)).transpose()?;
@@ -91,7 +121,7 @@ pub async fn call(
     request.push_str(",\"id\":1}");
     let exchange = async {
         match target {
-            Target::Ws(url) => ws_exchange(url, None, request, Expect::WsNumber).await,
+            Target::Ws(url) => ws_exchange(url, None, token, request, Expect::WsNumber).await,
             Target::Unix(path) => unix_exchange(path, request).await,
         }
     };
@@ -102,11 +132,12 @@ pub async fn call(
 
 /// Sends one holon-rpc request (subprotocol `holon-rpc`, string id `"1"`,
 /// object params, `{}` when omitted) and returns the reply text exactly as
-/// received. Only `ws://` URLs apply.
+/// received. Only `ws://` URLs apply; `token` as for [`call`].
 pub async fn call_holon(
     url: &str,
     method: &str,
     params: Option<&str>,
+    token: Option<&str>,
     timeout: Duration,
 ) -> Result<String, ClientError> {
     let params = params.map(|p| checked_params(p, true)).transpose()?;
@@ -116,7 +147,7 @@ pub async fn call_holon(
         json_string(method),
         params.as_deref().unwrap_or("{}")
     );
-    let exchange = ws_exchange(url, Some("holon-rpc"), request, Expect::HolonString);
+    let exchange = ws_exchange(url, Some("holon-rpc"), token, request, Expect::HolonString);
     tokio::time::timeout(timeout, exchange)
         .await
         .map_err(|_| ClientError::Timeout(timeout))?
@@ -129,9 +160,9 @@ impl ClientError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             ClientError::InvalidParams(_) => ErrorKind::InvalidParams,
-            ClientError::UnsupportedUrl(_) | ClientError::TlsUnsupported => {
-                ErrorKind::InvalidRequest
-            }
+            ClientError::UnsupportedUrl(_)
+            | ClientError::TlsUnsupported
+            | ClientError::InvalidToken => ErrorKind::InvalidRequest,
             ClientError::ReplyTooLarge => ErrorKind::ResourceExhausted,
             ClientError::Timeout(_) => ErrorKind::Timeout,
             ClientError::Connect { .. }
@@ -248,35 +279,58 @@ mod tests {
             .unwrap();
         let path = daemon.path().display().to_string();
         let url = format!("unix://{path}");
-        let reply = call(&url, "subtract", Some("[42,\n 23]"), T).await.unwrap();
+        let reply = call(&url, "subtract", Some("[42,\n 23]"), None, T)
+            .await
+            .unwrap();
         assert_eq!(reply, r#"{"jsonrpc":"2.0","result":19,"id":1}"#);
-        let reply = call(&path, "echo", Some(r#"{ "a b" : [ 1 ] }"#), T)
+        let reply = call(&path, "echo", Some(r#"{ "a b" : [ 1 ] }"#), None, T)
             .await
             .unwrap();
         assert_eq!(reply, r#"{"jsonrpc":"2.0","result":{"a b":[1]},"id":1}"#);
-        let reply = call(&path, "Subscribe", None, T).await.unwrap();
+        let reply = call(&path, "Subscribe", None, None, T).await.unwrap();
         assert!(reply.contains("\"subscription_id\""), "{reply}");
-        let slow = call(&path, "sleep", Some("[5000]"), Duration::from_millis(50)).await;
+        let slow = call(
+            &path,
+            "sleep",
+            Some("[5000]"),
+            None,
+            Duration::from_millis(50),
+        )
+        .await;
         assert!(matches!(slow, Err(ClientError::Timeout(_))));
         daemon.stop().await;
-        let gone = call(&url, "echo", None, T).await;
+        let gone = call(&url, "echo", None, None, T).await;
         assert!(matches!(gone, Err(ClientError::Connect { .. })));
+    }
+
+    #[test]
+    fn error_replies_in_every_dialect() {
+        for (reply, error) in [
+            (r#"{"jsonrpc":"2.0","result":1,"id":1}"#, false),
+            (r#"{"jsonrpc":"2.0","error":{"code":-32601},"id":1}"#, true),
+            (r#"{"jsonrpc":"2.0","id":"1","error":{"code":5}}"#, true),
+            (r#"{"t":"R","cid":"00","result":{}}"#, false),
+            (r#"{"t":"E","cid":"00","code":1101,"message":"m"}"#, true),
+            ("not json", false),
+        ] {
+            assert_eq!(is_error_reply(reply), error, "{reply}");
+        }
     }
 
     #[tokio::test]
     async fn params_and_urls_are_checked_before_connecting() {
         let sock = "unix:///nonexistent/d.sock";
         for bad in ["1", "\"x\"", "{", "[1] [2]", "null"] {
-            let err = call(sock, "m", Some(bad), T).await.unwrap_err();
+            let err = call(sock, "m", Some(bad), None, T).await.unwrap_err();
             assert!(matches!(err, ClientError::InvalidParams(_)), "{bad}: {err}");
             assert_eq!(err.side(), Side::Client);
         }
-        let holon = call_holon("ws://127.0.0.1:1/", "m", Some("[1]"), T).await;
+        let holon = call_holon("ws://127.0.0.1:1/", "m", Some("[1]"), None, T).await;
         assert!(matches!(holon, Err(ClientError::InvalidParams(_))));
-        let wss = call("wss://h/", "m", None, T).await;
+        let wss = call("wss://h/", "m", None, None, T).await;
         assert!(matches!(wss, Err(ClientError::TlsUnsupported)));
         for url in ["d.sock", "unix://d.sock", "http://h/"] {
-            let err = call(url, "m", None, T).await.unwrap_err();
+            let err = call(url, "m", None, None, T).await.unwrap_err();
             assert!(matches!(err, ClientError::UnsupportedUrl(_)), "{url}");
         }
         assert_eq!(minify("{ \"a \\\" b\" :\n[1, 2] }"), "{\"a \\\" b\":[1,2]}");
@@ -318,9 +372,9 @@ mod tests {
     async fn call_over_websocket() {
         let reply = r#"{"jsonrpc":"2.0","result":{"ok":true},"id":1}"#;
         let url = ws_server(None, reply).await;
-        assert_eq!(call(&url, "m", Some("[1]"), T).await.unwrap(), reply);
+        assert_eq!(call(&url, "m", Some("[1]"), None, T).await.unwrap(), reply);
         let reply = r#"{"jsonrpc":"2.0","id":"1","result":{}}"#;
         let url = ws_server(Some("holon-rpc"), reply).await;
-        assert_eq!(call_holon(&url, "m", None, T).await.unwrap(), reply);
+        assert_eq!(call_holon(&url, "m", None, None, T).await.unwrap(), reply);
     }
 }

@@ -11,9 +11,6 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::HeaderValue;
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
@@ -34,24 +31,16 @@ pub(super) enum Expect {
 /// Largest reply accepted, in bytes (the daemon's line limit).
 pub(super) const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
 
-/// Connects, sends `request` in one text frame and waits for the reply frame.
+/// Connects (with `token` as a bearer token, if any), sends `request` in
+/// one text frame and waits for the reply frame.
 pub(super) async fn ws_exchange(
     url: &str,
     subprotocol: Option<&'static str>,
+    token: Option<&str>,
     request: String,
     expect: Expect,
 ) -> Result<String, ClientError> {
-    let mut req = url.into_client_request()?;
-    if let Some(protocol) = subprotocol {
-        // tungstenite then fails the handshake unless the server selects it.
-        req.headers_mut()
-            .insert("Sec-WebSocket-Protocol", HeaderValue::from_static(protocol));
-    }
-    let config = WebSocketConfig::default()
-        .max_message_size(Some(MAX_REPLY_BYTES))
-        .max_frame_size(Some(MAX_REPLY_BYTES));
-    let (mut ws, _response) =
-        tokio_tungstenite::connect_async_with_config(req, Some(config), true).await?;
+    let mut ws = super::connect::ws_connect(url, subprotocol, token).await?;
     ws.send(Message::text(request)).await?;
     while let Some(message) = ws.next().await {
         match message? {
@@ -98,7 +87,7 @@ pub(super) async fn unix_exchange(path: &Path, request: String) -> Result<String
 
 /// True if `text` is a response to our request rather than a notification,
 /// a server request or a reply to someone else.
-fn is_reply(text: &str, expect: Expect) -> bool {
+pub(super) fn is_reply(text: &str, expect: Expect) -> bool {
     let Ok(Value::Object(msg)) = serde_json::from_str::<Value>(text) else {
         return false;
     };

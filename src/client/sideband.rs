@@ -18,11 +18,13 @@ use crate::envelope::{Message as Envelope, Payload, WireId};
 
 /// Sends one Sideband request (`params` any JSON value, omitted when
 /// absent) and returns the reply envelope's JSON text. Only `ws://` URLs
-/// apply. The handshake advertises no CBOR, so the reply is JSON.
+/// apply; `token` goes in the upgrade's `Authorization: Bearer` header.
+/// The handshake advertises no CBOR, so the reply is JSON.
 pub async fn call_sideband(
     url: &str,
     method: &str,
     params: Option<&str>,
+    token: Option<&str>,
     timeout: Duration,
 ) -> Result<String, ClientError> {
     let params = params.map(|p| checked_params(p, false)).transpose()?;
@@ -40,13 +42,18 @@ pub async fn call_sideband(
     let data = encode_envelope(&envelope, Encoding::Json)
         .map_err(|e| ClientError::InvalidParams(e.to_string()))?;
     let request = Frame::message(id, Subject::Rpc, data);
-    tokio::time::timeout(timeout, exchange(url, request, id))
+    tokio::time::timeout(timeout, exchange(url, token, request, id))
         .await
         .map_err(|_| ClientError::Timeout(timeout))?
 }
 
-async fn exchange(url: &str, request: Frame<'_>, cid: Cid) -> Result<String, ClientError> {
-    let (mut ws, _response) = tokio_tungstenite::connect_async(url).await?;
+async fn exchange(
+    url: &str,
+    token: Option<&str>,
+    request: Frame<'_>,
+    cid: Cid,
+) -> Result<String, ClientError> {
+    let mut ws = super::connect::ws_connect(url, None, token).await?;
     let hello = Handshake::local(random_peer_id(), false).to_bytes();
     let hello = Frame::control(frame::random_id(), Control::Handshake(hello));
     ws.send(Message::binary(frame::encode(&hello))).await?;

@@ -33,6 +33,11 @@ pub(crate) use read::Read;
 /// Prefix of the environment variables that override the file.
 pub const ENV_PREFIX: &str = "SWITCHYARD_";
 
+/// The bearer token `switchyard call` and `switchyard watch` send when no
+/// `--token` is given. Not a configuration key: loading the configuration
+/// ignores it, so one shell can hold it and run the gateway too.
+pub const CLIENT_TOKEN_ENV: &str = "SWITCHYARD_TOKEN";
+
 /// Separator of nested keys in environment variable names, e.g.
 /// `SWITCHYARD_LISTENERS__PUBLIC__ADDRESS` sets `listeners.public.address`.
 pub const ENV_SEPARATOR: &str = "__";
@@ -223,7 +228,11 @@ impl RawConfig {
             }
             figment = figment.merge(Toml::file_exact(path));
         }
-        read::read(&figment.merge(Env::prefixed(ENV_PREFIX).split(ENV_SEPARATOR)))
+        let client_token = CLIENT_TOKEN_ENV.trim_start_matches(ENV_PREFIX);
+        let env = Env::prefixed(ENV_PREFIX)
+            .ignore(&[client_token])
+            .split(ENV_SEPARATOR);
+        read::read(&figment.merge(env))
     }
 
     /// Like [`from_toml`](Self::from_toml), keeping what deserializes.
