@@ -414,5 +414,5 @@ fn addresses<'a>(
 /// that adds or moves it).
 fn log_listening(l: &crate::config::ListenerConfig, address: &str) {
     let (listener, dialect) = (l.name.as_str(), l.dialect.as_str());
-    tracing::info!(listener, dialect, %address, "listening");
+    tracing::info!(%listener, %dialect, %address, "listening");
 }

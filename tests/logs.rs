@@ -198,7 +198,7 @@ async fn an_operator_sees_addresses_refusals_failures_and_upstream_state() {
 
 /// The URL a `listening` line (text format) names for `listener`.
 fn url_of(logs: &Lines, listener: &str) -> String {
-    let line = logs.wait_for(&["listening", &format!("listener=\"{listener}\""), "ws://"]);
+    let line = logs.wait_for(&["listening", &format!("listener={listener} "), "ws://"]);
     line.split_whitespace()
         .find_map(|w| {
             let start = w.find("ws://")?;
