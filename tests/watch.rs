@@ -143,6 +143,28 @@ async fn watch_prints_one_line_per_event_in_every_dialect() {
     assert!(stderr.contains("closed the connection"), "{stderr}");
 }
 
+/// Reads `n` persistent deliveries of subscription `id`; asserts that
+/// none came twice or went missing; returns their sequence ids.
+async fn deliveries(w: &mut Watcher, id: &str, n: usize) -> Vec<u64> {
+    let mut seen = Vec::new();
+    for _ in 0..n {
+        let line = w.next().await;
+        assert_eq!(line["subscription_id"], id, "{line}");
+        assert_eq!(line["topic"], TOPIC, "{line}");
+        assert!(line["timestamp"].is_string(), "{line}");
+        assert_eq!(line["data"]["event"]["type"], "new_approval", "{line}");
+        seen.push(line["sequence_id"].as_u64().expect("a sequence_id"));
+    }
+    for pair in seen.windows(2) {
+        assert_eq!(
+            pair[1],
+            pair[0] + 1,
+            "{id}: a delivery came twice or not at all: {seen:?}"
+        );
+    }
+    seen
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_persistent_watch_acknowledges_what_it_printed_and_resumes() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -159,6 +181,16 @@ dialect = "jsonrpc-ws"
 address = "127.0.0.1:0"
 path = "/rpc"
 
+[listeners.holon]
+dialect = "holon-rpc"
+address = "127.0.0.1:0"
+path = "/holon"
+
+[listeners.sb]
+dialect = "sideband"
+address = "127.0.0.1:0"
+path = "/sb"
+
 [upstreams.daemon]
 dialect = "ndjson"
 socket = "{}"
@@ -174,6 +206,14 @@ topic = "daemon.events"
 listener = "public"
 upstream = "daemon"
 
+[[routes]]
+listener = "holon"
+upstream = "daemon"
+
+[[routes]]
+listener = "sb"
+upstream = "daemon"
+
 [[persistent_topics]]
 topic = "daemon.events"
 max_count = 10000
@@ -183,30 +223,25 @@ ack_timeout_ms = 2000
     );
     let cfg = switchyard::config::Config::from_toml(&toml).expect("config");
     let bound = switchyard::app::bind(cfg).await.expect("bind");
-    let url = bound.ws_url("public").expect("url");
+    let url = |name| bound.ws_url(name).expect("listener url");
+    let (url, holon, sb) = (url("public"), url("holon"), url("sb"));
     let gateway = bound.spawn();
     wait_connected(&gateway, "daemon").await;
 
-    // 40 deliveries take 4 s, past the ack timeout: had one not been
-    // acknowledged, it would come again among them.
+    // 30 deliveries take 3 s, past the ack timeout: had one not been
+    // acknowledged, it would come again among them. holon-rpc and
+    // Sideband first, each with its own subscription id.
+    for args in [
+        ["--holon", "--persistent", "h1", holon.as_str(), TOPIC],
+        ["--sideband", "--persistent", "s1", sb.as_str(), TOPIC],
+    ] {
+        let mut w = Watcher::spawn(&args);
+        deliveries(&mut w, args[2], 30).await;
+        assert_eq!(w.interrupt().await.code(), Some(0), "{}", w.stderr().await);
+    }
     let args = ["--persistent", "w1", url.as_str(), TOPIC];
     let mut w = Watcher::spawn(&args);
-    let mut seen = Vec::new();
-    for _ in 0..40 {
-        let line = w.next().await;
-        assert_eq!(line["subscription_id"], "w1", "{line}");
-        assert_eq!(line["topic"], TOPIC, "{line}");
-        assert!(line["timestamp"].is_string(), "{line}");
-        let seq = line["sequence_id"].as_u64().expect("a sequence_id");
-        seen.push(seq);
-    }
-    for pair in seen.windows(2) {
-        assert_eq!(
-            pair[1],
-            pair[0] + 1,
-            "a delivery came twice or not at all: {seen:?}"
-        );
-    }
+    let seen = deliveries(&mut w, "w1", 30).await;
     assert_eq!(w.interrupt().await.code(), Some(0), "{}", w.stderr().await);
 
     // The same id again: it resumes after what was acknowledged, with
