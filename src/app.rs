@@ -228,15 +228,8 @@ impl Bound {
     /// Names every listener and the address it really bound (port 0
     /// resolved), so an operator knows where to connect.
     fn log_addresses(&self) {
-        for l in &self.cfg.listeners {
-            let (listener, dialect) = (l.name.as_str(), l.dialect.as_str());
-            let address = match &l.addr {
-                ListenAddr::Ws { .. } => self.ws_url(listener),
-                ListenAddr::Unix { path, .. } => Some(format!("unix://{}", path.display())),
-            };
-            if let Some(address) = address {
-                tracing::info!(listener, dialect, %address, "listening");
-            }
+        for (l, address) in addresses(&self.cfg, &self.addrs) {
+            log_listening(l, &address);
         }
     }
 
@@ -340,7 +333,8 @@ impl Bound {
         let (listener, addr) = self.admin.take()?;
         let view = View::new(live.gateway());
         live.view = Some(view.clone());
-        tracing::info!(%addr, "admin listener serving /metrics, /livez, /readyz, /reload and /");
+        let address = format!("http://{addr}");
+        tracing::info!(%address, "admin listener serving /metrics, /livez, /readyz, /reload and /");
         let extra = self.admin_extra.take();
         Some(tokio::spawn(admin::serve(
             listener,
@@ -392,4 +386,33 @@ impl Running {
         self.reloads.send(tx).await.map_err(|_| gone())?;
         rx.await.map_err(|_| gone())?
     }
+}
+
+/// Each listener of `cfg` with where clients reach it: `ws://…` (or
+/// `wss://…`) with the address it bound (in `addrs`), or `unix://…`.
+fn addresses<'a>(
+    cfg: &'a Config,
+    addrs: &BTreeMap<String, SocketAddr>,
+) -> Vec<(&'a crate::config::ListenerConfig, String)> {
+    cfg.listeners
+        .iter()
+        .filter_map(|l| {
+            let address = match &l.addr {
+                ListenAddr::Ws { path, .. } => {
+                    let addr = addrs.get(&l.name)?;
+                    let scheme = if l.tls.is_some() { "wss" } else { "ws" };
+                    format!("{scheme}://{addr}{path}")
+                }
+                ListenAddr::Unix { path, .. } => format!("unix://{}", path.display()),
+            };
+            Some((l, address))
+        })
+        .collect()
+}
+
+/// The `listening` line of one listener (at start, and after a reload
+/// that adds or moves it).
+fn log_listening(l: &crate::config::ListenerConfig, address: &str) {
+    let (listener, dialect) = (l.name.as_str(), l.dialect.as_str());
+    tracing::info!(%listener, %dialect, %address, "listening");
 }

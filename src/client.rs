@@ -11,7 +11,12 @@
 //! - `unix:///abs/path.sock` or `/abs/path.sock`: NDJSON over a Unix socket.
 //! - `ws://…` with [`call_sideband`]: Sideband SBP frames, JSON envelopes.
 //!
+//! A listener's token goes in the upgrade's `Authorization: Bearer`
+//! header (`connect`). An error reply is still a reply: [`is_error_reply`]
+//! tells the CLI to exit with [`EXIT_ERROR_REPLY`].
+//!
 //! [`reload`] is `switchyard reload`: `POST /reload` to an admin listener.
+//! [`watch`] is `switchyard watch`: a subscription, one line per event.
 //! The frames and lines themselves go out and come back in `exchange`.
 
 use std::path::Path;
@@ -25,11 +30,30 @@ use self::exchange::{unix_exchange, ws_exchange, Expect, MAX_REPLY_BYTES};
 use crate::error::{ErrorKind, Side};
 use crate::upstream::tls::TlsSetupError;
 
+mod connect;
 mod exchange;
 pub mod reload;
 mod sideband;
+pub mod watch;
 
 pub use sideband::call_sideband;
+
+/// `switchyard call`'s exit code when the reply is an error reply
+/// (JSON-RPC or holon-rpc `error`, a Sideband `E` envelope); the reply is
+/// printed all the same. A call that got no reply exits 1.
+pub const EXIT_ERROR_REPLY: u8 = 3;
+
+/// True when `reply` (as [`call`], [`call_holon`] or [`call_sideband`]
+/// return it) is an error reply: an object with an `error` member, or a
+/// Sideband `E` envelope.
+pub fn is_error_reply(reply: &str) -> bool {
+    match serde_json::from_str::<Value>(reply) {
+        Ok(Value::Object(msg)) => {
+            msg.contains_key("error") || msg.get("t").and_then(Value::as_str) == Some("E")
+        }
+        _ => false,
+    }
+}
 
 /// Why a [`call`] or [`call_holon`] failed.
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +90,9 @@ pub enum ClientError {
         #[source]
         source: std::io::Error,
     },
+    /// The token cannot go in an HTTP header (a control character).
+    #[error("invalid token: it must be printable ASCII")]
+    InvalidToken,
     /// The WebSocket handshake or connection failed.
     #[error("WebSocket error: {0}")]
     WebSocket(#[source] Box<tungstenite::Error>),
@@ -91,11 +118,14 @@ enum Target<'a> {
 }
 
 /// Sends one JSON-RPC request and returns the reply text exactly as
-/// received. `ca_file`: `wss://` trusts only its certificates.
+/// received. `token` goes in the WebSocket upgrade's `Authorization:
+/// Bearer` header (a Unix socket has none); `ca_file`: `wss://` trusts
+/// only its certificates.
 pub async fn call(
     url: &str,
     method: &str,
     params: Option<&str>,
+    token: Option<&str>,
     ca_file: Option<&Path>,
     timeout: Duration,
 ) -> Result<String, ClientError> {
@@ -109,7 +139,9 @@ pub async fn call(
     request.push_str(",\"id\":1}");
     let exchange = async {
         match target {
-            Target::Ws(url) => ws_exchange(url, ca_file, None, request, Expect::WsNumber).await,
+            Target::Ws(url) => {
+                ws_exchange(url, None, token, ca_file, request, Expect::WsNumber).await
+            }
             Target::Unix(path) => unix_exchange(path, request).await,
         }
     };
@@ -120,11 +152,13 @@ pub async fn call(
 
 /// Sends one holon-rpc request (subprotocol `holon-rpc`, string id `"1"`,
 /// object params, `{}` when omitted) and returns the reply text exactly as
-/// received. Only `ws://` and `wss://` URLs apply.
+/// received. Only `ws://` and `wss://` URLs apply; `token` and `ca_file`
+/// as for [`call`].
 pub async fn call_holon(
     url: &str,
     method: &str,
     params: Option<&str>,
+    token: Option<&str>,
     ca_file: Option<&Path>,
     timeout: Duration,
 ) -> Result<String, ClientError> {
@@ -137,8 +171,9 @@ pub async fn call_holon(
     );
     let exchange = ws_exchange(
         url,
-        ca_file,
         Some("holon-rpc"),
+        token,
+        ca_file,
         request,
         Expect::HolonString,
     );
@@ -154,9 +189,9 @@ impl ClientError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             ClientError::InvalidParams(_) => ErrorKind::InvalidParams,
-            ClientError::UnsupportedUrl(_) | ClientError::CaFileWithoutTls(_) => {
-                ErrorKind::InvalidRequest
-            }
+            ClientError::UnsupportedUrl(_)
+            | ClientError::CaFileWithoutTls(_)
+            | ClientError::InvalidToken => ErrorKind::InvalidRequest,
             ClientError::ReplyTooLarge => ErrorKind::ResourceExhausted,
             ClientError::Timeout(_) => ErrorKind::Timeout,
             ClientError::Connect { .. }
@@ -276,49 +311,64 @@ mod tests {
             .unwrap();
         let path = daemon.path().display().to_string();
         let url = format!("unix://{path}");
-        let reply = call(&url, "subtract", Some("[42,\n 23]"), None, T)
+        let reply = call(&url, "subtract", Some("[42,\n 23]"), None, None, T)
             .await
             .unwrap();
         assert_eq!(reply, r#"{"jsonrpc":"2.0","result":19,"id":1}"#);
-        let reply = call(&path, "echo", Some(r#"{ "a b" : [ 1 ] }"#), None, T)
+        let reply = call(&path, "echo", Some(r#"{ "a b" : [ 1 ] }"#), None, None, T)
             .await
             .unwrap();
         assert_eq!(reply, r#"{"jsonrpc":"2.0","result":{"a b":[1]},"id":1}"#);
-        let reply = call(&path, "Subscribe", None, None, T).await.unwrap();
+        let reply = call(&path, "Subscribe", None, None, None, T).await.unwrap();
         assert!(reply.contains("\"subscription_id\""), "{reply}");
         let slow = call(
             &path,
             "sleep",
             Some("[5000]"),
             None,
+            None,
             Duration::from_millis(50),
         )
         .await;
         assert!(matches!(slow, Err(ClientError::Timeout(_))));
         daemon.stop().await;
-        let gone = call(&url, "echo", None, None, T).await;
+        let gone = call(&url, "echo", None, None, None, T).await;
         assert!(matches!(gone, Err(ClientError::Connect { .. })));
+    }
+
+    #[test]
+    fn error_replies_in_every_dialect() {
+        for (reply, error) in [
+            (r#"{"jsonrpc":"2.0","result":1,"id":1}"#, false),
+            (r#"{"jsonrpc":"2.0","error":{"code":-32601},"id":1}"#, true),
+            (r#"{"jsonrpc":"2.0","id":"1","error":{"code":5}}"#, true),
+            (r#"{"t":"R","cid":"00","result":{}}"#, false),
+            (r#"{"t":"E","cid":"00","code":1101,"message":"m"}"#, true),
+            ("not json", false),
+        ] {
+            assert_eq!(is_error_reply(reply), error, "{reply}");
+        }
     }
 
     #[tokio::test]
     async fn params_and_urls_are_checked_before_connecting() {
         let sock = "unix:///nonexistent/d.sock";
         for bad in ["1", "\"x\"", "{", "[1] [2]", "null"] {
-            let err = call(sock, "m", Some(bad), None, T).await.unwrap_err();
+            let err = call(sock, "m", Some(bad), None, None, T).await.unwrap_err();
             assert!(matches!(err, ClientError::InvalidParams(_)), "{bad}: {err}");
             assert_eq!(err.side(), Side::Client);
         }
-        let holon = call_holon("ws://127.0.0.1:1/", "m", Some("[1]"), None, T).await;
+        let holon = call_holon("ws://127.0.0.1:1/", "m", Some("[1]"), None, None, T).await;
         assert!(matches!(holon, Err(ClientError::InvalidParams(_))));
         let ca = Some(Path::new("/nonexistent/ca.pem"));
         for url in ["ws://127.0.0.1:1/", "/nonexistent/d.sock"] {
-            let err = call(url, "m", None, ca, T).await.unwrap_err();
+            let err = call(url, "m", None, None, ca, T).await.unwrap_err();
             assert!(
                 matches!(err, ClientError::CaFileWithoutTls(_)),
                 "{url}: {err}"
             );
         }
-        let err = call("wss://127.0.0.1:1/", "m", None, ca, T)
+        let err = call("wss://127.0.0.1:1/", "m", None, None, ca, T)
             .await
             .unwrap_err();
         assert!(
@@ -326,7 +376,7 @@ mod tests {
             "{err}"
         );
         for url in ["d.sock", "unix://d.sock", "http://h/"] {
-            let err = call(url, "m", None, None, T).await.unwrap_err();
+            let err = call(url, "m", None, None, None, T).await.unwrap_err();
             assert!(matches!(err, ClientError::UnsupportedUrl(_)), "{url}");
         }
         assert_eq!(minify("{ \"a \\\" b\" :\n[1, 2] }"), "{\"a \\\" b\":[1,2]}");
@@ -368,9 +418,15 @@ mod tests {
     async fn call_over_websocket() {
         let reply = r#"{"jsonrpc":"2.0","result":{"ok":true},"id":1}"#;
         let url = ws_server(None, reply).await;
-        assert_eq!(call(&url, "m", Some("[1]"), None, T).await.unwrap(), reply);
+        assert_eq!(
+            call(&url, "m", Some("[1]"), None, None, T).await.unwrap(),
+            reply
+        );
         let reply = r#"{"jsonrpc":"2.0","id":"1","result":{}}"#;
         let url = ws_server(Some("holon-rpc"), reply).await;
-        assert_eq!(call_holon(&url, "m", None, None, T).await.unwrap(), reply);
+        assert_eq!(
+            call_holon(&url, "m", None, None, None, T).await.unwrap(),
+            reply
+        );
     }
 }

@@ -49,7 +49,7 @@
 //! - [`shutdown`]: SIGINT/SIGTERM as one future; SIGHUP (reload) as events; READY/RELOADING/STOPPING for systemd `Type=notify`.
 //! - [`stdout`]: the CLI's output, with a closed stdout a clean end, never a panic.
 //! - [`daemon`]: the bundled reference NDJSON daemon (demo, tests, benches).
-//! - [`client`]: a tiny client for `switchyard call`, speaking each listener dialect.
+//! - [`client`]: a tiny client for `switchyard call` and `switchyard watch`, speaking each listener dialect.
 //! - [`demo`]: `switchyard demo`, every dialect in front of the reference daemon, and the browser playground.
 
 pub mod admin;

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Parser, Subcommand, ValueEnum};
 
+use switchyard::client::watch::{Ended, Speak, WatchError};
+use switchyard::config::raw::CLIENT_TOKEN_ENV;
 use switchyard::config::{Config, EXIT_CONFIG};
 use switchyard::daemon::ws::WsDialect;
 use switchyard::daemon::DaemonOptions;
@@ -51,6 +53,9 @@ enum Command {
         dir: Option<PathBuf>,
     },
     /// Call a method on a switchyard listener (ws://…, wss://… or unix://…) and print the reply.
+    ///
+    /// Exit status: 0 for a result, 3 for an error reply (printed all the
+    /// same), 1 when no reply came (connection, timeout), 2 for bad arguments.
     Call {
         /// ws://host:port/path, wss://host:port/path, or unix:///path/to.sock
         url: String,
@@ -68,7 +73,48 @@ enum Command {
         /// [default: the system's root certificates].
         #[arg(long)]
         ca_file: Option<PathBuf>,
+        /// Bearer token for the listener's `auth_token`, sent as `Authorization:
+        /// Bearer` on the WebSocket upgrade [default: $SWITCHYARD_TOKEN].
+        #[arg(long)]
+        token: Option<String>,
         /// Seconds to wait for the reply.
+        #[arg(long, default_value_t = 10)]
+        timeout: u64,
+    },
+    /// Subscribe to topics on a switchyard listener and print one JSON line per
+    /// event until interrupted (Ctrl-C, SIGTERM) or the server closes.
+    ///
+    /// Each line is the event's params: {"topic":…,"data":…}, or with
+    /// --persistent {"subscription_id","topic","sequence_id","timestamp","data"},
+    /// each delivery acknowledged once printed. Exit status: 0 when interrupted
+    /// or stdout is closed, 1 when the connection fails or the server closes
+    /// it, 3 when the subscription is refused (the error reply on stderr), 2
+    /// for bad arguments.
+    Watch {
+        /// ws://host:port/path, wss://…, or unix:///path/to.sock (JSON-RPC only)
+        url: String,
+        /// Topics (NATS-style patterns: `*` one token, `>` the rest); exactly
+        /// one with --persistent.
+        #[arg(required = true)]
+        topics: Vec<String>,
+        /// A persistent subscription with this id (resumed if it exists):
+        /// what is not acknowledged comes again on the next watch.
+        #[arg(long, value_name = "ID")]
+        persistent: Option<String>,
+        /// Speak holon-rpc instead of JSON-RPC 2.0 (WebSocket only).
+        #[arg(long)]
+        holon: bool,
+        /// Speak Sideband (SBP frames, JSON envelopes) instead (WebSocket only).
+        #[arg(long, conflicts_with = "holon")]
+        sideband: bool,
+        /// Bearer token, as for `call` [default: $SWITCHYARD_TOKEN].
+        #[arg(long)]
+        token: Option<String>,
+        /// wss:// only: trust only the CA certificates in this PEM file
+        /// [default: the system's root certificates].
+        #[arg(long)]
+        ca_file: Option<PathBuf>,
+        /// Seconds to wait for the connection and the subscription's answer.
         #[arg(long, default_value_t = 10)]
         timeout: u64,
     },
@@ -222,24 +268,57 @@ async fn run(command: Command) -> ExitCode {
             holon,
             sideband,
             ca_file,
+            token,
             timeout,
         } => {
             let timeout = Duration::from_secs(timeout);
-            let (params, ca) = (params.as_deref(), ca_file.as_deref());
+            let token = client_token(token);
+            let (params, token) = (params.as_deref(), token.as_deref());
+            let ca = ca_file.as_deref();
             let reply = if holon {
-                client::call_holon(&url, &method, params, ca, timeout).await
+                client::call_holon(&url, &method, params, token, ca, timeout).await
             } else if sideband {
-                client::call_sideband(&url, &method, params, ca, timeout).await
+                client::call_sideband(&url, &method, params, token, ca, timeout).await
             } else {
-                client::call(&url, &method, params, ca, timeout).await
+                client::call(&url, &method, params, token, ca, timeout).await
             };
             match reply {
+                Ok(text) if client::is_error_reply(&text) => match print(&text) {
+                    ExitCode::SUCCESS => ExitCode::from(client::EXIT_ERROR_REPLY),
+                    failed => failed,
+                },
                 Ok(text) => print(&text),
                 Err(e) => {
                     eprintln!("switchyard call: {e}");
                     ExitCode::FAILURE
                 }
             }
+        }
+        Command::Watch {
+            url,
+            topics,
+            persistent,
+            holon,
+            sideband,
+            token,
+            ca_file,
+            timeout,
+        } => {
+            let speak = match (holon, sideband) {
+                (true, _) => Speak::Holon,
+                (_, true) => Speak::Sideband,
+                _ => Speak::JsonRpc,
+            };
+            let w = client::watch::Watch {
+                url,
+                topics,
+                persistent,
+                speak,
+                token: client_token(token),
+                ca_file,
+                timeout: Duration::from_secs(timeout),
+            };
+            watch(&w).await
         }
         Command::Daemon {
             socket,
@@ -263,6 +342,45 @@ async fn run(command: Command) -> ExitCode {
                 (None, None) => Err(std::io::Error::other("--socket or --ws-listen is required")),
             };
             report(ran.map_err(Into::into))
+        }
+    }
+}
+
+/// The bearer token of `call` and `watch`: `--token`, else
+/// `$SWITCHYARD_TOKEN` (which the gateway's configuration ignores).
+fn client_token(given: Option<String>) -> Option<String> {
+    given.or_else(|| {
+        std::env::var(CLIENT_TOKEN_ENV)
+            .ok()
+            .filter(|t| !t.is_empty())
+    })
+}
+
+/// `switchyard watch`: see its help for the exit status.
+async fn watch(w: &client::watch::Watch) -> ExitCode {
+    let mut out = |line: &str| switchyard::stdout::line(line);
+    match client::watch::watch(w, shutdown::signal(), &mut out).await {
+        Ok(Ended::Stopped | Ended::OutputClosed) => ExitCode::SUCCESS,
+        Ok(Ended::ServerClosed(why)) => {
+            let why = if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({why})")
+            };
+            eprintln!("switchyard watch: the server closed the connection{why}");
+            ExitCode::FAILURE
+        }
+        Err(e @ WatchError::Refused(_)) => {
+            eprintln!("switchyard watch: {e}");
+            ExitCode::from(client::EXIT_ERROR_REPLY)
+        }
+        Err(e @ WatchError::Usage(_)) => {
+            eprintln!("switchyard watch: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("switchyard watch: {e}");
+            ExitCode::FAILURE
         }
     }
 }

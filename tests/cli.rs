@@ -380,3 +380,91 @@ fn no_command_panics_on_a_closed_stdout() {
         assert!(status.success(), "{args:?}: {status:?} {stderr}");
     }
 }
+
+/// `switchyard run` with one JSON-RPC listener that requires `token` and
+/// no upstream, started with `SWITCHYARD_TOKEN` in its environment (the
+/// configuration ignores it). Returns the child and the listener's URL.
+fn gateway_requiring(dir: &std::path::Path, token: &str) -> (std::process::Child, String) {
+    let config = dir.join("switchyard.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[listeners.public]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\n\
+             path = \"/rpc\"\nauth_token = \"{token}\"\n"
+        ),
+    )
+    .expect("write config");
+    let mut child = Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("SWITCHYARD_TOKEN", token)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn switchyard run");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
+            let Ok(line) = line else { break };
+            all.push_str(&line);
+            all.push('\n');
+            if let Some(start) = line.find("ws://") {
+                let url = line[start..].trim_end_matches('"').to_owned();
+                // The test may have given up waiting.
+                let _ = tx.send(Ok(url));
+            }
+        }
+        let _ = tx.send(Err(all));
+    });
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Ok(url)) => (child, url),
+        other => {
+            let _ = child.kill();
+            panic!("the gateway did not start: {other:?}");
+        }
+    }
+}
+
+/// Runs `switchyard call ARGS` without `SWITCHYARD_TOKEN` unless given;
+/// returns its exit code, stdout and stderr.
+fn call(args: &[&str], env_token: Option<&str>) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("call").args(args).env_remove("SWITCHYARD_TOKEN");
+    if let Some(token) = env_token {
+        cmd.env("SWITCHYARD_TOKEN", token);
+    }
+    let out = cmd.output().expect("run switchyard call");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn call_sends_its_token_as_a_bearer_header_and_exits_3_on_an_error_reply() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut gw, url) = gateway_requiring(dir.path(), "s3cret");
+    let subscribe = [url.as_str(), "rpc.subscribe", r#"{"topic":"a.b"}"#];
+
+    // No token: the upgrade is refused; no reply, exit 1.
+    let (code, stdout, stderr) = call(&subscribe, None);
+    assert_eq!(code, Some(1), "{stdout} {stderr}");
+    assert!(stderr.contains("401"), "{stderr}");
+
+    // The token from --token, or from $SWITCHYARD_TOKEN; not in the URL.
+    let with_token = [&subscribe[..], &["--token", "s3cret"]].concat();
+    let (code, stdout, stderr) = call(&with_token, None);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains(r#""subscribed":true"#), "{stdout}");
+    let (code, stdout, stderr) = call(&subscribe, Some("s3cret"));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains(r#""subscribed":true"#), "{stdout}");
+
+    // An error reply is printed, and the exit status says so.
+    let (code, stdout, stderr) = call(&[&url, "no.such.method", "--token", "s3cret"], None);
+    assert_eq!(code, Some(3), "{stdout} {stderr}");
+    assert!(stdout.contains("-32601"), "{stdout}");
+
+    let _ = gw.kill();
+    let _ = gw.wait();
+}

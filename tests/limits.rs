@@ -498,8 +498,14 @@ async fn in_flight_cap_applies_back_pressure_in_each_dialect_and_spares_others()
         // the third and fourth only after a reply had freed a slot.
         let lines = gw.tap.since(tapped_before);
         let (most, late) = sleeps_at_the_daemon(&lines);
-        assert_eq!(most, 2, "{speak:?}: at most the cap at once, and the cap reached: {lines:#?}");
-        assert_eq!(late, 2, "{speak:?}: calls 3 and 4 after a reply: {lines:#?}");
+        assert_eq!(
+            most, 2,
+            "{speak:?}: at most the cap at once, and the cap reached: {lines:#?}"
+        );
+        assert_eq!(
+            late, 2,
+            "{speak:?}: calls 3 and 4 after a reply: {lines:#?}"
+        );
     }
     // Each request that had to wait for a slot is counted: in every dialect
     // the third did (the fourth too, unless both slots were free by then).

@@ -13,7 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{connect, json, recv, send};
+use common::{connect, connect_tiny_window, expect_close, json, recv, send};
+use futures_util::SinkExt;
+use tokio_tungstenite::tungstenite::Message;
 
 const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
 
@@ -193,4 +195,183 @@ async fn an_operator_sees_addresses_refusals_failures_and_upstream_state() {
     let all = logs.all();
     assert!(!all.contains('\u{1b}'), "colour codes in a pipe:\n{all}");
     assert!(!all.contains("panicked"), "{all}");
+}
+
+/// The URL a `listening` line (text format) names for `listener`.
+fn url_of(logs: &Lines, listener: &str) -> String {
+    let line = logs.wait_for(&["listening", &format!("listener={listener} "), "ws://"]);
+    line.split_whitespace()
+        .find_map(|w| {
+            let start = w.find("ws://")?;
+            Some(w[start..].trim_matches(|c| c == '"' || c == ','))
+        })
+        .expect("the line names the URL")
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_sees_every_refusal_and_close_switchyard_decides() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("switchyard.toml");
+    // Three listeners on one port (each its own path), no upstream: what
+    // is logged here is decided before any routing.
+    std::fs::write(
+        &config,
+        "[listeners.guarded]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/guarded\"\n\
+         deny_methods = [\"secret*\"]\nrate_per_second = 1\nrate_burst = 1\nabuse_threshold = 3\n\
+         max_message_bytes = 1024\n\n\
+         [listeners.echo]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/echo\"\necho = true\n\
+         outbox_capacity = 4\nslow_consumer_timeout_ms = 300\nmax_message_bytes = 300000\n\n\
+         [listeners.capped]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/capped\"\n\
+         max_connections = 1\n",
+    )
+    .expect("write config");
+    let mut gateway = spawn(&["run"], Some(&config));
+    let logs = Lines::collect(&mut gateway);
+    let (guarded, echo, capped) = (
+        url_of(&logs, "guarded"),
+        url_of(&logs, "echo"),
+        url_of(&logs, "capped"),
+    );
+
+    // The method policy refuses a request (-32001): logged with the peer.
+    let mut ws = connect(&guarded).await;
+    send(&mut ws, r#"{"jsonrpc":"2.0","method":"secret.get","id":1}"#).await;
+    let reply = json(&recv(&mut ws).await);
+    assert_eq!(reply["error"]["code"], -32001, "{reply}");
+    logs.wait_for(&[
+        "request refused",
+        "listener=guarded",
+        "peer=127.0.0.1",
+        "forbidden by policy",
+    ]);
+
+    // Over the rate: refused requests, then the abuser is closed (1008).
+    for id in 2..12 {
+        let request = format!(r#"{{"jsonrpc":"2.0","method":"echo","id":{id}}}"#);
+        // The gateway may close while we are still sending.
+        if ws.send(Message::Text(request.into())).await.is_err() {
+            break;
+        }
+    }
+    let (code, _) = expect_close(&mut ws).await;
+    assert_eq!(code, 1008);
+    logs.wait_for(&[
+        "request refused",
+        "listener=guarded",
+        "rate limited: connection",
+    ]);
+    logs.wait_for(&[
+        "connection closed by switchyard",
+        "listener=guarded",
+        "peer=127.0.0.1",
+        "code=1008",
+        "rate limit exceeded",
+    ]);
+
+    // A message over max_message_bytes: closed 1009.
+    let mut ws = connect(&guarded).await;
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","method":"echo","params":["{}"],"id":1}}"#,
+        "x".repeat(2000)
+    );
+    send(&mut ws, &big).await;
+    let (code, _) = expect_close(&mut ws).await;
+    assert_eq!(code, 1009);
+    logs.wait_for(&[
+        "connection closed by switchyard",
+        "listener=guarded",
+        "code=1009",
+        "message too large",
+    ]);
+
+    // A client that never reads what the echo listener sends back: closed
+    // as a slow consumer once its outbox stayed full for 300 ms.
+    let mut slow = connect_tiny_window(&echo).await;
+    let pad = "x".repeat(256 * 1024);
+    for _ in 0..64 {
+        if slow.send(Message::Text(pad.clone().into())).await.is_err() {
+            break;
+        }
+    }
+    logs.wait_for(&[
+        "connection closed by switchyard",
+        "listener=echo",
+        "peer=127.0.0.1",
+        "code=1008",
+        "slow consumer",
+    ]);
+    drop(slow);
+
+    // Over max_connections: the second client is closed 1008.
+    let _first = connect(&capped).await;
+    let mut second = connect(&capped).await;
+    let (code, _) = expect_close(&mut second).await;
+    assert_eq!(code, 1008);
+    logs.wait_for(&[
+        "connection closed by switchyard",
+        "listener=capped",
+        "max connections exceeded",
+    ]);
+
+    stop(&mut gateway);
+    assert!(!logs.all().contains("panicked"), "{}", logs.all());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_are_flat_and_a_moved_listener_is_logged_at_its_new_address() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("switchyard.toml");
+    let toml = |ip: &str| {
+        format!(
+            "[log]\nformat = \"json\"\n\n[admin]\naddress = \"127.0.0.1:0\"\n\n\
+             [listeners.public]\ndialect = \"jsonrpc-ws\"\naddress = \"{ip}:0\"\npath = \"/rpc\"\n"
+        )
+    };
+    std::fs::write(&config, toml("127.0.0.1")).expect("write config");
+    let mut gateway = spawn(&["run"], Some(&config));
+    let logs = Lines::collect(&mut gateway);
+
+    // Fields sit beside `message`, not under `fields`; one name for
+    // addresses.
+    let parse = |line: &str| -> serde_json::Value {
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    };
+    let line = parse(&logs.wait_for(&["\"listening\"", "public"]));
+    assert_eq!(line["message"], "listening", "{line}");
+    assert_eq!(line["listener"], "public", "{line}");
+    assert!(line.get("fields").is_none(), "{line}");
+    let address = line["address"].as_str().expect("an address field");
+    assert!(address.starts_with("ws://127.0.0.1:"), "{line}");
+    let admin = parse(&logs.wait_for(&["admin listener serving"]));
+    let admin_address = admin["address"].as_str().expect("an address field");
+    assert!(admin_address.starts_with("http://127.0.0.1:"), "{admin}");
+
+    // A reload that moves the listener names its new address.
+    std::fs::write(&config, toml("127.0.0.2")).expect("rewrite config");
+    let status = Command::new("kill")
+        .args(["-HUP", &gateway.id().to_string()])
+        .status()
+        .expect("kill -HUP");
+    assert!(status.success());
+    let moved = parse(&logs.wait_for(&["\"listening\"", "ws://127.0.0.2:"]));
+    assert_eq!(moved["listener"], "public", "{moved}");
+    let reloading = parse(&logs.wait_for(&["reloading the configuration"]));
+    assert_eq!(
+        reloading["file"].as_str(),
+        Some(config.display().to_string().as_str()),
+        "{reloading}"
+    );
+
+    stop(&mut gateway);
+    let all = logs.all();
+    for line in all.lines() {
+        let v = parse(line);
+        assert!(v.get("fields").is_none(), "{line}");
+        assert!(!line.contains("addr\""), "one name for addresses: {line}");
+    }
+    assert!(
+        !all.contains("Some("),
+        "debug formatting in a log line:\n{all}"
+    );
 }

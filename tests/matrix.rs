@@ -522,8 +522,13 @@ async fn server_initiated(pair: &Pair, name: &str) {
 
 async fn per_client_link_loss(pair: &Pair, name: &str) {
     let mut c = pair.client(&pair.pc).await;
-    c.send(&request(pair.speak, r#""slow""#, "sleep", r#"{"ms":60000}"#))
-        .await;
+    c.send(&request(
+        pair.speak,
+        r#""slow""#,
+        "sleep",
+        r#"{"ms":60000}"#,
+    ))
+    .await;
     c.send(&request(pair.speak, r#""bye""#, "close_me", "{}"))
         .await;
     let mut unavailable = false;

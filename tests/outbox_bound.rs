@@ -287,7 +287,11 @@ async fn never_reading_clients_grow_a_child_gateways_rss_by_no_more_than_the_bou
     // made progress for two seconds in a row (the gateway stopped reading
     // them all): then whatever the gateway holds, it holds.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    let total = || sent.iter().map(|s| s.load(Ordering::Relaxed)).sum::<usize>();
+    let total = || {
+        sent.iter()
+            .map(|s| s.load(Ordering::Relaxed))
+            .sum::<usize>()
+    };
     let mut last = (total(), tokio::time::Instant::now());
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -319,9 +323,8 @@ async fn never_reading_clients_grow_a_child_gateways_rss_by_no_more_than_the_bou
     // frame being read. The slack is the allocator's and the runtime's: a
     // quarter more, and 32 MiB.
     let frame = RSS_REPLY + 256;
-    let per_client = DEFAULT_IN_FLIGHT * 2 * frame.max(8 * 1024)
-        + 2 * DEFAULT_BUDGET.max(frame)
-        + 2 * frame;
+    let per_client =
+        DEFAULT_IN_FLIGHT * 2 * frame.max(8 * 1024) + 2 * DEFAULT_BUDGET.max(frame) + 2 * frame;
     let bound_kib = (RSS_CLIENTS * per_client * 5 / 4 + (32 << 20)) / 1024;
     let grown = peak.saturating_sub(before);
     eprintln!("peak RSS grew by {grown} KiB; bound {bound_kib} KiB; {sent} requests sent");

@@ -273,7 +273,10 @@ async fn sighup_reloads_a_running_gateway() {
     let started = line_with("admin listener serving").await.expect("join");
     let admin = started
         .as_deref()
-        .and_then(|l| l.split_whitespace().find_map(|w| w.strip_prefix("addr=")))
+        .and_then(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("address=http://"))
+        })
         .expect("the admin address is logged")
         .to_owned();
     let scrape = move || {

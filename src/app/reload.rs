@@ -31,9 +31,10 @@
 //! until its client leaves. Needing a restart: `[admin] address`,
 //! `log.format`, `gateway.worker_threads`, and turning trace export on or
 //! off or moving it (`tracing.enabled`, `endpoint`, `service_name`); a
-//! reload changing them is applied otherwise and says so in the log.
+//! reload changing them is applied otherwise and says so in the log. A
+//! listener added or moved is logged with its new address (`listening`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::binding::{bind_groups, key_of, same_listener, GroupKey};
 use super::live::{start_upstream, Live};
@@ -76,8 +77,18 @@ impl Live {
                 "this gateway was not started from a configuration to reload".to_owned(),
             ]);
         };
-        tracing::info!(file = ?file, "reloading the configuration");
+        match &file {
+            Some(path) => {
+                tracing::info!(file = %path.display(), "reloading the configuration");
+            }
+            None => tracing::info!("reloading the configuration (environment only)"),
+        }
         let cfg = Config::load(file.as_deref()).map_err(|e| e.problems().to_vec())?;
+        // Where each listener was reached, to name the ones that move.
+        let before: HashMap<String, String> = super::addresses(&self.cfg, &self.addrs)
+            .into_iter()
+            .map(|(l, address)| (l.name.clone(), address))
+            .collect();
         self.check_groups(&cfg)?;
         if cfg.persistence != self.cfg.persistence {
             return Err(vec![
@@ -176,6 +187,11 @@ impl Live {
         crate::telemetry::live::set_log_level(&self.cfg.log.level);
         crate::telemetry::live::set_sampling_ratio(self.cfg.tracing.sampling_ratio);
         crate::telemetry::set_record_ids(self.cfg.tracing.record_ids);
+        for (l, address) in super::addresses(&self.cfg, &self.addrs) {
+            if before.get(&l.name) != Some(&address) {
+                super::log_listening(l, &address);
+            }
+        }
         self.generation += 1;
         *self.current.write() = super::live::by_name(&self.upstreams);
         if let Some(view) = &self.view {

@@ -12,17 +12,11 @@ use std::path::Path;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpStream, UnixStream};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::handshake::client::Request;
-use tokio_tungstenite::tungstenite::http::HeaderValue;
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio::net::UnixStream;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
 use super::ClientError;
-use crate::upstream::tls;
 
 /// Which lines or frames count as the reply to our request.
 #[derive(Debug, Clone, Copy)]
@@ -39,24 +33,18 @@ pub(super) enum Expect {
 /// Largest reply accepted, in bytes (the daemon's line limit).
 pub(super) const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
 
-/// Connects, sends `request` in one text frame and waits for the reply frame.
+/// Connects (with `token` as a bearer token, if any; `ca_file` for
+/// `wss://`), sends `request` in one text frame and waits for the reply
+/// frame.
 pub(super) async fn ws_exchange(
     url: &str,
-    ca_file: Option<&Path>,
     subprotocol: Option<&'static str>,
+    token: Option<&str>,
+    ca_file: Option<&Path>,
     request: String,
     expect: Expect,
 ) -> Result<String, ClientError> {
-    let mut req = url.into_client_request()?;
-    if let Some(protocol) = subprotocol {
-        // tungstenite then fails the handshake unless the server selects it.
-        req.headers_mut()
-            .insert("Sec-WebSocket-Protocol", HeaderValue::from_static(protocol));
-    }
-    let config = WebSocketConfig::default()
-        .max_message_size(Some(MAX_REPLY_BYTES))
-        .max_frame_size(Some(MAX_REPLY_BYTES));
-    let mut ws = ws_connect(url, req, ca_file, Some(config)).await?;
+    let mut ws = super::connect::ws_connect(url, subprotocol, token, ca_file).await?;
     ws.send(Message::text(request)).await?;
     while let Some(message) = ws.next().await {
         match message? {
@@ -70,34 +58,6 @@ pub(super) async fn ws_exchange(
         }
     }
     Err(ClientError::Closed)
-}
-
-/// Opens the WebSocket connection of `request` to `url`: over TLS for
-/// `wss://`, trusting only the certificates of `ca_file` when given, else
-/// the system's roots.
-pub(super) async fn ws_connect(
-    url: &str,
-    request: Request,
-    ca_file: Option<&Path>,
-    config: Option<WebSocketConfig>,
-) -> Result<WebSocketStream<MaybeTlsStream<TcpStream>>, ClientError> {
-    let connector = if url.starts_with("wss://") {
-        Some(tls::connector(&tls::client_config(ca_file)?))
-    } else {
-        None
-    };
-    let dialed =
-        tokio_tungstenite::connect_async_tls_with_config(request, config, true, connector).await;
-    match dialed {
-        Ok((ws, _response)) => Ok(ws),
-        Err(e) => match tls::handshake_error(&e) {
-            Some(source) => Err(ClientError::TlsHandshake {
-                url: url.to_owned(),
-                source: source.clone(),
-            }),
-            None => Err(e.into()),
-        },
-    }
 }
 
 /// Connects, writes `request` as one line and waits for the reply line. The
@@ -131,7 +91,7 @@ pub(super) async fn unix_exchange(path: &Path, request: String) -> Result<String
 
 /// True if `text` is a response to our request rather than a notification,
 /// a server request or a reply to someone else.
-fn is_reply(text: &str, expect: Expect) -> bool {
+pub(super) fn is_reply(text: &str, expect: Expect) -> bool {
     let Ok(Value::Object(msg)) = serde_json::from_str::<Value>(text) else {
         return false;
     };

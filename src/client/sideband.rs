@@ -6,10 +6,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
-use super::exchange::ws_connect;
 use super::{checked_params, ws_only, ClientError};
 use serde_json::value::RawValue;
 
@@ -21,12 +19,14 @@ use crate::envelope::{Message as Envelope, Payload, WireId};
 
 /// Sends one Sideband request (`params` any JSON value, omitted when
 /// absent) and returns the reply envelope's JSON text. Only `ws://` and
-/// `wss://` URLs apply; `ca_file`: `wss://` trusts only its certificates.
+/// `wss://` URLs apply; `token` goes in the upgrade's `Authorization:
+/// Bearer` header; `ca_file`: `wss://` trusts only its certificates.
 /// The handshake advertises no CBOR, so the reply is JSON.
 pub async fn call_sideband(
     url: &str,
     method: &str,
     params: Option<&str>,
+    token: Option<&str>,
     ca_file: Option<&Path>,
     timeout: Duration,
 ) -> Result<String, ClientError> {
@@ -45,18 +45,19 @@ pub async fn call_sideband(
     let data = encode_envelope(&envelope, Encoding::Json)
         .map_err(|e| ClientError::InvalidParams(e.to_string()))?;
     let request = Frame::message(id, Subject::Rpc, data);
-    tokio::time::timeout(timeout, exchange(url, ca_file, request, id))
+    tokio::time::timeout(timeout, exchange(url, token, ca_file, request, id))
         .await
         .map_err(|_| ClientError::Timeout(timeout))?
 }
 
 async fn exchange(
     url: &str,
+    token: Option<&str>,
     ca_file: Option<&Path>,
     request: Frame<'_>,
     cid: Cid,
 ) -> Result<String, ClientError> {
-    let mut ws = ws_connect(url, url.into_client_request()?, ca_file, None).await?;
+    let mut ws = super::connect::ws_connect(url, None, token, ca_file).await?;
     let hello = Handshake::local(random_peer_id(), false).to_bytes();
     let hello = Frame::control(frame::random_id(), Control::Handshake(hello));
     ws.send(Message::binary(frame::encode(&hello))).await?;

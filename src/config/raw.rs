@@ -34,6 +34,11 @@ pub(crate) use read::Read;
 /// Prefix of the environment variables that override the file.
 pub const ENV_PREFIX: &str = "SWITCHYARD_";
 
+/// The bearer token `switchyard call` and `switchyard watch` send when no
+/// `--token` is given. Not a configuration key: loading the configuration
+/// ignores it, so one shell can hold it and run the gateway too.
+pub const CLIENT_TOKEN_ENV: &str = "SWITCHYARD_TOKEN";
+
 /// Separator of nested keys in environment variable names, e.g.
 /// `SWITCHYARD_LISTENERS__PUBLIC__ADDRESS` sets `listeners.public.address`.
 pub const ENV_SEPARATOR: &str = "__";
@@ -349,7 +354,8 @@ fn env_key(name: &str, listeners: &[String], upstreams: &[String]) -> String {
 }
 
 /// Names of the `SWITCHYARD_*` variables set now that are not
-/// configuration (no [`ENV_SEPARATOR`] after the prefix), sorted. Only
+/// configuration (no [`ENV_SEPARATOR`] after the prefix), sorted, except
+/// [`CLIENT_TOKEN_ENV`] (the CLI's token, expected beside a gateway). Only
 /// names: their values may be secrets.
 pub fn ignored_env_vars() -> Vec<String> {
     let mut names: Vec<String> = std::env::vars_os()
@@ -360,7 +366,7 @@ pub fn ignored_env_vars() -> Vec<String> {
                     .eq_ignore_ascii_case(ENV_PREFIX)
                     .then(|| &name[ENV_PREFIX.len()..])
             })?;
-            (!rest.contains(ENV_SEPARATOR)).then(|| name.clone())
+            (!rest.contains(ENV_SEPARATOR) && name != CLIENT_TOKEN_ENV).then(|| name.clone())
         })
         .collect();
     names.sort();

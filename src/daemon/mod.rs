@@ -96,7 +96,8 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 pub async fn run_until_signal(path: &Path, opts: DaemonOptions) -> io::Result<()> {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let daemon = Daemon::start(path, opts).await?;
-    tracing::info!(path = %path.display(), "daemon listening");
+    let address = format!("unix://{}", path.display());
+    tracing::info!(%address, "daemon listening");
     let signalled = tokio::select! {
         r = tokio::signal::ctrl_c() => r,
         _ = terminate.recv() => Ok(()),

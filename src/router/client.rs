@@ -31,7 +31,8 @@ pub struct ClientLinks {
     links: tokio::sync::Mutex<HashMap<String, Arc<Link>>>,
     pusher: Pusher,
     /// The client's address (none for a Unix socket client): its
-    /// subscriptions count against the per-address bound.
+    /// subscriptions count against the per-address bound, and log lines
+    /// name it.
     peer: Option<IpAddr>,
     /// Cancelled when a dedicated link drops: the client must be closed.
     lost: CancellationToken,
@@ -48,8 +49,8 @@ pub struct ClientLinks {
 // === impl ClientLinks ===
 
 impl ClientLinks {
-    /// State for a client from `peer` (none for a Unix socket client)
-    /// speaking `dialect` through `outbox`.
+    /// State for a client at `peer` (`None`: a Unix socket), pushed to
+    /// through `pusher`.
     pub fn new(pusher: Pusher, peer: Option<IpAddr>) -> Self {
         ClientLinks {
             links: tokio::sync::Mutex::new(HashMap::new()),

@@ -30,6 +30,7 @@ use crate::dialect::jsonrpc::Item;
 use crate::envelope::{Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::telemetry::metrics::{DropReason, Metrics, ProtocolError, RequestOutcome};
+use crate::telemetry::Peer;
 use crate::upstream::Upstream;
 
 mod batch;
@@ -252,7 +253,7 @@ impl Router {
         client: &ClientLinks,
         starts: &Starts,
     ) -> Message {
-        if let Some(refusal) = self.refuse_request(&id, method) {
+        if let Some(refusal) = self.refuse_request(&id, method, Peer(client.peer())) {
             return refusal;
         }
         if let Some(reply) = self.pubsub(&id, method, params, client) {
@@ -291,7 +292,7 @@ impl Router {
         if let Some(pong) = codec.pong(method, self.cfg.answer_ping_notification) {
             return Some(pong);
         }
-        if self.refuse_notification(method) {
+        if self.refuse_notification(method, Peer(client.peer())) {
             return None;
         }
         let Some(upstream) = self.routed(method) else {

@@ -1,13 +1,14 @@
 //! The listener's method policy (`allow_methods` / `deny_methods`, see
 //! [`crate::limits::policy`]), applied before routing: a refused request
 //! is answered `unauthorized` and a refused notification dropped, both
-//! counted, and neither reaches an upstream ([`Router::routed`] refuses
+//! counted and logged (throttled), and neither reaches an upstream ([`Router::routed`] refuses
 //! them too, for the paths that route without [`Router::handle`]).
 
 use super::Router;
 use crate::envelope::{Message, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::telemetry::metrics::{DropReason, RequestOutcome};
+use crate::telemetry::Peer;
 
 /// The detail of the `unauthorized` error: the policy, not the token.
 const DETAIL: &str = "forbidden by policy";
@@ -32,27 +33,43 @@ impl Router {
         !policy.permits(method)
     }
 
-    /// The reply to a request the policy refuses (counted), or `None`
-    /// when it may go on.
-    pub(super) fn refuse_request(&self, id: &WireId, method: &str) -> Option<Message> {
+    /// The reply to a request the policy refuses (counted and logged),
+    /// or `None` when it may go on.
+    pub(super) fn refuse_request(&self, id: &WireId, method: &str, peer: Peer) -> Option<Message> {
         if !self.forbidden(method) {
             return None;
         }
-        // The client's doing: logged at debug, like every client fault.
-        tracing::debug!(listener = %self.cfg.name, method, "request forbidden by policy");
+        self.log_refusal("request", method, peer);
         self.count_request("none", RequestOutcome::Forbidden);
         let err = GatewayError::with_detail(ErrorKind::Unauthorized, DETAIL);
         Some(self.error_reply(id.clone(), &err))
     }
 
-    /// True (and counted as dropped) when the policy refuses a
-    /// notification.
-    pub(super) fn refuse_notification(&self, method: &str) -> bool {
+    /// True (and counted as dropped, and logged) when the policy refuses
+    /// a notification.
+    pub(super) fn refuse_notification(&self, method: &str, peer: Peer) -> bool {
         if !self.forbidden(method) {
             return false;
         }
-        tracing::debug!(listener = %self.cfg.name, method, "notification forbidden by policy");
+        self.log_refusal("notification", method, peer);
         self.count_dropped(DropReason::Forbidden);
         true
+    }
+
+    /// Tells the operator that the policy refused a `what` (`request` or
+    /// `notification`): at `info`, at most one line per second per
+    /// listener generation and kind, like every refusal switchyard decides.
+    fn log_refusal(&self, what: &str, method: &str, peer: Peer) {
+        let Some(suppressed) = self.logs.admit(what) else {
+            return;
+        };
+        tracing::info!(
+            listener = %self.cfg.name,
+            %peer,
+            reason = DETAIL,
+            method,
+            suppressed,
+            "{what} refused"
+        );
     }
 }

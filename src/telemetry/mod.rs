@@ -1,7 +1,8 @@
 //! Logs, traces and metrics.
 //!
 //! Per-request events an operator must see (requests answered
-//! `unavailable`, refused upgrades) go through a [`throttle::Throttle`].
+//! `unavailable`, refused upgrades, requests and connections switchyard
+//! refuses or closes) go through a [`throttle::Throttle`].
 //!
 //! [`init`] installs the process-wide `tracing` subscriber once: logs on
 //! stderr (text or JSON lines, filtered by `log.level`) and, when
@@ -34,6 +35,20 @@ static RECORD_IDS: AtomicBool = AtomicBool::new(false);
 /// How long the exit waits for the last spans to be sent: a collector that
 /// is down must not hold up a restart for long.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A client's address in a log line: its IP, or `unix` for a client of a
+/// Unix-socket listener (which has none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer(pub Option<std::net::IpAddr>);
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(ip) => ip.fmt(f),
+            None => f.write_str("unix"),
+        }
+    }
+}
 
 /// One layer of the process-wide subscriber.
 type BoxedLayer = Box<dyn Layer<Registry> + Send + Sync>;
@@ -123,7 +138,9 @@ fn log_layer(cfg: &LogConfig) -> BoxedLayer {
         .with_ansi(ansi);
     match cfg.format {
         LogFormat::Text => Box::new(fmt.with_filter(filter)),
-        LogFormat::Json => Box::new(fmt.json().with_filter(filter)),
+        // Fields at the top level of each object, beside `message`: the
+        // shape log shippers expect (not nested under `fields`).
+        LogFormat::Json => Box::new(fmt.json().flatten_event(true).with_filter(filter)),
     }
 }
 

@@ -145,6 +145,7 @@ where
                 let listener = cell.load();
                 listener.count_protocol_error(ProtocolError::SlowConsumer);
                 listener.count_limit(Limit::SlowConsumer);
+                listener.log_closed(CloseCode::PolicyViolation, "slow consumer", session.peer());
                 // The outbox is full: the close frame may not fit; the socket goes anyway.
                 outbox.try_close(CloseCode::PolicyViolation, "slow consumer");
                 return End::Gone;

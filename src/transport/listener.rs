@@ -4,7 +4,7 @@
 //! listener's configuration (message and batch sizes, in-flight and
 //! outbox caps, timers, the Sideband settings), its connection caps and
 //! rate limits, the upgrade checks (Host, Origin, token) built once per
-//! configuration generation, the throttled log of refused upgrades, the
+//! configuration generation, the throttled log of refusals and closes, the
 //! metrics handle the transport counts with, and the listener's
 //! [`Router`], which takes each request from there. The transport reads
 //! the listener's configuration only through a `Listener`; the router
@@ -18,6 +18,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use crate::close::CloseCode;
 use crate::config::ListenerConfig;
 use crate::dialect::Dialect;
 use crate::error::Side;
@@ -27,12 +28,13 @@ use crate::limits::rate::RateLimits;
 use crate::router::Router;
 use crate::telemetry::metrics::{DropReason, Limit, Metrics, ProtocolError, RejectReason};
 use crate::telemetry::throttle::Throttle;
+use crate::telemetry::Peer;
 
 mod cell;
 
 pub use cell::ListenerCell;
 
-/// At most one log line per upgrade refusal reason per this period; the
+/// At most one log line per refusal or close reason per this period; the
 /// next line counts the ones held back.
 const REFUSAL_LOG_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -50,7 +52,8 @@ pub struct Listener {
     /// The upgrade checks (Host, Origin, token), built once per
     /// configuration.
     upgrade: UpgradePolicy,
-    /// One log line per second per upgrade refusal reason.
+    /// One log line per second per reason: refused upgrades and requests,
+    /// connections switchyard closes.
     refusals: Throttle,
     metrics: Metrics,
     /// Where each request goes from here.
@@ -152,6 +155,32 @@ impl Listener {
             return;
         };
         tracing::info!(listener = %self.cfg.name, %peer, reason, suppressed, "upgrade refused");
+    }
+
+    /// Logs a connection switchyard closes with `code` for `reason` (rate
+    /// limit, oversize message, slow consumer, connection cap), throttled
+    /// per reason like the refused upgrades. The close code is a
+    /// WebSocket's: an NDJSON connection just ends.
+    pub fn log_closed(&self, code: CloseCode, reason: &str, peer: Peer) {
+        let Some(suppressed) = self.refusals.admit(reason) else {
+            return;
+        };
+        let name = &self.cfg.name;
+        if let crate::config::ListenAddr::Unix { .. } = self.cfg.addr {
+            tracing::info!(listener = %name, %peer, reason, suppressed, "connection closed by switchyard");
+        } else {
+            let code = code.as_u16();
+            tracing::info!(listener = %name, %peer, code, reason, suppressed, "connection closed by switchyard");
+        }
+    }
+
+    /// Logs a request switchyard refuses itself for `reason` (a rate
+    /// limit), throttled per reason.
+    pub fn log_refused_request(&self, reason: &str, peer: Peer) {
+        let Some(suppressed) = self.refusals.admit(reason) else {
+            return;
+        };
+        tracing::info!(listener = %self.cfg.name, %peer, reason, suppressed, "request refused");
     }
 
     /// Counts a malformed client message or frame.

@@ -33,6 +33,7 @@ use tokio_util::codec::{AnyDelimiterCodecError, FramedRead};
 use super::driver::{self, Fixed, FrameSink, Incoming};
 use super::session::Session;
 use super::{Listener, ListenerCell, Outgoing, Serve};
+use crate::close::CloseCode;
 use crate::dialect::errors;
 use crate::dialect::render::{render, Style};
 use crate::dialect::Dialect;
@@ -40,6 +41,7 @@ use crate::envelope::{Message, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::lines::Lines;
 use crate::telemetry::metrics::RejectReason;
+use crate::telemetry::Peer;
 
 /// Binds `path` with `mode`, handling stale sockets as the module explains.
 pub(crate) fn bind(path: &Path, mode: u32) -> io::Result<UnixListener> {
@@ -127,7 +129,9 @@ pub(crate) async fn serve(
 /// Over the connection cap: one error line, then close.
 async fn refuse(mut stream: UnixStream, listener: Arc<Listener>) {
     listener.count_rejected(RejectReason::Limit);
-    let err = GatewayError::with_detail(ErrorKind::ResourceExhausted, "max connections exceeded");
+    let reason = "max connections exceeded";
+    listener.log_closed(CloseCode::PolicyViolation, reason, Peer(None));
+    let err = GatewayError::with_detail(ErrorKind::ResourceExhausted, reason);
     let reply = Message::error(Some(WireId::null()), errors::render(&err, Dialect::Ndjson));
     if let Ok(mut line) = render(&reply, Style::Line) {
         line.push('\n');

@@ -33,6 +33,7 @@ use crate::limits::origin::Refusal;
 use crate::limits::rate::PRUNE_INTERVAL;
 use crate::telemetry::metrics::RejectReason;
 use crate::telemetry::trace::connection_span;
+use crate::telemetry::Peer;
 
 /// Room above the configured message limit given to the WebSocket library,
 /// so that switchyard sees an oversize message first and can answer it in
@@ -179,9 +180,11 @@ async fn run(mut socket: WebSocket, cell: Arc<ListenerCell>, ctx: Serve, peer: I
     let Some(_permit) = listener.conns().admit(peer) else {
         // Upgraded first, so that a browser can read the reason.
         listener.count_rejected(RejectReason::Limit);
+        let reason = "max connections exceeded";
+        listener.log_closed(CloseCode::PolicyViolation, reason, Peer(Some(peer)));
         let frame = CloseFrame {
             code: CloseCode::PolicyViolation.as_u16(),
-            reason: "max connections exceeded".into(),
+            reason: reason.into(),
         };
         // The peer may be gone already; it is refused either way.
         let _ = socket.send(WsMessage::Close(Some(frame))).await;

@@ -108,7 +108,7 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// `switchyard daemon --ws-listen`).
 pub async fn run_until_signal(addr: SocketAddr, dialect: WsDialect) -> io::Result<()> {
     let daemon = WsDaemon::start(addr, dialect).await?;
-    tracing::info!(url = %daemon.url(), "ws daemon listening");
+    tracing::info!(address = %daemon.url(), "ws daemon listening");
     crate::shutdown::signal().await;
     tracing::info!("ws daemon stopping");
     daemon.stop().await;

@@ -1,5 +1,8 @@
 //! Admission of client messages: rate limits (a request over a limit is
-//! answered, a notification dropped, an abuser closed).
+//! answered, a notification dropped, an abuser closed; each logged,
+//! throttled per listener and reason).
+
+use std::net::{IpAddr, Ipv4Addr};
 
 use super::{Session, Verdict};
 use crate::close::CloseCode;
@@ -42,7 +45,11 @@ impl Session {
             // connection's own bucket starts over under the new ones.
             let rate = match &mut *rate {
                 Some(r) if r.follows(listener.rate()) => r,
-                slot => slot.insert(listener.rate().connection(self.peer)),
+                slot => slot.insert(
+                    listener
+                        .rate()
+                        .connection(self.peer.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))),
+                ),
             };
             rate.check(method)
         };
@@ -52,12 +59,14 @@ impl Session {
         };
         listener.count_limit(limit_label(limited));
         if let RateVerdict::Abuse(_) = verdict {
+            let reason = "rate limit exceeded";
+            listener.log_closed(CloseCode::PolicyViolation, reason, self.peer());
             // Closing anyway: a client that is not reading is cut off
             // without the close frame.
-            self.outbox
-                .try_close(CloseCode::PolicyViolation, "rate limit exceeded");
+            self.outbox.try_close(CloseCode::PolicyViolation, reason);
             return Err(Verdict::Close(CloseCode::PolicyViolation));
         }
+        listener.log_refused_request(refusal_reason(limited), self.peer());
         match item {
             Item::Valid(Message::Request { id, .. }) => {
                 let err = GatewayError::with_detail(ErrorKind::RateLimited, limited.as_str());
@@ -68,6 +77,16 @@ impl Session {
                 Ok(Checked::Dropped)
             }
         }
+    }
+}
+
+/// The reason a log line gives for a request or notification over a
+/// rate limit.
+fn refusal_reason(limited: Limited) -> &'static str {
+    match limited {
+        Limited::Connection => "rate limited: connection",
+        Limited::Ip => "rate limited: ip",
+        Limited::Global => "rate limited: global",
     }
 }
 

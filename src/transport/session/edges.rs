@@ -31,6 +31,7 @@ impl Session {
         listener.count_protocol_error(ProtocolError::MessageTooLarge);
         listener.count_limit(Limit::MaxMessageBytes);
         let Oversize { reply, reason } = self.codec().oversize(limit);
+        listener.log_closed(CloseCode::TooBig, "message too large", self.peer());
         if let Some(reply) = reply {
             self.send(&reply).await;
         }

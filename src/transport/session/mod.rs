@@ -13,7 +13,7 @@
 //! until the grace period ends; what is left is answered with
 //! `unavailable`.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use arc_swap::Guard;
@@ -38,6 +38,7 @@ use crate::outbox::{Form, Gauges, OutCodec, Outbox, OutboxReader, Outgoing};
 use crate::router::in_place::InPlace;
 use crate::router::{ClientLinks, Pusher, Router};
 use crate::telemetry::metrics::{Direction, DropReason, ProtocolError};
+use crate::telemetry::Peer;
 use crate::transport::{Listener, ListenerCell};
 
 /// Request handling state of one client connection.
@@ -48,8 +49,9 @@ pub struct Session {
     /// `max_in_flight` when the connection opened: the size of
     /// `in_flight`, fixed for the connection's life.
     max_in_flight: usize,
-    /// The client's address, for the per-IP rate limit.
-    peer: IpAddr,
+    /// The client's address (`None`: a Unix-socket client), for the
+    /// per-IP rate limit and log lines.
+    peer: Option<IpAddr>,
     /// The only way anything is written to the client.
     outbox: Outbox,
     /// Requests in flight for this client (`max_in_flight`).
@@ -83,8 +85,8 @@ pub enum Verdict {
 // === impl Session ===
 
 impl Session {
-    /// A session for one client of the listener in `cell`, from `peer`
-    /// (none for a Unix socket client), and the reader of its outbox (for
+    /// A session for one client of the listener in `cell`, connected from
+    /// `peer` (`None`: a Unix socket), and the reader of its outbox (for
     /// the connection's writer). The per-IP rate limit and subscription
     /// bound are keyed on `peer`.
     pub fn new(
@@ -125,7 +127,7 @@ impl Session {
         let session = Session {
             in_flight: Arc::new(Semaphore::new(cfg.max_in_flight)),
             max_in_flight: cfg.max_in_flight,
-            peer: peer.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+            peer,
             in_place: InPlace::new(outbox.clone(), grace_over.clone()),
             cell,
             outbox,
@@ -162,6 +164,17 @@ impl Session {
     /// The client's outbox.
     pub fn outbox(&self) -> &Outbox {
         &self.outbox
+    }
+
+    /// The client's address, as log lines name it.
+    pub fn peer(&self) -> Peer {
+        Peer(self.peer)
+    }
+
+    /// Logs that switchyard closes this connection with `code` for
+    /// `reason` (throttled per listener and reason).
+    pub fn log_closed(&self, code: CloseCode, reason: &str) {
+        self.listener().log_closed(code, reason, self.peer());
     }
 
     /// Handles one inbound text frame or line; what it carries is decoded

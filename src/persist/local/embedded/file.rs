@@ -10,8 +10,8 @@
 
 use std::collections::HashMap;
 use std::fs::OpenOptions;
-use std::os::unix::fs::OpenOptionsExt;
 use std::ops::Bound;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
