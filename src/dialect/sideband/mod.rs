@@ -1,5 +1,5 @@
 //! Sideband: SBP binary frames over WebSocket carrying an RPC envelope in
-//! JSON (v1) or CBOR (v2), as `shared/protocols/sideband.md` describes.
+//! JSON (v1) or CBOR (v2), as `docs/protocols.md` describes.
 //!
 //! Pure and synchronous like every dialect: bytes in, values out. The
 //! session that owns the WebSocket (handshake timing, Ping/Pong, duplicate
