@@ -154,11 +154,10 @@ async fn dashboards_and_alerts_use_only_exported_metrics() {
     // The gateway may answer the close and drop the socket at once.
     let _ = futures_util::SinkExt::send(&mut ws, close).await;
     assert!(
-        eventually(STEP, || metric_value(
-            &gateway,
-            "switchyard_ws_closes_total",
-            &[]
-        ) > 0.0)
+        eventually(STEP, || {
+            common::try_metric_value(&gateway, "switchyard_ws_closes_total", &[])
+                .is_some_and(|closes| closes > 0.0)
+        })
         .await,
         "the client's close was not counted"
     );
