@@ -17,31 +17,22 @@
 mod common;
 
 use std::collections::{BTreeSet, VecDeque};
-use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::child::Gateway;
 use common::{json, recv, send, Ws};
 use serde_json::Value;
 use switchyard::daemon::{Daemon, DaemonOptions};
 
-const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
 const TOPIC: &str = "daemon.events";
 const SUB_ID: &str = "crash-1";
 /// Acknowledgements confirmed before the kill.
 const BEFORE_KILL: usize = 25;
 /// New messages received after the restart, past the last one before it.
 const AFTER_RESTART: u64 = 20;
-
-/// A switchyard child process, killed with SIGKILL when dropped.
-struct Gateway {
-    child: Child,
-    url: String,
-    log: PathBuf,
-}
 
 /// What the client saw before the kill.
 #[derive(Debug, Default)]
@@ -60,7 +51,7 @@ async fn a_resumed_subscription_after_kill_9_misses_nothing_and_gets_no_confirme
         .expect("daemon");
     let store = dir.path().join("store");
 
-    let first = Gateway::start(dir.path(), &socket, &store, 1).await;
+    let first = start_gateway(dir.path(), &socket, &store, 1).await;
     let mut ws = common::connect(&first.url).await;
     // The feed of a persistent topic is stored from the start: the new
     // subscription begins after whatever is stored already.
@@ -78,9 +69,9 @@ async fn a_resumed_subscription_after_kill_9_misses_nothing_and_gets_no_confirme
     let seq = next_delivery(&mut ws, &mut next).await;
     seen.received.insert(seq);
     send(&mut ws, &ack(seq)).await;
-    first.kill();
+    first.stop();
 
-    let second = Gateway::start(dir.path(), &socket, &store, 2).await;
+    let second = start_gateway(dir.path(), &socket, &store, 2).await;
     let mut ws = common::connect(&second.url).await;
     let resumed = subscribe(&mut ws).await;
     let last_confirmed = seen.confirmed.last().copied().unwrap_or(0);
@@ -119,7 +110,7 @@ async fn a_resumed_subscription_after_kill_9_misses_nothing_and_gets_no_confirme
         missing.is_empty(),
         "stored sequences never delivered: {missing:?} (before {seen:?}, after {after:?})"
     );
-    second.kill();
+    second.stop();
     daemon.stop().await;
 }
 
@@ -196,74 +187,14 @@ fn delivery(msg: &Value) -> Option<u64> {
     params["sequence_id"].as_u64()
 }
 
-// === impl Gateway ===
-
-impl Gateway {
-    /// Starts switchyard `run` on a free port with the embedded store at
-    /// `store`, in front of the daemon at `socket`; returns once its
-    /// listener accepts.
-    async fn start(dir: &Path, socket: &Path, store: &Path, n: u32) -> Gateway {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let config = dir.join(format!("gateway-{n}.toml"));
-        std::fs::write(&config, config_toml(port, socket, store)).expect("config");
-        let log = dir.join(format!("gateway-{n}.log"));
-        let child = Command::new(BIN)
-            .args(["run", "--config"])
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(File::create(&log).expect("log file"))
-            .spawn()
-            .expect("spawn switchyard");
-        let mut gateway = Gateway {
-            child,
-            url: format!("ws://127.0.0.1:{port}/rpc"),
-            log,
-        };
-        gateway.until_accepting().await;
-        gateway
-    }
-
-    async fn until_accepting(&mut self) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("switchyard exited ({status}): {}", self.log());
-            }
-            if tokio_tungstenite::connect_async(self.url.as_str())
-                .await
-                .is_ok()
-            {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "switchyard never listened: {}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGKILL, then reaps it.
-    fn kill(mut self) {
-        self.child.kill().expect("SIGKILL");
-        self.child.wait().expect("reap");
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        // After `kill` this fails harmlessly (already reaped).
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Starts switchyard `run` (a child process) on a free port with the
+/// embedded store at `store`, in front of the daemon at `socket`; returns
+/// once its listener accepts.
+async fn start_gateway(dir: &Path, socket: &Path, store: &Path, n: u32) -> Gateway {
+    Gateway::run(dir, &format!("gateway-{n}"), |port| {
+        config_toml(port, socket, store)
+    })
+    .await
 }
 
 fn config_toml(port: u16, socket: &Path, store: &Path) -> String {

@@ -10,18 +10,13 @@
 
 mod common;
 
-use std::fs::File;
-use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::{json, send, Ws};
 use futures_util::StreamExt;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::MaybeTlsStream;
-
-const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
 
 /// Patterns per `rpc.subscribe.batch`, as in the probe; then batches of
 /// [`FINE`] until refused again, to come close to the bound.
@@ -265,9 +260,7 @@ async fn recv(ws: &mut Ws) -> String {
 /// A switchyard child process (one JSON-RPC WebSocket listener, nothing
 /// upstream: pub/sub is served by switchyard itself), killed when done.
 struct Gateway {
-    child: Child,
-    addr: SocketAddr,
-    log: PathBuf,
+    child: common::child::Gateway,
     _dir: tempfile::TempDir,
 }
 
@@ -276,51 +269,14 @@ impl Gateway {
     /// listener accepts.
     async fn start(extra: &str) -> Gateway {
         let dir = tempfile::tempdir().expect("tempdir");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let config = dir.path().join("gateway.toml");
-        let text = format!(
-            "[listeners.public]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:{port}\"\n\
-             path = \"/rpc\"\n{extra}"
-        );
-        std::fs::write(&config, text).expect("config");
-        let log = dir.path().join("gateway.log");
-        let child = Command::new(BIN)
-            .args(["run", "--config"])
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(File::create(&log).expect("log file"))
-            .spawn()
-            .expect("spawn switchyard");
-        let mut gateway = Gateway {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-            log,
-            _dir: dir,
-        };
-        gateway.until_accepting().await;
-        gateway
-    }
-
-    async fn until_accepting(&mut self) {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("switchyard exited ({status}): {}", self.log());
-            }
-            let url = format!("ws://{}/rpc", self.addr);
-            if tokio_tungstenite::connect_async(url.as_str()).await.is_ok() {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "switchyard never listened: {}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let child = common::child::Gateway::run(dir.path(), "gateway", |port| {
+            format!(
+                "[listeners.public]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:{port}\"\n\
+                 path = \"/rpc\"\n{extra}"
+            )
+        })
+        .await;
+        Gateway { child, _dir: dir }
     }
 
     /// A WebSocket client connecting from `source` (a loopback address).
@@ -328,47 +284,16 @@ impl Gateway {
         let socket = tokio::net::TcpSocket::new_v4().expect("socket");
         let source: SocketAddr = format!("{source}:0").parse().expect("address");
         socket.bind(source).expect("bind the source address");
-        let stream = socket.connect(self.addr).await.expect("connect");
-        let url = format!("ws://{}/rpc", self.addr);
-        let (ws, _) = tokio_tungstenite::client_async(url, MaybeTlsStream::Plain(stream))
-            .await
-            .expect("upgrade");
+        let stream = socket.connect(self.child.addr).await.expect("connect");
+        let (ws, _) =
+            tokio_tungstenite::client_async(self.child.url.as_str(), MaybeTlsStream::Plain(stream))
+                .await
+                .expect("upgrade");
         ws
     }
 
     /// The child's resident set, in bytes.
     fn rss(&self) -> usize {
-        rss_of(self.child.id())
+        self.child.rss_kib("VmRSS") << 10
     }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        // SIGKILL, then reap: a failed assertion leaves no process behind.
-        // The child may have exited already; there is nothing else to do.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `VmRSS` of process `pid`, from `/proc/<pid>/status`.
-fn rss_of(pid: u32) -> usize {
-    let status = std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("status"))
-        .expect("/proc/<pid>/status (Linux)");
-    let kib = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| {
-            rest.trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<usize>()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no VmRSS in {status}"));
-    kib << 10
 }

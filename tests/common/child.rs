@@ -1,41 +1,37 @@
 //! A switchyard gateway as a child process (`switchyard run`), for what
-//! only the operating system can witness: its memory (`/proc/<pid>/status`).
+//! only the operating system can witness: its memory (`/proc/<pid>/status`)
+//! and a SIGKILL.
 #![allow(dead_code, unreachable_pub)]
 
 use std::fs::File;
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
 
-/// A child `switchyard run`: a JSON-RPC WebSocket listener `public` routed
-/// to the NDJSON daemon at a socket. Killed on drop.
+/// A child `switchyard run` whose configuration has a JSON-RPC WebSocket
+/// listener at `ws://127.0.0.1:<port>/rpc`. Killed (and reaped) on drop.
 pub struct Gateway {
     child: Child,
     pub url: String,
+    pub addr: SocketAddr,
     log: PathBuf,
 }
 
 impl Gateway {
-    /// Starts it on a free port, with `listener_extra` TOML lines in the
-    /// listener's table; returns once the listener accepts.
-    pub async fn start(dir: &Path, socket: &Path, listener_extra: &str) -> Gateway {
+    /// Starts it with the configuration `toml(port)` (a free port), written
+    /// to `dir/<name>.toml` and logging to `dir/<name>.log`; returns once
+    /// the listener at `ws://127.0.0.1:<port>/rpc` accepts.
+    pub async fn run(dir: &Path, name: &str, toml: impl FnOnce(u16) -> String) -> Gateway {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        let config = dir.join("child-gateway.toml");
-        let toml = format!(
-            "[listeners.public]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:{port}\"\n\
-             path = \"/rpc\"\n{listener_extra}\n\n\
-             [upstreams.daemon]\ndialect = \"ndjson\"\nsocket = \"{}\"\n\n\
-             [[routes]]\nlistener = \"public\"\nupstream = \"daemon\"\n",
-            socket.display()
-        );
-        std::fs::write(&config, toml).expect("config");
-        let log = dir.join("child-gateway.log");
+        let config = dir.join(format!("{name}.toml"));
+        std::fs::write(&config, toml(port)).expect("config");
+        let log = dir.join(format!("{name}.log"));
         let child = Command::new(BIN)
             .args(["run", "--config"])
             .arg(&config)
@@ -46,10 +42,26 @@ impl Gateway {
         let mut gateway = Gateway {
             child,
             url: format!("ws://127.0.0.1:{port}/rpc"),
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
             log,
         };
         gateway.until_accepting().await;
         gateway
+    }
+
+    /// A listener `public` routed to the NDJSON daemon at `socket`, with
+    /// `listener_extra` TOML lines in the listener's table.
+    pub async fn start(dir: &Path, socket: &Path, listener_extra: &str) -> Gateway {
+        Gateway::run(dir, "child-gateway", |port| {
+            format!(
+                "[listeners.public]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:{port}\"\n\
+                 path = \"/rpc\"\n{listener_extra}\n\n\
+                 [upstreams.daemon]\ndialect = \"ndjson\"\nsocket = \"{}\"\n\n\
+                 [[routes]]\nlistener = \"public\"\nupstream = \"daemon\"\n",
+                socket.display()
+            )
+        })
+        .await
     }
 
     async fn until_accepting(&mut self) {
@@ -91,13 +103,15 @@ impl Gateway {
 
     /// SIGKILL, then reaps it.
     pub fn stop(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reap");
     }
 }
 
 impl Drop for Gateway {
     fn drop(&mut self) {
+        // After `stop` this fails harmlessly (already reaped); after a
+        // failed assertion it leaves no process behind.
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
