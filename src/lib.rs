@@ -48,6 +48,7 @@
 //! - [`telemetry`]: logging, Prometheus metrics and OpenTelemetry trace export.
 //! - [`shutdown`]: SIGINT/SIGTERM as one future; SIGHUP (reload) as events; READY/RELOADING/STOPPING for systemd `Type=notify`.
 //! - [`stdout`]: the CLI's output, with a closed stdout a clean end, never a panic.
+//! - [`throttle`]: rate-limited log lines (one per key per period, the rest counted), for events a flood could repeat.
 //! - [`daemon`]: the bundled reference NDJSON daemon (demo, tests, benches).
 //! - [`client`]: a tiny client for `switchyard call` and `switchyard watch`, speaking each listener dialect.
 //! - [`demo`]: `switchyard demo`, every dialect in front of the reference daemon, and the browser playground.
@@ -72,5 +73,6 @@ pub mod router;
 pub mod shutdown;
 pub mod stdout;
 pub mod telemetry;
+pub mod throttle;
 pub mod transport;
 pub mod upstream;

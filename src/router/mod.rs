@@ -81,7 +81,7 @@ pub struct Router {
     metrics: Metrics,
     /// One log line per second per upstream and outcome (`unavailable`,
     /// `timeout`).
-    logs: crate::telemetry::throttle::Throttle,
+    logs: crate::throttle::Throttle,
     /// Resolved per-upstream series: `request_duration` and the `ok`
     /// member of `requests` (touched on every request).
     series: Vec<(Arc<Upstream>, Series)>,
@@ -130,7 +130,7 @@ impl Router {
             table,
             metrics,
             series,
-            logs: crate::telemetry::throttle::Throttle::new(LOG_PERIOD),
+            logs: crate::throttle::Throttle::new(LOG_PERIOD),
         }
     }
 

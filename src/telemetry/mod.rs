@@ -2,7 +2,7 @@
 //!
 //! Per-request events an operator must see (requests answered
 //! `unavailable`, refused upgrades, requests and connections switchyard
-//! refuses or closes) go through a [`throttle::Throttle`].
+//! refuses or closes) go through a [`crate::throttle::Throttle`].
 //!
 //! [`init`] installs the process-wide `tracing` subscriber once: logs on
 //! stderr (text or JSON lines, filtered by `log.level`) and, when
@@ -23,7 +23,6 @@ use crate::config::{LogConfig, LogFormat, TracingConfig};
 
 pub mod live;
 pub mod metrics;
-pub mod throttle;
 pub mod trace;
 
 pub use trace::TraceError;

@@ -27,8 +27,8 @@ use crate::limits::origin::UpgradePolicy;
 use crate::limits::rate::RateLimits;
 use crate::router::Router;
 use crate::telemetry::metrics::{DropReason, Limit, Metrics, ProtocolError, RejectReason};
-use crate::telemetry::throttle::Throttle;
 use crate::telemetry::Peer;
+use crate::throttle::Throttle;
 
 mod cell;
 

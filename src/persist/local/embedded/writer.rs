@@ -37,7 +37,7 @@ use super::file::{open_database, WriteFaults};
 use crate::persist::local::change::{Applied, Change, Outcome, Ticket};
 use crate::persist::local::{Health, Usage};
 use crate::persist::PersistError;
-use crate::telemetry::throttle::Throttle;
+use crate::throttle::Throttle;
 
 /// Staged changes waiting for the writer, at most (see the module doc).
 pub const QUEUE: usize = 4096;

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use crate::persist::local::{Log, Position};
 use crate::persist::{PersistError, Stored, DELIVERY_QUEUE};
-use crate::telemetry::throttle::Throttle;
+use crate::throttle::Throttle;
 
 /// How long a session waits to read again after a read failed.
 const READ_RETRY: Duration = Duration::from_secs(1);
