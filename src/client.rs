@@ -26,7 +26,8 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use tokio_tungstenite::tungstenite;
 
-use self::exchange::{unix_exchange, ws_exchange, Expect, MAX_REPLY_BYTES};
+use self::connect::MAX_REPLY_BYTES;
+use self::exchange::{unix_exchange, ws_exchange, Expect};
 use crate::error::{ErrorKind, Side};
 use crate::upstream::tls::TlsSetupError;
 

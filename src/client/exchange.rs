@@ -16,6 +16,7 @@ use tokio::net::UnixStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
+use super::connect::MAX_REPLY_BYTES;
 use super::ClientError;
 
 /// Which lines or frames count as the reply to our request.
@@ -29,9 +30,6 @@ pub(super) enum Expect {
     /// holon-rpc: id `"1"`.
     HolonString,
 }
-
-/// Largest reply accepted, in bytes (the daemon's line limit).
-pub(super) const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
 
 /// Connects (with `token` as a bearer token, if any; `ca_file` for
 /// `wss://`), sends `request` in one text frame and waits for the reply

@@ -35,8 +35,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
-use super::connect::{ws_connect, Ws};
-use super::exchange::MAX_REPLY_BYTES;
+use super::connect::{ws_connect, Ws, MAX_REPLY_BYTES};
 use super::{minify, parse_url, ws_only, ClientError, Target};
 
 mod sideband;
