@@ -10,6 +10,7 @@
 
 use std::net::IpAddr;
 
+use http::uri::Authority;
 use subtle::ConstantTimeEq;
 
 /// Why an upgrade is refused (a closed set: also a metric label).
@@ -241,22 +242,16 @@ fn bearer_token(value: &str) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
-/// Splits `host[:port]` / `[v6][:port]`, lower-casing the host.
+/// Splits `host[:port]` / `[v6][:port]` with `http`'s authority parser,
+/// lower-casing the host. User info and an empty port, which the parser
+/// takes but a `Host` or an origin never carries, are refused, and so is a
+/// host of other characters than a DNS name's or an IPv6 literal's.
 fn split_host_port(text: &str) -> Option<(String, Option<u16>)> {
-    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
-        let (v6, after) = rest.split_once(']')?;
-        let port = match after.strip_prefix(':') {
-            Some(p) => Some(p.parse().ok()?),
-            None if after.is_empty() => None,
-            None => return None,
-        };
-        (format!("[{v6}]"), port)
-    } else {
-        match text.rsplit_once(':') {
-            Some((h, p)) => (h.to_owned(), Some(p.parse().ok()?)),
-            None => (text.to_owned(), None),
-        }
-    };
+    let authority: Authority = text.parse().ok()?;
+    if text.contains('@') || text.ends_with(':') {
+        return None;
+    }
+    let host = authority.host();
     let name_chars = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_');
     let v6_chars = |b: u8| b.is_ascii_hexdigit() || matches!(b, b':' | b'.');
     let valid = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
@@ -266,6 +261,12 @@ fn split_host_port(text: &str) -> Option<(String, Option<u16>)> {
     if !valid {
         return None;
     }
+    // Without user info, anything after the host is `:port`, which must be
+    // a port number (the parser keeps an unreadable one, and reports none).
+    let port = match text.len() > host.len() {
+        true => Some(authority.port_u16()?),
+        false => None,
+    };
     Some((host.to_ascii_lowercase(), port))
 }
 
