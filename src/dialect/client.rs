@@ -97,7 +97,10 @@ impl ClientCodec {
     pub fn decode(self, text: &ByteString, max_batch_items: usize) -> Inbound {
         match self.0 {
             Dialect::Holon => holon::decode(text),
-            _ => jsonrpc::decode(text, max_batch_items),
+            // A Sideband client's text frames are JSON-RPC text to it.
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Sideband => {
+                jsonrpc::decode(text, max_batch_items)
+            }
         }
     }
 
@@ -106,14 +109,16 @@ impl ClientCodec {
     /// and, when `answer_ping` is set, the JSON dialects' `ping`
     /// notification (answered with the notification `pong`).
     pub fn local_reply(self, msg: &Message, answer_ping: bool) -> Option<Message> {
-        match (self.0, msg) {
-            (Dialect::Holon, Message::Request { id, method, .. }) if method == "rpc.heartbeat" => {
+        match msg {
+            Message::Request { id, method, .. }
+                if self.0 == Dialect::Holon && method == "rpc.heartbeat" =>
+            {
                 Some(Message::Response {
                     id: id.clone(),
                     result: Outcome::Value(Payload::Json(raw_from_string(String::from("{}")))),
                 })
             }
-            (_, Message::Notification { method, .. }) => self.pong(method, answer_ping),
+            Message::Notification { method, .. } => self.pong(method, answer_ping),
             _ => None,
         }
     }
@@ -145,7 +150,7 @@ impl ClientCodec {
         });
         let reason = match self.0 {
             Dialect::Sideband => "Message too large",
-            _ => "message too large",
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon => "message too large",
         };
         Oversize { reply, reason }
     }

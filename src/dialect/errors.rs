@@ -27,7 +27,9 @@ pub fn render(err: &GatewayError, dialect: Dialect) -> ErrorObject {
             Dialect::Sideband => {
                 serde_json::json!({"kind": err.kind.as_str(), "origin": origin})
             }
-            _ => serde_json::json!({ "origin": origin }),
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon => {
+                serde_json::json!({ "origin": origin })
+            }
         };
         obj.data = Payload::json(&data.to_string()).ok();
         return obj;
@@ -86,7 +88,9 @@ fn no_route_object(err: &GatewayError, dialect: Dialect) -> ErrorObject {
         (Dialect::Holon, Some(m)) => (-32601, format!("method {m:?} not registered")),
         (Dialect::Sideband, Some(m)) => (1101, format!("Method not found: {m}")),
         (Dialect::Sideband, None) => (1101, String::from("Method not found")),
-        _ => (-32601, String::from("Method not found")),
+        (Dialect::Holon, None) | (Dialect::JsonRpc | Dialect::Ndjson, _) => {
+            (-32601, String::from("Method not found"))
+        }
     };
     ErrorObject {
         code,

@@ -59,7 +59,8 @@ impl Link {
         }
         match self.shared.cfg.dialect {
             Dialect::Holon => WireId::number_string(gid),
-            _ => WireId::number(gid),
+            // Sideband links issued a cid above.
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Sideband => WireId::number(gid),
         }
     }
 
@@ -86,7 +87,7 @@ impl Link {
                     .all(|b| b.is_ascii_digit())
                     .then(|| parse_gateway_id(inner))?
             }
-            _ => parse_gateway_id(token),
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Sideband => parse_gateway_id(token),
         }
     }
 

@@ -151,7 +151,7 @@ impl Link {
     pub(super) fn sideband(&self) -> Option<&Mutex<SidebandState>> {
         match &self.dialect {
             LinkDialect::Sideband(sb) => Some(sb),
-            _ => None,
+            LinkDialect::Plain | LinkDialect::Holon(_) => None,
         }
     }
 

@@ -66,8 +66,8 @@ pub(super) async fn connect(
         .map_err(|e| LinkError::Url(Box::new(e)))?;
     let offer = match shared.cfg.dialect {
         Dialect::Holon => Some(HOLON),
-        Dialect::JsonRpc if shared.cfg.offer_subprotocol => Some("jsonrpc"),
-        _ => None,
+        Dialect::JsonRpc => shared.cfg.offer_subprotocol.then_some("jsonrpc"),
+        Dialect::Ndjson | Dialect::Sideband => None,
     };
     if let Some(token) = offer {
         request
@@ -109,7 +109,7 @@ pub(super) async fn connect(
     }
     let sbp = match shared.cfg.dialect {
         Dialect::Sideband => Some(sideband::handshake(&mut ws).await?),
-        _ => None,
+        Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon => None,
     };
     let (sink, stream) = ws.split();
     let (tx, rx) = mpsc::channel(outlet::capacity(shared.cfg.max_in_flight_per_connection));
