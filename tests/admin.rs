@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use common::http::Reply;
 use common::*;
 use prometheus_parse::{Sample, Scrape, Value};
 use switchyard::app::{self, Running};
 use switchyard::config::Config;
 use switchyard::daemon::{Daemon, DaemonOptions};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// A gateway with its admin listener on port 0 in front of a reference
@@ -58,89 +58,23 @@ impl AdminStack {
     }
 }
 
-/// A response: status code, lower-cased headers, body.
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// A raw HTTP/1.1 GET (`Connection: close`), read to the end.
+/// A GET of `path` on `addr`.
 async fn get(addr: SocketAddr, path: &str) -> Reply {
-    get_as(addr, path, &addr.to_string()).await
+    common::http::get(addr, path, &[]).await
 }
 
 /// [`get`] with this `Host` header.
 async fn get_as(addr: SocketAddr, path: &str, host: &str) -> Reply {
-    let mut stream = tokio::time::timeout(STEP, TcpStream::connect(addr))
-        .await
-        .expect("connect timed out")
-        .expect("connect");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("write");
-    let mut raw = Vec::new();
-    tokio::time::timeout(STEP, stream.read_to_end(&mut raw))
-        .await
-        .expect("response timed out")
-        .expect("read");
-    let text = String::from_utf8(raw).expect("UTF-8 response");
-    let (head, body) = text.split_once("\r\n\r\n").expect("header/body separator");
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().expect("status line");
-    let status = status_line
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    let chunked = headers
-        .iter()
-        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
-    let body = if chunked {
-        dechunk(body)
-    } else {
-        body.to_owned()
-    };
-    Reply {
-        status,
-        headers,
-        body,
-    }
-}
-
-/// Decodes a chunked body.
-fn dechunk(mut rest: &str) -> String {
-    let mut out = String::new();
-    loop {
-        let (size, after) = rest.split_once("\r\n").expect("chunk size line");
-        let size = usize::from_str_radix(size.trim(), 16).expect("hex chunk size");
-        if size == 0 {
-            return out;
-        }
-        out.push_str(&after[..size]);
-        rest = &after[size + 2..];
-    }
+    common::http::get(addr, path, &[("Host", host)]).await
 }
 
 /// GETs `/metrics` and parses it with the Prometheus text-format parser.
 async fn scrape(addr: SocketAddr) -> Scrape {
     let reply = get(addr, "/metrics").await;
-    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.status, 200, "{}", reply.text());
     let ctype = reply.header("content-type").unwrap_or_default();
     assert!(ctype.starts_with("text/plain"), "content type {ctype:?}");
-    Scrape::parse(reply.body.lines().map(|l| Ok(l.to_owned()))).expect("valid exposition format")
+    Scrape::parse(reply.text().lines().map(|l| Ok(l.to_owned()))).expect("valid exposition format")
 }
 
 fn find<'a>(s: &'a Scrape, metric: &str, labels: &[(&str, &str)]) -> Option<&'a Sample> {
@@ -322,14 +256,14 @@ async fn metrics_move_by_exactly_the_traffic_sent() {
 async fn probes_follow_the_required_upstream_and_shutdown() {
     let mut stack = AdminStack::start().await;
     let live = get(stack.admin, "/livez").await;
-    assert_eq!((live.status, live.body.as_str()), (200, "ok\n"));
+    assert_eq!((live.status, live.text()), (200, "ok\n"));
     assert_eq!(get(stack.admin, "/readyz").await.status, 200);
 
     // The required upstream goes away: not ready, but still alive.
     stack.daemon.take().expect("daemon").stop().await;
     let reply = wait_status(stack.admin, "/readyz", 503, STEP).await;
-    assert_eq!(reply.status, 503, "{}", reply.body);
-    assert!(reply.body.contains("upstream daemon"), "{}", reply.body);
+    assert_eq!(reply.status, 503, "{}", reply.text());
+    assert!(reply.text().contains("upstream daemon"), "{}", reply.text());
     assert_eq!(get(stack.admin, "/livez").await.status, 200);
     let metrics = scrape(stack.admin).await;
     assert_eq!(value(&metrics, "switchyard_ready", &[]), 0.0);
@@ -341,7 +275,7 @@ async fn probes_follow_the_required_upstream_and_shutdown() {
             .expect("daemon restarts"),
     );
     let reply = wait_status(stack.admin, "/readyz", 200, STEP).await;
-    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.status, 200, "{}", reply.text());
 
     // Shutdown with a request in flight: readiness is 503 while draining.
     let mut ws = connect(&stack.url).await;
@@ -354,8 +288,8 @@ async fn probes_follow_the_required_upstream_and_shutdown() {
     let admin = stack.admin;
     let shutdown = tokio::spawn(stack.gateway.shutdown());
     let reply = wait_status(admin, "/readyz", 503, STEP).await;
-    assert_eq!(reply.status, 503, "{}", reply.body);
-    assert!(reply.body.contains("draining"), "{}", reply.body);
+    assert_eq!(reply.status, 503, "{}", reply.text());
+    assert!(reply.text().contains("draining"), "{}", reply.text());
     assert_eq!(
         get(admin, "/livez").await.status,
         200,
@@ -392,13 +326,13 @@ async fn status_page_lists_listeners_and_upstreams() {
         stack.socket.to_str().expect("UTF-8 path"),
         &stack.url,
     ] {
-        assert!(page.body.contains(needle), "page lacks {needle:?}");
+        assert!(page.text().contains(needle), "page lacks {needle:?}");
     }
-    assert!(!page.body.contains("<script"), "no scripts on the page");
-    assert!(!page.body.contains("src=\"http"), "no external assets");
+    assert!(!page.text().contains("<script"), "no scripts on the page");
+    assert!(!page.text().contains("src=\"http"), "no external assets");
     // Only the demo serves a playground (tests/playground.rs follows its link).
     assert!(
-        !page.body.contains("/playground"),
+        !page.text().contains("/playground"),
         "a link to no playground"
     );
     assert_eq!(get(stack.admin, "/nope").await.status, 404);
@@ -413,9 +347,9 @@ async fn status_page_shows_last_minute_latency_down_since_and_generation() {
     let mut stack = AdminStack::start().await;
     let page = get(stack.admin, "/").await;
     assert!(
-        page.body.contains("config generation 1, loaded 20"),
+        page.text().contains("config generation 1, loaded 20"),
         "{}",
-        page.body
+        page.text()
     );
     let mut ws = connect(&stack.url).await;
     for id in 1..=5 {
@@ -428,26 +362,26 @@ async fn status_page_shows_last_minute_latency_down_since_and_generation() {
     }
     let page = get(stack.admin, "/").await;
     for series in ["listener-public", "upstream-daemon"] {
-        let row = row_of(&page.body, &format!("data-series=\"{series}\""));
+        let row = row_of(page.text(), &format!("data-series=\"{series}\""));
         assert!(
             row.contains("<td class=\"num\">5</td></tr>"),
             "{series}: {row}"
         );
         assert!(row.contains(" ms</td>"), "{series}: no p50/p99 in {row}");
     }
-    assert!(!page.body.contains("down since"), "the upstream is up");
+    assert!(!page.text().contains("down since"), "the upstream is up");
 
     // The upstream goes away: since when, and why reconnecting fails.
     stack.daemon.take().expect("daemon").stop().await;
     let deadline = tokio::time::Instant::now() + STEP;
     let page = loop {
         let page = get(stack.admin, "/").await;
-        if page.body.contains("last connect error 20") || tokio::time::Instant::now() > deadline {
+        if page.text().contains("last connect error 20") || tokio::time::Instant::now() > deadline {
             break page;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let row = row_of(&page.body, "data-upstream-health=\"daemon\"");
+    let row = row_of(page.text(), "data-upstream-health=\"daemon\"");
     assert!(row.contains("down since 20"), "{row}");
     assert!(row.contains("last connect error 20"), "{row}");
     assert!(
@@ -505,10 +439,10 @@ async fn every_admin_answer_carries_security_headers() {
     }
     let page = get(stack.admin, "/").await;
     assert!(
-        !page.body.contains("<style"),
+        !page.text().contains("<style"),
         "no inline style under the CSP"
     );
-    assert!(page.body.contains("href=\"/status.css\""));
+    assert!(page.text().contains("href=\"/status.css\""));
     let css = get(stack.admin, "/status.css").await;
     assert_eq!(css.status, 200);
     assert_eq!(css.header("content-type"), Some("text/css; charset=utf-8"));
@@ -1022,8 +956,12 @@ async fn the_admin_listener_checks_host_and_hides_credentials() {
     ] {
         for host in ["evil.example".to_owned(), format!("evil.example:{port}")] {
             let reply = get_as(admin, path, &host).await;
-            assert_eq!(reply.status, 403, "{path} as {host}: {}", reply.body);
-            assert!(reply.body.contains("Host not allowed"), "{}", reply.body);
+            assert_eq!(reply.status, 403, "{path} as {host}: {}", reply.text());
+            assert!(
+                reply.text().contains("Host not allowed"),
+                "{}",
+                reply.text()
+            );
             assert_eq!(reply.header("x-frame-options"), Some("DENY"), "{path}");
         }
     }
@@ -1034,19 +972,19 @@ async fn the_admin_listener_checks_host_and_hides_credentials() {
         "SWITCHYARD".to_owned(),
     ] {
         let reply = get_as(admin, "/livez", &host).await;
-        assert_eq!(reply.status, 200, "{host}: {}", reply.body);
+        assert_eq!(reply.status, 200, "{host}: {}", reply.text());
     }
 
     let page = get(admin, "/").await;
     assert_eq!(page.status, 200);
     for secret in ["s3cr3tpw", "t0k3nval"] {
         assert!(
-            !page.body.contains(secret),
+            !page.text().contains(secret),
             "{secret} shown on the status page"
         );
     }
     assert!(
-        page.body.contains("127.0.0.1:1/rpc"),
+        page.text().contains("127.0.0.1:1/rpc"),
         "the URL's server is still shown"
     );
     gateway.shutdown().await;

@@ -15,31 +15,25 @@ use serde::Deserialize;
 use switchyard::app;
 use switchyard::config::Config;
 use switchyard::daemon::{Daemon, DaemonOptions};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// Suffixes of the series a histogram family exposes.
 const HISTOGRAM_SUFFIXES: [&str; 3] = ["_bucket", "_sum", "_count"];
 
-/// A raw HTTP/1.1 GET of `/metrics` (`Connection: close`), parsed.
+/// A GET of `/metrics` (a `Content-Length` body, not chunked), parsed.
 async fn scrape(addr: SocketAddr) -> Scrape {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("write");
-    let mut raw = String::new();
-    tokio::time::timeout(STEP, stream.read_to_string(&mut raw))
-        .await
-        .expect("response timed out")
-        .expect("read");
-    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
-    let (head, body) = raw.split_once("\r\n\r\n").expect("head and body");
-    assert!(
-        !head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked"),
-        "expected a Content-Length body"
+    let reply = common::http::get(addr, "/metrics", &[]).await;
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
     );
-    Scrape::parse(body.lines().map(|l| Ok(l.to_owned()))).expect("exposition format")
+    assert!(
+        reply.header("transfer-encoding").is_none() && reply.header("content-length").is_some(),
+        "expected a Content-Length body: {:?}",
+        reply.headers
+    );
+    Scrape::parse(reply.text().lines().map(|l| Ok(l.to_owned()))).expect("exposition format")
 }
 
 /// `(every family name, the histogram families)` of a scrape.

@@ -19,8 +19,6 @@ use common::persist_node::*;
 use common::scrape::{scrape, value};
 use serde_json::json;
 use switchyard::persist::local::embedded::WriteFaults;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 const SUBSCRIBE: &str = "rpc.subscribe.persistent";
 const ACK: &str = "rpc.acknowledge.persistent";
@@ -106,28 +104,10 @@ async fn a_second_gateway_on_a_store_in_use_is_refused_before_it_binds() {
     stack.stop().await;
 }
 
-/// GETs `path` from the admin listener (HTTP/1.0: no chunking): status
-/// and body.
+/// GETs `path` from the admin listener: status and body.
 async fn http(admin: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = tokio::time::timeout(COMMAND_TIMEOUT, TcpStream::connect(admin))
-        .await
-        .expect("connect timed out")
-        .expect("connect");
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {admin}\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("write");
-    let mut raw = Vec::new();
-    tokio::time::timeout(COMMAND_TIMEOUT, stream.read_to_end(&mut raw))
-        .await
-        .expect("response timed out")
-        .expect("read");
-    let text = String::from_utf8(raw).expect("UTF-8 response");
-    let (head, body) = text.split_once("\r\n\r\n").expect("header/body separator");
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("bad status line in {head:?}"));
-    (status, body.to_owned())
+    let reply = common::http::get(admin, path, &[]).await;
+    (reply.status, reply.text().to_owned())
 }
 
 /// Polls `/readyz` until it answers `status` (the store reopens with a

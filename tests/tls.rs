@@ -335,26 +335,13 @@ async fn status_page_shows_the_wss_address_of_a_tls_listener() {
     let admin = bound.admin_addr().expect("admin listener");
     let gateway = bound.spawn();
 
-    let page = http_get(admin, "/").await;
-    assert!(page.starts_with("HTTP/1.0 200 OK"), "{page}");
+    let reply = common::http::get(admin, "/", &[]).await;
+    let page = reply.text();
+    assert_eq!(reply.status, 200, "{page}");
     assert!(page.contains(&url), "the page lacks {url}:\n{page}");
     let plain = url.replacen("wss://", "ws://", 1);
     assert!(!page.contains(&plain), "the page shows {plain}:\n{page}");
     gateway.shutdown().await;
-}
-
-/// The whole response to one plain HTTP/1.0 GET (the server closes after it).
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut tcp = TcpStream::connect(addr).await.expect("connect admin");
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
-    tcp.write_all(request.as_bytes()).await.expect("send");
-    let mut body = String::new();
-    tokio::time::timeout(STEP, tcp.read_to_string(&mut body))
-        .await
-        .expect("admin answers in time")
-        .expect("read");
-    body
 }
 
 /// A CA and a certificate it signed for `localhost`/127.0.0.1, as PEM files.

@@ -3,8 +3,7 @@
 //! commands.
 #![allow(dead_code, unreachable_pub)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -146,65 +145,13 @@ impl Drop for Demo {
     }
 }
 
-/// A plain HTTP/1.1 GET of `url` (`http://host:port/path`): status, lower-
-/// cased headers, body (chunked bodies decoded).
+/// A GET of `url` (`http://host:port/path`) for synchronous tests, on
+/// [`super::http`]: status, lower-case headers, body (dechunked, not
+/// decompressed). Call it from a plain thread or `spawn_blocking`.
 pub fn http_get(url: &str, headers: &[(&str, &str)]) -> (u16, Vec<(String, String)>, Vec<u8>) {
-    let rest = url.strip_prefix("http://").expect("http:// URL");
-    let (host, path) = rest
-        .split_once('/')
-        .map_or((rest, "/".to_owned()), |(h, p)| (h, format!("/{p}")));
-    let mut stream = TcpStream::connect(host).unwrap_or_else(|e| panic!("connect {host}: {e}"));
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
-    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    stream.write_all(request.as_bytes()).expect("write");
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("read");
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("header/body separator");
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut body = raw[split + 4..].to_vec();
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|s| s.parse().ok())
-        .expect("status line");
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    if headers
-        .iter()
-        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"))
-    {
-        body = dechunk(&body);
-    }
-    (status, headers, body)
-}
-
-fn dechunk(mut rest: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let eol = rest
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .expect("chunk size line");
-        let size = std::str::from_utf8(&rest[..eol]).expect("ASCII size");
-        let size = usize::from_str_radix(size.trim(), 16).expect("hex chunk size");
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
-        rest = &rest[eol + 2 + size + 2..];
-    }
+    let reply = super::http::blocking_get_url(url, headers);
+    let pairs = reply.header_pairs();
+    (reply.status, pairs, reply.body)
 }
 
 /// Splits a printed command into words: spaces separate, single quotes

@@ -6,6 +6,7 @@ pub mod child;
 pub mod clients;
 pub mod demo;
 pub mod feed;
+pub mod http;
 pub mod nats;
 pub mod node;
 pub mod persist_node;

@@ -6,49 +6,17 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use prometheus_parse::{Sample, Scrape, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
-use super::STEP;
-
-/// GETs `/metrics` (HTTP/1.1, `Connection: close`) and parses it.
+/// GETs `/metrics` and parses it.
 pub async fn scrape(admin: SocketAddr) -> Scrape {
-    let mut stream = tokio::time::timeout(STEP, TcpStream::connect(admin))
-        .await
-        .expect("connect timed out")
-        .expect("connect");
-    let request = format!("GET /metrics HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("write");
-    let mut raw = Vec::new();
-    tokio::time::timeout(STEP, stream.read_to_end(&mut raw))
-        .await
-        .expect("response timed out")
-        .expect("read");
-    let text = String::from_utf8(raw).expect("UTF-8 response");
-    let (head, body) = text.split_once("\r\n\r\n").expect("header/body separator");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_owned()
-    };
-    Scrape::parse(body.lines().map(|l| Ok(l.to_owned()))).expect("valid exposition format")
-}
-
-fn dechunk(mut rest: &str) -> String {
-    let mut out = String::new();
-    loop {
-        let (size, after) = rest.split_once("\r\n").expect("chunk size line");
-        let size = usize::from_str_radix(size.trim(), 16).expect("hex chunk size");
-        if size == 0 {
-            return out;
-        }
-        out.push_str(&after[..size]);
-        rest = &after[size + 2..];
-    }
+    let reply = super::http::get(admin, "/metrics", &[]).await;
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    Scrape::parse(reply.text().lines().map(|l| Ok(l.to_owned()))).expect("valid exposition format")
 }
 
 fn scalar(sample: &Sample) -> f64 {
