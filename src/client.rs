@@ -24,19 +24,17 @@ use std::time::Duration;
 
 use serde_json::value::RawValue;
 use serde_json::Value;
-use tokio_tungstenite::tungstenite;
 
-use self::connect::MAX_REPLY_BYTES;
 use self::exchange::{unix_exchange, ws_exchange, Expect};
-use crate::error::{ErrorKind, Side};
-use crate::upstream::tls::TlsSetupError;
 
 mod connect;
+mod error;
 mod exchange;
 pub mod reload;
 mod sideband;
 pub mod watch;
 
+pub use error::ClientError;
 pub use sideband::call_sideband;
 
 /// `switchyard call`'s exit code when the reply is an error reply
@@ -54,61 +52,6 @@ pub fn is_error_reply(reply: &str) -> bool {
         }
         _ => false,
     }
-}
-
-/// Why a [`call`] or [`call_holon`] failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// PARAMS is not valid JSON, or not of the shape the dialect allows.
-    #[error("invalid params: {0}")]
-    InvalidParams(String),
-    /// The URL is neither `ws://`, `wss://`, `unix:///…` nor an absolute path.
-    #[error("unsupported URL {0:?}: expected ws://host:port/path, wss://host:port/path, unix:///abs/path.sock or /abs/path.sock")]
-    UnsupportedUrl(String),
-    /// A CA file was given for a URL that is not `wss://`.
-    #[error("--ca-file applies to wss:// URLs only (got {0:?})")]
-    CaFileWithoutTls(String),
-    /// No TLS client configuration: the CA file is unreadable, or the
-    /// system has no root certificates.
-    #[error(transparent)]
-    TlsSetup(#[from] TlsSetupError),
-    /// The TLS handshake failed (e.g. a certificate the trusted roots do
-    /// not vouch for).
-    #[error("TLS handshake with {url} failed: {source}")]
-    TlsHandshake {
-        /// The URL dialed.
-        url: String,
-        /// rustls's reason.
-        #[source]
-        source: rustls::Error,
-    },
-    /// The Unix socket could not be reached.
-    #[error("cannot connect to {path}: {source}")]
-    Connect {
-        /// The socket path.
-        path: String,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The token cannot go in an HTTP header (a control character).
-    #[error("invalid token: it must be printable ASCII")]
-    InvalidToken,
-    /// The WebSocket handshake or connection failed.
-    #[error("WebSocket error: {0}")]
-    WebSocket(#[source] Box<tungstenite::Error>),
-    /// Reading or writing the Unix socket failed.
-    #[error("I/O error: {0}")]
-    Io(#[from] std::io::Error),
-    /// A reply line exceeded the client's limit.
-    #[error("reply exceeds {MAX_REPLY_BYTES} bytes")]
-    ReplyTooLarge,
-    /// The peer closed the connection before replying.
-    #[error("connection closed before a reply arrived")]
-    Closed,
-    /// No reply within the timeout.
-    #[error("no reply within {0:?}")]
-    Timeout(Duration),
 }
 
 /// Where a URL points.
@@ -181,42 +124,6 @@ pub async fn call_holon(
     tokio::time::timeout(timeout, exchange)
         .await
         .map_err(|_| ClientError::Timeout(timeout))?
-}
-
-// === impl ClientError ===
-
-impl ClientError {
-    /// The closest switchyard error kind, for uniform reporting.
-    pub fn kind(&self) -> ErrorKind {
-        match self {
-            ClientError::InvalidParams(_) => ErrorKind::InvalidParams,
-            ClientError::UnsupportedUrl(_)
-            | ClientError::CaFileWithoutTls(_)
-            | ClientError::InvalidToken => ErrorKind::InvalidRequest,
-            ClientError::ReplyTooLarge => ErrorKind::ResourceExhausted,
-            ClientError::Timeout(_) => ErrorKind::Timeout,
-            ClientError::Connect { .. }
-            | ClientError::TlsSetup(_)
-            | ClientError::TlsHandshake { .. }
-            | ClientError::WebSocket(_)
-            | ClientError::Io(_)
-            | ClientError::Closed => ErrorKind::Unavailable,
-        }
-    }
-
-    /// Who is at fault: the caller's input, or the peer called.
-    pub fn side(&self) -> Side {
-        match self.kind() {
-            ErrorKind::InvalidParams | ErrorKind::InvalidRequest => Side::Client,
-            _ => Side::Upstream,
-        }
-    }
-}
-
-impl From<tungstenite::Error> for ClientError {
-    fn from(e: tungstenite::Error) -> Self {
-        ClientError::WebSocket(Box::new(e))
-    }
 }
 
 /// Classifies a URL; refuses relative paths, and a CA file for anything
@@ -298,6 +205,7 @@ fn json_string(s: &str) -> String {
 mod tests {
     use super::*;
     use crate::daemon::{Daemon, DaemonOptions};
+    use crate::error::Side;
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
     use tokio_tungstenite::tungstenite::Message;

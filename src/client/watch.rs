@@ -21,24 +21,20 @@
 
 use std::future::Future;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
-use tokio::io::AsyncWriteExt;
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::UnixStream;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
-use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
-use super::connect::{ws_connect, Ws, MAX_REPLY_BYTES};
+use super::connect::ws_connect;
 use super::{minify, parse_url, ws_only, ClientError, Target};
 
+mod conn;
 mod sideband;
+
+use self::conn::{unix, Conn, Read};
 
 /// Which dialect `watch` speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,90 +206,6 @@ async fn connect<C, E: Into<ClientError>>(
         Ok(Ok(c)) => Ok(wrap(c)),
         Ok(Err(e)) => Err(e.into()),
         Err(_) => Err(ClientError::Timeout(timeout)),
-    }
-}
-
-/// Opens the Unix socket of an NDJSON listener.
-async fn unix(path: &Path) -> Result<Conn, ClientError> {
-    let stream = UnixStream::connect(path)
-        .await
-        .map_err(|source| ClientError::Connect {
-            path: path.display().to_string(),
-            source,
-        })?;
-    let (rd, wr) = stream.into_split();
-    let lines = FramedRead::new(rd, LinesCodec::new_with_max_length(MAX_REPLY_BYTES));
-    Ok(Conn::Unix { lines, wr })
-}
-
-/// A text connection: WebSocket text frames or NDJSON lines.
-enum Conn {
-    /// Boxed: one per watch, and far larger than the Unix variant.
-    Ws(Box<Ws>),
-    Unix {
-        lines: FramedRead<OwnedReadHalf, LinesCodec>,
-        wr: OwnedWriteHalf,
-    },
-}
-
-/// One thing read from a [`Conn`].
-enum Read {
-    Text(String),
-    /// The server closed the connection, for this reason.
-    Closed(String),
-}
-
-impl Conn {
-    async fn send(&mut self, text: String) -> Result<(), ClientError> {
-        match self {
-            Conn::Ws(ws) => Ok(ws.send(Message::text(text)).await?),
-            Conn::Unix { wr, .. } => {
-                let mut line = text.into_bytes();
-                line.push(b'\n');
-                Ok(wr.write_all(&line).await?)
-            }
-        }
-    }
-
-    async fn recv(&mut self) -> Result<Read, ClientError> {
-        match self {
-            Conn::Ws(ws) => loop {
-                match ws.next().await {
-                    None => return Ok(Read::Closed(String::new())),
-                    Some(Err(e)) => return Err(e.into()),
-                    Some(Ok(Message::Text(text))) => return Ok(Read::Text(text.to_string())),
-                    Some(Ok(Message::Close(frame))) => {
-                        let why = frame.map_or_else(String::new, |f| {
-                            format!("{} {}", u16::from(f.code), f.reason)
-                        });
-                        return Ok(Read::Closed(why));
-                    }
-                    Some(Ok(_)) => {}
-                }
-            },
-            Conn::Unix { lines, .. } => match lines.next().await {
-                None => Ok(Read::Closed(String::new())),
-                Some(Ok(mut line)) => {
-                    if line.ends_with('\r') {
-                        line.pop();
-                    }
-                    Ok(Read::Text(line))
-                }
-                Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
-                    Err(ClientError::ReplyTooLarge)
-                }
-                Some(Err(LinesCodecError::Io(e))) => Err(e.into()),
-            },
-        }
-    }
-
-    /// Says goodbye (a WebSocket close); best effort.
-    async fn close(&mut self) {
-        match self {
-            // The watch is over either way.
-            Conn::Ws(ws) => drop(WebSocketStream::close(ws, None).await),
-            Conn::Unix { wr, .. } => drop(wr.shutdown().await),
-        }
     }
 }
 
