@@ -11,7 +11,7 @@ use std::sync::Arc;
 use prometheus::IntGauge;
 
 use super::*;
-use crate::error::ErrorKind;
+use crate::error::{ErrorKind, GatewayError};
 use crate::pubsub::index::cost;
 
 #[derive(Debug)]
