@@ -108,31 +108,6 @@ struct State<L> {
     next_session: u64,
 }
 
-/// One subscription id. Memory follows the log: a staged change shows in
-/// `position` only once its ticket resolved without error, so what is
-/// answered, reported and delivered by is what a restart would find
-/// (floors moved over evicted messages aside: those need no disk).
-#[derive(Debug)]
-struct Sub {
-    /// What is durable: acks are answered, resumes report and sessions
-    /// deliver by it.
-    position: Position,
-    /// The newest position staged while writes of it are unresolved
-    /// (`pending` > 0); every newer write is made from it, so a write
-    /// never undoes one staged before it. Dropped once none is pending
-    /// (then it held only writes that failed).
-    staged: Option<Position>,
-    /// Writes of the position staged whose outcome is not yet known.
-    pending: u32,
-    /// The position is in the log (false: created by an open whose write
-    /// has not succeeded; forgotten if it fails).
-    stored: bool,
-    /// Its removal is staged: nothing more is written for it, and acks
-    /// and opens are refused until the removal resolves.
-    deleting: bool,
-    session: Option<Session>,
-}
-
 // === impl Engine ===
 
 impl<L: Log> Clone for Engine<L> {
@@ -466,95 +441,18 @@ enum AckStep {
     Write(Ticket, Position),
 }
 
-// === impl Sub ===
-
-impl Sub {
-    /// A position read from the log.
-    fn stored(position: Position) -> Self {
-        Sub {
-            position,
-            staged: None,
-            pending: 0,
-            stored: true,
-            deleting: false,
-            session: None,
-        }
-    }
-
-    /// What new writes are made from: the newest staged position, else
-    /// the durable one.
-    fn base(&self) -> &Position {
-        self.staged.as_ref().unwrap_or(&self.position)
-    }
-
-    /// Counts one more write of the base (written again as it is).
-    fn stage_from_base(&mut self) -> Position {
-        let again = self.base().clone();
-        self.staged = Some(again.clone());
-        self.pending += 1;
-        again
-    }
-
-    /// The durable floor moved from `before` (or acks above it were
-    /// added): the session forgets what is acknowledged and, if the floor
-    /// moved, looks at its window again.
-    fn moved(&mut self, before: u64) {
-        let position = &self.position;
-        let Some(session) = self.session.as_mut() else {
-            return;
-        };
-        session
-            .in_flight
-            .retain(|seq, _| *seq > position.floor && !position.acked.contains(seq));
-        if position.floor != before {
-            session.cursor = session.cursor.max(position.floor);
-            session.wake.notify_one();
-        }
-    }
-}
-
-// === impl Position (the engine's view) ===
-
-impl Position {
-    /// Whether `seq` is acknowledged in it.
-    fn covers(&self, seq: u64) -> bool {
-        seq <= self.floor || self.acked.contains(&seq)
-    }
-
-    /// Moves the floor over the acknowledged sequences just above it.
-    fn settle_acks(&mut self) {
-        while self.acked.remove(&(self.floor + 1)) {
-            self.floor += 1;
-        }
-        self.acked = self.acked.split_off(&(self.floor + 1));
-    }
-
-    /// Adds what `other` acknowledges (positions only grow).
-    fn merge(&mut self, other: &Position) {
-        self.floor = self.floor.max(other.floor);
-        self.acked.extend(other.acked.iter().copied());
-        self.settle_acks();
-    }
-
-    /// The change that writes it as `id`'s position.
-    fn write(&self, id: &str) -> Change {
-        Change::SetPosition {
-            id: id.to_owned(),
-            position: self.clone(),
-        }
-    }
-}
-
 /// A count as a gauge value.
 fn gauge(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 mod floor;
+mod position;
 mod session;
 mod store;
 mod sweep;
 
+use position::Sub;
 use session::{Run, Session};
 use store::blocking;
 
