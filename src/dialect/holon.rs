@@ -156,5 +156,7 @@ pub fn wrap_params(params: &Payload) -> Option<Payload> {
 
 mod envelope;
 
+pub(crate) mod upstream;
+
 #[cfg(test)]
 mod tests;

@@ -118,3 +118,4 @@ pub(crate) mod json_string;
 pub mod jsonrpc;
 pub mod render;
 pub mod sideband;
+pub(crate) mod upstream;

@@ -14,8 +14,9 @@ use std::collections::VecDeque;
 // safe (no attacker chooses them) and is touched on every request.
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-/// Largest gateway id issued: ids stay below 2^53.
-pub const MAX_GATEWAY_ID: u64 = (1 << 53) - 1;
+/// Largest gateway id issued (ids stay below 2^53), and how a reply's id
+/// token is read back: the dialect's rule (ids are written by the codec).
+pub use crate::dialect::upstream::{parse_gateway_id, MAX_GATEWAY_ID};
 
 /// How many settled and abandoned ids are remembered for classification.
 const REMEMBERED_IDS: usize = 1024;
@@ -228,16 +229,6 @@ impl Remembered {
             }
         }
     }
-}
-
-/// Reads a gateway id back from a reply's raw id token. Accepts the float
-/// spellings a float64 round trip produces (`3.0`, `3e0`).
-pub fn parse_gateway_id(token: &str) -> Option<u64> {
-    if let Ok(n) = token.parse::<u64>() {
-        return Some(n);
-    }
-    let f: f64 = token.parse().ok()?;
-    (f.fract() == 0.0 && f >= 1.0 && f <= MAX_GATEWAY_ID as f64).then_some(f as u64)
 }
 
 #[cfg(test)]

@@ -42,6 +42,7 @@ pub mod handshake;
 pub(crate) mod session;
 pub mod subject;
 pub mod transcode;
+pub(crate) mod upstream;
 
 mod cbor;
 mod dropped;

@@ -1,0 +1,569 @@
+//! The upstream half of every dialect, behind one type: [`UpstreamCodec`].
+//!
+//! An upstream link holds one `UpstreamCodec`, made for its upstream's
+//! dialect, and asks it everything that depends on the wire: the
+//! subprotocol to offer, the framing (lines, text or binary frames), how
+//! liveness is proven (WebSocket pings or holon heartbeats), how a gateway
+//! id is written and read back, which params the upstream takes, how a
+//! message is encoded, what an inbound frame means ([`Event`]), and how
+//! the link says goodbye ([`Farewell`]). Pure: no socket, no tokio; the
+//! link driver (`crate::upstream`) owns the I/O.
+//!
+//! An enum of codec types rather than a trait object: the set of dialects
+//! is closed, so adding one makes the compiler list every `match` that
+//! must learn it (no `_ =>` arm anywhere); a call is a jump on the variant,
+//! no dynamic dispatch on the hot path; and each link holds its dialect's
+//! state (holon's heartbeat in flight, Sideband's session and cids) by
+//! value, where the variant keeps it.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use bytestring::ByteString;
+
+use super::holon::upstream::HolonUpstream;
+use super::jsonrpc::upstream::JsonRpcUpstream;
+use super::render::{render_batch, Style};
+use super::sideband::session::SbpDrop;
+use super::sideband::upstream::SidebandUpstream;
+use super::Dialect;
+use crate::close::CloseCode;
+use crate::envelope::{ErrorObject, Kind, Message, Method, Payload, WireId};
+use crate::error::{ErrorKind, GatewayError};
+
+/// Largest gateway id; past it the counter wraps to 1. Safe in a float64
+/// (2^53), so a JSON round trip through an upstream never changes it.
+pub const MAX_GATEWAY_ID: u64 = (1 << 53) - 1;
+
+/// The upstream half of a link's dialect, with the state the dialect
+/// keeps per link.
+#[derive(Debug)]
+pub(crate) enum UpstreamCodec {
+    /// JSON-RPC 2.0: WebSocket text frames, or NDJSON lines (the same
+    /// texts, framed one per line).
+    JsonRpc(JsonRpcUpstream),
+    /// holon-rpc: string ids, object params, `rpc.heartbeat` liveness.
+    Holon(HolonUpstream),
+    /// Sideband: binary SBP frames over a session of its own.
+    Sideband(Box<SidebandUpstream>),
+}
+
+/// What an upstream's configuration says about its wire.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Options {
+    /// Offer the `jsonrpc` subprotocol (JSON-RPC WebSocket upstreams).
+    pub(crate) offer_subprotocol: bool,
+    /// Send `{}` for absent params (most hld handlers fail without).
+    pub(crate) fill_empty_params: bool,
+}
+
+/// How a link's messages are framed on its transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// One text per `\n`-ended line (NDJSON over a Unix socket).
+    Line,
+    /// WebSocket text frames.
+    Text,
+    /// WebSocket binary frames.
+    Binary,
+}
+
+/// How a WebSocket link learns that its upstream is alive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Liveness {
+    /// WebSocket pings; silence for a ping interval plus the pong timeout
+    /// closes the link.
+    Ping,
+    /// holon `rpc.heartbeat` requests; one unanswered for the heartbeat
+    /// timeout closes the link (4000).
+    Heartbeat,
+}
+
+/// What a client notification becomes on this upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NotificationRule {
+    /// Sent as a notification, params an array or an object (anything
+    /// else wrapped as `{"value": …}`).
+    Structured,
+    /// Sent as a notification, params as they are.
+    AsIs,
+    /// Sent as a request whose reply is dropped (no notifications on the
+    /// wire), params an object (anything else wrapped).
+    AsRequest,
+}
+
+/// One encoded message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Frame {
+    /// A text (an NDJSON line without `\n`, or a text frame).
+    Text(String),
+    /// A binary frame.
+    Binary(Vec<u8>),
+}
+
+/// A message encoded in a per-thread scratch buffer, handed over to be
+/// copied where it goes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Scratch<'a> {
+    /// A text frame.
+    Text(&'a str),
+    /// A binary frame.
+    Binary(&'a [u8]),
+}
+
+/// What an inbound frame means for the link.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// A reply (response or error) naming one of our gateway ids (`None`:
+    /// an id that is none of ours).
+    Reply {
+        /// The gateway id it settles.
+        gid: Option<u64>,
+        /// The reply, still carrying its wire id.
+        reply: Message,
+    },
+    /// A reply without a usable id: an error applies to the oldest call
+    /// (ordered links) or batch; a response settles nothing.
+    NoId {
+        /// The reply.
+        reply: Message,
+        /// True inside a batch reply (a batch-wide error is a lone one).
+        in_batch: bool,
+    },
+    /// A request the upstream originates.
+    Request {
+        /// Its upstream id, for the answer.
+        id: WireId,
+        /// The method.
+        method: Method,
+        /// Its params.
+        params: Option<Payload>,
+    },
+    /// A notification the upstream originates.
+    Notification {
+        /// The method.
+        method: Method,
+        /// Its params.
+        params: Option<Payload>,
+    },
+    /// A message answered here and not passed on (an upstream's
+    /// `rpc.heartbeat` request): send this reply.
+    Answer(Message),
+    /// The reply to our heartbeat: the link is alive.
+    Alive(Kind),
+    /// A reply that fails its call with `error` (unreadable, or the
+    /// peer's error frame about it); `fault` is counted when set.
+    Failed {
+        /// The gateway id it settles.
+        gid: Option<u64>,
+        /// What the call gets.
+        error: GatewayError,
+        /// The protocol error to count, if it is one.
+        fault: Option<Fault>,
+    },
+    /// A frame that settles nothing: counted, and `reply` sent if set.
+    Fault {
+        /// What was wrong.
+        fault: Fault,
+        /// The answer to send back, if the dialect has one.
+        reply: Option<Vec<u8>>,
+    },
+    /// A session frame to send back at once.
+    Send(Vec<u8>),
+    /// A frame the session dropped (counted).
+    Dropped(SbpDrop),
+    /// The session ends: close the link with this goodbye.
+    Close(Farewell),
+}
+
+/// A protocol error in what an upstream sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// Not a message of the dialect.
+    InvalidMessage,
+    /// A reply to one of our calls that cannot be read.
+    InvalidReply,
+    /// A Sideband envelope that cannot be read and settles nothing.
+    InvalidEnvelope,
+    /// A Sideband ErrorFrame about no request of ours.
+    PeerErrorFrame,
+}
+
+/// What a handshake frame from the upstream did.
+#[derive(Debug)]
+pub(crate) enum Handshake {
+    /// The session is ready: the link may carry messages.
+    Ready,
+    /// Not done yet: read on.
+    More,
+    /// Refused: send `farewell` and fail the dial.
+    Refused(Farewell),
+}
+
+/// What the writer sends last when a link closes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Farewell {
+    /// A last frame (Sideband: a Control Close, or an ErrorFrame), if any.
+    pub(crate) frame: Option<Vec<u8>>,
+    /// The WebSocket close code.
+    pub(crate) code: CloseCode,
+    /// The WebSocket close reason.
+    pub(crate) reason: Cow<'static, str>,
+}
+
+// === impl Farewell ===
+
+impl Farewell {
+    /// A close without a last frame.
+    pub(crate) fn plain(code: CloseCode, reason: impl Into<Cow<'static, str>>) -> Self {
+        Farewell {
+            frame: None,
+            code,
+            reason: reason.into(),
+        }
+    }
+}
+
+// === impl UpstreamCodec ===
+
+impl UpstreamCodec {
+    /// A fresh codec for a link of `dialect` (a Sideband session still to
+    /// negotiate: see [`Self::hello`]).
+    pub(crate) fn new(dialect: Dialect, opts: Options) -> Self {
+        match dialect {
+            Dialect::JsonRpc => UpstreamCodec::JsonRpc(JsonRpcUpstream::new(Framing::Text, opts)),
+            Dialect::Ndjson => UpstreamCodec::JsonRpc(JsonRpcUpstream::new(Framing::Line, opts)),
+            Dialect::Holon => UpstreamCodec::Holon(HolonUpstream::default()),
+            Dialect::Sideband => UpstreamCodec::Sideband(Box::new(SidebandUpstream::new(opts))),
+        }
+    }
+
+    /// What a client notification becomes on an upstream of `dialect`
+    /// (decided before any link is chosen).
+    pub(crate) const fn notification_rule(dialect: Dialect) -> NotificationRule {
+        match dialect {
+            Dialect::JsonRpc | Dialect::Ndjson => NotificationRule::Structured,
+            Dialect::Holon => NotificationRule::AsRequest,
+            Dialect::Sideband => NotificationRule::AsIs,
+        }
+    }
+
+    /// The dialect this codec speaks.
+    pub(crate) fn dialect(&self) -> Dialect {
+        match self {
+            UpstreamCodec::JsonRpc(c) => c.dialect(),
+            UpstreamCodec::Holon(_) => Dialect::Holon,
+            UpstreamCodec::Sideband(_) => Dialect::Sideband,
+        }
+    }
+
+    /// How messages are framed.
+    pub(crate) fn framing(&self) -> Framing {
+        match self {
+            UpstreamCodec::JsonRpc(c) => c.framing(),
+            UpstreamCodec::Holon(_) => Framing::Text,
+            UpstreamCodec::Sideband(_) => Framing::Binary,
+        }
+    }
+
+    /// How texts are rendered (JSON dialects; Sideband envelopes carry
+    /// JSON-RPC shapes in frame style).
+    pub(crate) fn style(&self) -> Style {
+        match self {
+            UpstreamCodec::JsonRpc(c) => c.style(),
+            UpstreamCodec::Holon(_) => Style::Holon,
+            UpstreamCodec::Sideband(_) => Style::Frame,
+        }
+    }
+
+    /// The WebSocket subprotocol to offer, if any.
+    pub(crate) fn subprotocol(&self) -> Option<&'static str> {
+        match self {
+            UpstreamCodec::JsonRpc(c) => c.subprotocol(),
+            UpstreamCodec::Holon(_) => Some(super::holon::upstream::SUBPROTOCOL),
+            UpstreamCodec::Sideband(_) => None,
+        }
+    }
+
+    /// The subprotocol the upstream must echo, if the dialect requires
+    /// one: a 101 without it is refused (close 1002 with this reason).
+    pub(crate) fn required_subprotocol(&self) -> Option<(&'static str, &'static str)> {
+        match self {
+            UpstreamCodec::JsonRpc(_) | UpstreamCodec::Sideband(_) => None,
+            UpstreamCodec::Holon(_) => Some((
+                super::holon::upstream::SUBPROTOCOL,
+                "missing holon-rpc subprotocol",
+            )),
+        }
+    }
+
+    /// How liveness is proven on a WebSocket link.
+    pub(crate) fn liveness(&self) -> Liveness {
+        match self {
+            UpstreamCodec::JsonRpc(_) | UpstreamCodec::Sideband(_) => Liveness::Ping,
+            UpstreamCodec::Holon(_) => Liveness::Heartbeat,
+        }
+    }
+
+    /// The first frame of the session's handshake, if the dialect has one
+    /// (Sideband): no message may go out before [`Self::on_handshake`]
+    /// says [`Handshake::Ready`].
+    pub(crate) fn hello(&self) -> Option<Vec<u8>> {
+        match self {
+            UpstreamCodec::JsonRpc(_) | UpstreamCodec::Holon(_) => None,
+            UpstreamCodec::Sideband(c) => Some(c.hello()),
+        }
+    }
+
+    /// Handles one binary frame of the handshake.
+    pub(crate) fn on_handshake(&self, bytes: &[u8]) -> Handshake {
+        match self {
+            UpstreamCodec::JsonRpc(_) | UpstreamCodec::Holon(_) => Handshake::Ready,
+            UpstreamCodec::Sideband(c) => c.on_handshake(bytes),
+        }
+    }
+
+    /// True when a close from the upstream (`code`, `reason`) refuses our
+    /// handshake: the next dial waits the maximum backoff.
+    pub(crate) fn refuses(&self, code: u16, reason: &str) -> bool {
+        match self {
+            UpstreamCodec::JsonRpc(_) | UpstreamCodec::Holon(_) => false,
+            UpstreamCodec::Sideband(_) => super::sideband::upstream::refuses(code, reason),
+        }
+    }
+
+    /// Notes that the upstream refused our handshake (see [`Self::refused`]).
+    pub(crate) fn mark_refused(&self) {
+        match self {
+            UpstreamCodec::JsonRpc(_) | UpstreamCodec::Holon(_) => {}
+            UpstreamCodec::Sideband(c) => c.mark_refused(),
+        }
+    }
+
+    /// True when the upstream closed the link refusing our handshake.
+    pub(crate) fn refused(&self) -> bool {
+        match self {
+            UpstreamCodec::JsonRpc(_) | UpstreamCodec::Holon(_) => false,
+            UpstreamCodec::Sideband(c) => c.refused(),
+        }
+    }
+
+    /// The goodbye to send now that the link closes: one the session
+    /// asked for, else the dialect's own (`stopping`: switchyard stops).
+    pub(crate) fn farewell(&self, stopping: bool) -> Farewell {
+        match self {
+            UpstreamCodec::JsonRpc(_) | UpstreamCodec::Holon(_) => {
+                Farewell::plain(CloseCode::Normal, "closing")
+            }
+            UpstreamCodec::Sideband(c) => c.farewell(stopping),
+        }
+    }
+
+    /// The next heartbeat request `h<n>`, or `None` when the dialect has
+    /// none or one is still in flight (a beat is skipped then).
+    pub(crate) fn heartbeat(&self, n: u64) -> Option<String> {
+        match self {
+            UpstreamCodec::JsonRpc(_) | UpstreamCodec::Sideband(_) => None,
+            UpstreamCodec::Holon(c) => c.heartbeat(n),
+        }
+    }
+
+    /// True when the heartbeat in flight has waited longer than `timeout`.
+    pub(crate) fn heartbeat_overdue(&self, timeout: Duration) -> bool {
+        match self {
+            UpstreamCodec::JsonRpc(_) | UpstreamCodec::Sideband(_) => false,
+            UpstreamCodec::Holon(c) => c.overdue(timeout),
+        }
+    }
+
+    /// The wire id for gateway id `gid`: a number, a decimal string
+    /// (holon), or a fresh random cid (Sideband, remembered until the
+    /// reply or [`Self::forget`]).
+    pub(crate) fn wire_id(&self, gid: u64) -> WireId {
+        match self {
+            UpstreamCodec::JsonRpc(_) => WireId::number(gid),
+            UpstreamCodec::Holon(_) => WireId::number_string(gid),
+            UpstreamCodec::Sideband(c) => WireId::Cid(c.issue(gid)),
+        }
+    }
+
+    /// Forgets the wire id of an abandoned or cancelled gateway id.
+    pub(crate) fn forget(&self, gid: u64) {
+        match self {
+            UpstreamCodec::JsonRpc(_) | UpstreamCodec::Holon(_) => {}
+            UpstreamCodec::Sideband(c) => c.forget(gid),
+        }
+    }
+
+    /// Reads a gateway id back from a reply's raw id token.
+    pub(crate) fn parse_id(&self, token: &str) -> Option<u64> {
+        match self {
+            UpstreamCodec::JsonRpc(_) | UpstreamCodec::Sideband(_) => parse_gateway_id(token),
+            UpstreamCodec::Holon(_) => super::holon::upstream::parse_id(token),
+        }
+    }
+
+    /// True when requests are rendered from borrowed parts, their text up
+    /// to the id first (the id comes last): NDJSON and JSON-RPC.
+    pub(crate) fn renders_heads(&self) -> bool {
+        match self {
+            UpstreamCodec::JsonRpc(_) => true,
+            UpstreamCodec::Holon(_) | UpstreamCodec::Sideband(_) => false,
+        }
+    }
+
+    /// The params to send for a request or notification: the client's
+    /// own (borrowed) unless the upstream needs them changed.
+    pub(crate) fn params<'a>(
+        &self,
+        params: Option<&'a Payload>,
+    ) -> Result<Option<Cow<'a, Payload>>, GatewayError> {
+        match self {
+            UpstreamCodec::JsonRpc(c) => c.params(params),
+            UpstreamCodec::Holon(_) => super::holon::upstream::params(params),
+            UpstreamCodec::Sideband(c) => Ok(match params {
+                Some(p) => Some(Cow::Borrowed(p)),
+                None => c.empty_params(),
+            }),
+        }
+    }
+
+    /// Encodes one message.
+    pub(crate) fn encode(&self, msg: &Message) -> Result<Frame, GatewayError> {
+        match self {
+            UpstreamCodec::JsonRpc(_) | UpstreamCodec::Holon(_) => {
+                super::render::render(msg, self.style())
+                    .map(Frame::Text)
+                    .map_err(|_| not_json())
+            }
+            UpstreamCodec::Sideband(c) => c.encode(msg).map(Frame::Binary),
+        }
+    }
+
+    /// Encodes one message in this thread's scratch buffer and hands it
+    /// to `take`; `None` when it is too long for the scratch buffer (then
+    /// [`Self::encode`] it).
+    pub(crate) fn encode_scratch<R>(
+        &self,
+        msg: &Message,
+        take: impl FnOnce(Scratch<'_>) -> Result<R, GatewayError>,
+    ) -> Option<Result<R, GatewayError>> {
+        match self {
+            UpstreamCodec::JsonRpc(_) | UpstreamCodec::Holon(_) => {
+                let taken = super::render::render_scratch(msg, self.style(), |text| {
+                    take(Scratch::Text(text))
+                })?;
+                Some(taken.unwrap_or_else(|_| Err(not_json())))
+            }
+            UpstreamCodec::Sideband(c) => Some(c.encode_with(msg, |f| take(Scratch::Binary(f)))),
+        }
+    }
+
+    /// Encodes a batch as one JSON array (upstreams that accept batches).
+    pub(crate) fn encode_batch(&self, msgs: &[Message]) -> Result<String, GatewayError> {
+        render_batch(msgs, self.style()).map_err(|_| not_json())
+    }
+
+    /// Renders `err` as this dialect's error object (an answer to an
+    /// upstream-originated request).
+    pub(crate) fn render_error(&self, err: &GatewayError) -> ErrorObject {
+        super::errors::render(err, self.dialect())
+    }
+
+    /// The gateway id of a reply above the response limit, read from its
+    /// `id` when it has a usable one.
+    pub(crate) fn oversize_id(&self, text: &str) -> Option<u64> {
+        #[derive(serde::Deserialize)]
+        struct IdOnly<'a> {
+            #[serde(borrow)]
+            id: Option<&'a serde_json::value::RawValue>,
+        }
+        let id = serde_json::from_str::<IdOnly<'_>>(text).ok()?.id?;
+        self.parse_id(id.get())
+    }
+
+    /// Decodes one inbound text (a message or a batch of replies) and
+    /// hands what it means to `each`, in order, while `each` returns true.
+    /// Returns false when `each` did (the link must close).
+    pub(crate) fn on_text(&self, text: &ByteString, each: impl FnMut(Event) -> bool) -> bool {
+        super::jsonrpc::upstream::on_text(self, text, each)
+    }
+
+    /// Decodes one inbound binary frame (Sideband) and hands what it
+    /// means to `each`. Returns false when the link must close.
+    pub(crate) fn on_binary(&self, bytes: &bytes::Bytes, each: impl FnMut(Event) -> bool) -> bool {
+        match self {
+            // The driver refuses binary frames on text links first.
+            UpstreamCodec::JsonRpc(_) | UpstreamCodec::Holon(_) => false,
+            UpstreamCodec::Sideband(c) => c.on_frame(self, bytes, each),
+        }
+    }
+
+    /// What one decoded message means: replies are matched to gateway ids
+    /// (our heartbeat's reply proves liveness), an `rpc.heartbeat` request
+    /// is answered here, anything else is passed on.
+    pub(crate) fn event(&self, msg: Message, in_batch: bool) -> Event {
+        match msg {
+            Message::Response {
+                id: WireId::Cid(ref cid),
+                ..
+            }
+            | Message::Error {
+                id: Some(WireId::Cid(ref cid)),
+                ..
+            } => {
+                let gid = match self {
+                    UpstreamCodec::Sideband(c) => c.take_cid(cid),
+                    UpstreamCodec::JsonRpc(_) | UpstreamCodec::Holon(_) => None,
+                };
+                Event::Reply { gid, reply: msg }
+            }
+            Message::Response { ref id, .. }
+            | Message::Error {
+                id: Some(ref id), ..
+            } if id.as_json() != Some("null") => {
+                let token = id.as_json().unwrap_or_default();
+                let acked = match self {
+                    UpstreamCodec::Holon(c) => c.acked(token),
+                    UpstreamCodec::JsonRpc(_) | UpstreamCodec::Sideband(_) => false,
+                };
+                if acked {
+                    return Event::Alive(msg.kind());
+                }
+                Event::Reply {
+                    gid: self.parse_id(token),
+                    reply: msg,
+                }
+            }
+            Message::Error { .. } | Message::Response { .. } => Event::NoId {
+                reply: msg,
+                in_batch,
+            },
+            Message::Request { id, method, .. } if method == "rpc.heartbeat" => {
+                Event::Answer(Message::Response {
+                    id,
+                    result: crate::envelope::Outcome::Value(Payload::Json(
+                        crate::envelope::raw_from_string(String::from("{}")),
+                    )),
+                })
+            }
+            Message::Request { id, method, params } => Event::Request { id, method, params },
+            Message::Notification { method, params } => Event::Notification { method, params },
+        }
+    }
+}
+
+/// Reads a gateway id back from a reply's raw id token. Accepts the float
+/// spellings a float64 round trip produces (`3.0`, `3e0`).
+pub fn parse_gateway_id(token: &str) -> Option<u64> {
+    if let Ok(n) = token.parse::<u64>() {
+        return Some(n);
+    }
+    let f: f64 = token.parse().ok()?;
+    (f.fract() == 0.0 && f >= 1.0 && f <= MAX_GATEWAY_ID as f64).then_some(f as u64)
+}
+
+/// Params that cannot be rendered as JSON.
+pub(crate) fn not_json() -> GatewayError {
+    GatewayError::with_detail(ErrorKind::InvalidParams, "params cannot be carried as JSON")
+}
