@@ -20,15 +20,14 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{ErrorKind, GatewayError};
 use crate::persist::hub::Attachment;
 use crate::pubsub::Registration;
-use crate::upstream::link::{Client, Link, LinkFuture, OwnerRef};
-use crate::upstream::Upstream;
+use crate::upstream::{Client, Dedicated, LinkFuture, OwnerRef, Upstream};
 
 use super::Pusher;
 
 /// Dedicated upstream links of one client connection.
 #[derive(Debug)]
 pub struct ClientLinks {
-    links: tokio::sync::Mutex<HashMap<String, Arc<Link>>>,
+    links: tokio::sync::Mutex<HashMap<String, Dedicated>>,
     pusher: Pusher,
     /// The client's address (none for a Unix socket client): its
     /// subscriptions count against the per-address bound, and log lines
@@ -97,10 +96,10 @@ impl ClientLinks {
     }
 
     /// The client's dedicated link to `upstream`, opened on first use.
-    async fn dedicated(&self, upstream: &Upstream) -> Result<Arc<Link>, GatewayError> {
+    async fn dedicated(&self, upstream: &Upstream) -> Result<Dedicated, GatewayError> {
         let mut links = self.links.lock().await;
         if let Some(link) = links.get(upstream.name()) {
-            if link.closed.is_cancelled() {
+            if link.is_lost() {
                 return Err(GatewayError::with_detail(
                     ErrorKind::Unavailable,
                     "upstream connection lost",
@@ -110,7 +109,7 @@ impl ClientLinks {
         }
         let owner: OwnerRef = Arc::new(self.pusher.clone());
         let link = upstream.connect_dedicated(owner, self.gone.clone()).await?;
-        let (closed, lost, gone) = (link.closed.clone(), self.lost.clone(), self.gone.clone());
+        let (closed, lost, gone) = (link.lost(), self.lost.clone(), self.gone.clone());
         tokio::spawn(async move {
             tokio::select! {
                 () = closed.cancelled() => lost.cancel(),
@@ -128,7 +127,7 @@ impl ClientLinks {
         drop(self.subscriptions.lock().take());
         drop(self.persistent.lock().take());
         for link in self.links.lock().await.values() {
-            link.client_gone();
+            link.close();
         }
     }
 }

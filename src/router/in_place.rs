@@ -32,9 +32,7 @@ use super::{record_outcome, Router};
 use crate::envelope::{Message, Method, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::outbox::Outbox;
-use crate::upstream::direct::Submission;
-use crate::upstream::link::{Caller, Link, ReplyResult, Settle};
-use crate::upstream::Upstream;
+use crate::upstream::{Caller, Receipt, ReplyResult, Settle, Submission, Upstream};
 
 /// Where a session's in-place replies go, and the calls still out.
 #[derive(Debug)]
@@ -74,8 +72,8 @@ struct Out {
 enum At {
     /// Handed to its upstream, not written yet (it may be parked there).
     Waiting,
-    /// Written on this link, as this gateway id.
-    Written(Arc<Link>, u64),
+    /// Written: the receipt takes it back.
+    Written(Receipt),
 }
 
 /// How a session stopped taking replies.
@@ -187,9 +185,9 @@ impl InPlace {
             std::mem::take(&mut calls.out)
         };
         for out in out.into_values() {
-            if let At::Written(link, gid) = out.at {
+            if let At::Written(receipt) = out.at {
                 // Dropped unanswered: nobody is there to read it.
-                drop(link.abandon(gid, false));
+                receipt.abandon();
             }
         }
     }
@@ -211,7 +209,7 @@ impl InPlace {
         let mut calls = Vec::with_capacity(out.len());
         for out in out.into_values() {
             match out.at {
-                At::Written(link, gid) => written.push((link, gid)),
+                At::Written(receipt) => written.push(receipt),
                 At::Waiting => {
                     let up = &out.call.upstream;
                     if !parked_on.iter().any(|u| Arc::ptr_eq(u, up)) {
@@ -225,8 +223,8 @@ impl InPlace {
         for up in parked_on {
             drop(up.withdraw(&me));
         }
-        for (link, gid) in written {
-            drop(link.abandon(gid, false));
+        for receipt in written {
+            receipt.abandon();
         }
         for call in calls {
             call.finish(self, Err(shutting_down()));
@@ -250,11 +248,11 @@ impl Caller for InPlace {
         self.grace_over.is_cancelled().then(shutting_down)
     }
 
-    fn written(&self, token: u64, link: Arc<Link>, gid: u64) {
+    fn written(&self, token: u64, receipt: Receipt) {
         let ended = {
             let mut calls = self.calls.lock();
             if let Some(entry) = calls.out.get_mut(&token) {
-                entry.at = At::Written(link, gid);
+                entry.at = At::Written(receipt);
                 return;
             }
             calls.ended
@@ -262,7 +260,7 @@ impl Caller for InPlace {
         // Settled already, or the session ended while it was being written
         // (and answered it, if it failed its calls): taken back unanswered.
         if ended.is_some() {
-            drop(link.abandon(gid, false));
+            receipt.abandon();
         }
     }
 

@@ -17,7 +17,7 @@ use crate::error::{ErrorKind, GatewayError, Side};
 use crate::outbox::{Offer, Outbox};
 use crate::telemetry::metrics::{DropReason, EventDrop, Metrics, Quirk, Unmatched};
 use crate::upstream::correlator::{Correlator, Resolution};
-use crate::upstream::link::{Owner, PendingPush, ReplyResult};
+use crate::upstream::{Owner, PendingPush, ReplyResult};
 
 /// Sends switchyard-originated requests and notifications to one client.
 #[derive(Debug, Clone)]

@@ -136,7 +136,7 @@ impl Admission {
         };
         let link = self.best_link().ok_or(NoRoom::NoLink)?;
         let depth = link
-            .depth
+            .depth()
             .clone()
             .try_acquire_owned()
             .map_err(|_| NoRoom::Full)?;
@@ -207,7 +207,7 @@ impl Admission {
         n: u32,
     ) -> Result<Held, GatewayError> {
         let depth = link
-            .depth
+            .depth()
             .clone()
             .acquire_many_owned(n)
             .await

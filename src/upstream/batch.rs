@@ -7,14 +7,15 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 use super::admission::Held;
-use super::link::{self, Link};
+use super::link::Link;
+use super::waiter::ReplyResult;
 use super::Upstream;
 use crate::envelope::{Message, Payload};
 use crate::error::{ErrorKind, GatewayError};
 
 /// The receivers of a started batch, its guard, and the permits it holds.
 type Started = (
-    Vec<Option<oneshot::Receiver<link::ReplyResult>>>,
+    Vec<Option<oneshot::Receiver<ReplyResult>>>,
     BatchGuard,
     Vec<Held>,
 );

@@ -3,6 +3,7 @@
 //! slots (see `admission`), sends, and awaits a oneshot; dropping the
 //! future abandons the call (a late reply is counted as stale).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
@@ -12,7 +13,7 @@ use super::admission::{Admission, Slots};
 use super::link::Link;
 use super::Upstream;
 use crate::config::NotificationPolicy;
-use crate::dialect::Dialect;
+use crate::dialect::upstream::{NotificationRule, UpstreamCodec};
 use crate::envelope::{Message, Payload};
 use crate::error::{ErrorKind, GatewayError};
 
@@ -56,31 +57,18 @@ impl Upstream {
         method: &str,
         params: Option<&Payload>,
     ) -> Result<(), GatewayError> {
-        if self.shared.cfg.dialect == Dialect::Holon {
-            // holon-rpc has no notifications: send a request, drop its reply.
-            let wrapped = self.holon_params(params);
-            return self.call(method, wrapped.as_ref()).await.map(|_| ());
+        let rule = UpstreamCodec::notification_rule(self.shared.cfg.dialect);
+        let params = self.notification_params(rule, params);
+        if rule == NotificationRule::AsRequest {
+            // No notifications on this wire: send a request, drop its reply.
+            return self.call(method, params.as_deref()).await.map(|_| ());
         }
-        // JSON-RPC params are an array or an object: wrap anything else.
-        let wrapped;
-        let params = match params {
-            Some(p)
-                if self.shared.cfg.dialect != Dialect::Sideband
-                    && !crate::dialect::holon::is_structured(p) =>
-            {
-                self.shared
-                    .count_quirk(crate::telemetry::metrics::Quirk::ParamsWrapped);
-                wrapped = crate::dialect::holon::wrap_params(p);
-                wrapped.as_ref()
-            }
-            other => other,
-        };
         match self.shared.cfg.notifications {
             NotificationPolicy::Forward => {
                 let link = self.admission.pick_link().await?;
-                link.send_notification(method, params)
+                link.send_notification(method, params.as_deref())
             }
-            NotificationPolicy::AsRequest => match self.call(method, params).await? {
+            NotificationPolicy::AsRequest => match self.call(method, params.as_deref()).await? {
                 Message::Error { .. } => {
                     self.shared
                         .count_dropped(crate::telemetry::metrics::DropReason::NotificationError);
@@ -99,19 +87,41 @@ impl Upstream {
         params: Option<&Payload>,
         deadline: tokio::time::Instant,
     ) -> Result<(), GatewayError> {
-        let as_request = self.shared.cfg.dialect == Dialect::Holon
+        let rule = UpstreamCodec::notification_rule(self.shared.cfg.dialect);
+        let as_request = rule == NotificationRule::AsRequest
             || self.shared.cfg.notifications == NotificationPolicy::AsRequest;
         if !as_request {
             return link.send_notification(method, params);
         }
-        let params = if self.shared.cfg.dialect == Dialect::Holon {
-            self.holon_params(params)
-        } else {
-            params.cloned()
+        let params = match rule {
+            NotificationRule::AsRequest => self.notification_params(rule, params),
+            NotificationRule::Structured | NotificationRule::AsIs => params.map(Cow::Borrowed),
         };
-        self.call_dedicated(link, method, params.as_ref(), deadline)
+        self.call_dedicated(link, method, params.as_deref(), deadline)
             .await
             .map(|_| ())
+    }
+
+    /// A notification's params as `rule` wants them: params of the wrong
+    /// shape are wrapped as `{"value": …}` (counted), absent ones stay
+    /// absent.
+    fn notification_params<'a>(
+        &self,
+        rule: NotificationRule,
+        params: Option<&'a Payload>,
+    ) -> Option<Cow<'a, Payload>> {
+        let p = params?;
+        let fits = match rule {
+            NotificationRule::AsRequest => crate::dialect::holon::is_object(p),
+            NotificationRule::Structured => crate::dialect::holon::is_structured(p),
+            NotificationRule::AsIs => true,
+        };
+        if fits {
+            return Some(Cow::Borrowed(p));
+        }
+        self.shared
+            .count_quirk(crate::telemetry::metrics::Quirk::ParamsWrapped);
+        crate::dialect::holon::wrap_params(p).map(Cow::Owned)
     }
 
     async fn call_inner(

@@ -9,19 +9,12 @@
 //! is parked in the upstream's queue (see `parking`) and written by
 //! whoever frees room next, still without a task.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
-
-use tokio::time::Instant;
 
 use super::admission::{Admission, Held, Slots};
-use super::link::{Link, Settle, Waiter};
+use super::link::Link;
+use super::waiter::{Receipt, Settle, Waiter};
 use crate::envelope::{Method, Payload};
-
-/// Longest sleep of a link's deadline sweeper while calls are pending, so a
-/// call with an earlier deadline than the ones seen is late by at most this.
-const SWEEP_AT_LEAST_EVERY: Duration = Duration::from_millis(50);
 
 /// One request to settle in place: what to send, who gets the outcome,
 /// and the client it belongs to.
@@ -67,7 +60,7 @@ impl Admission {
         // boxed: one allocation per call fewer.
         let slots = Slots::start(held);
         match link.send_request(&method, params.as_ref(), Waiter::Direct(done, slots)) {
-            Ok(gid) => caller.written(token, link, gid),
+            Ok(gid) => caller.written(token, Receipt::new(link, gid)),
             Err((e, Some(waiter))) => {
                 waiter.unsent(e);
             }
@@ -77,38 +70,6 @@ impl Admission {
                 // it has settled it already.
                 tracing::debug!(upstream = %self.shared.cfg.name, error = %e, "in-place call abandoned before it was written");
             }
-        }
-    }
-}
-
-/// Times out a link's in-place calls at their deadlines until the link
-/// closes. Sleeps while none is pending.
-pub(super) async fn sweep(link: Arc<Link>) {
-    loop {
-        let next = link.expire_due(Instant::now());
-        let wake = match next {
-            Some(at) => at.min(Instant::now() + SWEEP_AT_LEAST_EVERY),
-            None => {
-                // Registrations signal only while the flag is set. It is
-                // set before looking again (under the correlator lock), so
-                // a call registered meanwhile is either seen here or sees
-                // the flag and signals (the permit waits for `notified`).
-                link.sweeper_idle.store(true, Ordering::SeqCst);
-                if link.expire_due(Instant::now()).is_some() {
-                    link.sweeper_idle.store(false, Ordering::SeqCst);
-                    continue;
-                }
-                tokio::select! {
-                    () = link.direct_added.notified() => {}
-                    () = link.closed.cancelled() => return,
-                }
-                link.sweeper_idle.store(false, Ordering::SeqCst);
-                continue;
-            }
-        };
-        tokio::select! {
-            () = tokio::time::sleep_until(wake) => {}
-            () = link.closed.cancelled() => return,
         }
     }
 }

@@ -1,134 +1,104 @@
-//! One live upstream connection, independent of its transport.
+//! One live upstream connection, independent of its transport and its
+//! dialect: the state the link driver (`driver`) runs.
 //!
-//! A `Link` owns the connection's [`Correlator`], a bounded queue to the
-//! writer task, and the per-connection in-flight semaphore. The transport
-//! (NDJSON lines, WebSocket text) supplies a stream of inbound texts and a
-//! writer task; [`Link::run_reader`] settles replies from that stream.
-//! When the connection ends, every call in flight on it is failed with
-//! `unavailable` at once: none is left hanging, none is retried. What a
-//! link writes is in `outbound`, what it reads in `inbound`.
+//! A `Link` owns the connection's [`Correlator`], its write queue
+//! ([`Outlet`]), the per-connection in-flight semaphore and its dialect's
+//! codec ([`UpstreamCodec`], with what the dialect keeps per link). The
+//! driver's reader hands each inbound frame to [`Link::on_text`] or
+//! [`Link::on_binary`]: the codec says what it means ([`Event`]) and the
+//! link settles replies by gateway id, answers or passes on what the
+//! upstream originates, and counts the rest. When the connection ends,
+//! every call in flight on it is failed with `unavailable` at once: none
+//! is left hanging, none is retried. What a link writes is in `send`.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytestring::ByteString;
-use futures_util::{Stream, StreamExt};
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
-use tokio_tungstenite::tungstenite::Utf8Bytes;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{ErrorKind, GatewayError};
-use crate::persist::recorder::Backlog;
-use crate::telemetry::metrics::ProtocolError;
-use crate::upstream::correlator::Correlator;
-
+use super::correlator::{Correlator, Resolution};
 use super::error::LinkError;
-use super::outlet::Outlet;
+use super::outlet::{Outlet, Wire};
+use super::owner::OwnerRef;
+use super::waiter::{ReplyResult, Waiter};
 use super::UpstreamShared;
+use crate::dialect::upstream::{Event, Farewell, Fault, UpstreamCodec};
+use crate::envelope::{ErrorObject, Message, Method, Payload, WireId};
+use crate::error::{ErrorKind, GatewayError, Side};
+use crate::persist::recorder::Backlog;
+use crate::telemetry::metrics::{Direction, DropReason, ProtocolError, Unmatched};
 
-pub(crate) use super::link_dialect::{LinkDialect, SidebandState};
-pub(crate) use super::owner::{Client, LinkFuture, Owner, OwnerRef, PendingPush};
-pub(crate) use super::waiter::{Caller, ReplyResult, Settle, Waiter};
+mod send;
+
+/// Longest sleep of a link's deadline sweeper while calls are pending, so a
+/// call with an earlier deadline than the ones seen is late by at most this.
+const SWEEP_AT_LEAST_EVERY: Duration = Duration::from_millis(50);
 
 /// A live connection to an upstream.
 #[derive(Debug)]
 pub(crate) struct Link {
     /// Gateway ids in flight on this connection.
-    pub(super) correlator: Mutex<Correlator<Waiter>>,
+    correlator: Mutex<Correlator<Waiter>>,
     /// Lines/frames to write, in order. Bounded: the in-flight semaphore
     /// keeps requests below its capacity.
-    pub(super) out: Outlet,
+    out: Outlet,
     /// Requests in flight on this connection (`max_in_flight_per_connection`).
-    pub(crate) depth: Arc<Semaphore>,
+    depth: Arc<Semaphore>,
     /// Cancelled when the connection is gone (or must go).
-    pub(crate) closed: CancellationToken,
+    closed: CancellationToken,
     /// Set with `closed` (read without the token's lock).
     down: AtomicBool,
     /// Set when the connection must take no new calls (a call timed out on
     /// an ordered connection: the daemon is still busy with it).
-    pub(super) retiring: AtomicBool,
+    retiring: AtomicBool,
     /// Cancelled when `retiring` is set, so the supervisor replaces the link.
-    pub(crate) retired: CancellationToken,
+    retired: CancellationToken,
     /// Gateway ids of recent batches, to apply a batch-wide error reply.
-    pub(super) batches: Mutex<VecDeque<Vec<u64>>>,
+    batches: Mutex<VecDeque<Vec<u64>>>,
     /// The client session that owns this link (per-client mode): it gets
     /// upstream-originated requests and notifications. `None` when shared.
-    pub(super) owner: Option<OwnerRef>,
-    /// What only links of the upstream's dialect keep.
-    pub(super) dialect: LinkDialect,
+    owner: Option<OwnerRef>,
+    /// The upstream's dialect, with what it keeps for this link.
+    codec: UpstreamCodec,
     /// Signalled when a call settled in place is registered while the
     /// deadline sweeper waits idle, so that it wakes.
-    pub(super) direct_added: tokio::sync::Notify,
+    direct_added: tokio::sync::Notify,
     /// Set while the deadline sweeper waits idle (no call with a deadline
     /// pending). Read on every call: a load, where signalling every call
     /// would write the `Notify`'s state, shared by all worker threads.
-    pub(super) sweeper_idle: AtomicBool,
+    sweeper_idle: AtomicBool,
     /// Events of persistent topics read on this link that the store's
     /// queue had no room for: the reader hands them off before it reads
     /// on (at most one frame's events; see `persist::recorder`).
-    pub(super) backlog: Backlog,
-    /// Upstream-wide settings and metrics.
+    backlog: Backlog,
+    /// When the upstream was last heard from (any frame, pongs included):
+    /// WebSocket links close after a ping interval plus the pong timeout
+    /// of silence.
+    heard: Mutex<Instant>,
+    /// Upstream-wide settings and metrics. Crate-visible: every part of
+    /// the upstream reads its settings through the link it holds.
     pub(super) shared: Arc<UpstreamShared>,
-}
-
-/// One message for the upstream, in its transport's kind of frame.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Wire {
-    /// An NDJSON line (without `\n`) or a WebSocket text frame.
-    Text(String),
-    /// A WebSocket text frame split off the link's frame buffer.
-    Shared(Utf8Bytes),
-    /// A WebSocket binary frame (Sideband): split off the link's frame
-    /// buffer, or an allocation of its own of exactly its length.
-    Binary(bytes::Bytes),
-}
-
-impl Wire {
-    /// Length in bytes.
-    pub(crate) fn len(&self) -> usize {
-        match self {
-            Wire::Text(t) => t.len(),
-            Wire::Shared(t) => t.len(),
-            Wire::Binary(b) => b.len(),
-        }
-    }
 }
 
 // === impl Link ===
 
 impl Link {
-    /// A link writing to `out`, made with [`outlet::capacity`](super::outlet::capacity)
-    /// for this upstream (room beyond `depth`).
-    pub(crate) fn new(
+    /// A link writing to `out` (made with
+    /// [`outlet::capacity`](super::outlet::capacity) for this upstream),
+    /// speaking `codec` (its handshake, if any, done).
+    pub(super) fn new(
         out: Outlet,
+        codec: UpstreamCodec,
         shared: Arc<UpstreamShared>,
         owner: Option<OwnerRef>,
-    ) -> Arc<Self> {
-        Self::with_sideband(out, shared, owner, None)
-    }
-
-    /// A link carrying Sideband frames, after the handshake in `sbp`.
-    pub(crate) fn with_sideband(
-        out: Outlet,
-        shared: Arc<UpstreamShared>,
-        owner: Option<OwnerRef>,
-        sbp: Option<crate::dialect::sideband::session::Sbp>,
     ) -> Arc<Self> {
         let depth = shared.cfg.max_in_flight_per_connection.get();
-        let dialect = match sbp {
-            Some(sbp) => LinkDialect::Sideband(Box::new(Mutex::new(SidebandState {
-                sbp,
-                cids: Default::default(),
-                farewell: None,
-                refused: false,
-            }))),
-            None if shared.cfg.dialect == crate::dialect::Dialect::Holon => {
-                LinkDialect::Holon(Mutex::new(None))
-            }
-            None => LinkDialect::Plain,
-        };
         Arc::new(Link {
             correlator: Mutex::new(Correlator::new(shared.cfg.ordered_replies)),
             out,
@@ -139,20 +109,38 @@ impl Link {
             retired: CancellationToken::new(),
             batches: Mutex::new(VecDeque::new()),
             owner,
-            dialect,
+            codec,
             direct_added: tokio::sync::Notify::new(),
             sweeper_idle: AtomicBool::new(false),
             backlog: Backlog::default(),
+            heard: Mutex::new(Instant::now()),
             shared,
         })
     }
 
-    /// The Sideband session state, on a Sideband link.
-    pub(super) fn sideband(&self) -> Option<&Mutex<SidebandState>> {
-        match &self.dialect {
-            LinkDialect::Sideband(sb) => Some(sb),
-            LinkDialect::Plain | LinkDialect::Holon(_) => None,
-        }
+    /// The link's dialect.
+    pub(super) fn codec(&self) -> &UpstreamCodec {
+        &self.codec
+    }
+
+    /// The link's write queue (its writer takes from it).
+    pub(super) fn outlet(&self) -> &Outlet {
+        &self.out
+    }
+
+    /// The link's in-flight slots.
+    pub(super) fn depth(&self) -> &Arc<Semaphore> {
+        &self.depth
+    }
+
+    /// Cancelled when the connection is gone (or must go).
+    pub(super) fn closed(&self) -> &CancellationToken {
+        &self.closed
+    }
+
+    /// Cancelled when the link takes no new calls (retired after a timeout).
+    pub(super) fn retired(&self) -> &CancellationToken {
+        &self.retired
     }
 
     /// True when the link may take new calls (atomics only: called per
@@ -172,6 +160,11 @@ impl Link {
         self.retiring.load(Ordering::Acquire)
     }
 
+    /// True when the upstream closed the link refusing our handshake.
+    pub(super) fn refused(&self) -> bool {
+        self.codec.refused()
+    }
+
     /// Calls in flight (for least-loaded selection), read without a lock
     /// from the in-flight semaphore.
     pub(crate) fn in_flight(&self) -> usize {
@@ -182,11 +175,26 @@ impl Link {
             .saturating_sub(self.depth.available_permits())
     }
 
+    /// Notes that the upstream was heard from.
+    pub(super) fn heard(&self) {
+        *self.heard.lock() = Instant::now();
+    }
+
+    /// How long the upstream has been silent.
+    pub(super) fn silent_for(&self) -> Duration {
+        self.heard.lock().elapsed()
+    }
+
+    /// The goodbye to send now that the link closes.
+    pub(super) fn farewell(&self) -> Farewell {
+        self.codec.farewell(self.shared.stopping.is_cancelled())
+    }
+
     /// Gives up on a call that timed out or whose client left, and returns
     /// its waiter if it was still pending. On ordered connections a timeout
     /// retires the link: the daemon is still working on it.
     pub(crate) fn abandon(&self, gid: u64, timed_out: bool) -> Option<Waiter> {
-        self.forget_gid(gid);
+        self.codec.forget(gid);
         let mut table = self.correlator.lock();
         let waiter = table.abandon(gid);
         if waiter.is_some() {
@@ -205,7 +213,7 @@ impl Link {
     /// Times out the calls settled in place whose deadline has passed (as
     /// a caller's timeout would: an ordered connection is retired) and
     /// returns the earliest deadline still pending, if any.
-    pub(crate) fn expire_due(&self, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
+    pub(crate) fn expire_due(&self, now: Instant) -> Option<Instant> {
         let mut table = self.correlator.lock();
         let expired = table.abandon_where(|w| w.deadline().is_some_and(|d| d <= now));
         let next = table.pending_values().filter_map(Waiter::deadline).min();
@@ -221,10 +229,44 @@ impl Link {
         }
         drop(table);
         for (gid, waiter) in expired {
-            self.forget_gid(gid);
+            self.codec.forget(gid);
             waiter.complete(Err(GatewayError::new(ErrorKind::Timeout)));
         }
         next
+    }
+
+    /// Times out the link's in-place calls at their deadlines until the
+    /// link closes (a pooled link's third task, beside its reader and
+    /// writer). Sleeps while none is pending.
+    pub(super) async fn sweep(self: Arc<Self>) {
+        loop {
+            let next = self.expire_due(Instant::now());
+            let wake = match next {
+                Some(at) => at.min(Instant::now() + SWEEP_AT_LEAST_EVERY),
+                None => {
+                    // Registrations signal only while the flag is set. It
+                    // is set before looking again (under the correlator
+                    // lock), so a call registered meanwhile is either seen
+                    // here or sees the flag and signals (the permit waits
+                    // for `notified`).
+                    self.sweeper_idle.store(true, Ordering::SeqCst);
+                    if self.expire_due(Instant::now()).is_some() {
+                        self.sweeper_idle.store(false, Ordering::SeqCst);
+                        continue;
+                    }
+                    tokio::select! {
+                        () = self.direct_added.notified() => {}
+                        () = self.closed.cancelled() => return,
+                    }
+                    self.sweeper_idle.store(false, Ordering::SeqCst);
+                    continue;
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep_until(wake) => {}
+                () = self.closed.cancelled() => return,
+            }
+        }
     }
 
     /// Closes the link because the client owning it has gone.
@@ -232,57 +274,10 @@ impl Link {
         self.fail_all(&LinkError::ClientGone);
     }
 
-    /// Reads inbound texts until the stream ends or the link is closed,
-    /// then fails every call still in flight. Events of persistent topics
-    /// that found the store's queue full are handed off before the next
-    /// read (and after the last one): a store that falls behind stops the
-    /// reading, it never loses them.
-    pub(crate) async fn run_reader<S>(self: Arc<Self>, mut inbound: S, shutdown: CancellationToken)
-    where
-        S: Stream<Item = Result<ByteString, LinkError>> + Unpin,
-    {
-        let closed = self.closed.clone();
-        let (closed, shutdown) = (closed.cancelled(), shutdown.cancelled());
-        tokio::pin!(closed, shutdown);
-        loop {
-            let next = tokio::select! {
-                biased;
-                next = inbound.next() => next,
-                () = &mut closed => break,
-                () = &mut shutdown => break,
-            };
-            match next {
-                Some(Ok(text)) => {
-                    if !self.on_text(&text) {
-                        break;
-                    }
-                    if !self.backlog.is_empty() {
-                        tokio::select! {
-                            biased;
-                            () = self.shared.hand_off(&self.backlog) => {}
-                            () = &mut closed => break,
-                            () = &mut shutdown => break,
-                        }
-                    }
-                }
-                Some(Err(e)) => {
-                    self.read_failed(&e);
-                    break;
-                }
-                None => {
-                    tracing::debug!(upstream = %self.shared.cfg.name, "upstream closed the connection");
-                    break;
-                }
-            }
-        }
-        self.fail_all(&LinkError::Lost);
-        self.hand_off_rest().await;
-    }
-
-    /// After the link closed: what it read is still stored (this waits
-    /// for the store, or for it to stop, not for the link).
-    pub(super) async fn hand_off_rest(&self) {
-        self.shared.hand_off(&self.backlog).await;
+    /// Events the store's queue had no room for: the reader hands them
+    /// off before it reads on.
+    pub(super) fn backlog(&self) -> &Backlog {
+        &self.backlog
     }
 
     /// Notes why reading the upstream failed: logged, and counted when the
@@ -307,6 +302,276 @@ impl Link {
             // The caller may have gone away meanwhile; nothing to tell then.
             let _ = waiter.complete(Err(err));
         }
+    }
+
+    /// Handles one inbound text (a message or a batch reply). Returns false
+    /// when the link must close.
+    pub(super) fn on_text(self: &Arc<Self>, text: &ByteString) -> bool {
+        let d = self.shared.cfg.dialect;
+        self.shared
+            .metrics
+            .count_frame(d, Side::Upstream, Direction::In, text.len());
+        if text.len() > self.shared.cfg.max_response_bytes {
+            return self.too_large(text);
+        }
+        self.codec.on_text(text, |event| self.on_event(event))
+    }
+
+    /// Handles one inbound binary frame (Sideband). Returns false when the
+    /// link must close.
+    pub(super) fn on_binary(self: &Arc<Self>, bytes: &bytes::Bytes) -> bool {
+        let d = self.shared.cfg.dialect;
+        self.shared
+            .metrics
+            .count_frame(d, Side::Upstream, Direction::In, bytes.len());
+        self.codec.on_binary(bytes, |event| self.on_event(event))
+    }
+
+    /// A reply above `max_response_bytes`: its own call fails with
+    /// `resource_exhausted`; the connection and every other call live on.
+    fn too_large(&self, text: &str) -> bool {
+        self.shared
+            .count_protocol_error(ProtocolError::ResponseTooLarge);
+        let gid = self.codec.oversize_id(text);
+        let detail = format!(
+            "reply of {} bytes exceeds the upstream's max_response_bytes of {}",
+            text.len(),
+            self.shared.cfg.max_response_bytes
+        );
+        if gid.is_none() && !self.shared.cfg.ordered_replies {
+            self.shared.count_dropped(DropReason::ResponseTooLarge);
+            return true;
+        }
+        self.settle(
+            gid,
+            Err(GatewayError::with_detail(ErrorKind::ResourceExhausted, detail).on(Side::Upstream)),
+        )
+    }
+
+    /// Acts on what the codec read. Returns false when the link must close.
+    fn on_event(self: &Arc<Self>, event: Event) -> bool {
+        let d = self.shared.cfg.dialect;
+        let count = |kind| {
+            self.shared
+                .metrics
+                .count_message(d, Side::Upstream, Direction::In, kind)
+        };
+        match event {
+            Event::Reply { gid, reply } => {
+                count(reply.kind());
+                self.settle(gid, Ok(reply))
+            }
+            Event::Alive(kind) => {
+                count(kind);
+                true
+            }
+            Event::NoId { reply, in_batch } => {
+                count(reply.kind());
+                self.no_id(reply, in_batch)
+            }
+            Event::Request { id, method, params } => {
+                count(crate::envelope::Kind::Request);
+                self.upstream_request(id, method, params);
+                true
+            }
+            Event::Answer(reply) => {
+                count(crate::envelope::Kind::Request);
+                self.send_reply_message(&reply);
+                true
+            }
+            Event::Notification { method, params } => {
+                count(crate::envelope::Kind::Notification);
+                self.upstream_notification(method, params);
+                true
+            }
+            Event::Failed { gid, error, fault } => {
+                if let Some(fault) = fault {
+                    self.shared.count_protocol_error(protocol_error(fault));
+                }
+                self.settle(gid, Err(error))
+            }
+            Event::Fault { fault, reply } => {
+                tracing::debug!(upstream = %self.shared.cfg.name, ?fault, "invalid message from upstream");
+                self.shared.count_protocol_error(protocol_error(fault));
+                if let Some(frame) = reply {
+                    self.send_frame(Wire::Binary(frame.into()));
+                }
+                true
+            }
+            Event::Send(frame) => {
+                self.send_frame(Wire::Binary(frame.into()));
+                true
+            }
+            Event::Dropped(reason) => {
+                self.shared.count_dropped(DropReason::Sideband(reason));
+                true
+            }
+            Event::Close(bye) => {
+                tracing::warn!(upstream = %self.shared.cfg.name, code = bye.code.as_u16(), reason = %bye.reason, "upstream session ends; closing the link");
+                false
+            }
+        }
+    }
+
+    /// A reply without a usable id: on an ordered link an error settles the
+    /// oldest call; else a lone error applies to the oldest batch waiting.
+    fn no_id(&self, reply: Message, in_batch: bool) -> bool {
+        let Message::Error { error, .. } = reply else {
+            self.shared.count_unmatched(Unmatched::NoId);
+            return true;
+        };
+        if self.shared.cfg.ordered_replies {
+            self.settle(None, Ok(Message::Error { id: None, error }))
+        } else if !in_batch && self.fail_oldest_batch(&error) {
+            true
+        } else {
+            self.shared.count_unmatched(Unmatched::NoId);
+            true
+        }
+    }
+
+    /// Delivers a reply to its waiter. Returns false when the connection is
+    /// out of sync and must close.
+    fn settle(&self, gid: Option<u64>, reply: ReplyResult) -> bool {
+        let mut table = self.correlator.lock();
+        let resolution = if self.shared.cfg.ordered_replies {
+            match table.resolve_ordered(gid) {
+                Ok(r) => r,
+                Err(e) => {
+                    drop(table);
+                    tracing::warn!(upstream = %self.shared.cfg.name, error = %e, "upstream replies out of order; closing the connection");
+                    self.shared.count_protocol_error(ProtocolError::OutOfOrder);
+                    return false;
+                }
+            }
+        } else {
+            gid.map_or(Resolution::Unknown, |gid| table.resolve(gid))
+        };
+        let drained = self.is_retiring() && table.is_empty() && table.unanswered() == 0;
+        drop(table);
+        match resolution {
+            Resolution::Pending(waiter) => {
+                self.shared.entries_gauge().dec();
+                if !waiter.complete(reply) {
+                    self.shared.count_dropped(DropReason::ClientGone);
+                }
+            }
+            Resolution::Stale => self.shared.count_unmatched(Unmatched::Stale),
+            Resolution::Duplicate => self.shared.count_unmatched(Unmatched::Duplicate),
+            Resolution::Unknown => self.shared.count_unmatched(Unmatched::Unknown),
+        }
+        !drained
+    }
+
+    /// A single error without id in reply to a batch applies to every
+    /// request of the oldest batch still waiting. Returns false if no batch
+    /// was waiting.
+    fn fail_oldest_batch(&self, error: &ErrorObject) -> bool {
+        let mut batches = self.batches.lock();
+        let mut table = self.correlator.lock();
+        while let Some(ids) = batches.pop_front() {
+            let waiters: Vec<Waiter> = ids
+                .iter()
+                .filter_map(|id| match table.resolve(*id) {
+                    Resolution::Pending(w) => Some(w),
+                    Resolution::Stale | Resolution::Duplicate | Resolution::Unknown => None,
+                })
+                .collect();
+            if waiters.is_empty() {
+                continue;
+            }
+            drop(table);
+            self.shared.entries_gauge().sub(waiters.len() as i64);
+            for w in waiters {
+                let reply = Message::Error {
+                    id: None,
+                    error: error.clone(),
+                };
+                if !w.complete(Ok(reply)) {
+                    self.shared.count_dropped(DropReason::ClientGone);
+                }
+            }
+            return true;
+        }
+        false
+    }
+
+    /// An upstream-originated request: to the owning client (per-client
+    /// mode), or refused here (shared mode has no owner).
+    fn upstream_request(self: &Arc<Self>, id: WireId, method: Method, params: Option<Payload>) {
+        let Some(owner) = &self.owner else {
+            tracing::debug!(upstream = %self.shared.cfg.name, %method, "refusing upstream-originated request");
+            self.shared.count_dropped(DropReason::UpstreamRequest);
+            self.send_reply(id, Err(GatewayError::no_route(&method)));
+            return;
+        };
+        match owner.push_request(&method, params) {
+            Ok(pending) => {
+                let link = self.clone();
+                tokio::spawn(async move {
+                    let reply = pending.await;
+                    link.send_reply(id, reply);
+                });
+            }
+            Err(e) => self.send_reply(id, Err(e)),
+        }
+    }
+
+    /// An upstream notification: to the owning client, or (shared mode)
+    /// published to the pub/sub broker (and the store, through the link's
+    /// backlog, which the reader hands off before it reads on).
+    fn upstream_notification(&self, method: Method, params: Option<Payload>) {
+        match &self.owner {
+            Some(owner) => owner.push_notification(&method, params),
+            None => self
+                .shared
+                .publish_notification(&method, params, &self.backlog),
+        }
+    }
+
+    /// Answers an upstream-originated request with its upstream id.
+    fn send_reply(&self, id: WireId, reply: ReplyResult) {
+        let msg = match reply {
+            Ok(Message::Response { result, .. }) => Message::Response { id, result },
+            Ok(Message::Error { error, .. }) => Message::Error {
+                id: Some(id),
+                error,
+            },
+            Ok(Message::Request { .. } | Message::Notification { .. }) => Message::error(
+                Some(id),
+                self.codec
+                    .render_error(&GatewayError::new(ErrorKind::Internal)),
+            ),
+            Err(e) => Message::error(Some(id), self.codec.render_error(&e)),
+        };
+        self.send_reply_message(&msg);
+    }
+
+    fn send_reply_message(&self, msg: &Message) {
+        match self.encode(msg) {
+            Ok(wire) => self.send_frame(wire),
+            Err(e) => {
+                tracing::debug!(upstream = %self.shared.cfg.name, error = %e, "reply to upstream not sent")
+            }
+        }
+    }
+
+    /// Queues a frame that needs no answer: a full queue means the
+    /// upstream is not reading, and it is dropped (counted).
+    fn send_frame(&self, wire: Wire) {
+        if self.out.try_send(wire).is_err() {
+            self.shared.count_dropped(DropReason::UpstreamQueueFull);
+        }
+    }
+}
+
+/// The metric label of a protocol error the codec found.
+fn protocol_error(fault: Fault) -> ProtocolError {
+    match fault {
+        Fault::InvalidMessage => ProtocolError::InvalidMessage,
+        Fault::InvalidReply => ProtocolError::InvalidReply,
+        Fault::InvalidEnvelope => ProtocolError::InvalidEnvelope,
+        Fault::PeerErrorFrame => ProtocolError::PeerErrorFrame,
     }
 }
 

@@ -24,7 +24,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{UpstreamConfig, UpstreamMode};
-use crate::envelope::Payload;
 use crate::error::{ErrorKind, GatewayError};
 use crate::telemetry::metrics::Metrics;
 
@@ -34,33 +33,31 @@ mod admission;
 mod batch;
 mod calls;
 pub mod correlator;
-pub(crate) mod direct;
-mod encode;
+mod direct;
+mod driver;
 mod error;
 mod feed;
 mod health;
-mod heartbeat;
-mod inbound;
-pub(crate) mod link;
-mod link_dialect;
+mod link;
 mod mode;
 mod ndjson;
-mod outbound;
 mod outlet;
 mod owner;
 mod parking;
 mod pool;
 mod redact;
 mod shared;
-mod sideband;
 mod stream;
 pub mod tls;
 mod waiter;
 mod ws;
 
 use admission::Admission;
+pub(crate) use direct::Submission;
 use link::Link;
+pub(crate) use owner::{Client, Dedicated, LinkFuture, Owner, OwnerRef, PendingPush};
 pub(crate) use shared::{hard_cap, UpstreamShared};
+pub(crate) use waiter::{Caller, Receipt, ReplyResult, Settle};
 
 /// A named upstream and its connection pool.
 #[derive(Debug)]
@@ -183,19 +180,6 @@ impl Upstream {
         self.admission.connected()
     }
 
-    /// Params for a holon notification: non-object params are wrapped as
-    /// `{"value": …}` (counted), absent params stay absent (sent as `{}`).
-    pub(crate) fn holon_params(&self, params: Option<&Payload>) -> Option<Payload> {
-        match params {
-            Some(p) if crate::dialect::holon::object_params(Some(p)).is_none() => {
-                self.shared
-                    .count_quirk(crate::telemetry::metrics::Quirk::ParamsWrapped);
-                crate::dialect::holon::wrap_params(p)
-            }
-            other => other.cloned(),
-        }
-    }
-
     /// True when `method` streams on this upstream (per-stream mode).
     pub fn is_streaming(&self, method: &str) -> bool {
         self.shared
@@ -229,9 +213,9 @@ impl Upstream {
     /// upstream originates on it goes to `owner`.
     pub(crate) async fn connect_dedicated(
         &self,
-        owner: link::OwnerRef,
+        owner: owner::OwnerRef,
         shutdown: CancellationToken,
-    ) -> Result<Arc<Link>, GatewayError> {
+    ) -> Result<Dedicated, GatewayError> {
         // Boxed: dialing (a WebSocket handshake) is a large future, and
         // inline it would make every request's and notification's future
         // as large (each waiting request is a task of that size).
@@ -241,7 +225,7 @@ impl Upstream {
         )
         .await;
         match connected {
-            Ok(Ok(link)) => Ok(link),
+            Ok(Ok(link)) => Ok(Dedicated { link }),
             Ok(Err(e)) => Err(GatewayError::with_detail(
                 ErrorKind::Unavailable,
                 format!("upstream {} is not reachable: {e}", self.shared.cfg.name),

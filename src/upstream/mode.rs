@@ -14,7 +14,8 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::direct::Submission;
-use super::link::{Caller, Client, ReplyResult, Settle};
+use super::owner::Client;
+use super::waiter::{Caller, ReplyResult, Settle};
 use super::Upstream;
 use crate::config::UpstreamMode;
 use crate::envelope::{Payload, WireId};
@@ -96,8 +97,9 @@ impl Upstream {
         match self.mode(method) {
             Mode::Pooled => self.call_until(method, params, deadline).await,
             Mode::PerClient => {
-                let link = client.link(self).await?;
-                self.call_dedicated(link, method, params, deadline).await
+                let own = client.link(self).await?;
+                self.call_dedicated(own.link, method, params, deadline)
+                    .await
             }
             Mode::PerStream => {
                 let shared = self.shared.clone();
@@ -123,8 +125,9 @@ impl Upstream {
         match self.links_mode() {
             Mode::Pooled | Mode::PerStream => self.notify_pooled(method, params).await,
             Mode::PerClient => {
-                let link = client.link(self).await?;
-                self.notify_dedicated(link, method, params, deadline).await
+                let own = client.link(self).await?;
+                self.notify_dedicated(own.link, method, params, deadline)
+                    .await
             }
         }
     }

@@ -1,11 +1,12 @@
-//! NDJSON over a Unix socket: dialing and line framing for a [`Link`].
+//! NDJSON over a Unix socket: dialing, and lines in and out for the link
+//! driver (`driver`).
 //!
 //! Reads are framed on `\n` with the upstream's response limit (a longer
 //! line closes the connection and fails its calls); the read buffer holds
 //! at most one line and shrinks back after a long one ([`crate::lines`]). A line that is not
-//! UTF-8 leaves the framing intact: it is counted as a protocol error and
-//! dropped, like a line that is not JSON, and the connection lives on.
-//! Writes go through one writer task per connection, so lines never
+//! UTF-8 leaves the framing intact: the driver counts it as a protocol
+//! error and drops it, like a line that is not JSON, and the connection
+//! lives on. Writes go through the link's one writer, so lines never
 //! interleave: it takes every line queued so far at once and writes them
 //! with one vectored write, up to [`SLICES`] segments per call
 //! (`outlet::LineQueue`).
@@ -23,14 +24,16 @@ use tokio::net::UnixStream;
 use tokio_util::codec::{AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
 
+use super::driver::{self, FrameSink, Incoming, Outgoing, Source};
 use super::error::LinkError;
-use super::link::{Link, OwnerRef};
+use super::link::Link;
 use super::outlet::{self, LineQueue, Outlet, Segments};
+use super::owner::OwnerRef;
 use super::UpstreamShared;
+use crate::dialect::upstream::Farewell;
 use crate::lines::Lines;
-use crate::telemetry::metrics::ProtocolError;
 
-/// Connects and starts the reader and writer tasks of a new link.
+/// Connects and starts the link's driver.
 pub(super) async fn connect(
     path: &Path,
     shared: Arc<UpstreamShared>,
@@ -46,29 +49,24 @@ pub(super) async fn connect(
     // fails only its own call; longer ones close the connection.
     let limit = super::hard_cap(shared.cfg.max_response_bytes);
     // A long reply's buffer is not kept for the link's life: `crate::lines`.
-    let codec = Lines::new(limit);
-    let counts = shared.clone();
-    let lines = FramedRead::new(read, codec)
-        .filter_map(move |line| std::future::ready(text_line(line, limit, &counts)));
-    let link = Link::new(Outlet::Lines(queue.clone()), shared, owner);
-    tokio::spawn(write_lines(write, queue, link.clone()));
-    tokio::spawn(link.clone().run_reader(lines, shutdown));
+    let lines = FramedRead::new(read, Lines::new(limit))
+        .filter_map(move |line| std::future::ready(incoming(line, limit)));
+    let codec = shared.codec();
+    let link = Link::new(Outlet::Lines(queue.clone()), codec, shared, owner);
+    let sink = LineSink(write);
+    driver::spawn(&link, Box::pin(lines), sink, Source::Lines(queue), shutdown);
     Ok(link)
 }
 
-/// One line as text, a trailing `\r` stripped; `None` for a blank line
-/// (skipped) and for one that is not UTF-8 (counted and dropped).
-fn text_line(
-    line: Result<Bytes, AnyDelimiterCodecError>,
-    limit: usize,
-    shared: &UpstreamShared,
-) -> Option<Result<ByteString, LinkError>> {
+/// One line as the driver sees it, a trailing `\r` stripped; `None` for
+/// a blank line (skipped).
+fn incoming(line: Result<Bytes, AnyDelimiterCodecError>, limit: usize) -> Option<Incoming> {
     let bytes = match line {
         Ok(bytes) => bytes,
         Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => {
-            return Some(Err(LinkError::TooLarge { limit }))
+            return Some(Incoming::Failed(LinkError::TooLarge { limit }))
         }
-        Err(AnyDelimiterCodecError::Io(e)) => return Some(Err(LinkError::Read(e))),
+        Err(AnyDelimiterCodecError::Io(e)) => return Some(Incoming::Failed(LinkError::Read(e))),
     };
     let bytes = match bytes.strip_suffix(b"\r") {
         Some(stripped) => bytes.slice(..stripped.len()),
@@ -77,42 +75,35 @@ fn text_line(
     // Checked in place: the line's text shares the read buffer (no copy).
     match ByteString::try_from(bytes) {
         Ok(text) if text.trim().is_empty() => None,
-        Ok(text) => Some(Ok(text)),
-        Err(e) => {
-            tracing::debug!(upstream = %shared.cfg.name, error = %e, "line from upstream is not UTF-8; dropped");
-            shared.count_protocol_error(ProtocolError::InvalidMessage);
-            None
-        }
+        Ok(text) => Some(Incoming::Text(text)),
+        Err(_) => Some(Incoming::NotUtf8),
     }
 }
 
-/// Writes queued lines, every line queued so far at once, until the link
-/// closes.
-async fn write_lines(mut write: OwnedWriteHalf, queue: Arc<LineQueue>, link: Arc<Link>) {
-    let closed = link.closed.clone();
-    let closed = closed.cancelled();
-    tokio::pin!(closed);
-    let mut batch = Segments::new();
-    'write: loop {
-        tokio::select! {
-            biased;
-            () = queue.take(&mut batch) => {}
-            () = &mut closed => break,
-        }
-        if let Err(e) = write_segments(&mut write, &batch).await {
-            tracing::debug!(error = %e, "upstream write failed");
-            link.fail_all(&LinkError::WriteFailed);
-            break 'write;
-        }
-        while let Some(segment) = batch.pop_front() {
-            queue.recycle(segment);
+/// The writing half of an NDJSON link.
+struct LineSink(OwnedWriteHalf);
+
+impl FrameSink for LineSink {
+    async fn write(&mut self, out: Outgoing<'_>) -> Result<(), ()> {
+        match out {
+            Outgoing::Lines(batch) => write_segments(&mut self.0, batch).await.map_err(|e| {
+                tracing::debug!(error = %e, "upstream write failed");
+            }),
+            // Frames, pings and heartbeats are WebSocket's.
+            Outgoing::Frame(_) | Outgoing::Ping | Outgoing::Heartbeat(_) => Err(()),
         }
     }
-    // Nothing queued from now on would be written: refused instead.
-    queue.close();
-    // Closing the write half ends the connection for the daemon too; the
-    // error (if the peer is already gone) changes nothing.
-    let _ = write.shutdown().await;
+
+    async fn flush(&mut self) -> Result<(), ()> {
+        // Each batch is written by vectored writes: nothing is buffered.
+        Ok(())
+    }
+
+    async fn close(mut self, _: Option<Farewell>) {
+        // Closing the write half ends the connection for the daemon too;
+        // the error (if the peer is already gone) changes nothing.
+        let _ = self.0.shutdown().await;
+    }
 }
 
 /// The most segments handed to one vectored write (Linux takes 1,024).

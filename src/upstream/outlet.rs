@@ -30,8 +30,32 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::{mpsc, Notify};
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 
-use super::link::Wire;
 use crate::outbox::arena::{Arena, SMALL};
+
+/// One message for the upstream, in its transport's kind of frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Wire {
+    /// An NDJSON line (without `\n`) or a WebSocket text frame.
+    Text(String),
+    /// A WebSocket text frame split off the link's frame buffer.
+    Shared(Utf8Bytes),
+    /// A WebSocket binary frame (Sideband): split off the link's frame
+    /// buffer, or an allocation of its own of exactly its length.
+    Binary(bytes::Bytes),
+}
+
+// === impl Wire ===
+
+impl Wire {
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Wire::Text(t) => t.len(),
+            Wire::Shared(t) => t.len(),
+            Wire::Binary(b) => b.len(),
+        }
+    }
+}
 
 /// The size of a segment of short lines.
 pub(crate) const SEGMENT_BYTES: usize = 16 * 1024;

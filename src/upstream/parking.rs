@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::admission::{not_connected, queue_full, queue_timeout, Admission, NoRoom};
 use super::direct::Submission;
-use super::link::{Caller, Settle};
+use super::waiter::{Caller, Settle};
 use crate::error::{ErrorKind, GatewayError};
 
 mod lot;

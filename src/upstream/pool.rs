@@ -12,7 +12,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::error::LinkError;
-use super::link::{Link, OwnerRef};
+use super::link::Link;
+use super::owner::OwnerRef;
 use super::{ndjson, ws, UpstreamShared};
 use crate::config::UpstreamTarget;
 
@@ -89,22 +90,22 @@ async fn supervise(
         up_gauge.inc();
         shared.health.connected();
         // Pooled links take calls settled in place: time them out.
-        tokio::spawn(super::direct::sweep(link.clone()));
+        tokio::spawn(link.clone().sweep());
         publish(&tx, &changed, Some(link.clone()));
         wait_until_unusable(&link, &shutdown).await;
         up_gauge.dec();
-        if link.closed.is_cancelled() && !link.is_retiring() && !shutdown.is_cancelled() {
+        if link.closed().is_cancelled() && !link.is_retiring() && !shutdown.is_cancelled() {
             tracing::warn!(upstream = %name, slot, %endpoint, "upstream connection lost; reconnecting");
         }
         shared.health.disconnected();
         publish(&tx, &changed, None);
-        if link.is_retiring() && !link.closed.is_cancelled() {
+        if link.is_retiring() && !link.closed().is_cancelled() {
             // Let the old connection drain its late replies, but not forever.
             let old = link.clone();
             tokio::spawn(async move {
                 tokio::select! {
                     () = tokio::time::sleep(RETIRED_LINGER) => old.fail_all(&LinkError::Retired),
-                    () = old.closed.cancelled() => {}
+                    () = old.closed().cancelled() => {}
                 }
             });
         } else if !shutdown.is_cancelled() {
@@ -148,8 +149,8 @@ pub(super) async fn dial(
 
 async fn wait_until_unusable(link: &Link, shutdown: &CancellationToken) {
     tokio::select! {
-        () = link.closed.cancelled() => {}
-        () = link.retired.cancelled() => {}
+        () = link.closed().cancelled() => {}
+        () = link.retired().cancelled() => {}
         () = shutdown.cancelled() => {}
     }
 }

@@ -9,6 +9,7 @@ use tokio_util::task::TaskTracker;
 
 use super::tls::TlsSetupError;
 use crate::config::UpstreamConfig;
+use crate::dialect::upstream::{Options, UpstreamCodec};
 use crate::envelope::{raw_from_string, Payload};
 use crate::error::Side;
 use crate::persist::recorder::{Backlog, Recorder};
@@ -49,6 +50,17 @@ pub(crate) struct UpstreamShared {
 // === impl UpstreamShared ===
 
 impl UpstreamShared {
+    /// A fresh codec for a new link of this upstream.
+    pub(crate) fn codec(&self) -> UpstreamCodec {
+        UpstreamCodec::new(
+            self.cfg.dialect,
+            Options {
+                offer_subprotocol: self.cfg.offer_subprotocol,
+                fill_empty_params: self.cfg.fill_empty_params,
+            },
+        )
+    }
+
     pub(crate) fn entries_gauge(&self) -> &Gauge {
         &self.entries
     }

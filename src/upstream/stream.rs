@@ -24,7 +24,7 @@ use tokio_util::codec::{FramedRead, LinesCodec};
 use tokio_util::sync::CancellationToken;
 
 use super::error::LinkError;
-use super::link::Owner;
+use super::owner::Owner;
 use super::UpstreamShared;
 use crate::config::UpstreamTarget;
 use crate::dialect::jsonrpc::decode_upstream;

@@ -4,7 +4,8 @@
 //! failure) hands the outcome. A link's correlator maps each gateway id to
 //! one of these. A [`Caller`] is the client a call settled in place
 //! belongs to: it keeps the call's own state, so that handing a call over
-//! costs no allocation.
+//! costs no allocation; it is told where the call went as a [`Receipt`],
+//! which takes the call back if the client leaves first.
 
 use std::sync::Arc;
 
@@ -52,11 +53,36 @@ pub(crate) trait Caller: Send + Sync + std::fmt::Debug {
     /// Set once the client's shutdown grace period is over: the answer to
     /// its calls still parked (they are never written then).
     fn closing(&self) -> Option<GatewayError>;
-    /// Its call `token` was written on `link` as gateway id `gid`.
-    fn written(&self, token: u64, link: Arc<Link>, gid: u64);
+    /// Its call `token` was written: `receipt` takes it back
+    /// ([`Receipt::abandon`]) should the client leave before its reply.
+    fn written(&self, token: u64, receipt: Receipt);
     /// Delivers call `token`'s outcome. Returns false when nobody wanted
     /// it any more (the client left, or its calls were answered already).
     fn complete(&self, token: u64, reply: ReplyResult) -> bool;
+}
+
+/// Where a call settled in place was written: all its client needs to
+/// take it back, without knowing the link. Dropping it does nothing.
+#[derive(Debug)]
+pub(crate) struct Receipt {
+    link: Arc<Link>,
+    gid: u64,
+}
+
+// === impl Receipt ===
+
+impl Receipt {
+    /// Call `gid`, written on `link`.
+    pub(super) fn new(link: Arc<Link>, gid: u64) -> Self {
+        Receipt { link, gid }
+    }
+
+    /// Takes the call back: it is answered by nobody, and a late reply is
+    /// counted as stale.
+    pub(crate) fn abandon(self) {
+        // Nobody waits for it any more: its waiter is dropped.
+        drop(self.link.abandon(self.gid, false));
+    }
 }
 
 // === impl Settle ===

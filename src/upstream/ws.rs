@@ -1,30 +1,22 @@
 //! WebSocket upstreams (JSON-RPC 2.0, holon-rpc and Sideband): dialing,
-//! framing and liveness for a [`Link`].
+//! the subprotocol and handshake the link's codec asks for, and frames in
+//! and out for the link driver (`driver`).
 //!
-//! - holon-rpc: offers exactly `holon-rpc` and refuses a 101 without it
-//!   (close 1002 `missing holon-rpc subprotocol`); liveness by `rpc.heartbeat`
-//!   requests `h<N>`, a missed one closes 4000 `heartbeat timeout`.
-//! - JSON-RPC: offers `jsonrpc` only when configured; liveness by WebSocket
-//!   pings, a link silent for a ping interval plus the pong timeout is closed.
-//!
-//! `wss://` URLs are dialed over TLS with the upstream's client
-//! configuration (`tls.rs`: its `ca_file`, else the system's roots).
-//!
-//! Text frames only, except Sideband (binary SBP frames; its handshake and
-//! goodbyes are in `sideband.rs`): a binary frame from a JSON upstream closes
-//! the link (1003). Every close fails the calls in flight on the link with
-//! `unavailable`.
+//! The codec says which subprotocol to offer (holon-rpc: exactly
+//! `holon-rpc`, and a 101 without it is refused with close 1002
+//! `missing holon-rpc subprotocol`; JSON-RPC: `jsonrpc` only when
+//! configured) and whether a session handshake comes first (Sideband:
+//! no message frame may go out before it). `wss://` URLs are dialed over
+//! TLS with the upstream's client configuration (`tls.rs`: its `ca_file`,
+//! else the system's roots).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytestring::ByteString;
-use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
-use parking_lot::Mutex;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::header::{ORIGIN, SEC_WEBSOCKET_PROTOCOL};
 use tokio_tungstenite::tungstenite::http::HeaderValue;
@@ -34,16 +26,15 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 
-use super::error::LinkError;
-use super::link::{Link, OwnerRef, Wire};
-use super::outlet::{self, FrameQueue, Outlet};
-use super::sideband::{self, Farewell};
+use super::driver::{self, FrameSink, Incoming, Outgoing, Source};
+use super::error::{LinkError, Refuser};
+use super::link::Link;
+use super::outlet::{self, FrameQueue, Outlet, Wire};
+use super::owner::OwnerRef;
 use super::UpstreamShared;
-use crate::close::CloseCode;
-use crate::dialect::Dialect;
-use crate::telemetry::metrics::ProtocolError;
+use crate::dialect::upstream::{Farewell, Handshake, UpstreamCodec};
 
-pub(super) type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// Most a link reads from its socket at once. The WebSocket library
 /// zero-fills this much before every read, so its 128 KiB default costs
@@ -51,25 +42,18 @@ pub(super) type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 /// arrives whole (the buffer grows to the frame's length).
 const READ_BUFFER: usize = 16 * 1024;
 
-/// The holon-rpc subprotocol token.
-const HOLON: &str = "holon-rpc";
-
-/// Connects and starts the reader and writer tasks of a new link.
+/// Connects, negotiates, and starts the link's driver.
 pub(super) async fn connect(
     url: &str,
     shared: Arc<UpstreamShared>,
     owner: Option<OwnerRef>,
     shutdown: CancellationToken,
 ) -> Result<Arc<Link>, LinkError> {
+    let codec = shared.codec();
     let mut request = url
         .into_client_request()
         .map_err(|e| LinkError::Url(Box::new(e)))?;
-    let offer = match shared.cfg.dialect {
-        Dialect::Holon => Some(HOLON),
-        Dialect::JsonRpc => shared.cfg.offer_subprotocol.then_some("jsonrpc"),
-        Dialect::Ndjson | Dialect::Sideband => None,
-    };
-    if let Some(token) = offer {
+    if let Some(token) = codec.subprotocol() {
         request
             .headers_mut()
             .insert(SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(token));
@@ -92,216 +76,136 @@ pub(super) async fn connect(
         tokio_tungstenite::connect_async_tls_with_config(request, Some(config), true, connector)
             .await
             .map_err(LinkError::dial)?;
-    let echoed = response
-        .headers()
-        .get(SEC_WEBSOCKET_PROTOCOL)
-        .and_then(|v| v.to_str().ok());
-    if shared.cfg.dialect == Dialect::Holon
-        && !echoed.is_some_and(|p| p.eq_ignore_ascii_case(HOLON))
-    {
-        let frame = CloseFrame {
-            code: WsCode::Protocol,
-            reason: "missing holon-rpc subprotocol".into(),
-        };
-        // The link is refused either way; the close frame is a courtesy.
-        let _ = ws.close(Some(frame)).await;
-        return Err(LinkError::Subprotocol);
+    if let Some((token, reason)) = codec.required_subprotocol() {
+        let echoed = response
+            .headers()
+            .get(SEC_WEBSOCKET_PROTOCOL)
+            .and_then(|v| v.to_str().ok());
+        if !echoed.is_some_and(|p| p.eq_ignore_ascii_case(token)) {
+            // The link is refused either way; the close frame is a courtesy.
+            let _ = ws.close(Some(close_frame(WsCode::Protocol, reason))).await;
+            return Err(LinkError::Subprotocol);
+        }
     }
-    let sbp = match shared.cfg.dialect {
-        Dialect::Sideband => Some(sideband::handshake(&mut ws).await?),
-        Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon => None,
-    };
+    if let Some(hello) = codec.hello() {
+        handshake(&mut ws, &codec, hello).await?;
+    }
     let (sink, stream) = ws.split();
     let (tx, rx) = mpsc::channel(outlet::capacity(shared.cfg.max_in_flight_per_connection));
-    let last_rx = Arc::new(Mutex::new(Instant::now()));
-    let sideband = sbp.is_some();
-    let link = Link::with_sideband(Outlet::Frames(FrameQueue::new(tx)), shared, owner, sbp);
-    // Tracked, so that shutdown waits for every link's goodbye.
-    link.shared
-        .writers
-        .spawn(write_loop(sink, rx, link.clone(), last_rx.clone()));
-    if sideband {
-        tokio::spawn(read_frames(stream, link.clone(), last_rx, shutdown, limit));
-    } else {
-        let texts = texts(stream, link.clone(), last_rx, limit);
-        tokio::spawn(link.clone().run_reader(texts, shutdown));
-    }
+    let link = Link::new(Outlet::Frames(FrameQueue::new(tx)), codec, shared, owner);
+    let incoming = stream.map(move |frame| incoming(frame, limit));
+    driver::spawn(&link, incoming, WsSink(sink), Source::Frames(rx), shutdown);
     Ok(link)
 }
 
-/// Reads Sideband frames until the link closes, then fails what is pending.
-async fn read_frames(
-    mut stream: SplitStream<Ws>,
-    link: Arc<Link>,
-    last_rx: Arc<Mutex<Instant>>,
-    shutdown: CancellationToken,
+/// One WebSocket message as the driver sees it.
+fn incoming(
+    frame: Result<WsMessage, tokio_tungstenite::tungstenite::Error>,
     limit: usize,
-) {
-    let closed = link.closed.clone();
-    let (closed, shutdown) = (closed.cancelled(), shutdown.cancelled());
-    tokio::pin!(closed, shutdown);
+) -> Incoming {
+    match frame {
+        // UTF-8 already: the check cannot fail (about 1 ns per 64
+        // bytes; this crate uses no `unsafe`).
+        Ok(WsMessage::Text(text)) => match ByteString::try_from(bytes::Bytes::from(text)) {
+            Ok(text) => Incoming::Text(text),
+            Err(_) => Incoming::Control,
+        },
+        Ok(WsMessage::Binary(bytes)) => Incoming::Binary(bytes),
+        Ok(WsMessage::Close(frame)) => match frame {
+            Some(f) => Incoming::Close(u16::from(f.code), f.reason.to_string()),
+            None => Incoming::Close(1005, String::new()),
+        },
+        Ok(WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Frame(_)) => Incoming::Control,
+        Err(e) => Incoming::Failed(LinkError::read(e, limit)),
+    }
+}
+
+/// Sends our handshake and reads the upstream's: no message frame may go
+/// out before it (Sideband: the envelope encoding depends on it).
+async fn handshake(ws: &mut Ws, codec: &UpstreamCodec, hello: Vec<u8>) -> Result<(), LinkError> {
+    ws.send(WsMessage::Binary(hello.into()))
+        .await
+        .map_err(|e| LinkError::WebSocket(Box::new(e)))?;
     loop {
-        let frame = tokio::select! {
-            biased;
-            frame = stream.next() => frame,
-            () = &mut closed => break,
-            () = &mut shutdown => break,
-        };
-        *last_rx.lock() = Instant::now();
-        match frame {
-            Some(Ok(WsMessage::Binary(bytes))) => {
-                if !link.on_frame(&bytes) {
-                    break;
+        match ws.next().await {
+            Some(Ok(WsMessage::Binary(bytes))) => match codec.on_handshake(&bytes) {
+                Handshake::Ready => return Ok(()),
+                Handshake::More => continue,
+                Handshake::Refused(bye) => {
+                    let refused = codec.refuses(bye.code.as_u16(), &bye.reason);
+                    let reason = bye.reason.clone();
+                    say_goodbye(ws, bye).await;
+                    return Err(if refused {
+                        LinkError::NegotiationFailed { by: Refuser::Us }
+                    } else {
+                        LinkError::Handshake { reason }
+                    });
                 }
-                // Events the store's queue had no room for: read on only
-                // once it took them (back-pressure, `Link::run_reader`).
-                if !link.backlog.is_empty() {
-                    tokio::select! {
-                        biased;
-                        () = link.shared.hand_off(&link.backlog) => {}
-                        () = &mut closed => break,
-                        () = &mut shutdown => break,
-                    }
-                }
-            }
+            },
             Some(Ok(WsMessage::Text(_))) => {
-                link.shared.count_protocol_error(ProtocolError::TextFrame);
-                break;
+                // Failing anyway; the close frame is a courtesy.
+                let frame = close_frame(WsCode::Unsupported, "Text frames not supported");
+                let _ = ws.close(Some(frame)).await;
+                return Err(LinkError::TextFrame);
             }
-            Some(Ok(WsMessage::Close(frame))) => {
-                if sideband::refuses(frame.as_ref()) {
-                    link.mark_refused();
-                }
-                link.shared
-                    .count_close(frame.map_or(1005, |f| u16::from(f.code)));
-                break;
+            Some(Ok(WsMessage::Close(Some(frame))))
+                if codec.refuses(u16::from(frame.code), &frame.reason) =>
+            {
+                return Err(LinkError::NegotiationFailed {
+                    by: Refuser::Upstream,
+                });
             }
-            Some(Ok(_)) => {}
-            Some(Err(e)) => {
-                link.read_failed(&LinkError::read(e, limit));
-                break;
-            }
-            None => break,
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(LinkError::WebSocket(Box::new(e))),
+            None => return Err(LinkError::HandshakeClosed),
         }
     }
-    link.fail_all(&LinkError::Lost);
-    link.hand_off_rest().await;
 }
 
-/// The upstream's text frames; a binary frame or a close ends the stream.
-fn texts(
-    stream: SplitStream<Ws>,
-    link: Arc<Link>,
-    last_rx: Arc<Mutex<Instant>>,
-    limit: usize,
-) -> impl futures_util::Stream<Item = Result<ByteString, LinkError>> + Unpin {
-    stream
-        .map(move |frame| {
-            *last_rx.lock() = Instant::now();
-            match frame {
-                // UTF-8 already: the check cannot fail (about 1 ns per 64
-                // bytes; this crate uses no `unsafe`).
-                Ok(WsMessage::Text(text)) => match ByteString::try_from(bytes::Bytes::from(text)) {
-                    Ok(text) => Some(Ok(text)),
-                    Err(_) => None,
-                },
-                Ok(WsMessage::Binary(_)) => {
-                    link.shared.count_protocol_error(ProtocolError::BinaryFrame);
-                    Some(Err(LinkError::BinaryFrame))
-                }
-                Ok(WsMessage::Close(frame)) => {
-                    let code = frame.map_or(1005, |f| u16::from(f.code));
-                    link.shared.count_close(code);
-                    Some(Err(LinkError::Closed { code }))
-                }
-                Ok(_) => None,
-                Err(e) => Some(Err(LinkError::read(e, limit))),
-            }
-        })
-        .filter_map(std::future::ready)
-        .boxed()
+/// A last frame, if any, then the close frame; the upstream may be gone
+/// already, and we are closing either way.
+async fn say_goodbye<S>(ws: &mut S, bye: Farewell)
+where
+    S: futures_util::Sink<WsMessage> + Unpin,
+{
+    if let Some(last) = bye.frame {
+        let _ = ws.send(WsMessage::Binary(last.into())).await;
+    }
+    let frame = close_frame(WsCode::from(bye.code.as_u16()), bye.reason.to_string());
+    let _ = ws.send(WsMessage::Close(Some(frame))).await;
 }
 
-/// Writes queued texts; sends pings (JSON-RPC) or heartbeats (holon) and
-/// closes the link when the upstream stops answering.
-async fn write_loop(
-    mut sink: SplitSink<Ws, WsMessage>,
-    mut rx: mpsc::Receiver<Wire>,
-    link: Arc<Link>,
-    last_rx: Arc<Mutex<Instant>>,
-) {
-    let cfg = &link.shared.cfg;
-    let holon = cfg.dialect == Dialect::Holon;
-    let (interval, timeout) = if holon {
-        (cfg.heartbeat_interval, cfg.heartbeat_timeout)
-    } else {
-        (cfg.ping_interval, cfg.pong_timeout)
-    };
-    let mut tick =
-        tokio::time::interval((interval.min(timeout) / 4).max(Duration::from_millis(10)));
-    let mut next_beat = Instant::now() + interval;
-    let mut beats = 0u64;
-    let close = loop {
-        tokio::select! {
-            wire = rx.recv() => {
-                let frame = match wire {
-                    Some(Wire::Text(text)) => WsMessage::Text(text.into()),
-                    Some(Wire::Shared(text)) => WsMessage::Text(text),
-                    Some(Wire::Binary(bytes)) => WsMessage::Binary(bytes),
-                    None => break None,
-                };
-                if sink.feed(frame).await.is_err() {
-                    break None;
-                }
-                if rx.is_empty() && sink.flush().await.is_err() {
-                    break None;
-                }
-            }
-            _ = tick.tick() => {
-                link.out.tidy();
-                if holon && link.heartbeat_overdue(timeout) {
-                    break Some(Farewell::plain(CloseCode::HeartbeatTimeout, "heartbeat timeout"));
-                }
-                if !holon && last_rx.lock().elapsed() > interval + timeout {
-                    break Some(Farewell::plain(CloseCode::GoingAway, "pong timeout"));
-                }
-                if Instant::now() < next_beat {
-                    continue;
-                }
-                next_beat = Instant::now() + interval;
-                let frame = if holon {
-                    beats += 1;
-                    link.heartbeat_frame(beats).map(|t| WsMessage::Text(t.into()))
-                } else {
-                    Some(WsMessage::Ping(Default::default()))
-                };
-                if let Some(frame) = frame {
-                    if sink.send(frame).await.is_err() {
-                        break None;
-                    }
-                }
-            }
-            () = link.closed.cancelled() => break Some(link.farewell()),
+fn close_frame(code: WsCode, reason: impl Into<String>) -> CloseFrame {
+    CloseFrame {
+        code,
+        reason: reason.into().into(),
+    }
+}
+
+/// The sending half of a WebSocket link.
+struct WsSink(SplitSink<Ws, WsMessage>);
+
+impl FrameSink for WsSink {
+    async fn write(&mut self, out: Outgoing<'_>) -> Result<(), ()> {
+        let frame = match out {
+            Outgoing::Frame(Wire::Text(text)) => WsMessage::Text(text.into()),
+            Outgoing::Frame(Wire::Shared(text)) => WsMessage::Text(text),
+            Outgoing::Frame(Wire::Binary(bytes)) => WsMessage::Binary(bytes),
+            Outgoing::Heartbeat(text) => WsMessage::Text(text.into()),
+            Outgoing::Ping => WsMessage::Ping(Default::default()),
+            // Lines are NDJSON's; a WebSocket link never queues them.
+            Outgoing::Lines(_) => return Err(()),
+        };
+        self.0.feed(frame).await.map_err(drop)
+    }
+
+    async fn flush(&mut self) -> Result<(), ()> {
+        self.0.flush().await.map_err(drop)
+    }
+
+    async fn close(mut self, farewell: Option<Farewell>) {
+        if let Some(bye) = farewell {
+            say_goodbye(&mut self.0, bye).await;
         }
-    };
-    let why = match close {
-        Some(bye) => {
-            if !bye.code.is_orderly() {
-                tracing::warn!(upstream = %cfg.name, code = bye.code.as_u16(), reason = %bye.reason, "closing upstream link");
-            }
-            if let Some(last) = bye.frame {
-                // The upstream may be gone already; we are closing either way.
-                let _ = sink.send(WsMessage::Binary(last.into())).await;
-            }
-            let frame = CloseFrame {
-                code: WsCode::from(bye.code.as_u16()),
-                reason: bye.reason.to_string().into(),
-            };
-            // The upstream may be gone already; we are closing either way.
-            let _ = sink.send(WsMessage::Close(Some(frame))).await;
-            LinkError::Farewell { reason: bye.reason }
-        }
-        None => LinkError::WriteFailed,
-    };
-    link.fail_all(&why);
+    }
 }

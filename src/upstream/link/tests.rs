@@ -11,17 +11,17 @@ use tokio_util::task::TaskTracker;
 
 use super::{Link, Waiter};
 use crate::config::Config;
-use crate::dialect::sideband::session::Sbp;
+use crate::dialect::upstream::UpstreamCodec;
 use crate::envelope::{raw_from_string, Payload};
 use crate::pubsub::broker::Broker;
 use crate::telemetry::metrics::Metrics;
 use crate::upstream::health::LinkHealth;
-use crate::upstream::outlet::{FrameQueue, Outlet};
+use crate::upstream::outlet::{FrameQueue, Outlet, Wire};
 use crate::upstream::UpstreamShared;
 
 /// A Sideband link of an upstream whose requests may be at most 200
 /// bytes, writing to `tx`.
-fn sideband_link(tx: mpsc::Sender<super::Wire>) -> Arc<Link> {
+fn sideband_link(tx: mpsc::Sender<Wire>) -> Arc<Link> {
     let cfg = Config::from_toml(
         "[listeners.l]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/rpc\"\n\n\
          [upstreams.u]\ndialect = \"sideband\"\nurl = \"ws://127.0.0.1:9/\"\nmax_request_bytes = 200\n\n\
@@ -50,11 +50,15 @@ fn sideband_link(tx: mpsc::Sender<super::Wire>) -> Arc<Link> {
         tls: None,
     });
     let out = Outlet::Frames(FrameQueue::new(tx));
-    Link::with_sideband(out, shared, None, Some(Sbp::new(false)))
+    let codec = shared.codec();
+    Link::new(out, codec, shared, None)
 }
 
 fn cids(link: &Link) -> usize {
-    link.sideband().unwrap().lock().cids.len()
+    match link.codec() {
+        UpstreamCodec::Sideband(c) => c.pending_cids(),
+        UpstreamCodec::JsonRpc(_) | UpstreamCodec::Holon(_) => panic!("a Sideband link"),
+    }
 }
 
 fn params(text: &str) -> Payload {

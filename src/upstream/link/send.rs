@@ -1,24 +1,56 @@
 //! What a [`Link`] writes: calls registered in its correlator and their
-//! requests, batches and notifications queued for its writer task, in id
-//! order. (What it reads is in `inbound`, how a message is rendered for
-//! the upstream in `encode`.)
+//! requests, batches, notifications and answers, encoded by the link's
+//! codec and queued for its writer, in id order; refused locally when the
+//! upstream could not take them (too long, queue full, link gone).
+//!
+//! NDJSON and JSON-RPC requests are rendered from their borrowed parts
+//! (no message is built per request): on an NDJSON link straight into the
+//! write queue, else up to the id before the correlator's lock. Requests
+//! of the other dialects are encoded whole in a per-thread scratch buffer
+//! and copied into the link's frame buffer.
 
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 
-use crate::dialect::render::{finish_request_into, request_len};
-use crate::envelope::{Message, Method, Payload, WireId};
+use crate::dialect::render::{
+    finish_request, finish_request_into, render_request_head_into, render_request_into,
+    request_len, Style,
+};
+use crate::dialect::upstream::{not_json, Frame, Scratch};
+use crate::envelope::{Kind, Message, Method, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
-use crate::upstream::correlator::Correlator;
+use crate::telemetry::metrics::Direction;
 
-use super::encode::give_back_head;
-use super::link::{Link, Waiter};
-use super::outlet::{LineQueue, Refused, MOVE_BYTES};
+use super::super::correlator::Correlator;
+use super::super::outlet::{LineQueue, Refused, Wire, MOVE_BYTES};
+use super::{Link, Waiter};
 
 /// Room for a request's end after its head: the longest id, `}` and `\n`.
 const ID_ROOM: usize = 24;
 
 /// How many recent batches are remembered for batch-wide error replies.
 const BATCHES_REMEMBERED: usize = 64;
+
+thread_local! {
+    /// A request head's buffer between calls on this thread: taken by
+    /// [`Link::request_head`] and given back by [`give_back_head`] once the
+    /// head was copied (into a write queue), so that a head rendered
+    /// before the locks costs no allocation.
+    static HEAD: std::cell::Cell<String> = const { std::cell::Cell::new(String::new()) };
+}
+
+/// Largest head buffer a thread keeps between calls: a longer line is
+/// moved into the write queue whole (`outlet::MOVE_BYTES`), not copied.
+const HEAD_KEPT: usize = MOVE_BYTES;
+
+/// Gives back a head taken by [`Link::request_head`] after its text was
+/// copied, for the next request on this thread.
+fn give_back_head(mut head: String) {
+    if head.capacity() <= HEAD_KEPT {
+        head.clear();
+        HEAD.set(head);
+    }
+}
 
 /// The upstream does not read its requests as fast as they come.
 fn queue_full() -> GatewayError {
@@ -59,7 +91,7 @@ enum Text<'a> {
     /// then copied into the write queue with its id.
     Head(String),
     /// Encoded whole (holon, Sideband) in a scratch buffer and queued as a
-    /// frame (`queue_whole_frame`).
+    /// frame.
     Whole,
 }
 
@@ -69,7 +101,7 @@ impl Link {
     /// Why the write queue refused a message: the link is gone
     /// (`unavailable`, as for a call in flight when it drops), or the queue
     /// is full.
-    pub(super) fn queue_refusal(&self) -> GatewayError {
+    fn queue_refusal(&self) -> GatewayError {
         if self.out.is_closed() {
             connection_lost()
         } else {
@@ -90,7 +122,7 @@ impl Link {
     ) -> Result<u64, (GatewayError, Option<Waiter>)> {
         // Params checked and the text rendered up to its id (NDJSON and
         // JSON-RPC) before the lock: the id is taken under it.
-        let params = match self.params(params) {
+        let params = match self.codec.params(params) {
             Ok(p) => p,
             Err(e) => return Err((e, Some(waiter))),
         };
@@ -133,17 +165,17 @@ impl Link {
                 let mut table = held.unwrap_or_else(|| self.correlator.lock());
                 let waiter = table.cancel(gid);
                 drop(table);
-                self.forget_gid(gid);
+                self.codec.forget(gid);
                 return Err((e, waiter));
             }
         };
         drop(held);
         if let Some(len) = count_later {
-            self.count_request(len);
+            self.count_out([Kind::Request], len);
         }
         self.shared.entries_gauge().inc();
         // The flag is read after the lock that registered the call (see
-        // `direct::sweep`).
+        // `Link::sweep`).
         if direct && self.sweeper_idle.load(Ordering::SeqCst) {
             self.direct_added.notify_one();
         }
@@ -151,7 +183,7 @@ impl Link {
     }
 
     /// Renders request `gid` as `text` says and queues it for the writer.
-    /// Returns the length to count when the rendering did not count it.
+    /// Returns the length to count.
     fn queue_request(
         &self,
         text: Text<'_>,
@@ -159,27 +191,31 @@ impl Link {
         method: &str,
         params: Option<&Payload>,
     ) -> Result<Option<usize>, GatewayError> {
-        // `encode_request` counts what it encodes; a finished head or a
-        // line rendered in the queue is counted once the call is queued.
-        let (line, count_later) = match text {
+        let line = match text {
             Text::InQueue(lines) => {
                 let rendered = lines.push_with(request_len(method, params), |out| {
-                    self.render_request_into(gid, method, params, out)
+                    let start = out.len();
+                    render_request_into(gid, method, params, self.codec.style(), out)
+                        .map_err(|_| not_json())?;
+                    self.check_len(out.len() - start)
                 });
                 return rendered_in_queue(self, rendered);
             }
             Text::Head(head) => match self.out.lines() {
                 Some(lines) if head.len() + ID_ROOM <= MOVE_BYTES => {
                     let rendered = lines.push_with(head.len() + ID_ROOM, |out| {
-                        self.finish_request_into(&head, gid, out)
+                        let start = out.len();
+                        out.push_str(&head);
+                        finish_request_into(out, gid);
+                        self.check_len(out.len() - start)
                     });
                     give_back_head(head);
                     return rendered_in_queue(self, rendered);
                 }
                 Some(_) => {
-                    let line = self.finish_request(head, gid)?;
-                    let len = line.len();
-                    (line, Some(len))
+                    let line = finish_request(head, gid);
+                    self.check_len(line.len())?;
+                    Wire::Text(line)
                 }
                 // A WebSocket link: the frame is copied into the link's
                 // frame buffer (a small one) and the head's buffer kept.
@@ -200,14 +236,69 @@ impl Link {
                 }
             },
             Text::Whole => {
-                if let Some(queued) = self.queue_whole_frame(gid, method, params) {
-                    return queued;
+                let msg = Message::Request {
+                    id: self.codec.wire_id(gid),
+                    method: method.into(),
+                    params: params.cloned(),
+                };
+                if let Some(frames) = self.out.frames() {
+                    let queued = self.codec.encode_scratch(&msg, |frame| {
+                        let (len, sent) = match frame {
+                            Scratch::Text(text) => {
+                                self.check_len(text.len())?;
+                                (text.len(), frames.try_send_text(text))
+                            }
+                            Scratch::Binary(bytes) => {
+                                self.check_len(bytes.len())?;
+                                (bytes.len(), frames.try_send_binary(bytes))
+                            }
+                        };
+                        if sent {
+                            Ok(Some(len))
+                        } else {
+                            Err(self.queue_refusal())
+                        }
+                    });
+                    if let Some(queued) = queued {
+                        return queued;
+                    }
                 }
-                (self.encode_request(gid, method, params)?, None)
+                // Counted as it is encoded.
+                let wire = self.encode(&msg)?;
+                self.out.try_send(wire).map_err(|_| self.queue_refusal())?;
+                return Ok(None);
             }
         };
+        let len = line.len();
         self.out.try_send(line).map_err(|_| self.queue_refusal())?;
-        Ok(count_later)
+        Ok(Some(len))
+    }
+
+    /// For NDJSON and JSON-RPC upstreams, a request's text up to its id
+    /// (the id comes last): [`Link::send_request`] renders it before it
+    /// takes the correlator's lock, which then only adds the id. `None`
+    /// for the dialects whose requests are encoded whole. The head is this
+    /// thread's buffer when it has one: give it back ([`give_back_head`])
+    /// if it is copied rather than sent.
+    fn request_head(
+        &self,
+        method: &str,
+        params: Option<&Payload>,
+    ) -> Result<Option<String>, GatewayError> {
+        if !self.codec.renders_heads() {
+            return Ok(None);
+        }
+        // The same text as `encode` of that message: these dialects' wire
+        // id is the number itself.
+        let mut head = HEAD.take();
+        head.reserve(request_len(method, params));
+        match render_request_head_into(method, params, self.codec.style(), &mut head) {
+            Ok(()) => Ok(Some(head)),
+            Err(_) => {
+                give_back_head(head);
+                Err(not_json())
+            }
+        }
     }
 
     /// Registers the requests of a batch and queues it as one JSON array.
@@ -222,8 +313,8 @@ impl Link {
         let mut ids = Vec::with_capacity(calls.len());
         let mut msgs = Vec::with_capacity(calls.len());
         for ((method, params), waiter) in calls.iter().zip(waiters) {
-            let params = match self.params(*params) {
-                Ok(p) => p.map(std::borrow::Cow::into_owned),
+            let params = match self.codec.params(*params) {
+                Ok(p) => p.map(Cow::into_owned),
                 Err(e) => {
                     cancel_all(&mut table, &ids);
                     return Err(e);
@@ -237,6 +328,7 @@ impl Link {
                         return Err(GatewayError::new(ErrorKind::Unavailable));
                     };
                     ids.push(Some(gid));
+                    // A batch is JSON-RPC's: its items carry the number itself.
                     msgs.push(Message::Request {
                         id: WireId::number(gid),
                         method,
@@ -249,9 +341,13 @@ impl Link {
                 }
             }
         }
-        let sent = self
-            .encode_batch(&msgs)
-            .and_then(|text| self.out.try_send(text).map_err(|_| self.queue_refusal()));
+        let sent = self.codec.encode_batch(&msgs).and_then(|text| {
+            self.check_len(text.len())?;
+            self.count_out(msgs.iter().map(Message::kind), text.len());
+            self.out
+                .try_send(Wire::Text(text))
+                .map_err(|_| self.queue_refusal())
+        });
         if let Err(e) = sent {
             cancel_all(&mut table, &ids);
             return Err(e);
@@ -276,9 +372,66 @@ impl Link {
     ) -> Result<(), GatewayError> {
         let msg = Message::Notification {
             method: method.into(),
-            params: self.params(params)?.map(std::borrow::Cow::into_owned),
+            params: self.codec.params(params)?.map(Cow::into_owned),
         };
         let line = self.encode(&msg)?;
         self.out.try_send(line).map_err(|_| self.queue_refusal())
+    }
+
+    /// Encodes a message for this upstream, enforcing its size limit, and
+    /// counts it as written.
+    pub(super) fn encode(&self, msg: &Message) -> Result<Wire, GatewayError> {
+        let wire = match self.codec.encode(msg)? {
+            Frame::Text(text) => Wire::Text(text),
+            Frame::Binary(bytes) => Wire::Binary(bytes.into()),
+        };
+        self.check_len(wire.len())?;
+        self.count_out([msg.kind()], wire.len());
+        Ok(wire)
+    }
+
+    /// Counts what is about to be written to the upstream: messages of
+    /// `kinds` in one frame of `len` bytes.
+    fn count_out(&self, kinds: impl IntoIterator<Item = Kind>, len: usize) {
+        let m = &self.shared.metrics;
+        let d = self.shared.cfg.dialect;
+        for kind in kinds {
+            m.count_message(d, Side::Upstream, Direction::Out, kind);
+        }
+        m.count_frame(d, Side::Upstream, Direction::Out, len);
+    }
+
+    /// Refuses a text of `len` bytes the upstream would not accept (a
+    /// line's `\n` counts).
+    fn check_len(&self, len: usize) -> Result<(), GatewayError> {
+        let framed_len = len + usize::from(self.codec.style() == Style::Line);
+        if framed_len > self.shared.cfg.max_request_bytes {
+            return Err(GatewayError::with_detail(
+                ErrorKind::ResourceExhausted,
+                format!(
+                    "message of {framed_len} bytes exceeds the upstream limit of {} bytes",
+                    self.shared.cfg.max_request_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{give_back_head, HEAD, HEAD_KEPT};
+
+    /// The head buffer a thread keeps is at most `HEAD_KEPT` bytes, and it
+    /// comes back empty.
+    #[test]
+    fn a_thread_keeps_one_head_buffer_within_its_bound() {
+        let mut head = String::with_capacity(100);
+        head.push_str("{\"jsonrpc\":\"2.0\"");
+        give_back_head(head);
+        let kept = HEAD.take();
+        assert!(kept.is_empty() && kept.capacity() >= 100);
+        give_back_head(String::with_capacity(HEAD_KEPT + 1));
+        assert_eq!(HEAD.take().capacity(), 0, "a larger buffer is let go");
     }
 }
