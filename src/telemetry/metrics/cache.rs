@@ -14,7 +14,7 @@ use crate::dialect::Dialect;
 use crate::envelope::Kind;
 use crate::error::Side;
 
-const DIALECTS: usize = 4;
+const DIALECTS: usize = Dialect::ALL.len();
 const SIDES: usize = 3;
 const DIRECTIONS: usize = 2;
 const KINDS: usize = 4;
@@ -115,12 +115,9 @@ impl Traffic {
 }
 
 fn frame_slot(dialect: Dialect, side: Side, direction: Direction) -> usize {
-    let d = match dialect {
-        Dialect::JsonRpc => 0,
-        Dialect::Ndjson => 1,
-        Dialect::Holon => 2,
-        Dialect::Sideband => 3,
-    };
+    // The variant's position: `Dialect` is a field-less enum, and `ALL`
+    // lists every variant (the test below checks each has its own slot).
+    let d = dialect as usize;
     let s = match side {
         Side::Client => 0,
         Side::Upstream => 1,
