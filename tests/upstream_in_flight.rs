@@ -112,3 +112,36 @@ async fn every_settled_call_gives_its_room_back() {
         );
     }
 }
+
+/// A call settled in place whose client leaves is taken back from its
+/// link at once (the client's receipt): the daemon's reply that comes
+/// later is counted as stale, not handed to the client that left.
+#[tokio::test]
+async fn the_late_reply_to_a_call_whose_client_left_is_stale() {
+    let stack = Stack::start("", "", DaemonOptions::default()).await;
+    let mut ws = stack.client().await;
+    // Long enough for the client to be gone before the reply, short
+    // enough to wait for the reply.
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"sleep","params":{"ms":4000},"id":1}"#,
+    )
+    .await;
+    assert!(
+        eventually(WITHIN, || stack
+            .counter("switchyard_correlator_entries", &[])
+            == 1.0)
+        .await,
+        "the call was written"
+    );
+    drop(ws);
+    let stale = [("kind", "stale")];
+    assert!(
+        eventually(WITHIN, || stack
+            .counter("switchyard_unmatched_responses_total", &stale)
+            == 1.0)
+        .await,
+        "the late reply is stale"
+    );
+    stack.gateway.shutdown().await;
+}

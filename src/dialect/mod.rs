@@ -116,6 +116,7 @@ pub mod errors;
 pub mod holon;
 pub(crate) mod json_string;
 pub mod jsonrpc;
+pub(crate) mod link;
 pub mod render;
 pub mod sideband;
 pub(crate) mod upstream;

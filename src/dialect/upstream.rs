@@ -20,20 +20,24 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use bytestring::ByteString;
+use serde_json::value::RawValue;
 
 use super::holon::upstream::HolonUpstream;
 use super::jsonrpc::upstream::JsonRpcUpstream;
+use super::jsonrpc::{decode_upstream_in, ReplyError};
+use super::link::{
+    not_json, parse_gateway_id, Decoded, Event, Farewell, Fault, Frame, Framing, Handshake,
+    Liveness, NotificationRule, Options, Scratch,
+};
 use super::render::{render_batch, Style};
-use super::sideband::session::SbpDrop;
 use super::sideband::upstream::SidebandUpstream;
 use super::Dialect;
 use crate::close::CloseCode;
-use crate::envelope::{ErrorObject, Kind, Message, Method, Payload, WireId};
-use crate::error::{ErrorKind, GatewayError};
+use crate::envelope::{ErrorObject, Message, Payload, WireId};
+use crate::error::{ErrorKind, GatewayError, Side};
 
-/// Largest gateway id; past it the counter wraps to 1. Safe in a float64
-/// (2^53), so a JSON round trip through an upstream never changes it.
-pub const MAX_GATEWAY_ID: u64 = (1 << 53) - 1;
+/// How much of an unreadable reply is quoted in its call's error.
+const QUOTED_BYTES: usize = 512;
 
 /// The upstream half of a link's dialect, with the state the dialect
 /// keeps per link.
@@ -46,182 +50,6 @@ pub(crate) enum UpstreamCodec {
     Holon(HolonUpstream),
     /// Sideband: binary SBP frames over a session of its own.
     Sideband(Box<SidebandUpstream>),
-}
-
-/// What an upstream's configuration says about its wire.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Options {
-    /// Offer the `jsonrpc` subprotocol (JSON-RPC WebSocket upstreams).
-    pub(crate) offer_subprotocol: bool,
-    /// Send `{}` for absent params (most hld handlers fail without).
-    pub(crate) fill_empty_params: bool,
-}
-
-/// How a link's messages are framed on its transport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Framing {
-    /// One text per `\n`-ended line (NDJSON over a Unix socket).
-    Line,
-    /// WebSocket text frames.
-    Text,
-    /// WebSocket binary frames.
-    Binary,
-}
-
-/// How a WebSocket link learns that its upstream is alive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Liveness {
-    /// WebSocket pings; silence for a ping interval plus the pong timeout
-    /// closes the link.
-    Ping,
-    /// holon `rpc.heartbeat` requests; one unanswered for the heartbeat
-    /// timeout closes the link (4000).
-    Heartbeat,
-}
-
-/// What a client notification becomes on this upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NotificationRule {
-    /// Sent as a notification, params an array or an object (anything
-    /// else wrapped as `{"value": …}`).
-    Structured,
-    /// Sent as a notification, params as they are.
-    AsIs,
-    /// Sent as a request whose reply is dropped (no notifications on the
-    /// wire), params an object (anything else wrapped).
-    AsRequest,
-}
-
-/// One encoded message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Frame {
-    /// A text (an NDJSON line without `\n`, or a text frame).
-    Text(String),
-    /// A binary frame.
-    Binary(Vec<u8>),
-}
-
-/// A message encoded in a per-thread scratch buffer, handed over to be
-/// copied where it goes.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Scratch<'a> {
-    /// A text frame.
-    Text(&'a str),
-    /// A binary frame.
-    Binary(&'a [u8]),
-}
-
-/// What an inbound frame means for the link.
-#[derive(Debug)]
-pub(crate) enum Event {
-    /// A reply (response or error) naming one of our gateway ids (`None`:
-    /// an id that is none of ours).
-    Reply {
-        /// The gateway id it settles.
-        gid: Option<u64>,
-        /// The reply, still carrying its wire id.
-        reply: Message,
-    },
-    /// A reply without a usable id: an error applies to the oldest call
-    /// (ordered links) or batch; a response settles nothing.
-    NoId {
-        /// The reply.
-        reply: Message,
-        /// True inside a batch reply (a batch-wide error is a lone one).
-        in_batch: bool,
-    },
-    /// A request the upstream originates.
-    Request {
-        /// Its upstream id, for the answer.
-        id: WireId,
-        /// The method.
-        method: Method,
-        /// Its params.
-        params: Option<Payload>,
-    },
-    /// A notification the upstream originates.
-    Notification {
-        /// The method.
-        method: Method,
-        /// Its params.
-        params: Option<Payload>,
-    },
-    /// A message answered here and not passed on (an upstream's
-    /// `rpc.heartbeat` request): send this reply.
-    Answer(Message),
-    /// The reply to our heartbeat: the link is alive.
-    Alive(Kind),
-    /// A reply that fails its call with `error` (unreadable, or the
-    /// peer's error frame about it); `fault` is counted when set.
-    Failed {
-        /// The gateway id it settles.
-        gid: Option<u64>,
-        /// What the call gets.
-        error: GatewayError,
-        /// The protocol error to count, if it is one.
-        fault: Option<Fault>,
-    },
-    /// A frame that settles nothing: counted, and `reply` sent if set.
-    Fault {
-        /// What was wrong.
-        fault: Fault,
-        /// The answer to send back, if the dialect has one.
-        reply: Option<Vec<u8>>,
-    },
-    /// A session frame to send back at once.
-    Send(Vec<u8>),
-    /// A frame the session dropped (counted).
-    Dropped(SbpDrop),
-    /// The session ends: close the link with this goodbye.
-    Close(Farewell),
-}
-
-/// A protocol error in what an upstream sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fault {
-    /// Not a message of the dialect.
-    InvalidMessage,
-    /// A reply to one of our calls that cannot be read.
-    InvalidReply,
-    /// A Sideband envelope that cannot be read and settles nothing.
-    InvalidEnvelope,
-    /// A Sideband ErrorFrame about no request of ours.
-    PeerErrorFrame,
-}
-
-/// What a handshake frame from the upstream did.
-#[derive(Debug)]
-pub(crate) enum Handshake {
-    /// The session is ready: the link may carry messages.
-    Ready,
-    /// Not done yet: read on.
-    More,
-    /// Refused: send `farewell` and fail the dial.
-    Refused(Farewell),
-}
-
-/// What the writer sends last when a link closes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Farewell {
-    /// A last frame (Sideband: a Control Close, or an ErrorFrame), if any.
-    pub(crate) frame: Option<Vec<u8>>,
-    /// The WebSocket close code.
-    pub(crate) code: CloseCode,
-    /// The WebSocket close reason.
-    pub(crate) reason: Cow<'static, str>,
-}
-
-// === impl Farewell ===
-
-impl Farewell {
-    /// A close without a last frame.
-    pub(crate) fn plain(code: CloseCode, reason: impl Into<Cow<'static, str>>) -> Self {
-        Farewell {
-            frame: None,
-            code,
-            reason: reason.into(),
-        }
-    }
 }
 
 // === impl UpstreamCodec ===
@@ -485,17 +313,62 @@ impl UpstreamCodec {
     /// Decodes one inbound text (a message or a batch of replies) and
     /// hands what it means to `each`, in order, while `each` returns true.
     /// Returns false when `each` did (the link must close).
-    pub(crate) fn on_text(&self, text: &ByteString, each: impl FnMut(Event) -> bool) -> bool {
-        super::jsonrpc::upstream::on_text(self, text, each)
+    pub(crate) fn on_text(&self, text: &ByteString, mut each: impl FnMut(Event) -> bool) -> bool {
+        // JSON texts, whatever the dialect that sends them.
+        if text.trim_start().starts_with('[') {
+            let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(text) else {
+                return each(Event::Fault {
+                    fault: Fault::InvalidMessage,
+                    reply: None,
+                });
+            };
+            return items
+                .iter()
+                .all(|item| each(self.message(text, item.get(), true)));
+        }
+        each(self.message(text, text, false))
+    }
+
+    /// What one JSON message (`text`, within `source`) means.
+    fn message(&self, source: &ByteString, text: &str, in_batch: bool) -> Event {
+        match decode_upstream_in(source, text) {
+            Ok(msg) => self.event(msg, in_batch),
+            Err(ReplyError::InvalidReply { id, why }) => {
+                // The call gets `internal`, with the raw reply as detail.
+                let gid = id.as_json().and_then(|t| self.parse_id(t));
+                let detail = format!(
+                    "invalid reply from upstream ({why}): {}",
+                    truncate(text, QUOTED_BYTES)
+                );
+                Event::Failed {
+                    gid,
+                    error: GatewayError::with_detail(ErrorKind::Internal, detail)
+                        .on(Side::Upstream),
+                    fault: Some(Fault::InvalidReply),
+                }
+            }
+            Err(ReplyError::NotJson(_) | ReplyError::Invalid(_)) => Event::Fault {
+                fault: Fault::InvalidMessage,
+                reply: None,
+            },
+        }
     }
 
     /// Decodes one inbound binary frame (Sideband) and hands what it
     /// means to `each`. Returns false when the link must close.
-    pub(crate) fn on_binary(&self, bytes: &bytes::Bytes, each: impl FnMut(Event) -> bool) -> bool {
+    pub(crate) fn on_binary(
+        &self,
+        bytes: &bytes::Bytes,
+        mut each: impl FnMut(Event) -> bool,
+    ) -> bool {
         match self {
             // The driver refuses binary frames on text links first.
             UpstreamCodec::JsonRpc(_) | UpstreamCodec::Holon(_) => false,
-            UpstreamCodec::Sideband(c) => c.on_frame(self, bytes, each),
+            UpstreamCodec::Sideband(c) => match c.on_frame(bytes) {
+                Decoded::Nothing => true,
+                Decoded::Event(event) => each(event),
+                Decoded::Message(msg) => each(self.event(msg, false)),
+            },
         }
     }
 
@@ -553,17 +426,17 @@ impl UpstreamCodec {
     }
 }
 
-/// Reads a gateway id back from a reply's raw id token. Accepts the float
-/// spellings a float64 round trip produces (`3.0`, `3e0`).
-pub fn parse_gateway_id(token: &str) -> Option<u64> {
-    if let Ok(n) = token.parse::<u64>() {
-        return Some(n);
+/// At most `max` bytes of `text`, cut at a character boundary.
+fn truncate(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
     }
-    let f: f64 = token.parse().ok()?;
-    (f.fract() == 0.0 && f >= 1.0 && f <= MAX_GATEWAY_ID as f64).then_some(f as u64)
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
-/// Params that cannot be rendered as JSON.
-pub(crate) fn not_json() -> GatewayError {
-    GatewayError::with_detail(ErrorKind::InvalidParams, "params cannot be carried as JSON")
-}
+#[cfg(test)]
+mod tests;

@@ -8,33 +8,31 @@
 //! upstream's id; notifications arrive as notifications (JSON dialects) or
 //! as `s<N>` requests whose replies switchyard consumes (holon-rpc). If the
 //! upstream link drops, [`ClientLinks::lost`] fires and the transport closes
-//! the client (WebSocket 1001).
+//! the client (WebSocket 1001). The links themselves are the upstream's
+//! ([`Dedicated`]): the client only keeps them.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{ErrorKind, GatewayError};
 use crate::persist::hub::Attachment;
 use crate::pubsub::Registration;
-use crate::upstream::{Client, Dedicated, LinkFuture, OwnerRef, Upstream};
+use crate::upstream::{Client, Dedicated, OwnerRef};
 
 use super::Pusher;
 
 /// Dedicated upstream links of one client connection.
 #[derive(Debug)]
 pub struct ClientLinks {
-    links: tokio::sync::Mutex<HashMap<String, Dedicated>>,
+    /// The client's own upstream links (per-client mode).
+    links: Dedicated,
     pusher: Pusher,
     /// The client's address (none for a Unix socket client): its
     /// subscriptions count against the per-address bound, and log lines
     /// name it.
     peer: Option<IpAddr>,
-    /// Cancelled when a dedicated link drops: the client must be closed.
-    lost: CancellationToken,
     /// Cancelled when the client is gone: links and push tasks stop.
     gone: CancellationToken,
     /// The client's pub/sub subscriptions, registered on first use and
@@ -52,10 +50,9 @@ impl ClientLinks {
     /// through `pusher`.
     pub fn new(pusher: Pusher, peer: Option<IpAddr>) -> Self {
         ClientLinks {
-            links: tokio::sync::Mutex::new(HashMap::new()),
+            links: Dedicated::default(),
             pusher,
             peer,
-            lost: CancellationToken::new(),
             gone: CancellationToken::new(),
             subscriptions: Mutex::new(None),
             persistent: Mutex::new(None),
@@ -82,7 +79,7 @@ impl ClientLinks {
 
     /// Fires when a dedicated upstream link of this client dropped.
     pub fn lost(&self) -> &CancellationToken {
-        &self.lost
+        self.links.lost()
     }
 
     /// The client's address (none for a Unix socket client).
@@ -95,40 +92,13 @@ impl ClientLinks {
         &self.pusher
     }
 
-    /// The client's dedicated link to `upstream`, opened on first use.
-    async fn dedicated(&self, upstream: &Upstream) -> Result<Dedicated, GatewayError> {
-        let mut links = self.links.lock().await;
-        if let Some(link) = links.get(upstream.name()) {
-            if link.is_lost() {
-                return Err(GatewayError::with_detail(
-                    ErrorKind::Unavailable,
-                    "upstream connection lost",
-                ));
-            }
-            return Ok(link.clone());
-        }
-        let owner: OwnerRef = Arc::new(self.pusher.clone());
-        let link = upstream.connect_dedicated(owner, self.gone.clone()).await?;
-        let (closed, lost, gone) = (link.lost(), self.lost.clone(), self.gone.clone());
-        tokio::spawn(async move {
-            tokio::select! {
-                () = closed.cancelled() => lost.cancel(),
-                () = gone.cancelled() => {}
-            }
-        });
-        links.insert(upstream.name().to_owned(), link.clone());
-        Ok(link)
-    }
-
     /// The client is gone: close its dedicated links.
     pub async fn close(&self) {
         self.gone.cancel();
         // Its subscriptions go with it; persistent ones detach.
         drop(self.subscriptions.lock().take());
         drop(self.persistent.lock().take());
-        for link in self.links.lock().await.values() {
-            link.close();
-        }
+        self.links.close().await;
     }
 }
 
@@ -141,8 +111,7 @@ impl Client for ClientLinks {
         self.gone.clone()
     }
 
-    /// The client's dedicated link to `upstream`, opened on first use.
-    fn link<'a>(&'a self, upstream: &'a Upstream) -> LinkFuture<'a> {
-        Box::pin(self.dedicated(upstream))
+    fn dedicated(&self) -> &Dedicated {
+        &self.links
     }
 }

@@ -5,7 +5,7 @@
 //! at once when there is room, else parked in the upstream's queue until
 //! there is. Its reply is rendered into the client's outbox by whoever
 //! settles it (the upstream link's reader, its deadline sweeper, its
-//! failure, or the queue's timer): see `upstream::direct`. Everything else
+//! failure, or the queue's timer): see `upstream::admission`. Everything else
 //! (per-client and streaming upstreams, notifications, batches, the
 //! methods switchyard serves itself) takes the task path.
 //!

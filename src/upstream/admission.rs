@@ -3,82 +3,98 @@
 //! (`max_in_flight_per_connection`), and, when there is no room, a wait
 //! in the upstream's one bounded queue (`max_queued`, `queue_timeout_ms`).
 //!
-//! Calls settled in place wait as entries of that queue ([`parking`]),
-//! with no task, channel or timer of their own. The task path (batches,
-//! notifications sent as requests, per-client links) waits on the pending
-//! semaphore itself; it counts against the same `max_queued`. Whoever
-//! frees a slot ([`Held`] dropped) places the next parked calls.
-//!
-//! [`parking`]: super::parking
+//! Calls settled in place are written at once when there is room, else
+//! wait as entries of that queue ([`Queue`]), with no task, channel or
+//! timer of their own (`parking`: the in-place path). The task path
+//! (batches, notifications sent as requests, per-client links) waits on
+//! the pending semaphore itself; it counts against the same `max_queued`.
+//! Whoever frees a slot ([`Held`] dropped) places the next parked calls.
 
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
-use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, Notify, Semaphore};
+use tokio::time::Instant;
 
 use super::link::Link;
-use super::parking::Queue;
-use super::UpstreamShared;
+use super::shared::UpstreamShared;
+use super::slots::{Held, Room};
+use super::waiter::Submission;
 use crate::error::{ErrorKind, GatewayError, Side};
+use crate::telemetry::metrics::sharded::{Gauge, Histogram};
+
+use lot::Lot;
+
+mod lot;
+mod parking;
 
 /// The room of one upstream: its pending cap, its links, and the calls
 /// waiting for room.
 #[derive(Debug)]
 pub(crate) struct Admission {
-    pub(super) shared: Arc<UpstreamShared>,
+    /// Itself, for the slots it hands out (they place parked calls when
+    /// dropped).
+    me: Weak<Admission>,
+    shared: Arc<UpstreamShared>,
     /// One entry per pool slot: the live link, if any.
-    pub(super) links: Vec<watch::Receiver<Option<Arc<Link>>>>,
+    links: Vec<watch::Receiver<Option<Arc<Link>>>>,
     /// Bumped whenever any slot changes, so callers can wait for a link.
-    pub(super) changed: watch::Receiver<u64>,
+    changed: watch::Receiver<u64>,
     /// Upstream-wide cap on calls in flight (`max_pending`).
-    pub(super) pending: Arc<Semaphore>,
+    pending: Arc<Semaphore>,
     /// Calls waiting for room, parked or in a task (bounded by
     /// `max_queued`).
-    pub(super) queued: AtomicUsize,
+    queued: AtomicUsize,
     /// The parked calls, in arrival order (see `parking`).
-    pub(super) parked: Mutex<Queue>,
+    parked: Mutex<Queue>,
     /// How many calls are parked (read without the lock on every call).
-    pub(super) parked_len: AtomicUsize,
+    parked_len: AtomicUsize,
     /// Set while one thread places parked calls (one at a time keeps them
     /// in arrival order).
-    pub(super) pumping: AtomicBool,
+    pumping: AtomicBool,
     /// Set by whoever freed room while another thread was placing.
-    pub(super) again: AtomicBool,
+    again: AtomicBool,
     /// Wakes the queue's timer: an earlier expiry, or a first call.
-    pub(super) wake: Notify,
+    wake: Notify,
 }
 
-/// Slots a call holds (pending, link in-flight). Dropping them places
-/// the next parked calls, if any, in the room they leave.
+/// The parked calls of one upstream, and whether it can take them.
 #[derive(Debug)]
-pub(crate) struct Held {
-    pending: Option<OwnedSemaphorePermit>,
-    depth: Option<OwnedSemaphorePermit>,
-    admission: Arc<Admission>,
+struct Queue {
+    /// The calls, in arrival and in expiry order.
+    lot: Lot<Submission>,
+    /// Since when no link has been up (`None` while one is).
+    down_since: Option<Instant>,
+    /// Set when the timer stopped (the upstream is closed): nothing parks.
+    closed: bool,
 }
 
-/// What a call written to a link holds until it settles (in place or in a
-/// task): its admission slots, and its place in the upstream's
-/// `upstream_in_flight` gauge; a reply also records
-/// `upstream_request_duration`.
-///
-/// The metrics are reached through the admission the slots already hold,
-/// rather than through handles of their own: cloning those handles would
-/// write two reference counts that every worker thread shares, per call.
-#[derive(Debug)]
-pub(crate) struct Slots {
-    /// When the call was written (for `upstream_request_duration`).
-    started: std::time::Instant,
-    /// Still counted in `upstream_in_flight`.
-    counted: bool,
-    /// Its pending and link slots; the room goes to the next parked call.
-    held: Held,
+// === impl Queue ===
+
+impl Queue {
+    /// An empty queue of an upstream with no link up yet.
+    fn new() -> Self {
+        Queue {
+            lot: Lot::new(),
+            down_since: Some(Instant::now()),
+            closed: false,
+        }
+    }
+
+    /// When the front call gives up for want of a link: no link has been
+    /// up for `patience` since it came (or since the links went down, if
+    /// later).
+    fn front_unconnected(&mut self, patience: std::time::Duration) -> Option<Instant> {
+        let since = self.down_since?;
+        let enqueued = self.lot.front_enqueued()?;
+        Some(enqueued.max(since) + patience)
+    }
 }
 
 /// Why a call found no room.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum NoRoom {
+enum NoRoom {
     /// `max_pending` calls are in flight, or every link is at its cap.
     Full,
     /// No live link.
@@ -89,13 +105,14 @@ pub(super) enum NoRoom {
 
 impl Admission {
     /// The room of an upstream whose pool slots are `links`.
-    pub(super) fn new(
+    pub(crate) fn new(
         shared: Arc<UpstreamShared>,
         links: Vec<watch::Receiver<Option<Arc<Link>>>>,
         changed: watch::Receiver<u64>,
     ) -> Arc<Self> {
         let pending = Arc::new(Semaphore::new(shared.cfg.max_pending.get()));
-        Arc::new(Admission {
+        Arc::new_cyclic(|me| Admission {
+            me: me.clone(),
             shared,
             links,
             changed,
@@ -110,7 +127,7 @@ impl Admission {
     }
 
     /// The least-loaded live link, if any.
-    pub(super) fn best_link(&self) -> Option<Arc<Link>> {
+    fn best_link(&self) -> Option<Arc<Link>> {
         self.links
             .iter()
             .filter_map(|s| s.borrow().as_ref().filter(|l| l.usable()).cloned())
@@ -118,7 +135,7 @@ impl Admission {
     }
 
     /// Live links right now.
-    pub(super) fn connected(&self) -> usize {
+    pub(crate) fn connected(&self) -> usize {
         self.links
             .iter()
             .filter(|s| s.borrow().as_ref().is_some_and(|l| l.usable()))
@@ -127,7 +144,7 @@ impl Admission {
 
     /// Takes a pending slot and the least-loaded live link's in-flight
     /// slot, if both are free right now.
-    pub(super) fn try_room(self: &Arc<Self>) -> Result<(Arc<Link>, Held), NoRoom> {
+    fn try_room(self: &Arc<Self>) -> Result<(Arc<Link>, Held), NoRoom> {
         // A slot taken here and given back at once needs no wake-up: the
         // caller parks its call and places parked calls next (or is the
         // one placing them).
@@ -140,22 +157,14 @@ impl Admission {
             .clone()
             .try_acquire_owned()
             .map_err(|_| NoRoom::Full)?;
-        let held = Held {
-            pending: Some(pending),
-            depth: Some(depth),
-            admission: self.clone(),
-        };
+        let held = Held::new(Some(pending), Some(depth), self.clone());
         Ok((link, held))
     }
 
     /// Takes `n` slots under the pending cap, waiting (a task) in the
     /// bounded queue when the cap is reached.
-    pub(super) async fn admit_many(self: &Arc<Self>, n: u32) -> Result<Held, GatewayError> {
-        let held = |permit| Held {
-            pending: Some(permit),
-            depth: None,
-            admission: self.clone(),
-        };
+    pub(crate) async fn admit_many(self: &Arc<Self>, n: u32) -> Result<Held, GatewayError> {
+        let held = |permit| Held::new(Some(permit), None, self.clone());
         // Parked calls came first: only join them when none waits.
         if self.parked_len.load(Ordering::Acquire) == 0 {
             if let Ok(permit) = self.pending.clone().try_acquire_many_owned(n) {
@@ -177,7 +186,7 @@ impl Admission {
     }
 
     /// Counts one more waiting call; false when `max_queued` wait already.
-    pub(super) fn enqueue(&self) -> bool {
+    fn enqueue(&self) -> bool {
         if self.queued.fetch_add(1, Ordering::AcqRel) >= self.shared.cfg.max_queued {
             self.queued.fetch_sub(1, Ordering::AcqRel);
             return false;
@@ -186,7 +195,7 @@ impl Admission {
     }
 
     /// The least-loaded live link, waiting up to the connect timeout for one.
-    pub(super) async fn pick_link(&self) -> Result<Arc<Link>, GatewayError> {
+    pub(crate) async fn pick_link(&self) -> Result<Arc<Link>, GatewayError> {
         let deadline = tokio::time::Instant::now() + self.shared.cfg.connect_timeout;
         let mut changed = self.changed.clone();
         loop {
@@ -201,7 +210,7 @@ impl Admission {
     }
 
     /// `n` in-flight slots on `link` (a task waits for them).
-    pub(super) async fn link_slots(
+    pub(crate) async fn link_slots(
         self: &Arc<Self>,
         link: &Link,
         n: u32,
@@ -212,79 +221,31 @@ impl Admission {
             .acquire_many_owned(n)
             .await
             .map_err(|_| GatewayError::new(ErrorKind::Unavailable))?;
-        Ok(Held {
-            pending: None,
-            depth: Some(depth),
-            admission: self.clone(),
-        })
+        Ok(Held::new(None, Some(depth), self.clone()))
     }
+}
 
-    /// Room was freed: places parked calls, unless none waits.
-    fn freed(self: &Arc<Self>) {
+impl Room for Admission {
+    /// Places parked calls in the room freed, unless none waits.
+    fn freed(&self) {
         // Pairs with the fence in `park`: either this thread sees the
         // parked call, or the parking thread sees the room freed here.
         fence(Ordering::SeqCst);
         if self.parked_len.load(Ordering::Relaxed) > 0 {
-            self.pump();
-        }
-    }
-}
-
-// === impl Held ===
-
-impl Held {
-    /// The upstream the slots belong to.
-    fn upstream(&self) -> &UpstreamShared {
-        &self.admission.shared
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        drop(self.pending.take());
-        drop(self.depth.take());
-        self.admission.freed();
-    }
-}
-
-// === impl Slots ===
-
-impl Slots {
-    /// Marks a call in flight on the upstream of `held`, from now.
-    pub(super) fn start(held: Held) -> Self {
-        held.upstream().calls.0.inc();
-        Slots {
-            started: std::time::Instant::now(),
-            counted: true,
-            held,
+            // Gone only while the admission itself is dropped.
+            if let Some(me) = self.me.upgrade() {
+                me.pump();
+            }
         }
     }
 
-    /// The call settled: no longer in flight. With `record_duration` (an
-    /// outcome of a written request that is not a timeout) it also records
-    /// the upstream-only duration.
-    pub(super) fn settled(&mut self, record_duration: bool) {
-        let calls = &self.held.upstream().calls;
-        if record_duration {
-            calls.1.observe_duration(self.started.elapsed());
-        }
-        if std::mem::take(&mut self.counted) {
-            calls.0.dec();
-        }
-    }
-}
-
-impl Drop for Slots {
-    fn drop(&mut self) {
-        // Abandoned unsettled (the client left, the link closed).
-        if self.counted {
-            self.held.upstream().calls.0.dec();
-        }
+    fn calls(&self) -> &(Gauge, Histogram) {
+        &self.shared.calls
     }
 }
 
 /// The queue is full: refused at once.
-pub(super) fn queue_full() -> GatewayError {
+fn queue_full() -> GatewayError {
     // The upstream's capacity ran out, not the client's.
     GatewayError::with_detail(
         ErrorKind::ResourceExhausted,
@@ -294,7 +255,7 @@ pub(super) fn queue_full() -> GatewayError {
 }
 
 /// A call waited `patience` for room in vain.
-pub(super) fn queue_timeout(patience: std::time::Duration) -> GatewayError {
+fn queue_timeout(patience: std::time::Duration) -> GatewayError {
     GatewayError::with_detail(
         ErrorKind::ResourceExhausted,
         format!(
@@ -306,7 +267,7 @@ pub(super) fn queue_timeout(patience: std::time::Duration) -> GatewayError {
 }
 
 /// No live link within the connect timeout.
-pub(super) fn not_connected(name: &str) -> GatewayError {
+fn not_connected(name: &str) -> GatewayError {
     GatewayError::with_detail(
         ErrorKind::Unavailable,
         format!("upstream {name} is not connected"),

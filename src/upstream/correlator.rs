@@ -16,7 +16,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 /// Largest gateway id issued (ids stay below 2^53), and how a reply's id
 /// token is read back: the dialect's rule (ids are written by the codec).
-pub use crate::dialect::upstream::{parse_gateway_id, MAX_GATEWAY_ID};
+pub use crate::dialect::link::{parse_gateway_id, MAX_GATEWAY_ID};
 
 /// How many settled and abandoned ids are remembered for classification.
 const REMEMBERED_IDS: usize = 1024;

@@ -25,7 +25,7 @@ use super::error::LinkError;
 use super::link::Link;
 use super::outlet::{Segments, Wire};
 use crate::close::CloseCode;
-use crate::dialect::upstream::{Farewell, Framing, Liveness};
+use crate::dialect::link::{Farewell, Framing, Liveness};
 use crate::telemetry::metrics::ProtocolError;
 
 /// One thing read from an upstream, whatever the transport.
@@ -80,8 +80,7 @@ pub(super) enum Source {
     Lines(Arc<super::outlet::LineQueue>),
 }
 
-/// Starts the reader and writer of a new link (tracked writers, so that
-/// shutdown waits for every goodbye).
+/// Starts the reader and writer of a new link.
 pub(super) fn spawn<S, K>(
     link: &Arc<Link>,
     incoming: S,
@@ -92,7 +91,13 @@ pub(super) fn spawn<S, K>(
     S: Stream<Item = Incoming> + Send + Unpin + 'static,
     K: FrameSink + 'static,
 {
-    link.shared.writers.spawn(write(link.clone(), sink, source));
+    let writer = write(link.clone(), sink, source);
+    match link.codec().framing() {
+        // Tracked, so that shutdown waits for every WebSocket goodbye.
+        Framing::Text | Framing::Binary => drop(link.shared.writers.spawn(writer)),
+        // An NDJSON link says no goodbye.
+        Framing::Line => drop(tokio::spawn(writer)),
+    }
     tokio::spawn(read(link.clone(), incoming, shutdown));
 }
 
@@ -120,7 +125,10 @@ where
             tracing::debug!(upstream = %link.shared.cfg.name, "upstream closed the connection");
             break;
         };
-        link.heard();
+        if framing != Framing::Line {
+            // Only WebSocket links watch for silence (pings).
+            link.heard();
+        }
         let more = match next {
             Incoming::Text(text) => match framing {
                 Framing::Line | Framing::Text => link.on_text(&text),

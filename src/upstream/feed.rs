@@ -21,8 +21,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::pool::Backoff;
+use super::shared::UpstreamShared;
 use super::stream::{self, Events, StreamRelay};
-use super::UpstreamShared;
 use crate::config::Feed;
 use crate::envelope::{raw_from_string, Payload};
 

@@ -26,9 +26,10 @@ use super::correlator::{Correlator, Resolution};
 use super::error::LinkError;
 use super::outlet::{Outlet, Wire};
 use super::owner::OwnerRef;
-use super::waiter::{ReplyResult, Waiter};
-use super::UpstreamShared;
-use crate::dialect::upstream::{Event, Farewell, Fault, UpstreamCodec};
+use super::shared::UpstreamShared;
+use super::waiter::{ReplyResult, TakeBack, Waiter};
+use crate::dialect::link::{Event, Farewell, Fault};
+use crate::dialect::upstream::UpstreamCodec;
 use crate::envelope::{ErrorObject, Message, Method, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::persist::recorder::Backlog;
@@ -562,6 +563,13 @@ impl Link {
         if self.out.try_send(wire).is_err() {
             self.shared.count_dropped(DropReason::UpstreamQueueFull);
         }
+    }
+}
+
+impl TakeBack for Link {
+    fn take_back(&self, gid: u64) {
+        // Nobody waits for it any more: its waiter is dropped.
+        drop(self.abandon(gid, false));
     }
 }
 

@@ -1,21 +1,26 @@
 //! Upstreams: the services switchyard connects to.
 //!
-//! An [`Upstream`] is a pool of persistent, pipelined connections
-//! ([`link::Link`]) kept up by one supervisor task per slot, reconnecting
-//! with exponential backoff and jitter. Calls are admitted against the
-//! upstream-wide pending cap (with a bounded wait queue), placed on the
-//! least-loaded live connection, and settled by id. The transport-specific
-//! parts (dialing, framing) live in [`ndjson`] and `ws` (TLS for
-//! `wss://` in [`tls`]).
+//! An [`Upstream`] is a pool of persistent, pipelined connections (`link`)
+//! kept up by one supervisor task per slot (`pool`), reconnecting with
+//! exponential backoff and jitter. Each connection is run by the one link
+//! driver (`driver`: a reader and a writer loop) over its transport
+//! (`ndjson`, `ws`; TLS for `wss://` in [`tls`]), and speaks its
+//! upstream's dialect through the dialect's codec
+//! ([`crate::dialect::upstream::UpstreamCodec`]). Calls are admitted
+//! against the upstream-wide pending cap (`admission`, with a bounded
+//! wait queue), placed on the least-loaded live connection, and settled
+//! by gateway id.
 //!
-//! The router reaches an upstream through `mode`, the one place that
-//! chooses the pool, the client's own link or a link per stream:
-//! `Upstream::submit`, `Upstream::request` and `Upstream::notify`.
-//! Requests to a pooled upstream are settled in place (`direct`): written
-//! at once when there is room, else parked in the upstream's queue
-//! (`parking`) and written by whoever frees room, with no task per
-//! request. The task path (`calls`: a future per call) remains for
-//! per-client and streaming upstreams, notifications and batches.
+//! The router reaches an upstream through the doors of this file, the one
+//! place that chooses the pool, the client's own link (`dedicated`) or a
+//! link per stream (`stream`): [`Upstream::submit`] from the client's
+//! reader, [`Upstream::request`] from a task, [`Upstream::notify`].
+//! Requests to a pooled upstream are settled in place: written at once
+//! when there is room, else parked in the upstream's queue and written by
+//! whoever frees room, with no task per request; the client is told where
+//! each went by a [`Receipt`]. The task path (`calls`: a future per call)
+//! remains for per-client and streaming upstreams, notifications and
+//! batches. The router never holds a link.
 
 use std::sync::Arc;
 
@@ -23,41 +28,41 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use tokio::time::Instant;
+
 use crate::config::{UpstreamConfig, UpstreamMode};
-use crate::error::{ErrorKind, GatewayError};
+use crate::envelope::{Payload, WireId};
+use crate::error::GatewayError;
 use crate::telemetry::metrics::Metrics;
 
 pub use self::health::HealthSnapshot;
 
 mod admission;
-mod batch;
 mod calls;
 pub mod correlator;
-mod direct;
+mod dedicated;
 mod driver;
 mod error;
 mod feed;
 mod health;
 mod link;
-mod mode;
 mod ndjson;
 mod outlet;
 mod owner;
-mod parking;
 mod pool;
 mod redact;
 mod shared;
+mod slots;
 mod stream;
 pub mod tls;
 mod waiter;
 mod ws;
 
 use admission::Admission;
-pub(crate) use direct::Submission;
-use link::Link;
-pub(crate) use owner::{Client, Dedicated, LinkFuture, Owner, OwnerRef, PendingPush};
-pub(crate) use shared::{hard_cap, UpstreamShared};
-pub(crate) use waiter::{Caller, Receipt, ReplyResult, Settle};
+pub(crate) use dedicated::{Client, Dedicated};
+pub(crate) use owner::{Owner, OwnerRef, PendingPush};
+use shared::UpstreamShared;
+pub(crate) use waiter::{Caller, Receipt, ReplyResult, Settle, Submission};
 
 /// A named upstream and its connection pool.
 #[derive(Debug)]
@@ -78,6 +83,17 @@ pub struct Events {
     pub broker: Arc<crate::pubsub::Broker>,
     /// Events of persistent topics are also queued here for the store.
     pub recorder: Option<crate::persist::recorder::Recorder>,
+}
+
+/// How one call travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// On the shared pool.
+    Pooled,
+    /// On the client's own link.
+    PerClient,
+    /// On a link opened for this call (a streaming method).
+    PerStream,
 }
 
 // === impl Upstream ===
@@ -136,7 +152,7 @@ impl Upstream {
         let admission = Admission::new(shared.clone(), slots, changed);
         if pooled > 0 {
             // The timer of the calls parked for room (one per upstream).
-            tokio::spawn(parking::run(admission.clone(), shutdown));
+            tokio::spawn(admission.clone().run_queue(shutdown));
         }
         Arc::new(Upstream {
             shared,
@@ -209,36 +225,98 @@ impl Upstream {
         )
     }
 
-    /// Opens a connection owned by one client (per-client mode): what the
-    /// upstream originates on it goes to `owner`.
-    pub(crate) async fn connect_dedicated(
+    /// How calls of `method` travel: the only place the upstream's mode
+    /// and its streaming methods are looked at.
+    fn mode(&self, method: &str) -> Mode {
+        if self.is_streaming(method) {
+            // On a pooled connection it would take the connection over.
+            return Mode::PerStream;
+        }
+        self.links_mode()
+    }
+
+    /// Where the upstream's calls go when they open no stream (and its
+    /// notifications, always).
+    fn links_mode(&self) -> Mode {
+        match self.shared.cfg.mode {
+            UpstreamMode::Shared => Mode::Pooled,
+            UpstreamMode::PerClient => Mode::PerClient,
+        }
+    }
+
+    /// True when calls of `method` are settled in place (pooled calls).
+    pub(crate) fn settles_in_place(&self, method: &str) -> bool {
+        self.mode(method) == Mode::Pooled
+    }
+
+    /// True when requests of `method` may go in a client batch sent as
+    /// one (pooled calls to an upstream that accepts batches).
+    pub(crate) fn takes_batches_of(&self, method: &str) -> bool {
+        self.shared.cfg.accepts_batches && self.mode(method) == Mode::Pooled
+    }
+
+    /// Settles `call` in place: written now if there is room, else parked
+    /// until there is (see `admission`). Given back when it
+    /// must take the task path ([`request`](Self::request)) instead.
+    pub(crate) fn submit(&self, call: Submission) -> Result<(), Submission> {
+        if !self.settles_in_place(&call.method) {
+            return Err(call);
+        }
+        self.admission.submit(call);
+        Ok(())
+    }
+
+    /// Takes out the calls `caller` has parked here (its shutdown grace
+    /// period is over: it answers them itself).
+    pub(crate) fn withdraw(&self, caller: &Arc<dyn Caller>) -> Vec<Settle> {
+        self.admission.withdraw(caller)
+    }
+
+    /// Calls `method` for `client` and awaits the reply (still carrying
+    /// the gateway id), or `timeout` at `deadline`. Cancel-safe: dropping
+    /// the future abandons the call. `id` is the client's id of the call
+    /// (a stream's events name it).
+    pub(crate) async fn request(
         &self,
-        owner: owner::OwnerRef,
-        shutdown: CancellationToken,
-    ) -> Result<Dedicated, GatewayError> {
-        // Boxed: dialing (a WebSocket handshake) is a large future, and
-        // inline it would make every request's and notification's future
-        // as large (each waiting request is a task of that size).
-        let connected = tokio::time::timeout(
-            self.shared.cfg.connect_timeout,
-            Box::pin(pool::dial(&self.shared, Some(owner), shutdown)),
-        )
-        .await;
-        match connected {
-            Ok(Ok(link)) => Ok(Dedicated { link }),
-            Ok(Err(e)) => Err(GatewayError::with_detail(
-                ErrorKind::Unavailable,
-                format!("upstream {} is not reachable: {e}", self.shared.cfg.name),
-            )),
-            Err(_) => Err(GatewayError::with_detail(
-                ErrorKind::Unavailable,
-                format!(
-                    "upstream {} did not accept a connection in time",
-                    self.shared.cfg.name
-                ),
-            )),
+        id: &WireId,
+        method: &str,
+        params: Option<&Payload>,
+        deadline: Instant,
+        client: &dyn Client,
+    ) -> ReplyResult {
+        match self.mode(method) {
+            Mode::Pooled => self.call_until(method, params, deadline).await,
+            Mode::PerClient => {
+                let link = client.dedicated().link(&self.shared, client).await?;
+                self.call_dedicated(link, method, params, deadline).await
+            }
+            Mode::PerStream => {
+                let shared = self.shared.clone();
+                let (owner, gone) = (client.owner(), client.gone());
+                // Boxed: inline, opening a stream (a dial and a handshake)
+                // would make every request's future as large, and a task
+                // waits on one per request while an upstream restarts.
+                Box::pin(stream::open(shared, method, params, id, owner, gone)).await
+            }
+        }
+    }
+
+    /// Forwards a client notification according to the upstream's policy,
+    /// on the pool or on the client's own link.
+    pub(crate) async fn notify(
+        &self,
+        method: &str,
+        params: Option<&Payload>,
+        deadline: Instant,
+        client: &dyn Client,
+    ) -> Result<(), GatewayError> {
+        // A notification opens no stream.
+        match self.links_mode() {
+            Mode::Pooled | Mode::PerStream => self.notify_pooled(method, params).await,
+            Mode::PerClient => {
+                let link = client.dedicated().link(&self.shared, client).await?;
+                self.notify_dedicated(link, method, params, deadline).await
+            }
         }
     }
 }
-
-// === impl AbandonGuard ===

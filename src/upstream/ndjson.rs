@@ -29,8 +29,8 @@ use super::error::LinkError;
 use super::link::Link;
 use super::outlet::{self, LineQueue, Outlet, Segments};
 use super::owner::OwnerRef;
-use super::UpstreamShared;
-use crate::dialect::upstream::Farewell;
+use super::shared::{hard_cap, UpstreamShared};
+use crate::dialect::link::Farewell;
 use crate::lines::Lines;
 
 /// Connects and starts the link's driver.
@@ -47,7 +47,7 @@ pub(super) async fn connect(
     let queue = LineQueue::new(outlet::capacity(shared.cfg.max_in_flight_per_connection));
     // Lines up to twice the limit are read whole so that an oversize reply
     // fails only its own call; longer ones close the connection.
-    let limit = super::hard_cap(shared.cfg.max_response_bytes);
+    let limit = hard_cap(shared.cfg.max_response_bytes);
     // A long reply's buffer is not kept for the link's life: `crate::lines`.
     let lines = FramedRead::new(read, Lines::new(limit))
         .filter_map(move |line| std::future::ready(incoming(line, limit)));

@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 use super::error::LinkError;
 use super::link::Link;
 use super::owner::OwnerRef;
-use super::{ndjson, ws, UpstreamShared};
+use super::shared::UpstreamShared;
+use super::{ndjson, ws};
 use crate::config::UpstreamTarget;
 
 /// How long a retired connection may wait for its late replies.

@@ -9,7 +9,8 @@ use tokio_util::task::TaskTracker;
 
 use super::tls::TlsSetupError;
 use crate::config::UpstreamConfig;
-use crate::dialect::upstream::{Options, UpstreamCodec};
+use crate::dialect::link::Options;
+use crate::dialect::upstream::UpstreamCodec;
 use crate::envelope::{raw_from_string, Payload};
 use crate::error::Side;
 use crate::persist::recorder::{Backlog, Recorder};
@@ -17,34 +18,38 @@ use crate::pubsub::Broker;
 use crate::telemetry::metrics::sharded::{Gauge, Histogram};
 use crate::telemetry::metrics::{DropReason, Metrics, ProtocolError, Quirk, Unmatched};
 
-/// Settings and metrics shared by an upstream's links.
+/// Settings and metrics shared by an upstream's links. Its fields are
+/// visible to the whole `upstream` module: every part of it (the doors,
+/// admission, links, their driver, streams and feeds) reads these
+/// settings and reports through these counters; nothing outside it sees
+/// this type.
 #[derive(Debug)]
 pub(crate) struct UpstreamShared {
-    pub(crate) cfg: UpstreamConfig,
-    pub(crate) metrics: Metrics,
+    pub(super) cfg: UpstreamConfig,
+    pub(super) metrics: Metrics,
     pub(super) entries: Gauge,
     /// `upstream_in_flight` and `upstream_request_duration` of this upstream.
     pub(super) calls: (Gauge, Histogram),
     /// Cancelled when switchyard starts to stop: links closed from then on
     /// say goodbye as at shutdown (Sideband: Control Close `shutdown`, 1001).
-    pub(crate) stopping: CancellationToken,
+    pub(super) stopping: CancellationToken,
     /// The WebSocket links' writer tasks, so that shutdown can wait for
     /// their goodbyes before the process exits.
-    pub(crate) writers: TaskTracker,
+    pub(super) writers: TaskTracker,
     /// Down since when, last connect error (pool supervisors write it).
     pub(super) health: super::health::LinkHealth,
     /// Where notifications on shared connections and feed events go.
-    pub(crate) broker: Arc<Broker>,
+    pub(super) broker: Arc<Broker>,
     /// The persistent store's hand-off: events of persistent topics are
     /// stored too. A full queue keeps them in the publisher's [`Backlog`],
     /// which the reader hands off before it reads on (back-pressure).
-    pub(crate) recorder: Option<Recorder>,
+    pub(super) recorder: Option<Recorder>,
     /// `switchyard_events_published_total` of this upstream.
     pub(super) published: IntCounter,
     /// `wss://` upstreams: the TLS client configuration (roots read once,
     /// when the upstream starts), or why there is none (each dial then
     /// fails with it). `None` for `ws://` and Unix sockets.
-    pub(crate) tls: Option<Result<Arc<rustls::ClientConfig>, TlsSetupError>>,
+    pub(super) tls: Option<Result<Arc<rustls::ClientConfig>, TlsSetupError>>,
 }
 
 // === impl UpstreamShared ===

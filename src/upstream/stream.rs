@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::LinkError;
 use super::owner::Owner;
-use super::UpstreamShared;
+use super::shared::UpstreamShared;
 use crate::config::UpstreamTarget;
 use crate::dialect::jsonrpc::decode_upstream;
 use crate::dialect::render::{render, Style};

@@ -11,9 +11,8 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use super::admission::Slots;
-use super::link::Link;
-use crate::envelope::Message;
+use super::slots::Slots;
+use crate::envelope::{Message, Method, Payload};
 use crate::error::{ErrorKind, GatewayError};
 
 /// What a waiting call receives.
@@ -61,27 +60,46 @@ pub(crate) trait Caller: Send + Sync + std::fmt::Debug {
     fn complete(&self, token: u64, reply: ReplyResult) -> bool;
 }
 
+/// One request to settle in place: what to send, who gets the outcome,
+/// and the client it belongs to. Its fields are the router's to fill: it
+/// builds one per call.
+#[derive(Debug)]
+pub(crate) struct Submission {
+    /// The method, as sent upstream.
+    pub(crate) method: Method,
+    /// Its params, as the client sent them.
+    pub(crate) params: Option<Payload>,
+    /// Its client, which gets the outcome and is told where the call was
+    /// written, and the call's deadline.
+    pub(crate) done: Settle,
+}
+
 /// Where a call settled in place was written: all its client needs to
 /// take it back, without knowing the link. Dropping it does nothing.
 #[derive(Debug)]
 pub(crate) struct Receipt {
-    link: Arc<Link>,
+    on: Arc<dyn TakeBack>,
     gid: u64,
+}
+
+/// What a call was written on (a link): takes a call back by gateway id.
+pub(crate) trait TakeBack: Send + Sync + std::fmt::Debug {
+    /// Gives up on call `gid`: nobody waits for it any more.
+    fn take_back(&self, gid: u64);
 }
 
 // === impl Receipt ===
 
 impl Receipt {
-    /// Call `gid`, written on `link`.
-    pub(super) fn new(link: Arc<Link>, gid: u64) -> Self {
-        Receipt { link, gid }
+    /// Call `gid`, written on `on`.
+    pub(super) fn new(on: Arc<dyn TakeBack>, gid: u64) -> Self {
+        Receipt { on, gid }
     }
 
     /// Takes the call back: it is answered by nobody, and a late reply is
     /// counted as stale.
     pub(crate) fn abandon(self) {
-        // Nobody waits for it any more: its waiter is dropped.
-        drop(self.link.abandon(self.gid, false));
+        self.on.take_back(self.gid);
     }
 }
 
@@ -131,7 +149,7 @@ impl Waiter {
     }
 
     /// The deadline of a call settled in place (tasks keep their own).
-    pub(super) fn deadline(&self) -> Option<tokio::time::Instant> {
+    pub(crate) fn deadline(&self) -> Option<tokio::time::Instant> {
         match self {
             Waiter::Task(_) => None,
             Waiter::Direct(c, _) => Some(c.deadline),

@@ -31,8 +31,9 @@ use super::error::{LinkError, Refuser};
 use super::link::Link;
 use super::outlet::{self, FrameQueue, Outlet, Wire};
 use super::owner::OwnerRef;
-use super::UpstreamShared;
-use crate::dialect::upstream::{Farewell, Handshake, UpstreamCodec};
+use super::shared::{hard_cap, UpstreamShared};
+use crate::dialect::link::{Farewell, Handshake};
+use crate::dialect::upstream::UpstreamCodec;
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -62,7 +63,7 @@ pub(super) async fn connect(
         let value = HeaderValue::from_str(origin).map_err(LinkError::Origin)?;
         request.headers_mut().insert(ORIGIN, value);
     }
-    let limit = super::hard_cap(shared.cfg.max_response_bytes);
+    let limit = hard_cap(shared.cfg.max_response_bytes);
     let config = WebSocketConfig::default()
         .max_message_size(Some(limit))
         .max_frame_size(Some(limit))

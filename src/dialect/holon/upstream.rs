@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::object_params;
-use crate::dialect::upstream::parse_gateway_id;
+use crate::dialect::link::parse_gateway_id;
 use crate::envelope::Payload;
 use crate::error::{ErrorKind, GatewayError};
 

@@ -1,23 +1,17 @@
 //! JSON-RPC 2.0 towards an upstream (the upstream half of the JSON-RPC
 //! WebSocket and NDJSON dialects, which differ only in framing): integer
-//! ids, params an array or an object, and the decoding of inbound texts,
-//! which holon-rpc upstreams share (the same JSON-RPC shapes).
+//! ids, params an array or an object (absent ones `{}` when configured).
+//! Inbound texts are decoded by [`super::decode_upstream_in`], which
+//! holon-rpc upstreams share (the same JSON-RPC shapes).
 
 use std::borrow::Cow;
 
-use bytestring::ByteString;
-use serde_json::value::RawValue;
-
-use super::{decode_upstream_in, ReplyError};
 use crate::dialect::holon::is_structured;
+use crate::dialect::link::{Framing, Options};
 use crate::dialect::render::Style;
-use crate::dialect::upstream::{Event, Fault, Framing, Options, UpstreamCodec};
 use crate::dialect::Dialect;
 use crate::envelope::{raw_from_string, Payload};
-use crate::error::{ErrorKind, GatewayError, Side};
-
-/// How much of an unreadable reply is quoted in its call's error.
-const QUOTED_BYTES: usize = 512;
+use crate::error::{ErrorKind, GatewayError};
 
 /// A JSON-RPC upstream link: nothing of its own beyond its settings.
 #[derive(Debug)]
@@ -87,61 +81,4 @@ impl JsonRpcUpstream {
 /// `{}`, for an upstream that wants params present.
 pub(crate) fn empty_object<'a>() -> Cow<'a, Payload> {
     Cow::Owned(Payload::Json(raw_from_string(String::from("{}"))))
-}
-
-/// Decodes one inbound text of a JSON upstream (a message, or a batch of
-/// replies) and hands its events to `each` while it returns true.
-pub(crate) fn on_text(
-    codec: &UpstreamCodec,
-    text: &ByteString,
-    mut each: impl FnMut(Event) -> bool,
-) -> bool {
-    if text.trim_start().starts_with('[') {
-        let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(text) else {
-            return each(Event::Fault {
-                fault: Fault::InvalidMessage,
-                reply: None,
-            });
-        };
-        return items
-            .iter()
-            .all(|item| each(message(codec, text, item.get(), true)));
-    }
-    each(message(codec, text, text, false))
-}
-
-/// What one message (`text`, within `source`) means.
-fn message(codec: &UpstreamCodec, source: &ByteString, text: &str, in_batch: bool) -> Event {
-    match decode_upstream_in(source, text) {
-        Ok(msg) => codec.event(msg, in_batch),
-        Err(ReplyError::InvalidReply { id, why }) => {
-            // The call gets `internal`, with the raw reply as detail.
-            let gid = id.as_json().and_then(|t| codec.parse_id(t));
-            let detail = format!(
-                "invalid reply from upstream ({why}): {}",
-                truncate(text, QUOTED_BYTES)
-            );
-            Event::Failed {
-                gid,
-                error: GatewayError::with_detail(ErrorKind::Internal, detail).on(Side::Upstream),
-                fault: Some(Fault::InvalidReply),
-            }
-        }
-        Err(_) => Event::Fault {
-            fault: Fault::InvalidMessage,
-            reply: None,
-        },
-    }
-}
-
-/// At most `max` bytes of `text`, cut at a character boundary.
-fn truncate(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }

@@ -17,7 +17,7 @@ use super::cids::CidMap;
 use super::session::{encode_shared, encode_shared_with, on_frame_shared, Sbp, SbpEvent};
 use super::{EnvelopeError, Member};
 use crate::close::CloseCode;
-use crate::dialect::upstream::{Event, Farewell, Fault, Handshake, Options, UpstreamCodec};
+use crate::dialect::link::{Decoded, Event, Farewell, Fault, Handshake, Options};
 use crate::dialect::Dialect;
 use crate::envelope::{Message, Payload};
 use crate::error::{ErrorKind, ErrorOrigin, GatewayError, Side};
@@ -162,18 +162,13 @@ impl SidebandUpstream {
             .and_then(|taken| taken)
     }
 
-    /// What one inbound frame means, handed to `each`.
-    pub(crate) fn on_frame(
-        &self,
-        codec: &UpstreamCodec,
-        bytes: &bytes::Bytes,
-        mut each: impl FnMut(Event) -> bool,
-    ) -> bool {
+    /// What one inbound frame means.
+    pub(crate) fn on_frame(&self, bytes: &bytes::Bytes) -> Decoded {
         let event = match on_frame_shared(|| self.sbp(), bytes) {
-            SbpEvent::Nothing | SbpEvent::Ready => return true,
+            SbpEvent::Nothing | SbpEvent::Ready => return Decoded::Nothing,
             SbpEvent::Dropped(reason) => Event::Dropped(reason),
             SbpEvent::Send(frame) => Event::Send(frame),
-            SbpEvent::Rpc(msg) => codec.event(msg, false),
+            SbpEvent::Rpc(msg) => return Decoded::Message(msg),
             SbpEvent::InvalidEnvelope { cid, reply, detail } => match self.take_cid(&cid) {
                 // An unreadable reply to one of our calls settles it at once.
                 Some(gid) => {
@@ -226,7 +221,7 @@ impl SidebandUpstream {
                 Event::Close(farewell)
             }
         };
-        each(event)
+        Decoded::Event(event)
     }
 }
 

@@ -1,10 +1,18 @@
-//! The waiting path of calls settled in place: one bounded FIFO of parked
-//! calls per pooled upstream, and one timer for all of them.
+//! Calls settled in place: the path of every request to a pooled
+//! (shared-mode, non-streaming) upstream, and its waiting path: one
+//! bounded FIFO of parked calls per pooled upstream, and one timer for
+//! all of them.
+//!
+//! A request needs no task of its own: it is registered with a
+//! [`Settle`] that the link's reader (or its deadline sweeper, or its
+//! failure) hands the outcome to when the call settles: its client
+//! renders the reply straight into its outbox. Replies that arrive
+//! together then leave together, in one write.
 //!
 //! A call that finds no room (no pending slot, no live link, or every
 //! link at its in-flight cap) is parked here, in arrival order, with no
 //! task, channel or timer of its own. Whoever frees room (a call's
-//! [`Held`](super::admission::Held) slots dropped, a link coming up)
+//! [`Held`](super::super::slots::Held) slots dropped, a link coming up)
 //! writes the next parked calls, one placer at a time so that they go out
 //! in the order they came. One task per upstream ([`run`]) answers the
 //! calls that waited too long:
@@ -30,54 +38,60 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::admission::{not_connected, queue_full, queue_timeout, Admission, NoRoom};
-use super::direct::Submission;
-use super::waiter::{Caller, Settle};
+use super::lot::Parked;
+use super::{not_connected, queue_full, queue_timeout, Admission, NoRoom};
 use crate::error::{ErrorKind, GatewayError};
-
-mod lot;
-
-use lot::{Lot, Parked};
-
-/// The parked calls of one upstream, and whether it can take them.
-#[derive(Debug)]
-pub(crate) struct Queue {
-    /// The calls, in arrival and in expiry order.
-    lot: Lot<Submission>,
-    /// Since when no link has been up (`None` while one is).
-    down_since: Option<Instant>,
-    /// Set when the timer stopped (the upstream is closed): nothing parks.
-    closed: bool,
-}
-
-// === impl Queue ===
-
-impl Queue {
-    /// An empty queue of an upstream with no link up yet.
-    pub(super) fn new() -> Self {
-        Queue {
-            lot: Lot::new(),
-            down_since: Some(Instant::now()),
-            closed: false,
-        }
-    }
-
-    /// When the front call gives up for want of a link: no link has been
-    /// up for `patience` since it came (or since the links went down, if
-    /// later).
-    fn front_unconnected(&mut self, patience: std::time::Duration) -> Option<Instant> {
-        let since = self.down_since?;
-        let enqueued = self.lot.front_enqueued()?;
-        Some(enqueued.max(since) + patience)
-    }
-}
+use crate::upstream::link::Link;
+use crate::upstream::slots::{Held, Slots};
+use crate::upstream::waiter::{Caller, Receipt, Settle, Submission, Waiter};
 
 // === impl Admission ===
 
 impl Admission {
+    /// Writes `call` on a link with room now, or parks it until there is
+    /// room (behind the calls parked before it), or refuses it when the
+    /// queue is full.
+    pub(crate) fn submit(self: &Arc<Self>, call: Submission) {
+        // Parked calls came first: a new one only jumps in when none waits.
+        let why = if self.parked_len.load(std::sync::atomic::Ordering::Acquire) == 0 {
+            match self.try_room() {
+                Ok((link, held)) => return self.place(link, held, call),
+                Err(why) => why,
+            }
+        } else {
+            NoRoom::Full
+        };
+        self.park(call, why);
+    }
+
+    /// Writes `call` on `link`, in the room `held`.
+    fn place(&self, link: Arc<Link>, held: Held, call: Submission) {
+        let Submission {
+            method,
+            params,
+            done,
+        } = call;
+        let (caller, token) = (done.caller.clone(), done.token);
+        // Held inline (about 64 bytes in the correlator's entry) rather than
+        // boxed: one allocation per call fewer.
+        let slots = Slots::start(held);
+        match link.send_request(&method, params.as_ref(), Waiter::Direct(done, slots)) {
+            Ok(gid) => caller.written(token, Receipt::new(link, gid)),
+            Err((e, Some(waiter))) => {
+                waiter.unsent(e);
+            }
+            Err((e, None)) => {
+                // Abandoned (its client left, or the link failed) between
+                // its registration and the failed write: whoever abandoned
+                // it has settled it already.
+                tracing::debug!(upstream = %self.shared.cfg.name, error = %e, "in-place call abandoned before it was written");
+            }
+        }
+    }
+
     /// Parks `call` (it found no room because of `why`), unless
     /// `max_queued` calls wait already: then it is refused at once.
-    pub(super) fn park(self: &Arc<Self>, call: Submission, why: NoRoom) {
+    fn park(self: &Arc<Self>, call: Submission, why: NoRoom) {
         if !self.enqueue() {
             let err = match why {
                 NoRoom::Full => queue_full(),
@@ -201,7 +215,7 @@ impl Admission {
 
     /// Takes out every parked call of `caller` (its shutdown grace period
     /// is over: it answers them itself).
-    pub(super) fn withdraw(&self, caller: &Arc<dyn Caller>) -> Vec<Settle> {
+    pub(crate) fn withdraw(&self, caller: &Arc<dyn Caller>) -> Vec<Settle> {
         let me = Arc::as_ptr(caller).cast::<()>();
         let mut q = self.parked.lock();
         let out: Vec<_> = q
@@ -232,46 +246,47 @@ impl Admission {
             self.pump();
         }
     }
-}
 
-/// The queue's one timer, and its link watcher, until `shutdown`; then
-/// every call still parked is answered `unavailable`.
-pub(super) async fn run(admission: Arc<Admission>, shutdown: CancellationToken) {
-    let mut changed = admission.changed.clone();
-    admission.links_changed();
-    loop {
-        let next = admission.expire_due(Instant::now());
-        let due = async {
-            match next {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            biased;
-            () = shutdown.cancelled() => break,
-            seen = changed.changed() => {
-                if seen.is_err() {
-                    break;
+    /// The queue's one timer, and its link watcher, until `shutdown`; then
+    /// every call still parked is answered `unavailable`.
+    pub(crate) async fn run_queue(self: Arc<Self>, shutdown: CancellationToken) {
+        let admission = self;
+        let mut changed = admission.changed.clone();
+        admission.links_changed();
+        loop {
+            let next = admission.expire_due(Instant::now());
+            let due = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
                 }
-                admission.links_changed();
+            };
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break,
+                seen = changed.changed() => {
+                    if seen.is_err() {
+                        break;
+                    }
+                    admission.links_changed();
+                }
+                () = admission.wake.notified() => {}
+                () = due => {}
             }
-            () = admission.wake.notified() => {}
-            () = due => {}
         }
-    }
-    let left: Vec<Submission> = {
-        let mut q = admission.parked.lock();
-        q.closed = true;
-        let left = q.lot.drain();
-        admission.parked_len.store(0, Ordering::Release);
-        left
-    };
-    admission.queued.fetch_sub(left.len(), Ordering::AcqRel);
-    for call in left {
-        if !call.done.caller.gone() {
-            call.done
-                .complete(Err(not_connected(&admission.shared.cfg.name)));
+        let left: Vec<Submission> = {
+            let mut q = admission.parked.lock();
+            q.closed = true;
+            let left = q.lot.drain();
+            admission.parked_len.store(0, Ordering::Release);
+            left
+        };
+        admission.queued.fetch_sub(left.len(), Ordering::AcqRel);
+        for call in left {
+            if !call.done.caller.gone() {
+                call.done
+                    .complete(Err(not_connected(&admission.shared.cfg.name)));
+            }
         }
     }
 }

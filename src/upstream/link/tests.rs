@@ -17,7 +17,7 @@ use crate::pubsub::broker::Broker;
 use crate::telemetry::metrics::Metrics;
 use crate::upstream::health::LinkHealth;
 use crate::upstream::outlet::{FrameQueue, Outlet, Wire};
-use crate::upstream::UpstreamShared;
+use crate::upstream::shared::UpstreamShared;
 
 /// A Sideband link of an upstream whose requests may be at most 200
 /// bytes, writing to `tx`.
