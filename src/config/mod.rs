@@ -16,6 +16,7 @@ mod observability;
 mod persistence;
 mod protection;
 mod publish;
+mod pubsub;
 pub mod raw;
 mod routes;
 mod upstream;
@@ -51,6 +52,9 @@ pub struct Config {
     pub persistence: PersistenceConfig,
     /// The bounds on clients' topic subscriptions (`[pubsub]`).
     pub pubsub: crate::pubsub::Limits,
+    /// `[pubsub] backend = "nats"`: NATS core as the backbone of plain
+    /// topics; `None`: the in-process broker only.
+    pub pubsub_nats: Option<crate::pubsub::nats::Settings>,
 }
 
 /// The admin listener: `/metrics`, `/livez`, `/readyz` and a status page, on

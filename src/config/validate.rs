@@ -83,6 +83,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     let persistence =
         super::persistence::persistence(&raw.persistence, &raw.persistent_topics, &mut p);
     let pubsub = pubsub_limits(&raw.pubsub, &mut p);
+    let pubsub_nats = super::pubsub::backbone(&raw.pubsub.backend, &raw.pubsub.nats, &mut p);
     if p.0.is_empty() {
         Ok(Config {
             gateway,
@@ -93,6 +94,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             tracing,
             persistence,
             pubsub,
+            pubsub_nats,
         })
     } else {
         Err(ConfigError::Invalid(p.0))

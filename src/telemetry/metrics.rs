@@ -53,6 +53,7 @@ use crate::dialect::Dialect;
 use crate::envelope::Kind;
 use crate::error::{GatewayError, Side};
 
+mod backbone;
 mod cache;
 mod events;
 mod init;
@@ -62,6 +63,7 @@ mod reasons;
 mod register;
 pub mod sharded;
 
+pub use backbone::BackboneMetrics;
 pub use cache::FrameCounter;
 pub use events::{EventDrop, EventMetrics};
 pub use labels::{close_code, Direction, Limit, Quirk, RejectReason, RequestOutcome, Unmatched};
@@ -128,6 +130,9 @@ pub struct Metrics {
     /// Persistent subscriptions: stored, evicted unacknowledged,
     /// redelivered, acknowledged, write latency, attached.
     pub persist: PersistMetrics,
+    /// The pub/sub backbone (NATS core): connection, subscriptions,
+    /// events across it and lost.
+    pub backbone: BackboneMetrics,
     /// Items per client batch, by listener.
     pub batch_size: HistogramVec,
     /// Calls written to an upstream and not yet settled, by upstream.

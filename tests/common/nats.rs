@@ -80,6 +80,20 @@ impl NatsServer {
         self.child = Some(child);
     }
 
+    /// `http://127.0.0.1:PORT` of the server's monitoring endpoint
+    /// (`/connz`, `/subsz`), on a random port of its own.
+    pub fn monitor_url(&self) -> String {
+        let ports = self.dir.path().join("ports");
+        for entry in std::fs::read_dir(&ports).expect("ports dir") {
+            let text = std::fs::read_to_string(entry.expect("entry").path()).unwrap_or_default();
+            let ports: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            if let Some(url) = ports["monitoring"][0].as_str() {
+                return url.to_owned();
+            }
+        }
+        panic!("no monitoring URL in {}", ports.display())
+    }
+
     /// The server's log so far (for failure messages).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("nats.log")).unwrap_or_default()
@@ -100,7 +114,7 @@ fn spawn(dir: &tempfile::TempDir, port: &str) -> (Child, String) {
         .open(dir.path().join("nats.log"))
         .expect("log file");
     let mut child = Command::new(&program)
-        .args(["-js", "-a", "127.0.0.1", "-p", port, "-sd"])
+        .args(["-js", "-a", "127.0.0.1", "-p", port, "-m", "-1", "-sd"])
         .arg(&store)
         .arg("--ports_file_dir")
         .arg(&ports)
