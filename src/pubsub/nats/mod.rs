@@ -150,12 +150,9 @@ impl Backbone for Nats {
             self.meters.drop(Loss::NotPublisher);
             return;
         }
-        let (payload, cbor) = match wire::encode(data, self.settings.max_payload_bytes) {
-            Ok(encoded) => encoded,
-            Err(_) => {
-                self.meters.drop(Loss::Oversize);
-                return;
-            }
+        let Ok((payload, cbor)) = wire::encode(data, self.settings.max_payload_bytes) else {
+            self.meters.drop(Loss::Oversize);
+            return;
         };
         let subject = wire::subject(&self.settings.subject_prefix, topic);
         if self.outgoing.try_send((subject, payload, cbor)).is_err() {
