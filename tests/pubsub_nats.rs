@@ -10,7 +10,9 @@
 //!   distinct pattern, gone after the last local subscriber leaves; the
 //!   payload mapping, over-size and invalid messages dropped and counted;
 //! - nats-server restarted under traffic: no client connection dropped,
-//!   delivery resumes, the gap counted.
+//!   delivery resumes, the gap counted;
+//! - NATS unreachable at start: the gateway serves, a subscribe succeeds
+//!   and takes effect once NATS is there.
 //!
 //! Instances run in this process (`app::bind`), each with its own
 //! registry.
@@ -375,6 +377,33 @@ async fn nats_restart_under_traffic_resumes_and_counts_the_gap() {
     let m = |name: &str| metric_value(&gw.gateway, name, &[]);
     assert!(m("switchyard_pubsub_nats_disconnects_total") >= 1.0);
     assert!(m("switchyard_pubsub_nats_disconnected_seconds_total") > 0.0);
-    assert_eq!(m("switchyard_pubsub_nats_connected"), 1.0);
+    let up = eventually(SETTLE, || m("switchyard_pubsub_nats_connected") == 1.0).await;
+    assert!(up, "the connected gauge went back to 1");
+    assert_eq!(
+        metric_value(&gw.gateway, "switchyard_connections_open", &[]),
+        1.0
+    );
+    gw.gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_at_start_serves_and_subscribes_once_connected() {
+    let mut nats = NatsServer::start();
+    nats.stop();
+    // Nothing listens on the server's port: the gateway starts anyway.
+    let gw = instance(&nats.url, "", None).await;
+    let mut c = subscriber(&gw.url, &["svc.>"]).await;
+    let m = |name: &str| metric_value(&gw.gateway, name, &[]);
+    assert_eq!(m("switchyard_pubsub_nats_connected"), 0.0);
+
+    nats.restart();
+    server_holds(&nats, &["svc.>"]).await;
+    let up = eventually(SETTLE, || m("switchyard_pubsub_nats_connected") == 1.0).await;
+    assert!(up, "the connected gauge went to 1");
+    let service = async_nats::connect(&nats.url).await.unwrap();
+    let subject = format!("{PREFIX}svc.late");
+    service.publish(subject, "7".into()).await.unwrap();
+    service.flush().await.unwrap();
+    assert_eq!(event(&mut c).await, ("svc.late".into(), json!(7)));
     gw.gateway.shutdown().await;
 }
