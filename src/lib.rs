@@ -31,7 +31,8 @@
 //! - [`dialect`]: pure wire codecs, bytes ⇄ neutral message. No sockets, no tokio.
 //! - [`error`]: switchyard's own error kinds and the side that caused each; [`dialect::errors`] renders them per dialect.
 //! - [`pubsub`]: topic pub/sub (`rpc.subscribe` …): topic syntax, the subject trie, the broker
-//!   shared by all connections, and the four methods.
+//!   shared by all connections, and the four methods; [`pubsub::nats`], NATS core as the
+//!   broker's backbone across instances.
 //! - [`persist`]: persistent subscriptions (`rpc.subscribe.persistent` …):
 //!   the store contract and its backends (the local engine over a memory or
 //!   embedded log; NATS JetStream), the hub of subscription holders, the six
