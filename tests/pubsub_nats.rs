@@ -12,7 +12,9 @@
 //! - nats-server restarted under traffic: no client connection dropped,
 //!   delivery resumes, the gap counted;
 //! - NATS unreachable at start: the gateway serves, a subscribe succeeds
-//!   and takes effect once NATS is there.
+//!   and takes effect once NATS is there;
+//! - a NATS subscription past its pending limit: drops counted, the
+//!   client still served.
 //!
 //! Instances run in this process (`app::bind`), each with its own
 //! registry.
@@ -412,5 +414,66 @@ async fn unreachable_at_start_serves_and_subscribes_once_connected() {
     service.publish(subject, "7".into()).await.unwrap();
     service.flush().await.unwrap();
     assert_eq!(event(&mut c).await, ("svc.late".into(), json!(7)));
+    gw.gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_nats_subscription_drops_are_counted_and_nobody_is_closed() {
+    let nats = NatsServer::start();
+    // One message of room per NATS subscription in the client.
+    let gw = instance(&nats.url, "pending_messages = 1", None).await;
+    let mut c = subscriber(&gw.url, &["burst"]).await;
+    server_holds(&nats, &["burst"]).await;
+
+    // A burst arrives in a few socket reads, each parsed in one go by the
+    // client: far faster than one message of room is drained.
+    const N: u64 = 20_000;
+    let service = async_nats::connect(&nats.url).await.unwrap();
+    for n in 0..N {
+        let subject = format!("{PREFIX}burst");
+        service
+            .publish(subject, n.to_string().into())
+            .await
+            .unwrap();
+    }
+    service
+        .publish(format!("{PREFIX}burst"), "\"end\"".into())
+        .await
+        .unwrap();
+    service.flush().await.unwrap();
+    let name = "switchyard_pubsub_nats_events_dropped_total";
+    let labels = [("reason", "slow_consumer")];
+    let dropped = eventually(SETTLE, || metric_value(&gw.gateway, name, &labels) > 0.0).await;
+    assert!(dropped, "no slow_consumer drop counted");
+    // What got through came in order, and the connection is still served.
+    let mut last = None;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(2), event(&mut c)).await {
+            Ok((_, data)) if data == "end" => break,
+            Ok((_, data)) => {
+                let n = data.as_u64().unwrap();
+                assert!(last.is_none_or(|l| n > l), "{n} after {last:?}");
+                last = Some(n);
+            }
+            // The end marker itself may be the one dropped.
+            Err(_) => break,
+        }
+    }
+    let received = metric_value(
+        &gw.gateway,
+        "switchyard_pubsub_nats_events_total",
+        &[("direction", "in")],
+    );
+    assert!(received < (N + 1) as f64, "all {received} got through");
+    let req = json!({"jsonrpc": "2.0", "method": "rpc.unsubscribe", "params": {"topic": "burst"}, "id": "u"});
+    c.send(&req.to_string()).await;
+    loop {
+        // Events still on their way come first.
+        let reply: Value = serde_json::from_str(&c.recv().await).unwrap();
+        if reply["id"] == "u" {
+            assert_eq!(reply["result"], json!({"unsubscribed": true}), "{reply}");
+            break;
+        }
+    }
     gw.gateway.shutdown().await;
 }
