@@ -477,3 +477,32 @@ async fn slow_nats_subscription_drops_are_counted_and_nobody_is_closed() {
     }
     gw.gateway.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_and_password_reach_the_server() {
+    let nats = NatsServer::start_with(&["--user", "sy", "--pass", "s3cret-pw"]);
+    let gw = instance(&nats.url, "user = \"sy\"\npassword = \"s3cret-pw\"", None).await;
+    let mut c = subscriber(&gw.url, &["auth.t"]).await;
+    server_holds(&nats, &["auth.t"]).await;
+    // A wrong password never connects; the gateway serves on.
+    let wrong = instance(&nats.url, "user = \"sy\"\npassword = \"nope\"", None).await;
+    let mut w = subscriber(&wrong.url, &["auth.t"]).await;
+
+    let service =
+        async_nats::ConnectOptions::with_user_and_password("sy".into(), "s3cret-pw".into())
+            .connect(&nats.url)
+            .await
+            .unwrap();
+    service
+        .publish(format!("{PREFIX}auth.t"), "1".into())
+        .await
+        .unwrap();
+    service.flush().await.unwrap();
+    assert_eq!(event(&mut c).await, ("auth.t".into(), json!(1)));
+    let m = |gw: &Gw| metric_value(&gw.gateway, "switchyard_pubsub_nats_connected", &[]);
+    assert_eq!(m(&wrong), 0.0);
+    w.silence(Duration::from_millis(100)).await;
+    for gw in [gw, wrong] {
+        gw.gateway.shutdown().await;
+    }
+}

@@ -20,6 +20,8 @@ pub struct NatsServer {
     pub dir: tempfile::TempDir,
     /// `nats://127.0.0.1:PORT`.
     pub url: String,
+    /// Extra command-line arguments (kept for a restart).
+    extra: Vec<String>,
 }
 
 /// `$SWITCHYARD_NATS_SERVER`, else `nats-server` on PATH, else Debian's
@@ -54,12 +56,19 @@ pub fn require_nats_server() -> PathBuf {
 impl NatsServer {
     /// Starts the server and returns once it accepts connections.
     pub fn start() -> NatsServer {
+        NatsServer::start_with(&[])
+    }
+
+    /// [`NatsServer::start`] with extra arguments (`--user`, `--pass` …).
+    pub fn start_with(extra: &[&str]) -> NatsServer {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (child, url) = spawn(&dir, "-1");
+        let extra: Vec<String> = extra.iter().map(|a| (*a).to_owned()).collect();
+        let (child, url) = spawn(&dir, "-1", &extra);
         NatsServer {
             child: Some(child),
             dir,
             url,
+            extra,
         }
     }
 
@@ -75,7 +84,7 @@ impl NatsServer {
     pub fn restart(&mut self) {
         self.stop();
         let port = self.url.rsplit(':').next().expect("a port").to_owned();
-        let (child, url) = spawn(&self.dir, &port);
+        let (child, url) = spawn(&self.dir, &port, &self.extra);
         assert_eq!(url, self.url);
         self.child = Some(child);
     }
@@ -102,7 +111,7 @@ impl NatsServer {
 
 /// Starts `nats-server` on `port` (`-1`: a random one) with its store in
 /// `dir`; returns once it accepts connections.
-fn spawn(dir: &tempfile::TempDir, port: &str) -> (Child, String) {
+fn spawn(dir: &tempfile::TempDir, port: &str, extra: &[String]) -> (Child, String) {
     let program = require_nats_server();
     let store = dir.path().join("store");
     let ports = dir.path().join("ports");
@@ -118,6 +127,7 @@ fn spawn(dir: &tempfile::TempDir, port: &str) -> (Child, String) {
         .arg(&store)
         .arg("--ports_file_dir")
         .arg(&ports)
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
