@@ -445,6 +445,8 @@ fn gauge_value(n: usize) -> i64 {
 mod registration;
 
 #[cfg(test)]
+mod backbone_tests;
+#[cfg(test)]
 mod bounds;
 #[cfg(test)]
 mod tests;
