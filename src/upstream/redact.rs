@@ -11,7 +11,16 @@ pub(crate) fn endpoint(target: &UpstreamTarget) -> Cow<'_, str> {
     match target {
         UpstreamTarget::Unix(path) => path.to_string_lossy(),
         UpstreamTarget::Ws(url) => crate::redact::url(url),
+        // The program only: its arguments may carry a secret.
+        UpstreamTarget::Process(spec) => Cow::Owned(process_endpoint(spec)),
     }
+}
+
+/// A process upstream as shown: `command:<program>`, never its arguments
+/// or environment (either may carry a secret).
+pub(crate) fn process_endpoint(spec: &crate::config::ProcessSpec) -> String {
+    let program = spec.argv.first().map_or("", String::as_str);
+    format!("command:{program}")
 }
 
 #[cfg(test)]
