@@ -386,6 +386,57 @@ async fn a_per_client_process_that_exits_closes_its_client() {
     gw.shutdown().await;
 }
 
+/// A process that exits while something it started keeps its stdout
+/// open (a wrapper's child): no end of file comes, the exit itself fails
+/// the pending calls and closes the client, and the leftover in its
+/// process group is stopped.
+#[tokio::test]
+async fn an_exit_answers_pending_calls_even_when_its_stdout_stays_open() {
+    let tag = "orphan";
+    let (gw, url) = ws_gateway(&format!("mode = \"per-client\"\n{}", tool_command(tag))).await;
+    let mut client = TestClient::connect(Speak::JsonRpc, &url).await;
+    call(&mut client, 1, "whoami", "{}").await;
+    client
+        .send(r#"{"jsonrpc":"2.0","id":2,"method":"hang","params":{}}"#)
+        .await;
+    client
+        .send(r#"{"jsonrpc":"2.0","id":3,"method":"crash_orphan","params":{}}"#)
+        .await;
+    let mut orphan = None;
+    let mut answered = HashSet::new();
+    let end = loop {
+        match client.next().await {
+            Ok(text) => {
+                let v = json(&text);
+                if v["method"] == "orphan" {
+                    orphan = v["params"]["pid"].as_u64();
+                    continue;
+                }
+                assert_eq!(v["error"]["code"], -32009, "unavailable: {v}");
+                let detail = v["error"]["data"].as_str().unwrap_or_default();
+                assert!(detail.contains("upstream process exited"), "{v}");
+                answered.insert(v["id"].as_u64().expect("id"));
+            }
+            Err(end) => break end,
+        }
+    };
+    assert_eq!(answered, HashSet::from([2, 3]));
+    assert_eq!(end, Ended::Close(1001));
+    let orphan = orphan.expect("the tool named its child");
+    // Stopped with its group: gone, or a zombie awaiting whoever adopted it.
+    let stopped = eventually(PATIENCE, || {
+        std::fs::read_to_string(format!("/proc/{orphan}/stat")).map_or(true, |stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+    })
+    .await;
+    assert!(stopped, "the exited process's group was not stopped");
+    until_no_kids(tag).await;
+    gw.shutdown().await;
+}
+
 /// `max_processes` holds: at the cap a new client's call fails with
 /// `resource_exhausted` and nothing is forked; when a client leaves, its
 /// room is reused.

@@ -35,6 +35,10 @@ pub(super) async fn watch(mut child: Child, link: Arc<Link>, grace: Duration, al
         Some(Ok(status)) => {
             tracing::warn!(upstream = %name, pid, %status, "upstream process exited");
             link.fail_all(&LinkError::Exited { status });
+            // What it started may live on in its group (holding the pipes
+            // open): it goes too. The group keeps its id while it has
+            // members, so this reaches no one else.
+            signal(pid, Signal::TERM);
             on_its_own(status)
         }
         // Waiting failed (it cannot for a child of ours): stop it anyway.
