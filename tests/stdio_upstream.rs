@@ -592,3 +592,51 @@ async fn stderr_is_logged_and_shutdown_kills_a_process_that_ignores_sigterm() {
     );
     drop(client);
 }
+
+/// A reload that changes a command upstream retires it: its shared
+/// process is stopped and reaped, a new one serves from then on.
+#[tokio::test]
+async fn a_reload_replaces_the_shared_process() {
+    let tag = "reload";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("gateway.toml");
+    let toml = |greeting: &str| {
+        format!(
+            "[listeners.public]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/rpc\"\n\n\
+             [upstreams.tool]\ndialect = \"ndjson\"\npool_size = 1\n\
+             command = [\"{}\", \"{TOOL}\"]\nenv = {{ SY_TEST_TAG = \"{tag}\", TOOL_GREETING = \"{greeting}\" }}\n\n\
+             [[routes]]\nlistener = \"public\"\nupstream = \"tool\"\n",
+            python3()
+        )
+    };
+    std::fs::write(&file, toml("v1")).expect("write config");
+    let cfg = Config::load(Some(&file)).expect("config");
+    let bound = app::bind(cfg).await.expect("bind");
+    let url = bound.ws_url("public").expect("url");
+    let gw = bound.reload_from(Some(file.clone())).spawn();
+    common::wait_connected(&gw, "tool").await;
+    let mut client = TestClient::connect(Speak::JsonRpc, &url).await;
+    let old = call(&mut client, 1, "whoami", "{}").await["result"]["pid"]
+        .as_u64()
+        .expect("pid");
+    std::fs::write(&file, toml("v2")).expect("write config");
+    gw.reload().await.expect("reload applied");
+    let replaced = eventually(PATIENCE, || {
+        let now: Vec<u32> = kids(tag).iter().map(|k| k.pid).collect();
+        now.len() == 1 && u64::from(now[0]) != old
+    })
+    .await;
+    assert!(replaced, "old process still there: {:?}", kids(tag));
+    let mut client = TestClient::connect(Speak::JsonRpc, &url).await;
+    let new = call(&mut client, 1, "whoami", "{}").await["result"]["pid"]
+        .as_u64()
+        .expect("pid");
+    assert_ne!(new, old);
+    let labels = [("upstream", "tool"), ("reason", "stopped")];
+    assert_eq!(
+        value(&gw, "switchyard_upstream_process_exits_total", &labels),
+        1.0
+    );
+    gw.shutdown().await;
+    until_no_kids(tag).await;
+}
