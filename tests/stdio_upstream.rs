@@ -578,6 +578,36 @@ async fn stderr_is_logged_and_shutdown_kills_a_process_that_ignores_sigterm() {
         log.contains("hello-from-env"),
         "env reaches the process:\n{log}"
     );
+    // A flood is rate-limited, and every line is either logged or counted
+    // as dropped in the next line logged: 1 greeting, 3 lines, 1000, then
+    // single lines until one is let through after the flood.
+    assert_eq!(
+        call(&mut client, 4, "stderr", r#"{"lines":1000}"#).await["result"],
+        "ok"
+    );
+    let mut written = 1 + 3 + 1000;
+    let mut accounted = false;
+    for id in 5..400 {
+        assert_eq!(
+            call(&mut client, id, "stderr", r#"{"lines":1}"#).await["result"],
+            "ok"
+        );
+        written += 1;
+        let within = Duration::from_millis(500);
+        if eventually(within, || stderr_accounting(&gw.log()) == (written, true)).await {
+            accounted = true;
+            break;
+        }
+    }
+    let (logged, dropped) = stderr_counts(&gw.log());
+    assert!(
+        accounted,
+        "{logged} logged + {dropped} dropped != {written} written"
+    );
+    assert!(
+        dropped > 0 && logged < 1000,
+        "not rate-limited: {logged} logged"
+    );
     let gateway_pid =
         rustix::process::Pid::from_raw(i32::try_from(gw.pid()).expect("pid")).expect("pid");
     rustix::process::kill_process(gateway_pid, rustix::process::Signal::TERM).expect("SIGTERM");
@@ -639,4 +669,31 @@ async fn a_reload_replaces_the_shared_process() {
     );
     gw.shutdown().await;
     until_no_kids(tag).await;
+}
+
+/// `(stderr lines logged, the sum of their `dropped` counts)` in `log`.
+fn stderr_counts(log: &str) -> (u64, u64) {
+    let mut logged = 0;
+    let mut dropped = 0;
+    for line in log.lines().filter(|l| l.contains("upstream stderr ")) {
+        logged += 1;
+        let n = line
+            .split("dropped=")
+            .nth(1)
+            .map(|rest| {
+                rest.chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect::<String>()
+            })
+            .and_then(|digits| digits.parse::<u64>().ok())
+            .expect("a dropped count");
+        dropped += n;
+    }
+    (logged, dropped)
+}
+
+/// `(lines accounted for, whether some were dropped)`.
+fn stderr_accounting(log: &str) -> (u64, bool) {
+    let (logged, dropped) = stderr_counts(log);
+    (logged + dropped, dropped > 0)
 }

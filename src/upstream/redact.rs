@@ -27,6 +27,18 @@ pub(crate) fn process_endpoint(spec: &crate::config::ProcessSpec) -> String {
 mod tests {
     use super::*;
 
+    /// Arguments and environment may carry secrets: only the program shows.
+    #[test]
+    fn a_process_is_shown_by_its_program_only() {
+        let spec = crate::config::ProcessSpec {
+            argv: vec!["/usr/bin/tool".into(), "--token=s3cret".into()],
+            env: [("KEY".to_owned(), "s3cret".to_owned())].into(),
+            cwd: None,
+        };
+        let target = UpstreamTarget::Process(spec);
+        assert_eq!(endpoint(&target), "command:/usr/bin/tool");
+    }
+
     fn ws(url: &str) -> String {
         endpoint(&UpstreamTarget::Ws(url.to_owned())).into_owned()
     }

@@ -130,3 +130,35 @@ fn signal(pid: u32, sig: Signal) {
         let _ = kill_process(pid, sig);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A wait status as the kernel reports it: exit code `<< 8`, or the
+    /// signal number.
+    fn code(c: i32) -> ExitStatus {
+        ExitStatus::from_raw(c << 8)
+    }
+
+    fn killed_by(sig: Signal) -> ExitStatus {
+        ExitStatus::from_raw(sig.as_raw())
+    }
+
+    #[test]
+    fn an_exit_of_its_own_is_exited_failed_or_crashed() {
+        assert_eq!(on_its_own(code(0)), ExitReason::Exited);
+        assert_eq!(on_its_own(code(3)), ExitReason::Failed);
+        assert_eq!(on_its_own(killed_by(Signal::SEGV)), ExitReason::Crashed);
+        assert_eq!(on_its_own(killed_by(Signal::KILL)), ExitReason::Crashed);
+    }
+
+    #[test]
+    fn after_a_stop_our_signals_and_status_0_are_orderly() {
+        assert_eq!(stopped(code(0)), ExitReason::Stopped);
+        assert_eq!(stopped(killed_by(Signal::TERM)), ExitReason::Stopped);
+        assert_eq!(stopped(killed_by(Signal::KILL)), ExitReason::Killed);
+        assert_eq!(stopped(code(1)), ExitReason::Failed);
+        assert_eq!(stopped(killed_by(Signal::SEGV)), ExitReason::Crashed);
+    }
+}
