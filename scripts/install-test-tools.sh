@@ -13,6 +13,8 @@ cd "$(dirname "$0")/.."
 apt_packages=()
 command -v node >/dev/null 2>&1 || apt_packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || apt_packages+=(npm)
+# tests/stdio_upstream.rs runs tests/fixtures/stdio_tool.py.
+command -v python3 >/dev/null 2>&1 || apt_packages+=(python3)
 if [ -z "${SWITCHYARD_CHROMIUM:-}" ] && [ ! -x /usr/bin/chromium ] && [ ! -x /usr/bin/chromium-browser ]; then
   apt_packages+=(chromium)
 fi

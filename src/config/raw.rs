@@ -297,6 +297,10 @@ impl RawConfig {
             if let Some(url) = &mut upstream.url {
                 *url = redact::url(url).into_owned();
             }
+            // A process's environment is where API keys are passed.
+            for value in upstream.env.values_mut() {
+                *value = redact::secret(value).to_owned();
+            }
         }
         shown.admin.reload_token = redact::secret(&shown.admin.reload_token).to_owned();
         shown.persistence.nats_url = redact::url(&shown.persistence.nats_url).into_owned();

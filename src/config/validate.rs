@@ -369,6 +369,18 @@ impl Problems {
         Duration::from_millis(value)
     }
 
+    /// A problem with `field` when `bad`.
+    pub(super) fn at_if(&mut self, key: &str, field: &str, bad: bool, message: impl Display) {
+        if bad {
+            self.at(key, field, message);
+        }
+    }
+
+    /// Problems found so far.
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+
     pub(super) fn not_allowed(&mut self, key: &str, field: &str, set: bool, d: Dialect) {
         if set {
             self.at(key, field, format!("not allowed for dialect {d}"));

@@ -50,6 +50,7 @@ mod outlet;
 mod owner;
 mod parking;
 mod pool;
+mod process;
 mod redact;
 mod shared;
 mod sideband;
@@ -107,7 +108,9 @@ impl Upstream {
         );
         let published = metrics.events.published.with_label_values(&[&cfg.name]);
         let tls = tls::for_upstream(&cfg);
+        let processes = process::Processes::new(&cfg, &metrics);
         let shared = Arc::new(UpstreamShared {
+            processes,
             broker,
             recorder,
             published,
@@ -242,6 +245,11 @@ impl Upstream {
         .await;
         match connected {
             Ok(Ok(link)) => Ok(link),
+            // `command` upstreams: no room for one more process.
+            Ok(Err(e @ error::LinkError::ProcessCap { .. })) => Err(GatewayError::with_detail(
+                ErrorKind::ResourceExhausted,
+                format!("upstream {}: {e}", self.shared.cfg.name),
+            )),
             Ok(Err(e)) => Err(GatewayError::with_detail(
                 ErrorKind::Unavailable,
                 format!("upstream {} is not reachable: {e}", self.shared.cfg.name),

@@ -17,8 +17,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use bytestring::ByteString;
 use futures_util::StreamExt;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::net::unix::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio_util::codec::{AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
@@ -41,6 +40,22 @@ pub(super) async fn connect(
         .await
         .map_err(LinkError::Connect)?;
     let (read, write) = stream.into_split();
+    Ok(start(read, write, shared, owner, shutdown))
+}
+
+/// Starts the reader and writer tasks of a link over `read` and `write`:
+/// a socket's halves, or a child process's stdout and stdin.
+pub(super) fn start<R, W>(
+    read: R,
+    write: W,
+    shared: Arc<UpstreamShared>,
+    owner: Option<OwnerRef>,
+    shutdown: CancellationToken,
+) -> Arc<Link>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let queue = LineQueue::new(outlet::capacity(shared.cfg.max_in_flight_per_connection));
     // Lines up to twice the limit are read whole so that an oversize reply
     // fails only its own call; longer ones close the connection.
@@ -53,7 +68,7 @@ pub(super) async fn connect(
     let link = Link::new(Outlet::Lines(queue.clone()), shared, owner);
     tokio::spawn(write_lines(write, queue, link.clone()));
     tokio::spawn(link.clone().run_reader(lines, shutdown));
-    Ok(link)
+    link
 }
 
 /// One line as text, a trailing `\r` stripped; `None` for a blank line
@@ -88,7 +103,10 @@ fn text_line(
 
 /// Writes queued lines, every line queued so far at once, until the link
 /// closes.
-async fn write_lines(mut write: OwnedWriteHalf, queue: Arc<LineQueue>, link: Arc<Link>) {
+async fn write_lines<W>(mut write: W, queue: Arc<LineQueue>, link: Arc<Link>)
+where
+    W: AsyncWrite + Unpin,
+{
     let closed = link.closed.clone();
     let closed = closed.cancelled();
     tokio::pin!(closed);

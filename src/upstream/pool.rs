@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::LinkError;
 use super::link::{Link, OwnerRef};
-use super::{ndjson, ws, UpstreamShared};
+use super::{ndjson, process, ws, UpstreamShared};
 use crate::config::UpstreamTarget;
 
 /// How long a retired connection may wait for its late replies.
@@ -143,6 +143,7 @@ pub(super) async fn dial(
     match &shared.cfg.target {
         UpstreamTarget::Unix(path) => ndjson::connect(path, shared.clone(), owner, shutdown).await,
         UpstreamTarget::Ws(url) => ws::connect(url, shared.clone(), owner, shutdown).await,
+        UpstreamTarget::Process(spec) => process::spawn(spec, shared.clone(), owner, shutdown),
     }
 }
 
