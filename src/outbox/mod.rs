@@ -3,7 +3,7 @@
 //! Replies (single, batch, settled in place), switchyard's pushes to the
 //! client and pub/sub events all go through the connection's `Outbox`,
 //! which owns the bounded queue the connection's writer drains, the
-//! client's [`OutCodec`], the high-water gauges and the slow-consumer
+//! client's codec (with its dialect's state), the high-water gauges and the slow-consumer
 //! policy:
 //!
 //! - a **reply** waits for room ([`Outbox::send`]) at most the
@@ -65,6 +65,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::close::CloseCode;
+use crate::dialect::client::ClientCodec;
 use crate::envelope::Message;
 
 pub(crate) mod arena;
@@ -76,7 +77,7 @@ use arena::Arena;
 use budget::{Budget, Waited};
 use queue::Now;
 
-pub(crate) use codec::{Form, OutCodec};
+pub(crate) use codec::OutCodec;
 
 /// What the writer of a connection sends.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,9 +192,9 @@ impl Outbox {
         (Outbox { inner }, reader)
     }
 
-    /// The client's codec.
-    pub(crate) fn codec(&self) -> &OutCodec {
-        &self.inner.codec
+    /// The client's codec, and its dialect's state for the connection.
+    pub(crate) fn codec(&self) -> &ClientCodec {
+        self.inner.codec.client()
     }
 
     /// Fires when the client stopped reading for the slow-consumer timeout.

@@ -13,8 +13,6 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
-use crate::dialect::render::Style;
-use crate::dialect::Dialect;
 use crate::telemetry::metrics::Metrics;
 
 mod budget;
@@ -57,7 +55,7 @@ fn outbox(patience: Duration) -> (Outbox, OutboxReader, prometheus::IntGauge) {
         bytes: prometheus::IntGauge::new("b", "b").unwrap(),
     };
     let bytes = gauges.bytes.clone();
-    let codec = OutCodec::new(Form::Text(Dialect::JsonRpc, Style::Frame), metrics);
+    let codec = OutCodec::new(ClientCodec::JsonRpc, metrics);
     let (o, r) = Outbox::channel(CAPACITY, BUDGET, codec, patience, gauges);
     (o, r, bytes)
 }
@@ -205,27 +203,25 @@ async fn a_queue_full_for_the_patience_makes_the_client_slow() {
 /// For text frames and for Sideband (binary) frames.
 #[tokio::test]
 async fn queued_replies_share_the_frame_buffer_and_a_waiting_one_holds_none() {
-    use crate::dialect::sideband::session::{Sbp, SbpEvent};
-    use crate::dialect::sideband::{frame, random_peer_id, Control, Frame, Handshake};
+    use crate::dialect::sideband::client::{Options, SidebandClient};
+    use crate::dialect::Inbound;
     use crate::envelope::{Outcome, Payload, WireId};
-    let mut sbp = Sbp::new(true);
-    let hello = Handshake::local(random_peer_id(), true).to_bytes();
-    let hello = frame::encode(&Frame::control(
-        frame::random_id(),
-        Control::Handshake(hello),
-    ));
-    assert!(matches!(sbp.on_frame(&hello), SbpEvent::Ready));
-    let forms = [
-        Form::Text(Dialect::JsonRpc, Style::Frame),
-        Form::Sideband(std::sync::Arc::new(parking_lot::Mutex::new(sbp))),
-    ];
-    for form in forms {
-        let binary = matches!(form, Form::Sideband(_));
+    let cbor = Options {
+        cbor: true,
+        ..Options::default()
+    };
+    let sideband = SidebandClient::new(cbor);
+    let hello = bytes::Bytes::from(SidebandClient::new(cbor).hello());
+    assert_eq!(sideband.decode(&hello), Inbound::Nothing);
+    assert!(!sideband.negotiating(), "CBOR negotiated");
+    let codecs = [ClientCodec::JsonRpc, ClientCodec::Sideband(sideband)];
+    for codec in codecs {
+        let binary = codec.reads_binary();
         let gauges = Gauges {
             messages: prometheus::IntGauge::new("m", "m").unwrap(),
             bytes: prometheus::IntGauge::new("b", "b").unwrap(),
         };
-        let codec = OutCodec::new(form, Metrics::new().unwrap());
+        let codec = OutCodec::new(codec, Metrics::new().unwrap());
         let (outbox, mut reader) =
             Outbox::channel(CAPACITY, BUDGET, codec, Duration::from_secs(60), gauges);
         let reply = |n: u64| Message::Response {
@@ -290,10 +286,7 @@ async fn a_never_reading_client_holds_few_frame_buffers() {
         messages: prometheus::IntGauge::new("m", "m").unwrap(),
         bytes: prometheus::IntGauge::new("b", "b").unwrap(),
     };
-    let codec = OutCodec::new(
-        Form::Text(Dialect::JsonRpc, Style::Frame),
-        Metrics::new().unwrap(),
-    );
+    let codec = OutCodec::new(ClientCodec::JsonRpc, Metrics::new().unwrap());
     let (outbox, mut reader) =
         Outbox::channel(MANY, 1 << 20, codec, Duration::from_secs(60), gauges);
     for n in 0..MANY {

@@ -15,6 +15,9 @@
 //! - [`handshake`]: the Control Handshake JSON (§3): [`Handshake`].
 //! - [`cids`]: [`cids::CidMap`], the random cids switchyard's own
 //!   requests carry, each standing for one of its integer ids.
+//! - [`client`]: the listener half: one client connection's state (its
+//!   SBP session and the cids of its pushes), every session event mapped
+//!   to what the connection does.
 //! - `session`: one side of an SBP session, for either role (handshake
 //!   state, control frames, duplicate frame ids, legacy reply subjects),
 //!   still pure: the transport feeds it frames and sends what it returns.
@@ -36,6 +39,7 @@ use crate::envelope::{raw_from_string, ErrorObject, Payload, RawJson};
 use crate::error::{ErrorKind, GatewayError};
 
 pub mod cids;
+pub mod client;
 pub mod envelope;
 pub mod frame;
 pub mod handshake;
