@@ -23,21 +23,19 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-mod admission;
 mod dispatch;
-mod edges;
 
 use crate::close::CloseCode;
-use crate::dialect::client::ClientCodec;
+use crate::dialect::client::{ClientCodec, Oversize};
 use crate::dialect::sideband::client::Options as SidebandOptions;
 use crate::dialect::{Dialect, Inbound, Item};
-use crate::envelope::Message;
-use crate::error::Side;
+use crate::envelope::{Message, WireId};
+use crate::error::{ErrorKind, GatewayError, Side};
 use crate::limits::rate::ConnectionRate;
 use crate::outbox::{Gauges, OutCodec, Outbox, OutboxReader, Outgoing};
 use crate::router::in_place::InPlace;
 use crate::router::{ClientLinks, Pusher, Router};
-use crate::telemetry::metrics::{Direction, DropReason, ProtocolError};
+use crate::telemetry::metrics::{Direction, DropReason, Limit, ProtocolError};
 use crate::telemetry::Peer;
 use crate::transport::{Listener, ListenerCell};
 
@@ -269,6 +267,55 @@ impl Session {
     /// requires (Sideband).
     pub fn negotiating(&self) -> bool {
         self.codec().negotiating()
+    }
+
+    /// True when the dialect reads binary frames (Sideband), false for text.
+    pub fn binary(&self) -> bool {
+        self.codec().reads_binary()
+    }
+
+    /// The listener's name.
+    pub fn listener_name(&self) -> String {
+        self.listener().name().to_owned()
+    }
+
+    /// The dialect's answer to a message over `limit` bytes, then close
+    /// 1009 (an NDJSON client gets its error line, then the connection
+    /// closes): see [`ClientCodec::oversize`].
+    pub async fn too_large(&self, limit: usize) {
+        let listener = self.listener();
+        listener.count_protocol_error(ProtocolError::MessageTooLarge);
+        listener.count_limit(Limit::MaxMessageBytes);
+        let Oversize { reply, reason } = self.codec().oversize(limit);
+        listener.log_closed(CloseCode::TooBig, "message too large", self.peer());
+        if let Some(reply) = reply {
+            self.send(&reply).await;
+        }
+        self.outbox.close(CloseCode::TooBig, reason).await;
+    }
+
+    /// Counts the client's WebSocket close frame, by code.
+    pub fn count_close(&self, code: u16) {
+        self.listener()
+            .metrics()
+            .count_ws_close(self.dialect(), Side::Client, code);
+    }
+
+    /// An NDJSON line that is not UTF-8: a parse error; the connection
+    /// stays open.
+    pub async fn not_utf8(&self) -> Verdict {
+        let err = GatewayError::new(ErrorKind::ParseError);
+        self.send(&self.codec().error_reply(WireId::null(), &err))
+            .await;
+        Verdict::Continue
+    }
+
+    /// What to send before the shutdown close: a Sideband Control Close
+    /// `shutdown`.
+    pub fn goodbye(&self) -> Option<Outgoing> {
+        self.codec()
+            .goodbye()
+            .map(|frame| Outgoing::Binary(frame.into()))
     }
 
     /// Fires when the client's outbox stayed full for the slow-consumer
