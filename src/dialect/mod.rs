@@ -29,7 +29,7 @@ pub enum Inbound {
     /// `E` 1100 to an envelope whose cid could be read).
     Answer(Vec<u8>),
     /// The frame was dropped for this reason (counted).
-    Dropped(sideband::session::SbpDrop),
+    Dropped(sideband::dropped::SbpDrop),
     /// The peer reported an error about one of its frames (a Sideband
     /// ErrorFrame): logged and counted, nothing answered.
     PeerError {

@@ -9,7 +9,7 @@ use axum::extract::ws::Utf8Bytes;
 use bytes::Bytes;
 
 use super::arena::Arena;
-use super::Outgoing;
+use super::outgoing::Outgoing;
 use crate::dialect::client::{ClientCodec, Encoded, Frame};
 use crate::envelope::Message;
 use crate::error::{ErrorKind, GatewayError, Side};

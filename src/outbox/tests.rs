@@ -41,7 +41,7 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// What the writer does with a frame: release it, and keep its tag.
 fn take(reader: &OutboxReader, out: Outgoing) -> String {
-    reader.inner.budget.taken(out.size());
+    reader.inner.taken(out.size());
     match out {
         Outgoing::Text(t) => t.split_inclusive(':').next().unwrap_or_default().to_owned(),
         other => format!("{other:?}"),
@@ -80,7 +80,7 @@ proptest! {
                         let text = format!("{tag}{}", "x".repeat(n));
                         largest = largest.max(text.len());
                         let size = i64::try_from(text.len()).unwrap();
-                        let fits = outbox.inner.budget.fits(size);
+                        let fits = outbox.inner.budget().fits(size);
                         match outbox.offer_frame(Outgoing::Text(text.into())) {
                             Offer::Queued => accepted.push(tag),
                             // Dropped only when full: messages, bytes, or
@@ -119,15 +119,15 @@ proptest! {
                 prop_assert!(reader.rx.len() <= CAPACITY);
                 // The queue's bytes stay within the budget (or one frame
                 // alone above it).
-                let queued = usize::try_from(outbox.inner.budget.queued()).unwrap();
+                let queued = usize::try_from(outbox.inner.budget().queued()).unwrap();
                 prop_assert!(queued <= BUDGET.max(largest), "queued {queued} B");
                 // So do the bytes of the replies waiting for room.
-                let budget = &outbox.inner.budget;
+                let budget = outbox.inner.budget();
                 let waits = usize::try_from(budget.held() - budget.queued()).unwrap();
                 prop_assert!(waits <= BUDGET.max(largest), "waiting {waits} B");
                 // What is counted is what is queued plus what waits: never
                 // more than (capacity + waiting replies) frames.
-                let held = outbox.inner.budget.held();
+                let held = outbox.inner.budget().held();
                 let bound = (CAPACITY + waiting.len()) * largest;
                 prop_assert!(held >= 0 && usize::try_from(held).unwrap() <= bound, "held {held} > {bound}");
             }
@@ -140,7 +140,7 @@ proptest! {
                     Err(_) => {}
                 }
             }
-            prop_assert_eq!(outbox.inner.budget.held(), 0, "all released");
+            prop_assert_eq!(outbox.inner.budget().held(), 0, "all released");
             prop_assert!(high.get() <= i64::try_from(2 * BUDGET.max(largest)).unwrap());
             // Every accepted offer was read once, in the order offered, and
             // every reply once.
@@ -175,10 +175,10 @@ async fn a_queue_that_gets_room_again_is_not_slow() {
     }
     // Full: the offer is dropped and the watch starts...
     assert_eq!(outbox.offer_frame(Outgoing::Ping), Offer::Full);
-    assert!(outbox.inner.watching.load(Ordering::Acquire));
+    assert!(outbox.inner.watching());
     // ...and ends as soon as there is room again.
     assert!(reader.recv().await.is_some());
-    while outbox.inner.watching.load(Ordering::Acquire) {
+    while outbox.inner.watching() {
         tokio::task::yield_now().await;
     }
     assert!(!outbox.slow().is_cancelled());

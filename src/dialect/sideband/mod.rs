@@ -42,7 +42,7 @@ pub mod subject;
 pub mod transcode;
 
 pub(crate) mod cbor;
-mod dropped;
+pub(crate) mod dropped;
 mod hex;
 mod scalar;
 #[cfg(test)]
