@@ -23,48 +23,29 @@
 use bytes::Bytes;
 use bytestring::ByteString;
 
+use super::holon::client::{self as holon, HolonClient};
+use super::jsonrpc::client::{self as jsonrpc, JsonRpcClient};
 use super::render::{render_batch, render_exact, render_scratch, NotJson, Style};
 use super::sideband::client::{self as sideband, SidebandClient};
-use super::{holon, jsonrpc, Dialect, Inbound};
+use super::{Dialect, Inbound};
 use crate::close::CloseCode;
-use crate::envelope::{raw_from_string, Message, Outcome, Payload, WireId};
-use crate::error::{ErrorKind, GatewayError};
+use crate::envelope::{Message, Payload, WireId};
+use crate::error::GatewayError;
+
+pub use super::{EventForm, Oversize};
 
 /// One client connection's dialect: its codec, and the state the dialect
 /// keeps per connection.
 #[derive(Debug)]
 pub enum ClientCodec {
     /// JSON-RPC 2.0 in WebSocket text frames.
-    JsonRpc,
+    JsonRpc(JsonRpcClient),
     /// JSON-RPC 2.0, one text per line (Unix socket).
-    Ndjson,
+    Ndjson(JsonRpcClient),
     /// holon-rpc envelopes in WebSocket text frames.
-    Holon,
+    Holon(HolonClient),
     /// Sideband binary frames, with the connection's SBP session.
     Sideband(SidebandClient),
-}
-
-/// How a pub/sub event reaches a client (jsonrpc-ws.md §7.2, as the
-/// README maps it to every dialect).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventForm {
-    /// The notification `rpc.notification` with `{topic, data}`: the same
-    /// text for every such client (JSON-RPC, NDJSON).
-    Notification,
-    /// The same as an `s<N>` request whose reply is consumed (holon-rpc).
-    Request,
-    /// An `N` envelope on `event`, `e` = the topic, `d` = the data
-    /// (Sideband).
-    Envelope,
-}
-
-/// What a message over the size limit gets before close 1009.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Oversize {
-    /// The error reply to send first, if the dialect has one.
-    pub reply: Option<Message>,
-    /// The close frame's reason.
-    pub reason: &'static str,
 }
 
 /// A frame as a codec rendered it, lent to the caller to copy where it
@@ -88,27 +69,18 @@ pub enum Encoded<R> {
 }
 
 /// The subprotocol a `dialect` listener selects from the client's offers,
-/// spelled as offered; none is fine too. holon-rpc matches
-/// case-insensitively and echoes the client's spelling, as WebBridge does
-/// (browsers fail the connection unless the echo is exactly one of their
-/// offers; holon-rpc.md §1, §10). The other notes name an exact token.
+/// spelled as offered; none is fine too (each dialect's `subprotocol`
+/// says how it matches).
 pub fn subprotocol<'a>(
     dialect: Dialect,
     offered: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
-    let (token, any_case) = match dialect {
-        Dialect::JsonRpc => ("jsonrpc", false),
-        Dialect::Sideband => (sideband::SUBPROTOCOL, false),
-        Dialect::Holon => ("holon-rpc", true),
-        Dialect::Ndjson => return None,
-    };
-    offered.into_iter().find(|p| {
-        if any_case {
-            p.eq_ignore_ascii_case(token)
-        } else {
-            *p == token
-        }
-    })
+    match dialect {
+        Dialect::JsonRpc => jsonrpc::subprotocol(offered),
+        Dialect::Holon => holon::subprotocol(offered),
+        Dialect::Sideband => sideband::subprotocol(offered),
+        Dialect::Ndjson => None,
+    }
 }
 
 // === impl ClientCodec ===
@@ -118,9 +90,9 @@ impl ClientCodec {
     /// session starts as `sideband` says.
     pub fn new(dialect: Dialect, sideband: sideband::Options) -> Self {
         match dialect {
-            Dialect::JsonRpc => ClientCodec::JsonRpc,
-            Dialect::Ndjson => ClientCodec::Ndjson,
-            Dialect::Holon => ClientCodec::Holon,
+            Dialect::JsonRpc => ClientCodec::JsonRpc(JsonRpcClient::WS),
+            Dialect::Ndjson => ClientCodec::Ndjson(JsonRpcClient::LINES),
+            Dialect::Holon => ClientCodec::Holon(HolonClient),
             Dialect::Sideband => ClientCodec::Sideband(SidebandClient::new(sideband)),
         }
     }
@@ -128,9 +100,9 @@ impl ClientCodec {
     /// The dialect.
     pub const fn dialect(&self) -> Dialect {
         match self {
-            ClientCodec::JsonRpc => Dialect::JsonRpc,
-            ClientCodec::Ndjson => Dialect::Ndjson,
-            ClientCodec::Holon => Dialect::Holon,
+            ClientCodec::JsonRpc(_) => Dialect::JsonRpc,
+            ClientCodec::Ndjson(_) => Dialect::Ndjson,
+            ClientCodec::Holon(_) => Dialect::Holon,
             ClientCodec::Sideband(_) => Dialect::Sideband,
         }
     }
@@ -139,16 +111,15 @@ impl ClientCodec {
     pub const fn reads_binary(&self) -> bool {
         match self {
             ClientCodec::Sideband(_) => true,
-            ClientCodec::JsonRpc | ClientCodec::Ndjson | ClientCodec::Holon => false,
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Holon(_) => false,
         }
     }
 
     /// How text replies are rendered; `None` for a binary dialect.
     const fn style(&self) -> Option<Style> {
         match self {
-            ClientCodec::Ndjson => Some(Style::Line),
-            ClientCodec::Holon => Some(Style::Holon),
-            ClientCodec::JsonRpc => Some(Style::Frame),
+            ClientCodec::JsonRpc(json) | ClientCodec::Ndjson(json) => Some(json.style()),
+            ClientCodec::Holon(_) => Some(Style::Holon),
             ClientCodec::Sideband(_) => None,
         }
     }
@@ -157,11 +128,11 @@ impl ClientCodec {
     /// `max_batch_items`.
     pub fn decode_text(&self, text: &ByteString, max_batch_items: usize) -> Inbound {
         match self {
-            ClientCodec::Holon => holon::decode(text),
-            // A Sideband client's text frames are JSON-RPC text to it.
-            ClientCodec::JsonRpc | ClientCodec::Ndjson | ClientCodec::Sideband(_) => {
-                jsonrpc::decode(text, max_batch_items)
+            ClientCodec::JsonRpc(json) | ClientCodec::Ndjson(json) => {
+                json.decode(text, max_batch_items)
             }
+            ClientCodec::Holon(holon) => holon.decode(text),
+            ClientCodec::Sideband(sb) => sb.decode_text(text, max_batch_items),
         }
     }
 
@@ -169,7 +140,7 @@ impl ClientCodec {
     pub fn decode_binary(&self, bytes: &Bytes) -> Inbound {
         match self {
             ClientCodec::Sideband(sb) => sb.decode(bytes),
-            ClientCodec::JsonRpc | ClientCodec::Ndjson | ClientCodec::Holon => {
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Holon(_) => {
                 Inbound::close(CloseCode::Unsupported, "binary frames are not supported")
             }
         }
@@ -180,7 +151,7 @@ impl ClientCodec {
     pub fn greeting(&self) -> Option<Vec<u8>> {
         match self {
             ClientCodec::Sideband(sb) => Some(sb.hello()),
-            ClientCodec::JsonRpc | ClientCodec::Ndjson | ClientCodec::Holon => None,
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Holon(_) => None,
         }
     }
 
@@ -189,7 +160,7 @@ impl ClientCodec {
     pub fn negotiating(&self) -> bool {
         match self {
             ClientCodec::Sideband(sb) => sb.negotiating(),
-            ClientCodec::JsonRpc | ClientCodec::Ndjson | ClientCodec::Holon => false,
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Holon(_) => false,
         }
     }
 
@@ -198,38 +169,33 @@ impl ClientCodec {
     pub fn goodbye(&self) -> Option<Vec<u8>> {
         match self {
             ClientCodec::Sideband(_) => Some(SidebandClient::goodbye()),
-            ClientCodec::JsonRpc | ClientCodec::Ndjson | ClientCodec::Holon => None,
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Holon(_) => None,
         }
     }
 
     /// The reply switchyard gives `msg` itself, before rate limits and
     /// routing: holon-rpc's `rpc.heartbeat` request (holon-rpc.md §10),
-    /// and, when `answer_ping` is set, the JSON dialects' `ping`
+    /// and, when `answer_ping` is set, the other dialects' `ping`
     /// notification (answered with the notification `pong`).
     pub fn local_reply(&self, msg: &Message, answer_ping: bool) -> Option<Message> {
         match msg {
-            Message::Request { id, method, .. }
-                if matches!(self, ClientCodec::Holon) && method == "rpc.heartbeat" =>
-            {
-                Some(Message::Response {
-                    id: id.clone(),
-                    result: Outcome::Value(Payload::Json(raw_from_string(String::from("{}")))),
-                })
-            }
             Message::Notification { method, .. } => self.pong(method, answer_ping),
-            _ => None,
+            _ => match self {
+                ClientCodec::Holon(holon) => holon.local_reply(msg),
+                ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Sideband(_) => None,
+            },
         }
     }
 
-    /// The `pong` notification that answers a `ping` notification in the
-    /// JSON dialects, when `answer_ping` is set (holon-rpc has no
-    /// notifications).
+    /// The `pong` notification that answers a `ping` notification, when
+    /// `answer_ping` is set (holon-rpc has no notifications).
     pub fn pong(&self, method: &str, answer_ping: bool) -> Option<Message> {
-        let answers = answer_ping && method == "ping" && !matches!(self, ClientCodec::Holon);
-        answers.then(|| Message::Notification {
-            method: "pong".into(),
-            params: None,
-        })
+        match self {
+            ClientCodec::Holon(_) => None,
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Sideband(_) => {
+                jsonrpc::pong(method, answer_ping)
+            }
+        }
     }
 
     /// The answer to a message over `limit` bytes, before close 1009:
@@ -237,30 +203,18 @@ impl ClientCodec {
     /// NDJSON client -32600 `Line exceeds maximum of N bytes` (then the
     /// connection closes); holon-rpc and Sideband only the close.
     pub fn oversize(&self, limit: usize) -> Oversize {
-        let (detail, reason) = match self {
-            ClientCodec::JsonRpc => (
-                Some(format!("Message size exceeds maximum of {limit} bytes")),
-                "message too large",
-            ),
-            ClientCodec::Ndjson => (
-                Some(format!("Line exceeds maximum of {limit} bytes")),
-                "message too large",
-            ),
-            ClientCodec::Holon => (None, "message too large"),
-            ClientCodec::Sideband(_) => (None, sideband::TOO_LARGE),
-        };
-        let reply = detail.map(|d| {
-            let err = GatewayError::with_detail(ErrorKind::InvalidRequest, d);
-            self.error_reply(WireId::null(), &err)
-        });
-        Oversize { reply, reason }
+        match self {
+            ClientCodec::JsonRpc(json) | ClientCodec::Ndjson(json) => json.oversize(limit),
+            ClientCodec::Holon(holon) => holon.oversize(),
+            ClientCodec::Sideband(_) => SidebandClient::oversize(),
+        }
     }
 
     /// How a pub/sub event reaches this client.
     pub const fn event_form(&self) -> EventForm {
         match self {
-            ClientCodec::JsonRpc | ClientCodec::Ndjson => EventForm::Notification,
-            ClientCodec::Holon => EventForm::Request,
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) => EventForm::Notification,
+            ClientCodec::Holon(_) => EventForm::Request,
             ClientCodec::Sideband(_) => EventForm::Envelope,
         }
     }
@@ -269,21 +223,25 @@ impl ClientCodec {
     /// request whose reply is consumed (holon-rpc has no notifications,
     /// holon-rpc.md §8).
     pub const fn notifies_by_request(&self) -> bool {
-        matches!(self, ClientCodec::Holon)
+        match self {
+            ClientCodec::Holon(_) => true,
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Sideband(_) => false,
+        }
     }
 
-    /// The params of a notification pushed as a request: holon-rpc params
-    /// are an object, so anything else is wrapped as `{"value": …}`
-    /// (`Err` carries the wrapped params, to be counted as a quirk).
+    /// The params of a notification pushed to the client: for holon-rpc,
+    /// as a request, with params that are not an object wrapped as
+    /// `{"value": …}` (`Err` carries the wrapped params, to be counted as
+    /// a quirk).
     pub fn push_notification_params(
         &self,
         params: Option<Payload>,
     ) -> Result<Option<Payload>, Option<Payload>> {
-        match params {
-            Some(p) if self.notifies_by_request() && holon::object_params(Some(&p)).is_none() => {
-                Err(holon::wrap_params(&p))
+        match self {
+            ClientCodec::Holon(holon) => holon.push_notification_params(params),
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Sideband(_) => {
+                Ok(params)
             }
-            other => Ok(other),
         }
     }
 
@@ -296,18 +254,11 @@ impl ClientCodec {
         params: Option<Payload>,
     ) -> Result<Option<Payload>, GatewayError> {
         match self {
-            ClientCodec::Ndjson => Err(GatewayError::no_route(method)),
-            ClientCodec::Holon => {
-                holon::object_params(params.as_ref())
-                    .map(Some)
-                    .ok_or_else(|| {
-                        GatewayError::with_detail(
-                            ErrorKind::InvalidParams,
-                            "params must be an object for holon-rpc clients",
-                        )
-                    })
+            ClientCodec::JsonRpc(json) | ClientCodec::Ndjson(json) => {
+                json.push_request_params(method, params)
             }
-            ClientCodec::JsonRpc | ClientCodec::Sideband(_) => Ok(params),
+            ClientCodec::Holon(holon) => holon.push_request_params(params),
+            ClientCodec::Sideband(_) => Ok(params),
         }
     }
 
@@ -317,8 +268,8 @@ impl ClientCodec {
     pub fn push_id(&self, n: u64) -> WireId {
         match self {
             ClientCodec::Sideband(sb) => sb.push_id(n),
-            ClientCodec::JsonRpc | ClientCodec::Ndjson | ClientCodec::Holon => {
-                WireId::string(&compact_str::format_compact!("s{n}"))
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Holon(_) => {
+                jsonrpc::push_id(n)
             }
         }
     }
@@ -329,11 +280,9 @@ impl ClientCodec {
         match (self, id) {
             (ClientCodec::Sideband(sb), WireId::Cid(cid)) => sb.push_number(cid),
             (ClientCodec::Sideband(_), WireId::Json(_)) => None,
-            (ClientCodec::JsonRpc | ClientCodec::Ndjson | ClientCodec::Holon, _) => id
-                .as_json()
-                .and_then(|t| t.strip_prefix("\"s"))
-                .and_then(|t| t.strip_suffix('"'))
-                .and_then(|n| n.parse::<u64>().ok()),
+            (ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Holon(_), _) => {
+                jsonrpc::push_number(id)
+            }
         }
     }
 
@@ -341,7 +290,7 @@ impl ClientCodec {
     pub fn forget_push(&self, n: u64) {
         match self {
             ClientCodec::Sideband(sb) => sb.forget_push(n),
-            ClientCodec::JsonRpc | ClientCodec::Ndjson | ClientCodec::Holon => {}
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Holon(_) => {}
         }
     }
 
@@ -349,7 +298,10 @@ impl ClientCodec {
     /// (holon-rpc row 9: an id-only frame); a Sideband `R` without
     /// `result` is a valid void reply, dropped like any unmatched reply.
     pub const fn unmatched_void_is_invalid(&self) -> bool {
-        matches!(self, ClientCodec::Holon)
+        match self {
+            ClientCodec::Holon(_) => true,
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Sideband(_) => false,
+        }
     }
 
     /// The error reply to `id` for one of switchyard's own errors.
@@ -373,9 +325,8 @@ impl ClientCodec {
                     .ok()
                     .map(Encoded::Taken);
             }
-            ClientCodec::JsonRpc => Style::Frame,
-            ClientCodec::Ndjson => Style::Line,
-            ClientCodec::Holon => Style::Holon,
+            ClientCodec::JsonRpc(json) | ClientCodec::Ndjson(json) => json.style(),
+            ClientCodec::Holon(_) => Style::Holon,
         };
         match render_scratch(msg, style, |text| take(Frame::Text(text))) {
             Some(rendered) => rendered.ok().map(Encoded::Taken),
@@ -418,7 +369,7 @@ mod tests {
             method: "rpc.heartbeat".into(),
             params: None,
         };
-        let holon = ClientCodec::Holon;
+        let holon = ClientCodec::Holon(HolonClient);
         assert!(matches!(
             holon.local_reply(&heartbeat, true),
             Some(Message::Response { .. })
@@ -430,7 +381,7 @@ mod tests {
         // holon-rpc has no notifications to answer; a JSON client's ping
         // is answered only when configured.
         assert_eq!(holon.local_reply(&ping, true), None);
-        let json = ClientCodec::JsonRpc;
+        let json = ClientCodec::JsonRpc(JsonRpcClient::WS);
         assert!(json.local_reply(&ping, true).is_some());
         assert_eq!(json.local_reply(&ping, false), None);
         assert_eq!(json.local_reply(&heartbeat, true), None);
@@ -438,12 +389,47 @@ mod tests {
 
     #[test]
     fn oversize_answers() {
-        let json = ClientCodec::JsonRpc.oversize(10);
+        let json = ClientCodec::JsonRpc(JsonRpcClient::WS).oversize(10);
         assert!(json.reply.is_some());
         assert_eq!(json.reason, "message too large");
         let sb = ClientCodec::new(Dialect::Sideband, sideband::Options::default()).oversize(10);
         assert_eq!((sb.reply, sb.reason), (None, "Message too large"));
-        assert!(ClientCodec::Ndjson.oversize(10).reply.is_some());
-        assert_eq!(ClientCodec::Holon.oversize(10).reply, None);
+        assert!(ClientCodec::Ndjson(JsonRpcClient::LINES)
+            .oversize(10)
+            .reply
+            .is_some());
+        assert_eq!(ClientCodec::Holon(HolonClient).oversize(10).reply, None);
+    }
+
+    #[test]
+    fn pushes_are_identified_by_the_dialect() {
+        for text in [
+            ClientCodec::JsonRpc(JsonRpcClient::WS),
+            ClientCodec::Ndjson(JsonRpcClient::LINES),
+            ClientCodec::Holon(HolonClient),
+        ] {
+            let id = text.push_id(3);
+            assert_eq!(id, WireId::string("s3"));
+            assert_eq!(text.push_number(&id), Some(3));
+        }
+        let sb = ClientCodec::new(Dialect::Sideband, sideband::Options::default());
+        let id = sb.push_id(3);
+        assert!(matches!(id, WireId::Cid(_)), "a fresh cid: {id:?}");
+        assert_eq!(sb.push_number(&WireId::string("s3")), None);
+        assert_eq!(sb.push_number(&id), Some(3));
+        assert_eq!(sb.push_number(&id), None, "answered once");
+    }
+
+    #[test]
+    fn only_sideband_reads_binary_frames() {
+        let json = ClientCodec::JsonRpc(JsonRpcClient::WS);
+        assert_eq!(
+            json.decode_binary(&Bytes::from_static(b"{}")),
+            Inbound::close(CloseCode::Unsupported, "binary frames are not supported")
+        );
+        assert!(json.greeting().is_none() && json.goodbye().is_none());
+        let sb = ClientCodec::new(Dialect::Sideband, sideband::Options::default());
+        assert!(sb.reads_binary() && sb.negotiating());
+        assert!(sb.greeting().is_some() && sb.goodbye().is_some());
     }
 }

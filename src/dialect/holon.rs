@@ -154,6 +154,7 @@ pub fn wrap_params(params: &Payload) -> Option<Payload> {
     ))))
 }
 
+pub mod client;
 mod envelope;
 
 #[cfg(test)]

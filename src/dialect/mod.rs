@@ -52,6 +52,29 @@ pub enum Inbound {
     },
 }
 
+/// How a pub/sub event reaches a client (jsonrpc-ws.md §7.2, as the
+/// README maps it to every dialect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventForm {
+    /// The notification `rpc.notification` with `{topic, data}`: the same
+    /// text for every such client (JSON-RPC, NDJSON).
+    Notification,
+    /// The same as an `s<N>` request whose reply is consumed (holon-rpc).
+    Request,
+    /// An `N` envelope on `event`, `e` = the topic, `d` = the data
+    /// (Sideband).
+    Envelope,
+}
+
+/// What a message over the size limit gets before close 1009.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Oversize {
+    /// The error reply to send first, if the dialect has one.
+    pub reply: Option<Message>,
+    /// The close frame's reason.
+    pub reason: &'static str,
+}
+
 /// One item of an inbound text.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Item {

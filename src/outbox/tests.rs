@@ -13,6 +13,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
+use crate::dialect::jsonrpc::client::JsonRpcClient;
 use crate::telemetry::metrics::Metrics;
 
 mod budget;
@@ -55,7 +56,7 @@ fn outbox(patience: Duration) -> (Outbox, OutboxReader, prometheus::IntGauge) {
         bytes: prometheus::IntGauge::new("b", "b").unwrap(),
     };
     let bytes = gauges.bytes.clone();
-    let codec = OutCodec::new(ClientCodec::JsonRpc, metrics);
+    let codec = OutCodec::new(ClientCodec::JsonRpc(JsonRpcClient::WS), metrics);
     let (o, r) = Outbox::channel(CAPACITY, BUDGET, codec, patience, gauges);
     (o, r, bytes)
 }
@@ -214,7 +215,10 @@ async fn queued_replies_share_the_frame_buffer_and_a_waiting_one_holds_none() {
     let hello = bytes::Bytes::from(SidebandClient::new(cbor).hello());
     assert_eq!(sideband.decode(&hello), Inbound::Nothing);
     assert!(!sideband.negotiating(), "CBOR negotiated");
-    let codecs = [ClientCodec::JsonRpc, ClientCodec::Sideband(sideband)];
+    let codecs = [
+        ClientCodec::JsonRpc(JsonRpcClient::WS),
+        ClientCodec::Sideband(sideband),
+    ];
     for codec in codecs {
         let binary = codec.reads_binary();
         let gauges = Gauges {
@@ -286,7 +290,10 @@ async fn a_never_reading_client_holds_few_frame_buffers() {
         messages: prometheus::IntGauge::new("m", "m").unwrap(),
         bytes: prometheus::IntGauge::new("b", "b").unwrap(),
     };
-    let codec = OutCodec::new(ClientCodec::JsonRpc, Metrics::new().unwrap());
+    let codec = OutCodec::new(
+        ClientCodec::JsonRpc(JsonRpcClient::WS),
+        Metrics::new().unwrap(),
+    );
     let (outbox, mut reader) =
         Outbox::channel(MANY, 1 << 20, codec, Duration::from_secs(60), gauges);
     for n in 0..MANY {

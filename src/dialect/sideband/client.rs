@@ -9,12 +9,13 @@
 //! session event is turned into an [`Inbound`] here, once.
 
 use bytes::Bytes;
+use bytestring::ByteString;
 use parking_lot::Mutex;
 
 use super::cids::CidMap;
 use super::session::{encode_shared_with, on_frame_shared, Sbp, SbpEvent};
 use super::EnvelopeError;
-use crate::dialect::{Inbound, Item};
+use crate::dialect::{jsonrpc, Inbound, Item, Oversize};
 use crate::envelope::{Message, WireId};
 
 /// The subprotocol a Sideband client offers (sideband.md §1).
@@ -23,6 +24,12 @@ pub const SUBPROTOCOL: &str = "sideband.v1";
 /// The close reason for a message over the size limit (no error reply
 /// comes first).
 pub const TOO_LARGE: &str = "Message too large";
+
+/// The subprotocol to select from a client's offers: exactly
+/// [`SUBPROTOCOL`], or none.
+pub fn subprotocol<'a>(offered: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    offered.into_iter().find(|p| *p == SUBPROTOCOL)
+}
 
 /// How a listener's Sideband sessions start (from its configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -77,6 +84,20 @@ impl SidebandClient {
     /// (sideband.md §10).
     pub fn goodbye() -> Vec<u8> {
         Sbp::close_frame("shutdown")
+    }
+
+    /// A message over the size limit gets only the close.
+    pub const fn oversize() -> Oversize {
+        Oversize {
+            reply: None,
+            reason: TOO_LARGE,
+        }
+    }
+
+    /// Decodes a text frame: JSON-RPC text to a Sideband client (the
+    /// transport closes a Sideband client that sends one, 1003).
+    pub fn decode_text(&self, text: &ByteString, max_batch_items: usize) -> Inbound {
+        jsonrpc::decode(text, max_batch_items)
     }
 
     /// Handles one inbound binary frame: what the connection must do.
