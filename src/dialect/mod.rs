@@ -66,7 +66,8 @@ pub enum EventForm {
     Envelope,
 }
 
-/// What a message over the size limit gets before close 1009.
+/// What a message over the size limit gets before close 1009. Its fields
+/// are public: it is a plain answer the session takes apart.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Oversize {
     /// The error reply to send first, if the dialect has one.

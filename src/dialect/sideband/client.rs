@@ -31,7 +31,9 @@ pub fn subprotocol<'a>(offered: impl IntoIterator<Item = &'a str>) -> Option<&'a
     offered.into_iter().find(|p| *p == SUBPROTOCOL)
 }
 
-/// How a listener's Sideband sessions start (from its configuration).
+/// How a listener's Sideband sessions start (from its configuration). Its
+/// fields are public: three independent switches the session copies from
+/// the listener's configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Options {
     /// Advertise CBOR envelopes.
