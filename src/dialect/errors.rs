@@ -18,6 +18,11 @@ use super::Dialect;
 use crate::envelope::{raw_from_string, ErrorObject, Payload, RawJson};
 use crate::error::{ErrorKind, GatewayError};
 
+/// Sideband code 1100 InvalidEnvelope: every envelope decode failure
+/// (sideband.md §6), and switchyard's `invalid_request` to a Sideband
+/// client.
+pub const INVALID_ENVELOPE: i64 = 1100;
+
 /// JSON-RPC WS and NDJSON code and message of `kind` (jsonrpc-ws.md §6,
 /// Appendix C.3).
 const fn jsonrpc_code(kind: ErrorKind) -> (i64, &'static str) {
@@ -103,7 +108,7 @@ pub fn render(err: &GatewayError, dialect: Dialect) -> ErrorObject {
         }
         Dialect::Sideband => {
             let (code, message) = match err.kind {
-                ErrorKind::InvalidRequest => (1100, "Invalid envelope"),
+                ErrorKind::InvalidRequest => (INVALID_ENVELOPE, "Invalid envelope"),
                 ErrorKind::MethodNotFound => (1101, "Method not found"),
                 ErrorKind::Timeout => (1103, "Timeout"),
                 other => (2000, jsonrpc_code(other).1),

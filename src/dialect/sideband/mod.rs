@@ -51,7 +51,7 @@ pub(in crate::dialect) mod testutil;
 pub use cbor::{CborError, MAX_DEPTH};
 pub use envelope::{
     decode_envelope, decode_envelope_in, encode_envelope, encode_envelope_into, fits_subject, Cid,
-    Encoding, EnvelopeError, EnvelopeReply, Member, INVALID_ENVELOPE, MALFORMED_ENVELOPE,
+    Encoding, EnvelopeError, EnvelopeReply, Member, MALFORMED_ENVELOPE,
 };
 pub use frame::{
     decode, decode_with, encode, encode_into, random_id, wrap_message, Body, Control, Frame,

@@ -193,29 +193,33 @@ impl Session {
     /// Does what one inbound frame of `bytes` asks, as the codec decoded it.
     async fn on_inbound(&self, bytes: usize, inbound: Inbound) -> Verdict {
         self.count_in(bytes, &inbound);
-        let listener = self.listener();
+        // The listener is read per use, never held across an await (a
+        // reload may replace it meanwhile).
         match inbound {
             Inbound::Single(item) => return self.single(item).await,
             Inbound::Batch(items) => return self.batch(items).await,
             Inbound::Rejected(reply) => {
-                listener.count_protocol_error(ProtocolError::RejectedMessage);
+                self.listener()
+                    .count_protocol_error(ProtocolError::RejectedMessage);
                 self.send(&reply).await;
             }
             Inbound::Nothing => {}
             Inbound::Answer(frame) => {
                 self.outbox.send_frame(Outgoing::Binary(frame.into())).await;
             }
-            Inbound::Dropped(reason) => listener.count_dropped(DropReason::Sideband(reason)),
+            Inbound::Dropped(reason) => self.listener().count_dropped(DropReason::Sideband(reason)),
             Inbound::PeerError { code, message } => {
+                let listener = self.listener();
                 tracing::debug!(listener = %listener.name(), code, message, "ErrorFrame from client");
                 listener.count_protocol_error(ProtocolError::PeerErrorFrame);
             }
             Inbound::Close { last, code, reason } => {
-                listener.count_protocol_error(if self.codec().reads_binary() {
+                let fatal = if self.codec().reads_binary() {
                     ProtocolError::FatalFrame
                 } else {
                     ProtocolError::FatalMessage
-                });
+                };
+                self.listener().count_protocol_error(fatal);
                 if let Some(frame) = last {
                     self.outbox.send_frame(Outgoing::Binary(frame.into())).await;
                 }
