@@ -174,12 +174,17 @@ fn json_string(text: &str) -> Payload {
 /// Sideband, with the original kept under `data.origin` when lossy.
 pub fn translate(error: &ErrorObject, from: Dialect, to: Dialect) -> ErrorObject {
     match (from, to) {
-        (Dialect::Sideband, Dialect::Sideband) => error.clone(),
-        (Dialect::Sideband, target) => {
-            error_to_json_dialect(error.code, &error.message, error.data.as_ref(), target)
+        (Dialect::Sideband, Dialect::Sideband)
+        | (
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon,
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon,
+        ) => error.clone(),
+        (Dialect::Sideband, Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon) => {
+            error_to_json_dialect(error.code, &error.message, error.data.as_ref(), to)
         }
-        (source, Dialect::Sideband) => error_from_json_dialect(error, source),
-        _ => error.clone(),
+        (Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon, Dialect::Sideband) => {
+            error_from_json_dialect(error, from)
+        }
     }
 }
 
