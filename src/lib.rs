@@ -29,7 +29,7 @@
 //! - [`redact`]: secrets hidden wherever configuration values are shown (`check`, problems, status page, logs).
 //! - [`lines`]: NDJSON line framing for the NDJSON listener and upstream links: a read buffer bounded by one line that does not keep a long line's memory.
 //! - [`dialect`]: pure wire codecs, bytes ⇄ neutral message. No sockets, no tokio.
-//! - [`error`]: switchyard's own error kinds and the side that caused each; [`dialect::errors`] renders them per dialect.
+//! - [`error`]: switchyard's own error kinds and the side that caused each; [`dialect::errors`] renders them per dialect (every error code lives there).
 //! - [`pubsub`]: topic pub/sub (`rpc.subscribe` …): topic syntax, the subject trie, the broker
 //!   shared by all connections, and the four methods; [`pubsub::nats`], NATS core as the
 //!   broker's backbone across instances.

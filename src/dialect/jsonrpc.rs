@@ -248,5 +248,7 @@ fn invalid_request(id: Option<WireId>) -> Message {
     Message::error(Some(id.unwrap_or_else(WireId::null)), err)
 }
 
+pub mod client;
+
 #[cfg(test)]
 mod tests;

@@ -20,7 +20,9 @@ pub(crate) mod tls;
 pub(crate) mod unix;
 pub(crate) mod ws;
 
-/// What every listener task needs to serve and to shut down.
+/// What every listener task needs to serve and to shut down. Its fields
+/// are open to the crate: three independent handles that every listener
+/// task clones or waits on, with no invariant between them to keep.
 #[derive(Debug, Clone)]
 pub(crate) struct Serve {
     /// Cancelled on shutdown: stop accepting, stop reading.

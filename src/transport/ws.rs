@@ -27,7 +27,7 @@ use super::driver::{self, Fixed, FrameSink, Incoming};
 use super::session::Session;
 use super::{Listener, ListenerCell, Outgoing, Serve};
 use crate::close::CloseCode;
-use crate::dialect::client::ClientCodec;
+use crate::dialect::client;
 use crate::dialect::Dialect;
 use crate::limits::origin::Refusal;
 use crate::limits::rate::PRUNE_INTERVAL;
@@ -133,11 +133,10 @@ fn upgrade(
 }
 
 /// Selects the listener's subprotocol when the client offers it (no
-/// offer is fine too), spelled as offered: see [`ClientCodec::subprotocol`].
+/// offer is fine too), spelled as offered: see [`client::subprotocol`].
 fn select_subprotocol(mut ws: WebSocketUpgrade, dialect: Dialect) -> WebSocketUpgrade {
     let offered: Vec<_> = ws.requested_protocols().cloned().collect();
-    let chosen =
-        ClientCodec::of(dialect).subprotocol(offered.iter().filter_map(|p| p.to_str().ok()));
+    let chosen = client::subprotocol(dialect, offered.iter().filter_map(|p| p.to_str().ok()));
     if let Some(chosen) = chosen.and_then(|c| offered.iter().find(|p| p.to_str().ok() == Some(c))) {
         ws.set_selected_protocol(chosen.clone());
     }
