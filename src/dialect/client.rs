@@ -67,7 +67,7 @@ impl ClientCodec {
         match self.0 {
             Dialect::Ndjson => Style::Line,
             Dialect::Holon => Style::Holon,
-            Dialect::JsonRpc | Dialect::Sideband => Style::Frame,
+            Dialect::JsonRpc | Dialect::Sideband | Dialect::JsonRpcHttp => Style::Frame,
         }
     }
 
@@ -81,7 +81,7 @@ impl ClientCodec {
             Dialect::JsonRpc => ("jsonrpc", false),
             Dialect::Sideband => ("sideband.v1", false),
             Dialect::Holon => ("holon-rpc", true),
-            Dialect::Ndjson => return None,
+            Dialect::Ndjson | Dialect::JsonRpcHttp => return None,
         };
         offered.into_iter().find(|p| {
             if any_case {
@@ -98,7 +98,7 @@ impl ClientCodec {
         match self.0 {
             Dialect::Holon => holon::decode(text),
             // A Sideband client's text frames are JSON-RPC text to it.
-            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Sideband => {
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Sideband | Dialect::JsonRpcHttp => {
                 jsonrpc::decode(text, max_batch_items)
             }
         }
@@ -140,7 +140,9 @@ impl ClientCodec {
     /// connection closes); holon-rpc and Sideband only the close.
     pub fn oversize(self, limit: usize) -> Oversize {
         let detail = match self.0 {
-            Dialect::JsonRpc => Some(format!("Message size exceeds maximum of {limit} bytes")),
+            Dialect::JsonRpc | Dialect::JsonRpcHttp => {
+                Some(format!("Message size exceeds maximum of {limit} bytes"))
+            }
             Dialect::Ndjson => Some(format!("Line exceeds maximum of {limit} bytes")),
             Dialect::Holon | Dialect::Sideband => None,
         };
@@ -150,7 +152,9 @@ impl ClientCodec {
         });
         let reason = match self.0 {
             Dialect::Sideband => "Message too large",
-            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon => "message too large",
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon | Dialect::JsonRpcHttp => {
+                "message too large"
+            }
         };
         Oversize { reply, reason }
     }
@@ -158,7 +162,7 @@ impl ClientCodec {
     /// How a pub/sub event reaches this client.
     pub const fn event_form(self) -> EventForm {
         match self.0 {
-            Dialect::JsonRpc | Dialect::Ndjson => EventForm::Notification,
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::JsonRpcHttp => EventForm::Notification,
             Dialect::Holon => EventForm::Request,
             Dialect::Sideband => EventForm::Envelope,
         }
@@ -195,7 +199,8 @@ impl ClientCodec {
         params: Option<Payload>,
     ) -> Result<Option<Payload>, GatewayError> {
         match self.0 {
-            Dialect::Ndjson => Err(GatewayError::no_route(method)),
+            // Neither an NDJSON nor an HTTP client can be sent a request.
+            Dialect::Ndjson | Dialect::JsonRpcHttp => Err(GatewayError::no_route(method)),
             Dialect::Holon => holon::object_params(params.as_ref())
                 .map(Some)
                 .ok_or_else(|| {

@@ -27,7 +27,7 @@ pub fn render(err: &GatewayError, dialect: Dialect) -> ErrorObject {
             Dialect::Sideband => {
                 serde_json::json!({"kind": err.kind.as_str(), "origin": origin})
             }
-            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon => {
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon | Dialect::JsonRpcHttp => {
                 serde_json::json!({ "origin": origin })
             }
         };
@@ -36,7 +36,7 @@ pub fn render(err: &GatewayError, dialect: Dialect) -> ErrorObject {
     }
     let data = err.detail.as_deref().map(json_string);
     match dialect {
-        Dialect::JsonRpc | Dialect::Ndjson => {
+        Dialect::JsonRpc | Dialect::Ndjson | Dialect::JsonRpcHttp => {
             let (code, message) = err.kind.jsonrpc();
             ErrorObject {
                 code,
@@ -88,7 +88,7 @@ fn no_route_object(err: &GatewayError, dialect: Dialect) -> ErrorObject {
         (Dialect::Holon, Some(m)) => (-32601, format!("method {m:?} not registered")),
         (Dialect::Sideband, Some(m)) => (1101, format!("Method not found: {m}")),
         (Dialect::Sideband, None) => (1101, String::from("Method not found")),
-        (Dialect::Holon, None) | (Dialect::JsonRpc | Dialect::Ndjson, _) => {
+        (Dialect::Holon, None) | (Dialect::JsonRpc | Dialect::Ndjson | Dialect::JsonRpcHttp, _) => {
             (-32601, String::from("Method not found"))
         }
     };

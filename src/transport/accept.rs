@@ -32,7 +32,8 @@ use std::time::Duration;
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper::Request;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder as AutoBuilder;
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
@@ -61,6 +62,11 @@ pub(crate) struct Http {
     header_read_timeout: Duration,
     /// The listener refusals are counted against (the first on the address).
     listener: String,
+    /// The address serves a `jsonrpc-http` listener: connections may speak
+    /// HTTP/2 (h2c by prior knowledge, or ALPN `h2`) as well as HTTP/1.1.
+    /// A `jsonrpc-http` connection never upgrades, so it keeps its
+    /// pending place (the connection caps) for its whole life.
+    http2: bool,
     metrics: Metrics,
 }
 
@@ -102,6 +108,7 @@ impl Http {
             header_read_timeout,
             listener: first.name().to_owned(),
             metrics: first.metrics().clone(),
+            http2: listeners.iter().any(|l| l.dialect().is_http()),
         })
     }
 
@@ -211,12 +218,15 @@ impl Conn {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let (peer, app, place) = (self.peer, self.app, self.place.clone());
+        let (peer, app, place) = (self.peer, self.app.clone(), self.place.clone());
         let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
             req.extensions_mut().insert(ConnectInfo(peer));
             req.extensions_mut().insert(place.clone());
             app.clone().oneshot(req)
         });
+        if self.http.http2 {
+            return self.http_or_h2(stream, service).await;
+        }
         let mut conn = pin!(hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(self.http.header_read_timeout)
@@ -238,6 +248,47 @@ impl Conn {
             }
             Err(e) => tracing::debug!(%peer, error = %e, "HTTP connection ended with an error"),
             Ok(()) => {}
+        }
+    }
+}
+
+impl Conn {
+    /// HTTP/1.1 (with upgrades) or HTTP/2, told apart by the HTTP/2
+    /// preface, on an address that serves a `jsonrpc-http` listener; as
+    /// [`Conn::http`] otherwise.
+    async fn http_or_h2<S, F>(self, stream: S, service: F)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        F: hyper::service::Service<Request<Incoming>, Response = axum::response::Response>
+            + Clone
+            + Send
+            + 'static,
+        F::Future: Send + 'static,
+        F::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let mut builder = AutoBuilder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.http.header_read_timeout);
+        builder.http2().timer(TokioTimer::new());
+        let mut conn = pin!(builder.serve_connection_with_upgrades(TokioIo::new(stream), service));
+        let result = tokio::select! {
+            result = conn.as_mut() => result,
+            () = self.ctx.shutdown.cancelled() => {
+                conn.as_mut().graceful_shutdown();
+                tokio::time::timeout(SHUTDOWN_PATIENCE, conn).await.unwrap_or(Ok(()))
+            }
+        };
+        self.place.release();
+        if let Err(e) = result {
+            let timeout = e
+                .downcast_ref::<hyper::Error>()
+                .is_some_and(hyper::Error::is_timeout);
+            if timeout {
+                self.http.refused(RejectReason::Handshake);
+            }
+            tracing::debug!(peer = %self.peer, error = %e, "HTTP connection ended with an error");
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::dialect::Dialect;
 use crate::envelope::Kind;
 use crate::error::Side;
 
-const DIALECTS: usize = 4;
+const DIALECTS: usize = 5;
 const SIDES: usize = 3;
 const DIRECTIONS: usize = 2;
 const KINDS: usize = 4;
@@ -120,6 +120,7 @@ fn frame_slot(dialect: Dialect, side: Side, direction: Direction) -> usize {
         Dialect::Ndjson => 1,
         Dialect::Holon => 2,
         Dialect::Sideband => 3,
+        Dialect::JsonRpcHttp => 4,
     };
     let s = match side {
         Side::Client => 0,
