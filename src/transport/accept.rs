@@ -37,6 +37,7 @@ use hyper_util::server::conn::auto::Builder as AutoBuilder;
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
@@ -71,9 +72,11 @@ pub(crate) struct Http {
 }
 
 /// A connection's place among the pending ones, shared with its requests
-/// (as an extension) so that the upgrade handler can give it back.
+/// (as an extension) so that the upgrade handler can give it back; and,
+/// on an address serving `jsonrpc-http`, the switch that closes the
+/// connection (an event stream whose client stopped reading).
 #[derive(Debug, Clone)]
-pub(crate) struct Place(Arc<Mutex<Option<ConnPermit>>>);
+pub(crate) struct Place(Arc<Mutex<Option<ConnPermit>>>, CancellationToken);
 
 // === impl Http ===
 
@@ -125,6 +128,11 @@ impl Place {
     pub(crate) fn release(&self) {
         self.0.lock().take();
     }
+
+    /// Closes the connection (addresses serving `jsonrpc-http` only).
+    pub(crate) fn kill(&self) {
+        self.1.cancel();
+    }
 }
 
 /// Serves `app` on `listener` (over TLS with `tls`) until shutdown.
@@ -160,7 +168,7 @@ pub(crate) async fn serve(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
-        let place = Place(Arc::new(Mutex::new(Some(permit))));
+        let place = Place(Arc::new(Mutex::new(Some(permit))), CancellationToken::new());
         let conn = Conn {
             peer,
             app: app.clone(),
@@ -275,6 +283,7 @@ impl Conn {
         let mut conn = pin!(builder.serve_connection_with_upgrades(TokioIo::new(stream), service));
         let result = tokio::select! {
             result = conn.as_mut() => result,
+            () = self.place.1.cancelled() => Ok(()),
             () = self.ctx.shutdown.cancelled() => {
                 conn.as_mut().graceful_shutdown();
                 tokio::time::timeout(SHUTDOWN_PATIENCE, conn).await.unwrap_or(Ok(()))

@@ -76,14 +76,18 @@ pub(crate) async fn serve(
               place: Option<Extension<Place>>,
               ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
               body: axum::body::Body| {
-            let entry = paths.get(uri.path());
+            let entry = paths
+                .get(uri.path())
+                .or_else(|| super::http::events_entry(&paths, uri.path()));
             async move {
                 let Some(Entry { cell, ctx }) = entry else {
                     return StatusCode::NOT_FOUND.into_response();
                 };
                 if cell.load().dialect().is_http() {
                     let entry = Entry { cell, ctx };
-                    return super::http::handle(entry, method, headers, uri, peer, body).await;
+                    let place = place.map(|Extension(p)| p);
+                    return super::http::handle(entry, method, headers, uri, peer, body, place)
+                        .await;
                 }
                 if method != Method::GET {
                     return StatusCode::METHOD_NOT_ALLOWED.into_response();

@@ -12,9 +12,17 @@
 
 use crate::error::ErrorKind;
 
+pub mod sse;
+
 /// The `Allow` header of a listener's path (answered with `405` to any
 /// other method).
 pub const ALLOW: &str = "POST, OPTIONS";
+
+/// The `Allow` header of a listener's event stream (`<path>/events`).
+pub const ALLOW_EVENTS: &str = "GET, OPTIONS";
+
+/// The path of a listener's event stream, after the listener's own.
+pub const EVENTS_SUFFIX: &str = "/events";
 
 /// What a CORS preflight allows: the methods of the path and of its
 /// `/events` stream.
@@ -69,6 +77,16 @@ pub fn reply_status(reply: &str) -> u16 {
     }
 }
 
+/// True when `reply` is a single JSON-RPC error reply.
+pub fn is_error(reply: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Probe<'a> {
+        #[serde(borrow, default)]
+        error: Option<&'a serde_json::value::RawValue>,
+    }
+    serde_json::from_str::<Probe<'_>>(reply).is_ok_and(|p| p.error.is_some())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,6 +100,17 @@ mod tests {
         assert!(!is_json(b"application/jsonx"));
         assert!(!is_json(b"application/x-www-form-urlencoded"));
         assert!(!is_json(b"\xff"));
+    }
+
+    #[test]
+    fn error_replies_are_told_from_results() {
+        assert!(is_error(
+            r#"{"jsonrpc":"2.0","id":0,"error":{"code":-32602,"message":"x"}}"#
+        ));
+        assert!(!is_error(
+            r#"{"jsonrpc":"2.0","id":0,"result":{"subscribed":["a"]}}"#
+        ));
+        assert!(!is_error("[]"));
     }
 
     #[test]

@@ -15,6 +15,9 @@
 //! Host, Origin and token as on a WebSocket upgrade (`403`, `401`), the
 //! content type (`415`) and the declared length (`413`); a body that grows
 //! past `max_message_bytes` is `413` without reading further.
+//!
+//! `GET <path>/events?topic=…` is the listener's Server-Sent Events
+//! stream ([`events`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -27,11 +30,15 @@ use bytestring::ByteString;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tracing::Instrument;
 
+mod events;
+
+use super::accept::Place;
 use super::session::Session;
-use super::ws::Entry;
+use super::ws::{Entry, Paths};
 use super::{Listener, ListenerCell, Outgoing};
 use crate::close::CloseCode;
-use crate::dialect::jsonrpc_http as wire;
+use crate::config::ListenAddr;
+use crate::dialect::jsonrpc_http::{self as wire, sse};
 use crate::telemetry::metrics::{Limit, RejectReason};
 use crate::telemetry::trace::connection_span;
 
@@ -43,6 +50,7 @@ pub(crate) async fn handle(
     uri: Uri,
     peer: SocketAddr,
     body: Body,
+    place: Option<Place>,
 ) -> Response {
     // HTTP/2 carries the host as `:authority` (in the URI), not `Host`: the
     // Host check judges whichever the client sent.
@@ -58,22 +66,26 @@ pub(crate) async fn handle(
         return plain(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
     }
     let cors = allowed_origin(&listener, &headers);
+    let own_path =
+        matches!(&listener.cfg().addr, ListenAddr::Ws { path, .. } if path == uri.path());
     let mut response = match method {
         Method::OPTIONS => preflight(&listener, &headers, peer.ip()),
-        Method::POST => {
-            let request = Request {
-                headers,
-                uri,
-                peer: peer.ip(),
-            };
-            post(listener, entry, request, body).await
+        Method::GET if !own_path => {
+            let topics = sse::topics(uri.query());
+            match check(&listener, &headers, &uri, peer.ip()) {
+                Err(refused) => refused,
+                Ok(()) if topics.is_empty() => plain(
+                    StatusCode::BAD_REQUEST,
+                    "at least one topic parameter is required",
+                ),
+                Ok(()) => {
+                    drop(listener);
+                    events::stream(entry, topics, peer.ip(), place).await
+                }
+            }
         }
-        _ => {
-            let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
-            r.headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static(wire::ALLOW));
-            r
-        }
+        _ if !own_path => not_allowed(wire::ALLOW_EVENTS),
+        _ => match_post(method, entry, listener, headers, uri, peer, body).await,
     };
     if let Some(origin) = cors {
         let h = response.headers_mut();
@@ -81,6 +93,63 @@ pub(crate) async fn handle(
         h.append(header::VARY, HeaderValue::from_static("Origin"));
     }
     response
+}
+
+/// The listener serving `path` as its event stream (`<its path>/events`),
+/// if that listener is a `jsonrpc-http` one.
+pub(crate) fn events_entry(paths: &Paths, path: &str) -> Option<Entry> {
+    let base = path.strip_suffix(wire::EVENTS_SUFFIX)?;
+    let entry = paths.get(if base.is_empty() { "/" } else { base })?;
+    entry.cell.load().dialect().is_http().then_some(entry)
+}
+
+/// `405` with the methods of the resource.
+fn not_allowed(allow: &'static str) -> Response {
+    let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    r
+}
+
+/// Host, Origin and token, as on a WebSocket upgrade: `403`, or `401` with
+/// the bearer challenge.
+fn check(
+    listener: &Listener,
+    headers: &HeaderMap,
+    uri: &Uri,
+    peer: IpAddr,
+) -> Result<(), Response> {
+    super::ws::check_upgrade(listener, headers, uri, peer).map_err(|refused| {
+        let mut refused = *refused;
+        if refused.status() == StatusCode::UNAUTHORIZED {
+            refused.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(wire::CHALLENGE),
+            );
+        }
+        refused
+    })
+}
+
+/// The listener's own path: `POST`, or `405`.
+async fn match_post(
+    method: Method,
+    entry: Entry,
+    listener: Arc<Listener>,
+    headers: HeaderMap,
+    uri: Uri,
+    peer: SocketAddr,
+    body: Body,
+) -> Response {
+    if method != Method::POST {
+        return not_allowed(wire::ALLOW);
+    }
+    let request = Request {
+        headers,
+        uri,
+        peer: peer.ip(),
+    };
+    post(listener, entry, request, body).await
 }
 
 /// What `post` needs of the request besides its body.
@@ -92,14 +161,7 @@ struct Request {
 
 /// A `POST`: checks, the body read within the limit, then [`dispatch`].
 async fn post(listener: Arc<Listener>, entry: Entry, req: Request, body: Body) -> Response {
-    if let Err(refused) = super::ws::check_upgrade(&listener, &req.headers, &req.uri, req.peer) {
-        let mut refused = *refused;
-        if refused.status() == StatusCode::UNAUTHORIZED {
-            refused.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static(wire::CHALLENGE),
-            );
-        }
+    if let Err(refused) = check(&listener, &req.headers, &req.uri, req.peer) {
         return refused;
     }
     let json = req
