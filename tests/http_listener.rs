@@ -569,3 +569,27 @@ async fn tls_offers_h2_by_alpn_on_an_http_address_only() {
     assert_eq!(answer.version, "HTTP/1.1", "{answer:?}");
     gateway.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_connection_that_sends_nothing_is_closed_after_the_header_read_timeout() {
+    use tokio::io::AsyncReadExt;
+
+    let stack = HttpStack::start("header_read_timeout_ms = 300").await;
+    let authority = stack
+        .url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .expect("authority")
+        .to_owned();
+    let mut tcp = tokio::net::TcpStream::connect(&authority)
+        .await
+        .expect("connect");
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(common::STEP, tcp.read(&mut buf)).await;
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "still open: {read:?}"
+    );
+    stack.gateway.shutdown().await;
+}

@@ -280,10 +280,27 @@ impl Conn {
             .timer(TokioTimer::new())
             .header_read_timeout(self.http.header_read_timeout);
         builder.http2().timer(TokioTimer::new());
+        // The builder reads the HTTP/2 preface with no timeout of its own:
+        // the first request must start within the header-read timeout, as
+        // on HTTP/1.1 (hyper's own timeout covers the heads after it).
+        let started = CancellationToken::new();
+        let service = {
+            let started = started.clone();
+            hyper::service::service_fn(move |req| {
+                started.cancel();
+                hyper::service::Service::call(&service, req)
+            })
+        };
         let mut conn = pin!(builder.serve_connection_with_upgrades(TokioIo::new(stream), service));
+        let silent = first_request(&started, self.http.header_read_timeout);
         let result = tokio::select! {
             result = conn.as_mut() => result,
             () = self.place.1.cancelled() => Ok(()),
+            () = silent => {
+                self.http.refused(RejectReason::Handshake);
+                tracing::debug!(peer = %self.peer, "no request in time");
+                Ok(())
+            }
             () = self.ctx.shutdown.cancelled() => {
                 conn.as_mut().graceful_shutdown();
                 tokio::time::timeout(SHUTDOWN_PATIENCE, conn).await.unwrap_or(Ok(()))
@@ -299,6 +316,17 @@ impl Conn {
             }
             tracing::debug!(peer = %self.peer, error = %e, "HTTP connection ended with an error");
         }
+    }
+}
+
+/// Returns once `within` has passed without the first request having
+/// started; never returns otherwise.
+async fn first_request(started: &CancellationToken, within: Duration) {
+    if tokio::time::timeout(within, started.cancelled())
+        .await
+        .is_ok()
+    {
+        std::future::pending::<()>().await;
     }
 }
 
