@@ -593,3 +593,30 @@ async fn a_connection_that_sends_nothing_is_closed_after_the_header_read_timeout
     );
     stack.gateway.shutdown().await;
 }
+
+#[tokio::test]
+async fn switchyard_call_speaks_http() {
+    let stack = HttpStack::start("auth_token = \"s3cret\"").await;
+    let timeout = std::time::Duration::from_secs(30);
+    let reply = switchyard::client::call(
+        &stack.url,
+        "subtract",
+        Some("[42,23]"),
+        Some("s3cret"),
+        None,
+        timeout,
+    )
+    .await
+    .expect("reply");
+    assert_eq!(
+        json(&reply),
+        serde_json::json!({"jsonrpc":"2.0","result":19,"id":1})
+    );
+    // A refusal is an error naming the status.
+    let refused =
+        switchyard::client::call(&stack.url, "subtract", Some("[1,1]"), None, None, timeout)
+            .await
+            .expect_err("no token");
+    assert!(refused.to_string().contains("HTTP 401"), "{refused}");
+    stack.gateway.shutdown().await;
+}
