@@ -73,7 +73,7 @@ pub(crate) async fn handle(
         Method::GET if !own_path => {
             let topics = sse::topics(uri.query());
             match check(&listener, &headers, &uri, peer.ip()) {
-                Err(refused) => refused,
+                Err(refused) => *refused,
                 Ok(()) if topics.is_empty() => plain(
                     StatusCode::BAD_REQUEST,
                     "at least one topic parameter is required",
@@ -118,9 +118,8 @@ fn check(
     headers: &HeaderMap,
     uri: &Uri,
     peer: IpAddr,
-) -> Result<(), Response> {
-    super::ws::check_upgrade(listener, headers, uri, peer).map_err(|refused| {
-        let mut refused = *refused;
+) -> Result<(), Box<Response>> {
+    super::ws::check_upgrade(listener, headers, uri, peer).map_err(|mut refused| {
         if refused.status() == StatusCode::UNAUTHORIZED {
             refused.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
@@ -162,7 +161,7 @@ struct Request {
 /// A `POST`: checks, the body read within the limit, then [`dispatch`].
 async fn post(listener: Arc<Listener>, entry: Entry, req: Request, body: Body) -> Response {
     if let Err(refused) = check(&listener, &req.headers, &req.uri, req.peer) {
-        return refused;
+        return *refused;
     }
     let json = req
         .headers
