@@ -45,7 +45,8 @@
 //!   [`upstream::correlator`] keeps one connection's gateway ids.
 //! - [`transport`]: client-facing I/O: each `Listener` (config, limits, upgrade checks, its
 //!   router; in a `ListenerCell` a reload swaps), WebSocket and Unix listeners, the connection
-//!   driver, sessions.
+//!   driver, sessions; the `jsonrpc-http` listener (`POST` bodies and Server-Sent Events) on
+//!   the WebSocket listeners' servers.
 //! - [`telemetry`]: logging, Prometheus metrics and OpenTelemetry trace export.
 //! - [`shutdown`]: SIGINT/SIGTERM as one future; SIGHUP (reload) as events; READY/RELOADING/STOPPING for systemd `Type=notify`.
 //! - [`stdout`]: the CLI's output, with a closed stdout a clean end, never a panic.

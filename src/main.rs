@@ -52,12 +52,12 @@ enum Command {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
-    /// Call a method on a switchyard listener (ws://…, wss://… or unix://…) and print the reply.
+    /// Call a method on a switchyard listener (ws://…, wss://…, http://… or unix://…) and print the reply.
     ///
     /// Exit status: 0 for a result, 3 for an error reply (printed all the
     /// same), 1 when no reply came (connection, timeout), 2 for bad arguments.
     Call {
-        /// ws://host:port/path, wss://host:port/path, or unix:///path/to.sock
+        /// ws://host:port/path, wss://host:port/path, http://host:port/path (jsonrpc-http), or unix:///path/to.sock
         url: String,
         /// Method name.
         method: String,

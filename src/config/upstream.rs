@@ -144,6 +144,10 @@ pub(super) fn upstream(name: &str, raw: &RawUpstream, p: &mut Problems) -> Optio
     let key = format!("upstreams.{name}");
     check_name(&key, name, p);
     let dialect = dialect(&key, raw.dialect.as_deref(), p);
+    if dialect.is_some_and(Dialect::is_http) {
+        p.at(&key, "dialect", "jsonrpc-http is a listener dialect only");
+        return None;
+    }
     let ws = dialect.is_some_and(Dialect::is_websocket);
     if p.choice(&key, "profile", &raw.profile, &PROFILES) == Some(true) && ws {
         p.at(&key, "profile", "\"hld\" applies to ndjson upstreams only");

@@ -78,6 +78,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         .filter_map(|(name, u)| upstream(name, u, &mut p))
         .collect();
     check_conflicts(&listeners, &upstreams, &mut p);
+    super::http::check_http_routes(&listeners, &upstreams, &mut p);
     let admin = admin_config(&raw.admin, &listeners, &mut p);
     let tracing = tracing_config(&raw.tracing, &mut p);
     let persistence =

@@ -45,6 +45,8 @@ pub enum ClientCodec {
     JsonRpc(JsonRpcClient),
     /// JSON-RPC 2.0, one text per line (Unix socket).
     Ndjson(JsonRpcClient),
+    /// JSON-RPC 2.0 in HTTP POST bodies (`jsonrpc-http`).
+    JsonRpcHttp(JsonRpcClient),
     /// holon-rpc envelopes in WebSocket text frames.
     Holon(HolonClient),
     /// Sideband binary frames, with the connection's SBP session.
@@ -82,7 +84,7 @@ pub fn subprotocol<'a>(
         Dialect::JsonRpc => jsonrpc::subprotocol(offered),
         Dialect::Holon => holon::subprotocol(offered),
         Dialect::Sideband => sideband::subprotocol(offered),
-        Dialect::Ndjson => None,
+        Dialect::Ndjson | Dialect::JsonRpcHttp => None,
     }
 }
 
@@ -95,6 +97,7 @@ impl ClientCodec {
         match dialect {
             Dialect::JsonRpc => ClientCodec::JsonRpc(JsonRpcClient::WS),
             Dialect::Ndjson => ClientCodec::Ndjson(JsonRpcClient::LINES),
+            Dialect::JsonRpcHttp => ClientCodec::JsonRpcHttp(JsonRpcClient::HTTP),
             Dialect::Holon => ClientCodec::Holon(HolonClient),
             Dialect::Sideband => ClientCodec::Sideband(SidebandClient::new(sideband)),
         }
@@ -105,6 +108,7 @@ impl ClientCodec {
         match self {
             ClientCodec::JsonRpc(_) => Dialect::JsonRpc,
             ClientCodec::Ndjson(_) => Dialect::Ndjson,
+            ClientCodec::JsonRpcHttp(_) => Dialect::JsonRpcHttp,
             ClientCodec::Holon(_) => Dialect::Holon,
             ClientCodec::Sideband(_) => Dialect::Sideband,
         }
@@ -114,14 +118,14 @@ impl ClientCodec {
     pub const fn reads_binary(&self) -> bool {
         match self {
             ClientCodec::Sideband(_) => true,
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Holon(_) => false,
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Holon(_) => false,
         }
     }
 
     /// How text replies are rendered; `None` for a binary dialect.
     const fn style(&self) -> Option<Style> {
         match self {
-            ClientCodec::JsonRpc(json) | ClientCodec::Ndjson(json) => Some(json.style()),
+            ClientCodec::JsonRpc(json) | ClientCodec::Ndjson(json) | ClientCodec::JsonRpcHttp(json) => Some(json.style()),
             ClientCodec::Holon(_) => Some(Style::Holon),
             ClientCodec::Sideband(_) => None,
         }
@@ -131,7 +135,7 @@ impl ClientCodec {
     /// `max_batch_items`.
     pub fn decode_text(&self, text: &ByteString, max_batch_items: usize) -> Inbound {
         match self {
-            ClientCodec::JsonRpc(json) | ClientCodec::Ndjson(json) => {
+            ClientCodec::JsonRpc(json) | ClientCodec::Ndjson(json) | ClientCodec::JsonRpcHttp(json) => {
                 json.decode(text, max_batch_items)
             }
             ClientCodec::Holon(holon) => holon.decode(text),
@@ -143,7 +147,7 @@ impl ClientCodec {
     pub fn decode_binary(&self, bytes: &Bytes) -> Inbound {
         match self {
             ClientCodec::Sideband(sb) => sb.decode(bytes),
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Holon(_) => {
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Holon(_) => {
                 Inbound::close(CloseCode::Unsupported, "binary frames are not supported")
             }
         }
@@ -154,7 +158,7 @@ impl ClientCodec {
     pub fn greeting(&self) -> Option<Vec<u8>> {
         match self {
             ClientCodec::Sideband(sb) => Some(sb.hello()),
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Holon(_) => None,
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Holon(_) => None,
         }
     }
 
@@ -163,7 +167,7 @@ impl ClientCodec {
     pub fn negotiating(&self) -> bool {
         match self {
             ClientCodec::Sideband(sb) => sb.negotiating(),
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Holon(_) => false,
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Holon(_) => false,
         }
     }
 
@@ -172,7 +176,7 @@ impl ClientCodec {
     pub fn goodbye(&self) -> Option<Vec<u8>> {
         match self {
             ClientCodec::Sideband(_) => Some(SidebandClient::goodbye()),
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Holon(_) => None,
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Holon(_) => None,
         }
     }
 
@@ -185,7 +189,7 @@ impl ClientCodec {
             Message::Notification { method, .. } => self.pong(method, answer_ping),
             _ => match self {
                 ClientCodec::Holon(holon) => holon.local_reply(msg),
-                ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Sideband(_) => None,
+                ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Sideband(_) => None,
             },
         }
     }
@@ -195,7 +199,7 @@ impl ClientCodec {
     pub fn pong(&self, method: &str, answer_ping: bool) -> Option<Message> {
         match self {
             ClientCodec::Holon(_) => None,
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Sideband(_) => {
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Sideband(_) => {
                 jsonrpc::pong(method, answer_ping)
             }
         }
@@ -207,7 +211,7 @@ impl ClientCodec {
     /// connection closes); holon-rpc and Sideband only the close.
     pub fn oversize(&self, limit: usize) -> Oversize {
         match self {
-            ClientCodec::JsonRpc(json) | ClientCodec::Ndjson(json) => json.oversize(limit),
+            ClientCodec::JsonRpc(json) | ClientCodec::Ndjson(json) | ClientCodec::JsonRpcHttp(json) => json.oversize(limit),
             ClientCodec::Holon(holon) => holon.oversize(),
             ClientCodec::Sideband(_) => SidebandClient::oversize(),
         }
@@ -216,7 +220,7 @@ impl ClientCodec {
     /// How a pub/sub event reaches this client.
     pub const fn event_form(&self) -> EventForm {
         match self {
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) => EventForm::Notification,
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) => EventForm::Notification,
             ClientCodec::Holon(_) => EventForm::Request,
             ClientCodec::Sideband(_) => EventForm::Envelope,
         }
@@ -228,7 +232,7 @@ impl ClientCodec {
     pub const fn notifies_by_request(&self) -> bool {
         match self {
             ClientCodec::Holon(_) => true,
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Sideband(_) => false,
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Sideband(_) => false,
         }
     }
 
@@ -242,7 +246,7 @@ impl ClientCodec {
     ) -> Result<Option<Payload>, Option<Payload>> {
         match self {
             ClientCodec::Holon(holon) => holon.push_notification_params(params),
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Sideband(_) => {
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Sideband(_) => {
                 Ok(params)
             }
         }
@@ -257,7 +261,7 @@ impl ClientCodec {
         params: Option<Payload>,
     ) -> Result<Option<Payload>, GatewayError> {
         match self {
-            ClientCodec::JsonRpc(json) | ClientCodec::Ndjson(json) => {
+            ClientCodec::JsonRpc(json) | ClientCodec::Ndjson(json) | ClientCodec::JsonRpcHttp(json) => {
                 json.push_request_params(method, params)
             }
             ClientCodec::Holon(holon) => holon.push_request_params(params),
@@ -271,7 +275,7 @@ impl ClientCodec {
     pub fn push_id(&self, n: u64) -> WireId {
         match self {
             ClientCodec::Sideband(sb) => sb.push_id(n),
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Holon(_) => {
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Holon(_) => {
                 jsonrpc::push_id(n)
             }
         }
@@ -283,7 +287,7 @@ impl ClientCodec {
         match (self, id) {
             (ClientCodec::Sideband(sb), WireId::Cid(cid)) => sb.push_number(cid),
             (ClientCodec::Sideband(_), WireId::Json(_)) => None,
-            (ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Holon(_), _) => {
+            (ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Holon(_), _) => {
                 jsonrpc::push_number(id)
             }
         }
@@ -293,7 +297,7 @@ impl ClientCodec {
     pub fn forget_push(&self, n: u64) {
         match self {
             ClientCodec::Sideband(sb) => sb.forget_push(n),
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Holon(_) => {}
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Holon(_) => {}
         }
     }
 
@@ -303,7 +307,7 @@ impl ClientCodec {
     pub const fn unmatched_void_is_invalid(&self) -> bool {
         match self {
             ClientCodec::Holon(_) => true,
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::Sideband(_) => false,
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Sideband(_) => false,
         }
     }
 
@@ -328,7 +332,7 @@ impl ClientCodec {
                     .ok()
                     .map(Encoded::Taken);
             }
-            ClientCodec::JsonRpc(json) | ClientCodec::Ndjson(json) => json.style(),
+            ClientCodec::JsonRpc(json) | ClientCodec::Ndjson(json) | ClientCodec::JsonRpcHttp(json) => json.style(),
             ClientCodec::Holon(_) => Style::Holon,
         };
         match render_scratch(msg, style, |text| take(Frame::Text(text))) {

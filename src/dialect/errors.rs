@@ -25,7 +25,7 @@ pub const INVALID_ENVELOPE: i64 = 1100;
 
 /// JSON-RPC WS and NDJSON code and message of `kind` (jsonrpc-ws.md §6,
 /// Appendix C.3).
-const fn jsonrpc_code(kind: ErrorKind) -> (i64, &'static str) {
+pub(crate) const fn jsonrpc_code(kind: ErrorKind) -> (i64, &'static str) {
     match kind {
         ErrorKind::ParseError => (-32700, "Parse error"),
         ErrorKind::InvalidRequest => (-32600, "Invalid Request"),
@@ -77,7 +77,7 @@ pub fn render(err: &GatewayError, dialect: Dialect) -> ErrorObject {
             Dialect::Sideband => {
                 serde_json::json!({"kind": err.kind.as_str(), "origin": origin})
             }
-            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon => {
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon | Dialect::JsonRpcHttp => {
                 serde_json::json!({ "origin": origin })
             }
         };
@@ -86,7 +86,7 @@ pub fn render(err: &GatewayError, dialect: Dialect) -> ErrorObject {
     }
     let data = err.detail.as_deref().map(json_string);
     match dialect {
-        Dialect::JsonRpc | Dialect::Ndjson => {
+        Dialect::JsonRpc | Dialect::Ndjson | Dialect::JsonRpcHttp => {
             let (code, message) = jsonrpc_code(err.kind);
             ErrorObject {
                 code,
@@ -138,7 +138,7 @@ fn no_route_object(err: &GatewayError, dialect: Dialect) -> ErrorObject {
         (Dialect::Holon, Some(m)) => (-32601, format!("method {m:?} not registered")),
         (Dialect::Sideband, Some(m)) => (1101, format!("Method not found: {m}")),
         (Dialect::Sideband, None) => (1101, String::from("Method not found")),
-        (Dialect::Holon, None) | (Dialect::JsonRpc | Dialect::Ndjson, _) => {
+        (Dialect::Holon, None) | (Dialect::JsonRpc | Dialect::Ndjson | Dialect::JsonRpcHttp, _) => {
             (-32601, String::from("Method not found"))
         }
     };
@@ -176,13 +176,17 @@ pub fn translate(error: &ErrorObject, from: Dialect, to: Dialect) -> ErrorObject
     match (from, to) {
         (Dialect::Sideband, Dialect::Sideband)
         | (
-            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon,
-            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon,
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon | Dialect::JsonRpcHttp,
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon | Dialect::JsonRpcHttp,
         ) => error.clone(),
-        (Dialect::Sideband, Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon) => {
-            error_to_json_dialect(error.code, &error.message, error.data.as_ref(), to)
-        }
-        (Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon, Dialect::Sideband) => {
+        (
+            Dialect::Sideband,
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon | Dialect::JsonRpcHttp,
+        ) => error_to_json_dialect(error.code, &error.message, error.data.as_ref(), to),
+        (
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon | Dialect::JsonRpcHttp,
+            Dialect::Sideband,
+        ) => {
             error_from_json_dialect(error, from)
         }
     }

@@ -99,6 +99,9 @@ pub enum Dialect {
     Holon,
     /// Sideband binary frames over WebSocket.
     Sideband,
+    /// JSON-RPC 2.0 over HTTP: one request, notification or batch per
+    /// `POST` body (see [`jsonrpc_http`]).
+    JsonRpcHttp,
 }
 
 /// How many dialects there are: the length of a table indexed by
@@ -122,11 +125,12 @@ impl Inbound {
 
 impl Dialect {
     /// Every dialect, for exhaustive tests and config messages.
-    pub const ALL: [Dialect; 4] = [
+    pub const ALL: [Dialect; 5] = [
         Dialect::JsonRpc,
         Dialect::Ndjson,
         Dialect::Holon,
         Dialect::Sideband,
+        Dialect::JsonRpcHttp,
     ];
 
     /// The dialect's place in [`ALL`](Self::ALL), below [`COUNT`], for
@@ -137,6 +141,7 @@ impl Dialect {
             Dialect::Ndjson => 1,
             Dialect::Holon => 2,
             Dialect::Sideband => 3,
+            Dialect::JsonRpcHttp => 4,
         }
     }
 
@@ -147,13 +152,14 @@ impl Dialect {
             Dialect::Ndjson => "ndjson",
             Dialect::Holon => "holon-rpc",
             Dialect::Sideband => "sideband",
+            Dialect::JsonRpcHttp => "jsonrpc-http",
         }
     }
 
     /// The OpenTelemetry `rpc.system` value.
     pub const fn rpc_system(self) -> &'static str {
         match self {
-            Dialect::JsonRpc | Dialect::Ndjson => "jsonrpc",
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::JsonRpcHttp => "jsonrpc",
             Dialect::Holon => "holon-rpc",
             Dialect::Sideband => "sideband",
         }
@@ -161,7 +167,19 @@ impl Dialect {
 
     /// True for dialects carried over WebSocket.
     pub const fn is_websocket(self) -> bool {
+        !matches!(self, Dialect::Ndjson | Dialect::JsonRpcHttp)
+    }
+
+    /// True for dialects served on a TCP address and path (WebSocket and
+    /// HTTP), false for the Unix-socket one.
+    pub const fn on_tcp(self) -> bool {
         !matches!(self, Dialect::Ndjson)
+    }
+
+    /// True for JSON-RPC over HTTP: requests are `POST` bodies, not
+    /// frames of an upgraded connection.
+    pub const fn is_http(self) -> bool {
+        matches!(self, Dialect::JsonRpcHttp)
     }
 }
 
@@ -173,7 +191,9 @@ impl fmt::Display for Dialect {
 
 /// An unknown dialect name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown dialect {0:?} (expected one of: jsonrpc-ws, ndjson, holon-rpc, sideband)")]
+#[error(
+    "unknown dialect {0:?} (expected one of: jsonrpc-ws, ndjson, holon-rpc, sideband, jsonrpc-http)"
+)]
 pub struct UnknownDialect(pub String);
 
 impl FromStr for Dialect {
@@ -185,6 +205,7 @@ impl FromStr for Dialect {
             "ndjson" => Ok(Dialect::Ndjson),
             "holon-rpc" | "holon" => Ok(Dialect::Holon),
             "sideband" => Ok(Dialect::Sideband),
+            "jsonrpc-http" => Ok(Dialect::JsonRpcHttp),
             other => Err(UnknownDialect(other.to_owned())),
         }
     }
@@ -195,6 +216,7 @@ pub mod errors;
 pub mod holon;
 pub(crate) mod json_string;
 pub mod jsonrpc;
+pub mod jsonrpc_http;
 pub mod render;
 pub mod sideband;
 

@@ -4,7 +4,8 @@
 //! (configuration, connection and rate limits, upgrade checks, metrics,
 //! and the [`crate::router::Router`] its requests go to), read from its
 //! [`ListenerCell`], which a reload swaps. `ws` serves the WebSocket
-//! dialects through axum and `unix` the NDJSON one; both run the one
+//! dialects through axum (and `http` the `jsonrpc-http` one, on the same
+//! servers) and `unix` the NDJSON one; both run the one
 //! connection driver (`driver`); [`session`] is the transport-independent
 //! request handling every connection shares.
 
@@ -14,6 +15,7 @@ use tokio_util::task::TaskTracker;
 
 pub(crate) mod accept;
 pub(crate) mod driver;
+mod http;
 mod listener;
 pub mod session;
 pub(crate) mod tls;

@@ -74,12 +74,21 @@ pub(crate) async fn serve(
               uri: Uri,
               ConnectInfo(peer): ConnectInfo<SocketAddr>,
               place: Option<Extension<Place>>,
-              ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>| {
-            let entry = paths.get(uri.path());
+              ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+              body: axum::body::Body| {
+            let entry = paths
+                .get(uri.path())
+                .or_else(|| super::http::events_entry(&paths, uri.path()));
             async move {
                 let Some(Entry { cell, ctx }) = entry else {
                     return StatusCode::NOT_FOUND.into_response();
                 };
+                if cell.load().dialect().is_http() {
+                    let entry = Entry { cell, ctx };
+                    let place = place.map(|Extension(p)| p);
+                    return super::http::handle(entry, method, headers, uri, peer, body, place)
+                        .await;
+                }
                 if method != Method::GET {
                     return StatusCode::METHOD_NOT_ALLOWED.into_response();
                 }
@@ -145,7 +154,7 @@ fn select_subprotocol(mut ws: WebSocketUpgrade, dialect: Dialect) -> WebSocketUp
 
 /// Browser safety before the upgrade: Host and Origin allow-lists and the
 /// bearer token. A refusal is HTTP 403/401 with a short reason, counted.
-fn check_upgrade(
+pub(super) fn check_upgrade(
     listener: &Listener,
     headers: &HeaderMap,
     uri: &Uri,

@@ -60,7 +60,9 @@ impl Link {
         match self.shared.cfg.dialect {
             Dialect::Holon => WireId::number_string(gid),
             // Sideband links issued a cid above.
-            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Sideband => WireId::number(gid),
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Sideband | Dialect::JsonRpcHttp => {
+                WireId::number(gid)
+            }
         }
     }
 
@@ -87,7 +89,9 @@ impl Link {
                     .all(|b| b.is_ascii_digit())
                     .then(|| parse_gateway_id(inner))?
             }
-            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Sideband => parse_gateway_id(token),
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Sideband | Dialect::JsonRpcHttp => {
+                parse_gateway_id(token)
+            }
         }
     }
 
@@ -291,7 +295,7 @@ impl Link {
         match self.shared.cfg.dialect {
             Dialect::Ndjson => Style::Line,
             Dialect::Holon => Style::Holon,
-            Dialect::JsonRpc | Dialect::Sideband => Style::Frame,
+            Dialect::JsonRpc | Dialect::Sideband | Dialect::JsonRpcHttp => Style::Frame,
         }
     }
 

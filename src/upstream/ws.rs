@@ -67,7 +67,7 @@ pub(super) async fn connect(
     let offer = match shared.cfg.dialect {
         Dialect::Holon => Some(HOLON),
         Dialect::JsonRpc => shared.cfg.offer_subprotocol.then_some("jsonrpc"),
-        Dialect::Ndjson | Dialect::Sideband => None,
+        Dialect::Ndjson | Dialect::Sideband | Dialect::JsonRpcHttp => None,
     };
     if let Some(token) = offer {
         request
@@ -109,7 +109,7 @@ pub(super) async fn connect(
     }
     let sbp = match shared.cfg.dialect {
         Dialect::Sideband => Some(sideband::handshake(&mut ws).await?),
-        Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon => None,
+        Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon | Dialect::JsonRpcHttp => None,
     };
     let (sink, stream) = ws.split();
     let (tx, rx) = mpsc::channel(outlet::capacity(shared.cfg.max_in_flight_per_connection));

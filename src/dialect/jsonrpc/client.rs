@@ -1,5 +1,5 @@
-//! The listener half of JSON-RPC 2.0, for the JSON-RPC WebSocket dialect
-//! and NDJSON, which differ only in framing. No per-connection state.
+//! The listener half of JSON-RPC 2.0, for the JSON-RPC WebSocket dialect,
+//! NDJSON and JSON-RPC over HTTP, which differ only in framing. No per-connection state.
 //! Pure: no sockets, no tokio.
 
 use bytestring::ByteString;
@@ -23,6 +23,9 @@ pub enum Framing {
     Frame,
     /// One NDJSON line per message (or batch).
     Line,
+    /// One HTTP POST body per message (or batch), its reply the response
+    /// body (`jsonrpc-http`).
+    Body,
 }
 
 /// One JSON-RPC client connection's codec: its framing.
@@ -73,11 +76,17 @@ impl JsonRpcClient {
         framing: Framing::Line,
     };
 
+    /// JSON-RPC in HTTP POST bodies.
+    pub const HTTP: Self = JsonRpcClient {
+        framing: Framing::Body,
+    };
+
     /// The dialect this framing makes.
     pub const fn dialect(self) -> Dialect {
         match self.framing {
             Framing::Frame => Dialect::JsonRpc,
             Framing::Line => Dialect::Ndjson,
+            Framing::Body => Dialect::JsonRpcHttp,
         }
     }
 
@@ -85,7 +94,7 @@ impl JsonRpcClient {
     /// minified where they hold line breaks.
     pub const fn style(self) -> Style {
         match self.framing {
-            Framing::Frame => Style::Frame,
+            Framing::Frame | Framing::Body => Style::Frame,
             Framing::Line => Style::Line,
         }
     }
@@ -101,7 +110,9 @@ impl JsonRpcClient {
     /// bytes`, an NDJSON client `Line exceeds maximum of N bytes`).
     pub fn oversize(self, limit: usize) -> Oversize {
         let detail = match self.framing {
-            Framing::Frame => format!("Message size exceeds maximum of {limit} bytes"),
+            Framing::Frame | Framing::Body => {
+                format!("Message size exceeds maximum of {limit} bytes")
+            }
             Framing::Line => format!("Line exceeds maximum of {limit} bytes"),
         };
         let err = GatewayError::with_detail(ErrorKind::InvalidRequest, detail);
@@ -115,7 +126,7 @@ impl JsonRpcClient {
     }
 
     /// The params of a request switchyard pushes to the client, or why it
-    /// cannot: an NDJSON client gets no requests.
+    /// cannot: neither an NDJSON nor an HTTP client gets requests.
     pub fn push_request_params(
         self,
         method: &str,
@@ -123,7 +134,7 @@ impl JsonRpcClient {
     ) -> Result<Option<Payload>, GatewayError> {
         match self.framing {
             Framing::Frame => Ok(params),
-            Framing::Line => Err(GatewayError::no_route(method)),
+            Framing::Line | Framing::Body => Err(GatewayError::no_route(method)),
         }
     }
 }
