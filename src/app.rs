@@ -73,6 +73,9 @@ pub struct Bound {
     /// The persistent-subscription store, opened before any socket is
     /// bound (a store that cannot open fails the start).
     store: Arc<Backend>,
+    /// The pub/sub broker, with its NATS backbone attached when `[pubsub]
+    /// backend = "nats"` (connecting in the background).
+    broker: Arc<Broker>,
 }
 
 /// A gateway running in the background.
@@ -137,6 +140,9 @@ pub enum BindError {
         /// Why.
         source: crate::persist::PersistError,
     },
+    /// The pub/sub backbone could not be set up.
+    #[error("{0}")]
+    Pubsub(#[from] crate::pubsub::nats::NatsError),
 }
 
 /// Binds every listener of `cfg`. No traffic is served until [`Bound::run`].
@@ -151,6 +157,11 @@ pub async fn bind(cfg: Config) -> Result<Bound, BindError> {
             backend: settings.backend.as_str(),
             source,
         })?;
+    let broker = Arc::new(Broker::with_limits(cfg.pubsub));
+    if let Some(settings) = &cfg.pubsub_nats {
+        let meters = metrics.backbone.meters();
+        crate::pubsub::nats::Nats::attach(settings.clone(), &broker, meters).await?;
+    }
     let (groups, addrs) = binding::bind_groups(&cfg, |_| true).await?;
     let admin = match cfg.admin.addr {
         Some(addr) => Some(bind_admin(addr).await?),
@@ -165,6 +176,7 @@ pub async fn bind(cfg: Config) -> Result<Bound, BindError> {
         admin_extra: None,
         source: None,
         store: Arc::new(store),
+        broker,
     })
 }
 
@@ -263,7 +275,7 @@ impl Bound {
             cfg: self.cfg.clone(),
             generation: 1,
             metrics: self.metrics.clone(),
-            broker: Arc::new(Broker::with_limits(self.cfg.pubsub)),
+            broker: self.broker.clone(),
             recorder,
             hub: Arc::new(Hub::new(self.store.clone(), topics)),
             upstreams: HashMap::new(),

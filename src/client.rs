@@ -10,6 +10,8 @@
 //!   certificates, or only those of a CA file (`--ca-file`).
 //! - `unix:///abs/path.sock` or `/abs/path.sock`: NDJSON over a Unix socket.
 //! - `ws://…` with [`call_sideband`]: Sideband SBP frames, JSON envelopes.
+//! - `http://host:port/path`: JSON-RPC 2.0 in one `POST` (a `jsonrpc-http`
+//!   listener), the token as `Authorization: Bearer`.
 //!
 //! A listener's token goes in the upgrade's `Authorization: Bearer`
 //! header (`connect`). An error reply is still a reply: [`is_error_reply`]
@@ -30,6 +32,7 @@ use self::exchange::{unix_exchange, ws_exchange, Expect};
 mod connect;
 mod error;
 mod exchange;
+mod http;
 pub mod reload;
 mod sideband;
 pub mod watch;
@@ -59,6 +62,7 @@ pub fn is_error_reply(reply: &str) -> bool {
 enum Target<'a> {
     Ws(&'a str),
     Unix(&'a Path),
+    Http(&'a str),
 }
 
 /// Sends one JSON-RPC request and returns the reply text exactly as
@@ -87,6 +91,7 @@ pub async fn call(
                 ws_exchange(url, None, token, ca_file, request, Expect::WsNumber).await
             }
             Target::Unix(path) => unix_exchange(path, request).await,
+            Target::Http(url) => http::http_exchange(url, token, request).await,
         }
     };
     tokio::time::timeout(timeout, exchange)
@@ -133,6 +138,8 @@ fn parse_url<'a>(url: &'a str, ca_file: Option<&Path>) -> Result<Target<'a>, Cli
         Err(ClientError::CaFileWithoutTls(url.to_owned()))
     } else if url.starts_with("ws://") || url.starts_with("wss://") {
         Ok(Target::Ws(url))
+    } else if url.starts_with("http://") {
+        Ok(Target::Http(url))
     } else if let Some(path) = url
         .strip_prefix("unix://")
         .or(Some(url))
@@ -148,7 +155,7 @@ fn parse_url<'a>(url: &'a str, ca_file: Option<&Path>) -> Result<Target<'a>, Cli
 fn ws_only<'a>(url: &'a str, ca_file: Option<&Path>) -> Result<&'a str, ClientError> {
     match parse_url(url, ca_file)? {
         Target::Ws(ws) => Ok(ws),
-        Target::Unix(_) => Err(ClientError::UnsupportedUrl(url.to_owned())),
+        Target::Unix(_) | Target::Http(_) => Err(ClientError::UnsupportedUrl(url.to_owned())),
     }
 }
 
@@ -284,7 +291,7 @@ mod tests {
             err.to_string().contains("ca_file /nonexistent/ca.pem"),
             "{err}"
         );
-        for url in ["d.sock", "unix://d.sock", "http://h/"] {
+        for url in ["d.sock", "unix://d.sock", "https://h/", "ftp://h/"] {
             let err = call(url, "m", None, None, None, T).await.unwrap_err();
             assert!(matches!(err, ClientError::UnsupportedUrl(_)), "{url}");
         }

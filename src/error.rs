@@ -1,5 +1,5 @@
 //! switchyard's own errors: one closed list of kinds, rendered per dialect
-//! by [`crate::dialect::errors`].
+//! by [`crate::dialect::errors`], where every error code lives.
 //!
 //! Upstream errors are never reinterpreted (codes in -32000…-32099 mean
 //! different things to different applications); only errors switchyard
@@ -97,41 +97,6 @@ impl ErrorKind {
             ErrorKind::ResourceExhausted => "resource_exhausted",
             ErrorKind::Timeout => "timeout",
             ErrorKind::Unavailable => "unavailable",
-        }
-    }
-
-    /// JSON-RPC WS and NDJSON code and message (jsonrpc-ws.md §6, Appendix C.3).
-    pub const fn jsonrpc(self) -> (i64, &'static str) {
-        match self {
-            ErrorKind::ParseError => (-32700, "Parse error"),
-            ErrorKind::InvalidRequest => (-32600, "Invalid Request"),
-            ErrorKind::MethodNotFound => (-32601, "Method not found"),
-            ErrorKind::InvalidParams => (-32602, "Invalid params"),
-            ErrorKind::Internal => (-32603, "Internal error"),
-            ErrorKind::Unauthorized => (-32001, "Unauthorized"),
-            ErrorKind::NotFound => (-32003, "Not found"),
-            ErrorKind::Conflict => (-32005, "Conflict"),
-            ErrorKind::RateLimited => (-32006, "Rate limit exceeded"),
-            ErrorKind::ResourceExhausted => (-32007, "Resource exhausted"),
-            ErrorKind::Timeout => (-32008, "Timeout"),
-            ErrorKind::Unavailable => (-32009, "Service unavailable"),
-        }
-    }
-
-    /// holon-rpc code (error-codes.md §2).
-    pub const fn holon_code(self) -> i64 {
-        match self {
-            ErrorKind::ParseError => -32700,
-            ErrorKind::InvalidRequest => -32600,
-            ErrorKind::MethodNotFound => -32601,
-            ErrorKind::InvalidParams => -32602,
-            ErrorKind::Internal => 13,
-            ErrorKind::Unauthorized => 16,
-            ErrorKind::NotFound => 5,
-            ErrorKind::Conflict => 6,
-            ErrorKind::RateLimited | ErrorKind::ResourceExhausted => 8,
-            ErrorKind::Timeout => 4,
-            ErrorKind::Unavailable => 14,
         }
     }
 

@@ -29,9 +29,10 @@
 //! - [`redact`]: secrets hidden wherever configuration values are shown (`check`, problems, status page, logs).
 //! - [`lines`]: NDJSON line framing for the NDJSON listener and upstream links: a read buffer bounded by one line that does not keep a long line's memory.
 //! - [`dialect`]: pure wire codecs, bytes ⇄ neutral message. No sockets, no tokio.
-//! - [`error`]: switchyard's own error kinds and the side that caused each; [`dialect::errors`] renders them per dialect.
+//! - [`error`]: switchyard's own error kinds and the side that caused each; [`dialect::errors`] renders them per dialect (every error code lives there).
 //! - [`pubsub`]: topic pub/sub (`rpc.subscribe` …): topic syntax, the subject trie, the broker
-//!   shared by all connections, and the four methods.
+//!   shared by all connections, and the four methods; [`pubsub::nats`], NATS core as the
+//!   broker's backbone across instances.
 //! - [`persist`]: persistent subscriptions (`rpc.subscribe.persistent` …):
 //!   the store contract and its backends (the local engine over a memory or
 //!   embedded log; NATS JetStream), the hub of subscription holders, the six
@@ -44,7 +45,8 @@
 //!   [`upstream::correlator`] keeps one connection's gateway ids.
 //! - [`transport`]: client-facing I/O: each `Listener` (config, limits, upgrade checks, its
 //!   router; in a `ListenerCell` a reload swaps), WebSocket and Unix listeners, the connection
-//!   driver, sessions.
+//!   driver, sessions; the `jsonrpc-http` listener (`POST` bodies and Server-Sent Events) on
+//!   the WebSocket listeners' servers.
 //! - [`telemetry`]: logging, Prometheus metrics and OpenTelemetry trace export.
 //! - [`shutdown`]: SIGINT/SIGTERM as one future; SIGHUP (reload) as events; READY/RELOADING/STOPPING for systemd `Type=notify`.
 //! - [`stdout`]: the CLI's output, with a closed stdout a clean end, never a panic.

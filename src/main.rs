@@ -52,12 +52,12 @@ enum Command {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
-    /// Call a method on a switchyard listener (ws://…, wss://… or unix://…) and print the reply.
+    /// Call a method on a switchyard listener (ws://…, wss://…, http://… or unix://…) and print the reply.
     ///
     /// Exit status: 0 for a result, 3 for an error reply (printed all the
     /// same), 1 when no reply came (connection, timeout), 2 for bad arguments.
     Call {
-        /// ws://host:port/path, wss://host:port/path, or unix:///path/to.sock
+        /// ws://host:port/path, wss://host:port/path, http://host:port/path (jsonrpc-http), or unix:///path/to.sock
         url: String,
         /// Method name.
         method: String,
@@ -132,7 +132,7 @@ enum Command {
         timeout: u64,
     },
     /// Run a reference daemon alone: NDJSON on a Unix socket, or WebSocket.
-    #[command(group(ArgGroup::new("listen").required(true).args(["socket", "ws_listen"])))]
+    #[command(group(ArgGroup::new("listen").required(true).args(["socket", "ws_listen", "stdio"])))]
     Daemon {
         /// Socket path of the NDJSON daemon.
         #[arg(long)]
@@ -147,6 +147,10 @@ enum Command {
         /// Mimic the HumanLayer daemon's quirks (NDJSON daemon only).
         #[arg(long, conflicts_with = "ws_listen")]
         hld_quirks: bool,
+        /// Serve NDJSON on stdin/stdout (one connection; a `command`
+        /// upstream) instead of a socket.
+        #[arg(long)]
+        stdio: bool,
     },
 }
 
@@ -325,8 +329,13 @@ async fn run(command: Command) -> ExitCode {
             ws_listen,
             ws_dialect,
             hld_quirks,
+            stdio,
         } => {
             let ran = match (ws_listen, socket) {
+                _ if stdio => {
+                    let opts = DaemonOptions { hld_quirks };
+                    switchyard::daemon::serve_stdio(opts).await
+                }
                 (Some(addr), _) => {
                     let dialect = match ws_dialect {
                         None | Some(WsDialectArg::Jsonrpc) => WsDialect::JsonRpc,

@@ -22,7 +22,16 @@ const SECRET_PARAMS: [&str; 10] = [
 
 /// Configuration keys whose values are secrets or may hold one (URLs
 /// with credentials).
-const SECRET_KEYS: [&str; 5] = ["auth_token", "reload_token", "nats_url", "url", "endpoint"];
+const SECRET_KEYS: [&str; 8] = [
+    "auth_token",
+    "reload_token",
+    "nats_url",
+    "url",
+    "endpoint",
+    "urls",
+    "password",
+    "token",
+];
 
 /// True when the configuration key `key` (its last part) holds a secret
 /// or may hold one: its value is never shown as written.

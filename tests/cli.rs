@@ -134,10 +134,36 @@ fn demo_prints_every_endpoint_and_each_answers() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(ready, (200, "ready\n".to_owned()));
-    for command in demo.commands.iter().filter(|c| c.starts_with("curl")) {
+    for command in demo
+        .commands
+        .iter()
+        .filter(|c| c.starts_with("curl -s http"))
+    {
         let url = shell_words(command)[2].clone();
         assert_eq!(http_get(&url, &[]).0, 200, "{command}");
     }
+    // The JSON-RPC over HTTP line works as pasted, with the real curl.
+    let post = demo
+        .commands
+        .iter()
+        .find(|c| c.starts_with("curl -s -H"))
+        .expect("a curl line for the HTTP endpoint");
+    let words = shell_words(post);
+    let out = Command::new(common::curl::require_curl())
+        .args(&words[1..])
+        .output()
+        .expect("run curl");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        r#"{"jsonrpc":"2.0","result":19,"id":1}"#,
+        "{post}: {out:?}"
+    );
+    assert!(
+        words
+            .last()
+            .is_some_and(|url| *url == demo.endpoint("over HTTP")),
+        "{post}"
+    );
     // The upstream leg the playground shows: the daemon's lines, with the
     // gateway's ids.
     let admin = demo.playground.trim_end_matches("/playground");

@@ -52,10 +52,10 @@ fn example_file_loads_and_validates() {
     let names: Vec<_> = config.listeners.iter().map(|l| l.name.as_str()).collect();
     assert_eq!(
         names,
-        ["local", "public", "web"],
+        ["http", "local", "public", "web"],
         "listeners come in name order"
     );
-    let public = &config.listeners[1];
+    let public = &config.listeners[2];
     assert_eq!(public.dialect, Dialect::JsonRpc);
     assert_eq!(
         public.addr,
@@ -77,7 +77,11 @@ fn example_file_loads_and_validates() {
         Some("daemon")
     );
 
-    let local = &config.listeners[0];
+    let http = &config.listeners[0];
+    assert_eq!(http.dialect, Dialect::JsonRpcHttp);
+    assert_eq!(http.routes.default.as_deref(), Some("daemon"));
+
+    let local = &config.listeners[1];
     assert_eq!(
         local.addr,
         ListenAddr::Unix {

@@ -125,8 +125,11 @@ async fn dashboards_and_alerts_use_only_exported_metrics() {
     let daemon = Daemon::start(&socket, DaemonOptions::default())
         .await
         .expect("daemon");
+    // A process upstream too (per-client: nothing starts unless a client
+    // routes to it), so that the process families are exported.
     let toml = format!(
-        "{}\n[admin]\naddress = \"127.0.0.1:0\"\n",
+        "{}\n[admin]\naddress = \"127.0.0.1:0\"\n\n\
+         [upstreams.tool]\ndialect = \"ndjson\"\ncommand = [\"true\"]\nmode = \"per-client\"\n",
         stack_toml(&socket, "", "required = true")
     );
     let cfg = Config::from_toml(&toml).unwrap_or_else(|e| panic!("config: {e}"));

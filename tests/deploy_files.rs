@@ -695,3 +695,49 @@ fn the_image_ships_a_stripped_binary() {
         "no debug info in the image"
     );
 }
+
+/// The scale-out examples: three switchyard replicas on one NATS, the
+/// compose file's and the Kubernetes Deployment's, with the backbone
+/// configured (the Deployment's environment applied).
+#[test]
+fn scale_out_examples_fit_together() {
+    let compose = yaml("deploy/scale-out/docker-compose.yml");
+    let services = compose["services"].as_mapping().expect("services");
+    let replicas = services
+        .keys()
+        .filter_map(Value::as_str)
+        .filter(|name| name.starts_with("switchyard-"))
+        .count();
+    assert_eq!(replicas, 3, "three switchyard replicas");
+    assert!(services.contains_key("nats"), "a NATS server");
+    let toml = read("deploy/scale-out/switchyard.toml");
+    let nats = Config::from_toml(&toml)
+        .expect("scale-out config")
+        .pubsub_nats
+        .expect("backend = \"nats\"");
+    assert_eq!(nats.urls, ["nats://nats:4222"]);
+
+    let docs = yaml_docs("deploy/k8s/scale-out.yaml");
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "switchyard")
+        .expect("the switchyard Deployment");
+    assert_eq!(deployment["spec"]["replicas"].as_u64(), Some(3));
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let env = container["env"].as_sequence().expect("env");
+    let token = env
+        .iter()
+        .any(|e| e["name"] == "SWITCHYARD_LISTENERS__PUBLIC__AUTH_TOKEN");
+    assert!(token, "the listener's token comes from a Secret");
+    // Values written in the file (the token's comes from the Secret).
+    let env = env.iter().filter_map(|e| {
+        let name = e["name"].as_str().expect("name").to_owned();
+        Some((name, e["value"].as_str()?.to_owned()))
+    });
+    let cfg = with_env(&toml, env);
+    let nats = cfg.pubsub_nats.expect("backend = \"nats\"");
+    assert_eq!(nats.urls, ["nats://nats:4222"]);
+    assert!(docs
+        .iter()
+        .any(|d| d["kind"] == "Service" && d["metadata"]["name"] == "nats"));
+}

@@ -8,6 +8,12 @@
 //! (where the upstream can originate them), a per-client upstream link that
 //! drops, and a shared upstream that dies mid-flight.
 //!
+//! The `jsonrpc-http` listener runs every scenario but those that need a
+//! connection the upstream can reach back through (server-initiated
+//! calls, per-client links): each message is one `POST`
+//! (`common::clients::HttpClient`), so a notification and a batch of
+//! notifications get `204` and nothing is received for them.
+//!
 //! Sideband appears on both sides:
 //! - As a listener, once per envelope encoding (`SidebandJson`,
 //!   `SidebandCbor`), through `common::clients::SbClient`, which speaks SBP
@@ -176,6 +182,16 @@ impl Pair {
             Speak::SidebandJson | Speak::SidebandCbor => {
                 format!("dialect = \"sideband\"\naddress = \"127.0.0.1:0\"\npath = \"/{name}\"")
             }
+            Speak::Http => {
+                format!("dialect = \"jsonrpc-http\"\naddress = \"127.0.0.1:0\"\npath = \"/{name}\"")
+            }
+        };
+        // An HTTP client holds no connection a per-client upstream could
+        // follow (a configuration problem): its `pc` goes to the shared one.
+        let private = if speak == Speak::Http {
+            "shared"
+        } else {
+            "private"
         };
         let target = server.target(up);
         let toml = format!(
@@ -183,7 +199,7 @@ impl Pair {
              [listeners.short]\n{}\nrequest_timeout_ms = 400\n\n\
              [upstreams.shared]\n{target}\nbackoff_initial_ms = 50\nbackoff_max_ms = 100\n\n\
              [upstreams.private]\n{target}\nmode = \"per-client\"\n\n\
-             [[routes]]\nlistener = \"main\"\nupstream = \"shared\"\n\n[[routes]]\nlistener = \"pc\"\nupstream = \"private\"\n\n\
+             [[routes]]\nlistener = \"main\"\nupstream = \"shared\"\n\n[[routes]]\nlistener = \"pc\"\nupstream = \"{private}\"\n\n\
              [[routes]]\nlistener = \"short\"\nupstream = \"shared\"\n",
             listener("main"),
             listener("pc"),
@@ -295,7 +311,8 @@ async fn run_pair(speak: Speak, up: Up) {
     large_round_trip(&pair, &name).await;
     errors_notifications_batches(&pair, &name).await;
     timeout(&pair, &name).await;
-    if originates(up) {
+    // An HTTP client cannot be sent requests or notifications.
+    if originates(up) && speak != Speak::Http {
         server_initiated(&pair, &name).await;
         per_client_link_loss(&pair, &name).await;
     }
@@ -609,6 +626,7 @@ listeners! {
     ndjson_listener_to_every_upstream => Speak::Ndjson,
     sideband_json_listener_to_every_upstream => Speak::SidebandJson,
     sideband_cbor_listener_to_every_upstream => Speak::SidebandCbor,
+    jsonrpc_http_listener_to_every_upstream => Speak::Http,
 }
 
 /// Requests whose replies must not depend on the Sideband encoding.

@@ -113,6 +113,7 @@ async fn round_trip(speak: Speak) {
         Speak::SidebandJson | Speak::SidebandCbor => &stack.urls["sb"],
         Speak::Ndjson => &stack.urls["local"],
         Speak::JsonRpc => &stack.url,
+        Speak::Http => panic!("an HTTP client holds no subscription connection"),
     }
     .clone();
     let mut publisher = Peer::connect(Speak::JsonRpc, &stack.url).await;

@@ -49,7 +49,8 @@ fn playground_calls_every_websocket_dialect_from_chromium_and_other_origins_are_
     let jsonrpc = demo.endpoint("JSON-RPC 2.0 over WebSocket").to_owned();
     let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("playground.png");
     let _ = std::fs::remove_file(&shot);
-    let summary = run_script(&dir, &demo.playground, &jsonrpc, &shot, &chromium);
+    let http = demo.endpoint("JSON-RPC 2.0 over HTTP").to_owned();
+    let summary = run_script(&dir, &demo.playground, &[&jsonrpc, &http], &shot, &chromium);
     assert!(
         summary.get("error").is_none(),
         "the browser session failed: {}",
@@ -182,6 +183,17 @@ fn playground_calls_every_websocket_dialect_from_chromium_and_other_origins_are_
         "the refusal is not counted:\n{metrics}"
     );
 
+    // JSON-RPC over HTTP from the playground's origin: fetch and
+    // EventSource; from the other origin the preflight is refused.
+    let http = &summary["http"];
+    assert_eq!(http["reply"]["status"], 200, "{http:#}");
+    assert_eq!(http["reply"]["body"]["result"], 19, "{http:#}");
+    assert_eq!(http["event"]["topic"], "daemon.events", "{http:#}");
+    assert!(
+        cross["fetch"]["refused"].is_string(),
+        "a fetch from another origin went through: {cross:#}"
+    );
+
     let png = std::fs::read(&shot).expect("screenshot");
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
     println!("playground screenshot: {}", shot.display());
@@ -189,13 +201,21 @@ fn playground_calls_every_websocket_dialect_from_chromium_and_other_origins_are_
 }
 
 /// Runs the Node driver; its stdout is one JSON summary.
-fn run_script(dir: &Path, playground: &str, jsonrpc: &str, shot: &Path, chromium: &Path) -> Value {
+/// `urls`: the JSON-RPC WebSocket endpoint and the JSON-RPC over HTTP one.
+fn run_script(
+    dir: &Path,
+    playground: &str,
+    urls: &[&str; 2],
+    shot: &Path,
+    chromium: &Path,
+) -> Value {
     let mut child = Command::new("node")
         .arg(dir.join("playground.mjs"))
         .arg(playground)
-        .arg(jsonrpc)
+        .arg(urls[0])
         .arg(shot)
         .arg(chromium)
+        .arg(urls[1])
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -25,12 +25,13 @@ use switchyard::daemon::{Daemon, DaemonOptions};
 const POLICY: &str = r#"allow_methods = ["echo", "get_*", "sub*", "notify_*"]
 deny_methods = ["subtract", "notify_sum"]"#;
 
-const DIALECTS: [Speak; 5] = [
+const DIALECTS: [Speak; 6] = [
     Speak::JsonRpc,
     Speak::Holon,
     Speak::SidebandJson,
     Speak::SidebandCbor,
     Speak::Ndjson,
+    Speak::Http,
 ];
 
 /// A gateway with one listener per client dialect, all under the same
@@ -58,6 +59,7 @@ impl Policed {
         };
         let toml = format!(
             "[listeners.ws]\n{}\n\n[listeners.holon]\n{}\n\n[listeners.sb]\n{}\n\n\
+             [listeners.http]\n{}\n\n[[routes]]\nlistener = \"http\"\nupstream = \"daemon\"\n\n\
              [listeners.nd]\ndialect = \"ndjson\"\nsocket = \"{}\"\n{policy}\n\n\
              [upstreams.daemon]\ndialect = \"ndjson\"\nsocket = \"{}\"\n{upstream_extra}\n\n\
              [[routes]]\nlistener = \"ws\"\nupstream = \"daemon\"\n\n\
@@ -67,13 +69,14 @@ impl Policed {
             ws("jsonrpc-ws", "ws"),
             ws("holon-rpc", "holon"),
             ws("sideband", "sb"),
+            ws("jsonrpc-http", "http"),
             dir.path().join("nd.sock").display(),
             socket.display(),
         );
         let cfg = Config::from_toml(&toml).unwrap_or_else(|e| panic!("config: {e}\n{toml}"));
         let bound = switchyard::app::bind(cfg).await.expect("bind");
         let mut endpoints = HashMap::new();
-        for name in ["ws", "holon", "sb"] {
+        for name in ["ws", "holon", "sb", "http"] {
             endpoints.insert(name, bound.ws_url(name).expect("url"));
         }
         let nd = bound.unix_path("nd").expect("socket");
@@ -125,6 +128,7 @@ fn listener(speak: Speak) -> &'static str {
         Speak::Holon => "holon",
         Speak::Ndjson => "nd",
         Speak::SidebandJson | Speak::SidebandCbor => "sb",
+        Speak::Http => "http",
     }
 }
 
@@ -145,7 +149,7 @@ fn assert_forbidden(speak: Speak, reply: &Value) {
     let e = &reply["error"];
     assert_eq!(e["message"], "Unauthorized", "{reply}");
     match speak {
-        Speak::JsonRpc | Speak::Ndjson => {
+        Speak::JsonRpc | Speak::Ndjson | Speak::Http => {
             assert_eq!(e["code"], -32001, "{reply}");
             assert_eq!(e["data"], "forbidden by policy", "{reply}");
         }
@@ -212,7 +216,13 @@ async fn allow_list_and_deny_over_allow_in_every_client_dialect() {
         0,
         "a refused call reached the upstream"
     );
-    for (name, expected) in [("ws", 5.0), ("holon", 5.0), ("sb", 10.0), ("nd", 5.0)] {
+    for (name, expected) in [
+        ("ws", 5.0),
+        ("holon", 5.0),
+        ("sb", 10.0),
+        ("nd", 5.0),
+        ("http", 5.0),
+    ] {
         assert_eq!(gw.forbidden(name), expected, "forbidden requests on {name}");
     }
     gw.stop().await;
@@ -227,6 +237,7 @@ async fn refused_notifications_are_dropped_and_counted() {
         Speak::SidebandJson,
         Speak::SidebandCbor,
         Speak::Ndjson,
+        Speak::Http,
     ];
     for speak in speaks {
         let mut c = gw.client(speak).await;
@@ -273,7 +284,7 @@ async fn batch_items_are_checked_one_by_one() {
         "accepts_batches = true\npool_size = 1",
     ] {
         let gw = Policed::start(POLICY, upstream).await;
-        for speak in [Speak::JsonRpc, Speak::Ndjson] {
+        for speak in [Speak::JsonRpc, Speak::Ndjson, Speak::Http] {
             let mut c = gw.client(speak).await;
             c.send(batch).await;
             let replies = json(&c.recv().await);
@@ -289,7 +300,7 @@ async fn batch_items_are_checked_one_by_one() {
             assert_eq!(replies[2]["result"], json!(["hello", 5]), "{upstream}");
             assert_forbidden(speak, &replies[3]);
         }
-        let both = common::eventually(STEP, || gw.upstream_saw("notify_hello") == 2).await;
+        let both = common::eventually(STEP, || gw.upstream_saw("notify_hello") == 3).await;
         assert!(
             both,
             "{upstream}: allowed batch notifications reach the upstream"

@@ -91,14 +91,20 @@ async fn check_host(view: &View, request: Request, next: Next) -> Response {
     }
 }
 
-/// The policy: same-origin only, plus the WebSocket listeners' origins in
-/// `connect-src`.
+/// The policy: same-origin only, plus the WebSocket listeners' origins
+/// (and the `jsonrpc-http` ones') in `connect-src`.
 pub(super) fn content_security_policy(gw: &Gateway) -> String {
     let mut connect = String::from("'self'");
     for l in &gw.cfg.listeners {
         if let ListenAddr::Ws { addr, .. } = &l.addr {
             let bound = gw.addrs.get(&l.name).copied().unwrap_or(*addr);
-            let scheme = if l.tls.is_some() { "wss" } else { "ws" };
+            // `jsonrpc-http` listeners are reached with fetch/EventSource.
+            let scheme = match (l.dialect.is_http(), l.tls.is_some()) {
+                (true, true) => "https",
+                (true, false) => "http",
+                (false, true) => "wss",
+                (false, false) => "ws",
+            };
             // Bound to every interface: the page reaches it under whatever
             // host name it was loaded from.
             let source = if bound.ip().is_unspecified() {

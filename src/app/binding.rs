@@ -112,8 +112,9 @@ async fn bind_into(
         let names: Vec<String> = members.iter().map(|l| l.name.clone()).collect();
         // Validation makes listeners sharing an address agree on TLS.
         let files = members.first().and_then(|l| l.tls.as_ref());
+        let http2 = members.iter().any(|l| l.dialect.is_http());
         let tls = files
-            .map(tls::acceptor)
+            .map(|f| tls::acceptor(f, http2))
             .transpose()
             .map_err(|e| BindError::Tls {
                 listener: names.join(","),

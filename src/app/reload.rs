@@ -26,7 +26,8 @@
 //! lifetime timers, the Sideband settings, and the Host, Origin and token
 //! checks (made at the upgrade). A reload that changes `[persistence]` or
 //! `[[persistent_topics]]` is rejected as a whole: the store is opened
-//! once, with its topics and retention, and keeps serving across reloads. A per-client upstream's
+//! once, with its topics and retention, and keeps serving across reloads;
+//! so is one that changes `[pubsub] backend` or `[pubsub.nats]`. A per-client upstream's
 //! dedicated connection stays with the definition it was opened under
 //! until its client leaves. Needing a restart: `[admin] address`,
 //! `log.format`, `gateway.worker_threads`, and turning trace export on or
@@ -94,6 +95,13 @@ impl Live {
             return Err(vec![
                 "[persistence] and [[persistent_topics]] apply at start only (the store is \
                  opened once); restart switchyard to change them"
+                    .to_owned(),
+            ]);
+        }
+        if cfg.pubsub_nats != self.cfg.pubsub_nats {
+            return Err(vec![
+                "[pubsub] backend and [pubsub.nats] apply at start only (the backbone \
+                 connects once); restart switchyard to change them"
                     .to_owned(),
             ]);
         }

@@ -15,8 +15,9 @@ pub enum ClientError {
     /// PARAMS is not valid JSON, or not of the shape the dialect allows.
     #[error("invalid params: {0}")]
     InvalidParams(String),
-    /// The URL is neither `ws://`, `wss://`, `unix:///…` nor an absolute path.
-    #[error("unsupported URL {0:?}: expected ws://host:port/path, wss://host:port/path, unix:///abs/path.sock or /abs/path.sock")]
+    /// The URL is neither `ws://`, `wss://`, `http://`, `unix:///…` nor an
+    /// absolute path.
+    #[error("unsupported URL {0:?}: expected ws://host:port/path, wss://host:port/path, http://host:port/path, unix:///abs/path.sock or /abs/path.sock")]
     UnsupportedUrl(String),
     /// A CA file was given for a URL that is not `wss://`.
     #[error("--ca-file applies to wss:// URLs only (got {0:?})")]
@@ -62,6 +63,15 @@ pub enum ClientError {
     /// No reply within the timeout.
     #[error("no reply within {0:?}")]
     Timeout(Duration),
+    /// A `jsonrpc-http` listener answered with an HTTP status other than
+    /// `200` (a refusal: token, origin, content type, size, rate).
+    #[error("HTTP {status}: {body}")]
+    Http {
+        /// The HTTP status.
+        status: u16,
+        /// The answer's body (a reason, or the JSON-RPC error of a `429`).
+        body: String,
+    },
 }
 
 // === impl ClientError ===
@@ -81,6 +91,7 @@ impl ClientError {
             | ClientError::TlsHandshake { .. }
             | ClientError::WebSocket(_)
             | ClientError::Io(_)
+            | ClientError::Http { .. }
             | ClientError::Closed => ErrorKind::Unavailable,
         }
     }

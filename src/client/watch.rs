@@ -156,6 +156,8 @@ pub async fn watch(
                     connect(w.timeout, ws, |ws| Conn::Ws(Box::new(ws))).await?
                 }
                 Target::Unix(path) => connect(w.timeout, unix(path), |c| c).await?,
+                // A watch holds a connection open: not a POST.
+                Target::Http(_) => return Err(ClientError::UnsupportedUrl(w.url.clone()).into()),
             };
             Session::new(conn, w, false).run(subscribe, stop, out).await
         }

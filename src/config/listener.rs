@@ -18,7 +18,7 @@ pub(super) fn listener(
     let key = format!("listeners.{name}");
     check_name(&key, name, p);
     let dialect = dialect(&key, raw.dialect.as_deref(), p);
-    let addr = dialect.and_then(|d| match d.is_websocket() {
+    let addr = dialect.and_then(|d| match d.on_tcp() {
         true => ws_listen(&key, d, raw, p),
         false => unix_listen(&key, raw, p),
     });
@@ -111,7 +111,7 @@ fn ws_listen(key: &str, d: Dialect, raw: &RawListener, p: &mut Problems) -> Opti
 /// `tls_cert` and `tls_key`: both or neither, WebSocket dialects only. The
 /// files are read when the listener is bound.
 fn tls_files(key: &str, d: Dialect, raw: &RawListener, p: &mut Problems) -> Option<TlsFiles> {
-    if !d.is_websocket() {
+    if !d.on_tcp() {
         p.not_allowed(key, "tls_cert", raw.tls_cert.is_some(), d);
         p.not_allowed(key, "tls_key", raw.tls_key.is_some(), d);
         return None;

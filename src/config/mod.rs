@@ -11,11 +11,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod http;
 mod listener;
 mod observability;
 mod persistence;
 mod protection;
 mod publish;
+mod pubsub;
 pub mod raw;
 mod routes;
 mod upstream;
@@ -24,7 +26,7 @@ pub mod validate;
 pub use persistence::PersistenceConfig;
 pub use publish::{Feed, Publish};
 pub use routes::RouteTable;
-pub use upstream::{NotificationPolicy, UpstreamConfig, UpstreamMode, UpstreamTarget};
+pub use upstream::{NotificationPolicy, ProcessSpec, UpstreamConfig, UpstreamMode, UpstreamTarget};
 pub use validate::ConfigError;
 
 use crate::dialect::Dialect;
@@ -51,6 +53,9 @@ pub struct Config {
     pub persistence: PersistenceConfig,
     /// The bounds on clients' topic subscriptions (`[pubsub]`).
     pub pubsub: crate::pubsub::Limits,
+    /// `[pubsub] backend = "nats"`: NATS core as the backbone of plain
+    /// topics; `None`: the in-process broker only.
+    pub pubsub_nats: Option<crate::pubsub::nats::Settings>,
 }
 
 /// The admin listener: `/metrics`, `/livez`, `/readyz` and a status page, on

@@ -23,11 +23,13 @@ use super::ConfigError;
 
 mod env;
 mod listener;
+mod pubsub;
 mod read;
 mod upstream;
 
 pub use env::{ignored_env_vars, CLIENT_TOKEN_ENV, ENV_PREFIX, ENV_SEPARATOR};
 pub use listener::RawListener;
+pub use pubsub::{RawPubsubNats, DEFAULT_SUBJECT_PREFIX};
 pub use upstream::RawUpstream;
 
 pub(crate) use read::Read;
@@ -89,6 +91,12 @@ pub struct RawPubsub {
     /// Bytes of index all connections may account for. Default
     /// `268435456` (256 MiB).
     pub index_bytes_total: usize,
+    /// `"local"` (this process's broker only) or `"nats"` (NATS core as
+    /// the backbone, `[pubsub.nats]`). Default `"local"`.
+    pub backend: String,
+    /// `[pubsub.nats]`: the backbone's server, credentials, TLS and
+    /// subject prefix (all keys have defaults but `urls`).
+    pub nats: RawPubsubNats,
 }
 
 /// `[persistence]`: where persistent subscriptions are stored.
@@ -275,7 +283,8 @@ impl RawConfig {
     /// The same configuration with every secret shown as
     /// [`redact::MASK`](crate::redact::MASK): listener `auth_token`s,
     /// `[admin] reload_token`, and the credentials in URLs (upstream `url`,
-    /// `[persistence] nats_url`, `[tracing] endpoint`).
+    /// `[persistence] nats_url`, `[tracing] endpoint`), and `[pubsub.nats]`'s
+    /// `password`, `token` and `urls`.
     pub fn redacted(&self) -> RawConfig {
         use crate::redact;
         let mut shown = self.clone();
@@ -288,10 +297,15 @@ impl RawConfig {
             if let Some(url) = &mut upstream.url {
                 *url = redact::url(url).into_owned();
             }
+            // A process's environment is where API keys are passed.
+            for value in upstream.env.values_mut() {
+                *value = redact::secret(value).to_owned();
+            }
         }
         shown.admin.reload_token = redact::secret(&shown.admin.reload_token).to_owned();
         shown.persistence.nats_url = redact::url(&shown.persistence.nats_url).into_owned();
         shown.tracing.endpoint = redact::url(&shown.tracing.endpoint).into_owned();
+        shown.pubsub.nats = shown.pubsub.nats.redacted();
         shown
     }
 }
@@ -338,6 +352,8 @@ impl Default for RawPubsub {
             index_bytes_per_connection: limits.index_bytes_per_connection,
             index_bytes_per_ip: limits.index_bytes_per_ip,
             index_bytes_total: limits.index_bytes_total,
+            backend: "local".to_owned(),
+            nats: RawPubsubNats::default(),
         }
     }
 }

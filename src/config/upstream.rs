@@ -1,6 +1,7 @@
 //! One `[upstreams.<name>]` table: its typed form ([`UpstreamConfig`])
 //! and its validation: target, mode, profile, pool and timing keys.
 
+use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -36,6 +37,19 @@ pub enum UpstreamTarget {
     Unix(PathBuf),
     /// A WebSocket URL (`ws://` or `wss://`).
     Ws(String),
+    /// A child process speaking NDJSON on its stdin and stdout.
+    Process(ProcessSpec),
+}
+
+/// How to start an upstream process (`command`, `env`, `cwd`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessSpec {
+    /// The program, then its arguments; run directly, never by a shell.
+    pub argv: Vec<String>,
+    /// Variables added to the environment switchyard passes on.
+    pub env: BTreeMap<String, String>,
+    /// The working directory (switchyard's when `None`).
+    pub cwd: Option<PathBuf>,
 }
 
 /// One named upstream.
@@ -103,6 +117,11 @@ pub struct UpstreamConfig {
     pub required: bool,
     /// What it publishes to the pub/sub broker.
     pub publish: Publish,
+    /// Process upstreams: processes alive at once, pool and per-client.
+    pub max_processes: NonZeroUsize,
+    /// Process upstreams: time between SIGTERM and SIGKILL when a process
+    /// is stopped.
+    pub stop_grace: Duration,
 }
 
 /// Accepted upstream `mode` values.
@@ -125,6 +144,10 @@ pub(super) fn upstream(name: &str, raw: &RawUpstream, p: &mut Problems) -> Optio
     let key = format!("upstreams.{name}");
     check_name(&key, name, p);
     let dialect = dialect(&key, raw.dialect.as_deref(), p);
+    if dialect.is_some_and(Dialect::is_http) {
+        p.at(&key, "dialect", "jsonrpc-http is a listener dialect only");
+        return None;
+    }
     let ws = dialect.is_some_and(Dialect::is_websocket);
     if p.choice(&key, "profile", &raw.profile, &PROFILES) == Some(true) && ws {
         p.at(&key, "profile", "\"hld\" applies to ndjson upstreams only");
@@ -142,6 +165,10 @@ pub(super) fn upstream(name: &str, raw: &RawUpstream, p: &mut Problems) -> Optio
     p.nonzero(&key, "max_response_bytes", raw.max_response_bytes);
     let publish = super::publish::publish(&key, name, raw, dialect, p);
     let ca_file = ca_file(&key, target.as_ref(), raw, p);
+    let max_processes = p.nonzero(&key, "max_processes", raw.max_processes);
+    if raw.command.is_some() && !ws {
+        check_process_keys(&key, raw, mode, max_processes, p);
+    }
     Some(UpstreamConfig {
         publish,
         connect_timeout: p.millis(&key, "connect_timeout_ms", raw.connect_timeout_ms),
@@ -171,6 +198,8 @@ pub(super) fn upstream(name: &str, raw: &RawUpstream, p: &mut Problems) -> Optio
         accepts_batches: raw.accepts_batches,
         streaming_methods: raw.streaming_methods.clone(),
         required: raw.required,
+        max_processes: max_processes?,
+        stop_grace: Duration::from_millis(raw.stop_grace_ms),
     })
 }
 
@@ -207,11 +236,29 @@ fn check_upstream_keys(
 }
 
 fn target(key: &str, d: Dialect, raw: &RawUpstream, p: &mut Problems) -> Option<UpstreamTarget> {
+    if raw.command.is_none() {
+        p.at_if(
+            key,
+            "env",
+            !raw.env.is_empty(),
+            "applies to command upstreams only",
+        );
+        p.at_if(
+            key,
+            "cwd",
+            raw.cwd.is_some(),
+            "applies to command upstreams only",
+        );
+    }
     if !d.is_websocket() {
         p.not_allowed(key, "url", raw.url.is_some(), d);
+        if let Some(argv) = &raw.command {
+            return process(key, argv, raw, p);
+        }
         return socket_path(key, raw.socket.as_deref(), p).map(UpstreamTarget::Unix);
     }
     p.not_allowed(key, "socket", raw.socket.is_some(), d);
+    p.not_allowed(key, "command", raw.command.is_some(), d);
     match raw.url.as_deref() {
         None => p.at(key, "url", format!("required for dialect {d}")),
         Some(url) if url.starts_with("ws://") || url.starts_with("wss://") => {
@@ -224,6 +271,92 @@ fn target(key: &str, d: Dialect, raw: &RawUpstream, p: &mut Problems) -> Option<
         }
     }
     None
+}
+
+/// `command` (with `env` and `cwd`): a program to run, instead of `socket`.
+fn process(
+    key: &str,
+    argv: &[String],
+    raw: &RawUpstream,
+    p: &mut Problems,
+) -> Option<UpstreamTarget> {
+    if raw.socket.is_some() {
+        p.at(
+            key,
+            "command",
+            "cannot be combined with socket: set exactly one",
+        );
+        return None;
+    }
+    let before = p.len();
+    match argv.first() {
+        None => p.at(key, "command", "must name a program"),
+        Some(program) if program.is_empty() => p.at(key, "command[0]", "must not be empty"),
+        Some(_) => {}
+    }
+    for (i, arg) in argv.iter().enumerate() {
+        p.at_if(
+            key,
+            &format!("command[{i}]"),
+            arg.contains('\0'),
+            "must not contain NUL",
+        );
+    }
+    for (name, value) in &raw.env {
+        let bad = name.is_empty() || name.contains(['=', '\0']) || value.contains('\0');
+        p.at_if(
+            key,
+            &format!("env.{name}"),
+            bad,
+            "names must be non-empty without '=' or NUL, values without NUL",
+        );
+    }
+    let cwd = raw.cwd.as_deref().map(PathBuf::from);
+    p.at_if(
+        key,
+        "cwd",
+        cwd.as_ref().is_some_and(|c| c.as_os_str().is_empty()),
+        "must not be empty",
+    );
+    (p.len() == before).then(|| {
+        UpstreamTarget::Process(ProcessSpec {
+            argv: argv.to_vec(),
+            env: raw.env.clone(),
+            cwd,
+        })
+    })
+}
+
+/// What a process upstream cannot do: stream (a call would need a process
+/// of its own), or run more pooled processes than its cap.
+fn check_process_keys(
+    key: &str,
+    raw: &RawUpstream,
+    mode: Option<UpstreamMode>,
+    max: Option<NonZeroUsize>,
+    p: &mut Problems,
+) {
+    let streams = !raw.streaming_methods.is_empty() || !raw.feeds.is_empty();
+    p.at_if(
+        key,
+        "streaming_methods",
+        streams,
+        "not supported for command upstreams (nor feeds)",
+    );
+    let max = max.map_or(usize::MAX, NonZeroUsize::get);
+    if mode == Some(UpstreamMode::Shared) && raw.pool_size > max {
+        p.at(
+            key,
+            "pool_size",
+            format!("must be <= max_processes ({max}) for a command upstream"),
+        );
+    }
+    p.at_if(
+        key,
+        "stop_grace_ms",
+        raw.stop_grace_ms == 0,
+        "must be greater than 0",
+    );
 }
 
 /// `ca_file`: a non-empty path, for `wss://` URLs only. The file is read
@@ -239,7 +372,10 @@ fn ca_file(
         p.at(key, "ca_file", "must not be empty");
     } else if matches!(target, Some(UpstreamTarget::Ws(url)) if !url.starts_with("wss://")) {
         p.at(key, "ca_file", "applies to wss:// URLs only");
-    } else if matches!(target, Some(UpstreamTarget::Unix(_))) {
+    } else if matches!(
+        target,
+        Some(UpstreamTarget::Unix(_) | UpstreamTarget::Process(_))
+    ) {
         p.at(key, "ca_file", "not allowed for dialect ndjson");
     }
     Some(PathBuf::from(path))

@@ -78,11 +78,13 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         .filter_map(|(name, u)| upstream(name, u, &mut p))
         .collect();
     check_conflicts(&listeners, &upstreams, &mut p);
+    super::http::check_http_routes(&listeners, &upstreams, &mut p);
     let admin = admin_config(&raw.admin, &listeners, &mut p);
     let tracing = tracing_config(&raw.tracing, &mut p);
     let persistence =
         super::persistence::persistence(&raw.persistence, &raw.persistent_topics, &mut p);
     let pubsub = pubsub_limits(&raw.pubsub, &mut p);
+    let pubsub_nats = super::pubsub::backbone(&raw.pubsub.backend, &raw.pubsub.nats, &mut p);
     if p.0.is_empty() {
         Ok(Config {
             gateway,
@@ -93,6 +95,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             tracing,
             persistence,
             pubsub,
+            pubsub_nats,
         })
     } else {
         Err(ConfigError::Invalid(p.0))
@@ -365,6 +368,18 @@ impl Problems {
             self.at(key, field, "must be greater than 0");
         }
         Duration::from_millis(value)
+    }
+
+    /// A problem with `field` when `bad`.
+    pub(super) fn at_if(&mut self, key: &str, field: &str, bad: bool, message: impl Display) {
+        if bad {
+            self.at(key, field, message);
+        }
+    }
+
+    /// Problems found so far.
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
     }
 
     pub(super) fn not_allowed(&mut self, key: &str, field: &str, set: bool, d: Dialect) {

@@ -14,8 +14,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use futures_util::StreamExt;
-use tokio::io::AsyncWriteExt;
-use tokio::net::unix::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio_util::codec::{Decoder, FramedRead};
@@ -73,6 +72,16 @@ const COALESCE_BYTES: usize = 64 * 1024;
 /// Serves one accepted connection until EOF, an error or cancellation.
 pub(super) async fn serve(stream: UnixStream, ctx: ConnCtx) {
     let (rd, wr) = stream.into_split();
+    serve_halves(rd, wr, ctx).await;
+}
+
+/// Serves one connection over a read and a write half (a socket's, or
+/// stdin and stdout in `--stdio` mode).
+pub(super) async fn serve_halves<R, W>(rd: R, wr: W, ctx: ConnCtx)
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin,
+{
     let (tx, rx) = mpsc::channel(OUTBOX);
     let lines = FramedRead::new(rd, LineCodec::new(MAX_LINE));
     let tap = ctx.tap.as_ref().map(|tap| (tap.clone(), tap.connection()));
@@ -84,8 +93,8 @@ pub(super) async fn serve(stream: UnixStream, ctx: ConnCtx) {
 
 /// Reads lines and dispatches them; returns at EOF, on error, on
 /// cancellation, or when a subscription on this connection ends.
-async fn read_loop(
-    mut lines: FramedRead<tokio::net::unix::OwnedReadHalf, LineCodec>,
+async fn read_loop<R: AsyncRead + Unpin>(
+    mut lines: FramedRead<R, LineCodec>,
     tx: mpsc::Sender<Vec<u8>>,
     ctx: &ConnCtx,
     tap: Option<&(Arc<Tap>, u64)>,
@@ -159,8 +168,8 @@ fn spawn_pending(pending: request::Pending, tx: mpsc::Sender<Vec<u8>>, ctx: &Con
 
 /// Writes queued lines until every sender is gone, the peer stops reading,
 /// or the daemon stops.
-async fn write_loop(
-    mut wr: OwnedWriteHalf,
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut wr: W,
     mut rx: mpsc::Receiver<Vec<u8>>,
     cancel: &CancellationToken,
     tap: Option<&(Arc<Tap>, u64)>,

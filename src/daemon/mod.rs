@@ -107,6 +107,29 @@ pub async fn run_until_signal(path: &Path, opts: DaemonOptions) -> io::Result<()
     signalled
 }
 
+/// Serves one connection on stdin and stdout (`switchyard daemon
+/// --stdio`: a process upstream) until stdin closes or SIGINT/SIGTERM;
+/// logs go to stderr. Requests still running then are not answered.
+pub async fn serve_stdio(opts: DaemonOptions) -> io::Result<()> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let ctx = ConnCtx {
+        hld: opts.hld_quirks,
+        tap: None,
+        cancel: CancellationToken::new(),
+        tracker: TaskTracker::new(),
+        streams: Arc::default(),
+    };
+    let cancel = ctx.cancel.clone();
+    let served = conn::serve_halves(tokio::io::stdin(), tokio::io::stdout(), ctx);
+    tokio::select! {
+        () = served => tracing::debug!("daemon: stdin closed"),
+        r = tokio::signal::ctrl_c() => r?,
+        _ = terminate.recv() => tracing::info!("daemon: terminated"),
+    }
+    cancel.cancel();
+    Ok(())
+}
+
 // === impl Daemon ===
 
 impl Daemon {

@@ -13,8 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use tokio::io::AsyncReadExt;
-use tokio::net::unix::OwnedReadHalf;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio::time::{self, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
@@ -54,8 +53,8 @@ const HEARTBEAT: &[u8] =
 
 /// Runs a subscription on a connection until the client goes, the outbox
 /// closes or the daemon stops. `params` are the raw request params.
-pub(super) async fn run(
-    rd: OwnedReadHalf,
+pub(super) async fn run<R: AsyncRead + Unpin>(
+    rd: R,
     tx: mpsc::Sender<Vec<u8>>,
     params: Option<&RawValue>,
     cancel: &CancellationToken,
@@ -116,7 +115,7 @@ fn parse(raw: Option<&RawValue>) -> Result<Params, String> {
 }
 
 /// Reads and drops client bytes until EOF (including a half-close) or error.
-async fn discard(mut rd: OwnedReadHalf) {
+async fn discard<R: AsyncRead + Unpin>(mut rd: R) {
     let mut scratch = [0u8; 4096];
     while let Ok(n) = rd.read(&mut scratch).await {
         if n == 0 {

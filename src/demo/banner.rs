@@ -14,6 +14,7 @@ pub(super) fn text(e: &Endpoints) -> String {
          holon-rpc over WebSocket      {holon}\n  \
          Sideband (SBP) over WebSocket {sideband}\n  \
          NDJSON over a Unix socket     {ndjson}\n  \
+         JSON-RPC 2.0 over HTTP        {http}\n  \
          reference daemon (upstream)   {daemon}\n  \
          admin: status page            {admin}/\n  \
          admin: Prometheus metrics     {admin}/metrics\n  \
@@ -28,6 +29,8 @@ pub(super) fn text(e: &Endpoints) -> String {
          switchyard call --sideband {sideband} echo '{{\"text\":\"hi\"}}'\n  \
          switchyard call {ndjson} sum '[1,2,4]'\n  \
          switchyard call {daemon} get_data\n  \
+         curl -s -H 'Content-Type: application/json' -d '{{\"jsonrpc\":\"2.0\",\"method\":\"subtract\",\"params\":[42,23],\"id\":1}}' {http}\n  \
+         curl -sN '{http}/events?topic=daemon.events'\n  \
          curl -s {admin}/metrics | grep '^switchyard_requests_total'\n  \
          curl -s {admin}/readyz\n\
          (from a checkout, `cargo run --release --` stands for `switchyard`)\n\
@@ -37,6 +40,7 @@ pub(super) fn text(e: &Endpoints) -> String {
         holon = e.holon,
         sideband = e.sideband,
         ndjson = e.ndjson,
+        http = e.http,
         daemon = e.daemon,
     )
 }

@@ -6,13 +6,14 @@
 //! - the reference NDJSON daemon on a Unix socket, with a [`Tap`] that keeps
 //!   its last lines for the playground;
 //! - one WebSocket port serving JSON-RPC 2.0 (`/rpc`), holon-rpc (`/holon`)
-//!   and Sideband (`/sideband`), whose allow-list admits exactly the
+//!   and Sideband (`/sideband`), and JSON-RPC over HTTP (`/http`, with its
+//!   event stream `/http/events`), whose allow-list admits exactly the
 //!   playground's origin (and clients that send no `Origin`);
 //! - an NDJSON listener on a Unix socket;
 //! - the admin listener: status page, `/metrics`, probes, and the
 //!   playground (`playground.rs`).
 //!
-//! All four listeners are routed to the daemon. The ports are fixed
+//! All five listeners are routed to the daemon. The ports are fixed
 //! defaults ([`DEFAULT_LISTEN`], [`DEFAULT_ADMIN`]); one that is taken is
 //! replaced by a free port, and the banner says so.
 
@@ -62,6 +63,8 @@ pub struct Endpoints {
     pub sideband: String,
     /// NDJSON listener, `unix://…`.
     pub ndjson: String,
+    /// JSON-RPC over HTTP, `http://…/http`.
+    pub http: String,
     /// The reference daemon itself, `unix://…` (no gateway in between).
     pub daemon: String,
     /// `http://host:port` of the admin listener: the playground's origin.
@@ -184,6 +187,7 @@ pub fn config(
         ("jsonrpc", "jsonrpc-ws", "/rpc"),
         ("holon", "holon-rpc", "/holon"),
         ("sideband", "sideband", "/sideband"),
+        ("http", "jsonrpc-http", "/http"),
     ] {
         text.push_str(&format!(
             "\n[listeners.{name}]\ndialect = \"{dialect}\"\naddress = \"{ws}\"\npath = \"{path}\"\n\
@@ -225,6 +229,7 @@ fn endpoints(bound: &Bound, dir: &Path, socket: &Path) -> anyhow::Result<Endpoin
         holon: ws("holon")?,
         sideband: ws("sideband")?,
         ndjson: format!("unix://{}", dir.join("gateway.sock").display()),
+        http: ws("http")?.replacen("ws://", "http://", 1),
         daemon: format!("unix://{}", socket.display()),
         admin: admin_origin(admin),
     })

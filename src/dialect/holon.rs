@@ -20,7 +20,7 @@ use crate::envelope::{raw_from_string, JsonToken, Message, Outcome, Payload, Raw
 use crate::error::{ErrorKind, GatewayError};
 
 /// The close for an unusable message: 1002, protocol error.
-const PROTOCOL_ERROR: u16 = CloseCode::ProtocolError.as_u16();
+const PROTOCOL_ERROR: CloseCode = CloseCode::ProtocolError;
 
 /// Close reasons (at most 123 bytes each).
 pub const MALFORMED: &str = "malformed JSON";
@@ -35,15 +35,15 @@ pub fn decode(text: &ByteString) -> Inbound {
     // anything else is only checked for being JSON at all.
     if !text.trim_start().starts_with('{') {
         return match serde_json::from_str::<&RawValue>(text) {
-            Ok(_) => Inbound::Close(PROTOCOL_ERROR, NOT_OBJECT),
-            Err(_) => Inbound::Close(PROTOCOL_ERROR, MALFORMED),
+            Ok(_) => Inbound::close(PROTOCOL_ERROR, NOT_OBJECT),
+            Err(_) => Inbound::close(PROTOCOL_ERROR, MALFORMED),
         };
     }
     let Ok(env) = serde_json::from_str::<Envelope<'_>>(text) else {
-        return Inbound::Close(PROTOCOL_ERROR, MALFORMED);
+        return Inbound::close(PROTOCOL_ERROR, MALFORMED);
     };
     let Some(id) = env.id.filter(|id| is_usable_id(id)) else {
-        return Inbound::Close(PROTOCOL_ERROR, NO_ID);
+        return Inbound::close(PROTOCOL_ERROR, NO_ID);
     };
     let id = WireId::Json(JsonToken::from_raw(id));
     if env.method.is_some() {
@@ -154,6 +154,7 @@ pub fn wrap_params(params: &Payload) -> Option<Payload> {
     ))))
 }
 
+pub mod client;
 mod envelope;
 
 pub(crate) mod upstream;

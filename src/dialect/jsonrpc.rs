@@ -248,6 +248,7 @@ fn invalid_request(id: Option<WireId>) -> Message {
     Message::error(Some(id.unwrap_or_else(WireId::null)), err)
 }
 
+pub mod client;
 pub(crate) mod upstream;
 
 #[cfg(test)]

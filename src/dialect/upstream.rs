@@ -61,6 +61,11 @@ impl UpstreamCodec {
         match dialect {
             Dialect::JsonRpc => UpstreamCodec::JsonRpc(JsonRpcUpstream::new(Framing::Text, opts)),
             Dialect::Ndjson => UpstreamCodec::JsonRpc(JsonRpcUpstream::new(Framing::Line, opts)),
+            // The same texts in POST bodies. No link speaks it yet: the
+            // configuration refuses a `jsonrpc-http` upstream.
+            Dialect::JsonRpcHttp => {
+                UpstreamCodec::JsonRpc(JsonRpcUpstream::new(Framing::Text, opts))
+            }
             Dialect::Holon => UpstreamCodec::Holon(HolonUpstream::default()),
             Dialect::Sideband => UpstreamCodec::Sideband(Box::new(SidebandUpstream::new(opts))),
         }
@@ -70,7 +75,9 @@ impl UpstreamCodec {
     /// (decided before any link is chosen).
     pub(crate) const fn notification_rule(dialect: Dialect) -> NotificationRule {
         match dialect {
-            Dialect::JsonRpc | Dialect::Ndjson => NotificationRule::Structured,
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::JsonRpcHttp => {
+                NotificationRule::Structured
+            }
             Dialect::Holon => NotificationRule::AsRequest,
             Dialect::Sideband => NotificationRule::AsIs,
         }

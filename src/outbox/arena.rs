@@ -25,7 +25,7 @@
 use axum::extract::ws::Utf8Bytes;
 use bytes::{Bytes, BytesMut};
 
-use super::Outgoing;
+use super::outgoing::Outgoing;
 
 /// The size of a connection's frame buffer.
 pub(crate) const CHUNK: usize = 16 * 1024;

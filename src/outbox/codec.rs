@@ -1,62 +1,46 @@
-//! How replies and pushes are written for one client: JSON text (JSON-RPC,
-//! NDJSON, holon-rpc) or Sideband frames with the negotiated envelope
-//! encoding. A reply that cannot be rendered (a payload that cannot be
-//! transcoded) becomes the dialect's `internal` error, never a silent drop.
+//! How the outbox writes through the client's [`ClientCodec`]: a small
+//! frame into the connection's frame buffer, counted on its way out. A
+//! reply that cannot be rendered (a payload that cannot be transcoded)
+//! becomes the dialect's `internal` error, never a silent drop.
 
 use std::sync::Arc;
 
 use axum::extract::ws::Utf8Bytes;
 use bytes::Bytes;
-use parking_lot::Mutex;
 
 use super::arena::Arena;
-use super::Outgoing;
-use crate::dialect::errors;
-use crate::dialect::render::{render_batch, render_exact, render_scratch, Style};
-use crate::dialect::sideband::session::{encode_shared_with, Sbp};
-use crate::dialect::Dialect;
+use super::outgoing::Outgoing;
+use crate::dialect::client::{ClientCodec, Encoded, Frame};
 use crate::envelope::Message;
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::telemetry::metrics::{Direction, Metrics};
 
 /// The output side of a client connection's dialect; counts what it
 /// writes (`switchyard_messages_total`, side `client`, direction `out`).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct OutCodec {
-    pub(crate) form: Form,
+    codec: ClientCodec,
     metrics: Arc<Metrics>,
-}
-
-/// How messages are written.
-#[derive(Debug, Clone)]
-pub(crate) enum Form {
-    /// JSON-RPC 2.0 or holon-rpc text.
-    Text(Dialect, Style),
-    /// Sideband frames; the session holds the negotiated encoding.
-    Sideband(Arc<Mutex<Sbp>>),
 }
 
 // === impl OutCodec ===
 
 impl OutCodec {
-    /// A codec writing `form`, counting into `metrics`.
-    pub(crate) fn new(form: Form, metrics: Metrics) -> Self {
+    /// Writes through `codec`, counting into `metrics`.
+    pub(crate) fn new(codec: ClientCodec, metrics: Metrics) -> Self {
         OutCodec {
-            form,
+            codec,
             metrics: Arc::new(metrics),
         }
     }
 
-    /// The dialect written.
-    pub(crate) fn dialect(&self) -> Dialect {
-        match &self.form {
-            Form::Text(d, _) => *d,
-            Form::Sideband(_) => Dialect::Sideband,
-        }
+    /// The client's codec.
+    pub(super) fn client(&self) -> &ClientCodec {
+        &self.codec
     }
 
     /// Encodes one message; an unrenderable reply becomes `internal`. A
-    /// small text frame is split off `arena` when given (see `arena`).
+    /// small frame is split off `arena` when given (see `arena`).
     pub(super) fn encode(&self, msg: &Message, mut arena: Option<&mut Arena>) -> Option<Outgoing> {
         if let Some(out) = self.try_encode(msg, arena.as_deref_mut()) {
             return Some(out);
@@ -69,22 +53,17 @@ impl OutCodec {
             ErrorKind::Internal,
             "the reply cannot be carried in this dialect",
         );
-        self.try_encode(
-            &Message::error(Some(id), errors::render(&err, self.dialect())),
-            arena,
-        )
+        self.try_encode(&self.codec.error_reply(id, &err), arena)
     }
 
-    /// Encodes a batch reply (JSON dialects only).
-    pub(crate) fn encode_batch(&self, msgs: &[Message]) -> Option<Outgoing> {
+    /// Encodes a batch reply (text dialects only).
+    pub(super) fn encode_batch(&self, msgs: &[Message]) -> Option<Outgoing> {
+        let dialect = self.codec.dialect();
         for m in msgs {
             self.metrics
-                .count_message(self.dialect(), Side::Client, Direction::Out, m.kind());
+                .count_message(dialect, Side::Client, Direction::Out, m.kind());
         }
-        let Form::Text(_, style) = &self.form else {
-            return None;
-        };
-        if let Ok(text) = render_batch(msgs, *style) {
+        if let Ok(text) = self.codec.encode_batch(msgs)? {
             return Some(Outgoing::Text(text.into()));
         }
         // One item could not be rendered: render item by item, replacing it.
@@ -100,38 +79,34 @@ impl OutCodec {
     }
 
     fn try_encode(&self, msg: &Message, arena: Option<&mut Arena>) -> Option<Outgoing> {
-        let out = match &self.form {
-            Form::Text(_, style) => text_frame(msg, *style, arena).map(Outgoing::Text),
-            Form::Sideband(sbp) => binary_frame(msg, sbp, arena).map(Outgoing::Binary),
+        let out = match self.codec.encode(msg, |frame| take(frame, arena))? {
+            Encoded::Taken(out) => out,
+            Encoded::Text(text) => Outgoing::Text(Utf8Bytes::from(text)),
         };
-        if out.is_some() {
-            self.metrics
-                .count_message(self.dialect(), Side::Client, Direction::Out, msg.kind());
-        }
-        out
+        self.metrics.count_message(
+            self.codec.dialect(),
+            Side::Client,
+            Direction::Out,
+            msg.kind(),
+        );
+        Some(out)
     }
 }
 
-/// A text frame: a small one split off `arena` when given, else (and when
-/// it came out larger than expected) an allocation of its own.
-fn text_frame(msg: &Message, style: Style, arena: Option<&mut Arena>) -> Option<Utf8Bytes> {
-    if let Some(arena) = arena {
-        let take = |text: &str| arena.text(text).unwrap_or_else(|| Utf8Bytes::from(text));
-        if let Some(rendered) = render_scratch(msg, style, take) {
-            return rendered.ok();
-        }
-    }
-    render_exact(msg, style).ok().map(Utf8Bytes::from)
-}
-
-/// A Sideband frame: a small one split off `arena` when given, else an
+/// A rendered frame as queued: a small one split off `arena` when given,
+/// else (and when it came out larger than the arena takes) copied into an
 /// allocation of its own.
-fn binary_frame(msg: &Message, sbp: &Mutex<Sbp>, arena: Option<&mut Arena>) -> Option<Bytes> {
-    let take = |frame: &[u8]| match arena {
-        Some(arena) => arena
-            .frame(frame)
-            .unwrap_or_else(|| Bytes::copy_from_slice(frame)),
-        None => Bytes::copy_from_slice(frame),
-    };
-    encode_shared_with(|| sbp.lock(), msg, take).ok()
+fn take(frame: Frame<'_>, arena: Option<&mut Arena>) -> Outgoing {
+    match (frame, arena) {
+        (Frame::Text(text), Some(arena)) => {
+            Outgoing::Text(arena.text(text).unwrap_or_else(|| Utf8Bytes::from(text)))
+        }
+        (Frame::Text(text), None) => Outgoing::Text(Utf8Bytes::from(text)),
+        (Frame::Binary(bytes), Some(arena)) => Outgoing::Binary(
+            arena
+                .frame(bytes)
+                .unwrap_or_else(|| Bytes::copy_from_slice(bytes)),
+        ),
+        (Frame::Binary(bytes), None) => Outgoing::Binary(Bytes::copy_from_slice(bytes)),
+    }
 }

@@ -3,7 +3,7 @@
 //! Replies (single, batch, settled in place), switchyard's pushes to the
 //! client and pub/sub events all go through the connection's `Outbox`,
 //! which owns the bounded queue the connection's writer drains, the
-//! client's [`OutCodec`], the high-water gauges and the slow-consumer
+//! client's codec (with its dialect's state), the high-water gauges and the slow-consumer
 //! policy:
 //!
 //! - a **reply** waits for room ([`Outbox::send`]) at most the
@@ -54,57 +54,28 @@
 //! waiting for room for one connection, per listener: at most
 //! `2 × max(outbox_max_bytes, F)`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::Utf8Bytes;
-use parking_lot::Mutex;
 use tokio::sync::mpsc::{self, error::TrySendError};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::close::CloseCode;
+use crate::dialect::client::ClientCodec;
 use crate::envelope::Message;
 
 pub(crate) mod arena;
 mod budget;
 pub(crate) mod codec;
+mod outgoing;
 mod queue;
 
-use arena::Arena;
 use budget::{Budget, Waited};
-use queue::Now;
+use queue::{Inner, Now};
 
-pub(crate) use codec::{Form, OutCodec};
-
-/// What the writer of a connection sends.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outgoing {
-    /// One text frame / NDJSON line. Shared bytes: an event fanned out to
-    /// many clients is one buffer, not a copy per client.
-    Text(Utf8Bytes),
-    /// One binary frame (Sideband).
-    Binary(bytes::Bytes),
-    /// A WebSocket ping (liveness check).
-    Ping,
-    /// Close the connection with this code and reason.
-    Close(CloseCode, std::borrow::Cow<'static, str>),
-}
-
-// === impl Outgoing ===
-
-impl Outgoing {
-    /// Bytes of payload it holds.
-    fn size(&self) -> i64 {
-        let size = match self {
-            Outgoing::Text(t) => t.len(),
-            Outgoing::Binary(b) => b.len(),
-            Outgoing::Ping | Outgoing::Close(..) => 0,
-        };
-        i64::try_from(size).unwrap_or(i64::MAX)
-    }
-}
+pub(crate) use codec::OutCodec;
+pub use outgoing::Outgoing;
+pub use queue::Gauges;
 
 /// A client connection's outbox: cheap to clone, shared by everything that
 /// writes to the client.
@@ -118,33 +89,6 @@ pub struct Outbox {
 pub struct OutboxReader {
     rx: mpsc::Receiver<Outgoing>,
     inner: Arc<Inner>,
-}
-
-/// Gauges an outbox keeps current (per listener).
-#[derive(Debug, Clone)]
-pub struct Gauges {
-    /// Most messages ever queued in one outbox.
-    pub messages: prometheus::IntGauge,
-    /// Most bytes ever queued (or waiting for room) in one outbox.
-    pub bytes: prometheus::IntGauge,
-}
-
-#[derive(Debug)]
-struct Inner {
-    tx: mpsc::Sender<Outgoing>,
-    codec: OutCodec,
-    /// How long the queue may stay full before the client is slow.
-    patience: Duration,
-    /// Fired when the queue stayed full for `patience`.
-    slow: CancellationToken,
-    gauges: Gauges,
-    /// Bytes queued (`outbox_max_bytes`), and replies waiting for room.
-    budget: Budget,
-    /// A watch on a full queue is running (started by a dropped offer).
-    watching: AtomicBool,
-    /// Where small frames are rendered to; locked from rendering a
-    /// frame to queueing it (see `arena`).
-    arena: Mutex<Arena>,
 }
 
 /// What became of an offered push or event.
@@ -173,17 +117,7 @@ impl Outbox {
         patience: Duration,
         gauges: Gauges,
     ) -> (Outbox, OutboxReader) {
-        let (tx, rx) = mpsc::channel(capacity.max(1));
-        let inner = Arc::new(Inner {
-            tx,
-            codec,
-            patience,
-            slow: CancellationToken::new(),
-            gauges,
-            budget: Budget::new(max_bytes),
-            watching: AtomicBool::new(false),
-            arena: Mutex::new(Arena::default()),
-        });
+        let (inner, rx) = Inner::new(capacity, max_bytes, codec, patience, gauges);
         let reader = OutboxReader {
             rx,
             inner: inner.clone(),
@@ -191,14 +125,14 @@ impl Outbox {
         (Outbox { inner }, reader)
     }
 
-    /// The client's codec.
-    pub(crate) fn codec(&self) -> &OutCodec {
-        &self.inner.codec
+    /// The client's codec, and its dialect's state for the connection.
+    pub(crate) fn codec(&self) -> &ClientCodec {
+        self.inner.codec()
     }
 
     /// Fires when the client stopped reading for the slow-consumer timeout.
     pub fn slow(&self) -> &CancellationToken {
-        &self.inner.slow
+        self.inner.slow()
     }
 
     /// Queues a reply, waiting for room at most the slow-consumer timeout
@@ -235,12 +169,12 @@ impl Outbox {
 
     /// Resolves once the client is gone (the writer stopped reading).
     pub async fn closed(&self) {
-        self.inner.tx.closed().await;
+        self.inner.closed().await;
     }
 
     /// Queues a batch reply, as [`send`](Self::send).
     pub async fn send_batch(&self, msgs: &[Message]) {
-        if let Some(out) = self.inner.codec.encode_batch(msgs) {
+        if let Some(out) = self.inner.encode_batch(msgs) {
             self.send_frame(out).await;
         }
     }
@@ -274,7 +208,7 @@ impl Outbox {
         match self.inner.queue_now(msg, Budget::try_admit_offer) {
             Now::Queued => Offer::Queued,
             Now::Full(out) => {
-                self.watch_full(out.size());
+                self.inner.watch_full(out.size());
                 Offer::Full
             }
             Now::Closed => Offer::Closed,
@@ -289,7 +223,7 @@ impl Outbox {
         match self.inner.try_queue(out, Budget::try_admit_offer) {
             Ok(()) => Offer::Queued,
             Err(TrySendError::Full(_)) => {
-                self.watch_full(size);
+                self.inner.watch_full(size);
                 Offer::Full
             }
             Err(TrySendError::Closed(_)) => Offer::Closed,
@@ -315,45 +249,20 @@ impl Outbox {
         code: CloseCode,
         reason: impl Into<std::borrow::Cow<'static, str>>,
     ) -> bool {
-        self.inner
-            .tx
-            .try_send(Outgoing::Close(code, reason.into()))
-            .is_ok()
+        self.inner.try_send(Outgoing::Close(code, reason.into()))
     }
 
     /// Lets go of the frame buffer if nothing was rendered into it since
     /// the last call (the connection's clock calls it on each tick).
     pub(crate) fn tidy(&self) {
-        self.inner.arena.lock().tidy();
+        self.inner.tidy();
     }
 
     /// Queues a WebSocket ping unless the queue is full (a full queue
     /// shows the peer is slow already).
     pub(crate) fn try_ping(&self) {
         // Dropped when full or closed: see above.
-        let _ = self.inner.tx.try_send(Outgoing::Ping);
-    }
-
-    /// After a dropped offer of `size` bytes: if the queue gets no room
-    /// for it (a message slot, and the bytes) within the slow-consumer
-    /// timeout, the client is slow. One watch at a time.
-    fn watch_full(&self, size: i64) {
-        if self.inner.watching.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let inner = self.inner.clone();
-        tokio::spawn(async move {
-            let deadline = Instant::now() + inner.patience;
-            let room = || inner.tx.capacity() > 0 && inner.budget.fits(size);
-            let waited = inner
-                .budget
-                .wait_for(deadline, inner.tx.closed(), room)
-                .await;
-            if waited == Waited::Timeout {
-                inner.slow.cancel();
-            }
-            inner.watching.store(false, Ordering::Release);
-        });
+        self.inner.try_send(Outgoing::Ping);
     }
 }
 
@@ -363,7 +272,7 @@ impl OutboxReader {
     /// The next frame to write; `None` once every [`Outbox`] is dropped.
     pub async fn recv(&mut self) -> Option<Outgoing> {
         let out = self.rx.recv().await?;
-        self.inner.budget.taken(out.size());
+        self.inner.taken(out.size());
         Some(out)
     }
 

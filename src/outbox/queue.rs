@@ -1,15 +1,26 @@
-//! How a frame gets into an outbox's queue: at once when there is room
+//! An outbox's queue ([`Inner`]), and how a frame gets into it: at once when there is room
 //! (a message slot and the bytes), or, for a reply, waiting for room at
 //! most the slow-consumer timeout. A message is rendered and queued under
 //! the frame buffer's lock (`queue_now`, see `arena`). See the `outbox`
 //! module doc for the policy and `budget` for the bytes.
 
-use tokio::sync::mpsc::error::{SendTimeoutError, TrySendError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::mpsc::{
+    self,
+    error::{SendTimeoutError, TrySendError},
+};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::arena::Arena;
 use super::budget::{Admitted, Budget, Waited};
-use super::{Inner, Outgoing};
+use super::codec::OutCodec;
+use super::outgoing::Outgoing;
+use crate::dialect::client::ClientCodec;
 use crate::envelope::Message;
 
 /// What became of a message rendered and offered to the queue at once.
@@ -24,9 +35,134 @@ pub(super) enum Now {
     Untranslatable,
 }
 
+/// Gauges an outbox keeps current (per listener). Its fields are public:
+/// it is only the pair of series the session resolves for its listener and
+/// hands to [`Outbox::channel`](super::Outbox::channel).
+#[derive(Debug, Clone)]
+pub struct Gauges {
+    /// Most messages ever queued in one outbox.
+    pub messages: prometheus::IntGauge,
+    /// Most bytes ever queued (or waiting for room) in one outbox.
+    pub bytes: prometheus::IntGauge,
+}
+
+/// An outbox's queue and everything that writes into it: shared by the
+/// [`Outbox`](super::Outbox) handles and the writer's end.
+#[derive(Debug)]
+pub(super) struct Inner {
+    tx: mpsc::Sender<Outgoing>,
+    codec: OutCodec,
+    /// How long the queue may stay full before the client is slow.
+    patience: Duration,
+    /// Fired when the queue stayed full for `patience`.
+    slow: CancellationToken,
+    gauges: Gauges,
+    /// Bytes queued (`outbox_max_bytes`), and replies waiting for room.
+    budget: Budget,
+    /// A watch on a full queue is running (started by a dropped offer).
+    watching: AtomicBool,
+    /// Where small frames are rendered to; locked from rendering a
+    /// frame to queueing it (see `arena`).
+    arena: Mutex<Arena>,
+}
+
 // === impl Inner ===
 
 impl Inner {
+    /// A queue of `capacity` messages and `max_bytes` bytes rendered by
+    /// `codec`, and the receiver its writer drains.
+    pub(super) fn new(
+        capacity: usize,
+        max_bytes: usize,
+        codec: OutCodec,
+        patience: Duration,
+        gauges: Gauges,
+    ) -> (Arc<Self>, mpsc::Receiver<Outgoing>) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let inner = Inner {
+            tx,
+            codec,
+            patience,
+            slow: CancellationToken::new(),
+            gauges,
+            budget: Budget::new(max_bytes),
+            watching: AtomicBool::new(false),
+            arena: Mutex::new(Arena::default()),
+        };
+        (Arc::new(inner), rx)
+    }
+
+    /// The client's codec.
+    pub(super) fn codec(&self) -> &ClientCodec {
+        self.codec.client()
+    }
+
+    /// Renders a batch reply.
+    pub(super) fn encode_batch(&self, msgs: &[Message]) -> Option<Outgoing> {
+        self.codec.encode_batch(msgs)
+    }
+
+    /// Fires when the queue stayed full for the slow-consumer timeout.
+    pub(super) fn slow(&self) -> &CancellationToken {
+        &self.slow
+    }
+
+    /// Resolves once the writer stopped reading.
+    pub(super) async fn closed(&self) {
+        self.tx.closed().await;
+    }
+
+    /// Queues `out` if a message slot is free now, whatever its bytes (a
+    /// close or a ping holds none).
+    pub(super) fn try_send(&self, out: Outgoing) -> bool {
+        self.tx.try_send(out).is_ok()
+    }
+
+    /// The writer took a frame of `size` bytes out of the queue.
+    pub(super) fn taken(&self, size: i64) {
+        self.budget.taken(size);
+    }
+
+    /// Lets go of the frame buffer if nothing was rendered into it since
+    /// the last call.
+    pub(super) fn tidy(&self) {
+        self.arena.lock().tidy();
+    }
+
+    /// The byte budget, for tests that check it.
+    #[cfg(test)]
+    pub(super) fn budget(&self) -> &Budget {
+        &self.budget
+    }
+
+    /// True while a watch on a full queue runs, for tests that check it.
+    #[cfg(test)]
+    pub(super) fn watching(&self) -> bool {
+        self.watching.load(Ordering::Acquire)
+    }
+
+    /// After a dropped offer of `size` bytes: if the queue gets no room
+    /// for it (a message slot, and the bytes) within the slow-consumer
+    /// timeout, the client is slow. One watch at a time.
+    pub(super) fn watch_full(self: &Arc<Self>, size: i64) {
+        if self.watching.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let inner = self.clone();
+        tokio::spawn(async move {
+            let deadline = Instant::now() + inner.patience;
+            let room = || inner.tx.capacity() > 0 && inner.budget.fits(size);
+            let waited = inner
+                .budget
+                .wait_for(deadline, inner.tx.closed(), room)
+                .await;
+            if waited == Waited::Timeout {
+                inner.slow.cancel();
+            }
+            inner.watching.store(false, Ordering::Release);
+        });
+    }
+
     /// Renders `msg` (a small frame into the frame buffer) and queues
     /// it if `admit` and the message count let it in now. A frame given
     /// back is first copied out of the frame buffer, so that a frame

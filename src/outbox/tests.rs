@@ -13,8 +13,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
-use crate::dialect::render::Style;
-use crate::dialect::Dialect;
+use crate::dialect::jsonrpc::client::JsonRpcClient;
 use crate::telemetry::metrics::Metrics;
 
 mod budget;
@@ -43,7 +42,7 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// What the writer does with a frame: release it, and keep its tag.
 fn take(reader: &OutboxReader, out: Outgoing) -> String {
-    reader.inner.budget.taken(out.size());
+    reader.inner.taken(out.size());
     match out {
         Outgoing::Text(t) => t.split_inclusive(':').next().unwrap_or_default().to_owned(),
         other => format!("{other:?}"),
@@ -57,7 +56,7 @@ fn outbox(patience: Duration) -> (Outbox, OutboxReader, prometheus::IntGauge) {
         bytes: prometheus::IntGauge::new("b", "b").unwrap(),
     };
     let bytes = gauges.bytes.clone();
-    let codec = OutCodec::new(Form::Text(Dialect::JsonRpc, Style::Frame), metrics);
+    let codec = OutCodec::new(ClientCodec::JsonRpc(JsonRpcClient::WS), metrics);
     let (o, r) = Outbox::channel(CAPACITY, BUDGET, codec, patience, gauges);
     (o, r, bytes)
 }
@@ -82,7 +81,7 @@ proptest! {
                         let text = format!("{tag}{}", "x".repeat(n));
                         largest = largest.max(text.len());
                         let size = i64::try_from(text.len()).unwrap();
-                        let fits = outbox.inner.budget.fits(size);
+                        let fits = outbox.inner.budget().fits(size);
                         match outbox.offer_frame(Outgoing::Text(text.into())) {
                             Offer::Queued => accepted.push(tag),
                             // Dropped only when full: messages, bytes, or
@@ -121,15 +120,15 @@ proptest! {
                 prop_assert!(reader.rx.len() <= CAPACITY);
                 // The queue's bytes stay within the budget (or one frame
                 // alone above it).
-                let queued = usize::try_from(outbox.inner.budget.queued()).unwrap();
+                let queued = usize::try_from(outbox.inner.budget().queued()).unwrap();
                 prop_assert!(queued <= BUDGET.max(largest), "queued {queued} B");
                 // So do the bytes of the replies waiting for room.
-                let budget = &outbox.inner.budget;
+                let budget = outbox.inner.budget();
                 let waits = usize::try_from(budget.held() - budget.queued()).unwrap();
                 prop_assert!(waits <= BUDGET.max(largest), "waiting {waits} B");
                 // What is counted is what is queued plus what waits: never
                 // more than (capacity + waiting replies) frames.
-                let held = outbox.inner.budget.held();
+                let held = outbox.inner.budget().held();
                 let bound = (CAPACITY + waiting.len()) * largest;
                 prop_assert!(held >= 0 && usize::try_from(held).unwrap() <= bound, "held {held} > {bound}");
             }
@@ -142,7 +141,7 @@ proptest! {
                     Err(_) => {}
                 }
             }
-            prop_assert_eq!(outbox.inner.budget.held(), 0, "all released");
+            prop_assert_eq!(outbox.inner.budget().held(), 0, "all released");
             prop_assert!(high.get() <= i64::try_from(2 * BUDGET.max(largest)).unwrap());
             // Every accepted offer was read once, in the order offered, and
             // every reply once.
@@ -177,10 +176,10 @@ async fn a_queue_that_gets_room_again_is_not_slow() {
     }
     // Full: the offer is dropped and the watch starts...
     assert_eq!(outbox.offer_frame(Outgoing::Ping), Offer::Full);
-    assert!(outbox.inner.watching.load(Ordering::Acquire));
+    assert!(outbox.inner.watching());
     // ...and ends as soon as there is room again.
     assert!(reader.recv().await.is_some());
-    while outbox.inner.watching.load(Ordering::Acquire) {
+    while outbox.inner.watching() {
         tokio::task::yield_now().await;
     }
     assert!(!outbox.slow().is_cancelled());
@@ -205,27 +204,28 @@ async fn a_queue_full_for_the_patience_makes_the_client_slow() {
 /// For text frames and for Sideband (binary) frames.
 #[tokio::test]
 async fn queued_replies_share_the_frame_buffer_and_a_waiting_one_holds_none() {
-    use crate::dialect::sideband::session::{Sbp, SbpEvent};
-    use crate::dialect::sideband::{frame, random_peer_id, Control, Frame, Handshake};
+    use crate::dialect::sideband::client::{Options, SidebandClient};
+    use crate::dialect::Inbound;
     use crate::envelope::{Outcome, Payload, WireId};
-    let mut sbp = Sbp::new(true);
-    let hello = Handshake::local(random_peer_id(), true).to_bytes();
-    let hello = frame::encode(&Frame::control(
-        frame::random_id(),
-        Control::Handshake(hello),
-    ));
-    assert!(matches!(sbp.on_frame(&hello), SbpEvent::Ready));
-    let forms = [
-        Form::Text(Dialect::JsonRpc, Style::Frame),
-        Form::Sideband(std::sync::Arc::new(parking_lot::Mutex::new(sbp))),
+    let cbor = Options {
+        cbor: true,
+        ..Options::default()
+    };
+    let sideband = SidebandClient::new(cbor);
+    let hello = bytes::Bytes::from(SidebandClient::new(cbor).hello());
+    assert_eq!(sideband.decode(&hello), Inbound::Nothing);
+    assert!(!sideband.negotiating(), "CBOR negotiated");
+    let codecs = [
+        ClientCodec::JsonRpc(JsonRpcClient::WS),
+        ClientCodec::Sideband(sideband),
     ];
-    for form in forms {
-        let binary = matches!(form, Form::Sideband(_));
+    for codec in codecs {
+        let binary = codec.reads_binary();
         let gauges = Gauges {
             messages: prometheus::IntGauge::new("m", "m").unwrap(),
             bytes: prometheus::IntGauge::new("b", "b").unwrap(),
         };
-        let codec = OutCodec::new(form, Metrics::new().unwrap());
+        let codec = OutCodec::new(codec, Metrics::new().unwrap());
         let (outbox, mut reader) =
             Outbox::channel(CAPACITY, BUDGET, codec, Duration::from_secs(60), gauges);
         let reply = |n: u64| Message::Response {
@@ -291,7 +291,7 @@ async fn a_never_reading_client_holds_few_frame_buffers() {
         bytes: prometheus::IntGauge::new("b", "b").unwrap(),
     };
     let codec = OutCodec::new(
-        Form::Text(Dialect::JsonRpc, Style::Frame),
+        ClientCodec::JsonRpc(JsonRpcClient::WS),
         Metrics::new().unwrap(),
     );
     let (outbox, mut reader) =

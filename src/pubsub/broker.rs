@@ -19,6 +19,14 @@
 //! the listeners' connection caps, and feed-interest watches by the
 //! configured feeds.
 //!
+//! With a [`Backbone`] (NATS core, `[pubsub] backend = "nats"`) attached,
+//! [`Broker::publish`] hands an event to it instead of delivering it, the
+//! backbone learns when a distinct pattern gains its first local holder or
+//! loses its last (under the state's lock, so in order), and what it
+//! receives comes back through [`Broker::fan_out`]. Feed interest is then
+//! fixed: the backbone's instance keeps its feeds open (others may listen),
+//! and one that does not publish never opens them.
+//!
 //! Locking: one `RwLock` around the state. A publish takes it for reading
 //! only long enough to collect the matching subscribers, then delivers
 //! outside it, so a subscribe never waits for a fan-out and a
@@ -28,7 +36,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::RwLock;
 use prometheus::IntGauge;
@@ -80,6 +88,25 @@ pub struct Broker {
     /// touch a newer connection's entries.
     next_key: AtomicU64,
     state: RwLock<State>,
+    /// The backbone events go through, if any (set once, at start).
+    backbone: OnceLock<Arc<dyn Backbone>>,
+}
+
+/// A broker spanning instances (NATS core): what this broker publishes
+/// goes to it, and it delivers back through [`Broker::fan_out`].
+///
+/// Its methods are called with the broker's state locked (`interest`) or
+/// from a publisher's task (`publish`): they must never block or call
+/// back into the broker.
+pub trait Backbone: Send + Sync + fmt::Debug {
+    /// The distinct `pattern` gained its first local subscriber (`true`)
+    /// or lost its last (`false`).
+    fn interest(&self, pattern: &str, on: bool);
+    /// An event published on this instance (its topic valid).
+    fn publish(&self, topic: &str, data: &Payload);
+    /// Whether this instance publishes its upstream events: its feeds then
+    /// stay open, else they never open.
+    fn publishes(&self) -> bool;
 }
 
 /// A connection's handle on the broker. Dropping it removes all of the
@@ -105,6 +132,15 @@ struct State {
     /// Feed-interest watches by concrete topic: true while a pattern
     /// matches. One per configured feed; closed ones are pruned on change.
     feeds: HashMap<Box<str>, watch::Sender<bool>>,
+    /// With a backbone: local holders of each distinct pattern (one more
+    /// copy of each pattern, bounded with them by [`Limits`]), and the
+    /// backbone to tell when a count leaves or reaches 0.
+    held: Option<Held>,
+}
+
+struct Held {
+    counts: HashMap<Box<str>, usize>,
+    backbone: Arc<dyn Backbone>,
 }
 
 #[derive(Debug)]
@@ -157,8 +193,30 @@ impl Broker {
                 per_ip: HashMap::new(),
                 total: 0,
                 feeds: HashMap::new(),
+                held: None,
             }),
+            backbone: OnceLock::new(),
         }
+    }
+
+    /// Makes `backbone` carry this broker's events (once; a second call
+    /// is ignored). The patterns held now are announced to it.
+    pub fn set_backbone(&self, backbone: Arc<dyn Backbone>) {
+        if self.backbone.set(Arc::clone(&backbone)).is_err() {
+            return;
+        }
+        let mut state = self.state.write();
+        let mut counts: HashMap<Box<str>, usize> = HashMap::new();
+        for conn in state.conns.values() {
+            for pattern in &conn.patterns {
+                *counts.entry(pattern.clone()).or_insert(0) += 1;
+            }
+        }
+        for pattern in counts.keys() {
+            backbone.interest(pattern, true);
+        }
+        state.held = Some(Held { counts, backbone });
+        state.refresh_interest();
     }
 
     /// The bounds now in force.
@@ -198,9 +256,22 @@ impl Broker {
     }
 
     /// Delivers `data` published under the concrete `topic` to every
-    /// connection with a matching pattern, once per connection.
+    /// connection with a matching pattern, once per connection; with a
+    /// backbone, hands it to the backbone instead (an empty tally: it
+    /// comes back through [`Broker::fan_out`] on every instance).
     pub fn publish(&self, topic: &str, data: &Payload) -> Result<Published, TopicError> {
         topic::validate_topic(topic)?;
+        if let Some(backbone) = self.backbone.get() {
+            backbone.publish(topic, data);
+            return Ok(Published::default());
+        }
+        Ok(self.fan_out(topic, data))
+    }
+
+    /// Delivers `data` under the concrete, valid `topic` to this
+    /// instance's matching connections, once per connection (what a
+    /// backbone received).
+    pub fn fan_out(&self, topic: &str, data: &Payload) -> Published {
         let subscribers = self.matching(topic);
         let event = Event::new(topic, data);
         let mut published = Published {
@@ -214,7 +285,7 @@ impl Broker {
                 Delivery::Gone => published.gone += 1,
             }
         }
-        Ok(published)
+        published
     }
 
     /// A watch that is true while at least one subscription matches the
@@ -226,7 +297,8 @@ impl Broker {
         if let Some(tx) = state.feeds.get(topic) {
             return tx.subscribe();
         }
-        let (tx, rx) = watch::channel(state.index.has_match(topic));
+        let on = state.interest_in(topic);
+        let (tx, rx) = watch::channel(on);
         state.feeds.insert(Box::from(topic), tx);
         rx
     }
@@ -263,6 +335,7 @@ impl Broker {
         };
         for pattern in &conn.patterns {
             state.index.remove(pattern, key);
+            state.hold(pattern, false);
         }
         state.release(conn.peer, conn.bytes);
         conn.gauge.sub(gauge_value(conn.patterns.len()));
@@ -311,15 +384,55 @@ impl State {
     /// subscriptions, waking a watcher only when its value flips. Feeds are
     /// few (configured), so recomputing them all is cheap.
     fn refresh_interest(&mut self) {
-        let State { index, feeds, .. } = self;
+        let State {
+            index, feeds, held, ..
+        } = self;
+        let fixed = held.as_ref().map(|h| h.backbone.publishes());
         feeds.retain(|topic, tx| {
             if tx.is_closed() {
                 return false;
             }
-            let on = index.has_match(topic);
+            let on = fixed.unwrap_or_else(|| index.has_match(topic));
             tx.send_if_modified(|value| std::mem::replace(value, on) != on);
             true
         });
+    }
+}
+
+impl State {
+    /// Whether a feed of `topic` is wanted now.
+    fn interest_in(&self, topic: &str) -> bool {
+        match &self.held {
+            Some(held) => held.backbone.publishes(),
+            None => self.index.has_match(topic),
+        }
+    }
+
+    /// Counts a local holder of `pattern` in (`on`) or out, telling the
+    /// backbone (if any) when the count leaves or reaches 0.
+    fn hold(&mut self, pattern: &str, on: bool) {
+        let Some(held) = &mut self.held else { return };
+        if on {
+            let count = held.counts.entry(Box::from(pattern)).or_insert(0);
+            *count += 1;
+            if *count == 1 {
+                held.backbone.interest(pattern, true);
+            }
+        } else if let Some(count) = held.counts.get_mut(pattern) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                held.counts.remove(pattern);
+                held.backbone.interest(pattern, false);
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Held {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Held")
+            .field("patterns", &self.counts.len())
+            .finish()
     }
 }
 
@@ -331,6 +444,8 @@ fn gauge_value(n: usize) -> i64 {
 
 mod registration;
 
+#[cfg(test)]
+mod backbone_tests;
 #[cfg(test)]
 mod bounds;
 #[cfg(test)]

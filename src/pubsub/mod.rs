@@ -27,6 +27,9 @@
 //!   Sideband `N` envelopes each rendered once for all subscribers),
 //!   [`Subscriber`], [`Delivery`], [`Published`].
 //! - [`methods`]: the four methods' params and results.
+//! - [`nats`]: NATS core as the [`Backbone`] of a broker (`[pubsub]
+//!   backend = "nats"`): subscribers on several instances, services
+//!   publishing on NATS directly.
 //!
 //! # Bounds
 //!
@@ -44,7 +47,8 @@ pub mod broker;
 pub mod event;
 pub mod index;
 pub mod methods;
+pub mod nats;
 pub mod topic;
 
-pub use broker::{Broker, Limits, Registration, DEFAULT_MAX_SUBSCRIPTIONS};
+pub use broker::{Backbone, Broker, Limits, Registration, DEFAULT_MAX_SUBSCRIPTIONS};
 pub use event::{Delivery, Event, Published, Subscriber};

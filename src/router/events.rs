@@ -20,7 +20,7 @@ use std::sync::Arc;
 use prometheus::IntCounter;
 
 use super::{ClientLinks, Pusher, Router};
-use crate::dialect::client::{ClientCodec, EventForm};
+use crate::dialect::client::EventForm;
 use crate::envelope::{raw_from_string, Message, Payload, WireId};
 use crate::outbox::{Offer, Outgoing};
 use crate::pubsub::event::NOTIFICATION_METHOD;
@@ -54,7 +54,7 @@ impl EventSink {
     }
 
     fn offer(&self, event: &Event<'_>) -> Result<Offer, EventDrop> {
-        match ClientCodec::of(self.pusher.dialect()).event_form() {
+        match self.pusher.codec().event_form() {
             EventForm::Notification => {
                 let text = event
                     .notification_json()

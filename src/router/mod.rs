@@ -24,7 +24,6 @@ use tokio::time::Instant as TokioInstant;
 use tracing::Instrument;
 
 use crate::config::{ListenerConfig, RouteTable};
-use crate::dialect::client::ClientCodec;
 use crate::dialect::errors;
 use crate::dialect::jsonrpc::Item;
 use crate::envelope::{Message, Outcome, Payload, WireId};
@@ -233,7 +232,9 @@ impl Router {
         // invalid message. A Sideband `R` without `result` is a valid void
         // reply (sideband.md §6): with an unknown cid it is dropped like any
         // other reply (§10), and `settle` has counted it.
-        ClientCodec::of(self.cfg.dialect)
+        client
+            .pusher()
+            .codec()
             .unmatched_void_is_invalid()
             .then(|| self.error_reply(id, &GatewayError::new(ErrorKind::InvalidRequest)))
     }
@@ -288,7 +289,7 @@ impl Router {
         params: Option<&Payload>,
         client: &ClientLinks,
     ) -> Option<Message> {
-        let codec = ClientCodec::of(self.cfg.dialect);
+        let codec = client.pusher().codec();
         if let Some(pong) = codec.pong(method, self.cfg.answer_ping_notification) {
             return Some(pong);
         }

@@ -23,7 +23,7 @@ use futures_util::future::BoxFuture;
 use prometheus::IntCounter;
 
 use super::{ClientLinks, Pusher, Router};
-use crate::dialect::client::{ClientCodec, EventForm};
+use crate::dialect::client::EventForm;
 use crate::dialect::sideband::transcode;
 use crate::envelope::{raw_from_string, Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
@@ -62,7 +62,7 @@ impl PersistentSink {
             return true;
         };
         let outbox = self.pusher.outbox();
-        let offer = match ClientCodec::of(self.pusher.dialect()).event_form() {
+        let offer = match self.pusher.codec().event_form() {
             EventForm::Notification => {
                 let frame = format!(
                     r#"{{"jsonrpc":"2.0","method":"{NOTIFICATION_METHOD}","params":{params}}}"#

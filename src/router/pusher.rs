@@ -10,8 +10,6 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 use crate::dialect::client::ClientCodec;
-use crate::dialect::sideband::cids::CidMap;
-use crate::dialect::Dialect;
 use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::outbox::{Offer, Outbox};
@@ -22,9 +20,8 @@ use crate::upstream::{Owner, PendingPush, ReplyResult};
 /// Sends switchyard-originated requests and notifications to one client.
 #[derive(Debug, Clone)]
 pub struct Pusher {
-    codec: ClientCodec,
-    /// Sideband clients: cid of each push → its `s<N>` number.
-    cids: Arc<Mutex<CidMap>>,
+    /// The client's outbox, which holds its codec (and so the ids of the
+    /// pushes it has not answered, where its dialect needs a map).
     outbox: Outbox,
     pushes: Arc<Mutex<Correlator<Option<oneshot::Sender<ReplyResult>>>>>,
     /// Woken when a push is answered or abandoned: room in the window for
@@ -90,8 +87,6 @@ impl Pusher {
         metrics: Metrics,
     ) -> Self {
         Pusher {
-            codec: ClientCodec::of(outbox.codec().dialect()),
-            cids: Arc::new(Mutex::new(CidMap::default())),
             outbox,
             pushes: Arc::new(Mutex::new(Correlator::new(false))),
             room: Arc::new(tokio::sync::Notify::new()),
@@ -111,7 +106,7 @@ impl Pusher {
     /// holon-rpc clients). Never waits: a full outbox or push window drops
     /// it, counted, and says why.
     pub fn notification(&self, method: &str, params: Option<Payload>) -> Result<(), EventDrop> {
-        if !self.codec.notifies_by_request() {
+        if !self.codec().notifies_by_request() {
             let msg = Message::Notification {
                 method: method.into(),
                 params,
@@ -129,7 +124,7 @@ impl Pusher {
             };
         }
         let params = self
-            .codec
+            .codec()
             .push_notification_params(params)
             .unwrap_or_else(|wrapped| {
                 self.count_quirk(Quirk::ParamsWrapped);
@@ -158,7 +153,7 @@ impl Pusher {
     /// `Untranslatable` (params the dialect cannot carry) or `Closed` (the
     /// client is gone).
     pub(crate) async fn push_waiting(&self, method: &str, params: Option<Payload>) -> Offer {
-        let Ok(params) = self.codec.push_request_params(method, params) else {
+        let Ok(params) = self.codec().push_request_params(method, params) else {
             return Offer::Untranslatable;
         };
         loop {
@@ -181,7 +176,7 @@ impl Pusher {
                 }
             };
             let msg = Message::Request {
-                id: self.push_id(gid),
+                id: self.codec().push_id(gid),
                 method: method.into(),
                 params: params.clone(),
             };
@@ -201,23 +196,14 @@ impl Pusher {
         }
     }
 
-    /// The wire id of push `gid`: a fresh cid (Sideband) or `"s<gid>"`.
-    fn push_id(&self, gid: u64) -> WireId {
-        if self.codec.pushes_by_cid() {
-            WireId::Cid(self.cids.lock().issue(gid))
-        } else {
-            WireId::string(&compact_str::format_compact!("s{gid}"))
-        }
+    /// The client's codec.
+    pub(crate) fn codec(&self) -> &ClientCodec {
+        self.outbox.codec()
     }
 
     /// The client's outbox.
     pub(crate) fn outbox(&self) -> &Outbox {
         &self.outbox
-    }
-
-    /// The client's dialect.
-    pub(crate) fn dialect(&self) -> Dialect {
-        self.codec.dialect()
     }
 
     /// Queues a request to the client now: checks the push window, takes
@@ -228,7 +214,7 @@ impl Pusher {
         params: Option<Payload>,
     ) -> Result<(u64, oneshot::Receiver<ReplyResult>), Refused> {
         let params = self
-            .codec
+            .codec()
             .push_request_params(method, params)
             .map_err(Refused::Other)?;
         let (tx, rx) = oneshot::channel();
@@ -242,13 +228,13 @@ impl Pusher {
         })?;
         // A Sideband push's fresh random cid is also the request frame's id.
         let msg = Message::Request {
-            id: self.push_id(gid),
+            id: self.codec().push_id(gid),
             method: method.into(),
             params,
         };
         if self.outbox.offer(&msg) != Offer::Queued {
             table.cancel(gid);
-            self.cids.lock().forget(gid);
+            self.codec().forget_push(gid);
             self.count_dropped(DropReason::SlowConsumer);
             return Err(Refused::Full);
         }
@@ -264,7 +250,7 @@ impl Pusher {
             Err(_) => {
                 self.pushes.lock().abandon(gid);
                 self.room.notify_waiters();
-                self.cids.lock().forget(gid);
+                self.codec().forget_push(gid);
                 Err(GatewayError::new(ErrorKind::Timeout).on(Side::Client))
             }
         }
@@ -273,14 +259,7 @@ impl Pusher {
     /// Settles a push with the client's reply. Returns false (and counts)
     /// when the id was not pending.
     pub fn settle(&self, id: &WireId, reply: ReplyResult) -> bool {
-        let gid = match id {
-            WireId::Cid(cid) => self.cids.lock().take(cid),
-            WireId::Json(_) => id
-                .as_json()
-                .and_then(|t| t.strip_prefix("\"s"))
-                .and_then(|t| t.strip_suffix('"'))
-                .and_then(|n| n.parse::<u64>().ok()),
-        };
+        let gid = self.codec().push_number(id);
         let resolution = gid.map_or(Resolution::Unknown, |gid| self.pushes.lock().resolve(gid));
         let kind = match resolution {
             Resolution::Pending(waiter) => {
@@ -298,7 +277,7 @@ impl Pusher {
         self.metrics
             .unmatched_responses
             .with_label_values(&[
-                self.codec.dialect().as_str(),
+                self.codec().dialect().as_str(),
                 Side::Client.as_str(),
                 kind.as_str(),
             ])
@@ -313,13 +292,13 @@ impl Pusher {
 
     fn count_dropped(&self, reason: DropReason) {
         self.metrics
-            .count_dropped(self.codec.dialect(), Side::Client, reason);
+            .count_dropped(self.codec().dialect(), Side::Client, reason);
     }
 
     fn count_quirk(&self, quirk: Quirk) {
         self.metrics
             .peer_quirks
-            .with_label_values(&[self.codec.dialect().as_str(), quirk.as_str()])
+            .with_label_values(&[self.codec().dialect().as_str(), quirk.as_str()])
             .inc();
     }
 }

@@ -53,19 +53,23 @@ use crate::dialect::Dialect;
 use crate::envelope::Kind;
 use crate::error::{GatewayError, Side};
 
+mod backbone;
 mod cache;
 mod events;
 mod init;
 mod labels;
 mod persistent;
+mod processes;
 mod reasons;
 mod register;
 pub mod sharded;
 
+pub use backbone::BackboneMetrics;
 pub use cache::FrameCounter;
 pub use events::{EventDrop, EventMetrics};
 pub use labels::{close_code, Direction, Limit, Quirk, RejectReason, RequestOutcome, Unmatched};
 pub use persistent::PersistMetrics;
+pub use processes::{ExitReason, ProcessMetrics};
 pub use reasons::{DropReason, ProtocolError};
 
 use register::{counter, gauge, histogram, LATENCY_BUCKETS};
@@ -128,6 +132,11 @@ pub struct Metrics {
     /// Persistent subscriptions: stored, evicted unacknowledged,
     /// redelivered, acknowledged, write latency, attached.
     pub persist: PersistMetrics,
+    /// The pub/sub backbone (NATS core): connection, subscriptions,
+    /// events across it and lost.
+    pub backbone: BackboneMetrics,
+    /// Process upstreams: processes started, exited by reason, alive.
+    pub processes: ProcessMetrics,
     /// Items per client batch, by listener.
     pub batch_size: HistogramVec,
     /// Calls written to an upstream and not yet settled, by upstream.

@@ -32,10 +32,12 @@ use std::time::Duration;
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper::Request;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder as AutoBuilder;
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
@@ -61,13 +63,20 @@ pub(crate) struct Http {
     header_read_timeout: Duration,
     /// The listener refusals are counted against (the first on the address).
     listener: String,
+    /// The address serves a `jsonrpc-http` listener: connections may speak
+    /// HTTP/2 (h2c by prior knowledge, or ALPN `h2`) as well as HTTP/1.1.
+    /// A `jsonrpc-http` connection never upgrades, so it keeps its
+    /// pending place (the connection caps) for its whole life.
+    http2: bool,
     metrics: Metrics,
 }
 
 /// A connection's place among the pending ones, shared with its requests
-/// (as an extension) so that the upgrade handler can give it back.
+/// (as an extension) so that the upgrade handler can give it back; and,
+/// on an address serving `jsonrpc-http`, the switch that closes the
+/// connection (an event stream whose client stopped reading).
 #[derive(Debug, Clone)]
-pub(crate) struct Place(Arc<Mutex<Option<ConnPermit>>>);
+pub(crate) struct Place(Arc<Mutex<Option<ConnPermit>>>, CancellationToken);
 
 // === impl Http ===
 
@@ -102,6 +111,7 @@ impl Http {
             header_read_timeout,
             listener: first.name().to_owned(),
             metrics: first.metrics().clone(),
+            http2: listeners.iter().any(|l| l.dialect().is_http()),
         })
     }
 
@@ -117,6 +127,11 @@ impl Place {
     /// Gives the place back (the connection is upgrading, or ended).
     pub(crate) fn release(&self) {
         self.0.lock().take();
+    }
+
+    /// Closes the connection (addresses serving `jsonrpc-http` only).
+    pub(crate) fn kill(&self) {
+        self.1.cancel();
     }
 }
 
@@ -153,7 +168,7 @@ pub(crate) async fn serve(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
-        let place = Place(Arc::new(Mutex::new(Some(permit))));
+        let place = Place(Arc::new(Mutex::new(Some(permit))), CancellationToken::new());
         let conn = Conn {
             peer,
             app: app.clone(),
@@ -211,12 +226,15 @@ impl Conn {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let (peer, app, place) = (self.peer, self.app, self.place.clone());
+        let (peer, app, place) = (self.peer, self.app.clone(), self.place.clone());
         let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
             req.extensions_mut().insert(ConnectInfo(peer));
             req.extensions_mut().insert(place.clone());
             app.clone().oneshot(req)
         });
+        if self.http.http2 {
+            return self.http_or_h2(stream, service).await;
+        }
         let mut conn = pin!(hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(self.http.header_read_timeout)
@@ -239,6 +257,76 @@ impl Conn {
             Err(e) => tracing::debug!(%peer, error = %e, "HTTP connection ended with an error"),
             Ok(()) => {}
         }
+    }
+}
+
+impl Conn {
+    /// HTTP/1.1 (with upgrades) or HTTP/2, told apart by the HTTP/2
+    /// preface, on an address that serves a `jsonrpc-http` listener; as
+    /// [`Conn::http`] otherwise.
+    async fn http_or_h2<S, F>(self, stream: S, service: F)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        F: hyper::service::Service<Request<Incoming>, Response = axum::response::Response>
+            + Clone
+            + Send
+            + 'static,
+        F::Future: Send + 'static,
+        F::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let mut builder = AutoBuilder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.http.header_read_timeout);
+        builder.http2().timer(TokioTimer::new());
+        // The builder reads the HTTP/2 preface with no timeout of its own:
+        // the first request must start within the header-read timeout, as
+        // on HTTP/1.1 (hyper's own timeout covers the heads after it).
+        let started = CancellationToken::new();
+        let service = {
+            let started = started.clone();
+            hyper::service::service_fn(move |req| {
+                started.cancel();
+                hyper::service::Service::call(&service, req)
+            })
+        };
+        let mut conn = pin!(builder.serve_connection_with_upgrades(TokioIo::new(stream), service));
+        let silent = first_request(&started, self.http.header_read_timeout);
+        let result = tokio::select! {
+            result = conn.as_mut() => result,
+            () = self.place.1.cancelled() => Ok(()),
+            () = silent => {
+                self.http.refused(RejectReason::Handshake);
+                tracing::debug!(peer = %self.peer, "no request in time");
+                Ok(())
+            }
+            () = self.ctx.shutdown.cancelled() => {
+                conn.as_mut().graceful_shutdown();
+                tokio::time::timeout(SHUTDOWN_PATIENCE, conn).await.unwrap_or(Ok(()))
+            }
+        };
+        self.place.release();
+        if let Err(e) = result {
+            let timeout = e
+                .downcast_ref::<hyper::Error>()
+                .is_some_and(hyper::Error::is_timeout);
+            if timeout {
+                self.http.refused(RejectReason::Handshake);
+            }
+            tracing::debug!(peer = %self.peer, error = %e, "HTTP connection ended with an error");
+        }
+    }
+}
+
+/// Returns once `within` has passed without the first request having
+/// started; never returns otherwise.
+async fn first_request(started: &CancellationToken, within: Duration) {
+    if tokio::time::timeout(within, started.cancelled())
+        .await
+        .is_ok()
+    {
+        std::future::pending::<()>().await;
     }
 }
 

@@ -4,7 +4,8 @@
 //! (configuration, connection and rate limits, upgrade checks, metrics,
 //! and the [`crate::router::Router`] its requests go to), read from its
 //! [`ListenerCell`], which a reload swaps. `ws` serves the WebSocket
-//! dialects through axum and `unix` the NDJSON one; both run the one
+//! dialects through axum (and `http` the `jsonrpc-http` one, on the same
+//! servers) and `unix` the NDJSON one; both run the one
 //! connection driver (`driver`); [`session`] is the transport-independent
 //! request handling every connection shares.
 
@@ -14,13 +15,16 @@ use tokio_util::task::TaskTracker;
 
 pub(crate) mod accept;
 pub(crate) mod driver;
+mod http;
 mod listener;
 pub mod session;
 pub(crate) mod tls;
 pub(crate) mod unix;
 pub(crate) mod ws;
 
-/// What every listener task needs to serve and to shut down.
+/// What every listener task needs to serve and to shut down. Its fields
+/// are open to the crate: three independent handles that every listener
+/// task clones or waits on, with no invariant between them to keep.
 #[derive(Debug, Clone)]
 pub(crate) struct Serve {
     /// Cancelled on shutdown: stop accepting, stop reading.

@@ -58,8 +58,11 @@ impl Acceptor {
     }
 }
 
-/// Reads the PEM files and builds the server side of the handshake.
-pub(crate) fn acceptor(files: &TlsFiles) -> Result<Acceptor, TlsError> {
+/// Reads the PEM files and builds the server side of the handshake. With
+/// `http2` (an address serving a `jsonrpc-http` listener) ALPN offers `h2`
+/// before `http/1.1`; WebSocket-only addresses offer `http/1.1` alone:
+/// their upgrades are HTTP/1.1.
+pub(crate) fn acceptor(files: &TlsFiles, http2: bool) -> Result<Acceptor, TlsError> {
     let certs = load_certs(&files.cert)?;
     let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| TlsError::Key {
         path: files.key.display().to_string(),
@@ -72,6 +75,9 @@ pub(crate) fn acceptor(files: &TlsFiles) -> Result<Acceptor, TlsError> {
         .with_single_cert(certs, key)?;
     // WebSocket upgrades are HTTP/1.1.
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    if http2 {
+        config.alpn_protocols.insert(0, b"h2".to_vec());
+    }
     Ok(Acceptor(TlsAcceptor::from(Arc::new(config))))
 }
 

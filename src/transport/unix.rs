@@ -36,7 +36,6 @@ use super::{Listener, ListenerCell, Outgoing, Serve};
 use crate::close::CloseCode;
 use crate::dialect::errors;
 use crate::dialect::render::{render, Style};
-use crate::dialect::Dialect;
 use crate::envelope::{Message, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::lines::Lines;
@@ -132,7 +131,10 @@ async fn refuse(mut stream: UnixStream, listener: Arc<Listener>) {
     let reason = "max connections exceeded";
     listener.log_closed(CloseCode::PolicyViolation, reason, Peer(None));
     let err = GatewayError::with_detail(ErrorKind::ResourceExhausted, reason);
-    let reply = Message::error(Some(WireId::null()), errors::render(&err, Dialect::Ndjson));
+    let reply = Message::error(
+        Some(WireId::null()),
+        errors::render(&err, listener.dialect()),
+    );
     if let Ok(mut line) = render(&reply, Style::Line) {
         line.push('\n');
         // Refused either way; the line is a courtesy.
@@ -149,7 +151,7 @@ async fn run(stream: UnixStream, cell: Arc<ListenerCell>, ctx: Serve) {
     let _open = super::OpenConnection::count(&listener);
     let (read, write) = stream.into_split();
     let sent = listener.metrics().frame_counter(
-        Dialect::Ndjson,
+        listener.dialect(),
         crate::error::Side::Client,
         crate::telemetry::metrics::Direction::Out,
     );

@@ -27,7 +27,7 @@ use super::driver::{self, Fixed, FrameSink, Incoming};
 use super::session::Session;
 use super::{Listener, ListenerCell, Outgoing, Serve};
 use crate::close::CloseCode;
-use crate::dialect::client::ClientCodec;
+use crate::dialect::client;
 use crate::dialect::Dialect;
 use crate::limits::origin::Refusal;
 use crate::limits::rate::PRUNE_INTERVAL;
@@ -74,12 +74,21 @@ pub(crate) async fn serve(
               uri: Uri,
               ConnectInfo(peer): ConnectInfo<SocketAddr>,
               place: Option<Extension<Place>>,
-              ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>| {
-            let entry = paths.get(uri.path());
+              ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+              body: axum::body::Body| {
+            let entry = paths
+                .get(uri.path())
+                .or_else(|| super::http::events_entry(&paths, uri.path()));
             async move {
                 let Some(Entry { cell, ctx }) = entry else {
                     return StatusCode::NOT_FOUND.into_response();
                 };
+                if cell.load().dialect().is_http() {
+                    let entry = Entry { cell, ctx };
+                    let place = place.map(|Extension(p)| p);
+                    return super::http::handle(entry, method, headers, uri, peer, body, place)
+                        .await;
+                }
                 if method != Method::GET {
                     return StatusCode::METHOD_NOT_ALLOWED.into_response();
                 }
@@ -133,11 +142,10 @@ fn upgrade(
 }
 
 /// Selects the listener's subprotocol when the client offers it (no
-/// offer is fine too), spelled as offered: see [`ClientCodec::subprotocol`].
+/// offer is fine too), spelled as offered: see [`client::subprotocol`].
 fn select_subprotocol(mut ws: WebSocketUpgrade, dialect: Dialect) -> WebSocketUpgrade {
     let offered: Vec<_> = ws.requested_protocols().cloned().collect();
-    let chosen =
-        ClientCodec::of(dialect).subprotocol(offered.iter().filter_map(|p| p.to_str().ok()));
+    let chosen = client::subprotocol(dialect, offered.iter().filter_map(|p| p.to_str().ok()));
     if let Some(chosen) = chosen.and_then(|c| offered.iter().find(|p| p.to_str().ok() == Some(c))) {
         ws.set_selected_protocol(chosen.clone());
     }
@@ -146,7 +154,7 @@ fn select_subprotocol(mut ws: WebSocketUpgrade, dialect: Dialect) -> WebSocketUp
 
 /// Browser safety before the upgrade: Host and Origin allow-lists and the
 /// bearer token. A refusal is HTTP 403/401 with a short reason, counted.
-fn check_upgrade(
+pub(super) fn check_upgrade(
     listener: &Listener,
     headers: &HeaderMap,
     uri: &Uri,

@@ -17,6 +17,7 @@ use super::link::Link;
 use super::owner::{Owner, OwnerRef};
 use super::pool;
 use super::shared::UpstreamShared;
+use super::error::LinkError;
 use crate::error::{ErrorKind, GatewayError};
 
 /// The client a call comes from, as the modes that give it connections of
@@ -107,6 +108,11 @@ async fn connect(
     .await;
     match connected {
         Ok(Ok(link)) => Ok(link),
+        // `command` upstreams: no room for one more process.
+        Ok(Err(e @ LinkError::ProcessCap { .. })) => Err(GatewayError::with_detail(
+            ErrorKind::ResourceExhausted,
+            format!("upstream {}: {e}", shared.cfg.name),
+        )),
         Ok(Err(e)) => Err(GatewayError::with_detail(
             ErrorKind::Unavailable,
             format!("upstream {} is not reachable: {e}", shared.cfg.name),

@@ -52,6 +52,16 @@ pub(crate) enum LinkError {
     /// do not vouch for, a name mismatch, an alert from the upstream).
     #[error("TLS handshake failed: {0}")]
     Tls(rustls::Error),
+    /// `command`: the process could not be started (no such program, not
+    /// executable, a bad `cwd`).
+    #[error("cannot start the upstream process: {0}")]
+    Spawn(io::Error),
+    /// `command`: `max_processes` processes of this upstream are alive.
+    #[error("upstream process cap of {max} reached")]
+    ProcessCap {
+        /// The cap (`max_processes`).
+        max: usize,
+    },
     /// A holon-rpc upstream accepted the upgrade without `holon-rpc`.
     #[error("upstream did not select the holon-rpc subprotocol")]
     Subprotocol,
@@ -108,6 +118,12 @@ pub(crate) enum LinkError {
     /// Writing to the upstream failed.
     #[error("upstream write failed")]
     WriteFailed,
+    /// `command`: the upstream process exited.
+    #[error("upstream process exited ({status})")]
+    Exited {
+        /// Its exit status, as the system describes it.
+        status: std::process::ExitStatus,
+    },
     /// A retired connection's late replies were not all in in time.
     #[error("retired connection closed")]
     Retired,

@@ -50,6 +50,7 @@ mod ndjson;
 mod outlet;
 mod owner;
 mod pool;
+mod process;
 mod redact;
 mod shared;
 mod slots;
@@ -120,7 +121,9 @@ impl Upstream {
         );
         let published = metrics.events.published.with_label_values(&[&cfg.name]);
         let tls = tls::for_upstream(&cfg);
+        let processes = process::Processes::new(&cfg, &metrics);
         let shared = Arc::new(UpstreamShared {
+            processes,
             broker,
             recorder,
             published,

@@ -18,8 +18,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use bytestring::ByteString;
 use futures_util::StreamExt;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::net::unix::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio_util::codec::{AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
@@ -44,6 +43,22 @@ pub(super) async fn connect(
         .await
         .map_err(LinkError::Connect)?;
     let (read, write) = stream.into_split();
+    Ok(start(read, write, shared, owner, shutdown))
+}
+
+/// Starts the reader and writer tasks of a link over `read` and `write`:
+/// a socket's halves, or a child process's stdout and stdin.
+pub(super) fn start<R, W>(
+    read: R,
+    write: W,
+    shared: Arc<UpstreamShared>,
+    owner: Option<OwnerRef>,
+    shutdown: CancellationToken,
+) -> Arc<Link>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let queue = LineQueue::new(outlet::capacity(shared.cfg.max_in_flight_per_connection));
     // Lines up to twice the limit are read whole so that an oversize reply
     // fails only its own call; longer ones close the connection.
@@ -55,7 +70,7 @@ pub(super) async fn connect(
     let link = Link::new(Outlet::Lines(queue.clone()), codec, shared, owner);
     let sink = LineSink(write);
     driver::spawn(&link, Box::pin(lines), sink, Source::Lines(queue), shutdown);
-    Ok(link)
+    link
 }
 
 /// One line as the driver sees it, a trailing `\r` stripped; `None` for
@@ -80,10 +95,10 @@ fn incoming(line: Result<Bytes, AnyDelimiterCodecError>, limit: usize) -> Option
     }
 }
 
-/// The writing half of an NDJSON link.
-struct LineSink(OwnedWriteHalf);
+/// The writing half of an NDJSON link: a socket's, or a process's stdin.
+struct LineSink<W>(W);
 
-impl FrameSink for LineSink {
+impl<W: AsyncWrite + Unpin + Send> FrameSink for LineSink<W> {
     async fn write(&mut self, out: Outgoing<'_>) -> Result<(), ()> {
         match out {
             Outgoing::Lines(batch) => write_segments(&mut self.0, batch).await.map_err(|e| {

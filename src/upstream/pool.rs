@@ -15,7 +15,7 @@ use super::error::LinkError;
 use super::link::Link;
 use super::owner::OwnerRef;
 use super::shared::UpstreamShared;
-use super::{ndjson, ws};
+use super::{ndjson, process, ws};
 use crate::config::UpstreamTarget;
 
 /// How long a retired connection may wait for its late replies.
@@ -145,6 +145,7 @@ pub(super) async fn dial(
     match &shared.cfg.target {
         UpstreamTarget::Unix(path) => ndjson::connect(path, shared.clone(), owner, shutdown).await,
         UpstreamTarget::Ws(url) => ws::connect(url, shared.clone(), owner, shutdown).await,
+        UpstreamTarget::Process(spec) => process::spawn(spec, shared.clone(), owner, shutdown),
     }
 }
 

@@ -11,12 +11,33 @@ pub(crate) fn endpoint(target: &UpstreamTarget) -> Cow<'_, str> {
     match target {
         UpstreamTarget::Unix(path) => path.to_string_lossy(),
         UpstreamTarget::Ws(url) => crate::redact::url(url),
+        // The program only: its arguments may carry a secret.
+        UpstreamTarget::Process(spec) => Cow::Owned(process_endpoint(spec)),
     }
+}
+
+/// A process upstream as shown: `command:<program>`, never its arguments
+/// or environment (either may carry a secret).
+pub(crate) fn process_endpoint(spec: &crate::config::ProcessSpec) -> String {
+    let program = spec.argv.first().map_or("", String::as_str);
+    format!("command:{program}")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Arguments and environment may carry secrets: only the program shows.
+    #[test]
+    fn a_process_is_shown_by_its_program_only() {
+        let spec = crate::config::ProcessSpec {
+            argv: vec!["/usr/bin/tool".into(), "--token=s3cret".into()],
+            env: [("KEY".to_owned(), "s3cret".to_owned())].into(),
+            cwd: None,
+        };
+        let target = UpstreamTarget::Process(spec);
+        assert_eq!(endpoint(&target), "command:/usr/bin/tool");
+    }
 
     fn ws(url: &str) -> String {
         endpoint(&UpstreamTarget::Ws(url.to_owned())).into_owned()

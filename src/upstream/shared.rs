@@ -50,6 +50,8 @@ pub(crate) struct UpstreamShared {
     /// when the upstream starts), or why there is none (each dial then
     /// fails with it). `None` for `ws://` and Unix sockets.
     pub(super) tls: Option<Result<Arc<rustls::ClientConfig>, TlsSetupError>>,
+    /// `command` upstreams: the `max_processes` cap and process metrics.
+    pub(super) processes: super::process::Processes,
 }
 
 // === impl UpstreamShared ===

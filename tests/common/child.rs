@@ -101,6 +101,28 @@ impl Gateway {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The gateway's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits (polling, up to a minute) until the gateway has exited, and
+    /// reaps it.
+    pub async fn exited(&mut self) -> std::process::ExitStatus {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "switchyard did not exit: {}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// SIGKILL, then reaps it.
     pub fn stop(mut self) {
         self.child.kill().expect("SIGKILL");

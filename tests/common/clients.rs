@@ -38,6 +38,8 @@ pub enum Speak {
     SidebandJson,
     /// Sideband, CBOR v2 envelopes (the client offers `encoding/cbor`).
     SidebandCbor,
+    /// JSON-RPC over HTTP: each message one `POST` (`jsonrpc-http`).
+    Http,
 }
 
 impl Speak {
@@ -57,6 +59,10 @@ pub enum Ended {
 }
 
 pub enum TestClient {
+    /// Each text sent is a `POST` of its own (in a task, so that several
+    /// are in flight at once, as on a connection); each `200` body is a
+    /// message received, a `204` none.
+    Http(Box<HttpClient>),
     Ws(Speak, Box<Ws>),
     Unix(Lines<BufReader<OwnedReadHalf>>, OwnedWriteHalf),
     Sideband(Box<SbClient>),
@@ -101,12 +107,14 @@ impl TestClient {
             Speak::SidebandJson | Speak::SidebandCbor => {
                 TestClient::Sideband(Box::new(SbClient::connect(speak, endpoint).await))
             }
+            Speak::Http => TestClient::Http(Box::new(HttpClient::new(endpoint))),
         }
     }
 
     pub fn speaks(&self) -> Speak {
         match self {
             TestClient::Ws(s, _) => *s,
+            TestClient::Http(_) => Speak::Http,
             TestClient::Unix(..) => Speak::Ndjson,
             TestClient::Sideband(c) => c.speak,
         }
@@ -134,6 +142,10 @@ impl TestClient {
                 w.write_all(b"\n").await.map_err(|e| e.to_string())
             }
             TestClient::Sideband(c) => c.try_send_jsonrpc(text).await,
+            TestClient::Http(c) => {
+                c.post(text);
+                Ok(())
+            }
         }
     }
 
@@ -164,6 +176,7 @@ impl TestClient {
                     _ => Err(Ended::Eof),
                 },
                 TestClient::Sideband(c) => c.next_jsonrpc().await,
+                TestClient::Http(c) => c.answers.recv().await.unwrap_or(Err(Ended::Eof)),
             }
         };
         tokio::time::timeout(STEP, step)
@@ -495,4 +508,59 @@ pub fn json_text(p: &Payload) -> String {
 
 fn json_string(s: &str) -> String {
     serde_json::Value::from(s).to_string()
+}
+
+/// The HTTP "connection" of [`TestClient::Http`]: hyper's client (one
+/// pool, keep-alive) and the answers of the `POST`s sent, as they come.
+pub struct HttpClient {
+    url: String,
+    client: hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        http_body_util::Full<bytes::Bytes>,
+    >,
+    tx: tokio::sync::mpsc::UnboundedSender<Result<String, Ended>>,
+    answers: tokio::sync::mpsc::UnboundedReceiver<Result<String, Ended>>,
+}
+
+impl HttpClient {
+    fn new(endpoint: &str) -> HttpClient {
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http();
+        let (tx, answers) = tokio::sync::mpsc::unbounded_channel();
+        HttpClient {
+            url: endpoint.replacen("ws://", "http://", 1),
+            client,
+            tx,
+            answers,
+        }
+    }
+
+    /// POSTs `text` in a task; a `200` body becomes the next answer, a
+    /// `204` nothing, any other status the text `HTTP <status>`.
+    fn post(&self, text: &str) {
+        use http_body_util::BodyExt;
+        let request = hyper::Request::post(self.url.as_str())
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::from(
+                text.to_owned(),
+            )))
+            .expect("request");
+        let (client, tx) = (self.client.clone(), self.tx.clone());
+        tokio::spawn(async move {
+            let answer = match client.request(request).await {
+                Ok(response) if response.status() == 204 => return,
+                Ok(response) if response.status() == 200 => {
+                    match response.into_body().collect().await {
+                        Ok(body) => Ok(String::from_utf8_lossy(&body.to_bytes()).into_owned()),
+                        Err(_) => Err(Ended::Eof),
+                    }
+                }
+                Ok(response) => Ok(format!("HTTP {}", response.status().as_u16())),
+                Err(_) => Err(Ended::Eof),
+            };
+            // The test may have stopped listening: nothing to tell.
+            let _ = tx.send(answer);
+        });
+    }
 }

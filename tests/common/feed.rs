@@ -113,6 +113,7 @@ topic = "{TOPIC}"
             Speak::Holon => self.holon.clone(),
             Speak::SidebandJson | Speak::SidebandCbor => self.sideband.clone(),
             Speak::Ndjson => self.ndjson.display().to_string(),
+            Speak::Http => panic!("the feed harness has no jsonrpc-http listener"),
         }
     }
 
@@ -162,6 +163,7 @@ pub fn listener(speak: Speak) -> &'static str {
         Speak::Holon => "holon",
         Speak::SidebandJson | Speak::SidebandCbor => "sb",
         Speak::Ndjson => "local",
+        Speak::Http => panic!("the feed harness has no jsonrpc-http listener"),
     }
 }
 

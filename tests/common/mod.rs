@@ -4,6 +4,7 @@
 
 pub mod child;
 pub mod clients;
+pub mod curl;
 pub mod demo;
 pub mod feed;
 pub mod http;

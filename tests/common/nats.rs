@@ -20,6 +20,8 @@ pub struct NatsServer {
     pub dir: tempfile::TempDir,
     /// `nats://127.0.0.1:PORT`.
     pub url: String,
+    /// Extra command-line arguments (kept for a restart).
+    extra: Vec<String>,
 }
 
 /// `$SWITCHYARD_NATS_SERVER`, else `nats-server` on PATH, else Debian's
@@ -54,12 +56,19 @@ pub fn require_nats_server() -> PathBuf {
 impl NatsServer {
     /// Starts the server and returns once it accepts connections.
     pub fn start() -> NatsServer {
+        NatsServer::start_with(&[])
+    }
+
+    /// [`NatsServer::start`] with extra arguments (`--user`, `--pass` …).
+    pub fn start_with(extra: &[&str]) -> NatsServer {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (child, url) = spawn(&dir, "-1");
+        let extra: Vec<String> = extra.iter().map(|a| (*a).to_owned()).collect();
+        let (child, url) = spawn(&dir, "-1", &extra);
         NatsServer {
             child: Some(child),
             dir,
             url,
+            extra,
         }
     }
 
@@ -75,9 +84,23 @@ impl NatsServer {
     pub fn restart(&mut self) {
         self.stop();
         let port = self.url.rsplit(':').next().expect("a port").to_owned();
-        let (child, url) = spawn(&self.dir, &port);
+        let (child, url) = spawn(&self.dir, &port, &self.extra);
         assert_eq!(url, self.url);
         self.child = Some(child);
+    }
+
+    /// `http://127.0.0.1:PORT` of the server's monitoring endpoint
+    /// (`/connz`, `/subsz`), on a random port of its own.
+    pub fn monitor_url(&self) -> String {
+        let ports = self.dir.path().join("ports");
+        for entry in std::fs::read_dir(&ports).expect("ports dir") {
+            let text = std::fs::read_to_string(entry.expect("entry").path()).unwrap_or_default();
+            let ports: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            if let Some(url) = ports["monitoring"][0].as_str() {
+                return url.to_owned();
+            }
+        }
+        panic!("no monitoring URL in {}", ports.display())
     }
 
     /// The server's log so far (for failure messages).
@@ -88,7 +111,7 @@ impl NatsServer {
 
 /// Starts `nats-server` on `port` (`-1`: a random one) with its store in
 /// `dir`; returns once it accepts connections.
-fn spawn(dir: &tempfile::TempDir, port: &str) -> (Child, String) {
+fn spawn(dir: &tempfile::TempDir, port: &str, extra: &[String]) -> (Child, String) {
     let program = require_nats_server();
     let store = dir.path().join("store");
     let ports = dir.path().join("ports");
@@ -100,10 +123,11 @@ fn spawn(dir: &tempfile::TempDir, port: &str) -> (Child, String) {
         .open(dir.path().join("nats.log"))
         .expect("log file");
     let mut child = Command::new(&program)
-        .args(["-js", "-a", "127.0.0.1", "-p", port, "-sd"])
+        .args(["-js", "-a", "127.0.0.1", "-p", port, "-m", "-1", "-sd"])
         .arg(&store)
         .arg("--ports_file_dir")
         .arg(&ports)
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)

@@ -1,7 +1,7 @@
 // Drives the demo's playground in headless Chromium over the Chrome
 // DevTools Protocol (puppeteer-core), for tests/playground.rs.
 //
-// Usage: node playground.mjs <playground-url> <ws-jsonrpc-url> <screenshot.png> <chromium>
+// Usage: node playground.mjs <playground-url> <ws-jsonrpc-url> <screenshot.png> <chromium> [<http-url>]
 //
 // 1. Opens the status page, follows its link to the playground and, for
 //    each WebSocket dialect (JSON-RPC, holon,
@@ -12,6 +12,9 @@
 // 3. Serves a page from another origin (a tiny HTTP server on another port)
 //    and opens the JSON-RPC WebSocket from it in the same browser: the
 //    upgrade must be refused.
+// 4. With <http-url> (the demo's jsonrpc-http listener): a fetch POST and an
+//    EventSource from the playground's origin (allowed), and a fetch from
+//    the other origin (its CORS preflight refused).
 //
 // CDP Network events record every WebSocket handshake: the Origin the
 // browser sent and the HTTP status it got back.
@@ -26,7 +29,7 @@ import path from 'node:path';
 import puppeteer from 'puppeteer-core';
 
 const STEP_MS = 60_000;
-const [playgroundUrl, jsonrpcUrl, screenshot, chromium] = process.argv.slice(2);
+const [playgroundUrl, jsonrpcUrl, screenshot, chromium, httpUrl] = process.argv.slice(2);
 const summary = { calls: {}, batch: null, handshakes: [], console: [], crossOrigin: null };
 
 if (!playgroundUrl || !jsonrpcUrl || !screenshot || !chromium) {
@@ -156,7 +159,21 @@ async function crossOrigin(browser) {
       }),
     ]);
     clearTimeout(timer);
-    return { origin, ...result, handshake };
+    // JSON from another origin: the CORS preflight is refused, so the
+    // browser never sends the call.
+    const fetched = httpUrl ? await page.evaluate(async (url) => {
+      try {
+        const r = await fetch(url, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: '{"jsonrpc":"2.0","method":"echo","params":[1],"id":1}',
+        });
+        return { status: r.status };
+      } catch (e) {
+        return { refused: String(e) };
+      }
+    }, httpUrl) : null;
+    return { origin, ...result, handshake, fetch: fetched };
   } finally {
     server.close();
   }
@@ -244,6 +261,31 @@ async function main() {
       { timeout: STEP_MS },
     );
     summary.counters = await page.$$eval('#counters tbody tr', (rows) => rows.map((tr) => Array.from(tr.cells, (td) => td.textContent)));
+    if (httpUrl) {
+      // JSON-RPC over HTTP from the playground's origin: a fetch, and the
+      // daemon's feed as Server-Sent Events.
+      summary.http = await page.evaluate(async (url, ms) => {
+        const r = await fetch(url, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ jsonrpc: '2.0', method: 'subtract', params: [42, 23], id: 1 }),
+        });
+        const reply = { status: r.status, body: await r.json() };
+        const event = await new Promise((resolve) => {
+          const es = new EventSource(`${url}/events?topic=daemon.events`);
+          const timer = setTimeout(() => {
+            es.close();
+            resolve(null);
+          }, ms);
+          es.addEventListener('rpc.notification', (ev) => {
+            clearTimeout(timer);
+            es.close();
+            resolve(JSON.parse(ev.data));
+          });
+        });
+        return { reply, event };
+      }, httpUrl, STEP_MS);
+    }
     await page.screenshot({ path: screenshot, fullPage: true });
 
     summary.crossOrigin = await crossOrigin(browser);

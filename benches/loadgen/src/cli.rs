@@ -29,7 +29,7 @@ pub(crate) struct Cli {
     #[arg(long)]
     pub(crate) duration_ms: Option<u64>,
     /// Scenarios to run: all, or a comma-separated list of latency,
-    /// throughput, large, fixed-rate, idle, fan-in, fanout, persist.
+    /// throughput, large, fixed-rate, idle, fan-in, fanout, scaleout, persist.
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub(crate) scenario: Vec<String>,
     /// Tiny loads and durations, 50 idle connections: a quick correctness run.

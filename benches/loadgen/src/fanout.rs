@@ -2,7 +2,12 @@
 //! feed, the reference daemon's `Subscribe` stream at 1,000 events/s of
 //! about 256 B, which switchyard opens once and fans out.
 //!
-//! Half the subscribers take the exact topic, half the wildcard `daemon.>`.
+//! The subscribers are dealt round-robin over the target's instances (one,
+//! or several on a NATS backbone: the scaleout scenario); on each instance
+//! half take the exact topic, half the wildcard `daemon.>`. The warm-up
+//! starts once every subscriber has its first event (on a backbone, the
+//! instance's NATS subscription is made after `rpc.subscribe` is
+//! answered), or after [`FIRST_EVENT_TIMEOUT`].
 //! Each reads its socket in a task of its own and checks every event: the
 //! topic, and the daemon's `seq`, which must grow by exactly one (a jump is
 //! lost events, a step back or a repeat is out of order). The delivery
@@ -12,7 +17,9 @@
 //! highest `seq` any subscriber saw by the end of the window (or the grace
 //! period ends: what is missing then is lost too). A subscriber the gateway
 //! closed (as a slow consumer) is counted apart and its gaps are not loss:
-//! the zero-loss target is for subscribers that keep up.
+//! the zero-loss target is for subscribers that keep up. One whose first
+//! event is later than the window's first is counted `late`: with zero
+//! lost and zero late, every subscriber got every event of the window.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -36,6 +43,41 @@ const WILDCARD: &str = "daemon.>";
 const CONNECT_CONCURRENCY: usize = 64;
 /// How long all subscriptions may take to be confirmed.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long every confirmed subscriber may wait for its first event before
+/// the warm-up starts anyway (a failure guard, not a pause).
+const FIRST_EVENT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a fanout run is aimed at.
+#[derive(Debug)]
+pub(crate) struct Aim<'a> {
+    /// Each instance's endpoint, with its process; subscriber `i` goes to
+    /// instance `i % len`.
+    pub(crate) instances: &'a [(Endpoint, Option<u32>)],
+    /// The daemon behind them.
+    pub(crate) daemon: Option<u32>,
+    /// The backbone's nats-server, if any.
+    pub(crate) backbone: Option<u32>,
+}
+
+/// One instance's share of a fanout run.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub(crate) struct InstanceUse {
+    /// Its confirmed subscribers.
+    pub(crate) subscribers: usize,
+    /// Events its subscribers received in the window.
+    pub(crate) delivered: u64,
+    /// Its CPU seconds in the window.
+    pub(crate) cpu_s: Option<f64>,
+}
+
+/// How a fanout run's work was spread: per instance, and the backbone.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub(crate) struct Spread {
+    /// One per instance, in order.
+    pub(crate) instances: Vec<InstanceUse>,
+    /// The nats-server's CPU seconds in the window.
+    pub(crate) backbone_cpu_s: Option<f64>,
+}
 
 /// What a fanout run measured.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
@@ -66,12 +108,17 @@ pub(crate) struct Fanout {
     /// Failed connections or subscriptions, error replies, unreadable
     /// frames.
     pub(crate) errors: u64,
+    /// Subscribers still open whose first event came after the first one
+    /// published in the window: they missed the window's start.
+    pub(crate) late: u64,
 }
 
 /// One subscriber's observations.
 struct Sub {
     hist: Histogram<u32>,
     last: Option<u64>,
+    /// The first `seq` received.
+    first: Option<u64>,
     /// Lowest and highest `seq` received inside the window.
     window_seqs: Option<(u64, u64)>,
     received: u64,
@@ -80,28 +127,43 @@ struct Sub {
     out_of_order: u64,
     errors: u64,
     ended: bool,
+    /// Its `rpc.subscribe` was confirmed.
+    confirmed: bool,
 }
 
-/// Subscribes `n` clients at `endpoint`, measures for `duration` after a
-/// warm-up, and reads the CPU of `pids` (gateway, daemon) in the window.
+/// Subscribes `n` clients over the instances of `aim`, measures for
+/// `duration` after a warm-up, and reads the CPU of every process in the
+/// window (the first instance's as the server's).
 pub(crate) async fn run(
-    endpoint: &Endpoint,
+    aim: &Aim<'_>,
     n: usize,
     duration: Duration,
-    pids: [Option<u32>; 2],
-) -> anyhow::Result<(Fanout, CpuUse)> {
+) -> anyhow::Result<(Fanout, CpuUse, Spread)> {
+    let k = aim.instances.len();
+    if k == 0 {
+        bail!("a fanout run needs an instance");
+    }
     let (subscribed_tx, mut subscribed_rx) = mpsc::channel::<bool>(n.max(1));
+    let (first_tx, mut first_rx) = mpsc::channel::<()>(n.max(1));
     let (timing_tx, timing_rx) = watch::channel(None::<Timing>);
     let (target_tx, target_rx) = watch::channel(0u64);
     let highest = Arc::new(AtomicU64::new(0));
     let connected: Vec<_> = stream::iter(0..n)
-        .map(|_| endpoint.connect(Wire::JsonRpc, Buffers::Default))
-        .buffer_unordered(CONNECT_CONCURRENCY)
+        .map(|i| {
+            aim.instances[i % k]
+                .0
+                .connect(Wire::JsonRpc, Buffers::Default)
+        })
+        .buffered(CONNECT_CONCURRENCY)
         .collect()
         .await;
     let mut out = Fanout {
         requested: n,
         ..Fanout::default()
+    };
+    let mut spread = Spread {
+        instances: vec![InstanceUse::default(); k],
+        backbone_cpu_s: None,
     };
     let mut tasks = Vec::with_capacity(n);
     for (i, conn) in connected.into_iter().enumerate() {
@@ -109,18 +171,27 @@ pub(crate) async fn run(
             out.errors += 1;
             continue;
         };
-        let pattern = if i % 2 == 0 { TOPIC } else { WILDCARD };
-        tasks.push(tokio::spawn(subscriber(
+        // Half of each instance's subscribers on either pattern.
+        let pattern = if (i / k).is_multiple_of(2) {
+            TOPIC
+        } else {
+            WILDCARD
+        };
+        let task = tokio::spawn(subscriber(
             tx,
             rx,
             pattern,
-            subscribed_tx.clone(),
+            Signals {
+                subscribed: subscribed_tx.clone(),
+                first: first_tx.clone(),
+            },
             timing_rx.clone(),
             target_rx.clone(),
             highest.clone(),
-        )));
+        ));
+        tasks.push((i % k, task));
     }
-    drop(subscribed_tx);
+    drop((subscribed_tx, first_tx));
     // Refusals are counted by the subscribers themselves, as errors.
     let (deadline, mut refused) = (Instant::now() + SUBSCRIBE_TIMEOUT, 0);
     while out.subscribed + refused < tasks.len() {
@@ -133,20 +204,53 @@ pub(crate) async fn run(
     if out.subscribed == 0 {
         bail!("no subscription was confirmed ({} errors)", out.errors);
     }
+    // One signal per subscriber that has its first event; one that never
+    // gets any is counted as an error by itself.
+    let (deadline, mut primed) = (Instant::now() + FIRST_EVENT_TIMEOUT, 0);
+    while primed < out.subscribed {
+        match timeout_at(deadline, first_rx.recv()).await {
+            Ok(Some(())) => primed += 1,
+            Ok(None) | Err(_) => break,
+        }
+    }
     let timing = measure::timing(duration);
     let _ = timing_tx.send(Some(timing));
+    let pids = [aim.instances[0].1, aim.daemon];
     let sampler = tokio::spawn(measure::sample_cpu(pids, timing));
+    let others: Vec<Option<u32>> = aim.instances[1..]
+        .iter()
+        .map(|(_, pid)| *pid)
+        .chain([aim.backbone])
+        .collect();
+    let others_sampler = tokio::spawn(measure::sample_cpu_of(others, timing));
     tokio::time::sleep_until(timing.end).await;
     let _ = target_tx.send(highest.load(Ordering::Relaxed));
     // A failed sampler only costs the CPU columns.
-    let cpu = sampler.await.unwrap_or_default();
+    let mut cpu = sampler.await.unwrap_or_default();
+    let others = others_sampler.await.unwrap_or_default();
+    cpu.exclude_from_other(others.iter().flatten().sum());
+    let secs = |d: Option<&Option<Duration>>| d.copied().flatten().map(|d| d.as_secs_f64());
+    spread.instances[0].cpu_s = cpu.server_secs();
+    for (i, one) in spread.instances.iter_mut().enumerate().skip(1) {
+        one.cpu_s = secs(others.get(i - 1));
+    }
+    spread.backbone_cpu_s = secs(others.get(k - 1)).filter(|_| aim.backbone.is_some());
     let mut hist = new_histogram();
     let mut range: Option<(u64, u64)> = None;
-    for task in tasks {
-        let Ok(sub) = task.await else {
+    let mut firsts = Vec::with_capacity(tasks.len());
+    // Connections of finished subscribers stay open until every one is
+    // done (see `hold`).
+    let (release_tx, release_rx) = watch::channel(false);
+    let mut held = Vec::with_capacity(tasks.len());
+    for (instance, task) in tasks {
+        let Ok((sub, tx, rx)) = task.await else {
             out.errors += 1;
             continue;
         };
+        held.push(tokio::spawn(hold(tx, rx, release_rx.clone())));
+        let share = &mut spread.instances[instance];
+        share.delivered += sub.in_window;
+        share.subscribers += usize::from(sub.confirmed);
         // Both histograms share the same bounds, so adding cannot fail.
         let _ = hist.add(&sub.hist);
         out.received += sub.received;
@@ -157,6 +261,7 @@ pub(crate) async fn run(
             out.closed += 1;
         } else {
             out.lost += sub.lost;
+            firsts.extend(sub.first);
         }
         if let Some(seqs) = sub.window_seqs {
             range = feed::widen(range, seqs);
@@ -165,8 +270,24 @@ pub(crate) async fn run(
     let window = (timing.end - timing.start).as_secs_f64();
     out.delivered_per_s = out.delivered as f64 / window;
     out.published_per_s = range.map_or(0.0, |(lo, hi)| (hi - lo + 1) as f64 / window);
+    if let Some((lo, _)) = range {
+        out.late = firsts.iter().filter(|&&first| first > lo).count() as u64;
+    }
     out.latency_us = drive::latency_us(&hist);
-    Ok((out, cpu))
+    let _ = release_tx.send(true);
+    for task in held {
+        // A failed holder only closed its connection early.
+        let _ = task.await;
+    }
+    Ok((out, cpu, spread))
+}
+
+/// What a subscriber tells the run as it goes.
+struct Signals {
+    /// Whether its `rpc.subscribe` was confirmed.
+    subscribed: mpsc::Sender<bool>,
+    /// Sent once, with its first event.
+    first: mpsc::Sender<()>,
 }
 
 /// One subscriber: subscribes, reports the confirmation, then reads events
@@ -176,11 +297,11 @@ async fn subscriber(
     mut tx: Tx,
     mut rx: Rx,
     pattern: &'static str,
-    subscribed: mpsc::Sender<bool>,
+    signals: Signals,
     timing: watch::Receiver<Option<Timing>>,
     target: watch::Receiver<u64>,
     highest: Arc<AtomicU64>,
-) -> Sub {
+) -> (Sub, Tx, Rx) {
     let mut sub = Sub::new();
     let request = format!(
         r#"{{"jsonrpc":"2.0","method":"rpc.subscribe","params":{{"topic":"{pattern}"}},"id":1}}"#
@@ -189,15 +310,17 @@ async fn subscriber(
         tx.feed(Out::Text(request)).await?;
         tx.flush().await
     };
+    let Signals { subscribed, first } = signals;
     if sent.await.is_err() {
         let _ = subscribed.send(false).await;
         sub.errors += 1;
-        return sub;
+        return (sub, tx, rx);
     }
     // `Some(confirmed)` once the answer to `rpc.subscribe` was reported.
     let mut reported: Option<bool> = None;
     // Until the window is known, wait at most the subscribe timeout.
-    let mut deadline = Instant::now() + SUBSCRIBE_TIMEOUT + Duration::from_secs(60);
+    let mut deadline =
+        Instant::now() + SUBSCRIBE_TIMEOUT + FIRST_EVENT_TIMEOUT + Duration::from_secs(60);
     loop {
         if let Some(t) = *timing.borrow() {
             deadline = t.end + t.grace;
@@ -226,6 +349,7 @@ async fn subscriber(
         if reported.is_none() && text.contains(r#""id":1"#) {
             let confirmed = text.contains(r#""result":{"subscribed":true}"#);
             reported = Some(confirmed);
+            sub.confirmed = confirmed;
             let _ = subscribed.send(confirmed).await;
             if !confirmed {
                 sub.errors += 1;
@@ -237,6 +361,9 @@ async fn subscriber(
             sub.errors += 1;
             continue;
         };
+        if sub.last.is_none() {
+            let _ = first.send(()).await;
+        }
         sub.record(seq, text, now, timing.borrow().as_ref());
         highest.fetch_max(seq, Ordering::Relaxed);
         let want = *target.borrow();
@@ -248,7 +375,26 @@ async fn subscriber(
         let _ = subscribed.send(false).await;
         sub.errors += 1;
     }
-    sub
+    (sub, tx, rx)
+}
+
+/// Keeps a finished subscriber's connection open, reading and discarding,
+/// until `release`: a subscriber that leaves ends its instance's interest
+/// in its pattern, and on a NATS backbone the events in flight on that
+/// pattern's subscription may then be missed by the subscribers of an
+/// overlapping one still counting theirs. The run measures steady state,
+/// not that churn.
+async fn hold(_tx: Tx, mut rx: Rx, mut release: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = release.wait_for(|r| *r) => return,
+            msg = rx.recv() => {
+                if !matches!(msg, Some(Ok(_))) {
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// The `seq` of an event notification on [`TOPIC`], found without parsing
@@ -270,6 +416,7 @@ impl Sub {
         Sub {
             hist: new_histogram(),
             last: None,
+            first: None,
             window_seqs: None,
             received: 0,
             in_window: 0,
@@ -277,6 +424,7 @@ impl Sub {
             out_of_order: 0,
             errors: 0,
             ended: false,
+            confirmed: false,
         }
     }
 
@@ -295,7 +443,7 @@ impl Sub {
                 self.out_of_order += 1;
                 return;
             }
-            None => {}
+            None => self.first = Some(seq),
         }
         self.last = Some(seq);
         if !timing.is_some_and(|t| now >= t.start && now < t.end) {

@@ -1,14 +1,16 @@
 //! `loadgen`: end-to-end load generator for switchyard.
 //!
 //! Runs each scenario (`latency`, `throughput`, `large`, `fixed-rate`,
-//! `idle`, `fan-in`, `fanout`, `persist`) against fresh instances of its targets: floor A (the
+//! `idle`, `fan-in`, `fanout`, `scaleout`, `persist`) against fresh instances of its targets: floor A (the
 //! reference daemon over NDJSON, no gateway), floor B (a bare in-process
 //! WebSocket echo), floor B2 (the same echo in a process of its own), floor C (a byte relay process in front of the daemon:
 //! the cost of one more process hop, see `relay`) and five switchyard gateways: the JSON-RPC, holon-rpc,
 //! Sideband JSON and Sideband CBOR WebSocket listeners in front of the
 //! NDJSON daemon, and an NDJSON listener in front of the JSON-RPC WebSocket
 //! daemon (`idle` and `fan-in` run the JSON-RPC gateway only; `fanout`
-//! subscribes N JSON-RPC clients to a pub/sub feed of the NDJSON daemon; `persist`
+//! subscribes N JSON-RPC clients to a pub/sub feed of the NDJSON daemon; `scaleout`
+//! the same 1,000 subscribers through the in-process broker and over one and two
+//! instances on a NATS core backbone; `persist`
 //! stores that feed in a persistent topic, per store backend, with 10 acknowledging
 //! persistent subscribers and a backlog resumed). Every reply
 //! is checked (id and nonce); the report is a Markdown table per scenario

@@ -8,7 +8,7 @@ use anyhow::bail;
 use tokio::time::Instant;
 
 use super::drive::{self, Load, Tally, Timing};
-use super::fanout::{self, Fanout};
+use super::fanout::{self, Aim, Fanout, Spread};
 use super::idle::{self, Idle};
 use super::persist::{self, Persist};
 use super::procs;
@@ -61,6 +61,8 @@ pub(crate) struct RunResult {
     pub(crate) idle: Option<Idle>,
     /// Fanout-scenario measurements.
     pub(crate) fanout: Option<Fanout>,
+    /// Fanout and scaleout: the work per instance and the backbone's.
+    pub(crate) spread: Option<Spread>,
     /// Persist-scenario measurements.
     pub(crate) persist: Option<Persist>,
 }
@@ -142,9 +144,18 @@ async fn run_one(r: &Run, start: &StartOpts, o: &Options) -> anyhow::Result<RunR
             result.idle = Some(idle);
         }
         Shape::Fanout(n) => {
-            let pids = [live.server_pid, live.daemon_pid];
-            let (f, cpu) = fanout::run(&live.endpoint, n, o.duration, pids).await?;
+            let instances: Vec<_> = [(live.endpoint.clone(), live.server_pid)]
+                .into_iter()
+                .chain(live.more.iter().map(|(e, pid)| (e.clone(), Some(*pid))))
+                .collect();
+            let aim = Aim {
+                instances: &instances,
+                daemon: live.daemon_pid,
+                backbone: live.backbone_pid,
+            };
+            let (f, cpu, spread) = fanout::run(&aim, n, o.duration).await?;
             result.fill_fanout(f, o.duration, cpu);
+            result.spread = Some(spread);
         }
         Shape::Persist => {
             let pids = [live.server_pid, live.daemon_pid];
@@ -207,6 +218,35 @@ pub(crate) async fn sample_cpu(pids: [Option<u32>; 2], timing: Timing) -> CpuUse
     }
 }
 
+/// CPU used by each of `pids` between the window's start and end.
+pub(crate) async fn sample_cpu_of(pids: Vec<Option<u32>>, timing: Timing) -> Vec<Option<Duration>> {
+    let snap =
+        || -> Vec<Option<Duration>> { pids.iter().map(|p| p.and_then(procs::cpu_time)).collect() };
+    tokio::time::sleep_until(timing.start).await;
+    let a = snap();
+    tokio::time::sleep_until(timing.end).await;
+    let b = snap();
+    a.into_iter()
+        .zip(b)
+        .map(|(x, y)| Some(y?.saturating_sub(x?)))
+        .collect()
+}
+
+// === impl CpuUse ===
+
+impl CpuUse {
+    /// The server's CPU seconds.
+    pub(crate) fn server_secs(&self) -> Option<f64> {
+        self.server.map(|d| d.as_secs_f64())
+    }
+
+    /// Takes `ours` (processes measured apart: further instances, the
+    /// backbone) out of everything else.
+    pub(crate) fn exclude_from_other(&mut self, ours: Duration) {
+        self.other = self.other.map(|o| o.saturating_sub(ours));
+    }
+}
+
 // === impl RunResult ===
 
 impl RunResult {
@@ -244,6 +284,7 @@ impl RunResult {
             server_peak_rss_kib: None,
             idle: None,
             fanout: None,
+            spread: None,
             persist: None,
         }
     }

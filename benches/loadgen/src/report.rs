@@ -10,6 +10,7 @@
 mod fanout;
 mod gateway_cost;
 mod persist;
+mod scaleout;
 mod verdict;
 mod verdicts;
 
@@ -28,6 +29,8 @@ pub(crate) fn table(sc: &ScenarioResult) -> String {
         idle_table(sc, &mut out);
     } else if sc.name == "fanout" {
         fanout::table(sc, &mut out);
+    } else if sc.name == "scaleout" {
+        scaleout::table(sc, &mut out);
     } else if sc.name == "persist" {
         persist::table(sc, &mut out);
     } else {

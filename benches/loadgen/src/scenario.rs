@@ -2,8 +2,10 @@
 //!
 //! `latency`, `throughput`, `large` and `fixed-rate` run every target of
 //! `target::standard()`; `idle` and `fan-in` run the JSON-RPC gateway only;
-//! `fanout` runs the JSON-RPC gateway with a pub/sub feed; `persist` the
-//! same feed stored in a persistent topic, once per store backend.
+//! `fanout` runs the JSON-RPC gateway with a pub/sub feed; `scaleout` the
+//! same feed to 1,000 subscribers through the in-process broker, then on a
+//! NATS core backbone over one and over two instances; `persist` the same
+//! feed stored in a persistent topic, once per store backend.
 
 use std::time::Duration;
 
@@ -14,7 +16,7 @@ use super::persist::Backend;
 use super::target::{self, TargetSpec};
 
 /// Every scenario, in run order.
-pub(crate) const NAMES: [&str; 8] = [
+pub(crate) const NAMES: [&str; 9] = [
     "latency",
     "throughput",
     "large",
@@ -22,8 +24,14 @@ pub(crate) const NAMES: [&str; 8] = [
     "idle",
     "fan-in",
     "fanout",
+    "scaleout",
     "persist",
 ];
+
+/// The scaleout scenario's subscribers (with `--smoke`: two per instance
+/// of the two-instance row, one on each pattern).
+const SCALEOUT_SUBSCRIBERS: usize = 1000;
+const SCALEOUT_SMOKE_SUBSCRIBERS: usize = 4;
 
 /// Cap on requests in flight per connection in the open-loop scenario.
 const OPEN_LOOP_CAP: usize = 1024;
@@ -103,11 +111,17 @@ fn scenario(name: &'static str, o: &Options) -> Scenario {
         "idle" => idle_runs(o),
         "fan-in" => fan_in_runs(o.smoke),
         "fanout" => fanout_runs(o.smoke),
+        "scaleout" => scaleout_runs(o.smoke),
         "persist" => persist_runs(),
         _ => floors_and_gateways(Shape::Traffic(traffic_load(name, o.smoke)), o),
     };
     let about = if o.smoke && name == "fanout" {
         format!("{} (smoke: 1 and 3 subscribers)", about(name))
+    } else if o.smoke && name == "scaleout" {
+        format!(
+            "{} (smoke: {SCALEOUT_SMOKE_SUBSCRIBERS} subscribers)",
+            about(name)
+        )
     } else if o.smoke {
         format!("{} (smoke: scaled down, see the load column)", about(name))
     } else {
@@ -132,6 +146,14 @@ fn about(name: &str) -> &'static str {
         "fanout" => {
             "one feed at 1,000 events/s of 256 B fanned out to 1, 100 and 1,000 JSON-RPC \
              WebSocket subscribers (half on daemon.>), DEFAULT configuration plus the feed"
+        }
+        "scaleout" => {
+            "the fanout feed (1,000 events/s of 256 B) to the same 1,000 JSON-RPC WebSocket \
+             subscribers: the in-process broker, then [pubsub] backend = \"nats\" (a NATS core \
+             server of the run's own) with the subscribers on one instance and split evenly over \
+             two (the feed published by the first only: publish_upstream_events = false on the \
+             second), DEFAULT configuration plus the feed and the backbone. On one machine this \
+             shows the cost per delivered event of each instance and of NATS, not more cores"
         }
         _ => "200 clients onto ONE upstream connection vs 16 clients (pool_size 1)",
     }
@@ -222,6 +244,25 @@ fn fanout_runs(smoke: bool) -> Vec<Run> {
             pool_size: None,
         })
         .collect()
+}
+
+/// The same subscribers through the in-process broker, then on the NATS
+/// backbone over one and over two instances.
+fn scaleout_runs(smoke: bool) -> Vec<Run> {
+    let n = pick(smoke, SCALEOUT_SUBSCRIBERS, SCALEOUT_SMOKE_SUBSCRIBERS);
+    [
+        (target::switchyard_feed(), "local broker, 1 instance"),
+        (target::switchyard_backbone(1), "nats backbone, 1 instance"),
+        (target::switchyard_backbone(2), "nats backbone, 2 instances"),
+    ]
+    .into_iter()
+    .map(|(t, label)| Run {
+        label: format!("{label} x{n} subscribers"),
+        target: t,
+        shape: Shape::Fanout(n),
+        pool_size: None,
+    })
+    .collect()
 }
 
 /// The stored feed, once per backend.

@@ -71,6 +71,11 @@ pub(crate) enum Server {
     /// [`Server::SwitchyardFeed`] with the feed's topic persistent, stored
     /// by this backend (the persist scenario).
     SwitchyardPersist(Backend),
+    /// This many instances of [`Server::SwitchyardFeed`] (1 or 2), all in
+    /// front of the same NDJSON daemon, with a NATS core server of their
+    /// own as the pub/sub backbone; only the first publishes the feed (the
+    /// scaleout scenario).
+    SwitchyardBackbone(u8),
 }
 
 /// One target.
@@ -111,6 +116,11 @@ pub(crate) struct Live {
     pub(crate) server_pid: Option<u32>,
     /// The daemon behind a gateway.
     pub(crate) daemon_pid: Option<u32>,
+    /// A scale-out target's instances after the first (which is
+    /// `endpoint` and `server_pid`): where clients connect, its process.
+    pub(crate) more: Vec<(Endpoint, u32)>,
+    /// A scale-out target's nats-server.
+    pub(crate) backbone_pid: Option<u32>,
     /// Gateway first, so it is killed before its upstream.
     children: Vec<ChildGuard>,
     _echo: Option<EchoServer>,
@@ -204,6 +214,21 @@ pub(crate) fn switchyard_persist(backend: Backend) -> TargetSpec {
     }
 }
 
+/// The scaleout target: `instances` (1 or 2) fanout targets on one NATS
+/// core backbone, the feed published by the first.
+pub(crate) fn switchyard_backbone(instances: u8) -> TargetSpec {
+    TargetSpec {
+        name: if instances == 1 {
+            "switchyard jsonrpc-ws ← ndjson feed, nats backbone, 1 instance"
+        } else {
+            "switchyard jsonrpc-ws ← ndjson feed, nats backbone, 2 instances"
+        },
+        role: Role::Gateway,
+        server: Server::SwitchyardBackbone(instances),
+        wire: Wire::JsonRpc,
+    }
+}
+
 /// switchyard's JSON-RPC WebSocket listener → NDJSON daemon.
 pub(crate) fn switchyard_jsonrpc() -> TargetSpec {
     TargetSpec {
@@ -230,6 +255,8 @@ impl TargetSpec {
                     endpoint: gateway_config::ws_endpoint(echo.addr(), "/"),
                     server_pid: None,
                     daemon_pid: None,
+                    more: Vec::new(),
+                    backbone_pid: None,
                     children: Vec::new(),
                     _echo: Some(echo),
                     _dir: dir,
@@ -241,6 +268,8 @@ impl TargetSpec {
                     endpoint,
                     server_pid: Some(echo.id()),
                     daemon_pid: None,
+                    more: Vec::new(),
+                    backbone_pid: None,
                     children: vec![echo],
                     _echo: None,
                     _dir: dir,
@@ -252,6 +281,8 @@ impl TargetSpec {
                     endpoint: Endpoint::Unix(socket),
                     server_pid: Some(daemon.id()),
                     daemon_pid: None,
+                    more: Vec::new(),
+                    backbone_pid: None,
                     children: vec![daemon],
                     _echo: None,
                     _dir: dir,
@@ -264,6 +295,8 @@ impl TargetSpec {
                     endpoint: Endpoint::Unix(front),
                     server_pid: Some(relay.id()),
                     daemon_pid: Some(daemon.id()),
+                    more: Vec::new(),
+                    backbone_pid: None,
                     children: vec![relay, daemon],
                     _echo: None,
                     _dir: dir,
@@ -273,7 +306,7 @@ impl TargetSpec {
                 // The nats backend's server, started first and killed last.
                 let nats = match self.server {
                     Server::SwitchyardPersist(Backend::Nats) => {
-                        Some(nats::nats_server(dir.path()).await?)
+                        Some(nats::nats_server(dir.path(), true).await?)
                     }
                     _ => None,
                 };
@@ -294,12 +327,17 @@ impl TargetSpec {
                     endpoint,
                     server_pid: children.first().map(ChildGuard::id),
                     daemon_pid: children.get(1).map(ChildGuard::id),
+                    more: Vec::new(),
+                    backbone_pid: None,
                     children,
                     _echo: None,
                     _dir: dir,
                 };
                 probe_echo(&live.endpoint, self.wire, &mut live.children).await?;
                 Ok(live)
+            }
+            Server::SwitchyardBackbone(instances) => {
+                backbone(opts, instances, self.wire, dir).await
             }
             Server::Switchyard(listener, upstream) => {
                 let (daemon, upstream) = match upstream {
@@ -320,6 +358,8 @@ impl TargetSpec {
                     endpoint,
                     server_pid: Some(gateway.id()),
                     daemon_pid: Some(daemon.id()),
+                    more: Vec::new(),
+                    backbone_pid: None,
                     children: vec![gateway, daemon],
                     _echo: None,
                     _dir: dir,
@@ -329,6 +369,51 @@ impl TargetSpec {
             }
         }
     }
+}
+
+/// Starts the scaleout target: nats-server (NATS core), the daemon, then
+/// `instances` switchyards, each in a directory of its own, each waited
+/// for until it answers an echo. Killed in the reverse order.
+async fn backbone(
+    opts: &StartOpts,
+    instances: u8,
+    wire: Wire,
+    dir: tempfile::TempDir,
+) -> anyhow::Result<Live> {
+    let (nats, url) = nats::nats_server(dir.path(), false).await?;
+    let (daemon, socket) = launch::ndjson_daemon(opts, dir.path()).await?;
+    let (nats_pid, daemon_pid) = (nats.id(), daemon.id());
+    let feed = super::feed::feed_toml();
+    let mut gateways = Vec::new();
+    let mut endpoints = Vec::new();
+    for i in 0..instances.max(1) {
+        let own = dir.path().join(format!("instance-{i}"));
+        std::fs::create_dir(&own).context("creating an instance's dir")?;
+        let (gateway, endpoint) =
+            launch::switchyard_on_backbone(opts, &socket, &feed, &url, i == 0, &own)?;
+        gateways.push(gateway);
+        endpoints.push(endpoint);
+    }
+    let pids: Vec<u32> = gateways.iter().map(ChildGuard::id).collect();
+    let mut children = gateways;
+    children.extend([daemon, nats]);
+    for endpoint in &endpoints {
+        probe_echo(endpoint, wire, &mut children).await?;
+    }
+    let mut instances = endpoints.into_iter().zip(pids);
+    let Some((endpoint, server_pid)) = instances.next() else {
+        bail!("a scale-out target needs an instance");
+    };
+    Ok(Live {
+        endpoint,
+        server_pid: Some(server_pid),
+        daemon_pid: Some(daemon_pid),
+        more: instances.collect(),
+        backbone_pid: Some(nats_pid),
+        children,
+        _echo: None,
+        _dir: dir,
+    })
 }
 
 /// Waits until a gateway answers an echo through its upstream.

@@ -5,7 +5,9 @@
 //! here. A short soak with chaos (`--soak 10s --chaos --smoke`) must report
 //! no lost and no misrouted request; its RSS is not judged. The fanout
 //! scenario at tiny scale (1 and 3 subscribers, 2 s) must deliver every
-//! event to every subscriber, in order.
+//! event to every subscriber, in order; so must the scaleout scenario (4
+//! subscribers through the in-process broker, then on a real nats-server
+//! over one and over two instances), each event exactly once.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -46,6 +48,13 @@ const FANOUT_ROWS: &[&str] = &[
     "switchyard jsonrpc-ws ← ndjson feed x3 subscribers",
 ];
 
+/// The scaleout rows in `--smoke` mode.
+const SCALEOUT_ROWS: &[&str] = &[
+    "local broker, 1 instance x4 subscribers",
+    "nats backbone, 1 instance x4 subscribers",
+    "nats backbone, 2 instances x4 subscribers",
+];
+
 /// The persist rows: one per store backend.
 const PERSIST_ROWS: &[&str] = &[
     "switchyard persistent ← ndjson feed, memory store",
@@ -54,7 +63,7 @@ const PERSIST_ROWS: &[&str] = &[
 ];
 
 /// Each scenario and the rows its table must have (by label prefix).
-const EXPECTED: [(&str, &[&str]); 8] = [
+const EXPECTED: [(&str, &[&str]); 9] = [
     ("latency", EVERY_TARGET),
     ("throughput", EVERY_TARGET),
     ("large", EVERY_TARGET),
@@ -68,6 +77,7 @@ const EXPECTED: [(&str, &[&str]); 8] = [
         ],
     ),
     ("fanout", FANOUT_ROWS),
+    ("scaleout", SCALEOUT_ROWS),
     ("persist", PERSIST_ROWS),
 ];
 
@@ -122,6 +132,46 @@ fn fanout_smoke_delivers_every_event_to_every_subscriber() {
         assert_eq!(row[closed], "0", "a subscriber was closed: {row:?}");
         let rate: f64 = row[published].parse().expect("a rate");
         assert!(rate > 0.0, "the feed published nothing: {row:?}");
+    }
+    assert!(!stdout.contains("FAILED"), "a run failed:\n{stdout}");
+}
+
+#[test]
+fn scaleout_smoke_delivers_every_event_once_over_one_and_two_instances() {
+    let args = ["--scenario", "scaleout", "--smoke", "--duration-ms", "2000"];
+    let (ok, stdout, stderr) = run_loadgen(&args, LIMIT);
+    assert!(ok, "loadgen failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    let table = section(&stdout, "scaleout");
+    // 0 errors, 0 mismatched (no event repeated or out of order), 0 lost.
+    let labels = check_table("scaleout", table);
+    assert_eq!(labels, SCALEOUT_ROWS, "{table}");
+    let rows: Vec<Vec<String>> = table
+        .lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("|---"))
+        .map(cells)
+        .collect();
+    let col = |name: &str| {
+        rows[0]
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("no {name} column in {:?}", rows[0]))
+    };
+    let want = [("1", "4", false), ("1", "4", true), ("2", "2 / 2", true)];
+    for (row, (instances, split, nats)) in rows[1..].iter().zip(want) {
+        assert_eq!(row[col("instances")], instances, "{row:?}");
+        assert_eq!(row[col("subscribers")], "4/4", "{row:?}");
+        assert_eq!(row[col("per instance")], split, "{row:?}");
+        assert_eq!(row[col("closed")], "0", "a subscriber was closed: {row:?}");
+        assert_eq!(row[col("late")], "0", "a subscriber missed events: {row:?}");
+        let rate: f64 = row[col("published ev/s")].parse().expect("a rate");
+        assert!(rate > 0.0, "the feed published nothing: {row:?}");
+        // Each instance's CPU is read; the nats-server's on the backbone only.
+        for cpu in row[col("instance CPU s")].split(" / ") {
+            let _: f64 = cpu
+                .parse()
+                .unwrap_or_else(|e| panic!("instance CPU {cpu:?} ({e}): {row:?}"));
+        }
+        assert_eq!(row[col("nats CPU s")] != "—", nats, "{row:?}");
     }
     assert!(!stdout.contains("FAILED"), "a run failed:\n{stdout}");
 }

@@ -23,6 +23,25 @@ pub struct RawUpstream {
     /// allowed for `ndjson`. No default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// `ndjson`: run this program (argv: program, then its arguments; no
+    /// shell) and speak NDJSON on its stdin/stdout instead of dialing
+    /// `socket`. Exactly one of `socket` and `command`. No default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// `command`: variables added to the environment switchyard passes on.
+    /// Default `{}`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// `command`: the working directory of the process. Default: switchyard's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// `command`: processes of this upstream alive at once (shared pool
+    /// and per-client processes); at the cap a per-client call fails with
+    /// `resource_exhausted`. Default `64`.
+    pub max_processes: usize,
+    /// `command`: how long a process may take to exit after SIGTERM before
+    /// it gets SIGKILL. Default `1000`.
+    pub stop_grace_ms: u64,
     /// `wss://` URLs: PEM file of the CA certificates that vouch for the
     /// upstream's certificate; only they are trusted. Default: none (the
     /// system's root certificates).
@@ -123,6 +142,11 @@ pub struct RawFeed {
     pub topic: Option<String>,
 }
 
+/// Default `max_processes`: enough for a few dozen concurrent per-client
+/// sessions of a typical stdio tool, few enough that a flood of clients
+/// cannot fork the host to exhaustion.
+const DEFAULT_MAX_PROCESSES: usize = 64;
+
 /// Request size the `hld` profile allows (hld's own line limit is 10 MiB).
 const HLD_MAX_REQUEST_BYTES: usize = 10 << 20;
 
@@ -160,6 +184,11 @@ impl Default for RawUpstream {
             dialect: None,
             socket: None,
             url: None,
+            command: None,
+            env: BTreeMap::new(),
+            cwd: None,
+            max_processes: DEFAULT_MAX_PROCESSES,
+            stop_grace_ms: 1_000,
             ca_file: None,
             mode: "shared".to_owned(),
             pool_size: 2,

@@ -17,14 +17,38 @@ fn reply_of(inbound: Inbound) -> String {
 
 #[test]
 fn fatal_rows_close_1002() {
-    assert_eq!(decode("{nope"), Inbound::Close(1002, MALFORMED));
-    assert_eq!(decode("[1]"), Inbound::Close(1002, NOT_OBJECT));
-    assert_eq!(decode("null"), Inbound::Close(1002, NOT_OBJECT));
-    assert_eq!(decode(" \n [1] "), Inbound::Close(1002, NOT_OBJECT));
-    assert_eq!(decode(""), Inbound::Close(1002, MALFORMED));
-    assert_eq!(decode("[1"), Inbound::Close(1002, MALFORMED));
-    assert_eq!(decode(r#"{"id":"a"} {"#), Inbound::Close(1002, MALFORMED));
-    assert_eq!(decode(r#"{"id":"a"}]"#), Inbound::Close(1002, MALFORMED));
+    assert_eq!(
+        decode("{nope"),
+        Inbound::close(CloseCode::ProtocolError, MALFORMED)
+    );
+    assert_eq!(
+        decode("[1]"),
+        Inbound::close(CloseCode::ProtocolError, NOT_OBJECT)
+    );
+    assert_eq!(
+        decode("null"),
+        Inbound::close(CloseCode::ProtocolError, NOT_OBJECT)
+    );
+    assert_eq!(
+        decode(" \n [1] "),
+        Inbound::close(CloseCode::ProtocolError, NOT_OBJECT)
+    );
+    assert_eq!(
+        decode(""),
+        Inbound::close(CloseCode::ProtocolError, MALFORMED)
+    );
+    assert_eq!(
+        decode("[1"),
+        Inbound::close(CloseCode::ProtocolError, MALFORMED)
+    );
+    assert_eq!(
+        decode(r#"{"id":"a"} {"#),
+        Inbound::close(CloseCode::ProtocolError, MALFORMED)
+    );
+    assert_eq!(
+        decode(r#"{"id":"a"}]"#),
+        Inbound::close(CloseCode::ProtocolError, MALFORMED)
+    );
     // Whitespace around an object is not an error.
     assert!(matches!(
         decode(" \r\n\t{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"m\",\"params\":{}} \n"),
@@ -36,7 +60,11 @@ fn fatal_rows_close_1002() {
         r#"{"jsonrpc":"2.0","id":null,"method":"m"}"#,
         r#"{"jsonrpc":"2.0","id":"  ","method":"m"}"#,
     ] {
-        assert_eq!(decode(text), Inbound::Close(1002, NO_ID), "{text}");
+        assert_eq!(
+            decode(text),
+            Inbound::close(CloseCode::ProtocolError, NO_ID),
+            "{text}"
+        );
     }
     assert!(NOT_OBJECT.len() <= 123 && NO_ID.len() <= 123);
 }

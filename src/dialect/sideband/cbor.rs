@@ -20,7 +20,8 @@ mod write;
 
 use self::keys::key_id;
 pub(super) use self::keys::{KeyId, MapKeys};
-pub(super) use self::write::{write_bytes, write_f64, write_head, write_int, write_text};
+pub(super) use self::write::{write_bytes, write_f64};
+pub(crate) use self::write::{write_head, write_int, write_text};
 
 /// The deepest nesting of arrays, maps and tags accepted in one envelope
 /// (the envelope map itself counts as one).
@@ -73,7 +74,7 @@ pub(super) const MAJOR_NINT: u8 = 1;
 pub(super) const MAJOR_BYTES: u8 = 2;
 pub(super) const MAJOR_TEXT: u8 = 3;
 pub(super) const MAJOR_ARRAY: u8 = 4;
-pub(super) const MAJOR_MAP: u8 = 5;
+pub(crate) const MAJOR_MAP: u8 = 5;
 pub(super) const MAJOR_TAG: u8 = 6;
 pub(super) const MAJOR_SIMPLE: u8 = 7;
 /// Additional information meaning "indefinite length" (or break, in major 7).

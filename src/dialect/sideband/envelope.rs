@@ -32,9 +32,6 @@ pub use error::{EnvelopeError, EnvelopeReply};
 /// A Sideband correlation id: 16 bytes (32 hex characters in JSON).
 pub type Cid = [u8; 16];
 
-/// SBP code 1100 InvalidEnvelope: every envelope decode failure.
-pub const INVALID_ENVELOPE: i64 = 1100;
-
 /// The ErrorFrame message for an envelope on `rpc` whose cid is unreadable.
 pub const MALFORMED_ENVELOPE: &str = "Malformed RPC envelope";
 

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use foldhash::quality::RandomState;
 
 use crate::close::CloseCode;
+use crate::dialect::errors::INVALID_ENVELOPE;
 use crate::dialect::sideband::{
     encode_envelope, fits_subject, frame, random_id, random_peer_id, Body, Channel, Cid, Control,
     Encoding, EnvelopeError, Frame, FrameError, FrameId, Handshake, Subject, SubjectRules,
@@ -337,7 +338,7 @@ impl Sbp {
         match e.cid() {
             Some(cid) => {
                 let error = crate::envelope::ErrorObject {
-                    code: 1100,
+                    code: INVALID_ENVELOPE,
                     message: e.to_string(),
                     data: None,
                 };

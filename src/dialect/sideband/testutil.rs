@@ -3,7 +3,7 @@
 use super::frame::FrameId;
 
 /// Bytes from a hex string (test vectors are written in hex).
-pub(super) fn unhex(text: &str) -> Vec<u8> {
+pub(in crate::dialect) fn unhex(text: &str) -> Vec<u8> {
     let text: String = text.split_whitespace().collect();
     assert!(text.len().is_multiple_of(2), "odd hex length");
     (0..text.len())
@@ -23,4 +23,4 @@ pub(super) fn id(base: u8) -> FrameId {
 }
 
 /// The §9 cid `2021…2f`.
-pub(super) const CID_HEX: &str = "202122232425262728292a2b2c2d2e2f";
+pub(in crate::dialect) const CID_HEX: &str = "202122232425262728292a2b2c2d2e2f";

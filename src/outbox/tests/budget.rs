@@ -44,7 +44,7 @@ async fn a_reply_waits_for_bytes_and_offers_yield_to_it() {
     // A reply of 1 KiB does not fit: it waits.
     let o = outbox.clone();
     let reply = tokio::spawn(async move { o.send_frame(text(1024)).await });
-    while outbox.inner.budget.held() < i64::try_from(BUDGET - 100 + 1024).unwrap() {
+    while outbox.inner.budget().held() < i64::try_from(BUDGET - 100 + 1024).unwrap() {
         tokio::task::yield_now().await;
     }
     // The gauge counts it as waiting; an offer that would fit is refused
@@ -70,7 +70,7 @@ async fn a_queue_over_budget_for_the_patience_makes_the_client_slow() {
         .await
         .expect("the reply gave up");
     assert!(outbox.slow().is_cancelled());
-    assert_eq!(outbox.inner.budget.held(), i64::try_from(BUDGET).unwrap());
+    assert_eq!(outbox.inner.budget().held(), i64::try_from(BUDGET).unwrap());
 }
 
 #[tokio::test]
@@ -87,7 +87,7 @@ async fn an_offer_dropped_for_bytes_makes_the_client_slow_if_no_room_comes() {
 async fn until_held(outbox: &Outbox, bytes: usize) {
     let bytes = i64::try_from(bytes).unwrap();
     tokio::time::timeout(Duration::from_secs(30), async {
-        while outbox.inner.budget.held() != bytes {
+        while outbox.inner.budget().held() != bytes {
             tokio::task::yield_now().await;
         }
     })
@@ -142,7 +142,7 @@ async fn a_second_reply_over_the_waiting_budget_makes_the_client_slow_at_once() 
         .expect("the delivery did not wait");
     assert_eq!(delivered, Offer::Closed);
     assert_eq!(
-        outbox.inner.budget.held(),
+        outbox.inner.budget().held(),
         i64::try_from(2 * BUDGET).unwrap()
     );
     for w in waiting {
@@ -172,7 +172,7 @@ async fn a_settled_reply_over_the_waiting_budget_frees_its_slot() {
         .unwrap_err();
     assert!(outbox.slow().is_cancelled());
     assert_eq!(
-        outbox.inner.budget.held(),
+        outbox.inner.budget().held(),
         i64::try_from(2 * BUDGET).unwrap()
     );
     first.abort();
@@ -195,9 +195,9 @@ async fn a_reply_that_fits_goes_in_at_once_while_the_waiting_budget_is_full() {
             .expect("queued at once");
         assert_eq!(waited, Waited::Ready);
     }
-    assert_eq!(outbox.inner.budget.queued(), 3 * 1024);
+    assert_eq!(outbox.inner.budget().queued(), 3 * 1024);
     assert_eq!(
-        outbox.inner.budget.held(),
+        outbox.inner.budget().held(),
         i64::try_from(3 * 1024 + BUDGET).unwrap()
     );
     assert_eq!(high.get(), i64::try_from(3 * 1024 + BUDGET).unwrap());

@@ -123,12 +123,16 @@ impl Registration {
             conn.patterns.insert(Box::from(*pattern));
             state.index.insert(pattern, self.key);
         }
+
         conn.bytes = after;
         conn.gauge.add(gauge_value(fresh.len()));
         if let Some(ip) = conn.peer {
             *state.per_ip.entry(ip).or_insert(0) += bytes;
         }
         state.total += bytes;
+        for pattern in &fresh {
+            state.hold(pattern, true);
+        }
         state.refresh_interest();
         Ok(())
     }
@@ -139,23 +143,26 @@ impl Registration {
         let Some(conn) = state.conns.get_mut(&self.key) else {
             return;
         };
-        let (mut removed, mut bytes) = (0, 0);
+        let (mut removed, mut bytes) = (Vec::new(), 0);
         for pattern in patterns {
             if conn.patterns.remove(*pattern) {
                 state.index.remove(pattern, self.key);
-                removed += 1;
+                removed.push(*pattern);
                 bytes += index::cost(pattern);
             }
         }
-        if removed > 0 {
+        if !removed.is_empty() {
             // At most 16/7 buckets per pattern held, as after it grew.
             if conn.patterns.capacity() > 2 * conn.patterns.len() {
                 conn.patterns.shrink_to_fit();
             }
             conn.bytes = conn.bytes.saturating_sub(bytes);
-            conn.gauge.sub(gauge_value(removed));
+            conn.gauge.sub(gauge_value(removed.len()));
             let peer = conn.peer;
             state.release(peer, bytes);
+            for pattern in removed {
+                state.hold(pattern, false);
+            }
             state.refresh_interest();
         }
     }

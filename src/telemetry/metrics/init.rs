@@ -73,6 +73,9 @@ impl Metrics {
             self.upstream_request_duration.with_label_values(&[name]);
             self.upstream_info.with_label_values(&info_labels(u)).set(1);
             self.init_side(u.dialect, Side::Upstream);
+            if matches!(u.target, crate::config::UpstreamTarget::Process(_)) {
+                self.processes.init_upstream(name);
+            }
         }
     }
 

@@ -8,7 +8,7 @@ use prometheus::{
 };
 
 use super::{cache, sharded};
-use super::{EventMetrics, Metrics, PersistMetrics};
+use super::{BackboneMetrics, EventMetrics, Metrics, PersistMetrics, ProcessMetrics};
 
 /// Request latency buckets, seconds.
 pub(super) const LATENCY_BUCKETS: &[f64] = &[
@@ -178,6 +178,8 @@ impl Metrics {
             )?,
             events: EventMetrics::new(&registry)?,
             persist: PersistMetrics::new(&registry)?,
+            backbone: BackboneMetrics::new(&registry)?,
+            processes: ProcessMetrics::new(&registry)?,
             upstream_in_flight: register_sharded(
                 &registry,
                 sharded::GaugeVec::new(

@@ -1,25 +1,42 @@
-//! Dispatching what a client sent. A single request is rate-checked and
-//! admitted under an in-flight permit, then handed to its pooled upstream
-//! from the reader (written now, or parked there until there is room: no
-//! task either way), or run in a task of its own (per-client and streaming
-//! upstreams, notifications, the methods switchyard serves itself). A batch is rate-checked
-//! item by item (each request takes a permit) and runs in one task that
-//! answers it as one reply. At the connection's in-flight cap the reader
+//! Dispatching what a client sent, and its admission under the rate
+//! limits (a request over a limit is answered, a notification dropped, an
+//! abuser closed; each logged, throttled per listener and reason).
+//!
+//! A single request is rate-checked and admitted under an in-flight
+//! permit, then handed to its pooled upstream from the reader (written
+//! now, or parked there until there is room: no task either way), or run
+//! in a task of its own (per-client and streaming upstreams,
+//! notifications, the methods switchyard serves itself). A batch is
+//! rate-checked item by item (each request takes a permit) and runs in one
+//! task that answers it as one reply. At the connection's in-flight cap the reader
 //! waits for a slot: the client is no longer read (TCP back-pressure)
 //! instead of being refused.
+
+use std::net::{IpAddr, Ipv4Addr};
 
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::admission::Checked;
 use super::{Session, Verdict};
+use crate::close::CloseCode;
 use crate::dialect::Item;
 use crate::envelope::Message;
 use crate::error::{ErrorKind, GatewayError};
+use crate::limits::rate::{Limited, Verdict as RateVerdict};
 use crate::router::in_place::NotPlaced;
 use crate::router::{ClientLinks, Router, Starts};
-use crate::telemetry::metrics::Limit;
+use crate::telemetry::metrics::{DropReason, Limit};
+
+/// An item after the rate limits.
+enum Checked {
+    /// Within the limits.
+    Pass(Item),
+    /// A request over a limit: answer it with this error.
+    Limited(Message),
+    /// A notification over a limit: dropped (counted).
+    Dropped,
+}
 
 // === impl Session ===
 
@@ -187,6 +204,60 @@ impl Session {
             () = self.outbox.slow().cancelled() => Err(NoSlot::Slow),
         }
     }
+
+    /// Charges a request or notification against the rate limits. Over a
+    /// limit, a request becomes its `rate_limited` error reply and a
+    /// notification is dropped (`Ok(None)`), counted; past the abuse
+    /// threshold the connection is closed (1008).
+    fn rate_check(&self, item: Item) -> Result<Checked, Verdict> {
+        let (Item::Valid(Message::Request { method, .. })
+        | Item::Valid(Message::Notification { method, .. })) = &item
+        else {
+            return Ok(Checked::Pass(item));
+        };
+        let listener = self.listener();
+        if listener.rate().is_off() {
+            return Ok(Checked::Pass(item));
+        }
+        let verdict = {
+            let mut rate = self.rate.lock();
+            // First use, or the listener's rates changed in a reload: this
+            // connection's own bucket starts over under the new ones.
+            let rate = match &mut *rate {
+                Some(r) if r.follows(listener.rate()) => r,
+                slot => slot.insert(
+                    listener
+                        .rate()
+                        .connection(self.peer.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))),
+                ),
+            };
+            rate.check(method)
+        };
+        let limited = match verdict {
+            RateVerdict::Allow => return Ok(Checked::Pass(item)),
+            RateVerdict::Limit(l) | RateVerdict::Abuse(l) => l,
+        };
+        listener.count_limit(limit_label(limited));
+        if let RateVerdict::Abuse(_) = verdict {
+            let reason = "rate limit exceeded";
+            listener.log_closed(CloseCode::PolicyViolation, reason, self.peer());
+            // Closing anyway: a client that is not reading is cut off
+            // without the close frame.
+            self.outbox.try_close(CloseCode::PolicyViolation, reason);
+            return Err(Verdict::Close(CloseCode::PolicyViolation));
+        }
+        listener.log_refused_request(refusal_reason(limited), self.peer());
+        match item {
+            Item::Valid(Message::Request { id, .. }) => {
+                let err = GatewayError::with_detail(ErrorKind::RateLimited, limited.as_str());
+                Ok(Checked::Limited(listener.router().error_reply(id, &err)))
+            }
+            _ => {
+                listener.count_dropped(DropReason::RateLimited);
+                Ok(Checked::Dropped)
+            }
+        }
+    }
 }
 
 /// Runs one item to its reply, unless the client leaves; after the grace
@@ -223,4 +294,22 @@ enum NoSlot {
 fn shutting_down() -> GatewayError {
     GatewayError::with_detail(ErrorKind::Unavailable, "switchyard is shutting down")
         .on(crate::error::Side::Internal)
+}
+
+/// The reason a log line gives for a request or notification over a
+/// rate limit.
+fn refusal_reason(limited: Limited) -> &'static str {
+    match limited {
+        Limited::Connection => "rate limited: connection",
+        Limited::Ip => "rate limited: ip",
+        Limited::Global => "rate limited: global",
+    }
+}
+
+fn limit_label(limited: Limited) -> Limit {
+    match limited {
+        Limited::Connection => Limit::RatePerSecond,
+        Limited::Ip => Limit::IpRatePerSecond,
+        Limited::Global => Limit::GlobalRatePerSecond,
+    }
 }

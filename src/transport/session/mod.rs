@@ -23,21 +23,19 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-mod admission;
 mod dispatch;
-mod edges;
 
 use crate::close::CloseCode;
-use crate::dialect::client::ClientCodec;
-use crate::dialect::sideband::session::{on_frame_shared, Sbp, SbpEvent};
+use crate::dialect::client::{ClientCodec, Oversize};
+use crate::dialect::sideband::client::Options as SidebandOptions;
 use crate::dialect::{Dialect, Inbound, Item};
-use crate::envelope::Message;
-use crate::error::Side;
+use crate::envelope::{Message, WireId};
+use crate::error::{ErrorKind, GatewayError, Side};
 use crate::limits::rate::ConnectionRate;
-use crate::outbox::{Form, Gauges, OutCodec, Outbox, OutboxReader, Outgoing};
+use crate::outbox::{Gauges, OutCodec, Outbox, OutboxReader, Outgoing};
 use crate::router::in_place::InPlace;
 use crate::router::{ClientLinks, Pusher, Router};
-use crate::telemetry::metrics::{Direction, DropReason, ProtocolError};
+use crate::telemetry::metrics::{Direction, DropReason, Limit, ProtocolError};
 use crate::telemetry::Peer;
 use crate::transport::{Listener, ListenerCell};
 
@@ -96,15 +94,14 @@ impl Session {
     ) -> (Self, OutboxReader) {
         let listener = cell.load();
         let cfg = listener.cfg();
-        let codec = ClientCodec::of(cfg.dialect);
-        let form = if codec.reads_binary() {
-            Form::Sideband(Arc::new(Mutex::new(
-                Sbp::new(cfg.sideband_cbor)
-                    .with_subjects(cfg.sideband_legacy_subjects, cfg.sideband_reject_app),
-            )))
-        } else {
-            Form::Text(codec.dialect(), codec.style())
-        };
+        let codec = ClientCodec::new(
+            cfg.dialect,
+            SidebandOptions {
+                cbor: cfg.sideband_cbor,
+                legacy_subjects: cfg.sideband_legacy_subjects,
+                reject_app: cfg.sideband_reject_app,
+            },
+        );
         let metrics = listener.metrics();
         let name = [cfg.name.as_str()];
         let gauges = Gauges {
@@ -114,7 +111,7 @@ impl Session {
         let (outbox, reader) = Outbox::channel(
             cfg.outbox_capacity,
             cfg.outbox_max_bytes,
-            OutCodec::new(form, metrics.clone()),
+            OutCodec::new(codec, metrics.clone()),
             cfg.protection.slow_consumer_timeout,
             gauges,
         );
@@ -153,12 +150,12 @@ impl Session {
 
     /// The client's dialect (fixed for the connection's life).
     fn dialect(&self) -> Dialect {
-        self.outbox.codec().dialect()
+        self.codec().dialect()
     }
 
-    /// The client's dialect, as a listener sees it.
-    fn codec(&self) -> ClientCodec {
-        ClientCodec::of(self.dialect())
+    /// The client's codec, with its dialect's state for the connection.
+    fn codec(&self) -> &ClientCodec {
+        self.outbox.codec()
     }
 
     /// The client's outbox.
@@ -182,24 +179,53 @@ impl Session {
     pub async fn on_text(&self, text: &ByteString) -> Verdict {
         let inbound = self
             .codec()
-            .decode(text, self.listener().cfg().max_batch_items);
-        self.count_in(text.len(), &inbound);
+            .decode_text(text, self.listener().cfg().max_batch_items);
+        self.on_inbound(text.len(), inbound).await
+    }
+
+    /// Handles one inbound binary frame (Sideband); what it carries is
+    /// decoded as slices of it.
+    pub async fn on_binary(&self, bytes: &bytes::Bytes) -> Verdict {
+        let inbound = self.codec().decode_binary(bytes);
+        self.on_inbound(bytes.len(), inbound).await
+    }
+
+    /// Does what one inbound frame of `bytes` asks, as the codec decoded it.
+    async fn on_inbound(&self, bytes: usize, inbound: Inbound) -> Verdict {
+        self.count_in(bytes, &inbound);
+        // The listener is read per use, never held across an await (a
+        // reload may replace it meanwhile).
         match inbound {
+            Inbound::Single(item) => return self.single(item).await,
+            Inbound::Batch(items) => return self.batch(items).await,
             Inbound::Rejected(reply) => {
                 self.listener()
                     .count_protocol_error(ProtocolError::RejectedMessage);
                 self.send(&reply).await;
             }
-            Inbound::Close(code, reason) => {
-                self.listener()
-                    .count_protocol_error(ProtocolError::FatalMessage);
-                // holon-rpc's only fatal close is 1002 (protocol error).
-                let code = CloseCode::from_u16(code).unwrap_or(CloseCode::ProtocolError);
+            Inbound::Nothing => {}
+            Inbound::Answer(frame) => {
+                self.outbox.send_frame(Outgoing::Binary(frame.into())).await;
+            }
+            Inbound::Dropped(reason) => self.listener().count_dropped(DropReason::Sideband(reason)),
+            Inbound::PeerError { code, message } => {
+                let listener = self.listener();
+                tracing::debug!(listener = %listener.name(), code, message, "ErrorFrame from client");
+                listener.count_protocol_error(ProtocolError::PeerErrorFrame);
+            }
+            Inbound::Close { last, code, reason } => {
+                let fatal = if self.codec().reads_binary() {
+                    ProtocolError::FatalFrame
+                } else {
+                    ProtocolError::FatalMessage
+                };
+                self.listener().count_protocol_error(fatal);
+                if let Some(frame) = last {
+                    self.outbox.send_frame(Outgoing::Binary(frame.into())).await;
+                }
                 self.outbox.close(code, reason).await;
                 return Verdict::Close(code);
             }
-            Inbound::Single(item) => return self.single(item).await,
-            Inbound::Batch(items) => return self.batch(items).await,
         }
         Verdict::Continue
     }
@@ -220,7 +246,12 @@ impl Session {
                 m.observe_batch(listener.name(), items.len());
                 items.iter().for_each(count);
             }
-            Inbound::Rejected(_) | Inbound::Close(..) => {}
+            Inbound::Rejected(_)
+            | Inbound::Nothing
+            | Inbound::Answer(_)
+            | Inbound::Dropped(_)
+            | Inbound::PeerError { .. }
+            | Inbound::Close { .. } => {}
         }
     }
 
@@ -229,60 +260,66 @@ impl Session {
         self.outbox.send(msg).await;
     }
 
-    /// The frames to send when the connection opens (Sideband handshake).
+    /// The frame to send when the connection opens (Sideband's handshake).
     pub fn greeting(&self) -> Option<Outgoing> {
-        match &self.outbox.codec().form {
-            Form::Sideband(sbp) => Some(Outgoing::Binary(sbp.lock().hello().into())),
-            Form::Text(..) => None,
-        }
+        self.codec()
+            .greeting()
+            .map(|frame| Outgoing::Binary(frame.into()))
     }
 
-    /// True while a Sideband peer has not sent its handshake.
+    /// True while the client has not sent the handshake its dialect
+    /// requires (Sideband).
     pub fn negotiating(&self) -> bool {
-        matches!(&self.outbox.codec().form, Form::Sideband(sbp) if !sbp.lock().ready())
+        self.codec().negotiating()
     }
 
-    /// Handles one inbound binary frame (Sideband).
-    pub async fn on_binary(&self, bytes: &bytes::Bytes) -> Verdict {
-        let Form::Sideband(sbp) = &self.outbox.codec().form else {
-            return Verdict::Close(CloseCode::Unsupported);
-        };
+    /// True when the dialect reads binary frames (Sideband), false for text.
+    pub fn binary(&self) -> bool {
+        self.codec().reads_binary()
+    }
+
+    /// The listener's name.
+    pub fn listener_name(&self) -> String {
+        self.listener().name().to_owned()
+    }
+
+    /// The dialect's answer to a message over `limit` bytes, then close
+    /// 1009 (an NDJSON client gets its error line, then the connection
+    /// closes): see [`ClientCodec::oversize`].
+    pub async fn too_large(&self, limit: usize) {
         let listener = self.listener();
-        let metrics = listener.metrics();
-        metrics.count_frame(self.dialect(), Side::Client, Direction::In, bytes.len());
-        let event = on_frame_shared(|| sbp.lock(), bytes);
-        if let SbpEvent::Rpc(msg) = &event {
-            metrics.count_message(self.dialect(), Side::Client, Direction::In, msg.kind());
+        listener.count_protocol_error(ProtocolError::MessageTooLarge);
+        listener.count_limit(Limit::MaxMessageBytes);
+        let Oversize { reply, reason } = self.codec().oversize(limit);
+        listener.log_closed(CloseCode::TooBig, "message too large", self.peer());
+        if let Some(reply) = reply {
+            self.send(&reply).await;
         }
-        match event {
-            SbpEvent::Nothing | SbpEvent::Ready => {}
-            SbpEvent::Dropped(reason) => listener.count_dropped(DropReason::Sideband(reason)),
-            SbpEvent::Send(frame)
-            | SbpEvent::InvalidEnvelope {
-                reply: Some(frame), ..
-            } => {
-                self.outbox.send_frame(Outgoing::Binary(frame.into())).await;
-            }
-            SbpEvent::InvalidEnvelope { reply: None, .. } => {}
-            SbpEvent::Rpc(msg) => return self.single(Item::Valid(msg)).await,
-            SbpEvent::PeerError { code, message, .. } => {
-                tracing::debug!(listener = %listener.name(), code, message, "ErrorFrame from client");
-                listener.count_protocol_error(ProtocolError::PeerErrorFrame);
-            }
-            SbpEvent::Close {
-                frame,
-                code,
-                reason,
-            } => {
-                listener.count_protocol_error(ProtocolError::FatalFrame);
-                if let Some(frame) = frame {
-                    self.outbox.send_frame(Outgoing::Binary(frame.into())).await;
-                }
-                self.outbox.close(code, reason).await;
-                return Verdict::Close(code);
-            }
-        }
+        self.outbox.close(CloseCode::TooBig, reason).await;
+    }
+
+    /// Counts the client's WebSocket close frame, by code.
+    pub fn count_close(&self, code: u16) {
+        self.listener()
+            .metrics()
+            .count_ws_close(self.dialect(), Side::Client, code);
+    }
+
+    /// An NDJSON line that is not UTF-8: a parse error; the connection
+    /// stays open.
+    pub async fn not_utf8(&self) -> Verdict {
+        let err = GatewayError::new(ErrorKind::ParseError);
+        self.send(&self.codec().error_reply(WireId::null(), &err))
+            .await;
         Verdict::Continue
+    }
+
+    /// What to send before the shutdown close: a Sideband Control Close
+    /// `shutdown`.
+    pub fn goodbye(&self) -> Option<Outgoing> {
+        self.codec()
+            .goodbye()
+            .map(|frame| Outgoing::Binary(frame.into()))
     }
 
     /// Fires when the client's outbox stayed full for the slow-consumer

@@ -10,7 +10,9 @@ use parking_lot::RwLock;
 
 use super::super::{ListenerCell, Serve};
 
-/// One listener on the address.
+/// One listener on the address. Its fields are open to the crate: a pair
+/// the address's router hands to a connection as it is, nothing to keep
+/// consistent between them.
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
     /// The listener as it serves now.

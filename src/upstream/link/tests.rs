@@ -42,6 +42,7 @@ fn sideband_link(tx: mpsc::Sender<Wire>) -> Arc<Link> {
                 .upstream_request_duration
                 .with_label_values(&[&name]),
         ),
+        processes: crate::upstream::process::Processes::new(&cfg, &metrics),
         cfg,
         metrics,
         stopping: CancellationToken::new(),

@@ -58,6 +58,18 @@ pub(super) fn feed_gateway_toml(
     Ok((toml, endpoint))
 }
 
+/// The scaleout target's `[pubsub]` tables: NATS core at `url` as the
+/// backbone of plain topics, every other backbone key at its default;
+/// `publishes` false on every instance but the one whose feed publishes
+/// (as docs/scale-out.md tells a deployment to do).
+pub(super) fn backbone_toml(url: &str, publishes: bool) -> String {
+    let mut out = format!("[pubsub]\nbackend = \"nats\"\n\n[pubsub.nats]\nurls = [\"{url}\"]\n");
+    if !publishes {
+        out.push_str("publish_upstream_events = false\n");
+    }
+    out
+}
+
 /// A listener named `name` of `dialect`: a free loopback port for the
 /// WebSocket dialects, `DIR/<name>.sock` for NDJSON; and where clients
 /// connect to it.
@@ -261,6 +273,50 @@ mod tests {
         assert!(text.ends_with(&feed), "{text}");
         if let Err(e) = switchyard::config::Config::from_toml(&text) {
             panic!("{e}\n{text}");
+        }
+    }
+
+    #[test]
+    fn the_scaleout_configuration_is_the_fanout_one_plus_the_backbone() {
+        let dir = tempfile::tempdir().expect("dir");
+        let feed = crate::feed::feed_toml();
+        for publishes in [true, false] {
+            let (mut text, _) = feed_gateway_toml(
+                &opts(true, None),
+                &dir.path().join("daemon.sock"),
+                &feed,
+                dir.path(),
+            )
+            .expect("toml");
+            text.push('\n');
+            text.push_str(&backbone_toml("nats://127.0.0.1:4222", publishes));
+            let cfg = switchyard::config::Config::from_toml(&text)
+                .unwrap_or_else(|e| panic!("{e}\n{text}"));
+            let nats = cfg.pubsub_nats.expect("the nats backbone");
+            assert_eq!(nats.publish_upstream_events, publishes, "{text}");
+            assert_eq!(
+                text.contains("publish_upstream_events = false"),
+                !publishes,
+                "{text}"
+            );
+            let allowed = [
+                "dialect",
+                "address",
+                "path",
+                "socket",
+                "listener",
+                "upstream",
+                "method",
+                "params",
+                "topic",
+                "backend",
+                "urls",
+                "publish_upstream_events",
+            ];
+            for line in text.lines().filter(|l| l.contains('=')) {
+                let key = line.split('=').next().unwrap_or_default().trim();
+                assert!(allowed.contains(&key), "key {key:?} in:\n{text}");
+            }
         }
     }
 }

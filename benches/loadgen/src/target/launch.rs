@@ -15,7 +15,8 @@ use tokio::time::Instant;
 use super::super::conn::Endpoint;
 use super::super::procs::ChildGuard;
 use super::gateway_config::{
-    feed_gateway_toml, free_port, gateway_toml, listener_spec, ws_endpoint, ListenerSpec, Upstream,
+    backbone_toml, feed_gateway_toml, free_port, gateway_toml, listener_spec, ws_endpoint,
+    ListenerSpec, Upstream,
 };
 use super::{StartOpts, PROBE_EVERY, READY_TIMEOUT};
 
@@ -137,6 +138,25 @@ pub(super) fn switchyard_with_feed(
     dir: &Path,
 ) -> anyhow::Result<(ChildGuard, Endpoint)> {
     let (toml, endpoint) = feed_gateway_toml(opts, socket, feed, dir)?;
+    let gateway = spawn_switchyard(opts, &toml, dir)?;
+    Ok((gateway, endpoint))
+}
+
+/// One instance of the scaleout target: [`switchyard_with_feed`]'s
+/// configuration plus NATS core at `nats` as the pub/sub backbone, the
+/// feed published only if `publishes`. `dir` is the instance's own (its
+/// config and log). Returns as soon as it is started.
+pub(super) fn switchyard_on_backbone(
+    opts: &StartOpts,
+    socket: &Path,
+    feed: &str,
+    nats: &str,
+    publishes: bool,
+    dir: &Path,
+) -> anyhow::Result<(ChildGuard, Endpoint)> {
+    let (mut toml, endpoint) = feed_gateway_toml(opts, socket, feed, dir)?;
+    toml.push('\n');
+    toml.push_str(&backbone_toml(nats, publishes));
     let gateway = spawn_switchyard(opts, &toml, dir)?;
     Ok((gateway, endpoint))
 }

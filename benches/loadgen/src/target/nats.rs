@@ -1,5 +1,6 @@
-//! The persist scenario's `nats` backend: a `nats-server -js` of the
-//! target's own.
+//! A `nats-server` of the target's own: with JetStream for the persist
+//! scenario's `nats` backend, NATS core alone for the scaleout scenario's
+//! backbone.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,12 +11,15 @@ use super::super::procs::ChildGuard;
 use super::gateway_config::free_port;
 use super::launch::until_tcp;
 
-/// `nats-server -js` on a free loopback port with its store in
-/// `DIR/nats`, once it accepts (the persist scenario's `nats` backend).
-/// Found as the tests find it: `$SWITCHYARD_NATS_SERVER`, `PATH`, then
-/// Debian's `/usr/sbin/nats-server`; `scripts/install-test-tools.sh`
-/// installs it.
-pub(super) async fn nats_server(dir: &Path) -> anyhow::Result<(ChildGuard, String)> {
+/// `nats-server` on a free loopback port, once it accepts; with
+/// `jetstream`, `-js` and its store in `DIR/nats` (the persist scenario's
+/// `nats` backend), else NATS core only (the scaleout backbone). Found as
+/// the tests find it: `$SWITCHYARD_NATS_SERVER`, `PATH`, then Debian's
+/// `/usr/sbin/nats-server`; `scripts/install-test-tools.sh` installs it.
+pub(super) async fn nats_server(
+    dir: &Path,
+    jetstream: bool,
+) -> anyhow::Result<(ChildGuard, String)> {
     let program = std::env::var_os("SWITCHYARD_NATS_SERVER")
         .map(PathBuf::from)
         .into_iter()
@@ -29,15 +33,16 @@ pub(super) async fn nats_server(dir: &Path) -> anyhow::Result<(ChildGuard, Strin
         .chain(["/usr/sbin/nats-server", "/usr/bin/nats-server"].map(PathBuf::from))
         .find(|p| p.is_file())
         .context(
-            "the nats backend needs nats-server ($SWITCHYARD_NATS_SERVER, PATH, /usr/sbin): \
+            "the nats backend and backbone need nats-server ($SWITCHYARD_NATS_SERVER, PATH, /usr/sbin): \
              run scripts/install-test-tools.sh",
         )?;
     let addr = free_port().context("picking a free port")?;
     let mut cmd = Command::new(program);
-    cmd.args(["-js", "-a", "127.0.0.1", "-p"])
-        .arg(addr.port().to_string())
-        .arg("-sd")
-        .arg(dir.join("nats"));
+    cmd.args(["-a", "127.0.0.1", "-p"])
+        .arg(addr.port().to_string());
+    if jetstream {
+        cmd.arg("-js").arg("-sd").arg(dir.join("nats"));
+    }
     let mut nats = ChildGuard::spawn("nats-server", cmd, &dir.join("nats.log"))?;
     until_tcp(&mut nats, addr).await?;
     Ok((nats, format!("nats://{addr}")))

@@ -4,7 +4,7 @@
 use super::{MAJOR_BYTES, MAJOR_NINT, MAJOR_TEXT, MAJOR_UINT};
 
 /// Writes a head with the shortest argument encoding.
-pub(in crate::dialect::sideband) fn write_head(out: &mut Vec<u8>, major: u8, arg: u64) {
+pub(crate) fn write_head(out: &mut Vec<u8>, major: u8, arg: u64) {
     let major = major << 5;
     if arg < 24 {
         out.push(major | arg as u8);
@@ -23,7 +23,7 @@ pub(in crate::dialect::sideband) fn write_head(out: &mut Vec<u8>, major: u8, arg
 }
 
 /// Writes a definite text string.
-pub(in crate::dialect::sideband) fn write_text(out: &mut Vec<u8>, text: &str) {
+pub(crate) fn write_text(out: &mut Vec<u8>, text: &str) {
     write_head(out, MAJOR_TEXT, text.len() as u64);
     out.extend_from_slice(text.as_bytes());
 }
@@ -35,7 +35,7 @@ pub(in crate::dialect::sideband) fn write_bytes(out: &mut Vec<u8>, bytes: &[u8])
 }
 
 /// Writes an integer with the shortest head.
-pub(in crate::dialect::sideband) fn write_int(out: &mut Vec<u8>, value: i64) {
+pub(crate) fn write_int(out: &mut Vec<u8>, value: i64) {
     match u64::try_from(value) {
         Ok(n) => write_head(out, MAJOR_UINT, n),
         // -1 - value ≥ 0 here, and fits u64 because value ≥ i64::MIN.

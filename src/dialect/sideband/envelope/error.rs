@@ -1,14 +1,14 @@
 //! What can be wrong with an envelope, decoding or encoding it, and the
 //! answer §6 prescribes for each.
 
-use crate::dialect::errors;
+use crate::dialect::errors::{self, INVALID_ENVELOPE};
 use crate::dialect::sideband::frame::{Frame, FrameId, INVALID_FRAME};
 use crate::dialect::sideband::transcode::TranscodeError;
 use crate::dialect::Dialect;
 use crate::envelope::{Message, WireId};
 use crate::error::{ErrorKind, GatewayError};
 
-use super::{Cid, Member, INVALID_ENVELOPE, MALFORMED_ENVELOPE};
+use super::{Cid, Member, MALFORMED_ENVELOPE};
 
 /// Why an envelope could not be decoded (code 1100) or encoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

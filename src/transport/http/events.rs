@@ -1,0 +1,207 @@
+//! `GET <path>/events?topic=<pattern>`: pub/sub topics as Server-Sent
+//! Events, for browsers' `EventSource`.
+//!
+//! A stream is a session of its own, subscribed with one
+//! `rpc.subscribe.batch` of the query's topics (so the method policy, the
+//! rate limits and the per-connection subscription bounds apply as to any
+//! subscriber; a refusal is the subscribe's JSON-RPC error in a `400`, or
+//! `429`). Events go through the session's outbox like every
+//! subscriber's: one that does not fit is dropped and counted, and a
+//! stream whose outbox stays full for `slow_consumer_timeout_ms` is a slow
+//! consumer: counted, and its connection closed. An idle stream gets a
+//! keep-alive comment every [`sse::KEEP_ALIVE_SECS`]. The stream ends at
+//! shutdown; the subscription ends with the stream.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use bytestring::ByteString;
+use tokio_util::sync::CancellationToken;
+
+use super::super::accept::Place;
+use super::super::session::Session;
+use super::super::ws::Entry;
+use super::super::Outgoing;
+use crate::close::CloseCode;
+use crate::dialect::jsonrpc_http::{self as wire, sse};
+use crate::outbox::OutboxReader;
+use crate::telemetry::metrics::{Limit, ProtocolError};
+
+/// Serves one event stream for `topics` (Host, Origin and token already
+/// checked).
+pub(super) async fn stream(
+    entry: Entry,
+    topics: Vec<String>,
+    peer: IpAddr,
+    place: Option<Place>,
+) -> Response {
+    let Entry { cell, ctx } = entry;
+    let (session, mut rx) = Session::new(cell.clone(), ctx.grace_over.clone(), Some(peer));
+    let subscribe = serde_json::json!({
+        "jsonrpc": "2.0",
+        "method": "rpc.subscribe.batch",
+        "params": {"topics": topics},
+        "id": 0,
+    });
+    session
+        .on_text(&ByteString::from(subscribe.to_string()))
+        .await;
+    let wait = cell.load().cfg().request_timeout;
+    // The stream opens with a comment: the head and a first chunk go out
+    // at once, so the client knows it is subscribed before any event.
+    let mut early = VecDeque::from([sse::OPENED.to_owned()]);
+    let reply = loop {
+        match tokio::time::timeout(wait, rx.recv()).await {
+            Ok(Some(Outgoing::Text(text))) => match sse::frame(&text) {
+                sse::Frame::Reply => break Some(text),
+                sse::Frame::Event(e) => early.push_back(e),
+                sse::Frame::Other => {}
+            },
+            Ok(Some(Outgoing::Binary(_) | Outgoing::Ping)) => {}
+            Ok(Some(Outgoing::Close(..)) | None) | Err(_) => break None,
+        }
+    };
+    if reply.as_ref().is_none_or(|r| wire::is_error(r)) {
+        session.abort().await;
+        return refused(reply.map(|r| r.to_string()));
+    }
+    let gone = CancellationToken::new();
+    watch_slow(&session, cell.load().clone(), place, gone.clone());
+    let feed = Feed {
+        rx,
+        session: Some(session),
+        early,
+        tick: keep_alive(),
+        shutdown: ctx.shutdown.clone(),
+        gone,
+    };
+    let body = Body::from_stream(futures_util::stream::unfold(feed, Feed::next));
+    let mut r = (StatusCode::OK, body).into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+/// The subscribe's error as the answer (`429` for the rate limit, `400`
+/// otherwise), or `503` when no answer came.
+fn refused(reply: Option<String>) -> Response {
+    let Some(reply) = reply else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "subscription not answered").into_response();
+    };
+    let status = match wire::reply_status(&reply) {
+        429 => StatusCode::TOO_MANY_REQUESTS,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    let mut r = (status, reply).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        r.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(wire::RETRY_AFTER_SECS),
+        );
+    }
+    r
+}
+
+/// Closes the stream's connection when its outbox stays full for the
+/// slow-consumer timeout (a client that stopped reading is not polling
+/// the body, so the stream itself cannot notice); counted as on a
+/// WebSocket.
+fn watch_slow(
+    session: &Session,
+    listener: std::sync::Arc<super::super::Listener>,
+    place: Option<Place>,
+    gone: CancellationToken,
+) {
+    let slow = session.slow_consumer();
+    let peer = session.peer();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = slow.cancelled() => {
+                listener.count_protocol_error(ProtocolError::SlowConsumer);
+                listener.count_limit(Limit::SlowConsumer);
+                listener.log_closed(CloseCode::PolicyViolation, "slow consumer", peer);
+                if let Some(place) = place {
+                    place.kill();
+                }
+            }
+            () = gone.cancelled() => {}
+        }
+    });
+}
+
+fn keep_alive() -> tokio::time::Interval {
+    let every = Duration::from_secs(sse::KEEP_ALIVE_SECS);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick
+}
+
+/// The state of one stream's body.
+struct Feed {
+    rx: OutboxReader,
+    /// Aborted (its subscriptions dropped) when the stream ends or the
+    /// client goes.
+    session: Option<Session>,
+    /// Events that came before the subscribe's reply.
+    early: VecDeque<String>,
+    tick: tokio::time::Interval,
+    shutdown: CancellationToken,
+    /// Cancelled when the stream ends: stops the slow-consumer watch.
+    gone: CancellationToken,
+}
+
+impl Feed {
+    /// The next chunk of the body: an event or a keep-alive comment;
+    /// `None` at shutdown or when the session's outbox closes.
+    async fn next(mut self) -> Option<(Result<Bytes, Infallible>, Feed)> {
+        if let Some(e) = self.early.pop_front() {
+            return Some((Ok(Bytes::from(e)), self));
+        }
+        loop {
+            tokio::select! {
+                biased;
+                () = self.shutdown.cancelled() => return None,
+                frame = self.rx.recv() => match frame {
+                    Some(Outgoing::Text(text)) => {
+                        if let sse::Frame::Event(e) = sse::frame(&text) {
+                            return Some((Ok(Bytes::from(e)), self));
+                        }
+                    }
+                    Some(Outgoing::Binary(_) | Outgoing::Ping) => {}
+                    Some(Outgoing::Close(..)) | None => return None,
+                },
+                _ = self.tick.tick() => {
+                    return Some((Ok(Bytes::from_static(sse::KEEP_ALIVE.as_bytes())), self));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        self.gone.cancel();
+        let Some(session) = self.session.take() else {
+            return;
+        };
+        // Dropped by hyper inside the runtime; without one (a test tearing
+        // down) the subscriptions go with the session anyway.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { session.abort().await });
+        }
+    }
+}
