@@ -21,6 +21,21 @@ pub enum Style {
     Holon,
 }
 
+// === impl Dialect ===
+
+impl super::Dialect {
+    /// How this dialect's texts are rendered, on either side (Sideband
+    /// envelopes carry JSON-RPC shapes in frame style): the one table of
+    /// dialect to style.
+    pub const fn style(self) -> Style {
+        match self {
+            super::Dialect::Ndjson => Style::Line,
+            super::Dialect::Holon => Style::Holon,
+            super::Dialect::JsonRpc | super::Dialect::Sideband => Style::Frame,
+        }
+    }
+}
+
 /// A payload that cannot be rendered as JSON (CBOR that JSON cannot carry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("payload is not JSON")]

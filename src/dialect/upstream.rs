@@ -101,14 +101,9 @@ impl UpstreamCodec {
         }
     }
 
-    /// How texts are rendered (JSON dialects; Sideband envelopes carry
-    /// JSON-RPC shapes in frame style).
+    /// How texts are rendered ([`Dialect::style`]).
     pub(crate) fn style(&self) -> Style {
-        match self {
-            UpstreamCodec::JsonRpc(c) => c.style(),
-            UpstreamCodec::Holon(_) => Style::Holon,
-            UpstreamCodec::Sideband(_) => Style::Frame,
-        }
+        self.dialect().style()
     }
 
     /// The WebSocket subprotocol to offer, if any.

@@ -8,7 +8,6 @@ use std::borrow::Cow;
 
 use crate::dialect::holon::is_structured;
 use crate::dialect::link::{Framing, Options};
-use crate::dialect::render::Style;
 use crate::dialect::Dialect;
 use crate::envelope::{raw_from_string, Payload};
 use crate::error::{ErrorKind, GatewayError};
@@ -46,14 +45,6 @@ impl JsonRpcUpstream {
 
     pub(crate) fn framing(&self) -> Framing {
         self.framing
-    }
-
-    /// Lines are minified onto one line.
-    pub(crate) fn style(&self) -> Style {
-        match self.framing {
-            Framing::Line => Style::Line,
-            Framing::Text | Framing::Binary => Style::Frame,
-        }
     }
 
     /// `jsonrpc`, when configured (WebSocket only).
