@@ -118,15 +118,20 @@ impl ClientCodec {
     pub const fn reads_binary(&self) -> bool {
         match self {
             ClientCodec::Sideband(_) => true,
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Holon(_) => false,
+            ClientCodec::JsonRpc(_)
+            | ClientCodec::Ndjson(_)
+            | ClientCodec::JsonRpcHttp(_)
+            | ClientCodec::Holon(_) => false,
         }
     }
 
     /// How text replies are rendered; `None` for a binary dialect.
     const fn style(&self) -> Option<Style> {
         match self {
-            ClientCodec::JsonRpc(json) | ClientCodec::Ndjson(json) | ClientCodec::JsonRpcHttp(json) => Some(json.style()),
-            ClientCodec::Holon(_) => Some(Style::Holon),
+            ClientCodec::JsonRpc(_)
+            | ClientCodec::Ndjson(_)
+            | ClientCodec::JsonRpcHttp(_)
+            | ClientCodec::Holon(_) => Some(self.dialect().style()),
             ClientCodec::Sideband(_) => None,
         }
     }
@@ -135,9 +140,9 @@ impl ClientCodec {
     /// `max_batch_items`.
     pub fn decode_text(&self, text: &ByteString, max_batch_items: usize) -> Inbound {
         match self {
-            ClientCodec::JsonRpc(json) | ClientCodec::Ndjson(json) | ClientCodec::JsonRpcHttp(json) => {
-                json.decode(text, max_batch_items)
-            }
+            ClientCodec::JsonRpc(json)
+            | ClientCodec::Ndjson(json)
+            | ClientCodec::JsonRpcHttp(json) => json.decode(text, max_batch_items),
             ClientCodec::Holon(holon) => holon.decode(text),
             ClientCodec::Sideband(sb) => sb.decode_text(text, max_batch_items),
         }
@@ -147,7 +152,10 @@ impl ClientCodec {
     pub fn decode_binary(&self, bytes: &Bytes) -> Inbound {
         match self {
             ClientCodec::Sideband(sb) => sb.decode(bytes),
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Holon(_) => {
+            ClientCodec::JsonRpc(_)
+            | ClientCodec::Ndjson(_)
+            | ClientCodec::JsonRpcHttp(_)
+            | ClientCodec::Holon(_) => {
                 Inbound::close(CloseCode::Unsupported, "binary frames are not supported")
             }
         }
@@ -158,7 +166,10 @@ impl ClientCodec {
     pub fn greeting(&self) -> Option<Vec<u8>> {
         match self {
             ClientCodec::Sideband(sb) => Some(sb.hello()),
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Holon(_) => None,
+            ClientCodec::JsonRpc(_)
+            | ClientCodec::Ndjson(_)
+            | ClientCodec::JsonRpcHttp(_)
+            | ClientCodec::Holon(_) => None,
         }
     }
 
@@ -167,7 +178,10 @@ impl ClientCodec {
     pub fn negotiating(&self) -> bool {
         match self {
             ClientCodec::Sideband(sb) => sb.negotiating(),
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Holon(_) => false,
+            ClientCodec::JsonRpc(_)
+            | ClientCodec::Ndjson(_)
+            | ClientCodec::JsonRpcHttp(_)
+            | ClientCodec::Holon(_) => false,
         }
     }
 
@@ -176,7 +190,10 @@ impl ClientCodec {
     pub fn goodbye(&self) -> Option<Vec<u8>> {
         match self {
             ClientCodec::Sideband(_) => Some(SidebandClient::goodbye()),
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Holon(_) => None,
+            ClientCodec::JsonRpc(_)
+            | ClientCodec::Ndjson(_)
+            | ClientCodec::JsonRpcHttp(_)
+            | ClientCodec::Holon(_) => None,
         }
     }
 
@@ -189,7 +206,10 @@ impl ClientCodec {
             Message::Notification { method, .. } => self.pong(method, answer_ping),
             _ => match self {
                 ClientCodec::Holon(holon) => holon.local_reply(msg),
-                ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Sideband(_) => None,
+                ClientCodec::JsonRpc(_)
+                | ClientCodec::Ndjson(_)
+                | ClientCodec::JsonRpcHttp(_)
+                | ClientCodec::Sideband(_) => None,
             },
         }
     }
@@ -199,9 +219,10 @@ impl ClientCodec {
     pub fn pong(&self, method: &str, answer_ping: bool) -> Option<Message> {
         match self {
             ClientCodec::Holon(_) => None,
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Sideband(_) => {
-                jsonrpc::pong(method, answer_ping)
-            }
+            ClientCodec::JsonRpc(_)
+            | ClientCodec::Ndjson(_)
+            | ClientCodec::JsonRpcHttp(_)
+            | ClientCodec::Sideband(_) => jsonrpc::pong(method, answer_ping),
         }
     }
 
@@ -211,7 +232,9 @@ impl ClientCodec {
     /// connection closes); holon-rpc and Sideband only the close.
     pub fn oversize(&self, limit: usize) -> Oversize {
         match self {
-            ClientCodec::JsonRpc(json) | ClientCodec::Ndjson(json) | ClientCodec::JsonRpcHttp(json) => json.oversize(limit),
+            ClientCodec::JsonRpc(json)
+            | ClientCodec::Ndjson(json)
+            | ClientCodec::JsonRpcHttp(json) => json.oversize(limit),
             ClientCodec::Holon(holon) => holon.oversize(),
             ClientCodec::Sideband(_) => SidebandClient::oversize(),
         }
@@ -220,7 +243,9 @@ impl ClientCodec {
     /// How a pub/sub event reaches this client.
     pub const fn event_form(&self) -> EventForm {
         match self {
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) => EventForm::Notification,
+            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) => {
+                EventForm::Notification
+            }
             ClientCodec::Holon(_) => EventForm::Request,
             ClientCodec::Sideband(_) => EventForm::Envelope,
         }
@@ -232,7 +257,10 @@ impl ClientCodec {
     pub const fn notifies_by_request(&self) -> bool {
         match self {
             ClientCodec::Holon(_) => true,
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Sideband(_) => false,
+            ClientCodec::JsonRpc(_)
+            | ClientCodec::Ndjson(_)
+            | ClientCodec::JsonRpcHttp(_)
+            | ClientCodec::Sideband(_) => false,
         }
     }
 
@@ -246,9 +274,10 @@ impl ClientCodec {
     ) -> Result<Option<Payload>, Option<Payload>> {
         match self {
             ClientCodec::Holon(holon) => holon.push_notification_params(params),
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Sideband(_) => {
-                Ok(params)
-            }
+            ClientCodec::JsonRpc(_)
+            | ClientCodec::Ndjson(_)
+            | ClientCodec::JsonRpcHttp(_)
+            | ClientCodec::Sideband(_) => Ok(params),
         }
     }
 
@@ -261,9 +290,9 @@ impl ClientCodec {
         params: Option<Payload>,
     ) -> Result<Option<Payload>, GatewayError> {
         match self {
-            ClientCodec::JsonRpc(json) | ClientCodec::Ndjson(json) | ClientCodec::JsonRpcHttp(json) => {
-                json.push_request_params(method, params)
-            }
+            ClientCodec::JsonRpc(json)
+            | ClientCodec::Ndjson(json)
+            | ClientCodec::JsonRpcHttp(json) => json.push_request_params(method, params),
             ClientCodec::Holon(holon) => holon.push_request_params(params),
             ClientCodec::Sideband(_) => Ok(params),
         }
@@ -275,9 +304,10 @@ impl ClientCodec {
     pub fn push_id(&self, n: u64) -> WireId {
         match self {
             ClientCodec::Sideband(sb) => sb.push_id(n),
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Holon(_) => {
-                jsonrpc::push_id(n)
-            }
+            ClientCodec::JsonRpc(_)
+            | ClientCodec::Ndjson(_)
+            | ClientCodec::JsonRpcHttp(_)
+            | ClientCodec::Holon(_) => jsonrpc::push_id(n),
         }
     }
 
@@ -287,9 +317,13 @@ impl ClientCodec {
         match (self, id) {
             (ClientCodec::Sideband(sb), WireId::Cid(cid)) => sb.push_number(cid),
             (ClientCodec::Sideband(_), WireId::Json(_)) => None,
-            (ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Holon(_), _) => {
-                jsonrpc::push_number(id)
-            }
+            (
+                ClientCodec::JsonRpc(_)
+                | ClientCodec::Ndjson(_)
+                | ClientCodec::JsonRpcHttp(_)
+                | ClientCodec::Holon(_),
+                _,
+            ) => jsonrpc::push_number(id),
         }
     }
 
@@ -297,7 +331,10 @@ impl ClientCodec {
     pub fn forget_push(&self, n: u64) {
         match self {
             ClientCodec::Sideband(sb) => sb.forget_push(n),
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Holon(_) => {}
+            ClientCodec::JsonRpc(_)
+            | ClientCodec::Ndjson(_)
+            | ClientCodec::JsonRpcHttp(_)
+            | ClientCodec::Holon(_) => {}
         }
     }
 
@@ -307,7 +344,10 @@ impl ClientCodec {
     pub const fn unmatched_void_is_invalid(&self) -> bool {
         match self {
             ClientCodec::Holon(_) => true,
-            ClientCodec::JsonRpc(_) | ClientCodec::Ndjson(_) | ClientCodec::JsonRpcHttp(_) | ClientCodec::Sideband(_) => false,
+            ClientCodec::JsonRpc(_)
+            | ClientCodec::Ndjson(_)
+            | ClientCodec::JsonRpcHttp(_)
+            | ClientCodec::Sideband(_) => false,
         }
     }
 
@@ -332,7 +372,9 @@ impl ClientCodec {
                     .ok()
                     .map(Encoded::Taken);
             }
-            ClientCodec::JsonRpc(json) | ClientCodec::Ndjson(json) | ClientCodec::JsonRpcHttp(json) => json.style(),
+            ClientCodec::JsonRpc(json)
+            | ClientCodec::Ndjson(json)
+            | ClientCodec::JsonRpcHttp(json) => json.style(),
             ClientCodec::Holon(_) => Style::Holon,
         };
         match render_scratch(msg, style, |text| take(Frame::Text(text))) {

@@ -186,9 +186,7 @@ pub fn translate(error: &ErrorObject, from: Dialect, to: Dialect) -> ErrorObject
         (
             Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon | Dialect::JsonRpcHttp,
             Dialect::Sideband,
-        ) => {
-            error_from_json_dialect(error, from)
-        }
+        ) => error_from_json_dialect(error, from),
     }
 }
 

@@ -31,7 +31,9 @@ impl super::Dialect {
         match self {
             super::Dialect::Ndjson => Style::Line,
             super::Dialect::Holon => Style::Holon,
-            super::Dialect::JsonRpc | super::Dialect::Sideband => Style::Frame,
+            super::Dialect::JsonRpc | super::Dialect::Sideband | super::Dialect::JsonRpcHttp => {
+                Style::Frame
+            }
         }
     }
 }

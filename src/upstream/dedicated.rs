@@ -13,11 +13,11 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
+use super::error::LinkError;
 use super::link::Link;
 use super::owner::{Owner, OwnerRef};
 use super::pool;
 use super::shared::UpstreamShared;
-use super::error::LinkError;
 use crate::error::{ErrorKind, GatewayError};
 
 /// The client a call comes from, as the modes that give it connections of

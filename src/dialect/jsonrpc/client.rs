@@ -93,10 +93,7 @@ impl JsonRpcClient {
     /// How replies are rendered: raw values verbatim in a frame; in a line,
     /// minified where they hold line breaks.
     pub const fn style(self) -> Style {
-        match self.framing {
-            Framing::Frame | Framing::Body => Style::Frame,
-            Framing::Line => Style::Line,
-        }
+        self.dialect().style()
     }
 
     /// Decodes one text frame or line; a batch holds at most
