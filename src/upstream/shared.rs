@@ -51,7 +51,7 @@ pub(crate) struct UpstreamShared {
     /// fails with it). `None` for `ws://` and Unix sockets.
     pub(super) tls: Option<Result<Arc<rustls::ClientConfig>, TlsSetupError>>,
     /// `command` upstreams: the `max_processes` cap and process metrics.
-    pub(super) processes: super::process::Processes,
+    pub(super) processes: super::process::cap::Processes,
 }
 
 // === impl UpstreamShared ===

@@ -25,30 +25,19 @@ use std::process::Stdio;
 use std::sync::Arc;
 
 use tokio::process::Command;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::error::LinkError;
 use super::link::Link;
 use super::owner::OwnerRef;
 use super::UpstreamShared;
-use crate::config::{ProcessSpec, UpstreamConfig};
-use crate::telemetry::metrics::{ExitReason, Metrics};
+use crate::config::ProcessSpec;
+use crate::telemetry::metrics::ExitReason;
 
+pub(super) mod cap;
 mod exit;
 mod stderr;
-
-/// The process cap of one upstream and its process metrics.
-#[derive(Debug)]
-pub(crate) struct Processes {
-    /// `max_processes` permits; one is held by each process until reaped.
-    permits: Arc<Semaphore>,
-    /// The cap, for the error that says it was reached.
-    max: usize,
-    /// The upstream's name (metric label, log field).
-    name: String,
-    metrics: Metrics,
-}
 
 /// One live process's hold on the cap and on the `alive` gauge: released
 /// when dropped, which is after the process is reaped.
@@ -66,12 +55,7 @@ pub(super) fn spawn(
     owner: Option<OwnerRef>,
     shutdown: CancellationToken,
 ) -> Result<Arc<Link>, LinkError> {
-    let procs = &shared.processes;
-    let permit = procs
-        .permits
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| LinkError::ProcessCap { max: procs.max })?;
+    let permit = shared.processes.admit()?;
     let mut child = command(spec).spawn().map_err(LinkError::Spawn)?;
     let pid = child.id().unwrap_or_default();
     let (Some(stdin), Some(stdout), Some(stderr)) =
@@ -115,34 +99,6 @@ fn command(spec: &ProcessSpec) -> Command {
         cmd.current_dir(cwd);
     }
     cmd
-}
-
-// === impl Processes ===
-
-impl Processes {
-    /// The cap and metrics of the upstream `cfg`.
-    pub(crate) fn new(cfg: &UpstreamConfig, metrics: &Metrics) -> Self {
-        let max = cfg.max_processes.get();
-        Processes {
-            permits: Arc::new(Semaphore::new(max)),
-            max,
-            name: cfg.name.clone(),
-            metrics: metrics.clone(),
-        }
-    }
-
-    fn started(&self) {
-        let m = &self.metrics.processes;
-        m.started.with_label_values(&[&self.name]).inc();
-        m.alive.with_label_values(&[&self.name]).inc();
-    }
-
-    fn ended(&self, reason: ExitReason) {
-        let m = &self.metrics.processes;
-        let labels = [self.name.as_str(), reason.as_str()];
-        m.exits.with_label_values(&labels).inc();
-        m.alive.with_label_values(&[&self.name]).dec();
-    }
 }
 
 // === impl Alive ===
