@@ -265,7 +265,9 @@ impl Bound {
             metrics: self.metrics.clone(),
             broker: Arc::new(Broker::with_limits(self.cfg.pubsub)),
             recorder,
-            hub: Arc::new(Hub::new(self.store.clone(), topics)),
+            hub: Arc::new(
+                Hub::new(self.store.clone(), topics).with_caps(self.cfg.persistence.caps),
+            ),
             upstreams: HashMap::new(),
             cells: HashMap::new(),
             groups: Vec::new(),

@@ -107,6 +107,14 @@ pub struct RawPersistence {
     /// Messages one subscription may have sent and unacknowledged (more
     /// precisely: sequences above its acknowledged floor). Default `1024`.
     pub window: usize,
+    /// Durable subscriptions one client (identity) may have, held or
+    /// detached. Default `1000`.
+    pub max_subscriptions_per_client: usize,
+    /// Subscriptions one connection may hold at once. Default `1000`.
+    pub max_subscriptions_per_connection: usize,
+    /// Subscriptions of one topic held at once (each stored message is
+    /// one frame per held subscription). Default `1000`.
+    pub max_subscriptions_per_topic: usize,
 }
 
 /// `[[persistent_topics]]`: one pattern of persistent topics.
@@ -351,6 +359,9 @@ impl Default for RawPersistence {
             path: String::new(),
             nats_url: String::new(),
             window: crate::persist::DEFAULT_WINDOW,
+            max_subscriptions_per_client: crate::persist::owner::DEFAULT_PER_OWNER,
+            max_subscriptions_per_connection: crate::persist::owner::DEFAULT_PER_CONNECTION,
+            max_subscriptions_per_topic: crate::persist::owner::DEFAULT_PER_TOPIC,
         }
     }
 }

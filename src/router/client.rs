@@ -63,6 +63,12 @@ impl ClientLinks {
         }
     }
 
+    /// The identity this client's persistent subscriptions belong to on
+    /// `listener` (see [`crate::persist::owner`]).
+    pub(crate) fn owner(&self, listener: &str) -> crate::persist::Owner {
+        crate::persist::Owner::listener(listener)
+    }
+
     /// The client's attachment to the persistent-subscription hub, made by
     /// `attach` on first use.
     pub(crate) fn persistent(&self, attach: impl FnOnce() -> Attachment) -> Arc<Attachment> {

@@ -150,7 +150,7 @@ impl Router {
         };
         let attachment = client.persistent(|| {
             let sink = PersistentSink::new(client.pusher().clone(), self);
-            Hub::attach(hub, Arc::new(sink))
+            Hub::attach(hub, Arc::new(sink), client.owner(&self.cfg.name))
         });
         // Boxed: the store's futures are large, and inline they would make
         // every request's future (a task of its own while it waits for an
