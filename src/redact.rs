@@ -22,7 +22,15 @@ const SECRET_PARAMS: [&str; 10] = [
 
 /// Configuration keys whose values are secrets or may hold one (URLs
 /// with credentials).
-const SECRET_KEYS: [&str; 5] = ["auth_token", "reload_token", "nats_url", "url", "endpoint"];
+const SECRET_KEYS: [&str; 6] = [
+    "auth_token",
+    "reload_token",
+    "nats_url",
+    "url",
+    "endpoint",
+    // A named client's (`[[listeners.<name>.clients]]`).
+    "token",
+];
 
 /// True when the configuration key `key` (its last part) holds a secret
 /// or may hold one: its value is never shown as written.

@@ -266,3 +266,33 @@ async fn one_topic_fans_out_to_at_most_the_cap() {
     v.ok(SUBSCRIBE, sub("z", "events.orders")).await;
     stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persistent_subscriptions_follow_the_topic_policy() {
+    let narrow = r#"
+[listeners.narrow]
+dialect = "jsonrpc-ws"
+address = "127.0.0.1:0"
+path = "/narrow"
+allow_topics = ["events.p.>"]
+deny_topics = ["events.p.secret"]
+"#;
+    let stack = Persist::start_with(narrow, "").await;
+    let mut c = Peer::open(&stack.urls["narrow"]).await;
+    c.ok(SUBSCRIBE, sub("ok", "events.p.1")).await;
+    for (id, topic) in [("no-1", "events.orders"), ("no-2", "events.p.secret")] {
+        let r = c.call(SUBSCRIBE, sub(id, topic)).await;
+        assert_eq!(r["error"]["code"], -32001, "{topic}: {r}");
+        assert_eq!(r["error"]["data"], "forbidden by policy", "{topic}: {r}");
+    }
+    let batch = json!({"subscriptions": [sub("b1", "events.p.2"), sub("b2", "events.orders")]});
+    let r = c.call(SUBSCRIBE_BATCH, batch).await;
+    assert_eq!(r["error"]["code"], -32001, "{r}");
+    // Nothing of the refused batch was created: b1 is new when asked alone.
+    let b1 = c.ok(SUBSCRIBE, sub("b1", "events.p.2")).await;
+    assert_eq!(b1["resumed_from_sequence"], 0);
+    // The listener without allow_topics keeps its upstream's topics.
+    let mut public = Peer::open(&stack.url).await;
+    public.ok(SUBSCRIBE, sub("o", "events.orders")).await;
+    stack.stop().await;
+}

@@ -281,7 +281,8 @@ impl RawConfig {
     }
 
     /// The same configuration with every secret shown as
-    /// [`redact::MASK`](crate::redact::MASK): listener `auth_token`s,
+    /// [`redact::MASK`](crate::redact::MASK): listener `auth_token`s and
+    /// named clients' `token`s,
     /// `[admin] reload_token`, and the credentials in URLs (upstream `url`,
     /// `[persistence] nats_url`, `[tracing] endpoint`).
     pub fn redacted(&self) -> RawConfig {
@@ -290,6 +291,11 @@ impl RawConfig {
         for listener in shown.listeners.values_mut() {
             if let Some(token) = &mut listener.auth_token {
                 *token = redact::MASK.to_owned();
+            }
+            for client in &mut listener.clients {
+                if let Some(token) = &mut client.token {
+                    *token = redact::MASK.to_owned();
+                }
             }
         }
         for upstream in shown.upstreams.values_mut() {

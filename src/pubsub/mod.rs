@@ -27,6 +27,8 @@
 //!   Sideband `N` envelopes each rendered once for all subscribers),
 //!   [`Subscriber`], [`Delivery`], [`Published`].
 //! - [`methods`]: the four methods' params and results.
+//! - [`topic_policy`]: which patterns a client may subscribe to (allow and
+//!   deny lists), with an exact containment decision.
 //!
 //! # Bounds
 //!
@@ -45,6 +47,7 @@ pub mod event;
 pub mod index;
 pub mod methods;
 pub mod topic;
+pub mod topic_policy;
 
 pub use broker::{Broker, Limits, Registration, DEFAULT_MAX_SUBSCRIPTIONS};
 pub use event::{Delivery, Event, Published, Subscriber};

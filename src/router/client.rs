@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ErrorKind, GatewayError};
+use crate::limits::identity::Identity;
 use crate::persist::hub::Attachment;
 use crate::pubsub::Registration;
 use crate::upstream::link::{Client, Link, LinkFuture, OwnerRef};
@@ -44,6 +45,9 @@ pub struct ClientLinks {
     /// The client's persistent subscriptions, attached on first use and
     /// detached (positions kept) when the client is gone.
     persistent: Mutex<Option<Arc<Attachment>>>,
+    /// Who the client is on its listener (set once, at the upgrade): its
+    /// method policy, the owner of its persistent subscriptions, its logs.
+    who: std::sync::OnceLock<Identity>,
 }
 
 // === impl ClientLinks ===
@@ -60,13 +64,29 @@ impl ClientLinks {
             gone: CancellationToken::new(),
             subscriptions: Mutex::new(None),
             persistent: Mutex::new(None),
+            who: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Records the client's identity (once, before its first request).
+    pub fn identify(&self, who: Identity) {
+        // Set once per connection; a second call changes nothing.
+        let _ = self.who.set(who);
+    }
+
+    /// The client's named client, if any (`None`: the listener's unnamed
+    /// client).
+    pub fn client_name(&self) -> Option<&str> {
+        self.who.get().and_then(Identity::client)
     }
 
     /// The identity this client's persistent subscriptions belong to on
     /// `listener` (see [`crate::persist::owner`]).
     pub(crate) fn owner(&self, listener: &str) -> crate::persist::Owner {
-        crate::persist::Owner::listener(listener)
+        match self.client_name() {
+            Some(name) => crate::persist::Owner::client(listener, name),
+            None => crate::persist::Owner::listener(listener),
+        }
     }
 
     /// The client's attachment to the persistent-subscription hub, made by

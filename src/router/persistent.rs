@@ -141,6 +141,11 @@ impl Router {
         if !methods::is_persistent(method) {
             return None;
         }
+        let asked = methods::requested(method, params);
+        let peer = crate::telemetry::Peer(client.peer());
+        if let Some(refusal) = self.refuse_topics(id, &asked, peer, client.client_name()) {
+            return Some(refusal);
+        }
         let Some(hub) = self.hub.as_ref() else {
             let e = GatewayError::with_detail(
                 ErrorKind::MethodNotFound,

@@ -29,6 +29,7 @@ use super::{Listener, ListenerCell, Outgoing, Serve};
 use crate::close::CloseCode;
 use crate::dialect::client::ClientCodec;
 use crate::dialect::Dialect;
+use crate::limits::identity::Identity;
 use crate::limits::origin::Refusal;
 use crate::limits::rate::PRUNE_INTERVAL;
 use crate::telemetry::metrics::RejectReason;
@@ -88,15 +89,16 @@ pub(crate) async fn serve(
                     Err(rejection) => return rejection.into_response(),
                 };
                 let listener = cell.load();
-                if let Err(refused) = check_upgrade(&listener, &headers, &uri, peer.ip()) {
-                    return *refused;
-                }
+                let who = match check_upgrade(&listener, &headers, &uri, peer.ip()) {
+                    Ok(who) => who,
+                    Err(refused) => return *refused,
+                };
                 // No longer pending: the session counts from here, before
                 // the client can see the 101.
                 if let Some(Extension(place)) = place {
                     place.release();
                 }
-                upgrade(ws, &headers, &listener, cell, ctx, peer.ip())
+                upgrade(ws, &headers, &listener, cell, ctx, (peer.ip(), who))
             }
         },
     );
@@ -111,7 +113,7 @@ fn upgrade(
     listener: &Listener,
     cell: Arc<ListenerCell>,
     ctx: Serve,
-    peer: IpAddr,
+    (peer, who): (IpAddr, Identity),
 ) -> Response {
     let limit = listener
         .cfg()
@@ -128,7 +130,7 @@ fn upgrade(
     let span = connection_span(headers, listener.name(), listener.dialect().as_str());
     let sessions = ctx.sessions.clone();
     ws.on_upgrade(move |socket| {
-        sessions.track_future(run(socket, cell, ctx, peer).instrument(span))
+        sessions.track_future(run(socket, cell, ctx, peer, who).instrument(span))
     })
 }
 
@@ -151,9 +153,9 @@ fn check_upgrade(
     headers: &HeaderMap,
     uri: &Uri,
     peer: IpAddr,
-) -> Result<(), Box<Response>> {
+) -> Result<Identity, Box<Response>> {
     let header = |name| headers.get(name).map(axum::http::HeaderValue::as_bytes);
-    let verdict = listener.upgrade_policy().check(
+    let verdict = listener.upgrade_policy().admit(
         header(axum::http::header::HOST),
         header(axum::http::header::ORIGIN),
         header(axum::http::header::AUTHORIZATION),
@@ -173,12 +175,31 @@ fn check_upgrade(
 }
 
 /// Drives one client connection to its end.
-async fn run(mut socket: WebSocket, cell: Arc<ListenerCell>, ctx: Serve, peer: IpAddr) {
+async fn run(
+    mut socket: WebSocket,
+    cell: Arc<ListenerCell>,
+    ctx: Serve,
+    peer: IpAddr,
+    who: Identity,
+) {
     // Read once for what is fixed for the connection's life (its outbox,
     // its counters); requests read the cell themselves.
     let listener = cell.load();
     let Some(_permit) = listener.conns().admit(peer) else {
         // Upgraded first, so that a browser can read the reason.
+        listener.count_rejected(RejectReason::Limit);
+        let reason = "max connections exceeded";
+        listener.log_closed(CloseCode::PolicyViolation, reason, Peer(Some(peer)));
+        let frame = CloseFrame {
+            code: CloseCode::PolicyViolation.as_u16(),
+            reason: reason.into(),
+        };
+        // The peer may be gone already; it is refused either way.
+        let _ = socket.send(WsMessage::Close(Some(frame))).await;
+        return;
+    };
+    let Ok(_client_permit) = listener.admit_client(&who) else {
+        // A named client at its own `max_connections`.
         listener.count_rejected(RejectReason::Limit);
         let reason = "max connections exceeded";
         listener.log_closed(CloseCode::PolicyViolation, reason, Peer(Some(peer)));
@@ -198,6 +219,7 @@ async fn run(mut socket: WebSocket, cell: Arc<ListenerCell>, ctx: Serve, peer: I
         crate::telemetry::metrics::Direction::Out,
     );
     let (session, rx) = Session::new(cell.clone(), ctx.grace_over.clone(), Some(peer));
+    session.identify(who);
     let writer = tokio::spawn(driver::write_loop(WsSink(sink), rx, sent));
     if let Some(hello) = session.greeting() {
         // Sideband: both sides send their handshake at once.
