@@ -400,3 +400,148 @@ fn check_never_shows_a_clients_token() {
     assert!(!stdout.contains("very-secret-reader"), "{stdout}");
     assert!(!stderr.contains("very-secret-reader"), "{stderr}");
 }
+
+/// A gateway started from a file with `clients`, so that it can reload it.
+async fn from_file(
+    dir: &std::path::Path,
+    socket: &std::path::Path,
+    clients: &str,
+) -> (Running, String, std::path::PathBuf) {
+    let file = dir.join("switchyard.toml");
+    let text = |clients: &str| {
+        format!(
+            "[listeners.ws]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/ws\"\n{clients}\n\
+             [upstreams.daemon]\ndialect = \"ndjson\"\nsocket = \"{}\"\n\n\
+             [[routes]]\nlistener = \"ws\"\nupstream = \"daemon\"\n",
+            socket.display()
+        )
+    };
+    std::fs::write(&file, text(clients)).expect("write");
+    let cfg = Config::load(Some(&file)).expect("config");
+    let bound = switchyard::app::bind(cfg).await.expect("bind");
+    let url = bound.ws_url("ws").expect("url");
+    let gateway = bound.reload_from(Some(file.clone())).spawn();
+    common::wait_connected(&gateway, "daemon").await;
+    (gateway, url, file)
+}
+
+fn client_table(name: &str, token: &str, extra: &str) -> String {
+    format!("[[listeners.ws.clients]]\nname = \"{name}\"\ntoken = \"{token}\"\n{extra}\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_closes_only_the_connections_whose_credential_went() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("daemon.sock");
+    let daemon = Daemon::start(&socket, DaemonOptions::default())
+        .await
+        .expect("daemon");
+    let before = format!(
+        "{}{}",
+        client_table("keeper", "keeper-token", ""),
+        client_table("leaver", "leaver-token", "")
+    );
+    let (gateway, url, file) = from_file(dir.path(), &socket, &before).await;
+    let mut keeper =
+        TestClient::connect(Speak::JsonRpc, &format!("{url}?token=keeper-token")).await;
+    let mut leaver = common::connect(&format!("{url}?token=leaver-token")).await;
+    common::send(
+        &mut leaver,
+        r#"{"jsonrpc":"2.0","method":"get_data","id":1}"#,
+    )
+    .await;
+    assert_eq!(
+        json(&common::recv(&mut leaver).await)["result"],
+        json!(["hello", 5])
+    );
+    // Traffic on the keeper's connection while the reload lands.
+    let traffic = tokio::spawn(async move {
+        for i in 0..50 {
+            let r = call(&mut keeper, &format!("t{i}"), "get_data", "{}").await;
+            assert_eq!(r["result"], json!(["hello", 5]), "{r}");
+        }
+        keeper
+    });
+    // The leaver is removed, the keeper may no longer echo, a newcomer
+    // is added.
+    let after = format!(
+        "{}{}",
+        client_table("keeper", "keeper-token", "deny_methods = [\"echo\"]"),
+        client_table("newcomer", "newcomer-token", "")
+    );
+    std::fs::write(
+        &file,
+        std::fs::read_to_string(&file)
+            .expect("read")
+            .replace(&before, &after),
+    )
+    .expect("rewrite");
+    gateway.reload().await.expect("reload");
+    let (code, reason) = common::expect_close(&mut leaver).await;
+    assert_eq!((code, reason.as_str()), (1008, "credential revoked"));
+    // The keeper's connection stayed open, under its new policy.
+    let mut keeper = traffic.await.expect("traffic");
+    let r = call(&mut keeper, "after", "echo", "{}").await;
+    assert!(forbidden(Speak::JsonRpc, &r), "{r}");
+    let r = call(&mut keeper, "data", "get_data", "{}").await;
+    assert_eq!(r["result"], json!(["hello", 5]), "{r}");
+    // The newcomer gets in; the leaver's token no longer does.
+    let mut newcomer =
+        TestClient::connect(Speak::JsonRpc, &format!("{url}?token=newcomer-token")).await;
+    let r = call(&mut newcomer, "1", "get_data", "{}").await;
+    assert_eq!(r["result"], json!(["hello", 5]), "{r}");
+    match tokio_tungstenite::connect_async(format!("{url}?token=leaver-token")).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => assert_eq!(resp.status(), 401),
+        other => panic!("expected 401, got {other:?}"),
+    }
+    gateway.shutdown().await;
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_and_their_connections_show_on_the_status_page_and_in_metrics() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("daemon.sock");
+    let daemon = Daemon::start(&socket, DaemonOptions::default())
+        .await
+        .expect("daemon");
+    let clients = format!(
+        "{}{}[admin]\naddress = \"127.0.0.1:0\"\n",
+        client_table("watcher", "watcher-secret-token", "max_connections = 5"),
+        client_table("idle", "idle-secret-token", ""),
+    );
+    let (gateway, url, _file) = from_file(dir.path(), &socket, &clients).await;
+    let admin = gateway.admin_addr().expect("admin");
+    let mut a =
+        TestClient::connect(Speak::JsonRpc, &format!("{url}?token=watcher-secret-token")).await;
+    let mut b =
+        TestClient::connect(Speak::JsonRpc, &format!("{url}?token=watcher-secret-token")).await;
+    for c in [&mut a, &mut b] {
+        let r = call(c, "1", "get_data", "{}").await;
+        assert_eq!(r["result"], json!(["hello", 5]), "{r}");
+    }
+    let open = |client: &str| {
+        common::metric_value(
+            &gateway,
+            "switchyard_client_connections_open",
+            &[("listener", "ws"), ("client", client)],
+        )
+    };
+    assert_eq!(open("watcher"), 2.0);
+    let page = common::http::get(admin, "/", &[]).await;
+    let text = page.text();
+    assert!(text.contains("<section id=\"clients\">"), "{text}");
+    assert!(
+        text.contains("<b>watcher</b></td><td class=\"num\">2</td><td class=\"num\">5</td>"),
+        "{text}"
+    );
+    assert!(text.contains("<b>idle</b>"), "{text}");
+    assert!(!text.contains("secret-token"), "{text}");
+    drop(a);
+    assert!(
+        common::eventually(STEP, || open("watcher") == 1.0).await,
+        "the closed connection is no longer counted"
+    );
+    gateway.shutdown().await;
+    daemon.stop().await;
+}

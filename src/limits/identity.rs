@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use subtle::ConstantTimeEq;
+use tokio_util::sync::CancellationToken;
 
 /// The identity of one connection on its listener.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
@@ -36,9 +37,13 @@ pub struct Credentials {
 }
 
 /// Open connections per named client (an entry per client with an open
-/// connection), kept across reloads like the listener's own counts.
+/// connection, with the token that revokes them), kept across reloads like
+/// the listener's own counts.
 #[derive(Debug, Clone, Default)]
-pub struct ClientConns(Arc<Mutex<HashMap<Arc<str>, usize>>>);
+pub struct ClientConns(Arc<Mutex<HashMap<Arc<str>, Open>>>);
+
+/// A named client's open connections and the token that revokes them.
+type Open = (usize, CancellationToken);
 
 /// A named client is at its own connection cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +54,9 @@ pub struct AtCap;
 pub struct ClientPermit {
     name: Arc<str>,
     counts: ClientConns,
+    /// Cancelled when a reload removes (or changes) the client's
+    /// credential: the connection must close.
+    revoked: CancellationToken,
 }
 
 // === impl Identity ===
@@ -131,7 +139,7 @@ impl ClientConns {
             return Ok(None);
         };
         let mut counts = self.0.lock();
-        let n = counts.entry(name.clone()).or_default();
+        let (n, revoked) = counts.entry(name.clone()).or_default();
         if cap > 0 && *n >= cap {
             if *n == 0 {
                 counts.remove(name);
@@ -142,19 +150,40 @@ impl ClientConns {
         Ok(Some(ClientPermit {
             name: name.clone(),
             counts: self.clone(),
+            revoked: revoked.clone(),
         }))
     }
 
     /// Open connections of named client `name`.
     pub fn open(&self, name: &str) -> usize {
-        self.0.lock().get(name).copied().unwrap_or(0)
+        self.0.lock().get(name).map_or(0, |(n, _)| *n)
+    }
+
+    /// Revokes every open connection of named client `name` (its
+    /// credential was removed or changed); later ones start afresh.
+    pub fn revoke(&self, name: &str) {
+        if let Some((_, revoked)) = self.0.lock().remove(name) {
+            revoked.cancel();
+        }
+    }
+}
+
+impl ClientPermit {
+    /// Cancelled when the client's credential is revoked by a reload.
+    pub fn revoked(&self) -> &CancellationToken {
+        &self.revoked
     }
 }
 
 impl Drop for ClientPermit {
     fn drop(&mut self) {
         let mut counts = self.counts.0.lock();
-        if let Some(n) = counts.get_mut(&self.name) {
+        // Revoked: its entry was removed then; one there now counts later
+        // connections.
+        if self.revoked.is_cancelled() {
+            return;
+        }
+        if let Some((n, _)) = counts.get_mut(&self.name) {
             *n = n.saturating_sub(1);
             if *n == 0 {
                 counts.remove(&self.name);

@@ -55,7 +55,7 @@ impl Router {
         if !self.forbidden(method, who) {
             return None;
         }
-        self.log_refusal("request", method, peer);
+        self.log_refusal("request", method, peer, who);
         self.count_request("none", RequestOutcome::Forbidden);
         let err = GatewayError::with_detail(ErrorKind::Unauthorized, DETAIL);
         Some(self.error_reply(id.clone(), &err))
@@ -67,7 +67,7 @@ impl Router {
         if !self.forbidden(method, who) {
             return false;
         }
-        self.log_refusal("notification", method, peer);
+        self.log_refusal("notification", method, peer, who);
         self.count_dropped(DropReason::Forbidden);
         true
     }
@@ -91,7 +91,7 @@ impl Router {
         if !refused {
             return None;
         }
-        self.log_refusal("subscription", "rpc.subscribe", peer);
+        self.log_refusal("subscription", "rpc.subscribe", peer, who);
         self.count_request("none", RequestOutcome::Forbidden);
         let err = GatewayError::with_detail(ErrorKind::Unauthorized, DETAIL);
         Some(self.error_reply(id.clone(), &err))
@@ -100,13 +100,15 @@ impl Router {
     /// Tells the operator that the policy refused a `what` (`request` or
     /// `notification`): at `info`, at most one line per second per
     /// listener generation and kind, like every refusal switchyard decides.
-    fn log_refusal(&self, what: &str, method: &str, peer: Peer) {
+    fn log_refusal(&self, what: &str, method: &str, peer: Peer, who: Option<&str>) {
         let Some(suppressed) = self.logs.admit(what) else {
             return;
         };
         tracing::info!(
             listener = %self.cfg.name,
             %peer,
+            // The named client (empty: the listener's unnamed client).
+            client = who.unwrap_or_default(),
             reason = DETAIL,
             method,
             suppressed,

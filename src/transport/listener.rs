@@ -109,6 +109,18 @@ impl Listener {
             .conns
             .with_caps(p.max_connections, p.max_connections_per_ip);
         self.clients = old.clients.clone();
+        // A named client whose credential is gone or changed: its open
+        // connections close (1008); the others keep going under the new
+        // policies, which the next request reads.
+        for c in &q.clients {
+            let kept = p
+                .clients
+                .iter()
+                .any(|n| n.name == c.name && n.token == c.token);
+            if !kept {
+                self.clients.revoke(&c.name);
+            }
+        }
         self
     }
 

@@ -128,6 +128,7 @@ fn upgrade(
         .write_buffer_size(WRITE_THRESHOLD);
     let ws = select_subprotocol(ws, listener.dialect());
     let span = connection_span(headers, listener.name(), listener.dialect().as_str());
+    span.record("switchyard.client", who.label());
     let sessions = ctx.sessions.clone();
     ws.on_upgrade(move |socket| {
         sessions.track_future(run(socket, cell, ctx, peer, who).instrument(span))
@@ -212,6 +213,14 @@ async fn run(
         return;
     };
     let _open = super::OpenConnection::count(&listener);
+    let _client_open = who.client().map(|name| {
+        let gauge = listener
+            .metrics()
+            .client_connections_open
+            .with_label_values(&[listener.name(), name]);
+        gauge.inc();
+        super::OpenClientConnection(gauge)
+    });
     let (sink, stream) = socket.split();
     let sent = listener.metrics().frame_counter(
         listener.dialect(),
@@ -220,6 +229,26 @@ async fn run(
     );
     let (session, rx) = Session::new(cell.clone(), ctx.grace_over.clone(), Some(peer));
     session.identify(who);
+    // Closes the connection (1008) if a reload revokes its credential;
+    // stops with the connection.
+    let done = tokio_util::sync::CancellationToken::new();
+    let _done = done.clone().drop_guard();
+    if let Some(revoked) = _client_permit.as_ref().map(|p| p.revoked().clone()) {
+        let outbox = session.outbox().clone();
+        // The cell, not this generation's listener: that one is not kept
+        // for the connection's life.
+        let cell = cell.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = revoked.cancelled() => {
+                    let reason = "credential revoked";
+                    cell.load().log_closed(CloseCode::PolicyViolation, reason, Peer(Some(peer)));
+                    outbox.try_close(CloseCode::PolicyViolation, reason);
+                }
+                () = done.cancelled() => {}
+            }
+        });
+    }
     let writer = tokio::spawn(driver::write_loop(WsSink(sink), rx, sent));
     if let Some(hello) = session.greeting() {
         // Sideband: both sides send their handshake at once.
