@@ -277,7 +277,9 @@ impl Bound {
             metrics: self.metrics.clone(),
             broker: self.broker.clone(),
             recorder,
-            hub: Arc::new(Hub::new(self.store.clone(), topics)),
+            hub: Arc::new(
+                Hub::new(self.store.clone(), topics).with_caps(self.cfg.persistence.caps),
+            ),
             upstreams: HashMap::new(),
             cells: HashMap::new(),
             groups: Vec::new(),

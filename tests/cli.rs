@@ -416,7 +416,7 @@ fn gateway_requiring(dir: &std::path::Path, token: &str) -> (std::process::Child
         &config,
         format!(
             "[listeners.public]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\n\
-             path = \"/rpc\"\nauth_token = \"{token}\"\n"
+             path = \"/rpc\"\nauth_token = \"{token}\"\nallow_topics = [\"a.>\"]\n"
         ),
     )
     .expect("write config");

@@ -223,7 +223,10 @@ async fn an_operator_sees_every_refusal_and_close_switchyard_decides() {
          [listeners.echo]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/echo\"\necho = true\n\
          outbox_capacity = 4\nslow_consumer_timeout_ms = 300\nmax_message_bytes = 300000\n\n\
          [listeners.capped]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/capped\"\n\
-         max_connections = 1\n",
+         max_connections = 1\n\n\
+         [listeners.named]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/named\"\n\
+         deny_methods = [\"secret*\"]\n\
+         [[listeners.named.clients]]\nname = \"ops\"\ntoken = \"ops-log-token\"\n",
     )
     .expect("write config");
     let mut gateway = spawn(&["run"], Some(&config));
@@ -245,6 +248,17 @@ async fn an_operator_sees_every_refusal_and_close_switchyard_decides() {
         "peer=127.0.0.1",
         "forbidden by policy",
     ]);
+    // A named client's refusal names it (never its token).
+    let named = url_of(&logs, "named");
+    let mut ops = connect(&format!("{named}?token=ops-log-token")).await;
+    send(
+        &mut ops,
+        r#"{"jsonrpc":"2.0","method":"secret.get","id":1}"#,
+    )
+    .await;
+    let reply = json(&recv(&mut ops).await);
+    assert_eq!(reply["error"]["code"], -32001, "{reply}");
+    logs.wait_for(&["request refused", "listener=named", "client=\"ops\""]);
 
     // Over the rate: refused requests, then the abuser is closed (1008).
     for id in 2..12 {

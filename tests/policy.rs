@@ -432,4 +432,16 @@ fn example_browser_listener_allows_only_read_methods() {
     ] {
         assert!(!policy.permits(other), "{other} must be refused");
     }
+    // Reading events, yes; creating or deleting durable subscriptions, no.
+    for read in [
+        "rpc.subscribe",
+        "rpc.subscribe.batch",
+        "rpc.unsubscribe",
+        "rpc.unsubscribe.batch",
+    ] {
+        assert!(policy.permits(read), "{read} must be allowed");
+    }
+    for durable in switchyard::persist::methods::METHODS {
+        assert!(!policy.permits(durable), "{durable} must be refused");
+    }
 }

@@ -21,7 +21,12 @@ use switchyard::daemon::SubscribeStreams;
 async fn fifty_subscribers_in_every_dialect_share_one_upstream_stream() {
     // A heartbeat 7 ms after every line: switchyard must consume them,
     // never publish them.
-    let feed = Feed::start("{ interval_ms = 20, heartbeat_ms = 7 }", "").await;
+    // `*.events` and `>` reach past the upstream's own topics: allowed here.
+    let feed = Feed::start(
+        "{ interval_ms = 20, heartbeat_ms = 7 }",
+        "allow_topics = [\">\"]",
+    )
+    .await;
     let none = SubscribeStreams {
         started: 0,
         open: 0,

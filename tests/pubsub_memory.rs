@@ -137,7 +137,7 @@ async fn a_reload_applies_new_bounds_to_the_next_subscribe() {
     let file = dir.path().join("switchyard.toml");
     let write = |tokens: usize| {
         let text = format!(
-            "[listeners.j]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/rpc\"\n\n\
+            "[listeners.j]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/rpc\"\nallow_topics = [\">\"]\n\n\
              [pubsub]\nmax_pattern_tokens = {tokens}\n"
         );
         std::fs::write(&file, text).expect("write config");
@@ -272,7 +272,7 @@ impl Gateway {
         let child = common::child::Gateway::run(dir.path(), "gateway", |port| {
             format!(
                 "[listeners.public]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:{port}\"\n\
-                 path = \"/rpc\"\n{extra}"
+                 path = \"/rpc\"\nallow_topics = [\">\"]\n{extra}"
             )
         })
         .await;

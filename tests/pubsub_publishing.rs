@@ -30,6 +30,8 @@ async fn gateway(publishing: &str) -> Gw {
 dialect = "jsonrpc-ws"
 address = "127.0.0.1:0"
 path = "/rpc"
+# ">" below: every topic of the process, not only the upstream's.
+allow_topics = [">"]
 
 [upstreams.events]
 dialect = "jsonrpc-ws"

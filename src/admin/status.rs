@@ -89,6 +89,7 @@ fn render(state: &AdminState) -> String {
         out.push_str("</ul></section>");
     }
     listeners(gw, &mut out);
+    clients(gw, &mut out);
     upstreams(gw, now, &mut out);
     store(gw, &mut out);
     recent::last_minute(state, &mut out);
@@ -126,6 +127,46 @@ fn listeners(gw: &Gateway, out: &mut String) {
             l.dialect,
             esc(&listen_addr(gw, l)),
             accepted.get(),
+        ));
+    }
+    out.push_str("</table></section>");
+}
+
+/// The named clients of every listener and their open connections (never
+/// their tokens); nothing when no listener has clients.
+fn clients(gw: &Gateway, out: &mut String) {
+    let rows: Vec<(&str, &crate::config::clients::Client)> = gw
+        .cfg
+        .listeners
+        .iter()
+        .flat_map(|l| {
+            l.protection
+                .clients
+                .iter()
+                .map(move |c| (l.name.as_str(), c))
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str(
+        "<section id=\"clients\"><h2>Clients</h2><table><tr><th>Listener</th><th>Client</th>\
+         <th class=\"num\">Open</th><th class=\"num\">Cap</th></tr>",
+    );
+    for (listener, c) in rows {
+        let open = gw
+            .metrics
+            .client_connections_open
+            .with_label_values(&[listener, &c.name])
+            .get();
+        let cap = match c.max_connections {
+            0 => "—".to_owned(),
+            n => n.to_string(),
+        };
+        out.push_str(&format!(
+            "<tr><td>{}</td><td><b>{}</b></td><td class=\"num\">{open}</td><td class=\"num\">{cap}</td></tr>",
+            esc(listener),
+            esc(&c.name),
         ));
     }
     out.push_str("</table></section>");

@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub mod clients;
 mod http;
 mod listener;
 mod observability;
@@ -227,6 +228,14 @@ pub struct Protection {
     pub any_origin: bool,
     /// Bearer token required on the upgrade, if any.
     pub auth_token: Option<String>,
+    /// Named clients (`[[listeners.<name>.clients]]`), each with its own
+    /// token and method policy.
+    pub clients: Vec<clients::Client>,
+    /// Topic patterns the unnamed client may subscribe to; `None`: the
+    /// topics of the upstreams the listener routes to.
+    pub allow_topics: Option<Vec<String>>,
+    /// Topic patterns the unnamed client may not subscribe to.
+    pub deny_topics: Vec<String>,
     /// Which methods clients may call (`allow_methods`, `deny_methods`);
     /// checked before routing.
     pub methods: crate::limits::policy::MethodPolicy,

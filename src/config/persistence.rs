@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::raw::{RawPersistence, RawPersistentTopic};
 use super::validate::Problems;
-use crate::persist::{BackendKind, Retention, TopicPolicy, Topics};
+use crate::persist::{BackendKind, Caps, Retention, TopicPolicy, Topics};
 
 /// Accepted `persistence.backend` values.
 const BACKENDS: [(&str, BackendKind); 3] = [
@@ -82,12 +82,35 @@ pub(super) fn persistence(
         );
         p.at(key, "window", msg);
     }
+    for (field, value) in [
+        (
+            "max_subscriptions_per_client",
+            raw.max_subscriptions_per_client,
+        ),
+        (
+            "max_subscriptions_per_connection",
+            raw.max_subscriptions_per_connection,
+        ),
+        (
+            "max_subscriptions_per_topic",
+            raw.max_subscriptions_per_topic,
+        ),
+    ] {
+        if value == 0 {
+            p.at(key, field, "must be greater than 0");
+        }
+    }
     PersistenceConfig {
         backend,
         path,
         nats_url,
         window: raw.window.max(1),
         topics: persistent_topics(topics, p),
+        caps: Caps {
+            per_owner: raw.max_subscriptions_per_client,
+            per_connection: raw.max_subscriptions_per_connection,
+            per_topic: raw.max_subscriptions_per_topic,
+        },
     }
 }
 

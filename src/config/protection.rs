@@ -73,6 +73,18 @@ pub(super) fn protection(key: &str, raw: &RawListener, p: &mut Problems) -> Prot
             "must not be empty (omit the key to disable)",
         );
     }
+    let allow = patterns(key, "allow_methods", &raw.allow_methods, p);
+    let deny = patterns(key, "deny_methods", &raw.deny_methods, p);
+    let clients = super::clients::clients(
+        key,
+        &raw.clients,
+        raw.auth_token.as_deref(),
+        (&allow, &deny),
+        raw.dialect.as_deref() != Some("ndjson"),
+        p,
+    );
+    topic_patterns(key, "allow_topics", &raw.allow_topics, p);
+    topic_patterns(key, "deny_topics", &raw.deny_topics, p);
     Protection {
         allowed_hosts: raw
             .allowed_hosts
@@ -82,10 +94,10 @@ pub(super) fn protection(key: &str, raw: &RawListener, p: &mut Problems) -> Prot
         allowed_origins,
         any_origin,
         auth_token: raw.auth_token.clone(),
-        methods: MethodPolicy::new(
-            patterns(key, "allow_methods", &raw.allow_methods, p),
-            patterns(key, "deny_methods", &raw.deny_methods, p),
-        ),
+        clients,
+        allow_topics: (!raw.allow_topics.is_empty()).then(|| raw.allow_topics.clone()),
+        deny_topics: raw.deny_topics.clone(),
+        methods: MethodPolicy::new(allow, deny),
         rate: rate(raw.rate_per_second, raw.rate_burst),
         ip_rate: rate(raw.ip_rate_per_second, raw.ip_rate_burst),
         global_rate: rate(raw.global_rate_per_second, raw.global_rate_burst),
@@ -105,7 +117,7 @@ pub(super) fn protection(key: &str, raw: &RawListener, p: &mut Problems) -> Prot
 }
 
 /// A method pattern list, reporting every bad pattern by its index.
-fn patterns(key: &str, field: &str, raw: &[String], p: &mut Problems) -> Vec<Pattern> {
+pub(super) fn patterns(key: &str, field: &str, raw: &[String], p: &mut Problems) -> Vec<Pattern> {
     if raw.len() > MAX_PATTERNS {
         p.at(
             key,
@@ -123,6 +135,23 @@ fn patterns(key: &str, field: &str, raw: &[String], p: &mut Problems) -> Vec<Pat
             }
         })
         .collect()
+}
+
+/// Checks a topic pattern list (`allow_topics`, `deny_topics`): valid
+/// NATS-style patterns, at most [`MAX_PATTERNS`].
+pub(super) fn topic_patterns(key: &str, field: &str, raw: &[String], p: &mut Problems) {
+    if raw.len() > MAX_PATTERNS {
+        p.at(
+            key,
+            field,
+            format!("at most {MAX_PATTERNS} patterns (got {})", raw.len()),
+        );
+    }
+    for (i, text) in raw.iter().enumerate() {
+        if let Err(e) = crate::pubsub::topic::validate_pattern(text) {
+            p.at(key, &format!("{field}[{i}]"), format!("{text:?}: {e}"));
+        }
+    }
 }
 
 /// A rate, or `None` when off (0); a zero burst means "same as the rate".

@@ -115,6 +115,14 @@ pub struct RawPersistence {
     /// Messages one subscription may have sent and unacknowledged (more
     /// precisely: sequences above its acknowledged floor). Default `1024`.
     pub window: usize,
+    /// Durable subscriptions one client (identity) may have, held or
+    /// detached. Default `1000`.
+    pub max_subscriptions_per_client: usize,
+    /// Subscriptions one connection may hold at once. Default `1000`.
+    pub max_subscriptions_per_connection: usize,
+    /// Subscriptions of one topic held at once (each stored message is
+    /// one frame per held subscription). Default `1000`.
+    pub max_subscriptions_per_topic: usize,
 }
 
 /// `[[persistent_topics]]`: one pattern of persistent topics.
@@ -281,7 +289,8 @@ impl RawConfig {
     }
 
     /// The same configuration with every secret shown as
-    /// [`redact::MASK`](crate::redact::MASK): listener `auth_token`s,
+    /// [`redact::MASK`](crate::redact::MASK): listener `auth_token`s and
+    /// named clients' `token`s,
     /// `[admin] reload_token`, and the credentials in URLs (upstream `url`,
     /// `[persistence] nats_url`, `[tracing] endpoint`), and `[pubsub.nats]`'s
     /// `password`, `token` and `urls`.
@@ -291,6 +300,11 @@ impl RawConfig {
         for listener in shown.listeners.values_mut() {
             if let Some(token) = &mut listener.auth_token {
                 *token = redact::MASK.to_owned();
+            }
+            for client in &mut listener.clients {
+                if let Some(token) = &mut client.token {
+                    *token = redact::MASK.to_owned();
+                }
             }
         }
         for upstream in shown.upstreams.values_mut() {
@@ -367,6 +381,9 @@ impl Default for RawPersistence {
             path: String::new(),
             nats_url: String::new(),
             window: crate::persist::DEFAULT_WINDOW,
+            max_subscriptions_per_client: crate::persist::owner::DEFAULT_PER_OWNER,
+            max_subscriptions_per_connection: crate::persist::owner::DEFAULT_PER_CONNECTION,
+            max_subscriptions_per_topic: crate::persist::owner::DEFAULT_PER_TOPIC,
         }
     }
 }

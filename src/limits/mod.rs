@@ -1,9 +1,11 @@
 //! Limits and protection: rate limits ([`rate`]), connection caps
-//! ([`conns`]), browser safety for WebSocket upgrades ([`origin`]) and the
+//! ([`conns`]), who a connection is ([`identity`]: named clients and their
+//! credentials), browser safety for WebSocket upgrades ([`origin`]) and the
 //! per-listener method policy ([`policy`]). Every rejection is counted and
 //! answered in the client's dialect; nothing is dropped silently.
 
 pub mod conns;
+pub mod identity;
 pub mod origin;
 pub mod policy;
 pub mod rate;

@@ -13,6 +13,8 @@ use std::net::IpAddr;
 use http::uri::Authority;
 use subtle::ConstantTimeEq;
 
+use super::identity::{Credentials, Identity};
+
 /// Why an upgrade is refused (a closed set: also a metric label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Refusal {
@@ -47,8 +49,10 @@ pub struct UpgradePolicy {
     pub any_origin: bool,
     /// The listener is bound to a loopback address: the safe defaults apply.
     pub loopback_only: bool,
-    /// Required bearer token, if any.
+    /// Required bearer token, if any (the listener's unnamed client).
     pub token: Option<String>,
+    /// Named clients' bearer tokens (`[[listeners.<name>.clients]]`).
+    pub clients: Vec<(std::sync::Arc<str>, String)>,
 }
 
 // === impl Refusal ===
@@ -126,6 +130,17 @@ impl UpgradePolicy {
         authorization: Option<&[u8]>,
         query: Option<&str>,
     ) -> Result<(), Refusal> {
+        self.admit(host, origin, authorization, query).map(drop)
+    }
+
+    /// [`UpgradePolicy::check`], returning the identity the token names.
+    pub fn admit(
+        &self,
+        host: Option<&[u8]>,
+        origin: Option<&[u8]>,
+        authorization: Option<&[u8]>,
+        query: Option<&str>,
+    ) -> Result<Identity, Refusal> {
         self.check_host(host)?;
         self.check_origin(origin)?;
         self.check_token(authorization, query)
@@ -174,10 +189,14 @@ impl UpgradePolicy {
         &self,
         authorization: Option<&[u8]>,
         query: Option<&str>,
-    ) -> Result<(), Refusal> {
-        let Some(expected) = &self.token else {
-            return Ok(());
+    ) -> Result<Identity, Refusal> {
+        let credentials = Credentials {
+            unnamed: self.token.clone(),
+            named: self.clients.clone(),
         };
+        if credentials.open() {
+            return Ok(Identity::default());
+        }
         let bearer = authorization.and_then(ascii).and_then(bearer_token);
         // Query values are form-encoded (`%2B`, `+` for a space), as
         // `URLSearchParams` writes them; the first `token` counts.
@@ -191,9 +210,7 @@ impl UpgradePolicy {
             None => from_query().ok_or(Refusal::Token)?,
         };
         // Constant-time: the comparison does not leak how much matched.
-        let same = given.len() == expected.len()
-            && bool::from(given.as_bytes().ct_eq(expected.as_bytes()));
-        same.then_some(()).ok_or(Refusal::Token)
+        credentials.identify(Some(&given)).ok_or(Refusal::Token)
     }
 }
 

@@ -38,6 +38,8 @@ pub struct Settings {
     pub window: usize,
     /// The persistent topics and what each keeps.
     pub topics: Topics,
+    /// Subscriptions per owner, per connection and per topic.
+    pub caps: super::Caps,
 }
 
 /// The configured store.
@@ -230,6 +232,14 @@ impl Store for Backend {
             Backend::Memory(e) => e.position(id).await,
             Backend::Embedded(e) => e.position(id).await,
             Backend::Nats(js) => js.position(id).await,
+        }
+    }
+
+    async fn owned(&self, prefix: &str) -> Result<usize, PersistError> {
+        match self {
+            Backend::Memory(e) => e.owned(prefix).await,
+            Backend::Embedded(e) => e.owned(prefix).await,
+            Backend::Nats(js) => js.owned(prefix).await,
         }
     }
 }

@@ -22,9 +22,15 @@
 //! persistent message is never lost on the way to a connected client (and
 //! one a slow client never acknowledges is sent again anyway).
 //!
+//! Owners (see [`super::owner`]): every id a connection names is looked up
+//! in its [`Owner`]'s namespace, so holders, conflicts and "unknown id"
+//! are all within one identity's subscriptions; the store's key joins the
+//! owner and the id.
+//!
 //! Bounds: one holder per subscription id ([`super::DEFAULT_MAX_SUBSCRIPTIONS`]
-//! in the store), ids of at most [`MAX_ID_BYTES`]; one pump task per held
-//! id; nothing is queued here beyond the store's delivery channel.
+//! in the store), ids of at most [`MAX_ID_BYTES`]; the [`Caps`] per owner,
+//! per connection and per topic; one pump task per held id; nothing is
+//! queued here beyond the store's delivery channel.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -35,7 +41,7 @@ use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use super::{Backend, Stored, Topics};
+use super::{Backend, Caps, Owner, PersistError, Store, Stored, Topics};
 use crate::error::{ErrorKind, GatewayError};
 use crate::pubsub::topic;
 
@@ -63,7 +69,13 @@ pub struct Hub {
     topics: Topics,
     /// Issues connection keys; never reused.
     next_conn: AtomicU64,
+    /// By store key ([`Owner::key`]).
     holders: Mutex<HashMap<String, Holder>>,
+    caps: Caps,
+    /// Subscriptions being created, per owner prefix: counted with the
+    /// store's so that concurrent creates cannot pass the owner cap
+    /// together.
+    creating: Mutex<HashMap<String, usize>>,
 }
 
 /// A connection's handle on the hub; dropping it detaches its
@@ -71,6 +83,8 @@ pub struct Hub {
 pub struct Attachment {
     hub: Arc<Hub>,
     conn: u64,
+    /// Whose namespace this connection's ids are in.
+    owner: Owner,
     sink: Arc<dyn Sink>,
     /// Cancelled when the connection is gone: every pump stops.
     gone: CancellationToken,
@@ -113,7 +127,15 @@ impl Hub {
             topics,
             next_conn: AtomicU64::new(1),
             holders: Mutex::new(HashMap::new()),
+            caps: Caps::default(),
+            creating: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The same hub with `caps` instead of the defaults.
+    pub fn with_caps(mut self, caps: Caps) -> Self {
+        self.caps = caps;
+        self
     }
 
     /// The store.
@@ -126,11 +148,12 @@ impl Hub {
         &self.topics
     }
 
-    /// Attaches a connection delivering through `sink`.
-    pub fn attach(self: &Arc<Self>, sink: Arc<dyn Sink>) -> Attachment {
+    /// Attaches a connection of `owner` delivering through `sink`.
+    pub fn attach(self: &Arc<Self>, sink: Arc<dyn Sink>, owner: Owner) -> Attachment {
         Attachment {
             hub: self.clone(),
             conn: self.next_conn.fetch_add(1, Ordering::Relaxed),
+            owner,
             sink,
             gone: CancellationToken::new(),
         }
@@ -167,10 +190,17 @@ impl Hub {
         });
     }
 
-    /// Claims `id` for `conn`, or says why not.
-    fn claim(&self, conn: u64, id: &str, topic_name: &str) -> Result<Claim, GatewayError> {
+    /// Claims `key` (the client's `id`) for `conn`, or says why not: held
+    /// elsewhere, another topic, or a per-connection or per-topic cap.
+    fn claim(
+        &self,
+        conn: u64,
+        key: &str,
+        id: &str,
+        topic_name: &str,
+    ) -> Result<Claim, GatewayError> {
         let mut holders = self.holders.lock();
-        match holders.get(id) {
+        match holders.get(key) {
             Some(h) if h.conn != conn => Err(conflict(format!(
                 "subscription {id:?} is active on another connection"
             ))),
@@ -180,12 +210,29 @@ impl Hub {
             ))),
             Some(_) => Ok(Claim::Repeat),
             None => {
+                let (mut on_conn, mut on_topic) = (0, 0);
+                for h in holders.values() {
+                    on_conn += usize::from(h.conn == conn);
+                    on_topic += usize::from(h.topic == topic_name);
+                }
+                if on_conn >= self.caps.per_connection {
+                    return Err(full(format!(
+                        "at most {} persistent subscriptions per connection",
+                        self.caps.per_connection
+                    )));
+                }
+                if on_topic >= self.caps.per_topic {
+                    return Err(full(format!(
+                        "at most {} persistent subscriptions of one topic at once",
+                        self.caps.per_topic
+                    )));
+                }
                 let ticket = Ticket {
                     claim: self.next_conn.fetch_add(1, Ordering::Relaxed),
                     stop: CancellationToken::new(),
                 };
                 holders.insert(
-                    id.to_owned(),
+                    key.to_owned(),
                     Holder {
                         conn,
                         topic: topic_name.to_owned(),
@@ -198,17 +245,65 @@ impl Hub {
         }
     }
 
-    /// Gives up `ticket`'s claim of `id` (a later claim stays).
-    fn release(&self, id: &str, ticket: &Ticket) {
+    /// Gives up `ticket`'s claim of `key` (a later claim stays).
+    fn release(&self, key: &str, ticket: &Ticket) {
         ticket.stop.cancel();
         let mut holders = self.holders.lock();
-        if holders.get(id).is_some_and(|h| h.claim == ticket.claim) {
-            holders.remove(id);
+        if holders.get(key).is_some_and(|h| h.claim == ticket.claim) {
+            holders.remove(key);
         }
     }
 
-    fn holds(&self, conn: u64, id: &str) -> bool {
-        self.holders.lock().get(id).is_some_and(|h| h.conn == conn)
+    fn holds(&self, conn: u64, key: &str) -> bool {
+        self.holders.lock().get(key).is_some_and(|h| h.conn == conn)
+    }
+
+    /// Reserves `new` more subscriptions for `owner` under its cap (the
+    /// store's count plus the creates in flight), or -32007.
+    async fn reserve(&self, owner: &Owner, new: usize) -> Result<Reserved<'_>, GatewayError> {
+        let prefix = owner.prefix();
+        let stored = self
+            .store
+            .owned(&prefix)
+            .await
+            .map_err(|e: PersistError| e.to_gateway())?;
+        let mut creating = self.creating.lock();
+        let pending = creating.entry(prefix.clone()).or_default();
+        if stored + *pending + new > self.caps.per_owner {
+            if *pending == 0 {
+                creating.remove(&prefix);
+            }
+            return Err(full(format!(
+                "at most {} persistent subscriptions per client",
+                self.caps.per_owner
+            )));
+        }
+        *pending += new;
+        Ok(Reserved {
+            hub: self,
+            prefix,
+            n: new,
+        })
+    }
+}
+
+/// Creates counted against an owner's cap until they are in the store
+/// (or failed): dropping it gives them back.
+struct Reserved<'a> {
+    hub: &'a Hub,
+    prefix: String,
+    n: usize,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        let mut creating = self.hub.creating.lock();
+        if let Some(pending) = creating.get_mut(&self.prefix) {
+            *pending = pending.saturating_sub(self.n);
+            if *pending == 0 {
+                creating.remove(&self.prefix);
+            }
+        }
     }
 }
 
@@ -247,6 +342,10 @@ impl fmt::Debug for Hub {
 
 fn invalid(detail: String) -> GatewayError {
     GatewayError::with_detail(ErrorKind::InvalidParams, detail)
+}
+
+fn full(detail: String) -> GatewayError {
+    GatewayError::with_detail(ErrorKind::ResourceExhausted, detail)
 }
 
 fn conflict(detail: String) -> GatewayError {

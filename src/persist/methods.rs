@@ -82,6 +82,35 @@ pub async fn call(
     Some(result.map(|value| Payload::Json(raw_from_string(value.to_string()))))
 }
 
+/// The topics a persistent subscribe call asks for, for a policy to check
+/// first; empty for any other method or malformed params (the call itself
+/// answers those).
+pub fn requested(method: &str, params: Option<&Payload>) -> Vec<String> {
+    let topic_of = |mut o: Map<String, Value>| match o.remove("topic") {
+        Some(Value::String(t)) => Some(t),
+        _ => None,
+    };
+    match method {
+        SUBSCRIBE => object(params, SUBSCRIBE_SHAPE)
+            .ok()
+            .and_then(topic_of)
+            .into_iter()
+            .collect(),
+        SUBSCRIBE_BATCH => list(params, "subscriptions", SUBSCRIBE_BATCH_SHAPE)
+            .map(|items| {
+                items
+                    .into_iter()
+                    .filter_map(|item| match item {
+                        Value::Object(o) => topic_of(o),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
 async fn subscribe(
     att: &Attachment,
     params: Option<&Payload>,

@@ -41,7 +41,8 @@
 //!   are kept. The next message is read from the store when the floor
 //!   moves.
 //! - At most [`DEFAULT_MAX_SUBSCRIPTIONS`] subscription ids exist at once
-//!   (past it, -32007).
+//!   (past it, -32007); at most [`Caps`] per owner, per connection and
+//!   per topic (see [`owner`]: an id belongs to the identity that made it).
 //! - Retention bounds what a topic keeps (`max_age_seconds`, `max_count`,
 //!   `max_bytes`; all optional: a topic without any keeps everything).
 //! - Between the broker and the store, at most
@@ -70,11 +71,13 @@ pub mod jetstream;
 pub mod local;
 mod meters;
 pub mod methods;
+pub mod owner;
 pub mod policy;
 pub mod recorder;
 
 pub use backend::{Backend, BackendKind, Settings};
 pub use meters::Meters;
+pub use owner::{Caps, Owner};
 pub use policy::{TopicPolicy, Topics};
 
 /// How many sequences above its floor a subscription may have sent (and
@@ -217,6 +220,10 @@ pub trait Store: Send + Sync + 'static {
         &self,
         id: &str,
     ) -> impl Future<Output = Result<Option<(String, u64)>, PersistError>> + Send;
+
+    /// How many subscription ids start with `prefix`: one owner's
+    /// subscriptions ([`Owner::prefix`]), held or not.
+    fn owned(&self, prefix: &str) -> impl Future<Output = Result<usize, PersistError>> + Send;
 }
 
 // === impl Stored ===

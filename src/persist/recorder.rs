@@ -203,6 +203,7 @@ mod tests {
             nats_url: None,
             window: 8,
             topics: topics.clone(),
+            caps: crate::persist::Caps::default(),
         }
     }
 

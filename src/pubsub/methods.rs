@@ -63,6 +63,17 @@ pub fn call(
     Some(result.map(|value| Payload::Json(raw_from_string(value.to_string()))))
 }
 
+/// The patterns a subscribe call (`rpc.subscribe`, `rpc.subscribe.batch`)
+/// asks for, for a policy to check first; empty for any other method or
+/// malformed params (the call itself answers those).
+pub fn requested(method: &str, params: Option<&Payload>) -> Vec<String> {
+    match method {
+        SUBSCRIBE => one(params).map(|t| vec![t]).unwrap_or_default(),
+        SUBSCRIBE_BATCH => many(params).unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
 /// The `topic` of a single call.
 fn one(params: Option<&Payload>) -> Result<String, GatewayError> {
     let mut object = object(params, ONE_SHAPE)?;

@@ -30,6 +30,8 @@
 //! - [`nats`]: NATS core as the [`Backbone`] of a broker (`[pubsub]
 //!   backend = "nats"`): subscribers on several instances, services
 //!   publishing on NATS directly.
+//! - [`topic_policy`]: which patterns a client may subscribe to (allow and
+//!   deny lists), with an exact containment decision.
 //!
 //! # Bounds
 //!
@@ -49,6 +51,7 @@ pub mod index;
 pub mod methods;
 pub mod nats;
 pub mod topic;
+pub mod topic_policy;
 
 pub use broker::{Backbone, Broker, Limits, Registration, DEFAULT_MAX_SUBSCRIPTIONS};
 pub use event::{Delivery, Event, Published, Subscriber};

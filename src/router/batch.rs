@@ -50,7 +50,7 @@ impl Router {
                 Item::Valid(
                     Message::Request { method, .. } | Message::Notification { method, .. },
                 ) => self
-                    .routed(method)
+                    .routed(method, client.client_name())
                     .filter(|u| u.takes_batches_of(method))
                     .cloned(),
                 _ => None,

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
+use crate::limits::identity::Identity;
 use crate::persist::hub::Attachment;
 use crate::pubsub::Registration;
 use crate::upstream::{Client, Dedicated, OwnerRef};
@@ -41,6 +42,9 @@ pub struct ClientLinks {
     /// The client's persistent subscriptions, attached on first use and
     /// detached (positions kept) when the client is gone.
     persistent: Mutex<Option<Arc<Attachment>>>,
+    /// Who the client is on its listener (set once, at the upgrade): its
+    /// method policy, the owner of its persistent subscriptions, its logs.
+    who: std::sync::OnceLock<Identity>,
 }
 
 // === impl ClientLinks ===
@@ -56,6 +60,28 @@ impl ClientLinks {
             gone: CancellationToken::new(),
             subscriptions: Mutex::new(None),
             persistent: Mutex::new(None),
+            who: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Records the client's identity (once, before its first request).
+    pub fn identify(&self, who: Identity) {
+        // Set once per connection; a second call changes nothing.
+        let _ = self.who.set(who);
+    }
+
+    /// The client's named client, if any (`None`: the listener's unnamed
+    /// client).
+    pub fn client_name(&self) -> Option<&str> {
+        self.who.get().and_then(Identity::client)
+    }
+
+    /// The identity this client's persistent subscriptions belong to on
+    /// `listener` (see [`crate::persist::owner`]).
+    pub(crate) fn owner(&self, listener: &str) -> crate::persist::Owner {
+        match self.client_name() {
+            Some(name) => crate::persist::Owner::client(listener, name),
+            None => crate::persist::Owner::listener(listener),
         }
     }
 

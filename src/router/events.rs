@@ -117,6 +117,11 @@ impl Router {
         if !methods::is_pubsub(method) {
             return None;
         }
+        let asked = methods::requested(method, params);
+        let peer = crate::telemetry::Peer(client.peer());
+        if let Some(refusal) = self.refuse_topics(id, &asked, peer, client.client_name()) {
+            return Some(refusal);
+        }
         let outcome = client.with_subscriptions(
             || {
                 let sink = EventSink::new(client.pusher().clone(), self);

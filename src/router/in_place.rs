@@ -47,6 +47,9 @@ pub(crate) struct InPlace {
     /// Cancelled when the shutdown grace period is over: parked calls are
     /// answered `unavailable` instead of written.
     grace_over: CancellationToken,
+    /// The client's identity (its named client, if any): whose method
+    /// policy decides what may be placed.
+    who: std::sync::OnceLock<crate::limits::identity::Identity>,
 }
 
 /// Calls a session's table keeps room for once it runs empty: a burst
@@ -118,7 +121,14 @@ impl InPlace {
             calls: Mutex::new(Calls::default()),
             gone: AtomicBool::new(false),
             grace_over,
+            who: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Records the client's identity (once, before its first request).
+    pub(crate) fn identify(&self, who: crate::limits::identity::Identity) {
+        // Set once per connection; a second call changes nothing.
+        let _ = self.who.set(who);
     }
 
     /// Hands a request to its pooled upstream (written now, or parked
@@ -130,7 +140,8 @@ impl InPlace {
         parent: &tracing::Span,
         req: NotPlaced,
     ) -> Result<(), NotPlaced> {
-        let Some(upstream) = router.routed(&req.method) else {
+        let who = self.who.get().and_then(|w| w.client());
+        let Some(upstream) = router.routed(&req.method, who) else {
             return Err(req);
         };
         if !upstream.settles_in_place(&req.method) {

@@ -122,8 +122,9 @@ impl Router {
             };
             series.push((up.clone(), s));
         }
+        let default_topics = policy::upstream_topics(&table);
         Router {
-            cfg: RouterSettings::of(cfg),
+            cfg: RouterSettings::of(cfg).with_default_topics(&default_topics),
             broker,
             hub: None,
             table,
@@ -254,7 +255,8 @@ impl Router {
         client: &ClientLinks,
         starts: &Starts,
     ) -> Message {
-        if let Some(refusal) = self.refuse_request(&id, method, Peer(client.peer())) {
+        let who = client.client_name();
+        if let Some(refusal) = self.refuse_request(&id, method, Peer(client.peer()), who) {
             return refusal;
         }
         if let Some(reply) = self.pubsub(&id, method, params, client) {
@@ -263,7 +265,7 @@ impl Router {
         if let Some(reply) = self.persistent(&id, method, params, client, starts).await {
             return reply;
         }
-        let Some(upstream) = self.routed(method) else {
+        let Some(upstream) = self.routed(method, who) else {
             self.count_request("none", RequestOutcome::Error(ErrorKind::MethodNotFound));
             let err = GatewayError::no_route(method);
             // `rpc.*` is switchyard's own namespace, never routed: an
@@ -293,10 +295,11 @@ impl Router {
         if let Some(pong) = codec.pong(method, self.cfg.answer_ping_notification) {
             return Some(pong);
         }
-        if self.refuse_notification(method, Peer(client.peer())) {
+        let who = client.client_name();
+        if self.refuse_notification(method, Peer(client.peer()), who) {
             return None;
         }
-        let Some(upstream) = self.routed(method) else {
+        let Some(upstream) = self.routed(method, who) else {
             self.count_dropped(DropReason::NoRoute);
             return None;
         };
@@ -310,10 +313,11 @@ impl Router {
     }
 
     /// The upstream for a method; `rpc.*` methods and methods the
-    /// listener's policy refuses are never forwarded. Every path to an
-    /// upstream (in place, waiting, batch) asks here.
-    pub(crate) fn routed(&self, method: &str) -> Option<&Arc<Upstream>> {
-        if method.starts_with("rpc.") || self.forbidden(method) {
+    /// policy of the client (`who`: its named client, `None` for the
+    /// unnamed one) refuses are never forwarded. Every path to an upstream
+    /// (in place, waiting, batch) asks here.
+    pub(crate) fn routed(&self, method: &str, who: Option<&str>) -> Option<&Arc<Upstream>> {
+        if method.starts_with("rpc.") || self.forbidden(method, who) {
             return None;
         }
         self.upstream_for(method)

@@ -141,6 +141,11 @@ impl Router {
         if !methods::is_persistent(method) {
             return None;
         }
+        let asked = methods::requested(method, params);
+        let peer = crate::telemetry::Peer(client.peer());
+        if let Some(refusal) = self.refuse_topics(id, &asked, peer, client.client_name()) {
+            return Some(refusal);
+        }
         let Some(hub) = self.hub.as_ref() else {
             let e = GatewayError::with_detail(
                 ErrorKind::MethodNotFound,
@@ -150,7 +155,7 @@ impl Router {
         };
         let attachment = client.persistent(|| {
             let sink = PersistentSink::new(client.pusher().clone(), self);
-            Hub::attach(hub, Arc::new(sink))
+            Hub::attach(hub, Arc::new(sink), client.owner(&self.cfg.name))
         });
         // Boxed: the store's futures are large, and inline they would make
         // every request's future (a task of its own while it waits for an

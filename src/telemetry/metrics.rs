@@ -82,6 +82,10 @@ pub struct Metrics {
     pub connections_open: IntGaugeVec,
     /// Client connections accepted, by listener.
     pub connections_accepted: IntCounterVec,
+    /// Client connections currently open, by listener and named client
+    /// (`client` is a configured client's name: bounded by the
+    /// configuration; the unnamed client has no series here).
+    pub client_connections_open: IntGaugeVec,
     /// Requests settled, by listener, upstream and outcome.
     pub requests: sharded::CounterVec<3>,
     /// Client-observed request duration, by listener and upstream.

@@ -156,6 +156,7 @@ pub fn connection_span(
             "switchyard.connection",
             switchyard.listener = %listener,
             switchyard.dialect = dialect,
+            switchyard.client = tracing::field::Empty,
         );
     }
     let span = tracing::info_span!(
@@ -164,6 +165,8 @@ pub fn connection_span(
         network.protocol.name = "websocket",
         switchyard.listener = %listener,
         switchyard.dialect = dialect,
+        // The named client its token names (`""`: the unnamed client).
+        switchyard.client = tracing::field::Empty,
     );
     // Fails only when no OpenTelemetry layer is installed (export is off),
     // and then there is nothing to parent.

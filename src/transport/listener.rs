@@ -23,6 +23,7 @@ use crate::config::ListenerConfig;
 use crate::dialect::Dialect;
 use crate::error::Side;
 use crate::limits::conns::ConnLimits;
+use crate::limits::identity::{AtCap, ClientConns, ClientPermit, Identity};
 use crate::limits::origin::UpgradePolicy;
 use crate::limits::rate::RateLimits;
 use crate::router::Router;
@@ -49,6 +50,8 @@ pub struct Listener {
     rate: Arc<RateLimits>,
     /// The listener's connection caps (the counts outlive a reload).
     conns: ConnLimits,
+    /// Open connections per named client (outlive a reload).
+    clients: ClientConns,
     /// The upgrade checks (Host, Origin, token), built once per
     /// configuration.
     upgrade: UpgradePolicy,
@@ -80,6 +83,7 @@ impl Listener {
             cfg,
             rate,
             conns,
+            clients: ClientConns::default(),
             upgrade,
             refusals: Throttle::new(REFUSAL_LOG_PERIOD),
             metrics,
@@ -104,7 +108,42 @@ impl Listener {
         self.conns = old
             .conns
             .with_caps(p.max_connections, p.max_connections_per_ip);
+        self.clients = old.clients.clone();
+        // A named client whose credential is gone or changed: its open
+        // connections close (1008); the others keep going under the new
+        // policies, which the next request reads.
+        for c in &q.clients {
+            let kept = p
+                .clients
+                .iter()
+                .any(|n| n.name == c.name && n.token == c.token);
+            if !kept {
+                self.clients.revoke(&c.name);
+            }
+        }
         self
+    }
+
+    /// Admits a connection of `who` under its named client's own cap
+    /// (`max_connections` of its `[[clients]]` entry); `Err` at the cap.
+    /// The unnamed client has no place here (`Ok(None)`).
+    pub fn admit_client(&self, who: &Identity) -> Result<Option<ClientPermit>, AtCap> {
+        let cap = who
+            .client()
+            .and_then(|name| {
+                self.cfg
+                    .protection
+                    .clients
+                    .iter()
+                    .find(|c| &*c.name == name)
+            })
+            .map_or(0, |c| c.max_connections);
+        self.clients.admit(who, cap)
+    }
+
+    /// Open connections of named client `name`.
+    pub fn client_connections(&self, name: &str) -> usize {
+        self.clients.open(name)
     }
 
     /// The listener's configuration.
@@ -220,5 +259,10 @@ fn upgrade_policy(cfg: &ListenerConfig) -> UpgradePolicy {
         any_origin: p.any_origin,
         loopback_only,
         token: p.auth_token.clone(),
+        clients: p
+            .clients
+            .iter()
+            .map(|c| (c.name.clone(), c.token.clone()))
+            .collect(),
     }
 }

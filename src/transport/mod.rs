@@ -62,3 +62,14 @@ impl Drop for OpenConnection {
         self.0.dec();
     }
 }
+
+/// A named client's open connection, counted in
+/// `switchyard_client_connections_open` while it lives.
+#[derive(Debug)]
+pub(crate) struct OpenClientConnection(pub(crate) prometheus::IntGauge);
+
+impl Drop for OpenClientConnection {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}

@@ -29,6 +29,7 @@ use super::{Listener, ListenerCell, Outgoing, Serve};
 use crate::close::CloseCode;
 use crate::dialect::client;
 use crate::dialect::Dialect;
+use crate::limits::identity::Identity;
 use crate::limits::origin::Refusal;
 use crate::limits::rate::PRUNE_INTERVAL;
 use crate::telemetry::metrics::RejectReason;
@@ -97,15 +98,16 @@ pub(crate) async fn serve(
                     Err(rejection) => return rejection.into_response(),
                 };
                 let listener = cell.load();
-                if let Err(refused) = check_upgrade(&listener, &headers, &uri, peer.ip()) {
-                    return *refused;
-                }
+                let who = match check_upgrade(&listener, &headers, &uri, peer.ip()) {
+                    Ok(who) => who,
+                    Err(refused) => return *refused,
+                };
                 // No longer pending: the session counts from here, before
                 // the client can see the 101.
                 if let Some(Extension(place)) = place {
                     place.release();
                 }
-                upgrade(ws, &headers, &listener, cell, ctx, peer.ip())
+                upgrade(ws, &headers, &listener, cell, ctx, (peer.ip(), who))
             }
         },
     );
@@ -120,7 +122,7 @@ fn upgrade(
     listener: &Listener,
     cell: Arc<ListenerCell>,
     ctx: Serve,
-    peer: IpAddr,
+    (peer, who): (IpAddr, Identity),
 ) -> Response {
     let limit = listener
         .cfg()
@@ -135,9 +137,10 @@ fn upgrade(
         .write_buffer_size(WRITE_THRESHOLD);
     let ws = select_subprotocol(ws, listener.dialect());
     let span = connection_span(headers, listener.name(), listener.dialect().as_str());
+    span.record("switchyard.client", who.label());
     let sessions = ctx.sessions.clone();
     ws.on_upgrade(move |socket| {
-        sessions.track_future(run(socket, cell, ctx, peer).instrument(span))
+        sessions.track_future(run(socket, cell, ctx, peer, who).instrument(span))
     })
 }
 
@@ -159,9 +162,9 @@ pub(super) fn check_upgrade(
     headers: &HeaderMap,
     uri: &Uri,
     peer: IpAddr,
-) -> Result<(), Box<Response>> {
+) -> Result<Identity, Box<Response>> {
     let header = |name| headers.get(name).map(axum::http::HeaderValue::as_bytes);
-    let verdict = listener.upgrade_policy().check(
+    let verdict = listener.upgrade_policy().admit(
         header(axum::http::header::HOST),
         header(axum::http::header::ORIGIN),
         header(axum::http::header::AUTHORIZATION),
@@ -181,7 +184,13 @@ pub(super) fn check_upgrade(
 }
 
 /// Drives one client connection to its end.
-async fn run(mut socket: WebSocket, cell: Arc<ListenerCell>, ctx: Serve, peer: IpAddr) {
+async fn run(
+    mut socket: WebSocket,
+    cell: Arc<ListenerCell>,
+    ctx: Serve,
+    peer: IpAddr,
+    who: Identity,
+) {
     // Read once for what is fixed for the connection's life (its outbox,
     // its counters); requests read the cell themselves.
     let listener = cell.load();
@@ -198,7 +207,28 @@ async fn run(mut socket: WebSocket, cell: Arc<ListenerCell>, ctx: Serve, peer: I
         let _ = socket.send(WsMessage::Close(Some(frame))).await;
         return;
     };
+    let Ok(_client_permit) = listener.admit_client(&who) else {
+        // A named client at its own `max_connections`.
+        listener.count_rejected(RejectReason::Limit);
+        let reason = "max connections exceeded";
+        listener.log_closed(CloseCode::PolicyViolation, reason, Peer(Some(peer)));
+        let frame = CloseFrame {
+            code: CloseCode::PolicyViolation.as_u16(),
+            reason: reason.into(),
+        };
+        // The peer may be gone already; it is refused either way.
+        let _ = socket.send(WsMessage::Close(Some(frame))).await;
+        return;
+    };
     let _open = super::OpenConnection::count(&listener);
+    let _client_open = who.client().map(|name| {
+        let gauge = listener
+            .metrics()
+            .client_connections_open
+            .with_label_values(&[listener.name(), name]);
+        gauge.inc();
+        super::OpenClientConnection(gauge)
+    });
     let (sink, stream) = socket.split();
     let sent = listener.metrics().frame_counter(
         listener.dialect(),
@@ -206,6 +236,27 @@ async fn run(mut socket: WebSocket, cell: Arc<ListenerCell>, ctx: Serve, peer: I
         crate::telemetry::metrics::Direction::Out,
     );
     let (session, rx) = Session::new(cell.clone(), ctx.grace_over.clone(), Some(peer));
+    session.identify(who);
+    // Closes the connection (1008) if a reload revokes its credential;
+    // stops with the connection.
+    let done = tokio_util::sync::CancellationToken::new();
+    let _done = done.clone().drop_guard();
+    if let Some(revoked) = _client_permit.as_ref().map(|p| p.revoked().clone()) {
+        let outbox = session.outbox().clone();
+        // The cell, not this generation's listener: that one is not kept
+        // for the connection's life.
+        let cell = cell.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = revoked.cancelled() => {
+                    let reason = "credential revoked";
+                    cell.load().log_closed(CloseCode::PolicyViolation, reason, Peer(Some(peer)));
+                    outbox.try_close(CloseCode::PolicyViolation, reason);
+                }
+                () = done.cancelled() => {}
+            }
+        });
+    }
     let writer = tokio::spawn(driver::write_loop(WsSink(sink), rx, sent));
     if let Some(hello) = session.greeting() {
         // Sideband: both sides send their handshake at once.

@@ -45,6 +45,8 @@ address = "127.0.0.1:0"
 dialect = "jsonrpc-ws"
 address = "127.0.0.1:0"
 path = "/rpc"
+# The wildcard cases reach past the upstream's own topics.
+allow_topics = [">"]
 
 [upstreams.events]
 dialect = "jsonrpc-ws"

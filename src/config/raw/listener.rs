@@ -99,6 +99,18 @@ pub struct RawListener {
     /// Methods clients may not call, as patterns; wins over
     /// `allow_methods`. Default `[]`.
     pub deny_methods: Vec<String>,
+    /// Topic patterns (NATS style) clients may subscribe to. Default `[]`:
+    /// the topics of the upstreams the listener routes to.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allow_topics: Vec<String>,
+    /// Topic patterns clients may not subscribe to (a pattern that could
+    /// match one of them is refused). Default `[]`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub deny_topics: Vec<String>,
+    /// `[[listeners.<name>.clients]]`: named clients, each with its own
+    /// token and policy. Default: none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub clients: Vec<crate::config::clients::RawClient>,
     /// Messages per second per connection; 0 = off. Default `0`.
     pub rate_per_second: u32,
     /// Burst per connection; 0 = same as the rate. Default `0`.
@@ -169,6 +181,9 @@ impl Default for RawListener {
             auth_token: None,
             allow_methods: Vec::new(),
             deny_methods: Vec::new(),
+            allow_topics: Vec::new(),
+            deny_topics: Vec::new(),
+            clients: Vec::new(),
             rate_per_second: 0,
             rate_burst: 0,
             ip_rate_per_second: 0,

@@ -23,16 +23,23 @@ impl Attachment {
         starts: &Starts,
     ) -> Result<u64, GatewayError> {
         self.hub.check(id, topic_name)?;
-        match self.hub.claim(self.conn, id, topic_name)? {
-            Claim::Repeat => self.floor(id).await,
-            Claim::Fresh(ticket) => self.open(id, topic_name, ticket, starts).await,
+        let key = self.owner.key(id);
+        // A new id counts against the owner's cap until it is stored.
+        let _reserved = match self.hub.store.position(&key).await {
+            Ok(Some(_)) => None,
+            Ok(None) => Some(self.hub.reserve(&self.owner, 1).await?),
+            Err(e) => return Err(e.to_gateway()),
+        };
+        match self.hub.claim(self.conn, &key, id, topic_name)? {
+            Claim::Repeat => self.floor(id, &key).await,
+            Claim::Fresh(ticket) => self.open(id, &key, topic_name, ticket, starts).await,
         }
     }
 
     /// `rpc.subscribe.persistent.batch`: every item subscribed, or none.
-    /// Each is checked (params, holders, existing topics) before any is
-    /// opened; if one fails to open, those opened are detached and those
-    /// created are deleted again. Deliveries start when `starts` is
+    /// Each is checked (params, holders, existing topics, caps) before any
+    /// is opened; if one fails to open, those opened are detached and
+    /// those created are deleted again. Deliveries start when `starts` is
     /// released.
     pub async fn subscribe_all(
         &self,
@@ -40,14 +47,16 @@ impl Attachment {
         starts: &Starts,
     ) -> Result<Vec<u64>, GatewayError> {
         let created = self.check_all(items).await?;
+        let _reserved = self.hub.reserve(&self.owner, created.len()).await?;
         let mut results = Vec::with_capacity(items.len());
         let mut claimed = Vec::new();
         for (id, topic_name) in items {
-            let outcome = match self.hub.claim(self.conn, id, topic_name) {
-                Ok(Claim::Repeat) => self.floor(id).await,
+            let key = self.owner.key(id);
+            let outcome = match self.hub.claim(self.conn, &key, id, topic_name) {
+                Ok(Claim::Repeat) => self.floor(id, &key).await,
                 Ok(Claim::Fresh(ticket)) => {
-                    claimed.push((id.clone(), ticket.clone()));
-                    self.open(id, topic_name, ticket, starts).await
+                    claimed.push((key.clone(), ticket.clone()));
+                    self.open(id, &key, topic_name, ticket, starts).await
                 }
                 Err(e) => Err(e),
             };
@@ -64,7 +73,8 @@ impl Attachment {
 
     /// Checks every batch item before anything changes: params, no id
     /// twice with different topics, no holder elsewhere, no existing id
-    /// with another topic. Returns the ids that do not exist yet.
+    /// with another topic. Returns the store keys that do not exist yet
+    /// (each once).
     async fn check_all(&self, items: &[(String, String)]) -> Result<Vec<String>, GatewayError> {
         for (i, (id, topic_name)) in items.iter().enumerate() {
             self.hub.check(id, topic_name).map_err(|e| at_index(i, e))?;
@@ -77,14 +87,15 @@ impl Attachment {
         }
         let mut created = Vec::new();
         for (id, topic_name) in items {
-            if let Some(h) = self.hub.holders.lock().get(id) {
+            let key = self.owner.key(id);
+            if let Some(h) = self.hub.holders.lock().get(&key) {
                 if h.conn != self.conn || h.topic != *topic_name {
                     return Err(conflict(format!(
                         "subscription {id:?} is active on another connection or with another topic"
                     )));
                 }
             }
-            let position = self.hub.store.position(id).await;
+            let position = self.hub.store.position(&key).await;
             match position.map_err(|e| e.to_gateway())? {
                 Some((existing, _)) if existing != *topic_name => {
                     return Err(conflict(format!(
@@ -92,7 +103,8 @@ impl Attachment {
                     )));
                 }
                 Some(_) => {}
-                None => created.push(id.clone()),
+                None if created.contains(&key) => {}
+                None => created.push(key),
             }
         }
         Ok(created)
@@ -100,10 +112,11 @@ impl Attachment {
 
     /// `rpc.acknowledge.persistent`.
     pub async fn ack(&self, id: &str, seq: u64) -> Result<(), GatewayError> {
-        if !self.hub.holds(self.conn, id) {
+        let key = self.owner.key(id);
+        if !self.hub.holds(self.conn, &key) {
             return Err(not_held(id));
         }
-        match self.hub.store.ack(id, seq).await {
+        match self.hub.store.ack(&key, seq).await {
             Ok(Acked::Yes) => Ok(()),
             Ok(Acked::NeverDelivered) => Err(invalid(format!(
                 "sequence_id {seq} was never delivered to subscription {id:?}"
@@ -117,9 +130,10 @@ impl Attachment {
     /// connection holds it (and its deliveries go on) until the delete is
     /// written: if that fails (-32009), nothing changed.
     pub async fn unsubscribe(&self, id: &str) -> Result<(), GatewayError> {
+        let key = self.owner.key(id);
         let held_elsewhere = {
             let holders = self.hub.holders.lock();
-            holders.get(id).is_some_and(|h| h.conn != self.conn)
+            holders.get(&key).is_some_and(|h| h.conn != self.conn)
         };
         if held_elsewhere {
             return Err(GatewayError::with_detail(
@@ -129,12 +143,12 @@ impl Attachment {
         }
         self.hub
             .store
-            .delete(id)
+            .delete(&key)
             .await
             .map_err(|e| e.to_gateway())?;
         let mut holders = self.hub.holders.lock();
-        if holders.get(id).is_some_and(|h| h.conn == self.conn) {
-            if let Some(h) = holders.remove(id) {
+        if holders.get(&key).is_some_and(|h| h.conn == self.conn) {
+            if let Some(h) = holders.remove(&key) {
                 h.stop.cancel();
             }
         }
@@ -146,9 +160,11 @@ impl Attachment {
     pub async fn unsubscribe_all(&self, ids: &[String]) -> Result<(), GatewayError> {
         {
             let holders = self.hub.holders.lock();
-            let foreign = ids
-                .iter()
-                .position(|id| holders.get(id).is_some_and(|h| h.conn != self.conn));
+            let foreign = ids.iter().position(|id| {
+                holders
+                    .get(&self.owner.key(id))
+                    .is_some_and(|h| h.conn != self.conn)
+            });
             if let Some(i) = foreign {
                 return Err(GatewayError::with_detail(
                     ErrorKind::NotFound,
@@ -162,8 +178,8 @@ impl Attachment {
         Ok(())
     }
 
-    async fn floor(&self, id: &str) -> Result<u64, GatewayError> {
-        match self.hub.store.position(id).await {
+    async fn floor(&self, id: &str, key: &str) -> Result<u64, GatewayError> {
+        match self.hub.store.position(key).await {
             Ok(Some((_, floor))) => Ok(floor),
             Ok(None) => Err(not_held(id)),
             Err(e) => Err(e.to_gateway()),
@@ -173,11 +189,12 @@ impl Attachment {
     async fn open(
         &self,
         id: &str,
+        key: &str,
         topic_name: &str,
         ticket: Ticket,
         starts: &Starts,
     ) -> Result<u64, GatewayError> {
-        match self.hub.store.open(id, topic_name).await {
+        match self.hub.store.open(key, topic_name).await {
             Ok(opened) => {
                 let pump = Pump {
                     id: id.to_owned(),
@@ -190,17 +207,18 @@ impl Attachment {
                 Ok(opened.resumed_from)
             }
             Err(e) => {
-                self.hub.release(id, &ticket);
+                self.hub.release(key, &ticket);
                 Err(e.to_gateway())
             }
         }
     }
 
+    /// Undoes a batch: `claimed` and `created` are store keys.
     async fn roll_back(&self, claimed: &[(String, Ticket)], created: &[String]) {
-        for (id, ticket) in claimed {
-            self.hub.release(id, ticket);
-            if created.contains(id) {
-                if let Err(e) = self.hub.store.delete(id).await {
+        for (key, ticket) in claimed {
+            self.hub.release(key, ticket);
+            if created.contains(key) {
+                if let Err(e) = self.hub.store.delete(key).await {
                     tracing::warn!(error = %e, "persistent batch subscribe: roll-back failed");
                 }
             }
@@ -219,6 +237,7 @@ impl fmt::Debug for Attachment {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Attachment")
             .field("conn", &self.conn)
+            .field("owner", &self.owner)
             .finish()
     }
 }

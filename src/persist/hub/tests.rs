@@ -39,7 +39,7 @@ fn hub() -> Arc<Hub> {
 
 fn attach(hub: &Arc<Hub>) -> (Attachment, mpsc::Receiver<u64>) {
     let (tx, rx) = mpsc::channel(64);
-    (hub.attach(Arc::new(Recorder(tx))), rx)
+    (hub.attach(Arc::new(Recorder(tx)), Owner::listener("l")), rx)
 }
 
 async fn publish(hub: &Hub, n: usize) {

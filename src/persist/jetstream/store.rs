@@ -158,4 +158,20 @@ impl Store for JetStream {
     async fn position(&self, id: &str) -> Result<Option<(String, u64)>, PersistError> {
         self.position_of(id).await
     }
+
+    async fn owned(&self, prefix: &str) -> Result<usize, PersistError> {
+        use futures_util::TryStreamExt;
+        // The bucket's keys are hex(id) (and `acks.<hex>`, which never
+        // starts with a hex digit pair of `[`): the hex of a prefix is a
+        // prefix of the hex. One listing per new subscription, of every
+        // instance's ids.
+        let prefix = hex(prefix);
+        let keys = self.subs.keys().await.map_err(|e| fail("kv keys", e))?;
+        keys.try_fold(0usize, |n, key| {
+            let hit = key.starts_with(&prefix);
+            async move { Ok(n + usize::from(hit)) }
+        })
+        .await
+        .map_err(|e| fail("kv keys", e))
+    }
 }

@@ -45,6 +45,12 @@ impl Metrics {
                 "Client connections accepted",
                 &["listener"],
             )?,
+            client_connections_open: gauge(
+                &registry,
+                "client_connections_open",
+                "Client connections open, by named client",
+                &["listener", "client"],
+            )?,
             requests: register_sharded(
                 &registry,
                 sharded::CounterVec::new(

@@ -30,6 +30,7 @@ use super::super::ws::Entry;
 use super::super::Outgoing;
 use crate::close::CloseCode;
 use crate::dialect::jsonrpc_http::{self as wire, sse};
+use crate::limits::identity::Identity;
 use crate::outbox::OutboxReader;
 use crate::telemetry::metrics::{Limit, ProtocolError};
 
@@ -38,11 +39,13 @@ use crate::telemetry::metrics::{Limit, ProtocolError};
 pub(super) async fn stream(
     entry: Entry,
     topics: Vec<String>,
-    peer: IpAddr,
+    (peer, who): (IpAddr, Identity),
     place: Option<Place>,
 ) -> Response {
     let Entry { cell, ctx } = entry;
     let (session, mut rx) = Session::new(cell.clone(), ctx.grace_over.clone(), Some(peer));
+    // The named client's topic policy applies to the stream's topics.
+    session.identify(who);
     let subscribe = serde_json::json!({
         "jsonrpc": "2.0",
         "method": "rpc.subscribe.batch",

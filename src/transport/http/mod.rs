@@ -39,6 +39,7 @@ use super::{Listener, ListenerCell, Outgoing};
 use crate::close::CloseCode;
 use crate::config::ListenAddr;
 use crate::dialect::jsonrpc_http::{self as wire, sse};
+use crate::limits::identity::Identity;
 use crate::telemetry::metrics::{Limit, RejectReason};
 use crate::telemetry::trace::connection_span;
 
@@ -74,13 +75,13 @@ pub(crate) async fn handle(
             let topics = sse::topics(uri.query());
             match check(&listener, &headers, &uri, peer.ip()) {
                 Err(refused) => *refused,
-                Ok(()) if topics.is_empty() => plain(
+                Ok(_) if topics.is_empty() => plain(
                     StatusCode::BAD_REQUEST,
                     "at least one topic parameter is required",
                 ),
-                Ok(()) => {
+                Ok(who) => {
                     drop(listener);
-                    events::stream(entry, topics, peer.ip(), place).await
+                    events::stream(entry, topics, (peer.ip(), who), place).await
                 }
             }
         }
@@ -111,14 +112,15 @@ fn not_allowed(allow: &'static str) -> Response {
     r
 }
 
-/// Host, Origin and token, as on a WebSocket upgrade: `403`, or `401` with
-/// the bearer challenge.
+/// Host, Origin and token, as on a WebSocket upgrade: who the client is
+/// (the identity its credential names), or `403`, or `401` with the
+/// bearer challenge.
 fn check(
     listener: &Listener,
     headers: &HeaderMap,
     uri: &Uri,
     peer: IpAddr,
-) -> Result<(), Box<Response>> {
+) -> Result<Identity, Box<Response>> {
     super::ws::check_upgrade(listener, headers, uri, peer).map_err(|mut refused| {
         if refused.status() == StatusCode::UNAUTHORIZED {
             refused.headers_mut().insert(
@@ -160,9 +162,10 @@ struct Request {
 
 /// A `POST`: checks, the body read within the limit, then [`dispatch`].
 async fn post(listener: Arc<Listener>, entry: Entry, req: Request, body: Body) -> Response {
-    if let Err(refused) = check(&listener, &req.headers, &req.uri, req.peer) {
-        return *refused;
-    }
+    let who = match check(&listener, &req.headers, &req.uri, req.peer) {
+        Ok(who) => who,
+        Err(refused) => return *refused,
+    };
     let json = req
         .headers
         .get(header::CONTENT_TYPE)
@@ -200,7 +203,8 @@ async fn post(listener: Arc<Listener>, entry: Entry, req: Request, body: Body) -
     let Entry { cell, ctx } = entry;
     // A task of the listener's tracker: shutdown waits for it (within the
     // grace period) even if the client's connection is gone.
-    let task = dispatch(cell.clone(), ctx.grace_over.clone(), req.peer, bytes).instrument(span);
+    let task = dispatch(cell.clone(), ctx.grace_over.clone(), (req.peer, who), bytes);
+    let task = task.instrument(span);
     match ctx.sessions.spawn(task).await {
         Ok(out) => answer(out),
         Err(e) => {
@@ -215,10 +219,12 @@ async fn post(listener: Arc<Listener>, entry: Entry, req: Request, body: Body) -
 async fn dispatch(
     cell: Arc<ListenerCell>,
     grace_over: tokio_util::sync::CancellationToken,
-    peer: IpAddr,
+    (peer, who): (IpAddr, Identity),
     body: Bytes,
 ) -> Vec<Outgoing> {
     let (session, mut rx) = Session::new(cell, grace_over, Some(peer));
+    // The named client's method and topic policy apply to the request.
+    session.identify(who);
     match ByteString::try_from(body) {
         Ok(text) => session.on_text(&text).await,
         Err(_) => session.not_utf8().await,

@@ -158,6 +158,15 @@ impl Session {
         self.outbox.codec()
     }
 
+    /// Records who the client is (the identity its credential named at
+    /// the upgrade): its method policy and the owner of its persistent
+    /// subscriptions. Unix-socket clients are never identified: they are
+    /// the listener's unnamed client.
+    pub fn identify(&self, who: crate::limits::identity::Identity) {
+        self.client.identify(who.clone());
+        self.in_place.identify(who);
+    }
+
     /// The client's outbox.
     pub fn outbox(&self) -> &Outbox {
         &self.outbox

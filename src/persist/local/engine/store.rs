@@ -124,6 +124,16 @@ impl<L: Log> Store for Engine<L> {
         ticket.wait().await?;
         self.call(move |e| Ok(e.found(&id))).await
     }
+
+    async fn owned(&self, prefix: &str) -> Result<usize, PersistError> {
+        // Every id is in memory: a scan of at most `max_subscriptions`.
+        let state = self.shared.state.lock();
+        Ok(state
+            .subs
+            .keys()
+            .filter(|id| id.starts_with(prefix))
+            .count())
+    }
 }
 
 impl<L: Log> Engine<L> {
