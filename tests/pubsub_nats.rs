@@ -506,3 +506,84 @@ async fn user_and_password_reach_the_server() {
         gw.gateway.shutdown().await;
     }
 }
+
+/// Sends `method` for `topic` and waits for its reply (no events are
+/// expected meanwhile).
+async fn call(c: &mut TestClient, method: &str, topic: &str) {
+    let req = json!({"jsonrpc": "2.0", "method": method, "params": {"topic": topic}, "id": method});
+    c.send(&req.to_string()).await;
+    let msg: Value = serde_json::from_str(&c.recv().await).unwrap();
+    assert_eq!(msg["id"], method, "{msg}");
+    assert!(msg["result"].is_object(), "{msg}");
+}
+
+/// Two overlapping patterns on one instance: `daemon.>` (older: it
+/// delivers what both receive) and `daemon.tick` (newer: it skips). A
+/// service publishes a burst on `daemon.tick` and, right after, the last
+/// local subscriber of `daemon.>` leaves while that subscription still
+/// holds messages it has not fanned out (and `daemon.tick`'s has skipped,
+/// or not reached yet). The subscriber of `daemon.tick` must get every
+/// event of the burst exactly once, in order, and then a marker published
+/// once the server dropped `daemon.>`. Repeated so that the close lands
+/// in the middle of a burst many times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_an_overlapping_subscription_loses_and_repeats_nothing() {
+    const ROUNDS: u64 = 20;
+    // Below the outbox capacity (1024): the leaving client reads nothing.
+    const BURST: u64 = 800;
+    let nats = NatsServer::start();
+    let gw = instance(&nats.url, "", None).await;
+    let service = async_nats::connect(&nats.url).await.unwrap();
+    let subject = format!("{PREFIX}daemon.tick");
+    let mut stays = TestClient::connect(Speak::JsonRpc, &gw.url).await;
+    for round in 0..ROUNDS {
+        let leaves = subscriber(&gw.url, &["daemon.>"]).await;
+        server_holds(&nats, &["daemon.>"]).await;
+        call(&mut stays, "rpc.subscribe", "daemon.tick").await;
+        server_holds(&nats, &["daemon.>", "daemon.tick"]).await;
+
+        for n in 0..BURST {
+            let payload = json!({ "round": round, "n": n }).to_string();
+            service
+                .publish(subject.clone(), payload.into())
+                .await
+                .unwrap();
+        }
+        service.flush().await.unwrap();
+        drop(leaves);
+        server_holds(&nats, &["daemon.tick"]).await;
+        let marker = json!({ "round": round, "end": true }).to_string();
+        service
+            .publish(subject.clone(), marker.into())
+            .await
+            .unwrap();
+        service.flush().await.unwrap();
+
+        let mut got = Vec::new();
+        loop {
+            let (topic, data) = event(&mut stays).await;
+            assert_eq!(topic, "daemon.tick");
+            assert_eq!(data["round"], round, "{data}");
+            if data["end"] == true {
+                break;
+            }
+            got.push(data["n"].as_u64().unwrap());
+        }
+        let want: Vec<u64> = (0..BURST).collect();
+        if got != want {
+            let dup = got.len() as i64
+                - got.iter().collect::<std::collections::BTreeSet<_>>().len() as i64;
+            panic!(
+                "round {round}: {} events, {dup} repeated, want {BURST} in order",
+                got.len()
+            );
+        }
+        call(&mut stays, "rpc.unsubscribe", "daemon.tick").await;
+        server_holds(&nats, &[]).await;
+    }
+    let labels = [("reason", "slow_consumer")];
+    let name = "switchyard_pubsub_nats_events_dropped_total";
+    assert_eq!(metric_value(&gw.gateway, name, &labels), 0.0);
+    drop(stays);
+    gw.gateway.shutdown().await;
+}
