@@ -1,107 +1,109 @@
-//! Client batches: items bound for an upstream that accepts batches go to
-//! it as one batch; the others are handled one by one, concurrently; the
-//! replies come back in request order.
+//! Client batches: a [`Batch`] splits a client batch into the items bound
+//! for an upstream that accepts batches, grouped per upstream and sent to
+//! it as one batch, and the others, which the router handles one by one,
+//! concurrently; the replies come back in request order.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use futures_util::future::join_all;
 use tokio::time::Instant as TokioInstant;
 
-use super::{ClientLinks, Router, Starts};
 use crate::dialect::Item;
 use crate::envelope::{Message, Method, Payload, WireId};
+use crate::error::GatewayError;
 use crate::upstream::Upstream;
 
-/// Batch items bound for one upstream: (position, request id, method, params).
-type Group = (
-    Arc<Upstream>,
-    Vec<(usize, Option<WireId>, Method, Option<Payload>)>,
-);
+/// One batch item bound for an upstream: (position, request id, method,
+/// params).
+type Call = (usize, Option<WireId>, Method, Option<Payload>);
 
-fn push_group(
-    groups: &mut Vec<Group>,
-    up: Arc<Upstream>,
-    call: (usize, Option<WireId>, Method, Option<Payload>),
-) {
-    match groups.iter_mut().find(|(u, _)| Arc::ptr_eq(u, &up)) {
-        Some((_, calls)) => calls.push(call),
-        None => groups.push((up, vec![call])),
+/// A client batch, split: items as many as the client sent (the batch
+/// size limit of the listener's codec bounds them).
+#[derive(Debug, Default)]
+pub(super) struct Batch {
+    /// Items for upstreams that accept batches, one group per upstream.
+    pub(super) groups: Vec<Group>,
+    /// Items handled one by one: (position, item).
+    pub(super) single: Vec<(usize, Item)>,
+}
+
+/// The items of one batch bound for one upstream.
+#[derive(Debug)]
+pub(super) struct Group {
+    upstream: Arc<Upstream>,
+    calls: Vec<Call>,
+}
+
+/// A group item's outcome: its position and, for a request, its id and
+/// the upstream's answer (`None`: a notification, or a reply the
+/// upstream did not give).
+pub(super) type Answer = (usize, Option<(WireId, Result<Message, GatewayError>)>);
+
+// === impl Batch ===
+
+impl Batch {
+    /// Splits `items`: a request or notification whose method `target`
+    /// routes (to an upstream that takes batches of it) joins that
+    /// upstream's group; every other item is handled alone.
+    pub(super) fn split(items: Vec<Item>, target: impl Fn(&str) -> Option<Arc<Upstream>>) -> Self {
+        let mut batch = Batch::default();
+        for (i, item) in items.into_iter().enumerate() {
+            let up = match &item {
+                Item::Valid(
+                    Message::Request { method, .. } | Message::Notification { method, .. },
+                ) => target(method),
+                _ => None,
+            };
+            match (up, item) {
+                (Some(up), Item::Valid(Message::Request { id, method, params })) => {
+                    batch.push(up, (i, Some(id), method, params));
+                }
+                (Some(up), Item::Valid(Message::Notification { method, params })) => {
+                    batch.push(up, (i, None, method, params));
+                }
+                (_, item) => batch.single.push((i, item)),
+            }
+        }
+        batch
+    }
+
+    fn push(&mut self, up: Arc<Upstream>, call: Call) {
+        match self
+            .groups
+            .iter_mut()
+            .find(|g| Arc::ptr_eq(&g.upstream, &up))
+        {
+            Some(g) => g.calls.push(call),
+            None => self.groups.push(Group {
+                upstream: up,
+                calls: vec![call],
+            }),
+        }
     }
 }
 
-// === impl Router ===
+// === impl Group ===
 
-impl Router {
-    /// Handles the items of one client batch and returns their replies in
-    /// request order. Items routed to an upstream that accepts batches go to
-    /// it as one batch; all others are handled one by one, concurrently.
-    /// Persistent subscriptions opened by its items deliver once `starts`
-    /// is released (after the batch reply is queued).
-    pub async fn handle_batch(
-        &self,
-        items: Vec<Item>,
-        client: &ClientLinks,
-        starts: &Starts,
-    ) -> Vec<Message> {
-        let mut grouped: Vec<Group> = Vec::new();
-        let mut single = Vec::new();
-        for (i, item) in items.into_iter().enumerate() {
-            let target = match &item {
-                Item::Valid(
-                    Message::Request { method, .. } | Message::Notification { method, .. },
-                ) => self
-                    .routed(method, client.client_name())
-                    .filter(|u| u.takes_batches_of(method))
-                    .cloned(),
-                _ => None,
-            };
-            match (target, item) {
-                (Some(up), Item::Valid(Message::Request { id, method, params })) => {
-                    push_group(&mut grouped, up, (i, Some(id), method, params));
-                }
-                (Some(up), Item::Valid(Message::Notification { method, params })) => {
-                    push_group(&mut grouped, up, (i, None, method, params));
-                }
-                (_, item) => single.push((i, item)),
-            }
-        }
-        let singles =
-            join_all(single.into_iter().map(|(i, item)| async move {
-                vec![(i, self.handle(item, client, starts).await)]
-            }));
-        let groups = join_all(
-            grouped
-                .into_iter()
-                .map(|(up, calls)| self.forward_batch(up, calls)),
-        );
-        let (singles, groups) = tokio::join!(singles, groups);
-        let mut replies: Vec<(usize, Option<Message>)> =
-            singles.into_iter().chain(groups).flatten().collect();
-        replies.sort_by_key(|(i, _)| *i);
-        replies.into_iter().filter_map(|(_, m)| m).collect()
-    }
-
-    async fn forward_batch(
-        &self,
-        upstream: Arc<Upstream>,
-        calls: Vec<(usize, Option<WireId>, Method, Option<Payload>)>,
-    ) -> Vec<(usize, Option<Message>)> {
-        let deadline = TokioInstant::now() + self.cfg.request_timeout;
-        let wire: Vec<(&str, Option<&Payload>, bool)> = calls
+impl Group {
+    /// Sends the group to its upstream as one batch, answered within
+    /// `timeout`; the upstream and each item's outcome.
+    pub(super) async fn forward(self, timeout: Duration) -> (Arc<Upstream>, Vec<Answer>) {
+        let deadline = TokioInstant::now() + timeout;
+        let wire: Vec<(&str, Option<&Payload>, bool)> = self
+            .calls
             .iter()
             .map(|(_, id, m, p)| (m.as_str(), p.as_ref(), id.is_some()))
             .collect();
-        let replies = upstream.call_batch(&wire, deadline).await;
-        calls
+        let replies = self.upstream.call_batch(&wire, deadline).await;
+        let answers = self
+            .calls
             .into_iter()
             .zip(replies)
-            .map(|((i, id, _, _), reply)| {
-                let msg = match (id, reply) {
-                    (Some(id), Some(reply)) => Some(self.reply_for(id, &upstream, reply)),
-                    _ => None,
-                };
-                (i, msg)
+            .map(|((i, id, _, _), reply)| match (id, reply) {
+                (Some(id), Some(reply)) => (i, Some((id, reply))),
+                _ => (i, None),
             })
-            .collect()
+            .collect();
+        (self.upstream, answers)
     }
 }

@@ -22,7 +22,7 @@ use crate::persist::hub::Attachment;
 use crate::pubsub::Registration;
 use crate::upstream::{Client, Dedicated, OwnerRef};
 
-use super::Pusher;
+use super::pusher::Pusher;
 
 /// Dedicated upstream links of one client connection.
 #[derive(Debug)]

@@ -1,6 +1,7 @@
-//! Pub/sub for client connections: the `rpc.subscribe` family served by
-//! switchyard itself (never forwarded), and [`EventSink`], the way a
-//! published event reaches one client, in its dialect:
+//! Pub/sub for client connections: [`Events`], the `rpc.subscribe` family
+//! served by switchyard itself (never forwarded) for one listener, and
+//! [`EventSink`], the way a published event reaches one client, in its
+//! dialect:
 //!
 //! - JSON-RPC and NDJSON clients: the notification
 //!   `{"jsonrpc":"2.0","method":"rpc.notification","params":{"topic":…,"data":…}}`,
@@ -17,18 +18,68 @@
 
 use std::sync::Arc;
 
-use prometheus::IntCounter;
+use prometheus::{IntCounter, IntGauge};
 
-use super::{ClientLinks, Pusher, Router};
+use super::client::ClientLinks;
+use super::pusher::Pusher;
 use crate::dialect::client::EventForm;
-use crate::envelope::{raw_from_string, Message, Payload, WireId};
+use crate::envelope::{raw_from_string, Payload};
+use crate::error::GatewayError;
 use crate::outbox::{Offer, Outgoing};
 use crate::pubsub::event::NOTIFICATION_METHOD;
-use crate::pubsub::{methods, Delivery, Event, Subscriber};
-use crate::telemetry::metrics::EventDrop;
+use crate::pubsub::{methods, Broker, Delivery, Event, Subscriber};
+use crate::telemetry::metrics::{EventDrop, Metrics};
 
-/// The `upstream` label of requests switchyard answers itself.
-const PUBSUB: &str = "pubsub";
+/// One listener's pub/sub methods: the broker every listener shares and
+/// the listener's event series, resolved once.
+#[derive(Debug)]
+pub(super) struct Events {
+    broker: Arc<Broker>,
+    /// `subscriptions` of this listener.
+    subscriptions: IntGauge,
+    delivered: IntCounter,
+    /// By [`EventDrop`], in the order of `EventDrop::ALL`.
+    dropped: [IntCounter; 3],
+}
+
+// === impl Events ===
+
+impl Events {
+    /// The pub/sub methods of listener `listener`, served from `broker`.
+    pub(super) fn new(broker: Arc<Broker>, metrics: &Metrics, listener: &str) -> Self {
+        let events = &metrics.events;
+        Events {
+            broker,
+            subscriptions: events.subscriptions.with_label_values(&[listener]),
+            delivered: events.delivered.with_label_values(&[listener]),
+            dropped: EventDrop::ALL
+                .map(|r| events.dropped.with_label_values(&[listener, r.as_str()])),
+        }
+    }
+
+    /// Serves `method`, one of the `rpc.subscribe` family (the caller has
+    /// checked that and the client's topic policy) for `client`; `None`
+    /// from the method table is an unknown `rpc.*` method.
+    pub(super) fn serve(
+        &self,
+        method: &str,
+        params: Option<&Payload>,
+        client: &ClientLinks,
+    ) -> Option<Result<Payload, GatewayError>> {
+        client.with_subscriptions(
+            || {
+                let sink = EventSink {
+                    pusher: client.pusher().clone(),
+                    delivered: self.delivered.clone(),
+                    dropped: self.dropped.clone(),
+                };
+                self.broker
+                    .register(Arc::new(sink), self.subscriptions.clone(), client.peer())
+            },
+            |registration| methods::call(registration, method, params),
+        )
+    }
+}
 
 /// One client's receiving end of the broker.
 #[derive(Debug)]
@@ -42,17 +93,6 @@ pub(crate) struct EventSink {
 // === impl EventSink ===
 
 impl EventSink {
-    fn new(pusher: Pusher, router: &Router) -> Self {
-        let events = &router.metrics().events;
-        let name = router.cfg.name.as_str();
-        let dropped = EventDrop::ALL.map(|r| events.dropped.with_label_values(&[name, r.as_str()]));
-        EventSink {
-            pusher,
-            delivered: events.delivered.with_label_values(&[name]),
-            dropped,
-        }
-    }
-
     fn offer(&self, event: &Event<'_>) -> Result<Offer, EventDrop> {
         match self.pusher.codec().event_form() {
             EventForm::Notification => {
@@ -99,41 +139,5 @@ impl Subscriber for EventSink {
                 Delivery::Dropped
             }
         }
-    }
-}
-
-// === impl Router ===
-
-impl Router {
-    /// Serves one of the `rpc.subscribe` family for `client`; `None` when
-    /// `method` is not one of them.
-    pub(super) fn pubsub(
-        &self,
-        id: &WireId,
-        method: &str,
-        params: Option<&Payload>,
-        client: &ClientLinks,
-    ) -> Option<Message> {
-        if !methods::is_pubsub(method) {
-            return None;
-        }
-        let asked = methods::requested(method, params);
-        let peer = crate::telemetry::Peer(client.peer());
-        if let Some(refusal) = self.refuse_topics(id, &asked, peer, client.client_name()) {
-            return Some(refusal);
-        }
-        let outcome = client.with_subscriptions(
-            || {
-                let sink = EventSink::new(client.pusher().clone(), self);
-                let gauge = self
-                    .metrics()
-                    .events
-                    .subscriptions
-                    .with_label_values(&[self.cfg.name.as_str()]);
-                self.broker.register(Arc::new(sink), gauge, client.peer())
-            },
-            |registration| methods::call(registration, method, params),
-        );
-        Some(self.own_reply(id, PUBSUB, outcome))
     }
 }

@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures_util::future::join_all;
 use tokio::time::Instant as TokioInstant;
 use tracing::Instrument;
 
@@ -32,11 +33,14 @@ use crate::telemetry::metrics::{DropReason, Metrics, ProtocolError, RequestOutco
 use crate::telemetry::Peer;
 use crate::upstream::Upstream;
 
+use batch::Batch;
+use events::Events;
+use persistent::Persistent;
+
 mod batch;
 pub mod client;
 mod events;
 pub(crate) mod in_place;
-mod outcome;
 mod persistent;
 mod policy;
 mod pusher;
@@ -50,6 +54,12 @@ pub use settings::RouterSettings;
 /// At most one log line per upstream and failure per this period; the
 /// next line counts the ones held back.
 const LOG_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The `upstream` label of pub/sub requests switchyard answers itself.
+const PUBSUB: &str = "pubsub";
+
+/// The `upstream` label of persistent requests switchyard answers itself.
+const PERSISTENT: &str = "persistent";
 
 /// Records the outcome of a request on its span.
 pub(crate) fn record_outcome(span: &tracing::Span, reply: &Message) {
@@ -70,11 +80,11 @@ pub(crate) fn record_outcome(span: &tracing::Span, reply: &Message) {
 pub struct Router {
     /// What the router takes from the listener's configuration.
     cfg: RouterSettings,
-    /// The pub/sub broker every listener shares.
-    broker: Arc<crate::pubsub::Broker>,
-    /// The persistent-subscription hub every listener shares (`None`: the
-    /// persistent methods are not served).
-    hub: Option<Arc<crate::persist::hub::Hub>>,
+    /// The pub/sub methods, served from the broker every listener shares.
+    events: Events,
+    /// The persistent methods, served from the hub every listener shares
+    /// (`None`: they are not served).
+    persistent: Option<Persistent>,
     /// The listener's route table, resolved to started upstreams.
     table: RouteTable<Arc<Upstream>>,
     metrics: Metrics,
@@ -125,8 +135,8 @@ impl Router {
         let default_topics = policy::upstream_topics(&table);
         Router {
             cfg: RouterSettings::of(cfg).with_default_topics(&default_topics),
-            broker,
-            hub: None,
+            events: Events::new(broker, &metrics, &cfg.name),
+            persistent: None,
             table,
             metrics,
             series,
@@ -136,7 +146,7 @@ impl Router {
 
     /// Serves the persistent methods from `hub`.
     pub fn with_hub(mut self, hub: Arc<crate::persist::hub::Hub>) -> Self {
-        self.hub = Some(hub);
+        self.persistent = Some(Persistent::new(hub, &self.metrics, &self.cfg.name));
         self
     }
 
@@ -183,6 +193,40 @@ impl Router {
                 None
             }
         }
+    }
+
+    /// Handles the items of one client batch and returns their replies in
+    /// request order. Items routed to an upstream that accepts batches go to
+    /// it as one batch; all others are handled one by one, concurrently.
+    /// Persistent subscriptions opened by its items deliver once `starts`
+    /// is released (after the batch reply is queued).
+    pub async fn handle_batch(
+        &self,
+        items: Vec<Item>,
+        client: &ClientLinks,
+        starts: &Starts,
+    ) -> Vec<Message> {
+        let batch = Batch::split(items, |method| {
+            self.routed(method, client.client_name())
+                .filter(|u| u.takes_batches_of(method))
+                .cloned()
+        });
+        let singles =
+            join_all(batch.single.into_iter().map(|(i, item)| async move {
+                vec![(i, self.handle(item, client, starts).await)]
+            }));
+        let groups = join_all(batch.groups.into_iter().map(|group| async move {
+            let (up, answers) = group.forward(self.cfg.request_timeout).await;
+            answers
+                .into_iter()
+                .map(|(i, answer)| (i, answer.map(|(id, reply)| self.reply_for(id, &up, reply))))
+                .collect::<Vec<_>>()
+        }));
+        let (singles, groups) = tokio::join!(singles, groups);
+        let mut replies: Vec<(usize, Option<Message>)> =
+            singles.into_iter().chain(groups).flatten().collect();
+        replies.sort_by_key(|(i, _)| *i);
+        replies.into_iter().filter_map(|(_, m)| m).collect()
     }
 
     /// The server span of one client request (OpenTelemetry RPC
@@ -259,10 +303,7 @@ impl Router {
         if let Some(refusal) = self.refuse_request(&id, method, Peer(client.peer()), who) {
             return refusal;
         }
-        if let Some(reply) = self.pubsub(&id, method, params, client) {
-            return reply;
-        }
-        if let Some(reply) = self.persistent(&id, method, params, client, starts).await {
+        if let Some(reply) = self.own_method(&id, method, params, client, starts).await {
             return reply;
         }
         let Some(upstream) = self.routed(method, who) else {
@@ -283,6 +324,47 @@ impl Router {
             .request(&id, method, params, deadline, client)
             .await;
         self.finish(id, upstream, started, result)
+    }
+
+    /// Serves one of the pub/sub or persistent methods (switchyard's own,
+    /// never forwarded) for `client`, within its topic policy; `None` when
+    /// `method` is not one of them.
+    async fn own_method(
+        &self,
+        id: &WireId,
+        method: &str,
+        params: Option<&Payload>,
+        client: &ClientLinks,
+        starts: &Starts,
+    ) -> Option<Message> {
+        let pubsub = crate::pubsub::methods::is_pubsub(method);
+        let asked = if pubsub {
+            crate::pubsub::methods::requested(method, params)
+        } else if crate::persist::methods::is_persistent(method) {
+            crate::persist::methods::requested(method, params)
+        } else {
+            return None;
+        };
+        let peer = Peer(client.peer());
+        if let Some(refusal) = self.refuse_topics(id, &asked, peer, client.client_name()) {
+            return Some(refusal);
+        }
+        let (label, outcome) = if pubsub {
+            (PUBSUB, self.events.serve(method, params, client))
+        } else {
+            let Some(persistent) = self.persistent.as_ref() else {
+                let e = GatewayError::with_detail(
+                    ErrorKind::MethodNotFound,
+                    "persistent subscriptions are not enabled",
+                );
+                return Some(self.error_reply(id.clone(), &e));
+            };
+            (
+                PERSISTENT,
+                persistent.serve(method, params, client, starts).await,
+            )
+        };
+        Some(self.own_reply(id, label, outcome))
     }
 
     async fn notification(
@@ -317,10 +399,173 @@ impl Router {
     /// unnamed one) refuses are never forwarded. Every path to an upstream
     /// (in place, waiting, batch) asks here.
     pub(crate) fn routed(&self, method: &str, who: Option<&str>) -> Option<&Arc<Upstream>> {
-        if method.starts_with("rpc.") || self.forbidden(method, who) {
+        if method.starts_with("rpc.") || policy::forbidden(&self.cfg, method, who) {
             return None;
         }
         self.upstream_for(method)
+    }
+
+    /// The reply to a method switchyard serves itself (the pub/sub and
+    /// persistent families), counted under `label`; `None` from the
+    /// method table is an unknown `rpc.*` method.
+    fn own_reply(
+        &self,
+        id: &WireId,
+        label: &'static str,
+        outcome: Option<Result<Payload, GatewayError>>,
+    ) -> Message {
+        match outcome {
+            Some(Ok(result)) => {
+                self.count_request(label, RequestOutcome::Ok);
+                Message::Response {
+                    id: id.clone(),
+                    result: Outcome::Value(result),
+                }
+            }
+            Some(Err(e)) => {
+                self.count_request(label, RequestOutcome::Error(e.kind));
+                self.error_reply(id.clone(), &e)
+            }
+            None => self.error_reply(id.clone(), &GatewayError::new(ErrorKind::MethodNotFound)),
+        }
+    }
+
+    /// Records a request's duration and outcome and returns the client's
+    /// reply, with the client's id.
+    pub(crate) fn finish(
+        &self,
+        id: WireId,
+        upstream: &Upstream,
+        started: Instant,
+        result: Result<Message, GatewayError>,
+    ) -> Message {
+        let series = self
+            .series
+            .iter()
+            .find(|(u, _)| std::ptr::eq(Arc::as_ptr(u), upstream))
+            .map(|(_, s)| s);
+        let elapsed = started.elapsed();
+        match series {
+            Some(s) => s.duration.observe_duration(elapsed),
+            None => {
+                let labels = [self.cfg.name.as_str(), upstream.name()];
+                self.metrics
+                    .request_duration
+                    .with_label_values(&labels)
+                    .observe_duration(elapsed);
+            }
+        }
+        match (series, result) {
+            (Some(s), Ok(Message::Response { result, .. })) => {
+                s.ok.inc();
+                Message::Response { id, result }
+            }
+            (_, result) => self.reply_for(id, upstream, result),
+        }
+    }
+
+    /// The client's reply for an upstream outcome, with the client's id.
+    fn reply_for(
+        &self,
+        id: WireId,
+        up: &Upstream,
+        result: Result<Message, GatewayError>,
+    ) -> Message {
+        let upstream = up.name();
+        match result {
+            Ok(Message::Response { result, .. }) => {
+                self.count_request(upstream, RequestOutcome::Ok);
+                Message::Response { id, result }
+            }
+            Ok(Message::Error { error, .. }) => {
+                self.count_request(upstream, RequestOutcome::UpstreamError);
+                let error = errors::translate(&error, up.config().dialect, self.cfg.dialect);
+                Message::Error {
+                    id: Some(id),
+                    error,
+                }
+            }
+            Ok(_) => {
+                self.count_request(upstream, RequestOutcome::Error(ErrorKind::Internal));
+                self.error_reply(id, &GatewayError::new(ErrorKind::Internal))
+            }
+            Err(mut err) => {
+                self.count_request(upstream, RequestOutcome::Error(err.kind));
+                self.log_failure(upstream, &err);
+                if err.kind == ErrorKind::Timeout {
+                    let ms = self.cfg.request_timeout.as_millis();
+                    err.detail = Some(format!("no reply from upstream within {ms} ms"));
+                }
+                self.error_reply(id, &err)
+            }
+        }
+    }
+
+    /// The reply to a request the policy refuses (counted and logged),
+    /// or `None` when it may go on.
+    fn refuse_request(
+        &self,
+        id: &WireId,
+        method: &str,
+        peer: Peer,
+        who: Option<&str>,
+    ) -> Option<Message> {
+        if !policy::forbidden(&self.cfg, method, who) {
+            return None;
+        }
+        self.log_refusal("request", method, peer, who);
+        self.count_request("none", RequestOutcome::Forbidden);
+        let err = GatewayError::with_detail(ErrorKind::Unauthorized, policy::DETAIL);
+        Some(self.error_reply(id.clone(), &err))
+    }
+
+    /// True (and counted as dropped, and logged) when the policy refuses
+    /// a notification.
+    fn refuse_notification(&self, method: &str, peer: Peer, who: Option<&str>) -> bool {
+        if !policy::forbidden(&self.cfg, method, who) {
+            return false;
+        }
+        self.log_refusal("notification", method, peer, who);
+        self.count_dropped(DropReason::Forbidden);
+        true
+    }
+
+    /// The reply to a subscribe whose `patterns` the client's topic policy
+    /// does not admit (counted and logged), or `None` when every pattern
+    /// may be subscribed.
+    fn refuse_topics(
+        &self,
+        id: &WireId,
+        patterns: &[String],
+        peer: Peer,
+        who: Option<&str>,
+    ) -> Option<Message> {
+        if !policy::topics_refused(&self.cfg, patterns, who) {
+            return None;
+        }
+        self.log_refusal("subscription", "rpc.subscribe", peer, who);
+        self.count_request("none", RequestOutcome::Forbidden);
+        let err = GatewayError::with_detail(ErrorKind::Unauthorized, policy::DETAIL);
+        Some(self.error_reply(id.clone(), &err))
+    }
+
+    /// Tells the operator that the policy refused a `what` (`request` or
+    /// `notification`): at `info`, at most one line per second per
+    /// listener generation and kind, like every refusal switchyard decides.
+    fn log_refusal(&self, what: &str, method: &str, peer: Peer, who: Option<&str>) {
+        let Some(suppressed) = self.logs.admit(what) else {
+            return;
+        };
+        tracing::info!(
+            listener = %self.cfg.name,
+            %peer,
+            // The named client (empty: the listener's unnamed client).
+            client = who.unwrap_or_default(),
+            reason = policy::DETAIL,
+            method,
+            suppressed,
+            "{what} refused"
+        );
     }
 
     /// Tells the operator that requests fail because of the upstream
@@ -358,11 +603,6 @@ impl Router {
     fn count_protocol_error(&self, reason: ProtocolError) {
         self.metrics
             .count_protocol_error(self.cfg.dialect, Side::Client, reason);
-    }
-
-    /// The metrics handle.
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
     }
 }
 

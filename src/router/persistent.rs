@@ -1,6 +1,7 @@
 //! Persistent subscriptions for client connections (jsonrpc-ws.md §7.3):
-//! the six `rpc.*.persistent*` methods, served by switchyard itself (never
-//! forwarded), and [`PersistentSink`], the way a stored message reaches
+//! [`Persistent`], the six `rpc.*.persistent*` methods served by
+//! switchyard itself (never forwarded) for one listener, and
+//! [`PersistentSink`], the way a stored message reaches
 //! one client, in its dialect:
 //!
 //! - JSON-RPC and NDJSON clients: the notification
@@ -22,18 +23,63 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use prometheus::IntCounter;
 
-use super::{ClientLinks, Pusher, Router};
+use super::client::ClientLinks;
+use super::pusher::Pusher;
 use crate::dialect::client::EventForm;
 use crate::dialect::sideband::transcode;
-use crate::envelope::{raw_from_string, Message, Payload, WireId};
-use crate::error::{ErrorKind, GatewayError};
+use crate::envelope::{raw_from_string, Message, Payload};
+use crate::error::GatewayError;
 use crate::outbox::{Offer, Outgoing};
 use crate::persist::hub::{Hub, Sink, Starts};
 use crate::persist::{methods, Stored, NOTIFICATION_METHOD};
-use crate::telemetry::metrics::DropReason;
+use crate::telemetry::metrics::{DropReason, Metrics};
 
-/// The `upstream` label of persistent requests switchyard answers itself.
-const PERSISTENT: &str = "persistent";
+/// One listener's persistent methods: the hub every listener shares and
+/// the listener's delivery series, resolved once.
+#[derive(Debug)]
+pub(super) struct Persistent {
+    hub: Arc<Hub>,
+    /// The listener's name: the owner of the subscriptions its clients open.
+    listener: String,
+    delivered: IntCounter,
+}
+
+// === impl Persistent ===
+
+impl Persistent {
+    /// The persistent methods of listener `listener`, served from `hub`.
+    pub(super) fn new(hub: Arc<Hub>, metrics: &Metrics, listener: &str) -> Self {
+        Persistent {
+            hub,
+            listener: listener.to_owned(),
+            delivered: metrics.persist.delivered.with_label_values(&[listener]),
+        }
+    }
+
+    /// Serves `method`, one of the persistent methods (the caller has
+    /// checked that and the client's topic policy) for `client`; `None`
+    /// from the method table is an unknown `rpc.*` method. Its
+    /// subscriptions deliver once `starts` is released.
+    pub(super) async fn serve(
+        &self,
+        method: &str,
+        params: Option<&Payload>,
+        client: &ClientLinks,
+        starts: &Starts,
+    ) -> Option<Result<Payload, GatewayError>> {
+        let attachment = client.persistent(|| {
+            let sink = PersistentSink {
+                pusher: client.pusher().clone(),
+                delivered: self.delivered.clone(),
+            };
+            Hub::attach(&self.hub, Arc::new(sink), client.owner(&self.listener))
+        });
+        // Boxed: the store's futures are large, and inline they would make
+        // every request's future (a task of its own while it waits for an
+        // upstream link) as large as the largest of them.
+        Box::pin(methods::call(&attachment, method, params, starts)).await
+    }
+}
 
 /// One client's receiving end of its persistent subscriptions.
 #[derive(Debug)]
@@ -45,15 +91,6 @@ pub(crate) struct PersistentSink {
 // === impl PersistentSink ===
 
 impl PersistentSink {
-    fn new(pusher: Pusher, router: &Router) -> Self {
-        let delivered = router
-            .metrics()
-            .persist
-            .delivered
-            .with_label_values(&[router.cfg.name.as_str()]);
-        PersistentSink { pusher, delivered }
-    }
-
     async fn send(&self, id: &str, message: &Stored) -> bool {
         let Some(params) = params_json(id, message) else {
             // Data with no JSON form cannot be delivered to anyone: counted,
@@ -123,44 +160,4 @@ fn params_json(id: &str, m: &Stored) -> Option<String> {
         m.seq,
         m.timestamp()
     ))
-}
-
-// === impl Router ===
-
-impl Router {
-    /// Serves one of the persistent methods for `client`; `None` when
-    /// `method` is not one of them.
-    pub(super) async fn persistent(
-        &self,
-        id: &WireId,
-        method: &str,
-        params: Option<&Payload>,
-        client: &ClientLinks,
-        starts: &Starts,
-    ) -> Option<Message> {
-        if !methods::is_persistent(method) {
-            return None;
-        }
-        let asked = methods::requested(method, params);
-        let peer = crate::telemetry::Peer(client.peer());
-        if let Some(refusal) = self.refuse_topics(id, &asked, peer, client.client_name()) {
-            return Some(refusal);
-        }
-        let Some(hub) = self.hub.as_ref() else {
-            let e = GatewayError::with_detail(
-                ErrorKind::MethodNotFound,
-                "persistent subscriptions are not enabled",
-            );
-            return Some(self.error_reply(id.clone(), &e));
-        };
-        let attachment = client.persistent(|| {
-            let sink = PersistentSink::new(client.pusher().clone(), self);
-            Hub::attach(hub, Arc::new(sink), client.owner(&self.cfg.name))
-        });
-        // Boxed: the store's futures are large, and inline they would make
-        // every request's future (a task of its own while it waits for an
-        // upstream link) as large as the largest of them.
-        let outcome = Box::pin(methods::call(&attachment, method, params, starts)).await;
-        Some(self.own_reply(id, PERSISTENT, outcome))
-    }
 }
