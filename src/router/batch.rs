@@ -22,9 +22,9 @@ type Call = (usize, Option<WireId>, Method, Option<Payload>);
 #[derive(Debug, Default)]
 pub(super) struct Batch {
     /// Items for upstreams that accept batches, one group per upstream.
-    pub(super) groups: Vec<Group>,
+    groups: Vec<Group>,
     /// Items handled one by one: (position, item).
-    pub(super) single: Vec<(usize, Item)>,
+    single: Vec<(usize, Item)>,
 }
 
 /// The items of one batch bound for one upstream.
@@ -33,11 +33,6 @@ pub(super) struct Group {
     upstream: Arc<Upstream>,
     calls: Vec<Call>,
 }
-
-/// A group item's outcome: its position and, for a request, its id and
-/// the upstream's answer (`None`: a notification, or a reply the
-/// upstream did not give).
-pub(super) type Answer = (usize, Option<(WireId, Result<Message, GatewayError>)>);
 
 // === impl Batch ===
 
@@ -67,6 +62,12 @@ impl Batch {
         batch
     }
 
+    /// The groups, and the items handled one by one (with their
+    /// positions).
+    pub(super) fn into_parts(self) -> (Vec<Group>, Vec<(usize, Item)>) {
+        (self.groups, self.single)
+    }
+
     fn push(&mut self, up: Arc<Upstream>, call: Call) {
         match self
             .groups
@@ -86,8 +87,13 @@ impl Batch {
 
 impl Group {
     /// Sends the group to its upstream as one batch, answered within
-    /// `timeout`; the upstream and each item's outcome.
-    pub(super) async fn forward(self, timeout: Duration) -> (Arc<Upstream>, Vec<Answer>) {
+    /// `timeout`; each item's position and, for a request the upstream
+    /// answered, the client's reply that `reply` makes of the answer.
+    pub(super) async fn forward(
+        self,
+        timeout: Duration,
+        reply: impl Fn(WireId, &Upstream, Result<Message, GatewayError>) -> Message,
+    ) -> Vec<(usize, Option<Message>)> {
         let deadline = TokioInstant::now() + timeout;
         let wire: Vec<(&str, Option<&Payload>, bool)> = self
             .calls
@@ -95,15 +101,14 @@ impl Group {
             .map(|(_, id, m, p)| (m.as_str(), p.as_ref(), id.is_some()))
             .collect();
         let replies = self.upstream.call_batch(&wire, deadline).await;
-        let answers = self
-            .calls
+        let up = &self.upstream;
+        self.calls
             .into_iter()
             .zip(replies)
-            .map(|((i, id, _, _), reply)| match (id, reply) {
-                (Some(id), Some(reply)) => (i, Some((id, reply))),
+            .map(|((i, id, _, _), answer)| match (id, answer) {
+                (Some(id), Some(answer)) => (i, Some(reply(id, up, answer))),
                 _ => (i, None),
             })
-            .collect();
-        (self.upstream, answers)
+            .collect()
     }
 }

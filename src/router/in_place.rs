@@ -88,7 +88,9 @@ enum Ended {
     Failed,
 }
 
-/// A request that did not fit the fast path, given back whole.
+/// A request that did not fit the fast path, given back whole. Its
+/// fields are open: the session builds it from the decoded request and
+/// takes it apart again to send it down the task path.
 pub(crate) struct NotPlaced {
     pub(crate) id: WireId,
     pub(crate) method: Method,

@@ -211,16 +211,15 @@ impl Router {
                 .filter(|u| u.takes_batches_of(method))
                 .cloned()
         });
+        let (groups, single) = batch.into_parts();
         let singles =
-            join_all(batch.single.into_iter().map(|(i, item)| async move {
+            join_all(single.into_iter().map(|(i, item)| async move {
                 vec![(i, self.handle(item, client, starts).await)]
             }));
-        let groups = join_all(batch.groups.into_iter().map(|group| async move {
-            let (up, answers) = group.forward(self.cfg.request_timeout).await;
-            answers
-                .into_iter()
-                .map(|(i, answer)| (i, answer.map(|(id, reply)| self.reply_for(id, &up, reply))))
-                .collect::<Vec<_>>()
+        let groups = join_all(groups.into_iter().map(|group| {
+            group.forward(self.cfg.request_timeout, |id, up, answer| {
+                self.reply_for(id, up, answer)
+            })
         }));
         let (singles, groups) = tokio::join!(singles, groups);
         let mut replies: Vec<(usize, Option<Message>)> =

@@ -19,27 +19,30 @@ use crate::dialect::Dialect;
 use crate::limits::policy::MethodPolicy;
 use crate::pubsub::topic_policy::TopicPolicy;
 
-/// The listener settings a router applies to each request.
+/// The listener settings a router applies to each request. The four
+/// plain values are open to the router's files (read on every request);
+/// the policies are reached through [`RouterSettings::methods_of`] and
+/// [`RouterSettings::topics_of`].
 #[derive(Debug, Clone)]
 pub struct RouterSettings {
     /// The listener's name: the `listener` label and log field.
-    pub name: String,
+    pub(super) name: String,
     /// The listener's dialect: replies and errors are rendered in it.
-    pub dialect: Dialect,
+    pub(super) dialect: Dialect,
     /// How long a request may wait for its upstream's reply.
-    pub request_timeout: Duration,
+    pub(super) request_timeout: Duration,
     /// Answer a `ping` notification with a `pong` (JSON-RPC dialects).
-    pub answer_ping_notification: bool,
+    pub(super) answer_ping_notification: bool,
     /// Which methods clients may call (`allow_methods`, `deny_methods`),
     /// applied before routing: the unnamed client's.
-    pub methods: MethodPolicy,
+    methods: MethodPolicy,
     /// Each named client's method policy.
-    pub clients: Vec<(std::sync::Arc<str>, MethodPolicy)>,
+    clients: Vec<(std::sync::Arc<str>, MethodPolicy)>,
     /// Which topics the unnamed client may subscribe to (see
     /// [`RouterSettings::with_default_topics`]).
-    pub topics: TopicPolicy,
+    topics: TopicPolicy,
     /// Each named client's topic policy.
-    pub client_topics: Vec<(std::sync::Arc<str>, TopicPolicy)>,
+    client_topics: Vec<(std::sync::Arc<str>, TopicPolicy)>,
     /// The configured topic lists, kept to build the policies above once
     /// the default (the routed upstreams' topics) is known.
     topic_lists: TopicLists,
