@@ -61,6 +61,9 @@ urls = ["{nats}"]
 dialect = "jsonrpc-ws"
 address = "127.0.0.1:0"
 path = "/rpc"
+# Services publish topics on NATS that are no upstream's: a listener
+# admits only its upstreams' topics unless told more.
+allow_topics = [">"]
 "#
     );
     if let Some(socket) = daemon {
