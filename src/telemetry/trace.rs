@@ -141,6 +141,15 @@ pub fn layer(provider: &SdkTracerProvider) -> impl Layer<Registry> + Send + Sync
         .with_filter(filter_fn(exported))
 }
 
+/// The W3C `traceparent` of `span`, to send to an upstream (`None`
+/// when the span belongs to no trace, e.g. tracing is off).
+pub fn traceparent(span: &tracing::Span) -> Option<String> {
+    let cx = span.context();
+    let mut fields = std::collections::HashMap::new();
+    TraceContextPropagator::new().inject_context(&cx, &mut fields);
+    fields.remove("traceparent")
+}
+
 /// The span a WebSocket connection runs in (see the module docs): exported
 /// under the caller's span when `headers` carry a valid `traceparent`,
 /// local to the logs otherwise.

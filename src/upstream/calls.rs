@@ -21,6 +21,7 @@ use crate::dialect::link::NotificationRule;
 use crate::dialect::upstream::UpstreamCodec;
 use crate::envelope::{Message, Payload};
 use crate::error::{ErrorKind, GatewayError};
+use crate::telemetry::metrics::sharded::{Gauge, Histogram};
 
 /// The receivers of a started batch, its guard, and the permits it holds.
 type Started = (
@@ -34,6 +35,33 @@ type Started = (
 struct AbandonGuard {
     link: Option<(Arc<Link>, u64)>,
     timed_out: bool,
+}
+
+/// One HTTP call counted in flight until dropped; [`Self::done`] also
+/// records its duration (a call that completed, not a timeout).
+struct InFlight<'a> {
+    calls: &'a (Gauge, Histogram),
+    started: std::time::Instant,
+}
+
+impl<'a> InFlight<'a> {
+    fn new(calls: &'a (Gauge, Histogram)) -> Self {
+        calls.0.inc();
+        InFlight {
+            calls,
+            started: std::time::Instant::now(),
+        }
+    }
+
+    fn done(self) {
+        self.calls.1.observe_duration(self.started.elapsed());
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.calls.0.dec();
+    }
 }
 
 // === impl Upstream ===
@@ -88,6 +116,34 @@ impl Upstream {
                 }
                 _ => Ok(()),
             },
+        }
+    }
+
+    /// POSTs a request (`want_reply`) or notification to a `jsonrpc-http`
+    /// upstream under the pending cap, until `deadline` (then `timeout`;
+    /// the POST is abandoned and its connection closed).
+    pub(super) async fn call_http(
+        &self,
+        method: &str,
+        params: Option<&Payload>,
+        want_reply: bool,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<Message>, GatewayError> {
+        let Some(http) = &self.http else {
+            return Err(GatewayError::new(ErrorKind::Internal));
+        };
+        let span = self.client_span(method);
+        let traceparent = crate::telemetry::trace::traceparent(&span);
+        let call = async {
+            let _admitted = self.admission.admit_many(1).await?;
+            let counted = InFlight::new(&self.shared.calls);
+            let reply = http.call(method, params, want_reply, traceparent).await;
+            counted.done();
+            reply
+        };
+        match tokio::time::timeout_at(deadline, call.instrument(span)).await {
+            Ok(reply) => reply,
+            Err(_) => Err(GatewayError::new(ErrorKind::Timeout)),
         }
     }
 
