@@ -30,7 +30,9 @@ async fn serve(
     seen: mpsc::UnboundedSender<Seen>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = req.uri().path().to_owned();
-    let headers = req.headers().clone();
+    let mut headers = req.headers().clone();
+    let version = format!("{:?}", req.version());
+    headers.insert("x-seen-version", version.parse().expect("version"));
     let body = req
         .into_body()
         .collect()
@@ -353,4 +355,78 @@ fn what_an_http_upstream_cannot_do_is_refused() {
         .map(|e| e.to_string())
         .unwrap_or_default();
     assert!(err.contains("headers"), "{err}");
+}
+
+/// `https://`: rustls with the upstream's `ca_file`, HTTP/2 chosen by
+/// ALPN, and calls after the first sharing its one connection.
+#[tokio::test]
+async fn https_upstream_speaks_http2_on_one_connection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let names = vec!["127.0.0.1".to_owned()];
+    let certified = rcgen::generate_simple_self_signed(names).expect("rcgen");
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, certified.cert.pem()).expect("write cert");
+    let key = rustls::pki_types::PrivateKeyDer::try_from(certified.signing_key.serialize_der())
+        .expect("key");
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![certified.cert.der().clone()], key)
+        .expect("server config");
+    server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(server));
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = tcp.local_addr().expect("addr");
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let (conns_tx, mut conns) = mpsc::unbounded_channel::<()>();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = tcp.accept().await {
+            let _ = conns_tx.send(());
+            let (acceptor, seen) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(s).await else {
+                    return;
+                };
+                let svc = hyper::service::service_fn(move |r| serve(r, seen.clone()));
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(TokioIo::new(tls), svc)
+                .await;
+            });
+        }
+    });
+    let toml = format!(
+        "[listeners.l]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/l\"\nrequest_timeout_ms = 120000\n\n\
+         [upstreams.u]\ndialect = \"jsonrpc-http\"\nurl = \"https://{addr}/ok\"\nca_file = \"{}\"\n\n\
+         [[routes]]\nlistener = \"l\"\nupstream = \"u\"\n",
+        ca.display()
+    );
+    let cfg =
+        switchyard::config::Config::from_toml(&toml).unwrap_or_else(|e| panic!("{e}\n{toml}"));
+    let bound = switchyard::app::bind(cfg).await.expect("bind");
+    let url = bound.ws_url("l").expect("url");
+    let gateway = bound.spawn();
+    let mut c = TestClient::connect(Speak::JsonRpc, &url).await;
+    c.send(&request("0", "first")).await;
+    assert_eq!(json(&c.recv().await)["result"]["method"], "first");
+    let (_, headers, _) = next_seen(&mut seen).await;
+    assert_eq!(headers["x-seen-version"], "HTTP/2.0");
+    // Many calls in flight at once: multiplexed on the one connection.
+    for i in 1..=50 {
+        c.send(&request(&i.to_string(), "many")).await;
+    }
+    for _ in 1..=50 {
+        assert_eq!(json(&c.recv().await)["result"]["method"], "many");
+    }
+    gateway.shutdown().await;
+    let mut accepted = 0;
+    while conns.try_recv().is_ok() {
+        accepted += 1;
+    }
+    assert_eq!(accepted, 1, "HTTP/2 calls share one connection");
 }
