@@ -326,12 +326,9 @@ fn http_target(
             "must be a valid HTTP header name and value",
         );
     }
-    let url = match raw.url.as_deref() {
-        None => {
-            p.at(key, "url", format!("required for dialect {d}"));
-            return None;
-        }
-        Some(url) => url,
+    let Some(url) = raw.url.as_deref() else {
+        p.at(key, "url", format!("required for dialect {d}"));
+        return None;
     };
     let scheme_ok = ["http://", "https://", "http+unix://"]
         .iter()
