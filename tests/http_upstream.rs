@@ -53,6 +53,24 @@ async fn serve(
         // Never answers (the server task ends with the test).
         "/hang" => std::future::pending().await,
         "/notjson" => reply(200, String::from("<html>hello</html>")),
+        // A batch: one reply per request, in reverse order.
+        _ if v.is_array() => {
+            let replies: Vec<Value> = v
+                .as_array()
+                .into_iter()
+                .flatten()
+                .rev()
+                .filter(|item| item.get("id").is_some())
+                .map(|item| {
+                    let result = json!({"method": item["method"], "params": item["params"]});
+                    json!({"jsonrpc": "2.0", "result": result, "id": item["id"]})
+                })
+                .collect();
+            match replies.is_empty() {
+                true => reply(204, String::new()),
+                false => reply(200, Value::from(replies).to_string()),
+            }
+        }
         _ if v.get("id").is_none() => reply(204, String::new()),
         _ => {
             let result = json!({"method": v["method"], "params": v["params"]});
@@ -175,6 +193,7 @@ async fn setup() -> Setup {
         toml += &format!("[upstreams.{name}]\ndialect = \"jsonrpc-http\"\nurl = \"{url}\"\n");
         if *name == "ok" {
             toml += "headers = { Authorization = \"Bearer up-s3cret\", X-Extra = \"yes\" }\n";
+            toml += "accepts_batches = true\n";
         }
         toml += "\n";
     }
@@ -429,4 +448,36 @@ async fn https_upstream_speaks_http2_on_one_connection() {
         accepted += 1;
     }
     assert_eq!(accepted, 1, "HTTP/2 calls share one connection");
+}
+
+/// A client batch to an upstream that accepts batches is one POST of a
+/// JSON array; each reply goes back to its own request.
+#[tokio::test]
+async fn a_batch_is_one_post() {
+    let mut s = setup().await;
+    let mut c = TestClient::connect(Speak::JsonRpc, &s.endpoints[0].1).await;
+    c.send(
+        r#"[{"jsonrpc":"2.0","method":"b1","params":[1],"id":"one"},
+            {"jsonrpc":"2.0","method":"bn","params":[0]},
+            {"jsonrpc":"2.0","method":"b2","params":[2],"id":2}]"#,
+    )
+    .await;
+    let v = json(&c.recv().await);
+    let items = v
+        .as_array()
+        .unwrap_or_else(|| panic!("not a batch reply: {v}"));
+    assert_eq!(items.len(), 2, "{v}");
+    for item in items {
+        let expected = match &item["id"] {
+            Value::String(id) if id == "one" => "b1",
+            Value::Number(n) if n.as_u64() == Some(2) => "b2",
+            other => panic!("unexpected id {other}: {v}"),
+        };
+        assert_eq!(item["result"]["method"], expected, "{v}");
+    }
+    let (path, _, body) = next_seen(&mut s.seen).await;
+    assert_eq!(path, "/ok");
+    assert_eq!(body.as_array().map(Vec::len), Some(3), "one POST: {body}");
+    assert!(s.seen.try_recv().is_err(), "more than one POST");
+    s.gateway.shutdown().await;
 }

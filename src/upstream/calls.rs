@@ -147,6 +147,36 @@ impl Upstream {
         }
     }
 
+    /// A client batch to a `jsonrpc-http` upstream: one `POST` of a JSON
+    /// array, admitted as one unit under the pending cap, until `deadline`.
+    async fn http_batch(
+        &self,
+        http: &super::http::HttpUpstream,
+        calls: &[(&str, Option<&Payload>, bool)],
+        requests: usize,
+        deadline: tokio::time::Instant,
+    ) -> Vec<Option<Result<Message, GatewayError>>> {
+        let span = self.client_span("batch");
+        let traceparent = crate::telemetry::trace::traceparent(&span);
+        let n = u32::try_from(requests.max(1)).unwrap_or(u32::MAX);
+        let call = async {
+            let _admitted = self.admission.admit_many(n).await?;
+            let counted = InFlight::new(&self.shared.calls);
+            let replies = http.batch(calls, traceparent).await;
+            counted.done();
+            Ok::<_, GatewayError>(replies)
+        };
+        let failed = match tokio::time::timeout_at(deadline, call.instrument(span)).await {
+            Ok(Ok(replies)) => return replies,
+            Ok(Err(e)) => e,
+            Err(_) => GatewayError::new(ErrorKind::Timeout),
+        };
+        calls
+            .iter()
+            .map(|c| c.2.then(|| Err(failed.clone())))
+            .collect()
+    }
+
     /// Forwards a client notification on a dedicated (per-client) link.
     pub(super) async fn notify_dedicated(
         &self,
@@ -230,6 +260,9 @@ impl Upstream {
         deadline: tokio::time::Instant,
     ) -> Vec<Option<Result<Message, GatewayError>>> {
         let requests = calls.iter().filter(|c| c.2).count();
+        if let Some(http) = &self.http {
+            return self.http_batch(http, calls, requests, deadline).await;
+        }
         let fail_all = |err: GatewayError| {
             calls
                 .iter()

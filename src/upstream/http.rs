@@ -144,6 +144,40 @@ impl HttpUpstream {
         let Frame::Text(body) = self.codec.encode(&msg)? else {
             return Err(GatewayError::new(ErrorKind::Internal));
         };
+        let (status, body) = self.post(body, traceparent).await?;
+        if !want_reply {
+            return Ok(None);
+        }
+        let not_jsonrpc = || {
+            GatewayError::with_detail(
+                ErrorKind::Internal,
+                format!("upstream answered HTTP {status} without a JSON-RPC reply"),
+            )
+            .on(Side::Upstream)
+        };
+        let text = ByteString::try_from(body).map_err(|_| not_jsonrpc())?;
+        let mut event = None;
+        self.codec.on_text(&text, |e| {
+            event = Some(e);
+            false
+        });
+        match event {
+            Some(Event::Reply { reply, .. } | Event::NoId { reply, .. })
+                if matches!(reply, Message::Response { .. } | Message::Error { .. }) =>
+            {
+                Ok(Some(reply))
+            }
+            Some(Event::Failed { error, .. }) => Err(error),
+            _ => Err(not_jsonrpc()),
+        }
+    }
+
+    /// POSTs `body` and returns the status (200 or 204) and the reply body.
+    async fn post(
+        &self,
+        body: String,
+        traceparent: Option<String>,
+    ) -> Result<(u16, Bytes), GatewayError> {
         if body.len() > self.max_request_bytes {
             return Err(GatewayError::with_detail(
                 ErrorKind::ResourceExhausted,
@@ -177,31 +211,106 @@ impl HttpUpstream {
         if status != 200 && status != 204 {
             return Err(unavailable(format!("upstream answered HTTP {status}")));
         }
-        if !want_reply {
-            return Ok(None);
-        }
-        let not_jsonrpc = || {
-            GatewayError::with_detail(
-                ErrorKind::Internal,
-                format!("upstream answered HTTP {status} without a JSON-RPC reply"),
-            )
-            .on(Side::Upstream)
-        };
-        let text = ByteString::try_from(body).map_err(|_| not_jsonrpc())?;
-        let mut event = None;
-        self.codec.on_text(&text, |e| {
-            event = Some(e);
-            false
-        });
-        match event {
-            Some(Event::Reply { reply, .. } | Event::NoId { reply, .. })
-                if matches!(reply, Message::Response { .. } | Message::Error { .. }) =>
-            {
-                Ok(Some(reply))
+        Ok((status, body))
+    }
+
+    /// POSTs a client batch as one JSON array (`calls[i].2`: a request).
+    /// One entry per call: the reply for requests, `None` for
+    /// notifications; a request the reply does not answer gets `internal`.
+    pub(super) async fn batch(
+        &self,
+        calls: &[(&str, Option<&Payload>, bool)],
+        traceparent: Option<String>,
+    ) -> Vec<Option<Result<Message, GatewayError>>> {
+        let mut out: Vec<Option<Result<Message, GatewayError>>> = Vec::with_capacity(calls.len());
+        let mut msgs = Vec::with_capacity(calls.len());
+        // Gateway id of each request sent → its index in `calls`.
+        let mut sent = Vec::new();
+        for (i, (method, params, request)) in calls.iter().enumerate() {
+            let params = match self.codec.params(*params) {
+                Ok(p) => p.map(Cow::into_owned),
+                Err(e) => {
+                    out.push(request.then_some(Err(e)));
+                    continue;
+                }
+            };
+            out.push(None);
+            if *request {
+                let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                sent.push((id, i));
+                msgs.push(Message::Request {
+                    id: self.codec.wire_id(id),
+                    method: (*method).into(),
+                    params,
+                });
+            } else {
+                msgs.push(Message::Notification {
+                    method: (*method).into(),
+                    params,
+                });
             }
-            Some(Event::Failed { error, .. }) => Err(error),
-            _ => Err(not_jsonrpc()),
         }
+        if msgs.is_empty() {
+            return out;
+        }
+        let posted = match self.codec.encode_batch(&msgs) {
+            Ok(body) => self.post(body, traceparent).await,
+            Err(e) => Err(e),
+        };
+        let (status, body) = match posted {
+            Ok(answer) => answer,
+            Err(e) => {
+                for (_, i) in &sent {
+                    out[*i] = Some(Err(e.clone()));
+                }
+                return out;
+            }
+        };
+        let text = ByteString::try_from(body).unwrap_or_default();
+        let mut lone_error = None;
+        self.codec.on_text(&text, |event| {
+            match event {
+                Event::Reply {
+                    gid: Some(gid),
+                    reply,
+                } => {
+                    if let Some((_, i)) = sent.iter().find(|(id, _)| *id == gid) {
+                        out[*i] = Some(Ok(reply));
+                    }
+                }
+                Event::NoId { reply, .. } => lone_error = Some(reply),
+                Event::Failed {
+                    gid: Some(gid),
+                    error,
+                    ..
+                } => {
+                    if let Some((_, i)) = sent.iter().find(|(id, _)| *id == gid) {
+                        out[*i] = Some(Err(error));
+                    }
+                }
+                _ => {}
+            }
+            true
+        });
+        for (_, i) in &sent {
+            if out[*i].is_some() {
+                continue;
+            }
+            // A batch-wide error (e.g. the upstream refused the batch)
+            // answers every request it left unanswered.
+            out[*i] = Some(match &lone_error {
+                Some(Message::Error { error, .. }) => Ok(Message::Error {
+                    id: None,
+                    error: error.clone(),
+                }),
+                _ => Err(GatewayError::with_detail(
+                    ErrorKind::Internal,
+                    format!("upstream answered HTTP {status} without a reply to this call"),
+                )
+                .on(Side::Upstream)),
+            });
+        }
+        out
     }
 }
 

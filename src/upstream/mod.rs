@@ -278,9 +278,10 @@ impl Upstream {
     }
 
     /// True when requests of `method` may go in a client batch sent as
-    /// one (pooled calls to an upstream that accepts batches).
+    /// one (pooled calls, or calls to an HTTP upstream: one `POST`, to an
+    /// upstream that accepts batches).
     pub(crate) fn takes_batches_of(&self, method: &str) -> bool {
-        self.shared.cfg.accepts_batches && self.mode(method) == Mode::Pooled
+        self.shared.cfg.accepts_batches && matches!(self.mode(method), Mode::Pooled | Mode::Http)
     }
 
     /// Settles `call` in place: written now if there is room, else parked
