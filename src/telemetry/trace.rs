@@ -241,6 +241,28 @@ mod tests {
     }
 
     #[test]
+    fn an_upstream_call_carries_the_callers_trace() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let provider = SdkTracerProvider::builder().build();
+        let subscriber = tracing_subscriber::registry().with(layer(&provider));
+        tracing::subscriber::with_default(subscriber, || {
+            let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+            let conn = connection_span(&headers(caller), "public", "jsonrpc");
+            let call = tracing::info_span!(parent: &conn, "rpc.client");
+            let sent = traceparent(&call).expect("a traced call has a traceparent");
+            assert!(
+                sent.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
+                "{sent}"
+            );
+            assert!(
+                !sent.contains("00f067aa0ba902b7"),
+                "its own span id: {sent}"
+            );
+        });
+        assert_eq!(traceparent(&tracing::Span::none()), None);
+    }
+
+    #[test]
     fn only_this_crates_spans_are_exported() {
         let _guard = tracing_subscriber::fmt().set_default();
         let span = tracing::info_span!("rpc.server");
