@@ -349,6 +349,7 @@ fn what_an_http_upstream_cannot_do_is_refused() {
         ("url = \"http+unix://relative.sock\"\n", "url"),
         ("", "url"),
         ("url = \"http://h/\"\nmode = \"per-client\"\n", "mode"),
+        ("url = \"http://h/\"\nrequired = true\n", "required"),
         (
             "url = \"http://h/\"\nstreaming_methods = [\"s\"]\n",
             "streaming_methods",

@@ -315,6 +315,12 @@ fn http_target(
     let unsupported = "not supported for jsonrpc-http upstreams (each call is one POST)";
     p.at_if(key, "streaming_methods", streams, unsupported);
     p.at_if(key, "mode", raw.mode == "per-client", unsupported);
+    p.at_if(
+        key,
+        "required",
+        raw.required,
+        "not supported for jsonrpc-http upstreams (no standing connection to wait for)",
+    );
     let before = p.len();
     for (name, value) in &raw.headers {
         let ok = http::HeaderName::from_bytes(name.as_bytes()).is_ok()
