@@ -8,8 +8,9 @@ use std::process::{Command, Output};
 const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
 
 /// Every secret written into [`SECRETS_TOML`]; none may be printed.
-const SECRETS: [&str; 6] = [
+const SECRETS: [&str; 7] = [
     "tok-listener-9f2",
+    "uphdr-8f3",
     "tok-reload-7c1",
     "natspw-3b8",
     "wspw-5d4",
@@ -26,6 +27,11 @@ auth_token = "tok-listener-9f2"
 [upstreams.remote]
 dialect = "jsonrpc-ws"
 url = "ws://alice:wspw-5d4@127.0.0.1:1/rpc?token=wsquery-6e0&v=2"
+
+[upstreams.web]
+dialect = "jsonrpc-http"
+url = "https://127.0.0.1:1/rpc"
+headers = { Authorization = "Bearer uphdr-8f3" }
 
 [[routes]]
 listener = "public"
@@ -142,6 +148,10 @@ fn check_never_prints_a_secret() {
     );
     assert_eq!(
         printed["listeners"]["public"]["auth_token"].as_str(),
+        Some("***")
+    );
+    assert_eq!(
+        printed["upstreams"]["web"]["headers"]["Authorization"].as_str(),
         Some("***")
     );
     assert_eq!(printed["admin"]["reload_token"].as_str(), Some("***"));

@@ -347,6 +347,7 @@ fn target(u: &UpstreamConfig) -> String {
         UpstreamTarget::Unix(path) => format!("unix://{}", path.display()),
         // Credentials in the URL are never shown.
         UpstreamTarget::Ws(url) => crate::redact::url(url).into_owned(),
+        UpstreamTarget::Http(h) => crate::redact::url(&h.url).into_owned(),
         // The program only: arguments and environment may carry secrets.
         UpstreamTarget::Process(spec) => {
             format!("command:{}", spec.argv.first().map_or("", String::as_str))

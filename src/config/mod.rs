@@ -27,7 +27,9 @@ pub mod validate;
 pub use persistence::PersistenceConfig;
 pub use publish::{Feed, Publish};
 pub use routes::RouteTable;
-pub use upstream::{NotificationPolicy, ProcessSpec, UpstreamConfig, UpstreamMode, UpstreamTarget};
+pub use upstream::{
+    HttpTarget, NotificationPolicy, ProcessSpec, UpstreamConfig, UpstreamMode, UpstreamTarget,
+};
 pub use validate::ConfigError;
 
 use crate::dialect::Dialect;

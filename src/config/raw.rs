@@ -291,7 +291,8 @@ impl RawConfig {
     /// The same configuration with every secret shown as
     /// [`redact::MASK`](crate::redact::MASK): listener `auth_token`s and
     /// named clients' `token`s,
-    /// `[admin] reload_token`, and the credentials in URLs (upstream `url`,
+    /// `[admin] reload_token`, upstream `env` and `headers` values, and
+    /// the credentials in URLs (upstream `url`,
     /// `[persistence] nats_url`, `[tracing] endpoint`), and `[pubsub.nats]`'s
     /// `password`, `token` and `urls`.
     pub fn redacted(&self) -> RawConfig {
@@ -313,6 +314,10 @@ impl RawConfig {
             }
             // A process's environment is where API keys are passed.
             for value in upstream.env.values_mut() {
+                *value = redact::secret(value).to_owned();
+            }
+            // An HTTP upstream's headers carry its credentials.
+            for value in upstream.headers.values_mut() {
                 *value = redact::secret(value).to_owned();
             }
         }

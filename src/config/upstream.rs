@@ -39,6 +39,29 @@ pub enum UpstreamTarget {
     Ws(String),
     /// A child process speaking NDJSON on its stdin and stdout.
     Process(ProcessSpec),
+    /// An HTTP JSON-RPC endpoint (`jsonrpc-http`): one POST per call.
+    Http(HttpTarget),
+}
+
+/// Where and how a `jsonrpc-http` upstream is called.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HttpTarget {
+    /// `http://…`, `https://…` or `http+unix:///path/to.sock` (then the
+    /// request path is `/`).
+    pub url: String,
+    /// Extra headers sent with every request (name, value).
+    pub headers: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for HttpTarget {
+    /// Header values masked: they often hold credentials.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("HttpTarget")
+            .field("url", &crate::redact::url(&self.url))
+            .field("headers (values masked)", &names)
+            .finish()
+    }
 }
 
 /// How to start an upstream process (`command`, `env`, `cwd`).
@@ -144,10 +167,6 @@ pub(super) fn upstream(name: &str, raw: &RawUpstream, p: &mut Problems) -> Optio
     let key = format!("upstreams.{name}");
     check_name(&key, name, p);
     let dialect = dialect(&key, raw.dialect.as_deref(), p);
-    if dialect.is_some_and(Dialect::is_http) {
-        p.at(&key, "dialect", "jsonrpc-http is a listener dialect only");
-        return None;
-    }
     let ws = dialect.is_some_and(Dialect::is_websocket);
     if p.choice(&key, "profile", &raw.profile, &PROFILES) == Some(true) && ws {
         p.at(&key, "profile", "\"hld\" applies to ndjson upstreams only");
@@ -250,6 +269,15 @@ fn target(key: &str, d: Dialect, raw: &RawUpstream, p: &mut Problems) -> Option<
             "applies to command upstreams only",
         );
     }
+    if d.is_http() {
+        return http_target(key, d, raw, p);
+    }
+    p.at_if(
+        key,
+        "headers",
+        !raw.headers.is_empty(),
+        "applies to jsonrpc-http upstreams only",
+    );
     if !d.is_websocket() {
         p.not_allowed(key, "url", raw.url.is_some(), d);
         if let Some(argv) = &raw.command {
@@ -271,6 +299,62 @@ fn target(key: &str, d: Dialect, raw: &RawUpstream, p: &mut Problems) -> Option<
         }
     }
     None
+}
+
+/// A `jsonrpc-http` upstream's URL and headers.
+fn http_target(
+    key: &str,
+    d: Dialect,
+    raw: &RawUpstream,
+    p: &mut Problems,
+) -> Option<UpstreamTarget> {
+    p.not_allowed(key, "socket", raw.socket.is_some(), d);
+    p.not_allowed(key, "command", raw.command.is_some(), d);
+    // Each call is one POST: nothing to hold open per client or per stream.
+    let streams = !raw.streaming_methods.is_empty() || !raw.feeds.is_empty();
+    let unsupported = "not supported for jsonrpc-http upstreams (each call is one POST)";
+    p.at_if(key, "streaming_methods", streams, unsupported);
+    p.at_if(key, "mode", raw.mode == "per-client", unsupported);
+    p.at_if(
+        key,
+        "required",
+        raw.required,
+        "not supported for jsonrpc-http upstreams (no standing connection to wait for)",
+    );
+    let before = p.len();
+    for (name, value) in &raw.headers {
+        let ok = http::HeaderName::from_bytes(name.as_bytes()).is_ok()
+            && http::HeaderValue::from_str(value).is_ok();
+        p.at_if(
+            key,
+            &format!("headers.{name}"),
+            !ok,
+            "must be a valid HTTP header name and value",
+        );
+    }
+    let Some(url) = raw.url.as_deref() else {
+        p.at(key, "url", format!("required for dialect {d}"));
+        return None;
+    };
+    let scheme_ok = ["http://", "https://", "http+unix://"]
+        .iter()
+        .any(|s| url.starts_with(s));
+    let valid = match url.strip_prefix("http+unix://") {
+        Some(path) => path.starts_with('/'),
+        None => url.parse::<http::Uri>().is_ok_and(|u| u.host().is_some()),
+    };
+    if !scheme_ok || !valid {
+        let shown = crate::redact::url(url);
+        let msg =
+            format!("must be http://host…, https://host… or http+unix:///path (got {shown:?})");
+        p.at(key, "url", msg);
+    }
+    (p.len() == before).then(|| {
+        UpstreamTarget::Http(HttpTarget {
+            url: url.to_owned(),
+            headers: raw.headers.clone().into_iter().collect(),
+        })
+    })
 }
 
 /// `command` (with `env` and `cwd`): a program to run, instead of `socket`.
@@ -370,7 +454,9 @@ fn ca_file(
     let path = raw.ca_file.as_deref()?;
     if path.is_empty() {
         p.at(key, "ca_file", "must not be empty");
-    } else if matches!(target, Some(UpstreamTarget::Ws(url)) if !url.starts_with("wss://")) {
+    } else if matches!(target, Some(UpstreamTarget::Ws(url)) if !url.starts_with("wss://"))
+        || matches!(target, Some(UpstreamTarget::Http(h)) if !h.url.starts_with("https://"))
+    {
         p.at(key, "ca_file", "applies to wss:// URLs only");
     } else if matches!(
         target,

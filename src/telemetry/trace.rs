@@ -141,6 +141,15 @@ pub fn layer(provider: &SdkTracerProvider) -> impl Layer<Registry> + Send + Sync
         .with_filter(filter_fn(exported))
 }
 
+/// The W3C `traceparent` of `span`, to send to an upstream (`None`
+/// when the span belongs to no trace, e.g. tracing is off).
+pub fn traceparent(span: &tracing::Span) -> Option<String> {
+    let cx = span.context();
+    let mut fields = std::collections::HashMap::new();
+    TraceContextPropagator::new().inject_context(&cx, &mut fields);
+    fields.remove("traceparent")
+}
+
 /// The span a WebSocket connection runs in (see the module docs): exported
 /// under the caller's span when `headers` carry a valid `traceparent`,
 /// local to the logs otherwise.
@@ -229,6 +238,28 @@ mod tests {
         let span = connection_span(&headers(valid), "public", "jsonrpc");
         let meta = span.metadata().expect("enabled span");
         assert_ne!(meta.target(), LOCAL_TARGET);
+    }
+
+    #[test]
+    fn an_upstream_call_carries_the_callers_trace() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let provider = SdkTracerProvider::builder().build();
+        let subscriber = tracing_subscriber::registry().with(layer(&provider));
+        tracing::subscriber::with_default(subscriber, || {
+            let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+            let conn = connection_span(&headers(caller), "public", "jsonrpc");
+            let call = tracing::info_span!(parent: &conn, "rpc.client");
+            let sent = traceparent(&call).expect("a traced call has a traceparent");
+            assert!(
+                sent.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
+                "{sent}"
+            );
+            assert!(
+                !sent.contains("00f067aa0ba902b7"),
+                "its own span id: {sent}"
+            );
+        });
+        assert_eq!(traceparent(&tracing::Span::none()), None);
     }
 
     #[test]

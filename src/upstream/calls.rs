@@ -21,6 +21,7 @@ use crate::dialect::link::NotificationRule;
 use crate::dialect::upstream::UpstreamCodec;
 use crate::envelope::{Message, Payload};
 use crate::error::{ErrorKind, GatewayError};
+use crate::telemetry::metrics::sharded::{Gauge, Histogram};
 
 /// The receivers of a started batch, its guard, and the permits it holds.
 type Started = (
@@ -34,6 +35,33 @@ type Started = (
 struct AbandonGuard {
     link: Option<(Arc<Link>, u64)>,
     timed_out: bool,
+}
+
+/// One HTTP call counted in flight until dropped; [`Self::done`] also
+/// records its duration (a call that completed, not a timeout).
+struct InFlight<'a> {
+    calls: &'a (Gauge, Histogram),
+    started: std::time::Instant,
+}
+
+impl<'a> InFlight<'a> {
+    fn new(calls: &'a (Gauge, Histogram)) -> Self {
+        calls.0.inc();
+        InFlight {
+            calls,
+            started: std::time::Instant::now(),
+        }
+    }
+
+    fn done(self) {
+        self.calls.1.observe_duration(self.started.elapsed());
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.calls.0.dec();
+    }
 }
 
 // === impl Upstream ===
@@ -89,6 +117,64 @@ impl Upstream {
                 _ => Ok(()),
             },
         }
+    }
+
+    /// POSTs a request (`want_reply`) or notification to a `jsonrpc-http`
+    /// upstream under the pending cap, until `deadline` (then `timeout`;
+    /// the POST is abandoned and its connection closed).
+    pub(super) async fn call_http(
+        &self,
+        method: &str,
+        params: Option<&Payload>,
+        want_reply: bool,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<Message>, GatewayError> {
+        let Some(http) = &self.http else {
+            return Err(GatewayError::new(ErrorKind::Internal));
+        };
+        let span = self.client_span(method);
+        let traceparent = crate::telemetry::trace::traceparent(&span);
+        let call = async {
+            let _admitted = self.admission.admit_many(1).await?;
+            let counted = InFlight::new(&self.shared.calls);
+            let reply = http.call(method, params, want_reply, traceparent).await;
+            counted.done();
+            reply
+        };
+        match tokio::time::timeout_at(deadline, call.instrument(span)).await {
+            Ok(reply) => reply,
+            Err(_) => Err(GatewayError::new(ErrorKind::Timeout)),
+        }
+    }
+
+    /// A client batch to a `jsonrpc-http` upstream: one `POST` of a JSON
+    /// array, admitted as one unit under the pending cap, until `deadline`.
+    async fn http_batch(
+        &self,
+        http: &super::http::HttpUpstream,
+        calls: &[(&str, Option<&Payload>, bool)],
+        requests: usize,
+        deadline: tokio::time::Instant,
+    ) -> Vec<Option<Result<Message, GatewayError>>> {
+        let span = self.client_span("batch");
+        let traceparent = crate::telemetry::trace::traceparent(&span);
+        let n = u32::try_from(requests.max(1)).unwrap_or(u32::MAX);
+        let call = async {
+            let _admitted = self.admission.admit_many(n).await?;
+            let counted = InFlight::new(&self.shared.calls);
+            let replies = http.batch(calls, traceparent).await;
+            counted.done();
+            Ok::<_, GatewayError>(replies)
+        };
+        let failed = match tokio::time::timeout_at(deadline, call.instrument(span)).await {
+            Ok(Ok(replies)) => return replies,
+            Ok(Err(e)) => e,
+            Err(_) => GatewayError::new(ErrorKind::Timeout),
+        };
+        calls
+            .iter()
+            .map(|c| c.2.then(|| Err(failed.clone())))
+            .collect()
     }
 
     /// Forwards a client notification on a dedicated (per-client) link.
@@ -174,6 +260,9 @@ impl Upstream {
         deadline: tokio::time::Instant,
     ) -> Vec<Option<Result<Message, GatewayError>>> {
         let requests = calls.iter().filter(|c| c.2).count();
+        if let Some(http) = &self.http {
+            return self.http_batch(http, calls, requests, deadline).await;
+        }
         let fail_all = |err: GatewayError| {
             calls
                 .iter()

@@ -20,7 +20,9 @@
 //! whoever frees room, with no task per request; the client is told where
 //! each went by a [`Receipt`]. The task path (`calls`: a future per call)
 //! remains for per-client and streaming upstreams, notifications and
-//! batches. The router never holds a link.
+//! batches, and takes every call to a `jsonrpc-http` upstream, which
+//! keeps no links: one POST per call through a client pool (`http`),
+//! under the same pending cap. The router never holds a link.
 
 use std::sync::Arc;
 
@@ -45,6 +47,7 @@ mod driver;
 mod error;
 mod feed;
 mod health;
+mod http;
 mod link;
 mod ndjson;
 mod outlet;
@@ -74,6 +77,9 @@ pub struct Upstream {
     /// Cancelled to close this upstream's streaming feeds (it was retired
     /// by a reload, or switchyard stops).
     feeds: CancellationToken,
+    /// `jsonrpc-http` upstreams: the HTTP client every call goes through
+    /// (no pool of links then).
+    http: Option<http::HttpUpstream>,
 }
 
 /// Where an upstream's events go: the pub/sub broker, and the persistent
@@ -95,6 +101,8 @@ enum Mode {
     PerClient,
     /// On a link opened for this call (a streaming method).
     PerStream,
+    /// One POST of its own (`jsonrpc-http` upstreams).
+    Http,
 }
 
 // === impl Upstream ===
@@ -139,7 +147,17 @@ impl Upstream {
         let (changed_tx, changed) = watch::channel(0u64);
         let changed_tx = Arc::new(changed_tx);
         // Per-client upstreams have no shared pool: each client dials its own.
+        // Nor do HTTP upstreams: each call is a POST through `http`.
+        let http = match &shared.cfg.target {
+            crate::config::UpstreamTarget::Http(target) => Some(http::HttpUpstream::new(
+                &shared.cfg,
+                target,
+                shared.tls.as_ref(),
+            )),
+            _ => None,
+        };
         let pooled = match shared.cfg.mode {
+            _ if http.is_some() => 0,
             UpstreamMode::Shared => shared.cfg.pool_size.get(),
             UpstreamMode::PerClient => 0,
         };
@@ -161,6 +179,7 @@ impl Upstream {
             shared,
             admission,
             feeds,
+            http,
         })
     }
 
@@ -231,6 +250,9 @@ impl Upstream {
     /// How calls of `method` travel: the only place the upstream's mode
     /// and its streaming methods are looked at.
     fn mode(&self, method: &str) -> Mode {
+        if self.http.is_some() {
+            return Mode::Http;
+        }
         if self.is_streaming(method) {
             // On a pooled connection it would take the connection over.
             return Mode::PerStream;
@@ -241,6 +263,9 @@ impl Upstream {
     /// Where the upstream's calls go when they open no stream (and its
     /// notifications, always).
     fn links_mode(&self) -> Mode {
+        if self.http.is_some() {
+            return Mode::Http;
+        }
         match self.shared.cfg.mode {
             UpstreamMode::Shared => Mode::Pooled,
             UpstreamMode::PerClient => Mode::PerClient,
@@ -253,9 +278,10 @@ impl Upstream {
     }
 
     /// True when requests of `method` may go in a client batch sent as
-    /// one (pooled calls to an upstream that accepts batches).
+    /// one (pooled calls, or calls to an HTTP upstream: one `POST`, to an
+    /// upstream that accepts batches).
     pub(crate) fn takes_batches_of(&self, method: &str) -> bool {
-        self.shared.cfg.accepts_batches && self.mode(method) == Mode::Pooled
+        self.shared.cfg.accepts_batches && matches!(self.mode(method), Mode::Pooled | Mode::Http)
     }
 
     /// Settles `call` in place: written now if there is room, else parked
@@ -289,6 +315,10 @@ impl Upstream {
     ) -> ReplyResult {
         match self.mode(method) {
             Mode::Pooled => self.call_until(method, params, deadline).await,
+            Mode::Http => self
+                .call_http(method, params, true, deadline)
+                .await?
+                .ok_or_else(|| GatewayError::new(crate::error::ErrorKind::Internal)),
             Mode::PerClient => {
                 let link = client.dedicated().link(&self.shared, client).await?;
                 self.call_dedicated(link, method, params, deadline).await
@@ -316,6 +346,10 @@ impl Upstream {
         // A notification opens no stream.
         match self.links_mode() {
             Mode::Pooled | Mode::PerStream => self.notify_pooled(method, params).await,
+            Mode::Http => self
+                .call_http(method, params, false, deadline)
+                .await
+                .map(|_| ()),
             Mode::PerClient => {
                 let link = client.dedicated().link(&self.shared, client).await?;
                 self.notify_dedicated(link, method, params, deadline).await

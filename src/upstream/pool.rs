@@ -146,6 +146,10 @@ pub(super) async fn dial(
         UpstreamTarget::Unix(path) => ndjson::connect(path, shared.clone(), owner, shutdown).await,
         UpstreamTarget::Ws(url) => ws::connect(url, shared.clone(), owner, shutdown).await,
         UpstreamTarget::Process(spec) => process::spawn(spec, shared.clone(), owner, shutdown),
+        // HTTP upstreams keep no links: each call is a POST (see `http`).
+        UpstreamTarget::Http(_) => Err(LinkError::Connect(std::io::Error::other(
+            "an HTTP upstream keeps no link",
+        ))),
     }
 }
 

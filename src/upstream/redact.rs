@@ -11,6 +11,7 @@ pub(crate) fn endpoint(target: &UpstreamTarget) -> Cow<'_, str> {
     match target {
         UpstreamTarget::Unix(path) => path.to_string_lossy(),
         UpstreamTarget::Ws(url) => crate::redact::url(url),
+        UpstreamTarget::Http(h) => crate::redact::url(&h.url),
         // The program only: its arguments may carry a secret.
         UpstreamTarget::Process(spec) => Cow::Owned(process_endpoint(spec)),
     }

@@ -54,14 +54,16 @@ pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, TlsSet
 }
 
 /// The TLS client configuration of an upstream: `None` unless its URL is
-/// `wss://`; an error (logged here, once) fails each of its dials.
+/// `wss://` or `https://`; an error (logged here, once) fails each of its dials.
 pub(super) fn for_upstream(
     cfg: &UpstreamConfig,
 ) -> Option<Result<Arc<ClientConfig>, TlsSetupError>> {
-    let UpstreamTarget::Ws(url) = &cfg.target else {
-        return None;
+    let url = match &cfg.target {
+        UpstreamTarget::Ws(url) => url,
+        UpstreamTarget::Http(h) => &h.url,
+        UpstreamTarget::Unix(_) | UpstreamTarget::Process(_) => return None,
     };
-    if !url.starts_with("wss://") {
+    if !url.starts_with("wss://") && !url.starts_with("https://") {
         return None;
     }
     let config = client_config(cfg.ca_file.as_deref());

@@ -23,6 +23,11 @@ pub struct RawUpstream {
     /// allowed for `ndjson`. No default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// `jsonrpc-http`: extra request headers sent with every POST (e.g.
+    /// the upstream's own `Authorization`). Values are secrets: `check`
+    /// and logs show them masked. Default: none.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
     /// `ndjson`: run this program (argv: program, then its arguments; no
     /// shell) and speak NDJSON on its stdin/stdout instead of dialing
     /// `socket`. Exactly one of `socket` and `command`. No default.
@@ -184,6 +189,7 @@ impl Default for RawUpstream {
             dialect: None,
             socket: None,
             url: None,
+            headers: BTreeMap::new(),
             command: None,
             env: BTreeMap::new(),
             cwd: None,
