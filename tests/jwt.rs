@@ -412,6 +412,20 @@ async fn tokens_never_reach_the_logs() {
         let signature = token.rsplit('.').next().expect("signature");
         assert!(!log.contains(signature), "{log}");
     }
+    // `check` prints the jwt table (key file paths only) and no token.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["check", "--config"])
+        .arg(dir.path().join("jwt-logs.toml"))
+        .output()
+        .expect("run check");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("[listeners.guarded.jwt]"), "{stdout}");
+    assert!(stdout.contains("idp.pem"), "{stdout}");
     gateway.stop();
     daemon.stop().await;
 }
