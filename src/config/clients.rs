@@ -69,8 +69,9 @@ pub struct RawClient {
 pub struct Client {
     /// Its name: the `client` log field and metric label.
     pub name: Arc<str>,
-    /// Its bearer token (never shown: see the `Debug` impl).
-    pub token: String,
+    /// Its bearer token (never shown: see the `Debug` impl); `None` on a
+    /// listener with `[jwt]`: the client is reached by JWTs only.
+    pub token: Option<String>,
     /// Which methods it may call.
     pub methods: MethodPolicy,
     /// Topic patterns it may subscribe to; `None`: the listener's.
@@ -98,13 +99,14 @@ impl std::fmt::Debug for Client {
 
 /// Validates a listener's clients. `listener_token` is its `auth_token`,
 /// `allow` / `deny` its method lists, `ws` whether it is a WebSocket
-/// listener (only those carry a credential).
+/// listener (only those carry a credential), `jwt` whether it takes JWTs
+/// (then a client's own token is optional).
 pub(super) fn clients(
     key: &str,
     raw: &[RawClient],
     listener_token: Option<&str>,
     (allow, deny): (&[Pattern], &[Pattern]),
-    ws: bool,
+    (ws, jwt): (bool, bool),
     p: &mut Problems,
 ) -> Vec<Client> {
     if raw.is_empty() {
@@ -124,9 +126,15 @@ pub(super) fn clients(
     for (i, c) in raw.iter().enumerate() {
         let at = format!("{key}.clients[{i}]");
         let name = name(&at, c.name.as_deref(), &out, p);
-        let token = token(&at, c, p);
-        if let Some(t) = &token {
-            let twin = listener_token == Some(t.as_str()) || out.iter().any(|o| o.token == *t);
+        let no_source = c.token.is_none() && c.token_file.is_none() && c.token_env.is_none();
+        let token = if jwt && no_source {
+            Some(None)
+        } else {
+            token(&at, c, p).map(Some)
+        };
+        if let Some(Some(t)) = &token {
+            let twin = listener_token == Some(t.as_str())
+                || out.iter().any(|o| o.token.as_deref() == Some(t.as_str()));
             if twin {
                 // Never the token itself: only that it is not unique.
                 p.at(

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 pub mod clients;
 mod http;
+pub mod jwt;
 mod listener;
 mod observability;
 mod persistence;
@@ -233,6 +234,8 @@ pub struct Protection {
     /// Named clients (`[[listeners.<name>.clients]]`), each with its own
     /// token and method policy.
     pub clients: Vec<clients::Client>,
+    /// JWT bearer tokens (`[listeners.<name>.jwt]`), if configured.
+    pub jwt: Option<std::sync::Arc<crate::limits::jwt::Verifier>>,
     /// Topic patterns the unnamed client may subscribe to; `None`: the
     /// topics of the upstreams the listener routes to.
     pub allow_topics: Option<Vec<String>>,

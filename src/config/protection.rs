@@ -80,9 +80,16 @@ pub(super) fn protection(key: &str, raw: &RawListener, p: &mut Problems) -> Prot
         &raw.clients,
         raw.auth_token.as_deref(),
         (&allow, &deny),
-        raw.dialect.as_deref() != Some("ndjson"),
+        (raw.dialect.as_deref() != Some("ndjson"), raw.jwt.is_some()),
         p,
     );
+    if raw.jwt.is_some() && raw.dialect.as_deref() == Some("ndjson") {
+        p.at(key, "jwt", "only WebSocket and HTTP listeners take JWTs");
+    }
+    let jwt = raw.jwt.as_ref().and_then(|j| {
+        let names = clients.iter().map(|c| c.name.clone()).collect();
+        super::jwt::jwt(key, j, names, p)
+    });
     topic_patterns(key, "allow_topics", &raw.allow_topics, p);
     topic_patterns(key, "deny_topics", &raw.deny_topics, p);
     Protection {
@@ -95,6 +102,7 @@ pub(super) fn protection(key: &str, raw: &RawListener, p: &mut Problems) -> Prot
         any_origin,
         auth_token: raw.auth_token.clone(),
         clients,
+        jwt,
         allow_topics: (!raw.allow_topics.is_empty()).then(|| raw.allow_topics.clone()),
         deny_topics: raw.deny_topics.clone(),
         methods: MethodPolicy::new(allow, deny),

@@ -19,11 +19,30 @@ use parking_lot::Mutex;
 use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 
-/// The identity of one connection on its listener.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+/// The identity of one connection on its listener. Two identities are
+/// the same when they name the same client, whatever their credentials'
+/// expiry.
+#[derive(Debug, Clone, Default)]
 pub struct Identity {
     /// `None`: the listener's unnamed client.
     client: Option<Arc<str>>,
+    /// When the credential expires (a JWT's `exp` plus the leeway): the
+    /// connection is closed then. `None`: it does not expire.
+    expires: Option<std::time::SystemTime>,
+}
+
+impl PartialEq for Identity {
+    fn eq(&self, other: &Self) -> bool {
+        self.client == other.client
+    }
+}
+
+impl Eq for Identity {}
+
+impl std::hash::Hash for Identity {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.client.hash(state);
+    }
 }
 
 /// A listener's credentials: its own token (the unnamed client) and its
@@ -64,7 +83,23 @@ pub struct ClientPermit {
 impl Identity {
     /// The named client `name`.
     pub fn named(name: Arc<str>) -> Self {
-        Identity { client: Some(name) }
+        Identity {
+            client: Some(name),
+            expires: None,
+        }
+    }
+
+    /// The same identity, its credential expiring at `at`.
+    pub fn expiring(self, at: std::time::SystemTime) -> Self {
+        Identity {
+            expires: Some(at),
+            ..self
+        }
+    }
+
+    /// When the credential expires, if it does.
+    pub fn expires(&self) -> Option<std::time::SystemTime> {
+        self.expires
     }
 
     /// The client's name; `None` for the unnamed client.

@@ -6,6 +6,7 @@
 
 pub mod conns;
 pub mod identity;
+pub mod jwt;
 pub mod origin;
 pub mod policy;
 pub mod rate;

@@ -53,6 +53,8 @@ pub struct UpgradePolicy {
     pub token: Option<String>,
     /// Named clients' bearer tokens (`[[listeners.<name>.clients]]`).
     pub clients: Vec<(std::sync::Arc<str>, String)>,
+    /// JWT bearer tokens (`[listeners.<name>.jwt]`), if configured.
+    pub jwt: Option<std::sync::Arc<super::jwt::Verifier>>,
 }
 
 // === impl Refusal ===
@@ -194,7 +196,7 @@ impl UpgradePolicy {
             unnamed: self.token.clone(),
             named: self.clients.clone(),
         };
-        if credentials.open() {
+        if credentials.open() && self.jwt.is_none() {
             return Ok(Identity::default());
         }
         let bearer = authorization.and_then(ascii).and_then(bearer_token);
@@ -210,7 +212,14 @@ impl UpgradePolicy {
             None => from_query().ok_or(Refusal::Token)?,
         };
         // Constant-time: the comparison does not leak how much matched.
-        credentials.identify(Some(&given)).ok_or(Refusal::Token)
+        let fixed = (!credentials.open())
+            .then(|| credentials.identify(Some(&given)))
+            .flatten();
+        match (fixed, &self.jwt) {
+            (Some(who), _) => Ok(who),
+            (None, Some(jwt)) => jwt.identify(&given).ok_or(Refusal::Token),
+            (None, None) => Err(Refusal::Token),
+        }
     }
 }
 

@@ -262,7 +262,8 @@ fn upgrade_policy(cfg: &ListenerConfig) -> UpgradePolicy {
         clients: p
             .clients
             .iter()
-            .map(|c| (c.name.clone(), c.token.clone()))
+            .filter_map(|c| Some((c.name.clone(), c.token.clone()?)))
             .collect(),
+        jwt: p.jwt.clone(),
     }
 }

@@ -236,25 +236,45 @@ async fn run(
         crate::telemetry::metrics::Direction::Out,
     );
     let (session, rx) = Session::new(cell.clone(), ctx.grace_over.clone(), Some(peer));
+    let expires = who.expires();
     session.identify(who);
-    // Closes the connection (1008) if a reload revokes its credential;
-    // stops with the connection.
+    // Closes the connection (1008) if a reload revokes its credential
+    // ("credential revoked") or when its JWT expires ("credential
+    // expired"); stops with the connection.
     let done = tokio_util::sync::CancellationToken::new();
     let _done = done.clone().drop_guard();
-    if let Some(revoked) = _client_permit.as_ref().map(|p| p.revoked().clone()) {
+    let revoked = _client_permit.as_ref().map(|p| p.revoked().clone());
+    if revoked.is_some() || expires.is_some() {
         let outbox = session.outbox().clone();
         // The cell, not this generation's listener: that one is not kept
         // for the connection's life.
         let cell = cell.clone();
         tokio::spawn(async move {
-            tokio::select! {
-                () = revoked.cancelled() => {
-                    let reason = "credential revoked";
-                    cell.load().log_closed(CloseCode::PolicyViolation, reason, Peer(Some(peer)));
-                    outbox.try_close(CloseCode::PolicyViolation, reason);
+            let revoked = async {
+                match revoked {
+                    Some(r) => r.cancelled().await,
+                    None => std::future::pending().await,
                 }
-                () = done.cancelled() => {}
-            }
+            };
+            let expired = async {
+                match expires {
+                    Some(at) => {
+                        let left = at
+                            .duration_since(std::time::SystemTime::now())
+                            .unwrap_or_default();
+                        tokio::time::sleep(left).await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let reason = tokio::select! {
+                () = revoked => "credential revoked",
+                () = expired => "credential expired",
+                () = done.cancelled() => return,
+            };
+            cell.load()
+                .log_closed(CloseCode::PolicyViolation, reason, Peer(Some(peer)));
+            outbox.try_close(CloseCode::PolicyViolation, reason);
         });
     }
     let writer = tokio::spawn(driver::write_loop(WsSink(sink), rx, sent));

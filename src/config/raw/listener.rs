@@ -111,6 +111,9 @@ pub struct RawListener {
     /// token and policy. Default: none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub clients: Vec<crate::config::clients::RawClient>,
+    /// `[listeners.<name>.jwt]`: JWT bearer tokens. Default: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jwt: Option<crate::config::jwt::RawJwt>,
     /// Messages per second per connection; 0 = off. Default `0`.
     pub rate_per_second: u32,
     /// Burst per connection; 0 = same as the rate. Default `0`.
@@ -184,6 +187,7 @@ impl Default for RawListener {
             allow_topics: Vec::new(),
             deny_topics: Vec::new(),
             clients: Vec::new(),
+            jwt: None,
             rate_per_second: 0,
             rate_burst: 0,
             ip_rate_per_second: 0,
