@@ -19,8 +19,10 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
 use tracing::Instrument;
 
-mod paths;
+pub(super) mod admit;
+pub(super) mod paths;
 
+use self::admit::check_upgrade;
 pub(crate) use self::paths::{Entry, Paths};
 use super::accept::Place;
 use super::driver::{self, Fixed, FrameSink, Incoming};
@@ -30,7 +32,6 @@ use crate::close::CloseCode;
 use crate::dialect::client;
 use crate::dialect::Dialect;
 use crate::limits::identity::Identity;
-use crate::limits::origin::Refusal;
 use crate::limits::rate::PRUNE_INTERVAL;
 use crate::telemetry::metrics::RejectReason;
 use crate::telemetry::trace::connection_span;
@@ -153,34 +154,6 @@ fn select_subprotocol(mut ws: WebSocketUpgrade, dialect: Dialect) -> WebSocketUp
         ws.set_selected_protocol(chosen.clone());
     }
     ws
-}
-
-/// Browser safety before the upgrade: Host and Origin allow-lists and the
-/// bearer token. A refusal is HTTP 403/401 with a short reason, counted.
-pub(super) fn check_upgrade(
-    listener: &Listener,
-    headers: &HeaderMap,
-    uri: &Uri,
-    peer: IpAddr,
-) -> Result<Identity, Box<Response>> {
-    let header = |name| headers.get(name).map(axum::http::HeaderValue::as_bytes);
-    let verdict = listener.upgrade_policy().admit(
-        header(axum::http::header::HOST),
-        header(axum::http::header::ORIGIN),
-        header(axum::http::header::AUTHORIZATION),
-        uri.query(),
-    );
-    verdict.map_err(|refusal| {
-        let reason = match refusal {
-            Refusal::Host => RejectReason::Host,
-            Refusal::NullOrigin | Refusal::Origin => RejectReason::Origin,
-            Refusal::Token => RejectReason::Token,
-        };
-        listener.count_rejected(reason);
-        listener.log_refused_upgrade(refusal.as_str(), peer);
-        let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::FORBIDDEN);
-        Box::new((status, refusal.reason()).into_response())
-    })
 }
 
 /// Drives one client connection to its end.

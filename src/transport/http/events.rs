@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::accept::Place;
 use super::super::session::Session;
-use super::super::ws::Entry;
+use super::super::ws::paths::Entry;
 use super::super::Outgoing;
 use crate::close::CloseCode;
 use crate::dialect::jsonrpc_http::{self as wire, sse};

@@ -34,7 +34,7 @@ mod events;
 
 use super::accept::Place;
 use super::session::Session;
-use super::ws::{Entry, Paths};
+use super::ws::paths::{Entry, Paths};
 use super::{Listener, ListenerCell, Outgoing};
 use crate::close::CloseCode;
 use crate::config::ListenAddr;
@@ -121,7 +121,7 @@ fn check(
     uri: &Uri,
     peer: IpAddr,
 ) -> Result<Identity, Box<Response>> {
-    super::ws::check_upgrade(listener, headers, uri, peer).map_err(|mut refused| {
+    super::ws::admit::check_upgrade(listener, headers, uri, peer).map_err(|mut refused| {
         if refused.status() == StatusCode::UNAUTHORIZED {
             refused.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
