@@ -13,6 +13,7 @@ pub mod node;
 pub mod persist_node;
 pub mod pubsub_node;
 pub mod scrape;
+pub mod spec;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
