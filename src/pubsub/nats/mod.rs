@@ -12,8 +12,7 @@
 //!   [`Broker::fan_out`]. When several of this instance's patterns match a
 //!   subject, NATS delivers the message once per subscription; only the
 //!   oldest matching subscription fans it out, so a connection still gets
-//!   each event once (and in order: one subject has one path). Closing one
-//!   of them hands its subjects over without loss or repetition.
+//!   each event once (and in order: one subscription carries a subject).
 //! - **Publishing.** An event published on this instance (an upstream
 //!   feed, an upstream notification) is not delivered locally: it is
 //!   written to NATS once, and comes back through this instance's own
@@ -45,11 +44,7 @@
 //!
 //! - Per NATS subscription, `pending_messages` messages in the client
 //!   (past it the client drops, counted as `slow_consumer`): at most
-//!   patterns × `pending_messages` × `max_payload_bytes`. A subscription
-//!   that closes while others overlap it drains those first; meanwhile
-//!   each overlapping one holds at most `pending_messages` messages, and
-//!   each keeps at most `pending_messages` fingerprints of what it shared
-//!   (`subs`).
+//!   patterns × `pending_messages` × `max_payload_bytes`.
 //! - Local events waiting to be written: `publish_queue` (past it,
 //!   dropped, counted as `queue_full`).
 //! - Interest changes waiting for the subscription task: one entry per
