@@ -488,8 +488,9 @@ async fn an_event_stream_ends_with_an_error_event_when_its_token_expires() {
     use http_body_util::BodyExt;
     let key = Key::new();
     let gw = Gateway::with_pem(&key).await;
-    // Expires in four seconds (leeway 0): streamed, then ended at expiry.
-    let token = key.sign(None, &claims("operator", 4));
+    // Expires in ten seconds (leeway 0; room for a slow machine to open
+    // the stream first): streamed, then ended at expiry.
+    let token = key.sign(None, &claims("operator", 10));
     let url = format!("{}/events?topic=daemon.events", gw.http);
     let mut sender = http1(&url).await;
     let response = tokio::time::timeout(
@@ -541,7 +542,7 @@ async fn an_event_stream_ends_with_an_error_event_when_its_token_expires() {
 async fn an_expired_token_gets_401_on_a_kept_alive_connection() {
     let key = Key::new();
     let gw = Gateway::with_pem(&key).await;
-    let token = key.sign(None, &claims("operator", 4));
+    let token = key.sign(None, &claims("operator", 10));
     let call = r#"{"jsonrpc":"2.0","method":"get_data","id":1}"#;
     // One connection for every request: each is checked on its own.
     let mut sender = http1(&gw.http).await;
