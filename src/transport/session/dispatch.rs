@@ -225,11 +225,10 @@ impl Session {
             // connection's own bucket starts over under the new ones.
             let rate = match &mut *rate {
                 Some(r) if r.follows(listener.rate()) => r,
-                slot => slot.insert(
-                    listener
-                        .rate()
-                        .connection(self.peer.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))),
-                ),
+                slot => slot.insert(listener.rate().connection_of(
+                    self.peer.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+                    self.client.client_name(),
+                )),
             };
             rate.check(method)
         };
@@ -301,6 +300,7 @@ fn shutting_down() -> GatewayError {
 fn refusal_reason(limited: Limited) -> &'static str {
     match limited {
         Limited::Connection => "rate limited: connection",
+        Limited::Client => "rate limited: client",
         Limited::Ip => "rate limited: ip",
         Limited::Global => "rate limited: global",
     }
@@ -309,6 +309,7 @@ fn refusal_reason(limited: Limited) -> &'static str {
 fn limit_label(limited: Limited) -> Limit {
     match limited {
         Limited::Connection => Limit::RatePerSecond,
+        Limited::Client => Limit::ClientRatePerSecond,
         Limited::Ip => Limit::IpRatePerSecond,
         Limited::Global => Limit::GlobalRatePerSecond,
     }
