@@ -12,11 +12,11 @@
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 
-use crate::dialect::link::{not_json, Frame, Scratch};
-use crate::dialect::render::{
+use crate::dialect::jsonrpc::{
     finish_request, finish_request_into, render_request_head_into, render_request_into,
     request_len, Style,
 };
+use crate::dialect::link::{not_json, Frame, Scratch};
 use crate::envelope::{Kind, Message, Method, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::telemetry::metrics::Direction;
