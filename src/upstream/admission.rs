@@ -56,8 +56,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::link::Link;
 use super::shared::UpstreamShared;
-use super::slots::{Held, Room, Slots};
-use super::waiter::{Caller, Receipt, Settle, Submission, Waiter};
+use super::waiter::{Caller, Held, Receipt, Room, Settle, Slots, Submission, Waiter};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::telemetry::metrics::sharded::{Gauge, Histogram};
 
