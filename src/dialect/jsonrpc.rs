@@ -11,9 +11,10 @@
 //!
 //! [`Message`]s are rendered as JSON-RPC 2.0 text here too, for every
 //! dialect that writes JSON-RPC shapes (holon-rpc in its own style,
-//! Sideband's JSON envelopes in frame style). Raw ids and payloads are copied as they are. With [`Style::Line`] (NDJSON)
-//! raw values that contain line breaks are minified, because a pretty-printed
-//! client message would otherwise split the line; string contents are never
+//! Sideband's JSON envelopes in frame style). Raw ids and payloads are
+//! copied as they are. With [`Style::Line`] (NDJSON) raw values that
+//! contain line breaks are minified, because a pretty-printed client
+//! message would otherwise split the line; string contents are never
 //! re-escaped.
 
 use std::fmt::Write as _;

@@ -290,9 +290,9 @@ impl OutboxReader {
 
 // === The queue ===
 //
-// An outbox's queue ([`Inner`]), and how a frame gets into it: at once when there is room
-// (a message slot and the bytes), or, for a reply, waiting for room at
-// most the slow-consumer timeout. A message is rendered and queued under
+// An outbox's queue (`Inner`), and how a frame gets into it: at once when
+// there is room (a message slot and the bytes), or, for a reply, waiting
+// for room at most the slow-consumer timeout. A message is rendered and queued under
 // the frame buffer's lock (`queue_now`, see `arena`). See the module
 // doc above for the policy and `budget` for the bytes.
 
@@ -557,7 +557,7 @@ impl Inner {
 
 // === The codec ===
 //
-// How the outbox writes through the client's [`ClientCodec`]: a small
+// How the outbox writes through the client's `ClientCodec`: a small
 // frame into the connection's frame buffer, counted on its way out. A
 // reply that cannot be rendered (a payload that cannot be transcoded)
 // becomes the dialect's `internal` error, never a silent drop.

@@ -26,15 +26,15 @@
 //! A call that finds no room (no pending slot, no live link, or every
 //! link at its in-flight cap) is parked here, in arrival order, with no
 //! task, channel or timer of its own. Whoever frees room (a call's
-//! [`Held`] slots dropped, a link coming up)
-//! writes the next parked calls, one placer at a time so that they go out
-//! in the order they came. One task per upstream ([`Admission::run_queue`]) answers the
-//! calls that waited too long:
+//! [`Held`] slots dropped, a link coming up) writes the next parked calls,
+//! one placer at a time so that they go out in the order they came. One
+//! task per upstream ([`Admission::run_queue`]) answers the calls that
+//! waited too long:
 //!
 //! - `resource_exhausted` (side: upstream) after `queue_timeout_ms`;
 //! - `timeout` at the request's deadline, if that comes first;
 //! - `unavailable` once no link has been up for `connect_timeout_ms`
-//! while it waited (as the task path answers when nothing connects).
+//!   while it waited (as the task path answers when nothing connects).
 //!
 //! Bounds: at most `max_queued` calls wait (parked here or in a task),
 //! beyond it a call is refused at once with `resource_exhausted`; each

@@ -13,8 +13,8 @@
 //! them tells the upstream's [`Room`] (its admission), which places the
 //! next parked calls in the room they leave.
 //!
-//! [`Room`] is a trait, not the admission itself: a call's slots live in its link's
-//! correlator, below the admission that picks links.
+//! [`Room`] is a trait, not the admission itself: a call's slots live in
+//! its link's correlator, below the admission that picks links.
 
 use std::sync::Arc;
 

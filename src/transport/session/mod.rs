@@ -25,8 +25,8 @@
 //! in a task of its own (per-client and streaming upstreams,
 //! notifications, the methods switchyard serves itself). A batch is
 //! rate-checked item by item (each request takes a permit) and runs in one
-//! task that answers it as one reply. At the connection's in-flight cap the reader
-//! waits for a slot: the client is no longer read (TCP back-pressure)
+//! task that answers it as one reply. At the connection's in-flight cap the
+//! reader waits for a slot: the client is no longer read (TCP back-pressure)
 //! instead of being refused.
 
 use std::net::{IpAddr, Ipv4Addr};
