@@ -25,7 +25,7 @@ use bytestring::ByteString;
 
 use super::holon::client::{self as holon, HolonClient};
 use super::jsonrpc::client::{self as jsonrpc, JsonRpcClient};
-use super::render::{render_batch, render_exact, render_scratch, NotJson, Style};
+use super::jsonrpc::{render_batch, render_exact, render_scratch, NotJson, Style};
 use super::sideband::client::{self as sideband, SidebandClient};
 use super::{Dialect, Inbound};
 use crate::close::CloseCode;

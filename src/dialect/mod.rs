@@ -218,7 +218,6 @@ pub(crate) mod json_string;
 pub mod jsonrpc;
 pub mod jsonrpc_http;
 pub(crate) mod link;
-pub mod render;
 pub mod sideband;
 pub(crate) mod upstream;
 

@@ -24,12 +24,11 @@ use serde_json::value::RawValue;
 
 use super::holon::upstream::HolonUpstream;
 use super::jsonrpc::upstream::JsonRpcUpstream;
-use super::jsonrpc::{decode_upstream_in, ReplyError};
+use super::jsonrpc::{decode_upstream_in, render_batch, ReplyError, Style};
 use super::link::{
     not_json, parse_gateway_id, Decoded, Event, Farewell, Fault, Frame, Framing, Handshake,
     Liveness, NotificationRule, Options, Scratch,
 };
-use super::render::{render_batch, Style};
 use super::sideband::upstream::SidebandUpstream;
 use super::Dialect;
 use crate::close::CloseCode;
@@ -262,7 +261,7 @@ impl UpstreamCodec {
     pub(crate) fn encode(&self, msg: &Message) -> Result<Frame, GatewayError> {
         match self {
             UpstreamCodec::JsonRpc(_) | UpstreamCodec::Holon(_) => {
-                super::render::render(msg, self.style())
+                super::jsonrpc::render(msg, self.style())
                     .map(Frame::Text)
                     .map_err(|_| not_json())
             }
@@ -280,7 +279,7 @@ impl UpstreamCodec {
     ) -> Option<Result<R, GatewayError>> {
         match self {
             UpstreamCodec::JsonRpc(_) | UpstreamCodec::Holon(_) => {
-                let taken = super::render::render_scratch(msg, self.style(), |text| {
+                let taken = super::jsonrpc::render_scratch(msg, self.style(), |text| {
                     take(Scratch::Text(text))
                 })?;
                 Some(taken.unwrap_or_else(|_| Err(not_json())))

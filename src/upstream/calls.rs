@@ -13,8 +13,8 @@ use tracing::Instrument;
 
 use super::admission::Admission;
 use super::link::Link;
-use super::slots::{Held, Slots};
 use super::waiter::ReplyResult;
+use super::waiter::{Held, Slots};
 use super::Upstream;
 use crate::config::NotificationPolicy;
 use crate::dialect::link::NotificationRule;

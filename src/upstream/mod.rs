@@ -56,7 +56,6 @@ mod pool;
 mod process;
 mod redact;
 mod shared;
-mod slots;
 mod stream;
 pub mod tls;
 mod waiter;
