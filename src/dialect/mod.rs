@@ -11,6 +11,8 @@ use std::str::FromStr;
 use crate::close::CloseCode;
 use crate::envelope::Message;
 
+use jsonrpc::Style;
+
 /// What one inbound client frame (a text frame or line, or a Sideband
 /// binary frame) asks of the connection, as the client's codec decoded it.
 #[derive(Debug, PartialEq, Eq)]
@@ -104,6 +106,20 @@ pub enum Dialect {
     JsonRpcHttp,
 }
 
+/// The families of error codes (error-codes.md): a new dialect joins one
+/// in [`Dialect::error_codes`], and only a dialect with codes of its own
+/// adds a family (the compiler then lists every `match` in [`errors`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCodes {
+    /// JSON-RPC 2.0 codes (Appendix C): JSON-RPC over WebSocket and HTTP,
+    /// NDJSON.
+    JsonRpc,
+    /// holon-rpc: JSON-RPC shapes, its own gRPC-style codes.
+    Holon,
+    /// Sideband's `E` codes (1100, 1101, 1103, 2000 and above).
+    Sideband,
+}
+
 /// How many dialects there are: the length of a table indexed by
 /// [`Dialect::index`].
 pub const COUNT: usize = Dialect::ALL.len();
@@ -162,6 +178,28 @@ impl Dialect {
             Dialect::JsonRpc | Dialect::Ndjson | Dialect::JsonRpcHttp => "jsonrpc",
             Dialect::Holon => "holon-rpc",
             Dialect::Sideband => "sideband",
+        }
+    }
+
+    /// How this dialect's texts are rendered, on either side (Sideband
+    /// envelopes carry JSON-RPC shapes in frame style): the one table of
+    /// dialect to style.
+    pub const fn style(self) -> Style {
+        match self {
+            Dialect::Ndjson => Style::Line,
+            Dialect::Holon => Style::Holon,
+            Dialect::JsonRpc | Dialect::Sideband | Dialect::JsonRpcHttp => Style::Frame,
+        }
+    }
+
+    /// The family of error codes this dialect writes and reads: the one
+    /// table of dialect to error codes ([`errors`] matches on the family,
+    /// never on a dialect).
+    pub const fn error_codes(self) -> ErrorCodes {
+        match self {
+            Dialect::JsonRpc | Dialect::Ndjson | Dialect::JsonRpcHttp => ErrorCodes::JsonRpc,
+            Dialect::Holon => ErrorCodes::Holon,
+            Dialect::Sideband => ErrorCodes::Sideband,
         }
     }
 
