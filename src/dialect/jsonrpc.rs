@@ -276,21 +276,6 @@ pub enum Style {
     Holon,
 }
 
-// === impl Dialect ===
-
-impl Dialect {
-    /// How this dialect's texts are rendered, on either side (Sideband
-    /// envelopes carry JSON-RPC shapes in frame style): the one table of
-    /// dialect to style.
-    pub const fn style(self) -> Style {
-        match self {
-            Dialect::Ndjson => Style::Line,
-            Dialect::Holon => Style::Holon,
-            Dialect::JsonRpc | Dialect::Sideband | Dialect::JsonRpcHttp => Style::Frame,
-        }
-    }
-}
-
 /// A payload that cannot be rendered as JSON (CBOR that JSON cannot carry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("payload is not JSON")]

@@ -69,7 +69,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::close::CloseCode;
-use crate::dialect::client::{ClientCodec, Encoded, Frame};
+use crate::dialect::{ClientCodec, Encoded, Frame};
 use crate::envelope::Message;
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::telemetry::metrics::{Direction, Metrics};

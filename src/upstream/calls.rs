@@ -18,7 +18,7 @@ use super::waiter::{Held, Slots};
 use super::Upstream;
 use crate::config::NotificationPolicy;
 use crate::dialect::link::NotificationRule;
-use crate::dialect::upstream::UpstreamCodec;
+use crate::dialect::UpstreamCodec;
 use crate::envelope::{Message, Payload};
 use crate::error::{ErrorKind, GatewayError};
 use crate::telemetry::metrics::sharded::{Gauge, Histogram};

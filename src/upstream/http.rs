@@ -39,7 +39,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::config::{HttpTarget, UpstreamConfig};
 use crate::dialect::link::{Event, Frame, Options};
-use crate::dialect::upstream::UpstreamCodec;
+use crate::dialect::UpstreamCodec;
 use crate::envelope::Message;
 use crate::envelope::Payload;
 use crate::error::{ErrorKind, GatewayError, Side};

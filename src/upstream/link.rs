@@ -47,7 +47,7 @@ use crate::dialect::jsonrpc::{
     request_len, Style,
 };
 use crate::dialect::link::{not_json, Event, Farewell, Fault, Frame, Scratch};
-use crate::dialect::upstream::UpstreamCodec;
+use crate::dialect::UpstreamCodec;
 use crate::envelope::{ErrorObject, Kind, Message, Method, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::persist::recorder::Backlog;

@@ -41,9 +41,8 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::close::CloseCode;
-use crate::dialect::client::{ClientCodec, Oversize};
 use crate::dialect::sideband::client::Options as SidebandOptions;
-use crate::dialect::{Dialect, Inbound, Item};
+use crate::dialect::{ClientCodec, Dialect, Inbound, Item, Oversize};
 use crate::envelope::{Message, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::limits::rate::{ConnectionRate, Limited, Verdict as RateVerdict};
