@@ -51,7 +51,7 @@ pub(super) async fn serve(ws: Ws, number: usize, ctx: &ServerCtx) {
             conn.token().cancel();
         },
         async {
-            write_loop(sink, rx, &conn.token()).await;
+            write_loop(sink, rx, conn.token()).await;
             closing.cancel();
         },
     );
@@ -90,7 +90,7 @@ async fn read_loop(mut stream: SplitStream<Ws>, conn: &Arc<Conn>, closing: &Canc
             break;
         }
     }
-    drain(stream, &conn.token()).await;
+    drain(stream, conn.token()).await;
 }
 
 /// Waits for the peer's close after the server's own, ignoring frames.
