@@ -24,7 +24,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::validate::Problems;
+use super::policy::{patterns, rate, topic_patterns};
+use super::problems::Problems;
 use crate::limits::policy::{MethodPolicy, Pattern};
 use crate::limits::rate::Rate;
 
@@ -162,11 +163,11 @@ pub(super) fn clients(
             }
         }
         let allow = match &c.allow_methods {
-            Some(list) => super::protection::patterns(&at, "allow_methods", list, p),
+            Some(list) => patterns(&at, "allow_methods", list, p),
             None => allow.to_vec(),
         };
         let deny = match &c.deny_methods {
-            Some(list) => super::protection::patterns(&at, "deny_methods", list, p),
+            Some(list) => patterns(&at, "deny_methods", list, p),
             None => deny.to_vec(),
         };
         for (field, list) in [
@@ -174,7 +175,7 @@ pub(super) fn clients(
             ("deny_topics", &c.deny_topics),
         ] {
             if let Some(list) = list {
-                super::protection::topic_patterns(&at, field, list, p);
+                topic_patterns(&at, field, list, p);
             }
         }
         if let (Some(name), Some(token)) = (name, token) {
@@ -185,7 +186,7 @@ pub(super) fn clients(
                 allow_topics: c.allow_topics.clone(),
                 deny_topics: c.deny_topics.clone(),
                 max_connections: c.max_connections,
-                rate: super::protection::rate(c.rate_per_second, c.rate_burst),
+                rate: rate(c.rate_per_second, c.rate_burst),
             });
         }
     }

@@ -4,8 +4,8 @@
 //! is a configuration problem, not a run-time error. (A streaming method
 //! called over HTTP gets its reply; its stream ends with the request.)
 
+use super::problems::Problems;
 use super::upstream::{UpstreamConfig, UpstreamMode};
-use super::validate::Problems;
 use super::ListenerConfig;
 
 /// Routes from HTTP listeners to upstreams they cannot use.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use jsonwebtoken::{DecodingKey, Validation};
 use serde::{Deserialize, Serialize};
 
-use super::validate::Problems;
+use super::problems::Problems;
 use crate::limits::jwt::{algorithm, Verifier};
 
 /// The default `leeway_secs`: clock skew allowed on `exp` and `nbf`.

@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use super::problems::{check_name, dialect, socket_path, Problems};
 use super::raw::RawListener;
-use super::validate::{check_name, dialect, socket_path, Problems};
 use super::{ListenAddr, ListenerConfig, RouteTable, TlsFiles};
 use crate::dialect::Dialect;
 

@@ -17,6 +17,8 @@ pub mod jwt;
 mod listener;
 mod observability;
 mod persistence;
+mod policy;
+mod problems;
 mod protection;
 mod publish;
 mod pubsub;
@@ -26,12 +28,12 @@ mod upstream;
 pub mod validate;
 
 pub use persistence::PersistenceConfig;
+pub use problems::ConfigError;
 pub use publish::{Feed, Publish};
 pub use routes::RouteTable;
 pub use upstream::{
     HttpTarget, NotificationPolicy, ProcessSpec, UpstreamConfig, UpstreamMode, UpstreamTarget,
 };
-pub use validate::ConfigError;
 
 use crate::dialect::Dialect;
 

@@ -4,8 +4,8 @@
 
 use std::net::SocketAddr;
 
+use super::problems::Problems;
 use super::raw::{RawAdmin, RawLog, RawTracing};
-use super::validate::Problems;
 use super::{
     AdminConfig, ListenAddr, ListenerConfig, LogConfig, LogFormat, OtlpProtocol, TracingConfig,
 };

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::problems::Problems;
 use super::raw::{RawPersistence, RawPersistentTopic};
-use super::validate::Problems;
 use crate::persist::{BackendKind, Caps, Retention, TopicPolicy, Topics};
 
 /// Accepted `persistence.backend` values.

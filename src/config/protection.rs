@@ -3,12 +3,12 @@
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 
+use super::policy::{patterns, rate, topic_patterns};
+use super::problems::Problems;
 use super::raw::RawListener;
-use super::validate::Problems;
 use super::Protection;
 use crate::limits::origin::Origin;
-use crate::limits::policy::{MethodPolicy, Pattern, MAX_PATTERNS};
-use crate::limits::rate::Rate;
+use crate::limits::policy::MethodPolicy;
 
 /// The `allowed_origins` entry that opts in to every origin.
 const ANY_ORIGIN: &str = "*";
@@ -122,51 +122,4 @@ pub(super) fn protection(key: &str, raw: &RawListener, p: &mut Problems) -> Prot
         max_connection_lifetime: (raw.max_connection_lifetime_ms > 0)
             .then(|| std::time::Duration::from_millis(raw.max_connection_lifetime_ms)),
     }
-}
-
-/// A method pattern list, reporting every bad pattern by its index.
-pub(super) fn patterns(key: &str, field: &str, raw: &[String], p: &mut Problems) -> Vec<Pattern> {
-    if raw.len() > MAX_PATTERNS {
-        p.at(
-            key,
-            field,
-            format!("at most {MAX_PATTERNS} patterns (got {})", raw.len()),
-        );
-    }
-    raw.iter()
-        .enumerate()
-        .filter_map(|(i, text)| match Pattern::parse(text) {
-            Ok(pattern) => Some(pattern),
-            Err(e) => {
-                p.at(key, &format!("{field}[{i}]"), format!("{text:?}: {e}"));
-                None
-            }
-        })
-        .collect()
-}
-
-/// Checks a topic pattern list (`allow_topics`, `deny_topics`): valid
-/// NATS-style patterns, at most [`MAX_PATTERNS`].
-pub(super) fn topic_patterns(key: &str, field: &str, raw: &[String], p: &mut Problems) {
-    if raw.len() > MAX_PATTERNS {
-        p.at(
-            key,
-            field,
-            format!("at most {MAX_PATTERNS} patterns (got {})", raw.len()),
-        );
-    }
-    for (i, text) in raw.iter().enumerate() {
-        if let Err(e) = crate::pubsub::topic::validate_pattern(text) {
-            p.at(key, &format!("{field}[{i}]"), format!("{text:?}: {e}"));
-        }
-    }
-}
-
-/// A rate, or `None` when off (0); a zero burst means "same as the rate".
-pub(super) fn rate(per_second: u32, burst: u32) -> Option<Rate> {
-    let per_second = NonZeroU32::new(per_second)?;
-    Some(Rate {
-        per_second,
-        burst: NonZeroU32::new(burst).unwrap_or(per_second),
-    })
 }

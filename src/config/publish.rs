@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use super::problems::Problems;
 use super::raw::RawUpstream;
-use super::validate::Problems;
 use crate::dialect::Dialect;
 
 /// An upstream's publishing settings.

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
+use super::problems::Problems;
 use super::raw::{RawPubsubNats, DEFAULT_SUBJECT_PREFIX};
-use super::validate::Problems;
 use crate::pubsub::nats::{Auth, Settings, Tls};
 
 /// The largest `max_payload_bytes` accepted (NATS' own hard limit).

@@ -19,7 +19,7 @@ use figment::providers::{Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
 
-use super::ConfigError;
+use super::problems::ConfigError;
 
 mod env;
 mod listener;

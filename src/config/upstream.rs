@@ -6,8 +6,8 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::problems::{check_name, dialect, socket_path, Problems};
 use super::raw::RawUpstream;
-use super::validate::{check_name, dialect, socket_path, Problems};
 use super::Publish;
 use crate::dialect::Dialect;
 

@@ -20,11 +20,12 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::{header, HeaderValue};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::{Bytes, Message, Utf8Bytes};
+use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 use tokio_util::codec::{FramedRead, FramedWrite, LinesCodec};
 
 use super::http::{self, HttpRx, HttpTx};
+use super::received::Received;
 use super::wire::{sideband, Out, Wire, HOLON_SUBPROTOCOL};
 
 /// Longest NDJSON line accepted from the daemon.
@@ -80,19 +81,6 @@ pub(crate) enum Rx {
     Line(FramedRead<OwnedReadHalf, LinesCodec>),
     /// HTTP responses.
     Http(HttpRx),
-}
-
-/// One received message.
-#[derive(Debug)]
-pub(crate) enum Received {
-    /// A WebSocket text frame.
-    Frame(Utf8Bytes),
-    /// An NDJSON line.
-    Line(String),
-    /// A WebSocket binary frame.
-    Binary(Bytes),
-    /// An HTTP response body.
-    Body(bytes::Bytes),
 }
 
 // === impl Endpoint ===
@@ -231,30 +219,6 @@ impl Rx {
                     .map_err(io::Error::other),
             ),
             Rx::Http(http) => http.recv().await,
-        }
-    }
-}
-
-// === impl Received ===
-
-impl Received {
-    /// The text of a text frame or line; `None` for binary data.
-    pub(crate) fn text(&self) -> Option<&str> {
-        match self {
-            Received::Frame(t) => Some(t.as_str()),
-            Received::Line(s) => Some(s),
-            Received::Body(b) => std::str::from_utf8(b).ok(),
-            Received::Binary(_) => None,
-        }
-    }
-
-    /// The raw bytes, whatever the framing.
-    pub(crate) fn bytes(&self) -> &[u8] {
-        match self {
-            Received::Frame(t) => t.as_bytes(),
-            Received::Line(s) => s.as_bytes(),
-            Received::Body(b) => b,
-            Received::Binary(b) => b,
         }
     }
 }

@@ -32,9 +32,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{timeout_at, Instant};
 
 use super::conn::{Buffers, Endpoint, Rx, Tx};
+use super::cpu::{self, CpuUse};
 use super::drive::{self, new_histogram, Timing};
 use super::feed::{self, TOPIC};
-use super::measure::{self, CpuUse};
 use super::wire::{Out, Wire};
 
 /// The wildcard pattern half the subscribers use.
@@ -213,16 +213,16 @@ pub(crate) async fn run(
             Ok(None) | Err(_) => break,
         }
     }
-    let timing = measure::timing(duration);
+    let timing = cpu::timing(duration);
     let _ = timing_tx.send(Some(timing));
     let pids = [aim.instances[0].1, aim.daemon];
-    let sampler = tokio::spawn(measure::sample_cpu(pids, timing));
+    let sampler = tokio::spawn(cpu::sample_cpu(pids, timing));
     let others: Vec<Option<u32>> = aim.instances[1..]
         .iter()
         .map(|(_, pid)| *pid)
         .chain([aim.backbone])
         .collect();
-    let others_sampler = tokio::spawn(measure::sample_cpu_of(others, timing));
+    let others_sampler = tokio::spawn(cpu::sample_cpu_of(others, timing));
     tokio::time::sleep_until(timing.end).await;
     let _ = target_tx.send(highest.load(Ordering::Relaxed));
     // A failed sampler only costs the CPU columns.

@@ -23,7 +23,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use super::conn::Received;
+use super::received::Received;
 use super::wire::HttpVersion;
 
 /// A response on its way: its body, or why there is none.

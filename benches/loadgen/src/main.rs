@@ -25,15 +25,19 @@
 //!
 //! Layout: `cli` reads the command line, `target` starts what is measured
 //! (processes via `procs`, the echo in `echo`, floor H in `http_echo`),
-//! `conn`, `http` and `wire` speak to it, `drive`, `idle`,
+//! `conn`, `http` and `wire` speak to it (a message received is a
+//! `received::Received`), `drive`, `idle`,
 //! `fanout` and `persist` apply the load (the last two read the daemon feed
-//! of `feed`), `scenario` defines the runs, `measure` performs one and reads
-//! the processes' CPU and memory, `report` prints it all. It is a package
+//! of `feed`), `scenario` defines the runs, `measure` performs one (the
+//! measurement window and the processes' CPU over it come from `cpu`, which
+//! every kind of run shares) and reads memory, `report` prints it all. A
+//! file imports only files below it: no circle of imports. It is a package
 //! of its own (`benches/loadgen`, a member of switchyard's workspace), so
 //! the product crate carries none of its dependencies.
 
 mod cli;
 mod conn;
+mod cpu;
 mod drive;
 mod echo;
 mod fanout;
@@ -44,6 +48,7 @@ mod idle;
 mod measure;
 mod persist;
 mod procs;
+mod received;
 mod relay;
 mod report;
 mod scenario;

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use anyhow::bail;
-use tokio::time::Instant;
 
+use super::cpu::{sample_cpu, timing, CpuUse};
 use super::drive::{self, Load, Tally, Timing};
 use super::fanout::{self, Aim, Fanout, Spread};
 use super::idle::{self, Idle};
@@ -15,9 +15,6 @@ use super::procs;
 use super::scenario::{Options, Run, Scenario, Shape};
 use super::target::{Role, StartOpts};
 use super::wire::Requests;
-
-/// How long readers wait for outstanding replies after a run's window.
-const GRACE: Duration = Duration::from_secs(3);
 
 /// The result of one run.
 #[derive(Debug, serde::Serialize)]
@@ -76,27 +73,6 @@ pub(crate) struct ScenarioResult {
     pub(crate) about: String,
     /// One per run.
     pub(crate) runs: Vec<RunResult>,
-}
-
-/// CPU time of the processes involved and of the whole machine, at one
-/// instant.
-#[derive(Debug, Clone, Copy)]
-struct CpuSnap {
-    server: Option<Duration>,
-    daemon: Option<Duration>,
-    loadgen: Option<Duration>,
-    machine: Option<Duration>,
-}
-
-/// CPU used during a run's window.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct CpuUse {
-    server: Option<Duration>,
-    daemon: Option<Duration>,
-    loadgen: Option<Duration>,
-    /// Everything else on the machine (other processes, the kernel's
-    /// unattributed work): noise when it is large.
-    other: Option<Duration>,
 }
 
 /// Runs every run of a scenario, one after the other.
@@ -176,75 +152,6 @@ async fn run_one(r: &Run, start: &StartOpts, o: &Options) -> anyhow::Result<RunR
     }
     result.server_peak_rss_kib = live.server_pid.and_then(|p| procs::vm_kib(p, "VmHWM"));
     Ok(result)
-}
-
-/// Warm-up of a fifth of the duration (at most 1 s), then the window.
-pub(crate) fn timing(duration: Duration) -> Timing {
-    let begin = Instant::now();
-    let start = begin + (duration / 5).min(Duration::from_secs(1));
-    Timing {
-        begin,
-        start,
-        end: start + duration,
-        grace: GRACE,
-    }
-}
-
-/// CPU used by the server, the daemon, loadgen and everything else
-/// between start and end.
-pub(crate) async fn sample_cpu(pids: [Option<u32>; 2], timing: Timing) -> CpuUse {
-    let snap = || CpuSnap {
-        server: pids[0].and_then(procs::cpu_time),
-        daemon: pids[1].and_then(procs::cpu_time),
-        loadgen: procs::cpu_time(std::process::id()),
-        machine: procs::machine_busy(),
-    };
-    tokio::time::sleep_until(timing.start).await;
-    let a = snap();
-    tokio::time::sleep_until(timing.end).await;
-    let b = snap();
-    let delta = |x: Option<Duration>, y: Option<Duration>| Some(y?.saturating_sub(x?));
-    let (server, daemon) = (delta(a.server, b.server), delta(a.daemon, b.daemon));
-    let loadgen = delta(a.loadgen, b.loadgen);
-    let ours = [server, daemon, loadgen]
-        .into_iter()
-        .flatten()
-        .sum::<Duration>();
-    CpuUse {
-        server,
-        daemon,
-        loadgen,
-        other: delta(a.machine, b.machine).map(|m| m.saturating_sub(ours)),
-    }
-}
-
-/// CPU used by each of `pids` between the window's start and end.
-pub(crate) async fn sample_cpu_of(pids: Vec<Option<u32>>, timing: Timing) -> Vec<Option<Duration>> {
-    let snap =
-        || -> Vec<Option<Duration>> { pids.iter().map(|p| p.and_then(procs::cpu_time)).collect() };
-    tokio::time::sleep_until(timing.start).await;
-    let a = snap();
-    tokio::time::sleep_until(timing.end).await;
-    let b = snap();
-    a.into_iter()
-        .zip(b)
-        .map(|(x, y)| Some(y?.saturating_sub(x?)))
-        .collect()
-}
-
-// === impl CpuUse ===
-
-impl CpuUse {
-    /// The server's CPU seconds.
-    pub(crate) fn server_secs(&self) -> Option<f64> {
-        self.server.map(|d| d.as_secs_f64())
-    }
-
-    /// Takes `ours` (processes measured apart: further instances, the
-    /// backbone) out of everything else.
-    pub(crate) fn exclude_from_other(&mut self, ours: Duration) {
-        self.other = self.other.map(|o| o.saturating_sub(ours));
-    }
 }
 
 // === impl RunResult ===
@@ -333,10 +240,11 @@ impl RunResult {
     }
 
     fn set_cpu(&mut self, cpu: CpuUse) {
-        let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
-        self.server_cpu_s = secs(cpu.server);
-        self.daemon_cpu_s = secs(cpu.daemon);
-        self.loadgen_cpu_s = secs(cpu.loadgen);
-        self.other_cpu_s = secs(cpu.other);
+        [
+            self.server_cpu_s,
+            self.daemon_cpu_s,
+            self.loadgen_cpu_s,
+            self.other_cpu_s,
+        ] = cpu.secs();
     }
 }

@@ -34,9 +34,9 @@ use tokio::time::{timeout_at, Instant};
 
 use self::calls::{ack, open, resume, BACKLOG_ID};
 use super::conn::{Endpoint, Rx, Tx};
+use super::cpu::{self, CpuUse};
 use super::drive::{self, new_histogram, Timing};
 use super::feed::{self, number, TOPIC};
-use super::measure::{self, CpuUse};
 use super::wire::Out;
 
 /// Persistent subscribers acknowledging every message.
@@ -156,12 +156,12 @@ pub(crate) async fn run(
         conns.push((open(endpoint, &id).await?.0, id));
         out.subscribed += 1;
     }
-    let timing = measure::timing(duration);
+    let timing = cpu::timing(duration);
     let tasks: Vec<_> = conns
         .into_iter()
         .map(|(conn, id)| tokio::spawn(subscriber(conn, id, timing)))
         .collect();
-    let sampler = tokio::spawn(measure::sample_cpu(pids, timing));
+    let sampler = tokio::spawn(cpu::sample_cpu(pids, timing));
     tokio::time::sleep_until(timing.end).await;
     let cpu = sampler.await.unwrap_or_default();
     let mut hist = new_histogram();

@@ -23,7 +23,7 @@ use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::Deserialize;
 use switchyard::dialect::sideband::Encoding;
 
-use super::conn::Received;
+use super::received::Received;
 
 /// The subprotocol a holon-rpc client offers and must get selected.
 pub(crate) const HOLON_SUBPROTOCOL: &str = "holon-rpc";

@@ -14,7 +14,7 @@ use figment::value::{Dict, Value};
 use figment::Figment;
 
 use super::RawConfig;
-use crate::config::ConfigError;
+use crate::config::problems::{closest, ConfigError};
 
 /// Arrays of tables: a mistake takes out its element, not the array.
 const TABLE_ARRAYS: [&str; 2] = ["routes", "persistent_topics"];
@@ -183,12 +183,10 @@ fn kind_text(error: &figment::Error) -> String {
         Kind::InvalidType(_, expected) | Kind::InvalidValue(_, expected) if secret => {
             format!("invalid value (not shown: the key holds a secret), expected {expected}")
         }
-        Kind::UnknownField(field, expected) => {
-            match crate::config::validate::closest(field, expected.iter().copied()) {
-                Some(near) => format!("{}; did you mean {near:?}?", error.kind),
-                None => error.kind.to_string(),
-            }
-        }
+        Kind::UnknownField(field, expected) => match closest(field, expected.iter().copied()) {
+            Some(near) => format!("{}; did you mean {near:?}?", error.kind),
+            None => error.kind.to_string(),
+        },
         kind => kind.to_string(),
     }
 }

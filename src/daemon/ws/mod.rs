@@ -21,11 +21,14 @@
 //! [`calls`]), which exercise per-client upstream connections,
 //! server-initiated requests and upstream-link loss.
 //!
-//! Layout: this file owns the listener and handshake, `conn` one connection's
-//! reader and writer, `calls` the methods, `jsonrpc` and `holon` the dialects.
+//! Layout, each file importing only those below it: this file owns the
+//! listener and handshake; `driver` one connection's reader and writer loops;
+//! `jsonrpc` and `holon` the dialects; `calls` the methods; `conn` the state
+//! one connection shares with all of them.
 
 mod calls;
 mod conn;
+mod driver;
 mod holon;
 mod jsonrpc;
 
@@ -240,7 +243,7 @@ async fn handshake(stream: TcpStream, ctx: ServerCtx) {
     let number = ctx.counters.accepted.fetch_add(1, Ordering::AcqRel) + 1;
     ctx.counters.open.fetch_add(1, Ordering::AcqRel);
     let _open = OpenGuard(ctx.counters.clone());
-    conn::serve(ws, number, &ctx).await;
+    driver::serve(ws, number, &ctx).await;
 }
 
 // === impl Negotiate ===

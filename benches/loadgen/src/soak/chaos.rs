@@ -11,8 +11,8 @@ use switchyard::envelope::Message;
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::super::conn::Received;
 use super::super::procs::ChildGuard;
+use super::super::received::Received;
 use super::super::target::launch;
 use super::super::target::StartOpts;
 use super::super::wire::{Out, Wire};

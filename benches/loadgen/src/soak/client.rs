@@ -16,7 +16,8 @@ use rand::Rng;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::super::conn::{Buffers, Endpoint, Received, Rx, Tx};
+use super::super::conn::{Buffers, Endpoint, Rx, Tx};
+use super::super::received::Received;
 use super::super::wire::{Out, Reply, Requests, Wire};
 use super::chaos;
 use super::stats::Row;
