@@ -27,7 +27,7 @@ LAYERS = [
     ("WebSocket codec (tungstenite, axum's WebSocket)", r"/(tungstenite|tokio-tungstenite|axum)-[0-9.]+/", None),
     ("parsing (serde_json, UTF-8 checks)", r"/serde_json-[0-9.]+/src/(de|read)\.rs$", None),
     ("rendering (serde_json)", r"/serde_json-[0-9.]+/src/ser\.rs$", None),
-    ("spans and log macros (tracing)", r"/(tracing|tracing-core|log)-[0-9.]+/", None),
+    ("spans and log macros (tracing)", r"/(tracing|tracing-core|tracing-subscriber|tracing-opentelemetry|log|opentelemetry[a-z_-]*)-[0-9.]+/", None),
     ("in-flight permit (tokio Semaphore)", r"/tokio-[0-9.]+/src/sync/(batch_semaphore|semaphore)\.rs$", None),
     ("tokio (scheduler, I/O driver, timers, channels)", r"/tokio(-util)?-[0-9.]+/", None),
     # switchyard, by module.
@@ -46,7 +46,7 @@ LAYERS = [
     ("WebSocket codec (tungstenite, axum's WebSocket)", None, r"tungstenite|axum::extract::ws|transport::ws::incoming|^__mem(set|cpy|move).*"),
     ("parsing (serde_json, UTF-8 checks)", None, r"serde_json::de|serde_json::read|from_utf8|decode|upstream::ndjson::incoming"),
     ("rendering (serde_json)", None, r"serde_json::ser|encode|render"),
-    ("spans and log macros (tracing)", None, r"tracing|telemetry::trace|Span"),
+    ("spans and log macros (tracing)", None, r"tracing|opentelemetry|telemetry::trace|Span"),
     ("metrics", None, r"telemetry::metrics|prometheus"),
     ("in-flight permit (tokio Semaphore)", None, r"batch_semaphore|Semaphore"),
     ("outbox (queue, reply encoding, writer)", None, r"outbox"),
