@@ -18,7 +18,7 @@ use bytestring::ByteString;
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use serde_json::json;
-use switchyard::dialect::render::{render, render_batch, Style};
+use switchyard::dialect::jsonrpc::{render, render_batch, Style};
 use switchyard::dialect::{jsonrpc, Dialect, Inbound, Item};
 use switchyard::envelope::Message;
 

@@ -1,8 +1,11 @@
 //! Named clients (`[[listeners.<name>.clients]]`): several credentials on
-//! one listener, each naming an identity with its own method policy, in
-//! every WebSocket dialect; the listener's `auth_token` stays its unnamed
-//! client. Configuration problems (duplicate credentials, no token
-//! source) and secrets kept out of `switchyard check`.
+//! one listener, each naming an identity with its own method and topic
+//! policy and rate, in every dialect that carries a credential (the
+//! WebSocket ones and `jsonrpc-http`, its `POST`s and its event streams;
+//! an NDJSON listener has no clients: its socket's file mode is the
+//! boundary); the listener's `auth_token` stays its unnamed client.
+//! Configuration problems (duplicate credentials, no token source) and
+//! secrets kept out of `switchyard check`.
 //!
 //! The reference daemon records every line it reads (its tap): a refused
 //! call never reaches it.
@@ -14,6 +17,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use common::clients::{Speak, TestClient};
+use common::curl::curl;
 use common::{json, STEP};
 use serde_json::{json, Value};
 use switchyard::app::Running;
@@ -21,12 +25,18 @@ use switchyard::config::Config;
 use switchyard::daemon::tap::Tap;
 use switchyard::daemon::{Daemon, DaemonOptions};
 
-const WS_DIALECTS: [Speak; 4] = [
+/// Every dialect with clients: the WebSocket ones and `jsonrpc-http`.
+const DIALECTS: [Speak; 5] = [
     Speak::JsonRpc,
     Speak::Holon,
     Speak::SidebandJson,
     Speak::SidebandCbor,
+    Speak::Http,
 ];
+
+/// The burst of client `metered` (1 message a second): what all of its
+/// connections together may send at once.
+const METERED_BURST: usize = 5;
 
 /// The listener's own token (its unnamed client, under the listener's
 /// policy: `sum` denied), a reader (echo and get_* only, topic
@@ -53,6 +63,12 @@ deny_methods = ["echo"]
 name = "single"
 token = "single-token"
 max_connections = 1
+
+[[listeners.{{name}}.clients]]
+name = "metered"
+token = "metered-token"
+rate_per_second = 1
+rate_burst = {METERED_BURST}
 "#
     )
 }
@@ -81,8 +97,11 @@ impl Gateway {
             ("ws", "jsonrpc-ws"),
             ("holon", "holon-rpc"),
             ("sb", "sideband"),
+            ("web", "jsonrpc-http"),
         ] {
-            let extra = clients(&token_file.display().to_string()).replace("{name}", name);
+            let extra = clients(&token_file.display().to_string())
+                .replace("{name}", name)
+                .replace("{METERED_BURST}", &METERED_BURST.to_string());
             toml.push_str(&format!(
                 "[listeners.{name}]\ndialect = \"{dialect}\"\naddress = \"127.0.0.1:0\"\npath = \"/{name}\"\n{extra}\n\n"
             ));
@@ -91,7 +110,7 @@ impl Gateway {
             "[upstreams.daemon]\ndialect = \"ndjson\"\nsocket = \"{}\"\naccepts_batches = true\n\n",
             socket.display()
         ));
-        for name in ["ws", "holon", "sb"] {
+        for name in ["ws", "holon", "sb", "web"] {
             toml.push_str(&format!(
                 "[[routes]]\nlistener = \"{name}\"\nupstream = \"daemon\"\n\n"
             ));
@@ -99,7 +118,7 @@ impl Gateway {
         let cfg = Config::from_toml(&toml).unwrap_or_else(|e| panic!("config: {e}\n{toml}"));
         let bound = switchyard::app::bind(cfg).await.expect("bind");
         let mut urls = HashMap::new();
-        for name in ["ws", "holon", "sb"] {
+        for name in ["ws", "holon", "sb", "web"] {
             urls.insert(name, bound.ws_url(name).expect("url"));
         }
         let gateway = bound.spawn();
@@ -117,6 +136,7 @@ impl Gateway {
         let name = match speak {
             Speak::JsonRpc => "ws",
             Speak::Holon => "holon",
+            Speak::Http => "web",
             _ => "sb",
         };
         format!("{}?token={token}", self.urls[name])
@@ -124,6 +144,35 @@ impl Gateway {
 
     async fn client(&self, speak: Speak, token: &str) -> TestClient {
         TestClient::connect(speak, &self.url(speak, token)).await
+    }
+
+    /// Opens `GET /web/events` for `topics` with `token`: the status, and
+    /// the body of a refusal (a `200` stream is closed at once).
+    async fn event_stream(&self, topics: &[&str], token: &str) -> (u16, String) {
+        use http_body_util::BodyExt;
+        let base = self.urls["web"].replacen("ws://", "http://", 1);
+        let mut url = format!("{base}/events?token={token}");
+        for t in topics {
+            url.push_str(&format!("&topic={}", t.replace('>', "%3E")));
+        }
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<http_body_util::Empty<bytes::Bytes>>();
+        let uri: hyper::Uri = url.parse().expect("uri");
+        let response = tokio::time::timeout(STEP, client.get(uri))
+            .await
+            .expect("an answer in time")
+            .expect("an answer");
+        let status = response.status().as_u16();
+        if status == 200 {
+            return (status, String::new());
+        }
+        let body = tokio::time::timeout(STEP, response.into_body().collect())
+            .await
+            .expect("the body in time")
+            .expect("the body")
+            .to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
     }
 
     fn upstream_saw(&self, method: &str, marker: &str) -> bool {
@@ -169,7 +218,7 @@ fn forbidden(speak: Speak, reply: &Value) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_credential_gets_its_own_method_policy_in_every_dialect() {
     let gw = Gateway::start().await;
-    for speak in WS_DIALECTS {
+    for speak in DIALECTS {
         // (token, may echo, may sum)
         for (token, echo, sum) in [
             ("reader-token", true, false),
@@ -209,7 +258,7 @@ async fn each_credential_gets_its_own_topic_policy_in_every_dialect() {
         ("listener-token", "daemon.*", true),
         ("listener-token", ">", false),
     ];
-    for speak in WS_DIALECTS {
+    for speak in DIALECTS {
         for (i, (token, pattern, admitted)) in cases.iter().enumerate() {
             let mut c = gw.client(speak, token).await;
             let params = format!(r#"{{"topic":"{pattern}"}}"#);
@@ -235,6 +284,147 @@ async fn each_credential_gets_its_own_topic_policy_in_every_dialect() {
         .await;
         assert!(forbidden(speak, &r), "{speak:?} batch: {r}");
     }
+    // The same policies on the HTTP listener's event streams: a refused
+    // pattern is the subscribe's error in a `400`.
+    for (token, pattern, admitted) in cases {
+        let (status, body) = gw.event_stream(&[pattern], token).await;
+        if admitted {
+            assert_eq!(status, 200, "events {token} {pattern}: {body}");
+        } else {
+            assert_eq!(status, 400, "events {token} {pattern}: {body}");
+            assert!(
+                forbidden(Speak::Http, &json(&body)),
+                "events {token} {pattern}: {body}"
+            );
+        }
+    }
+    let (status, body) = gw
+        .event_stream(&["daemon.events", "daemon.other"], "reader-token")
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(forbidden(Speak::Http, &json(&body)), "{body}");
+    gw.stop().await;
+}
+
+/// Whether `reply` is the dialect's `rate_limited` error for a named
+/// client's own rate.
+fn rate_limited(speak: Speak, reply: &Value) -> bool {
+    let e = &reply["error"];
+    match speak {
+        Speak::JsonRpc | Speak::Ndjson | Speak::Http => {
+            e["code"] == -32006 && e["data"] == "rate_client"
+        }
+        Speak::Holon => e["code"] == 8 && e["data"] == "rate_client",
+        Speak::SidebandJson | Speak::SidebandCbor => {
+            e["code"] == 2000
+                && e["data"] == json!({"kind": "rate_limited", "detail": "rate_client"})
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_rate_is_one_bucket_for_all_its_connections_in_every_dialect() {
+    let gw = Gateway::start().await;
+    // One listener per dialect, so one bucket each (both Sideband
+    // encodings share the `sb` listener: JSON stands for both).
+    for speak in [Speak::JsonRpc, Speak::Holon, Speak::SidebandJson] {
+        // The first connection takes the whole burst.
+        let mut first = gw.client(speak, "metered-token").await;
+        for i in 0..METERED_BURST {
+            let r = call(&mut first, &format!("a{i}"), "get_data", "{}").await;
+            assert_eq!(r["result"], json!(["hello", 5]), "{speak:?} {i}: {r}");
+        }
+        // A second connection of the same client has no bucket of its
+        // own: it is refused within what would be its own burst (1 message
+        // a second comes back: only a machine taking seconds per call
+        // could see all of them pass).
+        let mut second = gw.client(speak, "metered-token").await;
+        let mut refused = None;
+        for i in 0..METERED_BURST {
+            let r = call(&mut second, &format!("b{i}"), "get_data", "{}").await;
+            if rate_limited(speak, &r) {
+                refused = Some(i);
+                break;
+            }
+            assert_eq!(r["result"], json!(["hello", 5]), "{speak:?} {i}: {r}");
+        }
+        assert!(
+            refused.is_some(),
+            "{speak:?}: the second connection got a burst of its own"
+        );
+        // Other clients are not charged to it (the listener has no rate).
+        let mut reader = gw.client(speak, "reader-token").await;
+        for i in 0..2 * METERED_BURST {
+            let r = call(&mut reader, &format!("r{i}"), "get_data", "{}").await;
+            assert_eq!(
+                r["result"],
+                json!(["hello", 5]),
+                "{speak:?} reader {i}: {r}"
+            );
+        }
+    }
+    assert!(
+        common::metric_value(
+            &gw.gateway,
+            "switchyard_limit_rejections_total",
+            &[("listener", "ws"), ("limit", "clients.rate_per_second")],
+        ) >= 1.0
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_rate_counts_its_http_requests_together_429_with_retry_after() {
+    let gw = Gateway::start().await;
+    let url = gw
+        .url(Speak::Http, "metered-token")
+        .replacen("ws://", "http://", 1);
+    let post = |id: usize| {
+        let url = url.clone();
+        async move {
+            let body = format!(r#"{{"jsonrpc":"2.0","method":"get_data","id":{id}}}"#);
+            curl(&[
+                "-H",
+                "Content-Type: application/json",
+                "--data-binary",
+                &body,
+                &url,
+            ])
+            .await
+        }
+    };
+    // Each POST is a session of its own: the client's bucket is what
+    // they share.
+    for i in 0..METERED_BURST {
+        let a = post(i).await;
+        assert_eq!(a.status, 200, "{i}: {a:?}");
+    }
+    let mut limited = None;
+    for i in 0..METERED_BURST {
+        let a = post(100 + i).await;
+        if a.status == 429 {
+            limited = Some(a);
+            break;
+        }
+        assert_eq!(a.status, 200, "{i}: {a:?}");
+    }
+    let a = limited.expect("a 429 within what would be a burst of its own");
+    assert_eq!(a.header("retry-after"), Some("1"), "{a:?}");
+    assert!(rate_limited(Speak::Http, &json(&a.body)), "{a:?}");
+    // The reader is not charged to the metered client's bucket.
+    let reader = gw
+        .url(Speak::Http, "reader-token")
+        .replacen("ws://", "http://", 1);
+    let body = r#"{"jsonrpc":"2.0","method":"get_data","id":1}"#;
+    let a = curl(&[
+        "-H",
+        "Content-Type: application/json",
+        "--data-binary",
+        body,
+        &reader,
+    ])
+    .await;
+    assert_eq!(a.status, 200, "{a:?}");
     gw.stop().await;
 }
 
@@ -379,6 +569,15 @@ fn duplicate_credentials_and_bad_clients_are_configuration_problems() {
     let missing_file =
         problems("[[listeners.ws.clients]]\nname = \"a\"\ntoken_file = \"/nonexistent/t\"");
     assert!(missing_file.contains("token_file"), "{missing_file}");
+    // An NDJSON listener carries no credential: no clients.
+    let ndjson = "[listeners.local]\ndialect = \"ndjson\"\nsocket = \"/tmp/never.sock\"\n\
+         [[listeners.local.clients]]\nname = \"a\"\ntoken = \"t\"\n\n\
+         [upstreams.daemon]\ndialect = \"ndjson\"\nsocket = \"/tmp/none.sock\"\n\n\
+         [[routes]]\nlistener = \"local\"\nupstream = \"daemon\"\n";
+    match Config::from_toml(ndjson) {
+        Ok(_) => panic!("clients accepted on an NDJSON listener"),
+        Err(e) => assert!(e.to_string().contains("listeners.local.clients"), "{e}"),
+    }
 }
 
 #[test]
@@ -409,10 +608,20 @@ async fn from_file(
     socket: &std::path::Path,
     clients: &str,
 ) -> (Running, String, std::path::PathBuf) {
+    from_file_as(dir, socket, "jsonrpc-ws", clients).await
+}
+
+/// [`from_file`] with listener `ws` of `dialect`.
+async fn from_file_as(
+    dir: &std::path::Path,
+    socket: &std::path::Path,
+    dialect: &str,
+    clients: &str,
+) -> (Running, String, std::path::PathBuf) {
     let file = dir.join("switchyard.toml");
     let text = |clients: &str| {
         format!(
-            "[listeners.ws]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/ws\"\n{clients}\n\
+            "[listeners.ws]\ndialect = \"{dialect}\"\naddress = \"127.0.0.1:0\"\npath = \"/ws\"\n{clients}\n\
              [upstreams.daemon]\ndialect = \"ndjson\"\nsocket = \"{}\"\n\n\
              [[routes]]\nlistener = \"ws\"\nupstream = \"daemon\"\n",
             socket.display()
@@ -544,6 +753,158 @@ async fn clients_and_their_connections_show_on_the_status_page_and_in_metrics() 
         common::eventually(STEP, || open("watcher") == 1.0).await,
         "the closed connection is no longer counted"
     );
+    gateway.shutdown().await;
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_a_clients_rate_for_its_open_connections() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("daemon.sock");
+    let daemon = Daemon::start(&socket, DaemonOptions::default())
+        .await
+        .expect("daemon");
+    let before = client_table(
+        "metered",
+        "metered-token",
+        "rate_per_second = 1\nrate_burst = 2",
+    );
+    let (gateway, url, file) = from_file(dir.path(), &socket, &before).await;
+    let mut c = TestClient::connect(Speak::JsonRpc, &format!("{url}?token=metered-token")).await;
+    let mut limited = false;
+    for i in 0..10 {
+        let r = call(&mut c, &format!("a{i}"), "get_data", "{}").await;
+        if rate_limited(Speak::JsonRpc, &r) {
+            limited = true;
+            break;
+        }
+    }
+    assert!(limited, "a burst of 2 at 1 a second never refused 10 calls");
+    // A thousand a second: the open connection is charged to the new rate
+    // from its next message.
+    let after = client_table(
+        "metered",
+        "metered-token",
+        "rate_per_second = 1000\nrate_burst = 1000",
+    );
+    std::fs::write(
+        &file,
+        std::fs::read_to_string(&file)
+            .expect("read")
+            .replace(&before, &after),
+    )
+    .expect("rewrite");
+    gateway.reload().await.expect("reload");
+    for i in 0..20 {
+        let r = call(&mut c, &format!("b{i}"), "get_data", "{}").await;
+        assert_eq!(r["result"], json!(["hello", 5]), "{i}: {r}");
+    }
+    gateway.shutdown().await;
+    daemon.stop().await;
+}
+
+/// An event stream's status and body, as the gateway sends it.
+async fn open_stream(url: &str) -> (u16, hyper::body::Incoming) {
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let uri: hyper::Uri = url.parse().expect("uri");
+    let response = tokio::time::timeout(STEP, client.get(uri))
+        .await
+        .expect("an answer in time")
+        .expect("an answer");
+    (response.status().as_u16(), response.into_body())
+}
+
+/// The text of `body` up to its end (bounded: a stream still open after
+/// a minute fails the test).
+async fn read_to_end(body: &mut hyper::body::Incoming) -> String {
+    use http_body_util::BodyExt;
+    let mut text = String::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    text.push_str(&String::from_utf8_lossy(data));
+                }
+            }
+            Ok(None) => return text,
+            Ok(Some(Err(e))) => panic!("the stream broke instead of ending: {e}\n{text}"),
+            Err(_) => panic!("the stream is still open:\n{text}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_stream_is_a_connection_of_its_client_and_ends_when_revoked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("daemon.sock");
+    let daemon = Daemon::start(&socket, DaemonOptions::default())
+        .await
+        .expect("daemon");
+    let before = format!(
+        "{}{}",
+        client_table("keeper", "keeper-token", ""),
+        client_table("leaver", "leaver-token", "max_connections = 1")
+    );
+    let (gateway, url, file) = from_file_as(dir.path(), &socket, "jsonrpc-http", &before).await;
+    let events = |token: &str| {
+        format!(
+            "{}/events?topic=daemon.events&token={token}",
+            url.replacen("ws://", "http://", 1)
+        )
+    };
+    let (status, mut leaver) = open_stream(&events("leaver-token")).await;
+    assert_eq!(status, 200);
+    let (status, mut keeper) = open_stream(&events("keeper-token")).await;
+    assert_eq!(status, 200);
+    // The stream holds the leaver's one place.
+    let open = || {
+        common::metric_value(
+            &gateway,
+            "switchyard_client_connections_open",
+            &[("listener", "ws"), ("client", "leaver")],
+        )
+    };
+    assert_eq!(open(), 1.0);
+    let (status, mut refused) = open_stream(&events("leaver-token")).await;
+    let text = read_to_end(&mut refused).await;
+    assert_eq!((status, text.as_str()), (429, "max connections exceeded"));
+    // The leaver is removed: its stream ends with the error event; the
+    // keeper's stays open.
+    let after = client_table("keeper", "keeper-token", "");
+    std::fs::write(
+        &file,
+        std::fs::read_to_string(&file)
+            .expect("read")
+            .replace(&before, &after),
+    )
+    .expect("rewrite");
+    gateway.reload().await.expect("reload");
+    let text = read_to_end(&mut leaver).await;
+    let last = text
+        .rsplit_once("event: error\ndata: ")
+        .and_then(|(_, last)| last.strip_suffix("\n\n"))
+        .unwrap_or_else(|| panic!("no error event at the end: {text}"));
+    assert_eq!(
+        json(last),
+        json!({"code": -32001, "message": "Unauthorized", "data": "credential revoked"}),
+        "{text}"
+    );
+    assert!(
+        common::eventually(STEP, || open() == 0.0).await,
+        "the ended stream is no longer counted"
+    );
+    let still_open = tokio::time::timeout(
+        std::time::Duration::from_millis(200),
+        http_body_util::BodyExt::frame(&mut keeper),
+    )
+    .await;
+    match still_open {
+        Err(_) => {}
+        Ok(Some(Ok(f))) if f.data_ref().is_some_and(|d| d.starts_with(b":")) => {}
+        Ok(other) => panic!("the keeper's stream changed: {other:?}"),
+    }
     gateway.shutdown().await;
     daemon.stop().await;
 }

@@ -350,6 +350,80 @@ async fn an_http2_client_multiplexes_100_calls_on_one_connection() {
     stack.gateway.shutdown().await;
 }
 
+/// An HTTP/2 connection carries at most `max_in_flight` streams at once:
+/// the server announces it in its SETTINGS (read by the `h2` crate's
+/// client), and calls beyond it wait for a free stream, then complete.
+#[tokio::test]
+async fn http2_streams_are_capped_at_max_in_flight_and_more_calls_wait() {
+    const CAP: usize = 4;
+    const CALLS: usize = 12;
+    let stack = HttpStack::start(&format!("max_in_flight = {CAP}")).await;
+    let uri: http::Uri = stack.url.parse().expect("uri");
+    let authority = uri.authority().expect("authority").to_string();
+    let tcp = tokio::net::TcpStream::connect(&authority)
+        .await
+        .expect("connect");
+    let (sender, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(conn);
+    let call = |sender: h2::client::SendRequest<bytes::Bytes>, id: usize, method: &'static str| {
+        let uri = uri.clone();
+        async move {
+            let mut sender = sender.ready().await?;
+            let req = http::Request::post(uri)
+                .header("content-type", "application/json")
+                .body(())
+                .expect("request");
+            let (response, mut body) = sender.send_request(req, false)?;
+            let params = if method == "sleep" {
+                r#"{"ms":200}"#.to_owned()
+            } else {
+                format!("[{id}]")
+            };
+            let text =
+                format!(r#"{{"jsonrpc":"2.0","method":"{method}","params":{params},"id":{id}}}"#);
+            body.send_data(bytes::Bytes::from(text), true)?;
+            let response = response.await?;
+            let status = response.status();
+            let mut data = response.into_body();
+            let mut out = Vec::new();
+            while let Some(chunk) = data.data().await {
+                let chunk = chunk?;
+                let _ = data.flow_control().release_capacity(chunk.len());
+                out.extend_from_slice(&chunk);
+            }
+            Ok::<_, h2::Error>((status, out))
+        }
+    };
+    // The first answer comes after the server's SETTINGS: the cap is known.
+    let first = tokio::time::timeout(common::STEP, call(sender.clone(), 0, "echo"))
+        .await
+        .expect("answer in time")
+        .expect("first call");
+    assert_eq!(first.0, 200);
+    assert_eq!(
+        sender.current_max_send_streams(),
+        CAP,
+        "SETTINGS_MAX_CONCURRENT_STREAMS is the listener's max_in_flight"
+    );
+    // Three times the cap at once: the client holds the extra streams
+    // until earlier ones end; none is refused.
+    let calls: Vec<_> = (1..=CALLS)
+        .map(|i| tokio::spawn(call(sender.clone(), i, "sleep")))
+        .collect();
+    for (i, task) in calls.into_iter().enumerate() {
+        let (status, body) = tokio::time::timeout(common::STEP * 3, task)
+            .await
+            .expect("answer in time")
+            .expect("task")
+            .unwrap_or_else(|e| panic!("call {}: {e}", i + 1));
+        assert_eq!(status, 200);
+        let reply = json(std::str::from_utf8(&body).expect("UTF-8"));
+        assert_eq!(reply["id"], i + 1, "{reply}");
+        assert!(reply.get("result").is_some(), "{reply}");
+    }
+    stack.gateway.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_route_to_a_per_client_upstream_is_a_config_problem() {
     let toml = r#"

@@ -359,6 +359,7 @@ fn what_an_http_upstream_cannot_do_is_refused() {
             "headers",
         ),
         ("url = \"http://h/\"\nca_file = \"/x.pem\"\n", "ca_file"),
+        ("url = \"http://h/\"\nhttp2 = \"always\"\n", "http2"),
     ] {
         let toml = format!("{base}{extra}");
         let err = switchyard::config::Config::from_toml(&toml)
@@ -375,6 +376,14 @@ fn what_an_http_upstream_cannot_do_is_refused() {
         .map(|e| e.to_string())
         .unwrap_or_default();
     assert!(err.contains("headers"), "{err}");
+    let socket =
+        "[upstreams.n]\ndialect = \"ndjson\"\nsocket = \"/tmp/x.sock\"\nhttp2 = \"alpn\"\n";
+    let toml = format!("{base}url = \"http://h/\"\n\n{socket}");
+    let err = switchyard::config::Config::from_toml(&toml)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("http2"), "{err}");
 }
 
 /// `https://`: rustls with the upstream's `ca_file`, HTTP/2 chosen by
@@ -449,6 +458,116 @@ async fn https_upstream_speaks_http2_on_one_connection() {
         accepted += 1;
     }
     assert_eq!(accepted, 1, "HTTP/2 calls share one connection");
+}
+
+/// `http2 = "prior-knowledge"`: h2c to a cleartext server that speaks
+/// only HTTP/2 (hyper's HTTP/2 server, holding each call until all 100
+/// are in), and the 100 calls of ten clients at once share one connection.
+#[tokio::test]
+async fn h2c_by_prior_knowledge_carries_100_calls_on_one_connection() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    const CLIENTS: usize = 10;
+    const EACH: usize = 10;
+    const CALLS: usize = CLIENTS * EACH;
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = tcp.local_addr().expect("addr");
+    let accepted = Arc::new(AtomicUsize::new(0));
+    // Calls in the server at once, and the most seen.
+    let open = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let all_in = Arc::new(tokio::sync::Notify::new());
+    let (versions_tx, mut versions) = mpsc::unbounded_channel::<http::Version>();
+    {
+        let (accepted, open, most, all_in) =
+            (accepted.clone(), open.clone(), most.clone(), all_in.clone());
+        tokio::spawn(async move {
+            while let Ok((s, _)) = tcp.accept().await {
+                accepted.fetch_add(1, Ordering::SeqCst);
+                let (open, most, all_in) = (open.clone(), most.clone(), all_in.clone());
+                let versions = versions_tx.clone();
+                let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let (open, most, all_in) = (open.clone(), most.clone(), all_in.clone());
+                    let _ = versions.send(req.version());
+                    async move {
+                        let body = req.into_body().collect().await.map(|b| b.to_bytes());
+                        let v: Value =
+                            serde_json::from_slice(&body.unwrap_or_default()).unwrap_or_default();
+                        // Created first: it sees a notify that comes
+                        // after this call is counted.
+                        let waiting = all_in.notified();
+                        let now = open.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        if now >= CALLS {
+                            all_in.notify_waiters();
+                        } else {
+                            // Bounded: calls that never come together
+                            // fail the count below rather than hang.
+                            let _ = tokio::time::timeout(Duration::from_secs(60), waiting).await;
+                        }
+                        open.fetch_sub(1, Ordering::SeqCst);
+                        let out = json!({"jsonrpc": "2.0", "result": v["params"], "id": v["id"]});
+                        let mut r = Response::new(Full::new(Bytes::from(out.to_string())));
+                        r.headers_mut()
+                            .insert("content-type", "application/json".parse().expect("ct"));
+                        Ok::<_, Infallible>(r)
+                    }
+                });
+                tokio::spawn(async move {
+                    let _ = hyper::server::conn::http2::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(TokioIo::new(s), svc)
+                    .await;
+                });
+            }
+        });
+    }
+    let toml = format!(
+        "[listeners.l]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/l\"\nrequest_timeout_ms = 120000\n\n\
+         [upstreams.u]\ndialect = \"jsonrpc-http\"\nurl = \"http://{addr}/rpc\"\nhttp2 = \"prior-knowledge\"\n\n\
+         [[routes]]\nlistener = \"l\"\nupstream = \"u\"\n"
+    );
+    let cfg =
+        switchyard::config::Config::from_toml(&toml).unwrap_or_else(|e| panic!("{e}\n{toml}"));
+    let bound = switchyard::app::bind(cfg).await.expect("bind");
+    let url = bound.ws_url("l").expect("url");
+    let gateway = bound.spawn();
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(TestClient::connect(Speak::JsonRpc, &url).await);
+    }
+    // Every call is sent before any is answered (the server holds them).
+    for (c, client) in clients.iter_mut().enumerate() {
+        for i in 0..EACH {
+            let n = c * EACH + i;
+            client
+                .send(&format!(
+                    r#"{{"jsonrpc":"2.0","method":"m","params":[{n}],"id":{n}}}"#
+                ))
+                .await;
+        }
+    }
+    for (c, client) in clients.iter_mut().enumerate() {
+        let mut got = Vec::new();
+        for _ in 0..EACH {
+            let v = json(&client.recv().await);
+            assert_eq!(v["result"], json!([v["id"]]), "{v}");
+            got.push(v["id"].as_u64().expect("id") as usize);
+        }
+        got.sort_unstable();
+        let want: Vec<usize> = (c * EACH..(c + 1) * EACH).collect();
+        assert_eq!(got, want);
+    }
+    gateway.shutdown().await;
+    assert_eq!(most.load(Ordering::SeqCst), CALLS, "all calls at once");
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection");
+    while let Ok(version) = versions.try_recv() {
+        assert_eq!(version, http::Version::HTTP_2);
+    }
 }
 
 /// A client batch to an upstream that accepts batches is one POST of a

@@ -364,6 +364,10 @@ fn none_and_hmac_algorithms_and_missing_keys_are_configuration_problems() {
     assert!(e.contains("/nonexistent/k.pem"), "{e}");
 }
 
+/// A named client's static token on the JWT listener of
+/// [`tokens_never_reach_the_logs`].
+const STATIC_TOKEN: &str = "static-secret-token-1";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_never_reach_the_logs() {
     let key = Key::new();
@@ -386,6 +390,7 @@ async fn tokens_never_reach_the_logs() {
              [listeners.public]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:{port}\"\npath = \"/rpc\"\n\n\
              [listeners.guarded]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:{jwt_port}\"\npath = \"/rpc\"\n\
              [listeners.guarded.jwt]\nkey_file = \"{}\"\nalgorithms = [\"ES256\"]\nunknown_client = \"listener\"\n\n\
+             [[listeners.guarded.clients]]\nname = \"cli\"\ntoken = \"{STATIC_TOKEN}\"\n\n\
              [upstreams.daemon]\ndialect = \"ndjson\"\nsocket = \"{}\"\n\n\
              [[routes]]\nlistener = \"public\"\nupstream = \"daemon\"\n\n\
              [[routes]]\nlistener = \"guarded\"\nupstream = \"daemon\"\n",
@@ -397,13 +402,20 @@ async fn tokens_never_reach_the_logs() {
     let url = format!("ws://127.0.0.1:{jwt_port}/rpc");
     let valid = key.sign(None, &claims("alice", 3600));
     let expired = key.sign(None, &claims("alice", -60));
-    let mut ws = common::connect(&format!("{url}?token={valid}")).await;
-    common::send(&mut ws, r#"{"jsonrpc":"2.0","method":"get_data","id":1}"#).await;
-    common::recv(&mut ws).await;
-    drop(ws);
-    match tokio_tungstenite::connect_async(format!("{url}?token={expired}")).await {
-        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => assert_eq!(resp.status(), 401),
-        other => panic!("expected 401, got {other:?}"),
+    // A named client's static token, and one a byte away from it.
+    let near = STATIC_TOKEN.replace("-1", "-2");
+    for good in [valid.as_str(), STATIC_TOKEN] {
+        let mut ws = common::connect(&format!("{url}?token={good}")).await;
+        common::send(&mut ws, r#"{"jsonrpc":"2.0","method":"get_data","id":1}"#).await;
+        common::recv(&mut ws).await;
+    }
+    for bad in [&expired, &near] {
+        match tokio_tungstenite::connect_async(format!("{url}?token={bad}")).await {
+            Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+                assert_eq!(resp.status(), 401)
+            }
+            other => panic!("expected 401, got {other:?}"),
+        }
     }
     let log = gateway.log();
     assert!(log.contains("token"), "the refusal is logged: {log}");
@@ -411,6 +423,9 @@ async fn tokens_never_reach_the_logs() {
         // The signature part alone would already be a leak.
         let signature = token.rsplit('.').next().expect("signature");
         assert!(!log.contains(signature), "{log}");
+    }
+    for secret in [STATIC_TOKEN, near.as_str()] {
+        assert!(!log.contains(secret), "{log}");
     }
     // `check` prints the jwt table (key file paths only) and no token.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
@@ -426,6 +441,138 @@ async fn tokens_never_reach_the_logs() {
     );
     assert!(stdout.contains("[listeners.guarded.jwt]"), "{stdout}");
     assert!(stdout.contains("idp.pem"), "{stdout}");
+    assert!(stdout.contains("\"cli\""), "{stdout}");
+    assert!(!stdout.contains(STATIC_TOKEN), "{stdout}");
     gateway.stop();
     daemon.stop().await;
+}
+
+/// One HTTP/1.1 connection to `url`'s address, kept alive across requests.
+async fn http1(
+    url: &str,
+) -> hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>> {
+    let uri: hyper::Uri = url.parse().expect("uri");
+    let authority = uri.authority().expect("authority").as_str().to_owned();
+    let tcp = tokio::net::TcpStream::connect(&authority)
+        .await
+        .expect("connect");
+    let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+        .await
+        .expect("HTTP/1 handshake");
+    tokio::spawn(conn);
+    sender
+}
+
+/// A request for `url` (its path and query) with `token` as a bearer.
+fn request(
+    method: &str,
+    url: &str,
+    token: &str,
+    body: &str,
+) -> hyper::Request<http_body_util::Full<bytes::Bytes>> {
+    let uri: hyper::Uri = url.parse().expect("uri");
+    hyper::Request::builder()
+        .method(method)
+        .uri(uri.path_and_query().map_or("/", |p| p.as_str()))
+        .header("host", uri.authority().expect("authority").as_str())
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            body.to_owned(),
+        )))
+        .expect("request")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_stream_ends_with_an_error_event_when_its_token_expires() {
+    use http_body_util::BodyExt;
+    let key = Key::new();
+    let gw = Gateway::with_pem(&key).await;
+    // Expires in ten seconds (leeway 0; room for a slow machine to open
+    // the stream first): streamed, then ended at expiry.
+    let token = key.sign(None, &claims("operator", 10));
+    let url = format!("{}/events?topic=daemon.events", gw.http);
+    let mut sender = http1(&url).await;
+    let response = tokio::time::timeout(
+        common::STEP,
+        sender.send_request(request("GET", &url, &token, "")),
+    )
+    .await
+    .expect("an answer in time")
+    .expect("an answer");
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut text = String::new();
+    // Read to the end of the stream (generously bounded: a stream that
+    // outlives its token by a minute is the failure).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    text.push_str(&String::from_utf8_lossy(data));
+                }
+            }
+            Ok(None) => break,
+            Ok(Some(Err(e))) => panic!("the stream broke instead of ending: {e}\n{text}"),
+            Err(_) => panic!("the stream is still open past its token's expiry:\n{text}"),
+        }
+    }
+    assert!(text.starts_with(": subscribed\n\n"), "{text}");
+    let last = text
+        .rsplit_once("event: error\ndata: ")
+        .map(|(_, last)| last)
+        .unwrap_or_else(|| panic!("no error event: {text}"));
+    let data = last
+        .strip_suffix("\n\n")
+        .unwrap_or_else(|| panic!("the error event is not the last: {text}"));
+    assert_eq!(
+        json(data),
+        json!({"code": -32001, "message": "Unauthorized", "data": "credential expired"}),
+        "{text}"
+    );
+    // The token is refused from then on, so EventSource's reconnection
+    // stops at a 401.
+    let (status, body) = gw.post(&token, "get_data").await;
+    assert_eq!(status, 401, "{body}");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_token_gets_401_on_a_kept_alive_connection() {
+    let key = Key::new();
+    let gw = Gateway::with_pem(&key).await;
+    let token = key.sign(None, &claims("operator", 10));
+    let call = r#"{"jsonrpc":"2.0","method":"get_data","id":1}"#;
+    // One connection for every request: each is checked on its own.
+    let mut sender = http1(&gw.http).await;
+    let mut statuses = Vec::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let response = tokio::time::timeout(
+            common::STEP,
+            sender.send_request(request("POST", &gw.http, &token, call)),
+        )
+        .await
+        .expect("an answer in time")
+        .unwrap_or_else(|e| panic!("the kept-alive connection failed: {e} after {statuses:?}"));
+        let status = response.status().as_u16();
+        let challenge = response.headers().get("www-authenticate").cloned();
+        // Read the body: the connection is reused only after it.
+        let _ = http_body_util::BodyExt::collect(response.into_body()).await;
+        statuses.push(status);
+        if status != 200 {
+            assert_eq!(status, 401, "{statuses:?}");
+            assert!(challenge.is_some(), "401 without a challenge");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still 200 a minute after the token's expiry"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        sender.ready().await.expect("the connection is kept alive");
+    }
+    assert_eq!(statuses.first(), Some(&200), "{statuses:?}");
+    gw.stop().await;
 }

@@ -34,6 +34,15 @@
 //!   with `data.kind == "unavailable"`, before it closes the link, so JSON
 //!   and holon clients get that error's declared equivalent -32000 with the
 //!   same data (error-codes.md §3.2), Sideband clients 2000 unchanged.
+//!
+//! The HTTP upstream (`Up::Http`) is built the same way: a second
+//! switchyard whose `jsonrpc-http` listener fronts the NDJSON daemon,
+//! called over h2c (`http2 = "prior-knowledge"`). It has no per-client
+//! mode (each call is one `POST`), so `pc` routes to the shared upstream
+//! and the per-client scenarios are skipped. Its death is the inner
+//! gateway's graceful shutdown: the `POST` in flight is answered with the
+//! inner gateway's `unavailable` (-32009), which reaches the client as any
+//! upstream error does (`assert_relayed_over_http`).
 
 mod common;
 
@@ -54,9 +63,12 @@ enum Up {
     Holon,
     /// A second switchyard's Sideband listener in front of the NDJSON daemon.
     Sideband,
+    /// A second switchyard's `jsonrpc-http` listener in front of the NDJSON
+    /// daemon, called over h2c (`http2 = "prior-knowledge"`).
+    Http,
 }
 
-const UPSTREAMS: &[Up] = &[Up::Ndjson, Up::JsonRpc, Up::Holon, Up::Sideband];
+const UPSTREAMS: &[Up] = &[Up::Ndjson, Up::JsonRpc, Up::Holon, Up::Sideband, Up::Http];
 
 /// A running reference upstream of either transport.
 enum RefServer {
@@ -64,9 +76,12 @@ enum RefServer {
     Ws(WsDaemon),
     /// The inner gateway (Sideband listener `sb`) and its daemon.
     Sideband(Box<InnerGateway>),
+    /// The inner gateway (`jsonrpc-http` listener `sb`) and its daemon.
+    Http(Box<InnerGateway>),
 }
 
-/// A second switchyard (Sideband listener `sb`) and its daemon.
+/// A second switchyard (listener `sb`: Sideband, or `jsonrpc-http`) and
+/// its daemon.
 struct InnerGateway {
     daemon: Daemon,
     gateway: switchyard::app::Running,
@@ -92,15 +107,19 @@ impl RefServer {
                     .await
                     .expect("holon daemon"),
             ),
-            Up::Sideband => {
+            Up::Sideband | Up::Http => {
                 let daemon = Daemon::start(&dir.join("up.sock"), DaemonOptions::default())
                     .await
                     .expect("daemon");
+                let dialect = match up {
+                    Up::Http => "jsonrpc-http",
+                    _ => "sideband",
+                };
                 // Grace 0: on shutdown, what is in flight is answered
                 // `unavailable` at once, then the link is closed.
                 let toml = format!(
                     "[gateway]\nshutdown_grace_ms = 0\n\n\
-                     [listeners.sb]\ndialect = \"sideband\"\naddress = \"127.0.0.1:0\"\npath = \"/sb\"\n\n\
+                     [listeners.sb]\ndialect = \"{dialect}\"\naddress = \"127.0.0.1:0\"\npath = \"/sb\"\nrequest_timeout_ms = 120000\n\n\
                      [upstreams.daemon]\ndialect = \"ndjson\"\nsocket = \"{}\"\n\n\
                      [[routes]]\nlistener = \"sb\"\nupstream = \"daemon\"\n",
                     daemon.path().display()
@@ -111,11 +130,15 @@ impl RefServer {
                 let url = bound.ws_url("sb").expect("url");
                 let gateway = bound.spawn();
                 common::wait_connected(&gateway, "daemon").await;
-                RefServer::Sideband(Box::new(InnerGateway {
+                let inner = Box::new(InnerGateway {
                     daemon,
                     gateway,
                     url,
-                }))
+                });
+                match up {
+                    Up::Http => RefServer::Http(inner),
+                    _ => RefServer::Sideband(inner),
+                }
             }
         }
     }
@@ -133,6 +156,18 @@ impl RefServer {
             (RefServer::Sideband(inner), _) => {
                 format!("dialect = \"sideband\"\nurl = \"{}\"", inner.url)
             }
+            (RefServer::Http(inner), _) => format!(
+                "dialect = \"jsonrpc-http\"\nurl = \"{}\"\nhttp2 = \"prior-knowledge\"",
+                inner.url.replacen("ws://", "http://", 1)
+            ),
+        }
+    }
+
+    /// The inner gateway, for an upstream that is one.
+    fn inner(&self) -> Option<&InnerGateway> {
+        match self {
+            RefServer::Sideband(inner) | RefServer::Http(inner) => Some(inner),
+            RefServer::Unix(_) | RefServer::Ws(_) => None,
         }
     }
 
@@ -140,7 +175,7 @@ impl RefServer {
         match self {
             RefServer::Unix(d) => d.stop().await,
             RefServer::Ws(d) => d.stop().await,
-            RefServer::Sideband(inner) => {
+            RefServer::Sideband(inner) | RefServer::Http(inner) => {
                 inner.gateway.shutdown().await;
                 inner.daemon.stop().await;
             }
@@ -187,18 +222,23 @@ impl Pair {
             }
         };
         // An HTTP client holds no connection a per-client upstream could
-        // follow (a configuration problem): its `pc` goes to the shared one.
-        let private = if speak == Speak::Http {
+        // follow, and an HTTP upstream has no per-client mode (both
+        // configuration problems): then `pc` goes to the shared one.
+        let private = if speak == Speak::Http || up == Up::Http {
             "shared"
         } else {
             "private"
         };
         let target = server.target(up);
+        let private_table = match up {
+            Up::Http => String::new(),
+            _ => format!("[upstreams.private]\n{target}\nmode = \"per-client\"\n\n"),
+        };
         let toml = format!(
             "[listeners.main]\n{}\nrequest_timeout_ms = 120000\n\n[listeners.pc]\n{}\nrequest_timeout_ms = 120000\n\n\
              [listeners.short]\n{}\nrequest_timeout_ms = 400\n\n\
              [upstreams.shared]\n{target}\nbackoff_initial_ms = 50\nbackoff_max_ms = 100\n\n\
-             [upstreams.private]\n{target}\nmode = \"per-client\"\n\n\
+             {private_table}\
              [[routes]]\nlistener = \"main\"\nupstream = \"shared\"\n\n[[routes]]\nlistener = \"pc\"\nupstream = \"{private}\"\n\n\
              [[routes]]\nlistener = \"short\"\nupstream = \"shared\"\n",
             listener("main"),
@@ -214,7 +254,10 @@ impl Pair {
         };
         let (main, pc, short) = (endpoint("main"), endpoint("pc"), endpoint("short"));
         let gateway = bound.spawn();
-        common::wait_connected(&gateway, "shared").await;
+        // An HTTP upstream keeps no standing connection to wait for.
+        if up != Up::Http {
+            common::wait_connected(&gateway, "shared").await;
+        }
         Pair {
             speak,
             up,
@@ -575,12 +618,19 @@ async fn upstream_death(pair: &mut Pair, name: &str) {
     // only the upstream's death can end it while the test runs. The
     // upstream is killed once the call is pending there (the late reply
     // of the timeout scenario settled first).
-    let pending = || {
-        common::metric_value(
+    // An HTTP upstream correlates nothing (each POST is its own answer):
+    // the call is pending once the inner gateway holds it for its daemon.
+    let pending = || match pair.server.as_ref().and_then(RefServer::inner) {
+        Some(inner) if pair.up == Up::Http => common::metric_value(
+            &inner.gateway,
+            "switchyard_correlator_entries",
+            &[("upstream", "daemon")],
+        ),
+        _ => common::metric_value(
             &pair.gateway,
             "switchyard_correlator_entries",
             &[("upstream", "shared")],
-        )
+        ),
     };
     assert!(
         common::eventually(Duration::from_secs(30), || pending() == 0.0).await,
@@ -598,7 +648,26 @@ async fn upstream_death(pair: &mut Pair, name: &str) {
     }
     let v = json(&c.recv().await);
     assert_eq!(v["id"], "d", "{name}: {v}");
-    assert_unavailable(pair.speak, pair.up == Up::Sideband, &v, name);
+    if pair.up == Up::Http {
+        assert_relayed_over_http(pair.speak, &v, name);
+    } else {
+        assert_unavailable(pair.speak, pair.up == Up::Sideband, &v, name);
+    }
+}
+
+/// The inner gateway's `unavailable` behind an HTTP upstream: a JSON-RPC
+/// error (-32009) in the answer to the `POST`, so an upstream error like
+/// any other (error-codes.md §3.1, §3.3): unchanged for JSON dialects,
+/// holon included; Sideband 2000 with the original under `data.origin`.
+fn assert_relayed_over_http(speak: Speak, v: &serde_json::Value, name: &str) {
+    if speak.is_sideband() {
+        assert_eq!(v["error"]["code"], 2000, "{name}: {v}");
+        let origin = &v["error"]["data"]["origin"];
+        assert_eq!(origin["code"], -32009, "{name}: {v}");
+        assert_eq!(origin["dialect"], "jsonrpc-http", "{name}: {v}");
+    } else {
+        assert_eq!(v["error"]["code"], -32009, "{name}: {v}");
+    }
 }
 
 async fn run_listener(speak: Speak) {

@@ -1,7 +1,9 @@
 //! The demo's playground in a real browser: headless Chromium driven over
 //! the DevTools Protocol (`tests/node/playground.mjs`, puppeteer-core)
 //! calls through each WebSocket dialect with the page's own `WebSocket`,
-//! and a page from another origin is refused before the upgrade. While the
+//! and through its HTTP panel (`fetch` POST and an `EventSource` on a
+//! topic pattern), and a page from another origin is refused before the
+//! upgrade. While the
 //! demo is stopped the page stops polling and only probes, with a growing
 //! delay; when the demo is back it polls and reconnects
 //! (`tests/node/playground_reconnect.mjs`).
@@ -183,12 +185,33 @@ fn playground_calls_every_websocket_dialect_from_chromium_and_other_origins_are_
         "the refusal is not counted:\n{metrics}"
     );
 
-    // JSON-RPC over HTTP from the playground's origin: fetch and
-    // EventSource; from the other origin the preflight is refused.
+    // JSON-RPC over HTTP through the playground's HTTP panel (the page's
+    // fetch and EventSource, from its origin); from the other origin the
+    // preflight is refused.
     let http = &summary["http"];
+    assert_eq!(
+        http["endpoint"],
+        demo.endpoint("JSON-RPC 2.0 over HTTP"),
+        "{http:#}"
+    );
+    assert_eq!(http["reply"]["state"], "answered", "{http:#}");
     assert_eq!(http["reply"]["status"], 200, "{http:#}");
     assert_eq!(http["reply"]["body"]["result"], 19, "{http:#}");
+    // The call has its row in the id-rewrite table, answered, with the
+    // gateway's integer id upstream.
+    let row = &http["row"];
+    assert_eq!(row["cells"][2], "subtract", "{row:#}");
+    assert_eq!(row["cells"][5], "19", "{row:#}");
+    assert!(
+        row["upstreamId"]
+            .as_str()
+            .is_some_and(|id| id.parse::<u64>().is_ok()),
+        "{row:#}"
+    );
+    // The EventSource on `daemon.>` listed the daemon's events, then closed.
+    assert!(http["events"].as_u64() >= Some(1), "{http:#}");
     assert_eq!(http["event"]["topic"], "daemon.events", "{http:#}");
+    assert_eq!(http["closed"], "idle", "{http:#}");
     assert!(
         cross["fetch"]["refused"].is_string(),
         "a fetch from another origin went through: {cross:#}"

@@ -509,3 +509,108 @@ async fn user_and_password_reach_the_server() {
         gw.gateway.shutdown().await;
     }
 }
+
+/// Sends `method` for `topic` and waits for its reply (no events are
+/// expected meanwhile).
+async fn call(c: &mut TestClient, method: &str, topic: &str) {
+    let req = json!({"jsonrpc": "2.0", "method": method, "params": {"topic": topic}, "id": method});
+    c.send(&req.to_string()).await;
+    let msg: Value = serde_json::from_str(&c.recv().await).unwrap();
+    assert_eq!(msg["id"], method, "{msg}");
+    assert!(msg["result"].is_object(), "{msg}");
+}
+
+/// One client's subscription closing never costs another client events.
+/// Each round, client A holds `daemon.>` (the older NATS subscription)
+/// and client B `daemon.tick`; a service publishes a numbered burst on
+/// `daemon.tick` with a plain NATS client, and A unsubscribes and closes
+/// as soon as it has seen a few of them, without waiting, so `daemon.>`
+/// closes while the burst is still crossing the instance. B must get the
+/// whole burst exactly once and in order, then a marker published once
+/// the server dropped `daemon.>`. Rounds repeat the close in mid-burst.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_clients_overlapping_pattern_leaving_costs_nothing() {
+    const ROUNDS: u64 = 20;
+    // Below the outbox capacity (1024) with the marker: B's events wait
+    // in its outbox however slowly this test reads them.
+    const BURST: u64 = 1000;
+    // Events A sees before it leaves.
+    const SEEN: usize = 20;
+    let nats = NatsServer::start();
+    let gw = instance(&nats.url, "", None).await;
+    let service = async_nats::connect(&nats.url).await.unwrap();
+    let subject = format!("{PREFIX}daemon.tick");
+    let mut b = TestClient::connect(Speak::JsonRpc, &gw.url).await;
+    let mut failures = Vec::new();
+    for round in 0..ROUNDS {
+        let mut a = subscriber(&gw.url, &["daemon.>"]).await;
+        server_holds(&nats, &["daemon.>"]).await;
+        call(&mut b, "rpc.subscribe", "daemon.tick").await;
+        server_holds(&nats, &["daemon.>", "daemon.tick"]).await;
+
+        let publisher = {
+            let (service, subject) = (service.clone(), subject.clone());
+            tokio::spawn(async move {
+                for n in 0..BURST {
+                    let payload = json!({ "round": round, "n": n }).to_string();
+                    service
+                        .publish(subject.clone(), payload.into())
+                        .await
+                        .unwrap();
+                }
+                service.flush().await.unwrap();
+            })
+        };
+        for _ in 0..SEEN {
+            let (topic, data) = event(&mut a).await;
+            assert_eq!(
+                (topic.as_str(), &data["round"]),
+                ("daemon.tick", &json!(round))
+            );
+        }
+        let req = json!({"jsonrpc": "2.0", "method": "rpc.unsubscribe", "params": {"topic": "daemon.>"}, "id": "u"});
+        a.send(&req.to_string()).await;
+        drop(a);
+        publisher.await.unwrap();
+        server_holds(&nats, &["daemon.tick"]).await;
+        let marker = json!({ "round": round, "end": true }).to_string();
+        service
+            .publish(subject.clone(), marker.into())
+            .await
+            .unwrap();
+        service.flush().await.unwrap();
+
+        let mut got = Vec::new();
+        loop {
+            let (topic, data) = event(&mut b).await;
+            assert_eq!(topic, "daemon.tick");
+            assert_eq!(data["round"], round, "{data}");
+            if data["end"] == true {
+                break;
+            }
+            got.push(data["n"].as_u64().unwrap());
+        }
+        if got != (0..BURST).collect::<Vec<_>>() {
+            let distinct = got.iter().collect::<std::collections::BTreeSet<_>>().len();
+            failures.push(format!(
+                "round {round}: {} events, {} missing, {} repeated",
+                got.len(),
+                BURST as usize - distinct,
+                got.len() - distinct
+            ));
+        }
+        call(&mut b, "rpc.unsubscribe", "daemon.tick").await;
+        server_holds(&nats, &[]).await;
+    }
+    assert!(
+        failures.is_empty(),
+        "B did not get each burst once, in order ({} of {ROUNDS} rounds):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    let labels = [("reason", "slow_consumer")];
+    let name = "switchyard_pubsub_nats_events_dropped_total";
+    assert_eq!(metric_value(&gw.gateway, name, &labels), 0.0);
+    drop(b);
+    gw.gateway.shutdown().await;
+}

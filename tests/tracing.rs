@@ -1,7 +1,8 @@
 //! Trace export end to end: the gateway exports its spans to an in-test
 //! OTLP/HTTP receiver that decodes the real protobuf payload
 //! (`ExportTraceServiceRequest`), and the exporter's failures never slow or
-//! break traffic.
+//! break traffic; and a caller's `traceparent` (on a `jsonrpc-http` POST,
+//! on a WebSocket upgrade) reaches an HTTP upstream in the same trace.
 //!
 //! The tracing subscriber and tracer provider are process-wide and can be
 //! installed once, so every tracing assertion lives in this file, in one
@@ -76,6 +77,7 @@ struct Gateway {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_are_exported_over_otlp_and_exporter_failures_never_hurt_traffic() {
     let receiver = Receiver::start().await;
+    let endpoint = receiver.url.clone();
     let gw = Gateway::start(&receiver.url).await;
     assert!(gw.telemetry.exporting(), "trace export is on");
 
@@ -154,7 +156,147 @@ async fn spans_are_exported_over_otlp_and_exporter_failures_never_hurt_traffic()
     // Connection refused is reported at once; the flush does not hang.
     let flushed = tokio::time::timeout(Duration::from_secs(10), gw.telemetry.flush()).await;
     assert!(flushed.is_ok(), "the flush ends with the collector gone");
+
+    // Phase 4: a caller's trace reaches an HTTP upstream (export need not
+    // succeed for the context to travel).
+    traceparent_reaches_an_http_upstream(&endpoint).await;
     gw.stop().await;
+}
+
+/// Trace ids of phase 4: one for the `jsonrpc-http` caller, one for the
+/// WebSocket caller.
+const HTTP_TRACE_ID: &str = "0af7651916cd43dd8448eb211c80319c";
+const WS_TRACE_ID: &str = "5c3b1a0f9e8d7c6b5a4f3e2d1c0b0a09";
+
+/// A second gateway (same process-wide telemetry) with a `jsonrpc-http`
+/// and a `jsonrpc-ws` listener routed to an HTTP upstream that records
+/// each request's headers: a `traceparent` sent by the client (as an HTTP
+/// header on the POST, on the WebSocket upgrade) arrives upstream with
+/// the caller's trace id and a span id of switchyard's own.
+async fn traceparent_reaches_an_http_upstream(endpoint: &str) {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::rt::TokioIo;
+
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind upstream");
+    let addr = tcp.local_addr().expect("upstream address");
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel::<HeaderMap>();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = tcp.accept().await {
+            let seen = seen_tx.clone();
+            let svc =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let _ = seen.send(req.headers().clone());
+                    async move {
+                        let body = req.into_body().collect().await.map(|b| b.to_bytes());
+                        let v: serde_json::Value =
+                            serde_json::from_slice(&body.unwrap_or_default()).unwrap_or_default();
+                        let out =
+                            serde_json::json!({"jsonrpc": "2.0", "result": "ok", "id": v["id"]});
+                        let mut r = hyper::Response::new(Full::new(Bytes::from(out.to_string())));
+                        r.headers_mut()
+                            .insert("content-type", "application/json".parse().expect("ct"));
+                        Ok::<_, std::convert::Infallible>(r)
+                    }
+                });
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    });
+    let toml = format!(
+        "[listeners.h]\ndialect = \"jsonrpc-http\"\naddress = \"127.0.0.1:0\"\npath = \"/h\"\n\n\
+         [listeners.w]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/w\"\n\n\
+         [upstreams.u]\ndialect = \"jsonrpc-http\"\nurl = \"http://{addr}/rpc\"\n\n\
+         [[routes]]\nlistener = \"h\"\nupstream = \"u\"\n\n\
+         [[routes]]\nlistener = \"w\"\nupstream = \"u\"\n\n\
+         [tracing]\nenabled = true\nendpoint = \"{endpoint}\"\nrecord_ids = true\n\
+         sampling_ratio = 1.0\nservice_name = \"switchyard-test\"\n"
+    );
+    let cfg = Config::from_toml(&toml).unwrap_or_else(|e| panic!("config: {e}\n{toml}"));
+    let bound = app::bind(cfg).await.expect("bind");
+    let http_url = bound
+        .ws_url("h")
+        .expect("url")
+        .replacen("ws://", "http://", 1);
+    let ws_url = bound.ws_url("w").expect("url");
+    let gateway = bound.spawn();
+
+    // Over HTTP: the header on the POST.
+    let uri: hyper::Uri = http_url.parse().expect("uri");
+    let authority = uri.authority().expect("authority").to_string();
+    let stream = tokio::net::TcpStream::connect(&authority)
+        .await
+        .expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("HTTP/1 handshake");
+    tokio::spawn(conn);
+    let body = r#"{"jsonrpc":"2.0","method":"traced","params":[],"id":1}"#;
+    let req = hyper::Request::post(uri.path())
+        .header("host", &authority)
+        .header("content-type", "application/json")
+        .header(
+            "traceparent",
+            format!("00-{HTTP_TRACE_ID}-{PARENT_SPAN_ID}-01"),
+        )
+        .body(Full::new(Bytes::from(body)))
+        .expect("request");
+    let response = tokio::time::timeout(STEP, sender.send_request(req))
+        .await
+        .expect("answer in time")
+        .expect("response");
+    assert_eq!(response.status(), StatusCode::OK);
+    let headers = tokio::time::timeout(STEP, seen.recv())
+        .await
+        .expect("the upstream saw the call")
+        .expect("upstream running");
+    check_propagated(&headers, HTTP_TRACE_ID, "jsonrpc-http");
+
+    // Over WebSocket: the header on the upgrade.
+    let mut request = ws_url.as_str().into_client_request().expect("ws url");
+    let traceparent = format!("00-{WS_TRACE_ID}-{PARENT_SPAN_ID}-01");
+    request
+        .headers_mut()
+        .insert("traceparent", traceparent.parse().expect("header value"));
+    let (mut ws, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("connect");
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","method":"traced","params":[],"id":2}"#,
+    )
+    .await;
+    let reply = json(&recv(&mut ws).await);
+    assert_eq!(reply["result"], "ok", "{reply}");
+    let headers = tokio::time::timeout(STEP, seen.recv())
+        .await
+        .expect("the upstream saw the call")
+        .expect("upstream running");
+    check_propagated(&headers, WS_TRACE_ID, "jsonrpc-ws");
+    gateway.shutdown().await;
+}
+
+/// `headers` carry a valid `traceparent` in trace `trace_id`, with a span
+/// id that is switchyard's (not the caller's, not zero).
+fn check_propagated(headers: &HeaderMap, trace_id: &str, via: &str) {
+    let tp = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_else(|| panic!("{via}: no traceparent upstream: {headers:?}"));
+    let parts: Vec<&str> = tp.split('-').collect();
+    assert_eq!(parts.len(), 4, "{via}: {tp}");
+    assert_eq!(parts[0], "00", "{via}: {tp}");
+    assert_eq!(parts[1], trace_id, "{via}: the caller's trace");
+    assert_eq!(parts[2].len(), 16, "{via}: {tp}");
+    assert_ne!(
+        parts[2], PARENT_SPAN_ID,
+        "{via}: a span of switchyard's own"
+    );
+    assert_ne!(parts[2], "0000000000000000", "{via}: {tp}");
 }
 
 #[test]

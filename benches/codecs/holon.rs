@@ -7,7 +7,7 @@
 use std::hint::black_box;
 
 use criterion::Criterion;
-use switchyard::dialect::render::{render, Style};
+use switchyard::dialect::jsonrpc::{render, Style};
 use switchyard::dialect::{holon, Dialect, Inbound, Item};
 use switchyard::envelope::Message;
 

@@ -1,4 +1,6 @@
-//! `[[listeners.<name>.clients]]`: named clients of a WebSocket listener,
+//! `[[listeners.<name>.clients]]`: named clients of a WebSocket or
+//! `jsonrpc-http` listener (an NDJSON listener has none: its socket's
+//! file mode is the boundary),
 //! each with its own bearer token and method policy (see
 //! [`crate::limits::identity`]).
 //!
@@ -13,6 +15,10 @@
 //! A client's `allow_methods` / `deny_methods` and `allow_topics` /
 //! `deny_topics`, when given, replace the listener's list of the same name
 //! for that client; a list it leaves out is the listener's.
+//!
+//! A client's `rate_per_second` / `rate_burst` is one bucket for all of
+//! its connections (and `POST`s) on the listener, charged on top of the
+//! listener's own limits (see [`crate::limits::rate`]).
 
 use std::sync::Arc;
 
@@ -20,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::validate::Problems;
 use crate::limits::policy::{MethodPolicy, Pattern};
+use crate::limits::rate::Rate;
 
 /// The longest client name accepted, in bytes (it is a metric label).
 pub const MAX_NAME_BYTES: usize = 64;
@@ -62,6 +69,12 @@ pub struct RawClient {
     /// Open connections of this client at once; 0 = no cap of its own (the
     /// listener's caps apply to everyone). Default 0.
     pub max_connections: usize,
+    /// Messages per second of this client, all its connections together
+    /// (one bucket per client, on top of the listener's limits); 0 = no
+    /// rate of its own. Default 0.
+    pub rate_per_second: u32,
+    /// The burst of `rate_per_second`; 0 = same as the rate. Default 0.
+    pub rate_burst: u32,
 }
 
 /// A validated named client.
@@ -80,6 +93,9 @@ pub struct Client {
     pub deny_topics: Option<Vec<String>>,
     /// Its open connections at once; 0 = no cap of its own.
     pub max_connections: usize,
+    /// Its message rate, all its connections together; `None`: no rate of
+    /// its own.
+    pub rate: Option<Rate>,
 }
 
 // === impl Client ===
@@ -93,6 +109,7 @@ impl std::fmt::Debug for Client {
             .field("allow_topics", &self.allow_topics)
             .field("deny_topics", &self.deny_topics)
             .field("max_connections", &self.max_connections)
+            .field("rate", &self.rate)
             .finish()
     }
 }
@@ -116,7 +133,7 @@ pub(super) fn clients(
         p.at(
             key,
             "clients",
-            "only WebSocket listeners have clients (a Unix socket's access control is its file mode)",
+            "only WebSocket and jsonrpc-http listeners have clients (a Unix socket's access control is its file mode)",
         );
     }
     if raw.len() > MAX_CLIENTS {
@@ -168,6 +185,7 @@ pub(super) fn clients(
                 allow_topics: c.allow_topics.clone(),
                 deny_topics: c.deny_topics.clone(),
                 max_connections: c.max_connections,
+                rate: super::protection::rate(c.rate_per_second, c.rate_burst),
             });
         }
     }

@@ -163,7 +163,7 @@ pub(super) fn topic_patterns(key: &str, field: &str, raw: &[String], p: &mut Pro
 }
 
 /// A rate, or `None` when off (0); a zero burst means "same as the rate".
-fn rate(per_second: u32, burst: u32) -> Option<Rate> {
+pub(super) fn rate(per_second: u32, burst: u32) -> Option<Rate> {
     let per_second = NonZeroU32::new(per_second)?;
     Some(Rate {
         per_second,

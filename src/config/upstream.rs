@@ -51,6 +51,9 @@ pub struct HttpTarget {
     pub url: String,
     /// Extra headers sent with every request (name, value).
     pub headers: Vec<(String, String)>,
+    /// `http2 = "prior-knowledge"`: HTTP/2 on every connection without
+    /// asking (h2c on cleartext); otherwise only when ALPN chooses it.
+    pub http2_prior_knowledge: bool,
 }
 
 impl std::fmt::Debug for HttpTarget {
@@ -60,6 +63,7 @@ impl std::fmt::Debug for HttpTarget {
         f.debug_struct("HttpTarget")
             .field("url", &crate::redact::url(&self.url))
             .field("headers (values masked)", &names)
+            .field("http2_prior_knowledge", &self.http2_prior_knowledge)
             .finish()
     }
 }
@@ -278,6 +282,12 @@ fn target(key: &str, d: Dialect, raw: &RawUpstream, p: &mut Problems) -> Option<
         !raw.headers.is_empty(),
         "applies to jsonrpc-http upstreams only",
     );
+    p.at_if(
+        key,
+        "http2",
+        raw.http2.is_some(),
+        "applies to jsonrpc-http upstreams only",
+    );
     if !d.is_websocket() {
         p.not_allowed(key, "url", raw.url.is_some(), d);
         if let Some(argv) = &raw.command {
@@ -301,7 +311,7 @@ fn target(key: &str, d: Dialect, raw: &RawUpstream, p: &mut Problems) -> Option<
     None
 }
 
-/// A `jsonrpc-http` upstream's URL and headers.
+/// A `jsonrpc-http` upstream's URL, headers and HTTP/2 choice.
 fn http_target(
     key: &str,
     d: Dialect,
@@ -332,6 +342,15 @@ fn http_target(
             "must be a valid HTTP header name and value",
         );
     }
+    let prior_knowledge = match raw.http2.as_deref() {
+        None | Some("alpn") => false,
+        Some("prior-knowledge") => true,
+        Some(other) => {
+            let msg = format!("must be \"alpn\" or \"prior-knowledge\" (got {other:?})");
+            p.at(key, "http2", msg);
+            false
+        }
+    };
     let Some(url) = raw.url.as_deref() else {
         p.at(key, "url", format!("required for dialect {d}"));
         return None;
@@ -353,6 +372,7 @@ fn http_target(
         UpstreamTarget::Http(HttpTarget {
             url: url.to_owned(),
             headers: raw.headers.clone().into_iter().collect(),
+            http2_prior_knowledge: prior_knowledge,
         })
     })
 }

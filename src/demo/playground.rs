@@ -5,12 +5,13 @@
 //! | Route | Answer |
 //! |---|---|
 //! | `GET /playground` | the page |
-//! | `GET /playground/{app.js,counters.js,link.js,sideband.js,style.css}` | its assets |
+//! | `GET /playground/{app.js,counters.js,http.js,link.js,sideband.js,style.css}` | its assets |
 //! | `GET /demo/endpoints` | the demo's [`Endpoints`] |
 //! | `GET /demo/upstream?after=N` | the daemon's tapped lines with `seq > N` (at most [`TAP_LINES`](crate::daemon::tap::TAP_LINES)) |
 //!
-//! The browser speaks to the WebSocket listeners with its own `WebSocket`
-//! and its real Origin, which the demo's allow-list admits.
+//! The browser speaks to the WebSocket listeners with its own `WebSocket`,
+//! and to the `jsonrpc-http` listener with its own `fetch` and
+//! `EventSource`, with its real Origin, which the demo's allow-list admits.
 
 use std::sync::Arc;
 
@@ -27,6 +28,7 @@ use crate::daemon::tap::Tap;
 const INDEX: &str = include_str!("playground/index.html");
 const APP_JS: &str = include_str!("playground/app.js");
 const COUNTERS_JS: &str = include_str!("playground/counters.js");
+const HTTP_JS: &str = include_str!("playground/http.js");
 const LINK_JS: &str = include_str!("playground/link.js");
 const SIDEBAND_JS: &str = include_str!("playground/sideband.js");
 const STYLE: &str = include_str!("playground/style.css");
@@ -59,6 +61,7 @@ pub(super) fn router(endpoints: Endpoints, tap: Arc<Tap>) -> Router {
         .route("/playground/", asset(HTML, INDEX))
         .route("/playground/app.js", asset(JS, APP_JS))
         .route("/playground/counters.js", asset(JS, COUNTERS_JS))
+        .route("/playground/http.js", asset(JS, HTTP_JS))
         .route("/playground/link.js", asset(JS, LINK_JS))
         .route("/playground/sideband.js", asset(JS, SIDEBAND_JS))
         .route("/playground/style.css", asset(CSS, STYLE))

@@ -14,7 +14,7 @@
 use super::json_string::push_json_string;
 use super::sideband::cbor;
 use super::sideband::transcode::{cbor_to_json, TranscodeError};
-use super::Dialect;
+use super::{Dialect, ErrorCodes};
 use crate::envelope::{raw_from_string, ErrorObject, Payload, RawJson};
 use crate::error::{ErrorKind, GatewayError};
 
@@ -72,21 +72,19 @@ pub fn render(err: &GatewayError, dialect: Dialect) -> ErrorObject {
             "code": origin.code,
             "message": origin.message,
         });
-        let data = match dialect {
+        let data = match dialect.error_codes() {
             // Sideband's 2000 carries the kind beside the origin.
-            Dialect::Sideband => {
+            ErrorCodes::Sideband => {
                 serde_json::json!({"kind": err.kind.as_str(), "origin": origin})
             }
-            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon | Dialect::JsonRpcHttp => {
-                serde_json::json!({ "origin": origin })
-            }
+            ErrorCodes::JsonRpc | ErrorCodes::Holon => serde_json::json!({ "origin": origin }),
         };
         obj.data = Payload::json(&data.to_string()).ok();
         return obj;
     }
     let data = err.detail.as_deref().map(json_string);
-    match dialect {
-        Dialect::JsonRpc | Dialect::Ndjson | Dialect::JsonRpcHttp => {
+    match dialect.error_codes() {
+        ErrorCodes::JsonRpc => {
             let (code, message) = jsonrpc_code(err.kind);
             ErrorObject {
                 code,
@@ -94,7 +92,7 @@ pub fn render(err: &GatewayError, dialect: Dialect) -> ErrorObject {
                 data,
             }
         }
-        Dialect::Holon => {
+        ErrorCodes::Holon => {
             let message = match err.kind {
                 ErrorKind::Timeout => "Timeout",
                 ErrorKind::Unavailable => "Service unavailable",
@@ -106,7 +104,7 @@ pub fn render(err: &GatewayError, dialect: Dialect) -> ErrorObject {
                 data,
             }
         }
-        Dialect::Sideband => {
+        ErrorCodes::Sideband => {
             let (code, message) = match err.kind {
                 ErrorKind::InvalidRequest => (INVALID_ENVELOPE, "Invalid envelope"),
                 ErrorKind::MethodNotFound => (1101, "Method not found"),
@@ -134,11 +132,11 @@ pub fn render(err: &GatewayError, dialect: Dialect) -> ErrorObject {
 /// `method_not_found`, with the method name where the dialect carries it.
 fn no_route_object(err: &GatewayError, dialect: Dialect) -> ErrorObject {
     let method = err.detail.as_deref();
-    let (code, message) = match (dialect, method) {
-        (Dialect::Holon, Some(m)) => (-32601, format!("method {m:?} not registered")),
-        (Dialect::Sideband, Some(m)) => (1101, format!("Method not found: {m}")),
-        (Dialect::Sideband, None) => (1101, String::from("Method not found")),
-        (Dialect::Holon, None) | (Dialect::JsonRpc | Dialect::Ndjson | Dialect::JsonRpcHttp, _) => {
+    let (code, message) = match (dialect.error_codes(), method) {
+        (ErrorCodes::Holon, Some(m)) => (-32601, format!("method {m:?} not registered")),
+        (ErrorCodes::Sideband, Some(m)) => (1101, format!("Method not found: {m}")),
+        (ErrorCodes::Sideband, None) => (1101, String::from("Method not found")),
+        (ErrorCodes::Holon, None) | (ErrorCodes::JsonRpc, _) => {
             (-32601, String::from("Method not found"))
         }
     };
@@ -173,20 +171,17 @@ fn json_string(text: &str) -> Payload {
 /// §3): unchanged between JSON dialects, mapped by table to and from
 /// Sideband, with the original kept under `data.origin` when lossy.
 pub fn translate(error: &ErrorObject, from: Dialect, to: Dialect) -> ErrorObject {
-    match (from, to) {
-        (Dialect::Sideband, Dialect::Sideband)
-        | (
-            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon | Dialect::JsonRpcHttp,
-            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon | Dialect::JsonRpcHttp,
-        ) => error.clone(),
-        (
-            Dialect::Sideband,
-            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon | Dialect::JsonRpcHttp,
-        ) => error_to_json_dialect(error.code, &error.message, error.data.as_ref(), to),
-        (
-            Dialect::JsonRpc | Dialect::Ndjson | Dialect::Holon | Dialect::JsonRpcHttp,
-            Dialect::Sideband,
-        ) => error_from_json_dialect(error, from),
+    match (from.error_codes(), to.error_codes()) {
+        (ErrorCodes::Sideband, ErrorCodes::Sideband)
+        | (ErrorCodes::JsonRpc | ErrorCodes::Holon, ErrorCodes::JsonRpc | ErrorCodes::Holon) => {
+            error.clone()
+        }
+        (ErrorCodes::Sideband, ErrorCodes::JsonRpc | ErrorCodes::Holon) => {
+            error_to_json_dialect(error.code, &error.message, error.data.as_ref(), to)
+        }
+        (ErrorCodes::JsonRpc | ErrorCodes::Holon, ErrorCodes::Sideband) => {
+            error_from_json_dialect(error, from)
+        }
     }
 }
 
@@ -203,7 +198,7 @@ pub fn error_to_json_dialect(
     data: Option<&Payload>,
     target: Dialect,
 ) -> ErrorObject {
-    if target == Dialect::Sideband {
+    if target.error_codes() == ErrorCodes::Sideband {
         return ErrorObject {
             code,
             message: message.to_owned(),
@@ -213,7 +208,7 @@ pub fn error_to_json_dialect(
     let equivalent = match code {
         1100 => Some(-32600),
         1101 => Some(-32601),
-        1103 if target == Dialect::Holon => Some(4),
+        1103 if target.error_codes() == ErrorCodes::Holon => Some(4),
         1103 => Some(-32008),
         2000 => Some(-32000),
         c if c > 2000 => Some(c),
@@ -251,10 +246,10 @@ pub fn error_to_json_dialect(
 /// it is CBOR), so this never fails. From [`Dialect::Sideband`] the error
 /// passes unchanged.
 pub fn error_from_json_dialect(err: &ErrorObject, source: Dialect) -> ErrorObject {
-    if source == Dialect::Sideband {
+    if source.error_codes() == ErrorCodes::Sideband {
         return err.clone();
     }
-    let holon = source == Dialect::Holon;
+    let holon = source.error_codes() == ErrorCodes::Holon;
     let equivalent = match err.code {
         -32600 => Some(1100),
         -32601 => Some(1101),

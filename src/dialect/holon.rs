@@ -4,7 +4,7 @@
 //! an unusable id are fatal (close 1002, because no answer could be
 //! correlated); a request whose id is usable but whose envelope is otherwise
 //! invalid is answered -32600 with that id. Rendering towards holon peers
-//! is [`render`](super::render) with [`Style::Holon`](super::render::Style):
+//! is [`render`](super::jsonrpc::render) with [`Style::Holon`](super::jsonrpc::Style):
 //! the same JSON-RPC 2.0 shapes with string ids and a void result as `{}`.
 
 use bytestring::ByteString;

@@ -5,7 +5,7 @@
 //! Pure, like every codec; the per-dialect halves and the codec build on
 //! these words.
 //!
-//! [`UpstreamCodec`]: super::upstream::UpstreamCodec
+//! [`UpstreamCodec`]: super::UpstreamCodec
 
 use std::borrow::Cow;
 
@@ -155,7 +155,7 @@ pub(crate) enum Decoded {
     Event(Event),
     /// A message, to correlate ([`UpstreamCodec::event`]).
     ///
-    /// [`UpstreamCodec::event`]: super::upstream::UpstreamCodec::event
+    /// [`UpstreamCodec::event`]: super::UpstreamCodec::event
     Message(Message),
 }
 

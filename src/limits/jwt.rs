@@ -5,7 +5,9 @@
 //! What is checked: the signature (only with an algorithm of the
 //! configured allow-list; `none` cannot be configured and a token whose
 //! header says `none` does not parse), `exp` (required) and `nbf` (when
-//! present) with the configured leeway, `iss` and `aud` when configured
+//! present) with the configured leeway (a token is refused from the
+//! instant `exp` + leeway, the instant an open connection of it closes),
+//! `iss` and `aud` when configured
 //! (then required in the token). The claim `client_claim` (default `sub`)
 //! names the client: a named client of the listener gets its policy; any
 //! other value is refused, or gets the listener's own policy (its unnamed
@@ -77,6 +79,12 @@ impl Verifier {
                 exp.saturating_add(self.validation.leeway),
             ))
             .unwrap_or(SystemTime::UNIX_EPOCH);
+        // jsonwebtoken compares whole seconds and still accepts a token
+        // during its `exp` second; from `exp` (plus the leeway) on, it is
+        // refused here, the instant an open connection of it is closed.
+        if SystemTime::now() >= expires {
+            return None;
+        }
         let name = claims.get(&self.claim)?.as_str()?;
         let who = match self.clients.iter().find(|c| &***c == name) {
             Some(client) => Identity::named(client.clone()),

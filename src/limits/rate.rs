@@ -1,5 +1,6 @@
-//! Rate limits (GCRA, via governor): per connection, per client IP and
-//! global, each with a rate and a burst; optional per-method weights;
+//! Rate limits (GCRA, via governor): per connection, per named client (one
+//! bucket for all of its connections), per client IP and global, each
+//! with a rate and a burst; optional per-method weights;
 //! every batch item counts. A message over a limit gets the dialect's
 //! `rate_limited` error, not a disconnect, until a client keeps going past
 //! the abuse threshold: then the connection is closed (1008).
@@ -7,7 +8,10 @@
 //! The per-IP state is a map keyed by client address. Its bound: every
 //! [`PRUNE_INTERVAL`] the listener drops the entries whose bucket is full
 //! again (they limit nothing), so the map holds the addresses seen within
-//! about one interval, plus those still being limited.
+//! about one interval, plus those still being limited. The per-client
+//! state is one bucket per configured client with a rate (at most
+//! [`crate::config::clients::MAX_CLIENTS`] per listener), made with the
+//! limits.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -36,6 +40,8 @@ pub struct Rate {
 pub enum Limited {
     /// The connection's own rate.
     Connection,
+    /// The named client's rate, shared by its connections.
+    Client,
     /// The client IP's rate, shared by its connections.
     Ip,
     /// The listener-wide rate.
@@ -59,6 +65,8 @@ pub struct RateLimits {
     connection: Option<Rate>,
     per_ip: Option<DefaultKeyedRateLimiter<IpAddr>>,
     global: Option<DefaultDirectRateLimiter>,
+    /// One bucket per named client with a rate of its own.
+    clients: HashMap<Arc<str>, DefaultDirectRateLimiter>,
     weights: HashMap<String, NonZeroU32>,
     abuse_threshold: u32,
     /// Set once a pruning task runs for `per_ip` (one per listener).
@@ -71,6 +79,8 @@ pub struct ConnectionRate {
     shared: Arc<RateLimits>,
     own: Option<DefaultDirectRateLimiter>,
     ip: IpAddr,
+    /// The named client whose bucket this connection is charged to.
+    client: Option<Arc<str>>,
     /// Refusals in a row; reset by any allowed message.
     strikes: u32,
 }
@@ -82,6 +92,7 @@ impl Limited {
     pub const fn as_str(self) -> &'static str {
         match self {
             Limited::Connection => "rate_connection",
+            Limited::Client => "rate_client",
             Limited::Ip => "rate_ip",
             Limited::Global => "rate_global",
         }
@@ -99,10 +110,34 @@ impl RateLimits {
         weights: HashMap<String, NonZeroU32>,
         abuse_threshold: u32,
     ) -> Arc<Self> {
+        Self::with_clients(
+            connection,
+            per_ip,
+            global,
+            Vec::new(),
+            weights,
+            abuse_threshold,
+        )
+    }
+
+    /// Limits from config, with a bucket for each named client in
+    /// `clients` (its name and its rate).
+    pub fn with_clients(
+        connection: Option<Rate>,
+        per_ip: Option<Rate>,
+        global: Option<Rate>,
+        clients: Vec<(Arc<str>, Rate)>,
+        weights: HashMap<String, NonZeroU32>,
+        abuse_threshold: u32,
+    ) -> Arc<Self> {
         Arc::new(RateLimits {
             connection,
             per_ip: per_ip.map(|r| RateLimiter::keyed(quota(r))),
             global: global.map(|r| RateLimiter::direct(quota(r))),
+            clients: clients
+                .into_iter()
+                .map(|(name, r)| (name, RateLimiter::direct(quota(r))))
+                .collect(),
             weights,
             abuse_threshold,
             pruning: AtomicBool::new(false),
@@ -156,15 +191,31 @@ impl RateLimits {
 
     /// True when no limit is configured.
     pub fn is_off(&self) -> bool {
-        self.connection.is_none() && self.per_ip.is_none() && self.global.is_none()
+        self.connection.is_none()
+            && self.per_ip.is_none()
+            && self.global.is_none()
+            && self.clients.is_empty()
     }
 
     /// The limiter of a new connection from `ip`.
     pub fn connection(self: &Arc<Self>, ip: IpAddr) -> ConnectionRate {
+        self.connection_of(ip, None)
+    }
+
+    /// The limiter of a new connection from `ip` of named client `client`
+    /// (`None`: the unnamed client): charged to that client's bucket too,
+    /// when it has a rate.
+    pub fn connection_of(self: &Arc<Self>, ip: IpAddr, client: Option<&str>) -> ConnectionRate {
+        let client = client.and_then(|name| {
+            self.clients
+                .get_key_value(name)
+                .map(|(name, _)| name.clone())
+        });
         ConnectionRate {
             own: self.connection.map(|r| RateLimiter::direct(quota(r))),
             shared: self.clone(),
             ip,
+            client,
             strikes: 0,
         }
     }
@@ -210,6 +261,15 @@ impl ConnectionRate {
         if let Some(own) = &self.own {
             if !matches!(own.check_n(weight), Ok(Ok(()))) {
                 return Some(Limited::Connection);
+            }
+        }
+        let client = self
+            .client
+            .as_ref()
+            .and_then(|c| self.shared.clients.get(c));
+        if let Some(client) = client {
+            if !matches!(client.check_n(weight), Ok(Ok(()))) {
+                return Some(Limited::Client);
             }
         }
         if let Some(per_ip) = &self.shared.per_ip {
@@ -267,6 +327,28 @@ mod tests {
         assert_eq!(b.check("m"), Verdict::Limit(Limited::Ip));
         let other = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
         assert_eq!(limits.connection(other).check("m"), Verdict::Allow);
+    }
+
+    #[test]
+    fn a_named_clients_connections_share_its_bucket() {
+        let reader: Arc<str> = Arc::from("reader");
+        let clients = vec![(reader.clone(), rate(1, 3).expect("rate"))];
+        let limits = RateLimits::with_clients(None, None, None, clients, HashMap::new(), 0);
+        assert!(!limits.is_off());
+        let mut a = limits.connection_of(IP, Some("reader"));
+        let mut b = limits.connection_of(IP, Some("reader"));
+        assert_eq!(a.check("m"), Verdict::Allow);
+        assert_eq!(b.check("m"), Verdict::Allow);
+        assert_eq!(a.check("m"), Verdict::Allow);
+        assert_eq!(b.check("m"), Verdict::Limit(Limited::Client));
+        assert_eq!(a.check("m"), Verdict::Limit(Limited::Client));
+        // Another client, the unnamed one and a client with no rate of
+        // its own are not charged to it.
+        assert_eq!(
+            limits.connection_of(IP, Some("operator")).check("m"),
+            Verdict::Allow
+        );
+        assert_eq!(limits.connection(IP).check("m"), Verdict::Allow);
     }
 
     #[test]

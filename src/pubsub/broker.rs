@@ -23,7 +23,8 @@
 //! [`Broker::publish`] hands an event to it instead of delivering it, the
 //! backbone learns when a distinct pattern gains its first local holder or
 //! loses its last (under the state's lock, so in order), and what it
-//! receives comes back through [`Broker::fan_out`]. Feed interest is then
+//! receives for a pattern goes to that pattern's holders only
+//! ([`Broker::through`], then [`Broker::deliver`]). Feed interest is then
 //! fixed: the backbone's instance keeps its feeds open (others may listen),
 //! and one that does not publish never opens them.
 //!
@@ -32,7 +33,7 @@
 //! outside it, so a subscribe never waits for a fan-out and a
 //! [`Subscriber`] can never deadlock the broker.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -93,7 +94,7 @@ pub struct Broker {
 }
 
 /// A broker spanning instances (NATS core): what this broker publishes
-/// goes to it, and it delivers back through [`Broker::fan_out`].
+/// goes to it, and it delivers back per pattern ([`Broker::through`]).
 ///
 /// Its methods are called with the broker's state locked (`interest`) or
 /// from a publisher's task (`publish`): they must never block or call
@@ -148,8 +149,12 @@ struct Conn {
     subscriber: Arc<dyn Subscriber>,
     /// The client's address (none for Unix socket clients).
     peer: Option<IpAddr>,
-    /// The patterns as subscribed, at most `max_subscriptions`.
-    patterns: HashSet<Box<str>>,
+    /// The patterns as subscribed, at most `max_subscriptions`, each with
+    /// its place in the order they were subscribed (1, 2, …): the oldest
+    /// matching pattern is the one a backbone delivers through.
+    patterns: HashMap<Box<str>, u64>,
+    /// The place the next subscribed pattern takes.
+    next_place: u64,
     /// Bytes of index the patterns account for.
     bytes: usize,
     /// Kept equal to `patterns.len()`; summed per listener by the owner.
@@ -208,7 +213,7 @@ impl Broker {
         let mut state = self.state.write();
         let mut counts: HashMap<Box<str>, usize> = HashMap::new();
         for conn in state.conns.values() {
-            for pattern in &conn.patterns {
+            for pattern in conn.patterns.keys() {
                 *counts.entry(pattern.clone()).or_insert(0) += 1;
             }
         }
@@ -244,7 +249,8 @@ impl Broker {
         let conn = Conn {
             subscriber,
             peer,
-            patterns: HashSet::new(),
+            patterns: HashMap::new(),
+            next_place: 1,
             bytes: 0,
             gauge,
         };
@@ -258,7 +264,8 @@ impl Broker {
     /// Delivers `data` published under the concrete `topic` to every
     /// connection with a matching pattern, once per connection; with a
     /// backbone, hands it to the backbone instead (an empty tally: it
-    /// comes back through [`Broker::fan_out`] on every instance).
+    /// comes back through the backbone's subscriptions on every instance,
+    /// see [`Broker::through`]).
     pub fn publish(&self, topic: &str, data: &Payload) -> Result<Published, TopicError> {
         topic::validate_topic(topic)?;
         if let Some(backbone) = self.backbone.get() {
@@ -269,16 +276,41 @@ impl Broker {
     }
 
     /// Delivers `data` under the concrete, valid `topic` to this
-    /// instance's matching connections, once per connection (what a
-    /// backbone received).
+    /// instance's matching connections, once per connection.
     pub fn fan_out(&self, topic: &str, data: &Payload) -> Published {
-        let subscribers = self.matching(topic);
+        Broker::deliver(&self.matching(topic), topic, data)
+    }
+
+    /// The connections that an event under the concrete `topic`, received
+    /// through a backbone's subscription of the distinct `pattern`, goes
+    /// to: those holding `pattern` for which it is the oldest of their
+    /// patterns matching `topic`. So each subscription serves its own
+    /// pattern's holders and no one else's (opening or closing one never
+    /// changes what another delivers), and a connection holding several
+    /// matching patterns gets the event through one of them only. Costs
+    /// the trie walk of [`Broker::fan_out`], a lookup per matching
+    /// connection and, for one holding several patterns, a match test per
+    /// pattern it holds (at most `max_subscriptions`).
+    pub fn through(&self, pattern: &str, topic: &str) -> Vec<Arc<dyn Subscriber>> {
+        let mut keys = Vec::new();
+        let state = self.state.read();
+        state.index.matches(topic, &mut keys);
+        keys.iter()
+            .filter_map(|key| state.conns.get(key))
+            .filter(|conn| conn.delivers_through(pattern, topic))
+            .map(|conn| Arc::clone(&conn.subscriber))
+            .collect()
+    }
+
+    /// Delivers `data` under the concrete `topic` to `subscribers`, each
+    /// once.
+    pub fn deliver(subscribers: &[Arc<dyn Subscriber>], topic: &str, data: &Payload) -> Published {
         let event = Event::new(topic, data);
         let mut published = Published {
             matched: subscribers.len(),
             ..Published::default()
         };
-        for subscriber in &subscribers {
+        for subscriber in subscribers {
             match subscriber.deliver(&event) {
                 Delivery::Delivered => published.delivered += 1,
                 Delivery::Dropped => published.dropped += 1,
@@ -333,7 +365,7 @@ impl Broker {
         let Some(conn) = state.conns.remove(&key) else {
             return;
         };
-        for pattern in &conn.patterns {
+        for pattern in conn.patterns.keys() {
             state.index.remove(pattern, key);
             state.hold(pattern, false);
         }
@@ -361,6 +393,23 @@ impl fmt::Debug for Broker {
             .field("index_bytes", &state.total)
             .field("feeds", &state.feeds.len())
             .finish()
+    }
+}
+
+// === impl Conn ===
+
+impl Conn {
+    /// Whether the connection holds `pattern` and it is the oldest of its
+    /// patterns matching `topic` (which `pattern` matches).
+    fn delivers_through(&self, pattern: &str, topic: &str) -> bool {
+        let Some(&place) = self.patterns.get(pattern) else {
+            return false;
+        };
+        self.patterns.len() == 1
+            || !self
+                .patterns
+                .iter()
+                .any(|(other, &at)| at < place && topic::matches(other, topic))
     }
 }
 

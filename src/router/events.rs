@@ -22,7 +22,7 @@ use prometheus::{IntCounter, IntGauge};
 
 use super::client::ClientLinks;
 use super::pusher::Pusher;
-use crate::dialect::client::EventForm;
+use crate::dialect::EventForm;
 use crate::envelope::{raw_from_string, Payload};
 use crate::error::GatewayError;
 use crate::outbox::{Offer, Outgoing};

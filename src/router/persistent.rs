@@ -25,8 +25,8 @@ use prometheus::IntCounter;
 
 use super::client::ClientLinks;
 use super::pusher::Pusher;
-use crate::dialect::client::EventForm;
 use crate::dialect::sideband::transcode;
+use crate::dialect::EventForm;
 use crate::envelope::{raw_from_string, Message, Payload};
 use crate::error::GatewayError;
 use crate::outbox::{Offer, Outgoing};

@@ -9,7 +9,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use crate::dialect::client::ClientCodec;
+use crate::dialect::ClientCodec;
 use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::outbox::{Offer, Outbox};

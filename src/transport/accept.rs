@@ -16,6 +16,13 @@
 //!   as long again for each request head, including while idle between
 //!   requests (hyper's `header_read_timeout`). Then it is closed, counted
 //!   as `handshake`.
+//! - An HTTP/2 connection (addresses serving `jsonrpc-http`) announces
+//!   `SETTINGS_MAX_CONCURRENT_STREAMS` = the largest `max_in_flight` of
+//!   the address's `jsonrpc-http` listeners: each stream is one `POST`,
+//!   one request (or batch) in flight, so the connection carries as many
+//!   at once as a WebSocket connection of that listener. A client at the
+//!   cap waits for a stream to end; one that opens more anyway has them
+//!   refused (`REFUSED_STREAM`) by hyper.
 //!
 //! The peer address goes into each request as [`ConnectInfo`], as
 //! `axum::serve` does. On shutdown the listener stops accepting and closes
@@ -68,6 +75,9 @@ pub(crate) struct Http {
     /// A `jsonrpc-http` connection never upgrades, so it keeps its
     /// pending place (the connection caps) for its whole life.
     http2: bool,
+    /// HTTP/2 streams open at once on one connection (see the module
+    /// docs): the largest `max_in_flight` of the `jsonrpc-http` listeners.
+    max_streams: u32,
     metrics: Metrics,
 }
 
@@ -112,6 +122,7 @@ impl Http {
             listener: first.name().to_owned(),
             metrics: first.metrics().clone(),
             http2: listeners.iter().any(|l| l.dialect().is_http()),
+            max_streams: max_streams(listeners),
         })
     }
 
@@ -119,6 +130,20 @@ impl Http {
         self.metrics
             .count_rejected_connection(&self.listener, reason);
     }
+}
+
+/// The largest `max_in_flight` of the `jsonrpc-http` listeners among
+/// `listeners` (at least 1; a WebSocket listener's streams never carry
+/// requests).
+fn max_streams(listeners: &[Arc<Listener>]) -> u32 {
+    let most = listeners
+        .iter()
+        .filter(|l| l.dialect().is_http())
+        .map(|l| l.cfg().max_in_flight)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    u32::try_from(most).unwrap_or(u32::MAX)
 }
 
 // === impl Place ===
@@ -279,7 +304,10 @@ impl Conn {
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(self.http.header_read_timeout);
-        builder.http2().timer(TokioTimer::new());
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(self.http.max_streams);
         // The builder reads the HTTP/2 preface with no timeout of its own:
         // the first request must start within the header-read timeout, as
         // on HTTP/1.1 (hyper's own timeout covers the heads after it).

@@ -25,7 +25,7 @@ use crate::error::Side;
 use crate::limits::conns::ConnLimits;
 use crate::limits::identity::{AtCap, ClientConns, ClientPermit, Identity};
 use crate::limits::origin::UpgradePolicy;
-use crate::limits::rate::RateLimits;
+use crate::limits::rate::{Rate, RateLimits};
 use crate::router::Router;
 use crate::telemetry::metrics::{DropReason, Limit, Metrics, ProtocolError, RejectReason};
 use crate::telemetry::Peer;
@@ -70,10 +70,11 @@ impl Listener {
     /// same configuration).
     pub fn new(cfg: ListenerConfig, router: Arc<Router>, metrics: Metrics) -> Self {
         let p = &cfg.protection;
-        let rate = RateLimits::new(
+        let rate = RateLimits::with_clients(
             p.rate,
             p.ip_rate,
             p.global_rate,
+            client_rates(&p.clients),
             p.method_weights.clone(),
             p.abuse_threshold,
         );
@@ -100,6 +101,7 @@ impl Listener {
         let same_rates = p.rate == q.rate
             && p.ip_rate == q.ip_rate
             && p.global_rate == q.global_rate
+            && client_rates(&p.clients) == client_rates(&q.clients)
             && p.method_weights == q.method_weights
             && p.abuse_threshold == q.abuse_threshold;
         if same_rates {
@@ -244,6 +246,14 @@ impl Listener {
         self.metrics
             .count_rejected_connection(&self.cfg.name, reason);
     }
+}
+
+/// The named clients with a rate of their own, and their rates.
+fn client_rates(clients: &[crate::config::clients::Client]) -> Vec<(Arc<str>, Rate)> {
+    clients
+        .iter()
+        .filter_map(|c| Some((c.name.clone(), c.rate?)))
+        .collect()
 }
 
 /// The upgrade checks of listener `cfg`.

@@ -35,7 +35,7 @@ use super::session::Session;
 use super::{Listener, ListenerCell, Outgoing, Serve};
 use crate::close::CloseCode;
 use crate::dialect::errors;
-use crate::dialect::render::{render, Style};
+use crate::dialect::jsonrpc::{render, Style};
 use crate::envelope::{Message, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::lines::Lines;

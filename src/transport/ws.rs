@@ -29,7 +29,7 @@ use super::driver::{self, Fixed, FrameSink, Incoming};
 use super::session::Session;
 use super::{Listener, ListenerCell, Outgoing, Serve};
 use crate::close::CloseCode;
-use crate::dialect::client;
+use crate::dialect::subprotocol;
 use crate::dialect::Dialect;
 use crate::limits::identity::Identity;
 use crate::limits::rate::PRUNE_INTERVAL;
@@ -146,10 +146,10 @@ fn upgrade(
 }
 
 /// Selects the listener's subprotocol when the client offers it (no
-/// offer is fine too), spelled as offered: see [`client::subprotocol`].
+/// offer is fine too), spelled as offered: see [`subprotocol`].
 fn select_subprotocol(mut ws: WebSocketUpgrade, dialect: Dialect) -> WebSocketUpgrade {
     let offered: Vec<_> = ws.requested_protocols().cloned().collect();
-    let chosen = client::subprotocol(dialect, offered.iter().filter_map(|p| p.to_str().ok()));
+    let chosen = subprotocol(dialect, offered.iter().filter_map(|p| p.to_str().ok()));
     if let Some(chosen) = chosen.and_then(|c| offered.iter().find(|p| p.to_str().ok() == Some(c))) {
         ws.set_selected_protocol(chosen.clone());
     }

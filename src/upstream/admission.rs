@@ -5,10 +5,46 @@
 //!
 //! Calls settled in place are written at once when there is room, else
 //! wait as entries of that queue ([`Queue`]), with no task, channel or
-//! timer of their own (`parking`: the in-place path). The task path
+//! timer of their own (the in-place path, below). The task path
 //! (batches, notifications sent as requests, per-client links) waits on
 //! the pending semaphore itself; it counts against the same `max_queued`.
 //! Whoever frees a slot ([`Held`] dropped) places the next parked calls.
+//!
+//! ## The in-place path
+//!
+//! Calls settled in place: the path of every request to a pooled
+//! (shared-mode, non-streaming) upstream, and its waiting path: one
+//! bounded FIFO of parked calls per pooled upstream, and one timer for
+//! all of them.
+//!
+//! A request needs no task of its own: it is registered with a
+//! [`Settle`] that the link's reader (or its deadline sweeper, or its
+//! failure) hands the outcome to when the call settles: its client
+//! renders the reply straight into its outbox. Replies that arrive
+//! together then leave together, in one write.
+//!
+//! A call that finds no room (no pending slot, no live link, or every
+//! link at its in-flight cap) is parked here, in arrival order, with no
+//! task, channel or timer of its own. Whoever frees room (a call's
+//! [`Held`] slots dropped, a link coming up) writes the next parked calls,
+//! one placer at a time so that they go out in the order they came. One
+//! task per upstream ([`Admission::run_queue`]) answers the calls that
+//! waited too long:
+//!
+//! - `resource_exhausted` (side: upstream) after `queue_timeout_ms`;
+//! - `timeout` at the request's deadline, if that comes first;
+//! - `unavailable` once no link has been up for `connect_timeout_ms`
+//!   while it waited (as the task path answers when nothing connects).
+//!
+//! Bounds: at most `max_queued` calls wait (parked here or in a task),
+//! beyond it a call is refused at once with `resource_exhausted`; each
+//! parked call also holds one of its client's in-flight slots
+//! (`max_in_flight`). A call whose client left is dropped unsent when it
+//! comes up (to be written, or to expire); a shutdown's grace period over,
+//! a session withdraws its parked calls and answers them `unavailable`.
+//! The queue itself (`lot`) allocates nothing per call once grown: its
+//! slab and its two orders keep room for 64 calls when it runs empty, and
+//! hold at most `2n + 64` keys each for `n` calls parked.
 
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -16,18 +52,17 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::link::Link;
 use super::shared::UpstreamShared;
-use super::slots::{Held, Room};
-use super::waiter::Submission;
+use super::waiter::{Caller, Held, Receipt, Room, Settle, Slots, Submission, Waiter};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::telemetry::metrics::sharded::{Gauge, Histogram};
 
-use lot::Lot;
+use lot::{Lot, Parked};
 
 mod lot;
-mod parking;
 
 /// The room of one upstream: its pending cap, its links, and the calls
 /// waiting for room.
@@ -46,7 +81,7 @@ pub(crate) struct Admission {
     /// Calls waiting for room, parked or in a task (bounded by
     /// `max_queued`).
     queued: AtomicUsize,
-    /// The parked calls, in arrival order (see `parking`).
+    /// The parked calls, in arrival order (see the in-place path above).
     parked: Mutex<Queue>,
     /// How many calls are parked (read without the lock on every call).
     parked_len: AtomicUsize,
@@ -272,4 +307,250 @@ fn not_connected(name: &str) -> GatewayError {
         ErrorKind::Unavailable,
         format!("upstream {name} is not connected"),
     )
+}
+
+// === impl Admission: the in-place path ===
+
+impl Admission {
+    /// Writes `call` on a link with room now, or parks it until there is
+    /// room (behind the calls parked before it), or refuses it when the
+    /// queue is full.
+    pub(crate) fn submit(self: &Arc<Self>, call: Submission) {
+        // Parked calls came first: a new one only jumps in when none waits.
+        let why = if self.parked_len.load(std::sync::atomic::Ordering::Acquire) == 0 {
+            match self.try_room() {
+                Ok((link, held)) => return self.place(link, held, call),
+                Err(why) => why,
+            }
+        } else {
+            NoRoom::Full
+        };
+        self.park(call, why);
+    }
+
+    /// Writes `call` on `link`, in the room `held`.
+    fn place(&self, link: Arc<Link>, held: Held, call: Submission) {
+        let Submission {
+            method,
+            params,
+            done,
+        } = call;
+        let (caller, token) = (done.caller.clone(), done.token);
+        // Held inline (about 64 bytes in the correlator's entry) rather than
+        // boxed: one allocation per call fewer.
+        let slots = Slots::start(held);
+        match link.send_request(&method, params.as_ref(), Waiter::Direct(done, slots)) {
+            Ok(gid) => caller.written(token, Receipt::new(link, gid)),
+            Err((e, Some(waiter))) => {
+                waiter.unsent(e);
+            }
+            Err((e, None)) => {
+                // Abandoned (its client left, or the link failed) between
+                // its registration and the failed write: whoever abandoned
+                // it has settled it already.
+                tracing::debug!(upstream = %self.shared.cfg.name, error = %e, "in-place call abandoned before it was written");
+            }
+        }
+    }
+
+    /// Parks `call` (it found no room because of `why`), unless
+    /// `max_queued` calls wait already: then it is refused at once.
+    fn park(self: &Arc<Self>, call: Submission, why: NoRoom) {
+        if !self.enqueue() {
+            let err = match why {
+                NoRoom::Full => queue_full(),
+                NoRoom::NoLink => not_connected(&self.shared.cfg.name),
+            };
+            call.done.complete(Err(err));
+            return;
+        }
+        let now = Instant::now();
+        let patience = now + self.shared.cfg.queue_timeout;
+        let deadline = call.done.deadline;
+        let by_deadline = deadline < patience;
+        let expires = if by_deadline { deadline } else { patience };
+        let mut q = self.parked.lock();
+        if q.closed {
+            drop(q);
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            call.done
+                .complete(Err(not_connected(&self.shared.cfg.name)));
+            return;
+        }
+        let wake = q.lot.push(call, now, expires, by_deadline);
+        self.parked_len.fetch_add(1, Ordering::Release);
+        drop(q);
+        if wake {
+            self.wake.notify_one();
+        }
+        // Pairs with the fence in `freed`: room freed meanwhile is seen.
+        fence(Ordering::SeqCst);
+        self.pump();
+    }
+
+    /// Writes parked calls while there is room. One thread at a time: a
+    /// thread that frees room while another places leaves it a note.
+    pub(super) fn pump(self: &Arc<Self>) {
+        self.again.store(true, Ordering::SeqCst);
+        while !self.pumping.swap(true, Ordering::SeqCst) {
+            while self.again.swap(false, Ordering::SeqCst) {
+                self.place_parked();
+            }
+            self.pumping.store(false, Ordering::SeqCst);
+            if !self.again.load(Ordering::SeqCst) {
+                return;
+            }
+        }
+    }
+
+    /// Writes parked calls, oldest first, until there is no room or none
+    /// is left. Calls of clients that left are dropped unsent.
+    fn place_parked(self: &Arc<Self>) {
+        while self.parked_len.load(Ordering::Acquire) > 0 {
+            let Ok((link, held)) = self.try_room() else {
+                return;
+            };
+            loop {
+                let Some(p) = self.pop_front() else {
+                    return;
+                };
+                if p.call.done.caller.gone() {
+                    continue;
+                }
+                if let Some(err) = p.call.done.caller.closing() {
+                    p.call.done.complete(Err(err));
+                    continue;
+                }
+                if p.call.done.deadline <= Instant::now() {
+                    p.call
+                        .done
+                        .complete(Err(GatewayError::new(ErrorKind::Timeout)));
+                    continue;
+                }
+                self.place(link, held, p.call);
+                break;
+            }
+        }
+    }
+
+    /// Takes the oldest parked call out.
+    fn pop_front(&self) -> Option<Parked<Submission>> {
+        let mut q = self.parked.lock();
+        let p = q.lot.pop_front()?;
+        self.parked_len.fetch_sub(1, Ordering::Release);
+        drop(q);
+        self.queued.fetch_sub(1, Ordering::AcqRel);
+        Some(p)
+    }
+
+    /// Answers the parked calls that waited too long; returns when the
+    /// next one is due.
+    fn expire_due(&self, now: Instant) -> Option<Instant> {
+        let patience = self.shared.cfg.connect_timeout;
+        let mut due = Vec::new();
+        let mut q = self.parked.lock();
+        while let Some(p) = q.lot.pop_expired(now) {
+            let err = if p.by_deadline {
+                GatewayError::new(ErrorKind::Timeout)
+            } else {
+                queue_timeout(self.shared.cfg.queue_timeout)
+            };
+            due.push((p.call, err));
+        }
+        while q.front_unconnected(patience).is_some_and(|at| at <= now) {
+            if let Some(p) = q.lot.pop_front() {
+                due.push((p.call, not_connected(&self.shared.cfg.name)));
+            }
+        }
+        let next = match (q.lot.next_expiry(), q.front_unconnected(patience)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.parked_len.fetch_sub(due.len(), Ordering::Release);
+        drop(q);
+        self.queued.fetch_sub(due.len(), Ordering::AcqRel);
+        for (call, err) in due {
+            if !call.done.caller.gone() {
+                call.done.complete(Err(err));
+            }
+        }
+        next
+    }
+
+    /// Takes out every parked call of `caller` (its shutdown grace period
+    /// is over: it answers them itself).
+    pub(crate) fn withdraw(&self, caller: &Arc<dyn Caller>) -> Vec<Settle> {
+        let me = Arc::as_ptr(caller).cast::<()>();
+        let mut q = self.parked.lock();
+        let out: Vec<_> = q
+            .lot
+            .take_where(|call| std::ptr::eq(Arc::as_ptr(&call.done.caller).cast::<()>(), me))
+            .into_iter()
+            .map(|call| call.done)
+            .collect();
+        self.parked_len.fetch_sub(out.len(), Ordering::Release);
+        drop(q);
+        self.queued.fetch_sub(out.len(), Ordering::AcqRel);
+        out
+    }
+
+    /// The pool's links changed: note whether any is up, and place parked
+    /// calls on a new one.
+    fn links_changed(self: &Arc<Self>) {
+        let up = self.connected() > 0;
+        {
+            let mut q = self.parked.lock();
+            match (up, q.down_since) {
+                (true, _) => q.down_since = None,
+                (false, None) => q.down_since = Some(Instant::now()),
+                (false, Some(_)) => {}
+            }
+        }
+        if up {
+            self.pump();
+        }
+    }
+
+    /// The queue's one timer, and its link watcher, until `shutdown`; then
+    /// every call still parked is answered `unavailable`.
+    pub(crate) async fn run_queue(self: Arc<Self>, shutdown: CancellationToken) {
+        let admission = self;
+        let mut changed = admission.changed.clone();
+        admission.links_changed();
+        loop {
+            let next = admission.expire_due(Instant::now());
+            let due = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break,
+                seen = changed.changed() => {
+                    if seen.is_err() {
+                        break;
+                    }
+                    admission.links_changed();
+                }
+                () = admission.wake.notified() => {}
+                () = due => {}
+            }
+        }
+        let left: Vec<Submission> = {
+            let mut q = admission.parked.lock();
+            q.closed = true;
+            let left = q.lot.drain();
+            admission.parked_len.store(0, Ordering::Release);
+            left
+        };
+        admission.queued.fetch_sub(left.len(), Ordering::AcqRel);
+        for call in left {
+            if !call.done.caller.gone() {
+                call.done
+                    .complete(Err(not_connected(&admission.shared.cfg.name)));
+            }
+        }
+    }
 }

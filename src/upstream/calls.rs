@@ -13,12 +13,12 @@ use tracing::Instrument;
 
 use super::admission::Admission;
 use super::link::Link;
-use super::slots::{Held, Slots};
 use super::waiter::ReplyResult;
+use super::waiter::{Held, Slots};
 use super::Upstream;
 use crate::config::NotificationPolicy;
 use crate::dialect::link::NotificationRule;
-use crate::dialect::upstream::UpstreamCodec;
+use crate::dialect::UpstreamCodec;
 use crate::envelope::{Message, Payload};
 use crate::error::{ErrorKind, GatewayError};
 use crate::telemetry::metrics::sharded::{Gauge, Histogram};

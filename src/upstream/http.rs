@@ -1,6 +1,8 @@
 //! `jsonrpc-http` upstreams: no persistent link, one POST per call through
 //! a hyper-util client pool (keep-alive; HTTP/2 when the upstream offers
-//! it by ALPN over `https://`, then calls multiplex on one connection).
+//! it by ALPN over `https://`, or on every connection with
+//! `http2 = "prior-knowledge"`, h2c on cleartext: then calls multiplex on
+//! one connection).
 //!
 //! HTTP matches each reply to its request, so no correlator is needed:
 //! every POST carries a fresh integer id of the upstream's own (client
@@ -37,7 +39,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::config::{HttpTarget, UpstreamConfig};
 use crate::dialect::link::{Event, Frame, Options};
-use crate::dialect::upstream::UpstreamCodec;
+use crate::dialect::UpstreamCodec;
 use crate::envelope::Message;
 use crate::envelope::Payload;
 use crate::error::{ErrorKind, GatewayError, Side};
@@ -78,9 +80,13 @@ impl HttpUpstream {
             // Checked by the configuration.
             None => (None, target.url.parse().unwrap_or_default()),
         };
+        let h2_only = target.http2_prior_knowledge;
         let tls = tls.and_then(|t| t.as_ref().ok()).map(|t| {
             let mut config = (**t).clone();
-            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            config.alpn_protocols = match h2_only {
+                true => vec![b"h2".to_vec()],
+                false => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+            };
             Arc::new(config)
         });
         let connector = Connector {
@@ -92,6 +98,9 @@ impl HttpUpstream {
             .pool_max_idle_per_host(cfg.pool_size.get())
             .pool_idle_timeout(IDLE_TIMEOUT)
             .pool_timer(hyper_util::rt::TokioTimer::new())
+            // HTTP/2 without asking: one connection carries every call
+            // (the pool opens one at a time and shares it).
+            .http2_only(h2_only)
             .build(connector);
         let mut headers = HeaderMap::new();
         for (name, value) in &target.headers {

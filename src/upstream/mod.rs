@@ -6,7 +6,7 @@
 //! driver (`driver`: a reader and a writer loop) over its transport
 //! (`ndjson`, `ws`; TLS for `wss://` in [`tls`]), and speaks its
 //! upstream's dialect through the dialect's codec
-//! ([`crate::dialect::upstream::UpstreamCodec`]). Calls are admitted
+//! ([`crate::dialect::UpstreamCodec`]). Calls are admitted
 //! against the upstream-wide pending cap (`admission`, with a bounded
 //! wait queue), placed on the least-loaded live connection, and settled
 //! by gateway id.
@@ -56,7 +56,6 @@ mod pool;
 mod process;
 mod redact;
 mod shared;
-mod slots;
 mod stream;
 pub mod tls;
 mod waiter;

@@ -10,7 +10,7 @@ use tokio_util::task::TaskTracker;
 use super::tls::TlsSetupError;
 use crate::config::UpstreamConfig;
 use crate::dialect::link::Options;
-use crate::dialect::upstream::UpstreamCodec;
+use crate::dialect::UpstreamCodec;
 use crate::envelope::{raw_from_string, Payload};
 use crate::error::Side;
 use crate::persist::recorder::{Backlog, Recorder};

@@ -28,7 +28,7 @@ use super::owner::Owner;
 use super::shared::UpstreamShared;
 use crate::config::UpstreamTarget;
 use crate::dialect::jsonrpc::decode_upstream;
-use crate::dialect::render::{render, Style};
+use crate::dialect::jsonrpc::{render, Style};
 use crate::envelope::{raw_from_string, Message, Outcome, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::persist::recorder::Backlog;

@@ -33,7 +33,7 @@ use super::outlet::{self, FrameQueue, Outlet, Wire};
 use super::owner::OwnerRef;
 use super::shared::{hard_cap, UpstreamShared};
 use crate::dialect::link::{Farewell, Handshake};
-use crate::dialect::upstream::UpstreamCodec;
+use crate::dialect::UpstreamCodec;
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 

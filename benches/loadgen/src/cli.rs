@@ -29,7 +29,8 @@ pub(crate) struct Cli {
     #[arg(long)]
     pub(crate) duration_ms: Option<u64>,
     /// Scenarios to run: all, or a comma-separated list of latency,
-    /// throughput, large, fixed-rate, idle, fan-in, fanout, scaleout, persist.
+    /// throughput, large, fixed-rate, idle, fan-in, fanout, scaleout,
+    /// persist, http.
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub(crate) scenario: Vec<String>,
     /// Tiny loads and durations, 50 idle connections: a quick correctness run.
@@ -91,6 +92,10 @@ pub(crate) struct Cli {
     /// loopback address (loadgen starts itself this way).
     #[arg(long, hide = true)]
     pub(crate) echo_listen: Option<std::net::SocketAddr>,
+    /// Internal: run as floor H, a bare hyper HTTP echo listening on this
+    /// loopback address (loadgen starts itself this way).
+    #[arg(long, hide = true)]
+    pub(crate) http_echo_listen: Option<std::net::SocketAddr>,
 }
 
 /// Options from the command line; locates switchyard; raises the fd limit.

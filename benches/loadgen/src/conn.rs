@@ -1,6 +1,6 @@
-//! Client connections: WebSocket frames (text or binary) or NDJSON lines,
-//! split into a sending half and a receiving half so one connection can keep
-//! many requests in flight.
+//! Client connections: WebSocket frames (text or binary), NDJSON lines or
+//! HTTP POSTs (`http`), split into a sending half and a receiving half so
+//! one connection can keep many requests in flight.
 //!
 //! Opening a connection does what the [`Wire`] needs before its first
 //! request: the `holon-rpc` subprotocol (checked in the 101 response), or
@@ -24,6 +24,7 @@ use tokio_tungstenite::tungstenite::{Bytes, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 use tokio_util::codec::{FramedRead, FramedWrite, LinesCodec};
 
+use super::http::{self, HttpRx, HttpTx};
 use super::wire::{sideband, Out, Wire, HOLON_SUBPROTOCOL};
 
 /// Longest NDJSON line accepted from the daemon.
@@ -41,6 +42,13 @@ pub(crate) enum Endpoint {
     },
     /// An NDJSON Unix stream socket.
     Unix(PathBuf),
+    /// JSON-RPC over HTTP on a loopback TCP address.
+    Http {
+        /// The TCP address (always 127.0.0.1).
+        addr: SocketAddr,
+        /// `http://addr/path`, what is POSTed to.
+        url: String,
+    },
 }
 
 /// How much buffer a WebSocket client allocates.
@@ -59,6 +67,8 @@ pub(crate) enum Tx {
     Ws(SplitSink<WebSocketStream<TcpStream>, Message>),
     /// NDJSON lines.
     Line(FramedWrite<OwnedWriteHalf, LinesCodec>),
+    /// HTTP requests.
+    Http(HttpTx),
 }
 
 /// The receiving half of a connection.
@@ -68,6 +78,8 @@ pub(crate) enum Rx {
     Ws(SplitStream<WebSocketStream<TcpStream>>),
     /// NDJSON lines.
     Line(FramedRead<OwnedReadHalf, LinesCodec>),
+    /// HTTP responses.
+    Http(HttpRx),
 }
 
 /// One received message.
@@ -79,6 +91,8 @@ pub(crate) enum Received {
     Line(String),
     /// A WebSocket binary frame.
     Binary(Bytes),
+    /// An HTTP response body.
+    Body(bytes::Bytes),
 }
 
 // === impl Endpoint ===
@@ -121,6 +135,15 @@ impl Endpoint {
                 }
                 let (sink, stream) = ws.split();
                 Ok((Tx::Ws(sink), Rx::Ws(stream)))
+            }
+            Endpoint::Http { addr, url } => {
+                let Wire::Http(version) = wire else {
+                    return Err(io::Error::other(format!(
+                        "{wire:?} is not spoken over HTTP"
+                    )));
+                };
+                let (tx, rx) = http::connect(*addr, url, version).await?;
+                Ok((Tx::Http(tx), Rx::Http(rx)))
             }
             Endpoint::Unix(path) => {
                 if wire != Wire::JsonRpc {
@@ -166,6 +189,9 @@ impl Tx {
                 .map_err(io::Error::other),
             (Tx::Line(sink), Out::Text(text)) => sink.feed(text).await.map_err(io::Error::other),
             (Tx::Line(_), Out::Binary(_)) => Err(io::Error::other("binary data on an NDJSON line")),
+            // Sent at once: HTTP has nothing to coalesce across requests.
+            (Tx::Http(http), Out::Text(text)) => http.send(text).await,
+            (Tx::Http(_), Out::Binary(_)) => Err(io::Error::other("binary data in an HTTP body")),
         }
     }
 
@@ -176,6 +202,7 @@ impl Tx {
             Tx::Line(sink) => SinkExt::<String>::flush(sink)
                 .await
                 .map_err(io::Error::other),
+            Tx::Http(_) => Ok(()),
         }
     }
 }
@@ -203,6 +230,7 @@ impl Rx {
                     .map(Received::Line)
                     .map_err(io::Error::other),
             ),
+            Rx::Http(http) => http.recv().await,
         }
     }
 }
@@ -215,6 +243,7 @@ impl Received {
         match self {
             Received::Frame(t) => Some(t.as_str()),
             Received::Line(s) => Some(s),
+            Received::Body(b) => std::str::from_utf8(b).ok(),
             Received::Binary(_) => None,
         }
     }
@@ -224,6 +253,7 @@ impl Received {
         match self {
             Received::Frame(t) => t.as_bytes(),
             Received::Line(s) => s.as_bytes(),
+            Received::Body(b) => b,
             Received::Binary(b) => b,
         }
     }

@@ -1,7 +1,7 @@
 //! `loadgen`: end-to-end load generator for switchyard.
 //!
 //! Runs each scenario (`latency`, `throughput`, `large`, `fixed-rate`,
-//! `idle`, `fan-in`, `fanout`, `scaleout`, `persist`) against fresh instances of its targets: floor A (the
+//! `idle`, `fan-in`, `fanout`, `scaleout`, `persist`, `http`) against fresh instances of its targets: floor A (the
 //! reference daemon over NDJSON, no gateway), floor B (a bare in-process
 //! WebSocket echo), floor B2 (the same echo in a process of its own), floor C (a byte relay process in front of the daemon:
 //! the cost of one more process hop, see `relay`) and five switchyard gateways: the JSON-RPC, holon-rpc,
@@ -12,7 +12,9 @@
 //! the same 1,000 subscribers through the in-process broker and over one and two
 //! instances on a NATS core backbone; `persist`
 //! stores that feed in a persistent topic, per store backend, with 10 acknowledging
-//! persistent subscribers and a backlog resumed). Every reply
+//! persistent subscribers and a backlog resumed; `http` POSTs JSON-RPC to
+//! switchyard's `jsonrpc-http` listener over HTTP/1.1 and HTTP/2 beside
+//! floor H, a bare hyper echo process). Every reply
 //! is checked (id and nonce); the report is a Markdown table per scenario
 //! plus a pass/fail line per target of the performance issue. See
 //! `benches/README.md`.
@@ -22,8 +24,8 @@
 //! performance target was missed.
 //!
 //! Layout: `cli` reads the command line, `target` starts what is measured
-//! (processes via `procs`, the echo in `echo`), `conn` and `wire` speak to
-//! it, `drive`, `idle`,
+//! (processes via `procs`, the echo in `echo`, floor H in `http_echo`),
+//! `conn`, `http` and `wire` speak to it, `drive`, `idle`,
 //! `fanout` and `persist` apply the load (the last two read the daemon feed
 //! of `feed`), `scenario` defines the runs, `measure` performs one and reads
 //! the processes' CPU and memory, `report` prints it all. It is a package
@@ -36,6 +38,8 @@ mod drive;
 mod echo;
 mod fanout;
 mod feed;
+mod http;
+mod http_echo;
 mod idle;
 mod measure;
 mod persist;
@@ -73,6 +77,15 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("loadgen relay: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if let Some(addr) = cli.http_echo_listen {
+        return match runtime.block_on(http_echo::serve(addr)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("loadgen HTTP echo: {e:#}");
                 ExitCode::FAILURE
             }
         };

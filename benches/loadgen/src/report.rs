@@ -5,10 +5,12 @@
 //! own WebSocket work allows), `xB2` by floor B2's (the same echo as a
 //! process of its own, as a gateway is), `xC` by floor C's (a byte relay
 //! process), `xA` by floor A's (the daemon over NDJSON with no gateway),
-//! and `p99-B` is the extra p99 latency over floor B.
+//! and `p99-B` is the extra p99 latency over floor B. The http scenario
+//! compares with floor H instead (`report/http.rs`).
 
 mod fanout;
 mod gateway_cost;
+mod http;
 mod persist;
 mod scaleout;
 mod verdict;
@@ -33,6 +35,8 @@ pub(crate) fn table(sc: &ScenarioResult) -> String {
         scaleout::table(sc, &mut out);
     } else if sc.name == "persist" {
         persist::table(sc, &mut out);
+    } else if sc.name == "http" {
+        http::table(sc, &mut out);
     } else {
         traffic_table(sc, &mut out);
     }

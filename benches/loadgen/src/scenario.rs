@@ -5,7 +5,10 @@
 //! `fanout` runs the JSON-RPC gateway with a pub/sub feed; `scaleout` the
 //! same feed to 1,000 subscribers through the in-process broker, then on a
 //! NATS core backbone over one and over two instances; `persist` the same
-//! feed stored in a persistent topic, once per store backend.
+//! feed stored in a persistent topic, once per store backend; `http`
+//! switchyard's `jsonrpc-http` listener over HTTP/1.1 (16 keep-alive
+//! connections) and HTTP/2 (one connection, 256 streams), each beside
+//! floor H (a bare hyper echo process) under the same load.
 
 use std::time::Duration;
 
@@ -14,9 +17,10 @@ use anyhow::bail;
 use super::drive::Load;
 use super::persist::Backend;
 use super::target::{self, TargetSpec};
+use super::wire::{HttpVersion, Wire};
 
 /// Every scenario, in run order.
-pub(crate) const NAMES: [&str; 9] = [
+pub(crate) const NAMES: [&str; 10] = [
     "latency",
     "throughput",
     "large",
@@ -26,12 +30,19 @@ pub(crate) const NAMES: [&str; 9] = [
     "fanout",
     "scaleout",
     "persist",
+    "http",
 ];
 
 /// The scaleout scenario's subscribers (with `--smoke`: two per instance
 /// of the two-instance row, one on each pattern).
 const SCALEOUT_SUBSCRIBERS: usize = 1000;
 const SCALEOUT_SMOKE_SUBSCRIBERS: usize = 4;
+
+/// The http scenario: HTTP/1.1 keep-alive connections (one request at a
+/// time on each), and the streams in flight on the one HTTP/2 connection
+/// (switchyard's default `max_in_flight` per connection).
+const HTTP1_CONNS: usize = 16;
+const HTTP2_STREAMS: usize = 256;
 
 /// Cap on requests in flight per connection in the open-loop scenario.
 const OPEN_LOOP_CAP: usize = 1024;
@@ -113,6 +124,7 @@ fn scenario(name: &'static str, o: &Options) -> Scenario {
         "fanout" => fanout_runs(o.smoke),
         "scaleout" => scaleout_runs(o.smoke),
         "persist" => persist_runs(),
+        "http" => http_runs(o),
         _ => floors_and_gateways(Shape::Traffic(traffic_load(name, o.smoke)), o),
     };
     let about = if o.smoke && name == "fanout" {
@@ -138,6 +150,12 @@ fn about(name: &str) -> &'static str {
         "large" => "64 connections x 8 in flight, 16 KiB params",
         "fixed-rate" => "5,000 req/s open loop over 16 connections, 256 B params",
         "idle" => "N idle WebSocket connections held open to switchyard",
+        "http" => {
+            "JSON-RPC over HTTP, 256 B params: HTTP/1.1 keep-alive over 16 connections (one \
+             request at a time on each), and HTTP/2 (h2c) over ONE connection with 256 streams in \
+             flight; switchyard's jsonrpc-http listener in front of the NDJSON daemon, beside \
+             floor H (a bare hyper echo process) under the same load"
+        }
         "persist" => {
             "one feed at 1,000 events/s of 256 B into ONE persistent topic, 10 persistent \
              subscribers acknowledging every message, per store backend; then a 10,000-message \
@@ -196,6 +214,30 @@ fn floors_and_gateways(shape: Shape, o: &Options) -> Vec<Run> {
             target: t,
             shape,
             pool_size: o.pool_size,
+        })
+        .collect()
+}
+
+/// Floor H and the `jsonrpc-http` gateway, over HTTP/1.1 then HTTP/2.
+fn http_runs(o: &Options) -> Vec<Run> {
+    target::http_targets()
+        .into_iter()
+        .map(|t| {
+            let (conns, window) = match t.wire {
+                Wire::Http(HttpVersion::H2) => (1, pick(o.smoke, HTTP2_STREAMS, 16)),
+                _ => (pick(o.smoke, HTTP1_CONNS, 2), 1),
+            };
+            Run {
+                label: t.name.to_owned(),
+                target: t,
+                shape: Shape::Traffic(Load {
+                    conns,
+                    window,
+                    params_bytes: 256,
+                    rate: None,
+                }),
+                pool_size: o.pool_size,
+            }
         })
         .collect()
 }

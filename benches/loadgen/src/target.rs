@@ -26,7 +26,7 @@ use super::conn::{Buffers, Endpoint};
 use super::echo::EchoServer;
 use super::persist::Backend;
 use super::procs::ChildGuard;
-use super::wire::{Reply, Requests, Wire};
+use super::wire::{HttpVersion, Reply, Requests, Wire};
 
 /// How long a started process may take to accept connections.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -44,6 +44,8 @@ pub(crate) enum Role {
     FloorB2,
     /// Floor C: a byte relay process in front of the daemon.
     FloorC,
+    /// Floor H: a bare hyper echo process (the HTTP rows' floor).
+    FloorH,
     /// A switchyard listener in front of a reference daemon.
     Gateway,
 }
@@ -59,6 +61,8 @@ pub(crate) enum Server {
     WsEchoProcess,
     /// loadgen's byte relay process in front of the NDJSON daemon.
     Relay,
+    /// A bare hyper HTTP echo as its own process (loadgen re-executed).
+    HttpEchoProcess,
     /// A switchyard process with one listener of the first dialect, in
     /// front of a reference daemon process speaking the second: the NDJSON
     /// daemon for `ndjson`, the WebSocket daemon for `jsonrpc-ws`. A
@@ -188,6 +192,32 @@ pub(crate) fn standard() -> Vec<TargetSpec> {
     ]
 }
 
+/// The HTTP rows, in table order: floor H and switchyard's `jsonrpc-http`
+/// listener in front of the NDJSON daemon, over HTTP/1.1 and over HTTP/2.
+pub(crate) fn http_targets() -> Vec<TargetSpec> {
+    let floor = |name, version| TargetSpec {
+        name,
+        role: Role::FloorH,
+        server: Server::HttpEchoProcess,
+        wire: Wire::Http(version),
+    };
+    let gateway = |name, version| TargetSpec {
+        name,
+        role: Role::Gateway,
+        server: Server::Switchyard(Dialect::JsonRpcHttp, Dialect::Ndjson),
+        wire: Wire::Http(version),
+    };
+    vec![
+        floor("H: hyper echo process, HTTP/1.1", HttpVersion::H1),
+        gateway(
+            "switchyard jsonrpc-http → ndjson, HTTP/1.1",
+            HttpVersion::H1,
+        ),
+        floor("H: hyper echo process, HTTP/2", HttpVersion::H2),
+        gateway("switchyard jsonrpc-http → ndjson, HTTP/2", HttpVersion::H2),
+    ]
+}
+
 /// The fanout target: subscribers of the NDJSON daemon's feed on
 /// switchyard's JSON-RPC WebSocket listener.
 pub(crate) fn switchyard_feed() -> TargetSpec {
@@ -274,6 +304,21 @@ impl TargetSpec {
                     _echo: None,
                     _dir: dir,
                 })
+            }
+            Server::HttpEchoProcess => {
+                let (echo, endpoint) = launch::http_echo_process(dir.path()).await?;
+                let mut live = Live {
+                    endpoint,
+                    server_pid: Some(echo.id()),
+                    daemon_pid: None,
+                    more: Vec::new(),
+                    backbone_pid: None,
+                    children: vec![echo],
+                    _echo: None,
+                    _dir: dir,
+                };
+                probe_echo(&live.endpoint, self.wire, &mut live.children).await?;
+                Ok(live)
             }
             Server::Daemon => {
                 let (daemon, socket) = launch::ndjson_daemon(opts, dir.path()).await?;

@@ -39,6 +39,17 @@ pub(crate) enum Wire {
     /// Sideband: SBP binary frames, after the handshake, with `r`/`R`/`E`
     /// envelopes in this encoding (JSON v1 or CBOR v2).
     Sideband(Encoding),
+    /// JSON-RPC 2.0, one request per HTTP POST body, number ids.
+    Http(HttpVersion),
+}
+
+/// How an HTTP client speaks to its server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HttpVersion {
+    /// HTTP/1.1 with keep-alive: one request at a time per connection.
+    H1,
+    /// HTTP/2 by prior knowledge (h2c): concurrent streams on one connection.
+    H2,
 }
 
 /// One message to send.
@@ -116,7 +127,7 @@ impl Wire {
     /// Classifies one received message.
     pub(crate) fn parse(self, msg: &Received) -> Reply {
         match (self, msg.text()) {
-            (Wire::JsonRpc, Some(text)) => parse_json::<u64>(text, Some),
+            (Wire::JsonRpc | Wire::Http(_), Some(text)) => parse_json::<u64>(text, Some),
             (Wire::Holon, Some(text)) => parse_json::<String>(text, |id| holon_id(&id)),
             (Wire::Sideband(enc), None) => sideband::parse(enc, msg.bytes()),
             // Text where frames are expected, or the other way round.
@@ -132,7 +143,7 @@ impl Requests {
     pub(crate) fn new(wire: Wire, params_bytes: usize) -> anyhow::Result<Self> {
         let pad = "x".repeat(params_bytes.saturating_sub(PARAMS_OVERHEAD));
         let body = match wire {
-            Wire::JsonRpc | Wire::Holon => Body::Text(pad),
+            Wire::JsonRpc | Wire::Holon | Wire::Http(_) => Body::Text(pad),
             Wire::Sideband(enc) => Body::Frame(sideband::Template::new(enc, &pad)?),
         };
         Ok(Requests { wire, body })

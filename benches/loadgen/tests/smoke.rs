@@ -7,7 +7,9 @@
 //! scenario at tiny scale (1 and 3 subscribers, 2 s) must deliver every
 //! event to every subscriber, in order; so must the scaleout scenario (4
 //! subscribers through the in-process broker, then on a real nats-server
-//! over one and over two instances), each event exactly once.
+//! over one and over two instances), each event exactly once. The http
+//! scenario alone (HTTP/1.1 and HTTP/2 through the `jsonrpc-http`
+//! listener, beside floor H) must verify every reply.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -62,8 +64,17 @@ const PERSIST_ROWS: &[&str] = &[
     "switchyard persistent ← ndjson feed, nats store",
 ];
 
+/// The http rows: floor H and the jsonrpc-http gateway, HTTP/1.1 then
+/// HTTP/2.
+const HTTP_ROWS: &[&str] = &[
+    "H: hyper echo process, HTTP/1.1",
+    "switchyard jsonrpc-http → ndjson, HTTP/1.1",
+    "H: hyper echo process, HTTP/2",
+    "switchyard jsonrpc-http → ndjson, HTTP/2",
+];
+
 /// Each scenario and the rows its table must have (by label prefix).
-const EXPECTED: [(&str, &[&str]); 9] = [
+const EXPECTED: [(&str, &[&str]); 10] = [
     ("latency", EVERY_TARGET),
     ("throughput", EVERY_TARGET),
     ("large", EVERY_TARGET),
@@ -79,6 +90,7 @@ const EXPECTED: [(&str, &[&str]); 9] = [
     ("fanout", FANOUT_ROWS),
     ("scaleout", SCALEOUT_ROWS),
     ("persist", PERSIST_ROWS),
+    ("http", HTTP_ROWS),
 ];
 
 #[test]
@@ -172,6 +184,40 @@ fn scaleout_smoke_delivers_every_event_once_over_one_and_two_instances() {
                 .unwrap_or_else(|e| panic!("instance CPU {cpu:?} ({e}): {row:?}"));
         }
         assert_eq!(row[col("nats CPU s")] != "—", nats, "{row:?}");
+    }
+    assert!(!stdout.contains("FAILED"), "a run failed:\n{stdout}");
+}
+
+/// The http scenario alone, tiny: every row verified traffic (HTTP/1.1 on
+/// two keep-alive connections, HTTP/2 with 16 streams on one), each
+/// compared with floor H under the same load.
+#[test]
+fn http_smoke_posts_over_http1_and_http2_with_every_reply_verified() {
+    let (ok, stdout, stderr) = run_loadgen(&["--scenario", "http", "--smoke"], LIMIT);
+    assert!(ok, "loadgen failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    let table = section(&stdout, "http");
+    assert_eq!(check_table("http", table), HTTP_ROWS, "{table}");
+    let rows: Vec<Vec<String>> = table
+        .lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("|---"))
+        .map(cells)
+        .collect();
+    let col = |name: &str| {
+        rows[0]
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("no {name} column in {:?}", rows[0]))
+    };
+    for (row, load) in
+        rows[1..]
+            .iter()
+            .zip(["2x1, 256 B", "2x1, 256 B", "1x16, 256 B", "1x16, 256 B"])
+    {
+        assert_eq!(row[col("load")], load, "{row:?}");
+        // Floor H ran under the same load: the ratio is a number.
+        let _: f64 = row[col("xH")]
+            .parse()
+            .unwrap_or_else(|e| panic!("xH {:?} ({e}): {row:?}", row[col("xH")]));
     }
     assert!(!stdout.contains("FAILED"), "a run failed:\n{stdout}");
 }

@@ -28,6 +28,13 @@ pub struct RawUpstream {
     /// and logs show them masked. Default: none.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// `jsonrpc-http`: when HTTP/2 is spoken. `"alpn"`: when an
+    /// `https://` server chooses it by ALPN, HTTP/1.1 keep-alive
+    /// otherwise. `"prior-knowledge"`: always, without asking (h2c on
+    /// `http://` and `http+unix://`, ALPN `h2` alone on `https://`), so
+    /// every call multiplexes on one connection. Default `"alpn"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http2: Option<String>,
     /// `ndjson`: run this program (argv: program, then its arguments; no
     /// shell) and speak NDJSON on its stdin/stdout instead of dialing
     /// `socket`. Exactly one of `socket` and `command`. No default.
@@ -190,6 +197,7 @@ impl Default for RawUpstream {
             socket: None,
             url: None,
             headers: BTreeMap::new(),
+            http2: None,
             command: None,
             env: BTreeMap::new(),
             cwd: None,

@@ -1,6 +1,7 @@
 // The switchyard playground: talks to the demo's WebSocket listeners with
 // the browser's own WebSocket (and the page's real Origin), shows the frames
-// on both legs and the id switchyard gave each call upstream.
+// on both legs and the id switchyard gave each call upstream. The HTTP
+// panel (fetch and EventSource on the jsonrpc-http listener) is http.js.
 //
 // DOM state the tests wait on:
 //   body[data-ready=true]                 endpoints loaded, first poll done
@@ -15,6 +16,7 @@
 // WebSocket reconnects.
 
 import { startCounters } from './counters.js';
+import * as http from './http.js';
 import * as link from './link.js';
 import * as sbp from './sideband.js';
 
@@ -31,7 +33,7 @@ const EXAMPLES = {
   holon: ['echo', '{"hello":"holon"}'],
   sideband: ['echo', '{"text":"hi"}'],
 };
-const LABELS = { jsonrpc: 'JSON-RPC 2.0', holon: 'holon-rpc', sideband: 'Sideband (SBP)' };
+const LABELS = { jsonrpc: 'JSON-RPC 2.0', holon: 'holon-rpc', sideband: 'Sideband (SBP)', http: 'JSON-RPC over HTTP' };
 
 const $ = (id) => document.getElementById(id);
 const state = {
@@ -393,6 +395,7 @@ async function resume(endpoints) {
     return;
   }
   schedulePoll(0);
+  http.showEndpoint();
   if (!state.conn || state.conn.ws.readyState !== WebSocket.OPEN) connect();
 }
 
@@ -415,6 +418,13 @@ async function init() {
   $('batch').addEventListener('click', () => send(true));
   $('params').addEventListener('keydown', (ev) => {
     if (ev.key === 'Enter') send(false);
+  });
+  http.startHttp({
+    endpoint: () => state.endpoints.http,
+    nextId: () => state.nextId++,
+    addCall,
+    settle,
+    poll: () => schedulePoll(0),
   });
   connect();
   schedulePoll(SLOW_POLL_MS);

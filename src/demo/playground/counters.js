@@ -5,7 +5,7 @@
 import * as link from './link.js';
 
 const COUNTERS_MS = 2000;
-const LISTENERS = ['jsonrpc', 'holon', 'sideband', 'ndjson'];
+const LISTENERS = ['jsonrpc', 'holon', 'sideband', 'http', 'ndjson'];
 
 const $ = (id) => document.getElementById(id);
 

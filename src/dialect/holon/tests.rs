@@ -1,7 +1,7 @@
 //! holon-rpc.md §10 inbound table, row by row.
 
 use super::*;
-use crate::dialect::render::{render, Style};
+use crate::dialect::jsonrpc::{render, Style};
 
 /// The codec on a copy of `text` in shared bytes.
 fn decode(text: &str) -> Inbound {

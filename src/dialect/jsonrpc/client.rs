@@ -4,8 +4,8 @@
 
 use bytestring::ByteString;
 
+use super::Style;
 use crate::dialect::errors;
-use crate::dialect::render::Style;
 use crate::dialect::{Dialect, Inbound, Oversize};
 use crate::envelope::{Message, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};

@@ -1,7 +1,7 @@
 //! Golden tests for the JSON-RPC 2.0 codec, from jsonrpc-ws.md §4.
 
 use super::*;
-use crate::dialect::render::{render, render_batch, Style};
+use super::{render, render_batch, Style};
 
 /// The client codec on a copy of `text` in shared bytes.
 fn decode(text: &str, max_batch_items: usize) -> Inbound {

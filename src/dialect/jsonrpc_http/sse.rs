@@ -9,6 +9,10 @@ use serde_json::value::RawValue;
 /// The SSE event name of a pub/sub event.
 pub const EVENT: &str = "rpc.notification";
 
+/// The SSE event name of the last event of a stream switchyard ends
+/// because the client's credential ended (see [`error_event`]).
+pub const ERROR_EVENT: &str = "error";
+
 /// The comment that opens a stream, once its topics are subscribed.
 pub const OPENED: &str = ": subscribed\n\n";
 
@@ -73,6 +77,16 @@ pub fn event(data: &str) -> String {
     out
 }
 
+/// The last event of a stream that switchyard ends itself: `event: error`
+/// whose data is the JSON-RPC error object of `kind` with `detail` as its
+/// `data` (`{"code":-32001,"message":"Unauthorized","data":"credential
+/// expired"}`), the object a `POST` would get.
+pub fn error_event(kind: crate::error::ErrorKind, detail: &str) -> String {
+    let (code, message) = super::super::errors::jsonrpc_code(kind);
+    let object = serde_json::json!({"code": code, "message": message, "data": detail});
+    format!("event: {ERROR_EVENT}\ndata: {object}\n\n")
+}
+
 /// The topic patterns of a query string (`topic=a.*&topic=b`), decoded.
 pub fn topics(query: Option<&str>) -> Vec<String> {
     form_urlencoded::parse(query.unwrap_or_default().as_bytes())
@@ -94,6 +108,20 @@ mod tests {
                 "event: rpc.notification\ndata: {\"topic\":\"a.b\",\"data\":{\"n\": 1.0}}\n\n"
                     .to_owned()
             )
+        );
+    }
+
+    #[test]
+    fn the_error_event_carries_the_json_rpc_error_object() {
+        let e = error_event(crate::error::ErrorKind::Unauthorized, "credential expired");
+        let data = e
+            .strip_prefix("event: error\ndata: ")
+            .and_then(|d| d.strip_suffix("\n\n"))
+            .unwrap_or_else(|| panic!("{e:?}"));
+        let object: serde_json::Value = serde_json::from_str(data).expect("JSON");
+        assert_eq!(
+            object,
+            serde_json::json!({"code": -32001, "message": "Unauthorized", "data": "credential expired"})
         );
     }
 

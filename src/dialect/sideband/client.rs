@@ -5,7 +5,7 @@
 //! session (handshake, negotiated envelope encoding, duplicate frame ids,
 //! legacy reply subjects) and the cids of the requests switchyard pushes
 //! to the client. [`SidebandClient`] owns both; the client's
-//! [`ClientCodec`](crate::dialect::client::ClientCodec) holds it, and every
+//! [`ClientCodec`](crate::dialect::ClientCodec) holds it, and every
 //! session event is turned into an [`Inbound`] here, once.
 
 use bytes::Bytes;

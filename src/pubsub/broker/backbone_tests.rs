@@ -118,3 +118,37 @@ fn feed_interest_is_fixed_by_the_backbone() {
         assert_eq!(*watch.borrow(), publishes);
     }
 }
+
+#[test]
+fn each_pattern_serves_its_own_holders_through_their_oldest_match() {
+    let broker = Arc::new(Broker::default());
+    broker.set_backbone(Arc::new(Spy::default()));
+    let counts: Vec<Arc<Count>> = (0..3).map(|_| Arc::new(Count::default())).collect();
+    let regs: Vec<Registration> = counts
+        .iter()
+        .map(|c| broker.register(c.clone(), gauge(), None))
+        .collect();
+    // 0 holds only a.*; 1 a.b then a.*; 2 a.* then a.b (one batch, in order).
+    regs[0].subscribe("a.*").unwrap();
+    regs[1].subscribe("a.b").unwrap();
+    regs[1].subscribe("a.*").unwrap();
+    regs[2].subscribe_all(&["a.*", "a.b"]).unwrap();
+    let data = Payload::json("1").unwrap();
+    let through = |pattern: &str, topic: &str| {
+        let targets = broker.through(pattern, topic);
+        Broker::deliver(&targets, topic, &data);
+        let got: Vec<usize> = counts
+            .iter()
+            .map(|c| std::mem::take(&mut *c.0.lock()))
+            .collect();
+        got
+    };
+    assert_eq!(through("a.*", "a.b"), [1, 0, 1], "1 gets a.b through a.b");
+    assert_eq!(through("a.b", "a.b"), [0, 1, 0], "2 gets it through a.*");
+    assert_eq!(through("a.*", "a.c"), [1, 1, 1], "a.b does not match a.c");
+    assert_eq!(through("x", "x"), [0, 0, 0], "held by no one");
+    // Dropping its oldest match moves a connection to the next one.
+    regs[1].unsubscribe("a.b").unwrap();
+    assert_eq!(through("a.*", "a.b"), [1, 1, 1]);
+    assert_eq!(through("a.b", "a.b"), [0, 0, 0]);
+}

@@ -69,7 +69,7 @@ impl Registration {
         };
         let mut fresh: HashSet<&str> = HashSet::new();
         for (i, pattern) in patterns.iter().enumerate() {
-            if conn.patterns.contains(*pattern) || !fresh.insert(*pattern) {
+            if conn.patterns.contains_key(*pattern) || !fresh.insert(*pattern) {
                 continue;
             }
             let tokens = index::tokens(pattern);
@@ -119,9 +119,13 @@ impl Registration {
                 limits.index_bytes_total
             )));
         }
-        for pattern in &fresh {
-            conn.patterns.insert(Box::from(*pattern));
-            state.index.insert(pattern, self.key);
+        // In the order asked for: a pattern's place is its age.
+        for pattern in patterns {
+            if fresh.contains(pattern) && !conn.patterns.contains_key(*pattern) {
+                conn.patterns.insert(Box::from(*pattern), conn.next_place);
+                conn.next_place += 1;
+                state.index.insert(pattern, self.key);
+            }
         }
 
         conn.bytes = after;
@@ -145,7 +149,7 @@ impl Registration {
         };
         let (mut removed, mut bytes) = (Vec::new(), 0);
         for pattern in patterns {
-            if conn.patterns.remove(*pattern) {
+            if conn.patterns.remove(*pattern).is_some() {
                 state.index.remove(pattern, self.key);
                 removed.push(*pattern);
                 bytes += index::cost(pattern);

@@ -37,7 +37,8 @@ pub struct Meters {
     pub subscriptions: IntGauge,
     /// Local events written to NATS.
     pub published: IntCounter,
-    /// Messages from NATS delivered to this instance's subscribers.
+    /// Messages from NATS delivered to this instance's subscribers (once
+    /// per subscription that had holders to deliver one to).
     pub received: IntCounter,
     /// Events lost, one series per [`Loss`] reason, in
     /// [`Loss::ALL`] order.

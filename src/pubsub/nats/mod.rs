@@ -8,11 +8,14 @@
 //! - **Interest.** One NATS subscription per distinct pattern held by this
 //!   instance's clients (`<prefix><pattern>`), opened when the pattern's
 //!   first local subscriber comes and closed when its last leaves
-//!   (`subs`). A task per subscription hands what arrives to
-//!   [`Broker::fan_out`]. When several of this instance's patterns match a
-//!   subject, NATS delivers the message once per subscription; only the
-//!   oldest matching subscription fans it out, so a connection still gets
-//!   each event once (and in order: one subscription carries a subject).
+//!   (`subs`). A task per subscription hands what arrives to the local
+//!   holders of its own pattern only ([`Broker::through`]). When several
+//!   of this instance's patterns match a subject, NATS delivers the
+//!   message once per subscription (k copies for k patterns), and each
+//!   serves its own holders: closing one never costs the holders of
+//!   another anything. A connection holding several matching patterns
+//!   gets the event through its oldest one, so once (and in order: one
+//!   subscription carries a subject to it).
 //! - **Publishing.** An event published on this instance (an upstream
 //!   feed, an upstream notification) is not delivered locally: it is
 //!   written to NATS once, and comes back through this instance's own

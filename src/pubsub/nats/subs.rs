@@ -4,25 +4,34 @@
 //!
 //! The broker reports changes under its lock ([`Subs::want`]: a map
 //! insert and a wake-up, never a wait); the task applies the latest wish
-//! for each pattern. Several subscriptions of this instance may match one
-//! subject: NATS then delivers a message to each, and only the oldest
-//! matching one (lowest id, in an index of the open ones) fans it out. A
-//! newer subscription never takes a subject over from an older one, so
-//! one subject's events keep one path and their order.
+//! for each pattern.
+//!
+//! # Per-pattern delivery
+//!
+//! Several subscriptions of this instance may match one subject: NATS then
+//! delivers the message to each, with no order between their streams. So
+//! no subscription serves another's holders: what the subscription of a
+//! pattern receives goes only to the connections holding that very
+//! pattern ([`Broker::through`]), and, for a connection holding several
+//! patterns that match, only through its oldest one. Opening or closing
+//! one subscription therefore never loses nor repeats anything for the
+//! holders of other patterns; a message that crosses NATS once per
+//! matching subscription is decoded only by those with someone to
+//! deliver it to. What a connection gives up by unsubscribing one of its
+//! own overlapping patterns is in `docs/pubsub.md`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use async_nats::{Client, Message, Subscriber};
 use futures_util::StreamExt;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::meters::{Loss, Meters};
 use super::{wire, Settings};
-use crate::pubsub::index::Index;
 use crate::pubsub::Broker;
 
 /// Interest changes not applied yet.
@@ -38,17 +47,6 @@ struct Reader {
     settings: Settings,
     broker: Weak<Broker>,
     meters: Meters,
-    /// The open subscriptions' patterns → ids, to find the oldest one
-    /// matching a subject.
-    open: RwLock<Index<u64>>,
-}
-
-/// One open subscription.
-struct Open {
-    id: u64,
-    /// Its reading task; aborting it drops the subscriber, which
-    /// unsubscribes.
-    task: AbortHandle,
 }
 
 // === impl Subs ===
@@ -70,7 +68,6 @@ impl Subs {
             settings,
             broker,
             meters,
-            open: RwLock::new(Index::new()),
         });
         tokio::spawn(apply(subs.clone(), client, reader, stop));
         subs
@@ -83,10 +80,11 @@ impl Subs {
     }
 }
 
-/// Subscribes and unsubscribes as the changes come, until `stop`.
+/// Subscribes and unsubscribes as the changes come, until `stop`. Each
+/// open subscription's reading task: aborting it drops the subscriber,
+/// which unsubscribes.
 async fn apply(subs: Arc<Subs>, client: Client, reader: Arc<Reader>, stop: CancellationToken) {
-    let mut open: HashMap<Box<str>, Open> = HashMap::new();
-    let mut next_id = 0u64;
+    let mut open: HashMap<Box<str>, AbortHandle> = HashMap::new();
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
@@ -98,14 +96,8 @@ async fn apply(subs: Arc<Subs>, client: Client, reader: Arc<Reader>, stop: Cance
                 let subject = wire::subject(&reader.settings.subject_prefix, &pattern);
                 match client.subscribe(subject).await {
                     Ok(subscriber) => {
-                        next_id += 1;
-                        reader.open.write().insert(&pattern, next_id);
-                        let task = tokio::spawn(read(next_id, subscriber, reader.clone()));
-                        let entry = Open {
-                            id: next_id,
-                            task: task.abort_handle(),
-                        };
-                        open.insert(pattern, entry);
+                        let task = tokio::spawn(read(pattern.clone(), subscriber, reader.clone()));
+                        open.insert(pattern, task.abort_handle());
                         reader.meters.subscriptions.inc();
                     }
                     Err(e) => {
@@ -113,40 +105,43 @@ async fn apply(subs: Arc<Subs>, client: Client, reader: Arc<Reader>, stop: Cance
                     }
                 }
             } else if !on {
-                if let Some(gone) = open.remove(&pattern) {
-                    reader.open.write().remove(&pattern, gone.id);
-                    gone.task.abort();
+                if let Some(task) = open.remove(&pattern) {
+                    task.abort();
                     reader.meters.subscriptions.dec();
                 }
             }
         }
     }
-    for (_, gone) in open.drain() {
-        gone.task.abort();
+    for (_, task) in open.drain() {
+        task.abort();
         reader.meters.subscriptions.dec();
     }
 }
 
-/// Hands what subscription `id` receives to the broker.
-async fn read(id: u64, mut subscriber: Subscriber, reader: Arc<Reader>) {
-    let mut ids = Vec::new();
+/// Hands what the subscription of `pattern` receives to the broker.
+async fn read(pattern: Box<str>, mut subscriber: Subscriber, reader: Arc<Reader>) {
     while let Some(message) = subscriber.next().await {
-        reader.receive(id, &message, &mut ids);
+        reader.receive(&pattern, &message);
     }
 }
 
 // === impl Reader ===
 
 impl Reader {
-    fn receive(&self, id: u64, message: &Message, ids: &mut Vec<u64>) {
+    fn receive(&self, pattern: &str, message: &Message) {
         let settings = &self.settings;
         let Ok(topic) = wire::topic_of(&settings.subject_prefix, message.subject.as_str()) else {
             self.meters.drop(Loss::Invalid);
             return;
         };
-        // The oldest matching subscription delivers; the others skip.
-        self.open.read().matches(topic, ids);
-        if ids.first() != Some(&id) {
+        let Some(broker) = self.broker.upgrade() else {
+            return;
+        };
+        // This pattern's holders that get the event through it; none when
+        // each gets it through an older pattern of theirs (another
+        // subscription's copy), so nothing is decoded or counted here.
+        let targets = broker.through(pattern, topic);
+        if targets.is_empty() {
             return;
         }
         let cbor = message
@@ -159,10 +154,7 @@ impl Reader {
             Err(wire::WireError::Oversize) => return self.meters.drop(Loss::Oversize),
             Err(_) => return self.meters.drop(Loss::Invalid),
         };
-        let Some(broker) = self.broker.upgrade() else {
-            return;
-        };
-        broker.fan_out(topic, &data);
+        Broker::deliver(&targets, topic, &data);
         self.meters.received.inc();
     }
 }

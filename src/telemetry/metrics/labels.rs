@@ -52,6 +52,9 @@ pub enum Limit {
     RatePerSecond,
     /// `listeners.*.ip_rate_per_second`: the client IP's message rate.
     IpRatePerSecond,
+    /// `listeners.*.clients[].rate_per_second`: a named client's message
+    /// rate.
+    ClientRatePerSecond,
     /// `listeners.*.global_rate_per_second`: the listener's message rate.
     GlobalRatePerSecond,
     /// `listeners.*.slow_consumer_timeout_ms`: a client that stopped reading.
@@ -216,7 +219,7 @@ impl Quirk {
 
 impl Limit {
     /// Every limit, for label initialisation.
-    pub const ALL: [Limit; 10] = [
+    pub const ALL: [Limit; 11] = [
         Limit::MaxMessageBytes,
         Limit::MaxBatchItems,
         Limit::MaxInFlight,
@@ -225,6 +228,7 @@ impl Limit {
         Limit::MaxRequestBytes,
         Limit::RatePerSecond,
         Limit::IpRatePerSecond,
+        Limit::ClientRatePerSecond,
         Limit::GlobalRatePerSecond,
         Limit::SlowConsumer,
     ];
@@ -240,6 +244,7 @@ impl Limit {
             Limit::MaxRequestBytes => "max_request_bytes",
             Limit::RatePerSecond => "rate_per_second",
             Limit::IpRatePerSecond => "ip_rate_per_second",
+            Limit::ClientRatePerSecond => "clients.rate_per_second",
             Limit::GlobalRatePerSecond => "global_rate_per_second",
             Limit::SlowConsumer => "slow_consumer_timeout_ms",
         }

@@ -11,6 +11,12 @@
 //! consumer: counted, and its connection closed. An idle stream gets a
 //! keep-alive comment every [`sse::KEEP_ALIVE_SECS`]. The stream ends at
 //! shutdown; the subscription ends with the stream.
+//!
+//! A named client's stream is one of its connections (its
+//! `max_connections`, the status page's count). A stream whose credential
+//! ends (a JWT's `exp` plus the leeway; a reload removing or changing the
+//! client's token) ends with one last event, `event: error` with the
+//! `unauthorized` error object ([`sse::error_event`]).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -28,11 +34,14 @@ use super::super::accept::Place;
 use super::super::session::Session;
 use super::super::ws::paths::Entry;
 use super::super::Outgoing;
+use super::super::{ListenerCell, OpenClientConnection};
 use crate::close::CloseCode;
 use crate::dialect::jsonrpc_http::{self as wire, sse};
-use crate::limits::identity::Identity;
+use crate::error::ErrorKind;
+use crate::limits::identity::{ClientPermit, Identity};
 use crate::outbox::OutboxReader;
-use crate::telemetry::metrics::{Limit, ProtocolError};
+use crate::telemetry::metrics::{Limit, ProtocolError, RejectReason};
+use crate::telemetry::Peer;
 
 /// Serves one event stream for `topics` (Host, Origin and token already
 /// checked).
@@ -43,6 +52,36 @@ pub(super) async fn stream(
     place: Option<Place>,
 ) -> Response {
     let Entry { cell, ctx } = entry;
+    let listener = cell.load();
+    let Ok(permit) = listener.admit_client(&who) else {
+        // A named client at its own `max_connections`.
+        listener.count_rejected(RejectReason::Limit);
+        listener.log_closed(
+            CloseCode::PolicyViolation,
+            "max connections exceeded",
+            Peer(Some(peer)),
+        );
+        return (StatusCode::TOO_MANY_REQUESTS, "max connections exceeded").into_response();
+    };
+    let open = who.client().map(|name| {
+        let gauge = listener
+            .metrics()
+            .client_connections_open
+            .with_label_values(&[listener.name(), name]);
+        gauge.inc();
+        OpenClientConnection(gauge)
+    });
+    drop(listener);
+    let ends = Ends {
+        expires: who.expires().map(|at| {
+            let left = at
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or_default();
+            tokio::time::Instant::now() + left
+        }),
+        revoked: permit.as_ref().map(|p| p.revoked().clone()),
+        _held: (permit, open),
+    };
     let (session, mut rx) = Session::new(cell.clone(), ctx.grace_over.clone(), Some(peer));
     // The named client's topic policy applies to the stream's topics.
     session.identify(who);
@@ -83,6 +122,10 @@ pub(super) async fn stream(
         tick: keep_alive(),
         shutdown: ctx.shutdown.clone(),
         gone,
+        ends,
+        cell,
+        peer,
+        ended: false,
     };
     let body = Body::from_stream(futures_util::stream::unfold(feed, Feed::next));
     let mut r = (StatusCode::OK, body).into_response();
@@ -153,6 +196,38 @@ fn keep_alive() -> tokio::time::Interval {
     tick
 }
 
+/// When a stream's credential ends, and what the stream holds while it
+/// lives (its named client's place and open-connection count).
+struct Ends {
+    /// A JWT's expiry (`exp` plus the leeway).
+    expires: Option<tokio::time::Instant>,
+    /// Cancelled when a reload removes or changes the client's token.
+    revoked: Option<CancellationToken>,
+    _held: (Option<ClientPermit>, Option<OpenClientConnection>),
+}
+
+impl Ends {
+    /// Why the credential ended, once it has; pending while it holds.
+    async fn reached(&self) -> &'static str {
+        let expired = async {
+            match self.expires {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let revoked = async {
+            match &self.revoked {
+                Some(r) => r.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = expired => "credential expired",
+            () = revoked => "credential revoked",
+        }
+    }
+}
+
 /// The state of one stream's body.
 struct Feed {
     rx: OutboxReader,
@@ -165,12 +240,23 @@ struct Feed {
     shutdown: CancellationToken,
     /// Cancelled when the stream ends: stops the slow-consumer watch.
     gone: CancellationToken,
+    /// When the credential ends the stream.
+    ends: Ends,
+    /// For the log line of a stream ended by its credential.
+    cell: std::sync::Arc<ListenerCell>,
+    peer: IpAddr,
+    /// The error event that ends the stream was sent: nothing follows.
+    ended: bool,
 }
 
 impl Feed {
-    /// The next chunk of the body: an event or a keep-alive comment;
-    /// `None` at shutdown or when the session's outbox closes.
+    /// The next chunk of the body: an event or a keep-alive comment, or
+    /// the error event when the credential ends; `None` after that, at
+    /// shutdown or when the session's outbox closes.
     async fn next(mut self) -> Option<(Result<Bytes, Infallible>, Feed)> {
+        if self.ended {
+            return None;
+        }
         if let Some(e) = self.early.pop_front() {
             return Some((Ok(Bytes::from(e)), self));
         }
@@ -178,6 +264,16 @@ impl Feed {
             tokio::select! {
                 biased;
                 () = self.shutdown.cancelled() => return None,
+                reason = self.ends.reached() => {
+                    self.ended = true;
+                    self.cell.load().log_closed(
+                        CloseCode::PolicyViolation,
+                        reason,
+                        Peer(Some(self.peer)),
+                    );
+                    let last = sse::error_event(ErrorKind::Unauthorized, reason);
+                    return Some((Ok(Bytes::from(last)), self));
+                }
                 frame = self.rx.recv() => match frame {
                     Some(Outgoing::Text(text)) => {
                         if let sse::Frame::Event(e) = sse::frame(&text) {

@@ -11,7 +11,7 @@ use tokio_util::task::TaskTracker;
 
 use super::{Link, Waiter};
 use crate::config::Config;
-use crate::dialect::upstream::UpstreamCodec;
+use crate::dialect::UpstreamCodec;
 use crate::envelope::{raw_from_string, Payload};
 use crate::pubsub::broker::Broker;
 use crate::telemetry::metrics::Metrics;

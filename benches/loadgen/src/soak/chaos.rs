@@ -46,7 +46,7 @@ pub(crate) fn garbage(wire: Wire, n: u64) -> (&'static str, Out) {
                 Out::Binary(vec![0xa5; OVERSIZE]),
             ),
         },
-        Wire::JsonRpc | Wire::Holon => match n % 4 {
+        Wire::JsonRpc | Wire::Holon | Wire::Http(_) => match n % 4 {
             0 => (
                 "injected: truncated JSON",
                 text(r#"{"jsonrpc":"2.0","method":"echo","params":"#),

@@ -71,17 +71,22 @@ pub(super) fn backbone_toml(url: &str, publishes: bool) -> String {
 }
 
 /// A listener named `name` of `dialect`: a free loopback port for the
-/// WebSocket dialects, `DIR/<name>.sock` for NDJSON; and where clients
-/// connect to it.
+/// WebSocket dialects and `jsonrpc-http`, `DIR/<name>.sock` for NDJSON;
+/// and where clients connect to it.
 pub(crate) fn listener_spec(
     name: &'static str,
     dialect: Dialect,
     dir: &Path,
 ) -> anyhow::Result<(ListenerSpec, Endpoint)> {
-    let (location, endpoint) = if dialect.is_websocket() {
+    let (location, endpoint) = if dialect.on_tcp() {
         let addr = free_port().context("picking a free port")?;
         let location = format!("address = \"{addr}\"\npath = \"{LISTENER_PATH}\"");
-        (location, ws_endpoint(addr, LISTENER_PATH))
+        let endpoint = if dialect.is_http() {
+            http_endpoint(addr, LISTENER_PATH)
+        } else {
+            ws_endpoint(addr, LISTENER_PATH)
+        };
+        (location, endpoint)
     } else {
         let socket = dir.join(format!("{name}.sock"));
         let location = format!("socket = \"{}\"", socket.display());
@@ -101,6 +106,14 @@ pub(super) fn ws_endpoint(addr: SocketAddr, path: &str) -> Endpoint {
     Endpoint::Ws {
         addr,
         url: format!("ws://{addr}{path}"),
+    }
+}
+
+/// An HTTP endpoint on a loopback address: what is POSTed to.
+pub(super) fn http_endpoint(addr: SocketAddr, path: &str) -> Endpoint {
+    Endpoint::Http {
+        addr,
+        url: format!("http://{addr}{path}"),
     }
 }
 
@@ -189,12 +202,13 @@ mod tests {
 
     /// Every dialect as a listener, in front of the NDJSON daemon.
     fn toml(opts: &StartOpts, dir: &Path) -> String {
-        let names = ["a", "b", "c", "d"];
+        let names = ["a", "b", "c", "d", "e"];
         let dialects = [
             Dialect::JsonRpc,
             Dialect::Holon,
             Dialect::Sideband,
             Dialect::Ndjson,
+            Dialect::JsonRpcHttp,
         ];
         let listeners: Vec<ListenerSpec> = names
             .into_iter()

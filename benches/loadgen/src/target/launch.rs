@@ -15,8 +15,8 @@ use tokio::time::Instant;
 use super::super::conn::Endpoint;
 use super::super::procs::ChildGuard;
 use super::gateway_config::{
-    backbone_toml, feed_gateway_toml, free_port, gateway_toml, listener_spec, ws_endpoint,
-    ListenerSpec, Upstream,
+    backbone_toml, feed_gateway_toml, free_port, gateway_toml, http_endpoint, listener_spec,
+    ws_endpoint, ListenerSpec, Upstream,
 };
 use super::{StartOpts, PROBE_EVERY, READY_TIMEOUT};
 
@@ -58,6 +58,18 @@ pub(super) async fn echo_process(dir: &Path) -> anyhow::Result<(ChildGuard, Endp
     let mut echo = ChildGuard::spawn("echo process", cmd, &dir.join("echo.log"))?;
     until_tcp(&mut echo, addr).await?;
     Ok((echo, ws_endpoint(addr, "/")))
+}
+
+/// Floor H: this loadgen executable as a bare hyper echo (HTTP/1.1 and
+/// h2c) on a free loopback port, once it accepts.
+pub(super) async fn http_echo_process(dir: &Path) -> anyhow::Result<(ChildGuard, Endpoint)> {
+    let addr = free_port().context("picking a free port")?;
+    let exe = std::env::current_exe().context("locating the loadgen executable")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--http-echo-listen").arg(addr.to_string());
+    let mut echo = ChildGuard::spawn("HTTP echo process", cmd, &dir.join("http-echo.log"))?;
+    until_tcp(&mut echo, addr).await?;
+    Ok((echo, http_endpoint(addr, "/rpc")))
 }
 
 /// Waits until `child` accepts TCP connections on `addr`.
