@@ -56,6 +56,13 @@
 //! `ALLOCS_REQUESTS=N` changes the number of measured requests;
 //! `ALLOCS_CASES=holon,CBOR` runs only the cases whose name begins with one
 //! of the comma-separated words (for a profiler that should see one path).
+//! `ALLOCS_TELEMETRY=logs` installs the subscriber `switchyard run` installs
+//! with the default `[log]` (info lines on stderr); `ALLOCS_TELEMETRY=otel`
+//! adds span export (`[tracing] enabled`, every trace sampled, to a port
+//! where nothing listens: the spans are made and recorded on thread G, the
+//! failing export runs on the exporter's own thread). Unset, no subscriber
+//! is installed (spans and debug lines then cost what `tracing` does
+//! without one).
 
 use std::collections::HashSet;
 use std::error::Error;
@@ -199,6 +206,7 @@ fn main() -> Res<()> {
         Ok(n) => n.parse()?,
         Err(_) => REQUESTS,
     };
+    let _telemetry = telemetry()?;
     let only = std::env::var("ALLOCS_CASES").unwrap_or_default();
     let chosen = |case: &Case| {
         only.is_empty()
@@ -212,6 +220,31 @@ fn main() -> Res<()> {
     }
     print_table(&rows);
     Ok(())
+}
+
+/// The tracing subscriber `ALLOCS_TELEMETRY` asks for (see the module
+/// docs); kept until the end of the run.
+fn telemetry() -> Res<Option<switchyard::telemetry::Telemetry>> {
+    use switchyard::config::{LogConfig, LogFormat, TracingConfig};
+    let log = LogConfig {
+        format: LogFormat::Text,
+        level: "info".into(),
+    };
+    let tracing = match std::env::var("ALLOCS_TELEMETRY")
+        .unwrap_or_default()
+        .as_str()
+    {
+        "" => return Ok(None),
+        "logs" => TracingConfig::default(),
+        "otel" => TracingConfig {
+            enabled: true,
+            // Port 9 (discard): nothing listens there on the bench's host.
+            endpoint: "http://127.0.0.1:9/v1/traces".into(),
+            ..TracingConfig::default()
+        },
+        other => return Err(format!("ALLOCS_TELEMETRY={other}: expected logs or otel").into()),
+    };
+    Ok(Some(switchyard::telemetry::init(&log, &tracing)))
 }
 
 /// The gateway's thread: what the client needs from it.
@@ -448,9 +481,7 @@ fn start_gateway(toml: String) -> Res<Gateway> {
             };
             // Warm-up: served, not counted.
             let _ = rt.block_on(start_rx);
-            let info = allocation_counter::measure(|| {
-                let _ = rt.block_on(stop_rx);
-            });
+            let info = allocation_counter::measure(|| measured_requests(&rt, stop_rx));
             // The client waits for the count: ignore its going away.
             let _ = counted_tx.send(info);
             let _ = rt.block_on(closed_rx);
@@ -466,6 +497,15 @@ fn start_gateway(toml: String) -> Res<Gateway> {
         closed,
         thread,
     })
+}
+
+/// Runs the gateway's runtime until the client has had every measured
+/// reply. Never inlined: `scripts/instructions.sh` has callgrind count
+/// only what runs inside this function (`--toggle-collect`), that is
+/// thread G's work for the measured requests.
+#[inline(never)]
+fn measured_requests(rt: &tokio::runtime::Runtime, stop: oneshot::Receiver<()>) {
+    let _ = rt.block_on(stop);
 }
 
 /// Sends `n` echo requests with `WINDOW` in flight and checks every reply

@@ -423,8 +423,8 @@ pub fn finish_request(mut head: String, id: u64) -> String {
 /// Appends the end of a request whose head `out` ends with: the id `id`
 /// and the closing brace.
 pub fn finish_request_into(out: &mut String, id: u64) {
-    // Writing to a String cannot fail.
-    let _ = write!(out, "{id}}}");
+    out.push_str(itoa::Buffer::new().format(id));
+    out.push('}');
 }
 
 /// Renders a batch reply (a JSON array of messages).

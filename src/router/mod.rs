@@ -252,7 +252,7 @@ impl Router {
             switchyard.listener = %self.cfg.name,
             switchyard.upstream = tracing::field::Empty,
         );
-        if crate::telemetry::record_ids() {
+        if !span.is_disabled() && crate::telemetry::record_ids() {
             if let Some(token) = id.as_json() {
                 span.record("rpc.jsonrpc.request_id", token);
             }

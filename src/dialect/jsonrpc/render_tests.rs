@@ -20,21 +20,25 @@ fn render_request_matches_render() {
     for style in [Style::Frame, Style::Line, Style::Holon] {
         for p in params {
             for method in ["echo", "we\"ird\n"] {
-                let payload = p.map(|t| Payload::Json(raw_from_string(t.to_string())));
-                let msg = Message::Request {
-                    id: WireId::number(42),
-                    method: method.into(),
-                    params: payload.clone(),
-                };
-                let expected = render(&msg, style).unwrap();
-                assert_eq!(
-                    render_request(42, method, payload.as_ref(), style).unwrap(),
-                    expected
-                );
-                // Appended after what the buffer already holds.
-                let mut out = String::from("before\n");
-                render_request_into(42, method, payload.as_ref(), style, &mut out).unwrap();
-                assert_eq!(out, format!("before\n{expected}"));
+                // The id is written last, digit by digit: the shortest and
+                // the longest too.
+                for id in [0, 42, u64::MAX] {
+                    let payload = p.map(|t| Payload::Json(raw_from_string(t.to_string())));
+                    let msg = Message::Request {
+                        id: WireId::number(id),
+                        method: method.into(),
+                        params: payload.clone(),
+                    };
+                    let expected = render(&msg, style).unwrap();
+                    assert_eq!(
+                        render_request(id, method, payload.as_ref(), style).unwrap(),
+                        expected
+                    );
+                    // Appended after what the buffer already holds.
+                    let mut out = String::from("before\n");
+                    render_request_into(id, method, payload.as_ref(), style, &mut out).unwrap();
+                    assert_eq!(out, format!("before\n{expected}"));
+                }
             }
         }
     }

@@ -200,22 +200,29 @@ impl Session {
     /// Handles one inbound text frame or line; what it carries is decoded
     /// as slices of it.
     pub async fn on_text(&self, text: &ByteString) -> Verdict {
-        let inbound = self
-            .codec()
-            .decode_text(text, self.listener().cfg().max_batch_items);
-        self.on_inbound(text.len(), inbound).await
+        // One read of the listener for the decode's limit and the counts
+        // (not held across the await below).
+        let inbound = {
+            let listener = self.listener();
+            let inbound = self
+                .codec()
+                .decode_text(text, listener.cfg().max_batch_items);
+            self.count_in(&listener, text.len(), &inbound);
+            inbound
+        };
+        self.on_inbound(inbound).await
     }
 
     /// Handles one inbound binary frame (Sideband); what it carries is
     /// decoded as slices of it.
     pub async fn on_binary(&self, bytes: &bytes::Bytes) -> Verdict {
         let inbound = self.codec().decode_binary(bytes);
-        self.on_inbound(bytes.len(), inbound).await
+        self.count_in(&self.listener(), bytes.len(), &inbound);
+        self.on_inbound(inbound).await
     }
 
-    /// Does what one inbound frame of `bytes` asks, as the codec decoded it.
-    async fn on_inbound(&self, bytes: usize, inbound: Inbound) -> Verdict {
-        self.count_in(bytes, &inbound);
+    /// Does what one inbound frame asks, as the codec decoded it.
+    async fn on_inbound(&self, inbound: Inbound) -> Verdict {
         // The listener is read per use, never held across an await (a
         // reload may replace it meanwhile).
         match inbound {
@@ -254,8 +261,7 @@ impl Session {
     }
 
     /// Counts an inbound frame and its messages (and a batch's size).
-    fn count_in(&self, bytes: usize, inbound: &Inbound) {
-        let listener = self.listener();
+    fn count_in(&self, listener: &Listener, bytes: usize, inbound: &Inbound) {
         let (m, d) = (listener.metrics(), self.dialect());
         m.count_frame(d, Side::Client, Direction::In, bytes);
         let count = |item: &Item| {
