@@ -88,6 +88,34 @@ async fn route(
     peer: SocketAddr,
     place: Option<Place>,
 ) -> Response {
+    if req.method() == Method::HEAD {
+        return without_body(answer(paths, req, peer, place).await);
+    }
+    answer(paths, req, peer, place).await
+}
+
+/// The answer to a `HEAD`: its head, with the length the body would have
+/// had, and no body (HTTP/2 does not drop it by itself).
+fn without_body(mut res: Response) -> Response {
+    use axum::body::HttpBody as _;
+    use axum::http::{header::CONTENT_LENGTH, HeaderValue};
+    if !res.headers().contains_key(CONTENT_LENGTH) {
+        if let Some(len) = res.body().size_hint().exact() {
+            res.headers_mut()
+                .insert(CONTENT_LENGTH, HeaderValue::from(len));
+        }
+    }
+    *res.body_mut() = axum::body::Body::empty();
+    res
+}
+
+/// [`route`]'s answer, body included.
+async fn answer(
+    paths: Arc<Paths>,
+    req: Request<RequestBody>,
+    peer: SocketAddr,
+    place: Option<Place>,
+) -> Response {
     let entry = paths
         .get(req.uri().path())
         .or_else(|| super::http::events_entry(&paths, req.uri().path()));
