@@ -350,6 +350,44 @@ async fn an_http2_client_multiplexes_100_calls_on_one_connection() {
     stack.gateway.shutdown().await;
 }
 
+/// A `HEAD` gets the head of what a `GET` would get (here `405` with
+/// `Allow` and the length of its text) and no body, over HTTP/2 too,
+/// where hyper sends whatever body the answer has.
+#[tokio::test]
+async fn head_gets_no_body_over_http2() {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let stack = HttpStack::start("").await;
+    let uri: hyper::Uri = stack.url.parse().expect("uri");
+    let authority = uri.authority().expect("authority").to_string();
+    let tcp = tokio::net::TcpStream::connect(&authority)
+        .await
+        .expect("connect");
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .expect("h2 handshake");
+    tokio::spawn(conn);
+    let req = hyper::Request::head(uri.clone())
+        .body(Empty::<bytes::Bytes>::new())
+        .expect("request");
+    let response = tokio::time::timeout(common::STEP * 3, sender.send_request(req))
+        .await
+        .expect("answer in time")
+        .expect("response");
+    assert_eq!(response.status(), 405);
+    assert_eq!(response.headers()["allow"], "POST, OPTIONS");
+    assert_eq!(response.headers()["content-length"], "18");
+    let body = tokio::time::timeout(common::STEP * 3, response.into_body().collect())
+        .await
+        .expect("body in time")
+        .expect("body")
+        .to_bytes();
+    assert!(body.is_empty(), "a HEAD answer has no body: {body:?}");
+    stack.gateway.shutdown().await;
+}
+
 /// An HTTP/2 connection carries at most `max_in_flight` streams at once:
 /// the server announces it in its SETTINGS (read by the `h2` crate's
 /// client), and calls beyond it wait for a free stream, then complete.

@@ -192,6 +192,11 @@ impl UpgradePolicy {
         authorization: Option<&[u8]>,
         query: Option<&str>,
     ) -> Result<Identity, Refusal> {
+        // No credential configured: nothing to read or compare (and no
+        // copy of the credentials made per request).
+        if self.token.is_none() && self.clients.is_empty() && self.jwt.is_none() {
+            return Ok(Identity::default());
+        }
         let credentials = Credentials {
             unnamed: self.token.clone(),
             named: self.clients.clone(),

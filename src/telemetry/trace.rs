@@ -90,6 +90,9 @@ pub enum TraceError {
     Export(String),
 }
 
+/// The W3C header that names a request's parent span.
+const TRACEPARENT: &str = "traceparent";
+
 /// Reads W3C trace context headers from an HTTP request.
 struct HeaderCarrier<'a>(&'a HeaderMap);
 
@@ -158,8 +161,12 @@ pub fn connection_span(
     listener: &str,
     dialect: &'static str,
 ) -> tracing::Span {
-    let parent = TraceContextPropagator::new().extract(&HeaderCarrier(headers));
-    if !parent.span().span_context().is_valid() {
+    // Without a `traceparent` there is nothing to extract: the common case
+    // (every POST of a `jsonrpc-http` client) skips the propagator.
+    let parent = headers
+        .contains_key(TRACEPARENT)
+        .then(|| TraceContextPropagator::new().extract(&HeaderCarrier(headers)));
+    let Some(parent) = parent.filter(|p| p.span().span_context().is_valid()) else {
         return tracing::info_span!(
             target: LOCAL_TARGET,
             "switchyard.connection",
@@ -167,7 +174,7 @@ pub fn connection_span(
             switchyard.dialect = dialect,
             switchyard.client = tracing::field::Empty,
         );
-    }
+    };
     let span = tracing::info_span!(
         "switchyard.connection",
         otel.kind = "server",

@@ -1,4 +1,6 @@
-//! WebSocket listeners (axum): upgrade routes and the per-connection driver.
+//! WebSocket listeners (axum's WebSocket): the path router of an address
+//! ([`route`], which also hands `jsonrpc-http` requests over) and the
+//! per-connection driver.
 //!
 //! Listeners that share an address are served by one HTTP server, each on
 //! its own path; the path picks the dialect, never the offered subprotocol,
@@ -9,13 +11,13 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket, WebSocketUpgrade};
-use axum::extract::{ConnectInfo, Extension};
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::extract::FromRequestParts;
+use axum::http::{HeaderMap, Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytestring::ByteString;
 use futures_util::{SinkExt, StreamExt};
+use hyper::body::Incoming as RequestBody;
 use tokio::net::TcpListener;
 use tracing::Instrument;
 
@@ -70,49 +72,81 @@ pub(crate) async fn serve(
         l.rate().start_pruning(PRUNE_INTERVAL, ctx.shutdown.clone());
     }
     drop(served);
-    let app = axum::Router::new().fallback(
-        move |method: Method,
-              headers: HeaderMap,
-              uri: Uri,
-              ConnectInfo(peer): ConnectInfo<SocketAddr>,
-              place: Option<Extension<Place>>,
-              ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
-              body: axum::body::Body| {
-            let entry = paths
-                .get(uri.path())
-                .or_else(|| super::http::events_entry(&paths, uri.path()));
-            async move {
-                let Some(Entry { cell, ctx }) = entry else {
-                    return StatusCode::NOT_FOUND.into_response();
-                };
-                if cell.load().dialect().is_http() {
-                    let entry = Entry { cell, ctx };
-                    let place = place.map(|Extension(p)| p);
-                    return super::http::handle(entry, method, headers, uri, peer, body, place)
-                        .await;
-                }
-                if method != Method::GET {
-                    return StatusCode::METHOD_NOT_ALLOWED.into_response();
-                }
-                let ws = match ws {
-                    Ok(ws) => ws,
-                    Err(rejection) => return rejection.into_response(),
-                };
-                let listener = cell.load();
-                let who = match check_upgrade(&listener, &headers, &uri, peer.ip()) {
-                    Ok(who) => who,
-                    Err(refused) => return *refused,
-                };
-                // No longer pending: the session counts from here, before
-                // the client can see the 101.
-                if let Some(Extension(place)) = place {
-                    place.release();
-                }
-                upgrade(ws, &headers, &listener, cell, ctx, (peer.ip(), who))
-            }
-        },
-    );
+    let app = move |req: Request<RequestBody>, peer: SocketAddr, place: Option<Place>| {
+        route(paths.clone(), req, peer, place)
+    };
     super::accept::serve(listener, app, tls, http, &ctx).await
+}
+
+/// One request to the address: the listener its path names answers it
+/// (`jsonrpc-http`, see [`super::http`]), or it is a WebSocket upgrade;
+/// an unknown path gets 404. Called by [`super::accept`] directly, with
+/// no router in between: the request's parts are moved, never cloned.
+async fn route(
+    paths: Arc<Paths>,
+    req: Request<RequestBody>,
+    peer: SocketAddr,
+    place: Option<Place>,
+) -> Response {
+    if req.method() == Method::HEAD {
+        return without_body(answer(paths, req, peer, place).await);
+    }
+    answer(paths, req, peer, place).await
+}
+
+/// The answer to a `HEAD`: its head, with the length the body would have
+/// had, and no body (HTTP/2 does not drop it by itself).
+fn without_body(mut res: Response) -> Response {
+    use axum::body::HttpBody as _;
+    use axum::http::{header::CONTENT_LENGTH, HeaderValue};
+    if !res.headers().contains_key(CONTENT_LENGTH) {
+        if let Some(len) = res.body().size_hint().exact() {
+            res.headers_mut()
+                .insert(CONTENT_LENGTH, HeaderValue::from(len));
+        }
+    }
+    *res.body_mut() = axum::body::Body::empty();
+    res
+}
+
+/// [`route`]'s answer, body included.
+async fn answer(
+    paths: Arc<Paths>,
+    req: Request<RequestBody>,
+    peer: SocketAddr,
+    place: Option<Place>,
+) -> Response {
+    let entry = paths
+        .get(req.uri().path())
+        .or_else(|| super::http::events_entry(&paths, req.uri().path()));
+    let Some(Entry { cell, ctx }) = entry else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let (mut parts, body) = req.into_parts();
+    if cell.load().dialect().is_http() {
+        let entry = Entry { cell, ctx };
+        let (method, headers, uri) = (parts.method, parts.headers, parts.uri);
+        let body = axum::body::Body::new(body);
+        return super::http::handle(entry, method, headers, uri, peer, body, place).await;
+    }
+    if parts.method != Method::GET {
+        return StatusCode::METHOD_NOT_ALLOWED.into_response();
+    }
+    let ws = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+        Ok(ws) => ws,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let listener = cell.load();
+    let who = match check_upgrade(&listener, &parts.headers, &parts.uri, peer.ip()) {
+        Ok(who) => who,
+        Err(refused) => return *refused,
+    };
+    // No longer pending: the session counts from here, before the client
+    // can see the 101.
+    if let Some(place) = place {
+        place.release();
+    }
+    upgrade(ws, &parts.headers, &listener, cell, ctx, (peer.ip(), who))
 }
 
 /// Accepts the upgrade; the connection runs in a span whose OpenTelemetry

@@ -10,6 +10,8 @@
 //! the one reply is the rate limit's error, and statuses for what is not
 //! JSON-RPC at all (see `docs/protocols.md`, "JSON-RPC over HTTP").
 
+use std::sync::LazyLock;
+
 use crate::error::ErrorKind;
 
 pub mod sse;
@@ -63,10 +65,15 @@ pub fn reply_status(reply: &str) -> u16 {
     struct Code {
         code: i64,
     }
-    let limited = super::errors::jsonrpc_code(ErrorKind::RateLimited).0;
+    /// The rate limit's code as it appears in a reply, spelled once.
+    static LIMITED: LazyLock<(i64, String)> = LazyLock::new(|| {
+        let code = super::errors::jsonrpc_code(ErrorKind::RateLimited).0;
+        (code, code.to_string())
+    });
+    let (limited, ref spelled) = *LIMITED;
     // Only a lone object can be a single error; the full parse is done
     // only for the rare reply that mentions the code at all.
-    if !reply.trim_start().starts_with('{') || !reply.contains(&limited.to_string()) {
+    if !reply.trim_start().starts_with('{') || !reply.contains(spelled.as_str()) {
         return 200;
     }
     match serde_json::from_str::<Reply>(reply) {

@@ -259,7 +259,8 @@ fn answer(out: Vec<Outgoing>) -> Response {
     match (reply, closed) {
         (Some(text), _) => {
             let status = StatusCode::from_u16(wire::reply_status(&text)).unwrap_or(StatusCode::OK);
-            let mut r = (status, text.to_string()).into_response();
+            // The reply's bytes become the body as they are (no copy).
+            let mut r = (status, Body::from(Bytes::from(text))).into_response();
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
