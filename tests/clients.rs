@@ -202,15 +202,25 @@ async fn call(c: &mut TestClient, id: &str, method: &str, params: &str) -> Value
 }
 
 fn forbidden(speak: Speak, reply: &Value) -> bool {
+    dialect_error(
+        speak,
+        reply,
+        (-32001, 16, "unauthorized"),
+        "forbidden by policy",
+    )
+}
+
+/// Whether `reply` is the error of `kind` with `detail` as `speak` writes
+/// it: the JSON-RPC code, the holon-rpc code, the Sideband kind
+/// (error-codes.md).
+fn dialect_error(speak: Speak, reply: &Value, codes: (i64, i64, &str), detail: &str) -> bool {
+    let (jsonrpc, holon, kind) = codes;
     let e = &reply["error"];
     match speak {
-        Speak::JsonRpc | Speak::Ndjson | Speak::Http => {
-            e["code"] == -32001 && e["data"] == "forbidden by policy"
-        }
-        Speak::Holon => e["code"] == 16 && e["data"] == "forbidden by policy",
+        Speak::JsonRpc | Speak::Ndjson | Speak::Http => e["code"] == jsonrpc && e["data"] == detail,
+        Speak::Holon => e["code"] == holon && e["data"] == detail,
         Speak::SidebandJson | Speak::SidebandCbor => {
-            e["code"] == 2000
-                && e["data"] == json!({"kind": "unauthorized", "detail": "forbidden by policy"})
+            e["code"] == 2000 && e["data"] == json!({"kind": kind, "detail": detail})
         }
     }
 }
@@ -309,17 +319,7 @@ async fn each_credential_gets_its_own_topic_policy_in_every_dialect() {
 /// Whether `reply` is the dialect's `rate_limited` error for a named
 /// client's own rate.
 fn rate_limited(speak: Speak, reply: &Value) -> bool {
-    let e = &reply["error"];
-    match speak {
-        Speak::JsonRpc | Speak::Ndjson | Speak::Http => {
-            e["code"] == -32006 && e["data"] == "rate_client"
-        }
-        Speak::Holon => e["code"] == 8 && e["data"] == "rate_client",
-        Speak::SidebandJson | Speak::SidebandCbor => {
-            e["code"] == 2000
-                && e["data"] == json!({"kind": "rate_limited", "detail": "rate_client"})
-        }
-    }
+    dialect_error(speak, reply, (-32006, 8, "rate_limited"), "rate_client")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
