@@ -815,26 +815,6 @@ async fn open_stream(url: &str) -> (u16, hyper::body::Incoming) {
     (response.status().as_u16(), response.into_body())
 }
 
-/// The text of `body` up to its end (bounded: a stream still open after
-/// a minute fails the test).
-async fn read_to_end(body: &mut hyper::body::Incoming) -> String {
-    use http_body_util::BodyExt;
-    let mut text = String::new();
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        match tokio::time::timeout_at(deadline, body.frame()).await {
-            Ok(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    text.push_str(&String::from_utf8_lossy(data));
-                }
-            }
-            Ok(None) => return text,
-            Ok(Some(Err(e))) => panic!("the stream broke instead of ending: {e}\n{text}"),
-            Err(_) => panic!("the stream is still open:\n{text}"),
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_stream_is_a_connection_of_its_client_and_ends_when_revoked() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -868,7 +848,7 @@ async fn an_event_stream_is_a_connection_of_its_client_and_ends_when_revoked() {
     };
     assert_eq!(open(), 1.0);
     let (status, mut refused) = open_stream(&events("leaver-token")).await;
-    let text = read_to_end(&mut refused).await;
+    let text = common::http::read_to_end(&mut refused).await;
     assert_eq!((status, text.as_str()), (429, "max connections exceeded"));
     // The leaver is removed: its stream ends with the error event; the
     // keeper's stays open.
@@ -881,7 +861,7 @@ async fn an_event_stream_is_a_connection_of_its_client_and_ends_when_revoked() {
     )
     .expect("rewrite");
     gateway.reload().await.expect("reload");
-    let text = read_to_end(&mut leaver).await;
+    let text = common::http::read_to_end(&mut leaver).await;
     let last = text
         .rsplit_once("event: error\ndata: ")
         .and_then(|(_, last)| last.strip_suffix("\n\n"))

@@ -485,7 +485,6 @@ fn request(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_stream_ends_with_an_error_event_when_its_token_expires() {
-    use http_body_util::BodyExt;
     let key = Key::new();
     let gw = Gateway::with_pem(&key).await;
     // Expires in ten seconds (leeway 0; room for a slow machine to open
@@ -502,22 +501,9 @@ async fn an_event_stream_ends_with_an_error_event_when_its_token_expires() {
     .expect("an answer");
     assert_eq!(response.status(), 200);
     let mut body = response.into_body();
-    let mut text = String::new();
-    // Read to the end of the stream (generously bounded: a stream that
-    // outlives its token by a minute is the failure).
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        match tokio::time::timeout_at(deadline, body.frame()).await {
-            Ok(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    text.push_str(&String::from_utf8_lossy(data));
-                }
-            }
-            Ok(None) => break,
-            Ok(Some(Err(e))) => panic!("the stream broke instead of ending: {e}\n{text}"),
-            Err(_) => panic!("the stream is still open past its token's expiry:\n{text}"),
-        }
-    }
+    // Read to the end of the stream (a stream that outlives its token by a
+    // minute is the failure).
+    let text = common::http::read_to_end(&mut body).await;
     assert!(text.starts_with(": subscribed\n\n"), "{text}");
     let last = text
         .rsplit_once("event: error\ndata: ")

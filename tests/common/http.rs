@@ -125,3 +125,23 @@ async fn exchange(authority: &str, path: &str, headers: &[(&str, &str)]) -> Repl
         body,
     }
 }
+
+/// The text of a streamed `body` up to its end, bounded: a stream still
+/// open after a minute fails the test (a stream that should have ended,
+/// e.g. at its token's expiry, and did not).
+pub async fn read_to_end(body: &mut hyper::body::Incoming) -> String {
+    let mut text = String::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    text.push_str(&String::from_utf8_lossy(data));
+                }
+            }
+            Ok(None) => return text,
+            Ok(Some(Err(e))) => panic!("the stream broke instead of ending: {e}\n{text}"),
+            Err(_) => panic!("the stream is still open:\n{text}"),
+        }
+    }
+}
