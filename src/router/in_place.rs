@@ -246,7 +246,7 @@ impl InPlace {
             receipt.abandon();
         }
         for call in calls {
-            call.finish(self, Err(shutting_down()));
+            call.finish(self, Err(shutting_down()), std::time::Instant::now());
         }
     }
 
@@ -283,7 +283,7 @@ impl Caller for InPlace {
         }
     }
 
-    fn complete(&self, token: u64, reply: ReplyResult) -> bool {
+    fn complete(&self, token: u64, reply: ReplyResult, now: std::time::Instant) -> bool {
         let out = take(&mut self.calls.lock().out, token);
         // Answered by the session already (it ended), or never its call.
         let Some(Out { at, call }) = out else {
@@ -292,7 +292,7 @@ impl Caller for InPlace {
         // Dropped after the lock: a last link handle may free room, which
         // writes parked calls (and tells their sessions).
         drop(at);
-        call.finish(self, reply)
+        call.finish(self, reply, now)
     }
 }
 
@@ -314,9 +314,9 @@ fn shutting_down() -> GatewayError {
 // === impl Call ===
 
 impl Call {
-    /// Renders the reply into `to`'s outbox, records its outcome and ends
-    /// its spans. Returns false when the client is gone.
-    fn finish(self, to: &InPlace, reply: ReplyResult) -> bool {
+    /// Renders the reply into `to`'s outbox, records its outcome (settled
+    /// at `now`) and ends its spans. Returns false when the client is gone.
+    fn finish(self, to: &InPlace, reply: ReplyResult, now: std::time::Instant) -> bool {
         let Call {
             id,
             router,
@@ -327,7 +327,7 @@ impl Call {
             client_span,
         } = self;
         drop(client_span);
-        let msg = router.finish(id, &upstream, started, reply);
+        let msg = router.finish(id, &upstream, started, now, reply);
         if !span.is_disabled() {
             record_outcome(&span, &msg);
         }

@@ -317,12 +317,13 @@ impl Router {
             return Message::error(Some(id), errors::no_route_matched(method, self.cfg.dialect));
         };
         tracing::Span::current().record("switchyard.upstream", upstream.name());
-        let started = Instant::now();
-        let deadline = TokioInstant::now() + self.cfg.request_timeout;
+        // One clock read: the request's start and its deadline.
+        let now = TokioInstant::now();
+        let (started, deadline) = (now.into_std(), now + self.cfg.request_timeout);
         let result = upstream
             .request(&id, method, params, deadline, client)
             .await;
-        self.finish(id, upstream, started, result)
+        self.finish(id, upstream, started, Instant::now(), result)
     }
 
     /// Serves one of the pub/sub or persistent methods (switchyard's own,
@@ -429,13 +430,14 @@ impl Router {
         }
     }
 
-    /// Records a request's duration and outcome and returns the client's
-    /// reply, with the client's id.
+    /// Records a request's duration (`started` to `now`) and outcome and
+    /// returns the client's reply, with the client's id.
     pub(crate) fn finish(
         &self,
         id: WireId,
         upstream: &Upstream,
         started: Instant,
+        now: Instant,
         result: Result<Message, GatewayError>,
     ) -> Message {
         let series = self
@@ -443,7 +445,7 @@ impl Router {
             .iter()
             .find(|(u, _)| std::ptr::eq(Arc::as_ptr(u), upstream))
             .map(|(_, s)| s);
-        let elapsed = started.elapsed();
+        let elapsed = now.saturating_duration_since(started);
         match series {
             Some(s) => s.duration.observe_duration(elapsed),
             None => {

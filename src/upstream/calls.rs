@@ -357,7 +357,7 @@ async fn call_on(
         .map_err(|(e, _)| e)?;
     guard.link = Some((link, gid));
     let reply = rx.await;
-    slots.settled(true);
+    slots.settled(true, std::time::Instant::now());
     guard.link = None;
     reply.unwrap_or_else(|_| Err(GatewayError::new(ErrorKind::Unavailable)))
 }

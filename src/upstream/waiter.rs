@@ -64,9 +64,10 @@ pub(crate) trait Caller: Send + Sync + std::fmt::Debug {
     /// Its call `token` was written: `receipt` takes it back
     /// ([`Receipt::abandon`]) should the client leave before its reply.
     fn written(&self, token: u64, receipt: Receipt);
-    /// Delivers call `token`'s outcome. Returns false when nobody wanted
-    /// it any more (the client left, or its calls were answered already).
-    fn complete(&self, token: u64, reply: ReplyResult) -> bool;
+    /// Delivers call `token`'s outcome, settled at `now` (the end of its
+    /// request's duration). Returns false when nobody wanted it any more
+    /// (the client left, or its calls were answered already).
+    fn complete(&self, token: u64, reply: ReplyResult, now: std::time::Instant) -> bool;
 }
 
 /// One request to settle in place: what to send, who gets the outcome,
@@ -117,7 +118,12 @@ impl Receipt {
 impl Settle {
     /// Delivers the outcome. Returns false when nobody wanted it any more.
     pub(crate) fn complete(self, reply: ReplyResult) -> bool {
-        self.caller.complete(self.token, reply)
+        self.complete_at(reply, std::time::Instant::now())
+    }
+
+    /// [`Self::complete`] with the clock read already: `now`.
+    fn complete_at(self, reply: ReplyResult, now: std::time::Instant) -> bool {
+        self.caller.complete(self.token, reply, now)
     }
 }
 
@@ -148,8 +154,11 @@ impl Waiter {
         match self {
             Waiter::Task(tx) => tx.send(reply).is_ok(),
             Waiter::Direct(c, mut slots) => {
-                slots.settled(record_duration);
-                let delivered = c.complete(reply);
+                // One clock read ends both the upstream's and the
+                // request's durations.
+                let now = std::time::Instant::now();
+                slots.settled(record_duration, now);
+                let delivered = c.complete_at(reply, now);
                 // The room it leaves goes to the next parked call.
                 drop(slots);
                 delivered
@@ -242,13 +251,15 @@ impl Slots {
         }
     }
 
-    /// The call settled: no longer in flight. With `record_duration` (an
-    /// outcome of a written request that is not a timeout) it also records
-    /// the upstream-only duration.
-    pub(crate) fn settled(&mut self, record_duration: bool) {
+    /// The call settled, at `now`: no longer in flight. With
+    /// `record_duration` (an outcome of a written request that is not a
+    /// timeout) it also records the upstream-only duration.
+    pub(crate) fn settled(&mut self, record_duration: bool, now: std::time::Instant) {
         let calls = self.held.room.calls();
         if record_duration {
-            calls.1.observe_duration(self.started.elapsed());
+            calls
+                .1
+                .observe_duration(now.saturating_duration_since(self.started));
         }
         if std::mem::take(&mut self.counted) {
             calls.0.dec();
