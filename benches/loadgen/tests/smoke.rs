@@ -127,17 +127,8 @@ fn fanout_smoke_delivers_every_event_to_every_subscriber() {
     let table = section(&stdout, "fanout");
     let labels = check_table("fanout", table);
     assert_eq!(labels, FANOUT_ROWS, "{table}");
-    let rows: Vec<Vec<String>> = table
-        .lines()
-        .filter(|l| l.starts_with('|') && !l.starts_with("|---"))
-        .map(cells)
-        .collect();
-    let col = |name: &str| {
-        rows[0]
-            .iter()
-            .position(|h| h == name)
-            .unwrap_or_else(|| panic!("no {name} column in {:?}", rows[0]))
-    };
+    let rows = table_rows(table);
+    let col = |name: &str| column(&rows[0], name);
     let (subs, closed, published) = (col("subscribers"), col("closed"), col("published ev/s"));
     for (row, want) in rows[1..].iter().zip(["1/1", "3/3"]) {
         assert_eq!(row[subs], want, "{row:?}");
@@ -157,17 +148,8 @@ fn scaleout_smoke_delivers_every_event_once_over_one_and_two_instances() {
     // 0 errors, 0 mismatched (no event repeated or out of order), 0 lost.
     let labels = check_table("scaleout", table);
     assert_eq!(labels, SCALEOUT_ROWS, "{table}");
-    let rows: Vec<Vec<String>> = table
-        .lines()
-        .filter(|l| l.starts_with('|') && !l.starts_with("|---"))
-        .map(cells)
-        .collect();
-    let col = |name: &str| {
-        rows[0]
-            .iter()
-            .position(|h| h == name)
-            .unwrap_or_else(|| panic!("no {name} column in {:?}", rows[0]))
-    };
+    let rows = table_rows(table);
+    let col = |name: &str| column(&rows[0], name);
     let want = [("1", "4", false), ("1", "4", true), ("2", "2 / 2", true)];
     for (row, (instances, split, nats)) in rows[1..].iter().zip(want) {
         assert_eq!(row[col("instances")], instances, "{row:?}");
@@ -197,17 +179,8 @@ fn http_smoke_posts_over_http1_and_http2_with_every_reply_verified() {
     assert!(ok, "loadgen failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
     let table = section(&stdout, "http");
     assert_eq!(check_table("http", table), HTTP_ROWS, "{table}");
-    let rows: Vec<Vec<String>> = table
-        .lines()
-        .filter(|l| l.starts_with('|') && !l.starts_with("|---"))
-        .map(cells)
-        .collect();
-    let col = |name: &str| {
-        rows[0]
-            .iter()
-            .position(|h| h == name)
-            .unwrap_or_else(|| panic!("no {name} column in {:?}", rows[0]))
-    };
+    let rows = table_rows(table);
+    let col = |name: &str| column(&rows[0], name);
     for (row, load) in
         rows[1..]
             .iter()
@@ -237,20 +210,11 @@ fn soak_smoke_with_chaos_reports_no_lost_or_misrouted_requests() {
     ] {
         assert!(stdout.contains(line), "no {line:?} in:\n{stdout}");
     }
-    let rows: Vec<Vec<String>> = stdout
-        .lines()
-        .filter(|l| l.starts_with('|') && !l.starts_with("|---"))
-        .map(cells)
-        .collect();
+    let rows = table_rows(&stdout);
     let header = rows
         .first()
         .unwrap_or_else(|| panic!("no table:\n{stdout}"));
-    let col = |name: &str| {
-        header
-            .iter()
-            .position(|h| h == name)
-            .unwrap_or_else(|| panic!("no {name} column in {header:?}"))
-    };
+    let col = |name: &str| column(header, name);
     let (replies, lost, misrouted) = (col("replies"), col("lost"), col("misrouted"));
     for row in &rows[1..] {
         assert_eq!(row[lost], "0", "lost requests: {row:?}");
@@ -390,6 +354,23 @@ fn check_table(scenario: &str, section: &str) -> Vec<String> {
         labels.push(row[0].clone());
     }
     labels
+}
+
+/// The cells of every row of the tables in `text`, header rows included,
+/// separator rows left out.
+fn table_rows(text: &str) -> Vec<Vec<String>> {
+    text.lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("|---"))
+        .map(cells)
+        .collect()
+}
+
+/// Where the column `name` is in `header`; a missing column fails the test.
+fn column(header: &[String], name: &str) -> usize {
+    header
+        .iter()
+        .position(|h| h == name)
+        .unwrap_or_else(|| panic!("no {name} column in {header:?}"))
 }
 
 fn cells(line: &str) -> Vec<String> {
