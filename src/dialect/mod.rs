@@ -73,10 +73,9 @@ use crate::error::{ErrorKind, GatewayError, Side};
 
 use holon::client::HolonClient;
 use holon::upstream::HolonUpstream;
-use jsonrpc::client::JsonRpcClient;
-use jsonrpc::upstream::JsonRpcUpstream;
 use jsonrpc::{
-    decode_upstream_in, render_batch, render_exact, render_scratch, NotJson, ReplyError, Style,
+    decode_upstream_in, render_batch, render_exact, render_scratch, JsonRpcClient, JsonRpcUpstream,
+    NotJson, ReplyError, Style,
 };
 use link::{
     not_json, parse_gateway_id, Decoded, Event, Farewell, Fault, Framing, Handshake, Liveness,
@@ -385,7 +384,7 @@ pub fn subprotocol<'a>(
     offered: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
     match dialect {
-        Dialect::JsonRpc => jsonrpc::client::subprotocol(offered),
+        Dialect::JsonRpc => jsonrpc::subprotocol(offered),
         Dialect::Holon => holon::client::subprotocol(offered),
         Dialect::Sideband => sideband::client::subprotocol(offered),
         Dialect::Ndjson | Dialect::JsonRpcHttp => None,
@@ -526,7 +525,7 @@ impl ClientCodec {
             ClientCodec::JsonRpc(_)
             | ClientCodec::Ndjson(_)
             | ClientCodec::JsonRpcHttp(_)
-            | ClientCodec::Sideband(_) => jsonrpc::client::pong(method, answer_ping),
+            | ClientCodec::Sideband(_) => jsonrpc::pong(method, answer_ping),
         }
     }
 
@@ -611,7 +610,7 @@ impl ClientCodec {
             ClientCodec::JsonRpc(_)
             | ClientCodec::Ndjson(_)
             | ClientCodec::JsonRpcHttp(_)
-            | ClientCodec::Holon(_) => jsonrpc::client::push_id(n),
+            | ClientCodec::Holon(_) => jsonrpc::push_wire_id(n),
         }
     }
 
@@ -627,7 +626,7 @@ impl ClientCodec {
                 | ClientCodec::JsonRpcHttp(_)
                 | ClientCodec::Holon(_),
                 _,
-            ) => jsonrpc::client::push_number(id),
+            ) => jsonrpc::push_number(id),
         }
     }
 
