@@ -9,10 +9,16 @@
 //! table: index, `rpc.system`, text style, family of error codes) and the
 //! codec each dialect has in each role, [`ClientCodec`] for a listener and
 //! [`UpstreamCodec`] for an upstream link, each an enum with one variant
-//! per dialect. What a dialect knows of its wire is in its own folder;
-//! here it is only listed: every `match` on a dialect or on a codec's
-//! variant is in this file (none has a wildcard arm), so adding a dialect
-//! makes the compiler list each place to extend here.
+//! per dialect. What a dialect knows of its wire is in its own module
+//! (`<name>.rs` with its folder, or `<name>/mod.rs`), its listener and
+//! upstream halves included. A dialect whose halves hold no state of
+//! their own keeps them as sections of its module file (JSON-RPC: a
+//! connection's framing, a link's settings); one whose halves keep state
+//! per connection or per link keeps both as files of the folder
+//! (holon-rpc: a link's heartbeat in flight; Sideband: its session and
+//! cids). Here a dialect is only listed: every `match` on a dialect or on
+//! a codec's variant is in this file (none has a wildcard arm), so adding
+//! a dialect makes the compiler list each place to extend here.
 //!
 //! ## The listener half
 //!
