@@ -42,7 +42,8 @@
 //! - [`router`]: a listener's `Router`: route table, method policy, reply delivery, the pub/sub
 //!   and persistent methods and event delivery.
 //! - [`upstream`]: connection pools to the services behind switchyard;
-//!   [`upstream::correlator`] keeps one connection's gateway ids.
+//!   [`upstream::correlator`] holds a link's calls out: each one's gateway id, who waits
+//!   for its outcome, and the room it holds until it settles.
 //! - [`transport`]: client-facing I/O: each `Listener` (config, limits, upgrade checks, its
 //!   router; in a `ListenerCell` a reload swaps), WebSocket and Unix listeners, the connection
 //!   driver, sessions; the `jsonrpc-http` listener (`POST` bodies and Server-Sent Events) on

@@ -16,7 +16,16 @@
 //! contain line breaks are minified, because a pretty-printed client
 //! message would otherwise split the line; string contents are never
 //! re-escaped.
+//!
+//! ## The two halves
+//!
+//! The listener half ([`JsonRpcClient`]) and the upstream half
+//! (`JsonRpcUpstream`) close this file: neither holds state of its own (a
+//! client connection's codec is its framing, a link's is its settings), so
+//! they sit beside the codec they frame rather than in files of their own.
+//! Pure: no sockets, no tokio.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use bytestring::ByteString;
@@ -24,7 +33,10 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use crate::dialect::errors;
+use crate::dialect::holon::is_structured;
 use crate::dialect::json_string::{push_json_string, string_value};
+use crate::dialect::link;
+use crate::envelope::raw_from_string;
 use crate::envelope::{ErrorObject, JsonToken, Message, Outcome, Payload, RawJson, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 
@@ -259,9 +271,6 @@ fn invalid_request(id: Option<WireId>) -> Message {
     );
     Message::error(Some(id.unwrap_or_else(WireId::null)), err)
 }
-
-pub mod client;
-pub(crate) mod upstream;
 
 // === Rendering ===
 
@@ -574,6 +583,209 @@ fn approx_len(msg: &Message) -> usize {
         } => payload(Some(p)),
         _ => 32,
     }
+}
+
+// === the listener half ===
+//
+// JSON-RPC's listener half, for the JSON-RPC WebSocket dialect, NDJSON and
+// JSON-RPC over HTTP, which differ only in framing: a connection's codec is
+// its framing and nothing else (no per-connection state), so it lives here,
+// beside the codec it frames.
+
+/// The subprotocol a JSON-RPC WebSocket client may offer (jsonrpc-ws.md §1).
+pub const SUBPROTOCOL: &str = "jsonrpc";
+
+/// The close reason for a message over the size limit.
+pub const TOO_LARGE: &str = "message too large";
+
+/// How a JSON-RPC client's texts are framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// One WebSocket text frame per message (or batch).
+    Frame,
+    /// One NDJSON line per message (or batch).
+    Line,
+    /// One HTTP POST body per message (or batch), its reply the response
+    /// body (`jsonrpc-http`).
+    Body,
+}
+
+/// One JSON-RPC client connection's codec: its framing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JsonRpcClient {
+    framing: Framing,
+}
+
+/// The subprotocol to select from a WebSocket client's offers: exactly
+/// [`SUBPROTOCOL`], or none.
+pub fn subprotocol<'a>(offered: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    offered.into_iter().find(|p| *p == SUBPROTOCOL)
+}
+
+/// The `pong` notification that answers a `ping` notification, when
+/// `answer_ping` is set (the JSON dialects and Sideband; holon-rpc has no
+/// notifications).
+pub fn pong(method: &str, answer_ping: bool) -> Option<Message> {
+    (answer_ping && method == "ping").then(|| Message::Notification {
+        method: "pong".into(),
+        params: None,
+    })
+}
+
+/// The wire id of push number `n` to a text client: the string `"s<n>"`.
+pub fn push_wire_id(n: u64) -> WireId {
+    WireId::string(&compact_str::format_compact!("s{n}"))
+}
+
+/// The push number a text client's reply id `"s<n>"` answers.
+pub fn push_number(id: &WireId) -> Option<u64> {
+    id.as_json()
+        .and_then(|t| t.strip_prefix("\"s"))
+        .and_then(|t| t.strip_suffix('"'))
+        .and_then(|n| n.parse::<u64>().ok())
+}
+
+// === impl JsonRpcClient ===
+
+impl JsonRpcClient {
+    /// JSON-RPC in WebSocket text frames.
+    pub const WS: Self = JsonRpcClient {
+        framing: Framing::Frame,
+    };
+
+    /// JSON-RPC in NDJSON lines.
+    pub const LINES: Self = JsonRpcClient {
+        framing: Framing::Line,
+    };
+
+    /// JSON-RPC in HTTP POST bodies.
+    pub const HTTP: Self = JsonRpcClient {
+        framing: Framing::Body,
+    };
+
+    /// The dialect this framing makes.
+    pub const fn dialect(self) -> Dialect {
+        match self.framing {
+            Framing::Frame => Dialect::JsonRpc,
+            Framing::Line => Dialect::Ndjson,
+            Framing::Body => Dialect::JsonRpcHttp,
+        }
+    }
+
+    /// How replies are rendered: raw values verbatim in a frame; in a line,
+    /// minified where they hold line breaks.
+    pub const fn style(self) -> Style {
+        self.dialect().style()
+    }
+
+    /// Decodes one text frame or line; a batch holds at most
+    /// `max_batch_items`.
+    pub fn decode(self, text: &ByteString, max_batch_items: usize) -> Inbound {
+        decode(text, max_batch_items)
+    }
+
+    /// The answer to a message over `limit` bytes before close 1009: a
+    /// -32600 error to id `null` (`Message size exceeds maximum of N
+    /// bytes`, an NDJSON client `Line exceeds maximum of N bytes`).
+    pub fn oversize(self, limit: usize) -> super::Oversize {
+        let detail = match self.framing {
+            Framing::Frame | Framing::Body => {
+                format!("Message size exceeds maximum of {limit} bytes")
+            }
+            Framing::Line => format!("Line exceeds maximum of {limit} bytes"),
+        };
+        let err = GatewayError::with_detail(ErrorKind::InvalidRequest, detail);
+        super::Oversize {
+            reply: Some(Message::error(
+                Some(WireId::null()),
+                errors::render(&err, self.dialect()),
+            )),
+            reason: TOO_LARGE,
+        }
+    }
+
+    /// The params of a request switchyard pushes to the client, or why it
+    /// cannot: neither an NDJSON nor an HTTP client gets requests.
+    pub fn push_request_params(
+        self,
+        method: &str,
+        params: Option<Payload>,
+    ) -> Result<Option<Payload>, GatewayError> {
+        match self.framing {
+            Framing::Frame => Ok(params),
+            Framing::Line | Framing::Body => Err(GatewayError::no_route(method)),
+        }
+    }
+}
+
+// === the upstream half ===
+//
+// JSON-RPC towards an upstream (JSON-RPC WebSocket and NDJSON links, which
+// differ only in framing): integer ids, params an array or an object
+// (absent ones `{}` when configured). A link's codec is its settings, no
+// state of its own. Inbound texts are decoded by `decode_upstream_in`,
+// which holon-rpc upstreams share (the same JSON-RPC shapes).
+
+/// A JSON-RPC upstream link: nothing of its own beyond its settings.
+#[derive(Debug)]
+pub(crate) struct JsonRpcUpstream {
+    /// Lines (NDJSON) or text frames (JSON-RPC WebSocket).
+    framing: link::Framing,
+    /// Offer the `jsonrpc` subprotocol.
+    offer: bool,
+    /// Send `{}` for absent params.
+    fill_empty: bool,
+}
+
+// === impl JsonRpcUpstream ===
+
+impl JsonRpcUpstream {
+    /// A codec for `framing` (lines or text frames).
+    pub(crate) fn new(framing: link::Framing, opts: link::Options) -> Self {
+        JsonRpcUpstream {
+            framing,
+            offer: opts.offer_subprotocol,
+            fill_empty: opts.fill_empty_params,
+        }
+    }
+
+    /// NDJSON for lines, JSON-RPC WebSocket for frames.
+    pub(crate) fn dialect(&self) -> Dialect {
+        match self.framing {
+            link::Framing::Line => Dialect::Ndjson,
+            link::Framing::Text | link::Framing::Binary => Dialect::JsonRpc,
+        }
+    }
+
+    pub(crate) fn framing(&self) -> link::Framing {
+        self.framing
+    }
+
+    /// `jsonrpc`, when configured (WebSocket only).
+    pub(crate) fn subprotocol(&self) -> Option<&'static str> {
+        (self.offer && self.framing != link::Framing::Line).then_some(SUBPROTOCOL)
+    }
+
+    /// Params must be an array or an object; absent ones become `{}` when
+    /// configured.
+    pub(crate) fn params<'a>(
+        &self,
+        params: Option<&'a Payload>,
+    ) -> Result<Option<Cow<'a, Payload>>, GatewayError> {
+        match params {
+            Some(p) if !is_structured(p) => Err(GatewayError::with_detail(
+                ErrorKind::InvalidParams,
+                "params must be an array or an object for this upstream",
+            )),
+            Some(p) => Ok(Some(Cow::Borrowed(p))),
+            None => Ok(self.fill_empty.then(empty_object)),
+        }
+    }
+}
+
+/// `{}`, for an upstream that wants params present.
+pub(crate) fn empty_object<'a>() -> Cow<'a, Payload> {
+    Cow::Owned(Payload::Json(raw_from_string(String::from("{}"))))
 }
 
 #[cfg(test)]

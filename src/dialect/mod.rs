@@ -9,10 +9,16 @@
 //! table: index, `rpc.system`, text style, family of error codes) and the
 //! codec each dialect has in each role, [`ClientCodec`] for a listener and
 //! [`UpstreamCodec`] for an upstream link, each an enum with one variant
-//! per dialect. What a dialect knows of its wire is in its own folder;
-//! here it is only listed: every `match` on a dialect or on a codec's
-//! variant is in this file (none has a wildcard arm), so adding a dialect
-//! makes the compiler list each place to extend here.
+//! per dialect. What a dialect knows of its wire is in its own module
+//! (`<name>.rs` with its folder, or `<name>/mod.rs`), its listener and
+//! upstream halves included. A dialect whose halves hold no state of
+//! their own keeps them as sections of its module file (JSON-RPC: a
+//! connection's framing, a link's settings); one whose halves keep state
+//! per connection or per link keeps both as files of the folder
+//! (holon-rpc: a link's heartbeat in flight; Sideband: its session and
+//! cids). Here a dialect is only listed: every `match` on a dialect or on
+//! a codec's variant is in this file (none has a wildcard arm), so adding
+//! a dialect makes the compiler list each place to extend here.
 //!
 //! ## The listener half
 //!
@@ -73,10 +79,9 @@ use crate::error::{ErrorKind, GatewayError, Side};
 
 use holon::client::HolonClient;
 use holon::upstream::HolonUpstream;
-use jsonrpc::client::JsonRpcClient;
-use jsonrpc::upstream::JsonRpcUpstream;
 use jsonrpc::{
-    decode_upstream_in, render_batch, render_exact, render_scratch, NotJson, ReplyError, Style,
+    decode_upstream_in, render_batch, render_exact, render_scratch, JsonRpcClient, JsonRpcUpstream,
+    NotJson, ReplyError, Style,
 };
 use link::{
     not_json, parse_gateway_id, Decoded, Event, Farewell, Fault, Framing, Handshake, Liveness,
@@ -385,7 +390,7 @@ pub fn subprotocol<'a>(
     offered: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
     match dialect {
-        Dialect::JsonRpc => jsonrpc::client::subprotocol(offered),
+        Dialect::JsonRpc => jsonrpc::subprotocol(offered),
         Dialect::Holon => holon::client::subprotocol(offered),
         Dialect::Sideband => sideband::client::subprotocol(offered),
         Dialect::Ndjson | Dialect::JsonRpcHttp => None,
@@ -526,7 +531,7 @@ impl ClientCodec {
             ClientCodec::JsonRpc(_)
             | ClientCodec::Ndjson(_)
             | ClientCodec::JsonRpcHttp(_)
-            | ClientCodec::Sideband(_) => jsonrpc::client::pong(method, answer_ping),
+            | ClientCodec::Sideband(_) => jsonrpc::pong(method, answer_ping),
         }
     }
 
@@ -611,7 +616,7 @@ impl ClientCodec {
             ClientCodec::JsonRpc(_)
             | ClientCodec::Ndjson(_)
             | ClientCodec::JsonRpcHttp(_)
-            | ClientCodec::Holon(_) => jsonrpc::client::push_id(n),
+            | ClientCodec::Holon(_) => jsonrpc::push_wire_id(n),
         }
     }
 
@@ -627,7 +632,7 @@ impl ClientCodec {
                 | ClientCodec::JsonRpcHttp(_)
                 | ClientCodec::Holon(_),
                 _,
-            ) => jsonrpc::client::push_number(id),
+            ) => jsonrpc::push_number(id),
         }
     }
 

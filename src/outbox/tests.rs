@@ -13,7 +13,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
-use crate::dialect::jsonrpc::client::JsonRpcClient;
+use crate::dialect::jsonrpc::JsonRpcClient;
 use crate::telemetry::metrics::Metrics;
 
 mod budget;

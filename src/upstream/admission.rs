@@ -54,9 +54,9 @@ use tokio::sync::{watch, Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::correlator::{Caller, Held, Receipt, Room, Settle, Slots, Submission, Waiter};
 use super::link::Link;
 use super::shared::UpstreamShared;
-use super::waiter::{Caller, Held, Receipt, Room, Settle, Slots, Submission, Waiter};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::telemetry::metrics::sharded::{Gauge, Histogram};
 

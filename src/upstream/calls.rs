@@ -12,9 +12,8 @@ use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use super::admission::Admission;
+use super::correlator::{Held, ReplyResult, Slots};
 use super::link::Link;
-use super::waiter::ReplyResult;
-use super::waiter::{Held, Slots};
 use super::Upstream;
 use crate::config::NotificationPolicy;
 use crate::dialect::link::NotificationRule;

@@ -1,18 +1,46 @@
-//! Gateway-id bookkeeping for one upstream connection.
+//! A call out on a link: its gateway id, who waits for its outcome, and
+//! the room it holds until it settles.
 //!
-//! A plain synchronous data structure (`&mut self`, no locks, no I/O): the
-//! owner wraps it in a mutex with short critical sections. Gateway ids are
-//! integers from 1, below 2^53 (so they survive a float64 round trip through
-//! daemons such as hld), never the client's id. Every id that leaves the
-//! pending table is remembered in a bounded FIFO, so a reply that arrives for
-//! it later can be classified as *stale* (timed out or abandoned) or
-//! *duplicate* (already answered) instead of *unknown*.
+//! [`Correlator`] is one link's table of calls out, by gateway id. A plain
+//! synchronous data structure (`&mut self`, no locks, no I/O): the link
+//! wraps it in a mutex with short critical sections. Gateway ids are
+//! integers from 1, below 2^53 (so they survive a float64 round trip
+//! through daemons such as hld), never the client's id. Every id that
+//! leaves the pending table is remembered in a bounded FIFO, so that a
+//! reply arriving for it later is classified as *stale* (timed out or
+//! abandoned) or *duplicate* (already answered) instead of *unknown*.
+//!
+//! The table's entries are the waiters (`Waiter`): who receives a call's
+//! outcome. Either a task awaiting a oneshot, or the client of a call
+//! settled in place (`Settle`), to which whoever settles the call (the
+//! link's reader, its deadline sweeper, or its failure) hands the outcome.
+//! That client is a `Caller`: it keeps the call's own state, so that
+//! handing a call over costs no allocation, and is told where the call
+//! went by a `Receipt`, which takes the call back from its link
+//! (`TakeBack`) should the client leave first. A `Submission` is one such
+//! call as the router hands it to the upstream.
+//!
+//! A call also holds room while it is out: its admission slots (`Held`:
+//! one under the upstream's pending cap, one of its link's in-flight
+//! slots) and its place in the upstream's in-flight gauge (`Slots`).
+//! Dropping them tells the upstream's `Room` (its admission), which places
+//! the next parked calls in the room they leave. `Room` is a trait, not
+//! the admission itself: the calls a link holds sit below the admission
+//! that picks links, and nothing here imports it.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 // Keys are gateway ids switchyard issues itself: a fast non-keyed hash is
 // safe (no attacker chooses them) and is touched on every request.
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
+
+use crate::envelope::{Message, Method, Payload};
+use crate::error::{ErrorKind, GatewayError};
+use crate::telemetry::metrics::sharded::{Gauge, Histogram};
+
+// === the table: gateway ids ===
 
 /// Largest gateway id issued (ids stay below 2^53), and how a reply's id
 /// token is read back: the dialect's rule (ids are written by the codec).
@@ -227,6 +255,260 @@ impl Remembered {
                     self.set.remove(&old);
                 }
             }
+        }
+    }
+}
+
+// === its entries: the waiters ===
+
+/// What a waiting call receives.
+pub(crate) type ReplyResult = Result<Message, GatewayError>;
+
+/// Who gets a call's outcome: a task awaiting it, or a [`Settle`] that
+/// delivers it straight to its client (no task per request).
+#[derive(Debug)]
+pub(crate) enum Waiter {
+    /// A task awaits the outcome on the other end of this channel.
+    Task(oneshot::Sender<ReplyResult>),
+    /// Delivered in place by whoever settles the call (the link's reader,
+    /// its deadline sweeper, or its failure), with the upstream's slots
+    /// the call holds until then.
+    Direct(Settle, Slots),
+}
+
+/// A call settled in place, without a task waiting for it: its client,
+/// the client's name for it, and its deadline. Whoever holds it settles
+/// the call, once.
+#[derive(Debug)]
+pub(crate) struct Settle {
+    /// The client, which renders the outcome.
+    pub(crate) caller: Arc<dyn Caller>,
+    /// The client's name for the call.
+    pub(crate) token: u64,
+    /// When the call times out.
+    pub(crate) deadline: tokio::time::Instant,
+}
+
+/// The client whose calls are settled in place: told where each call was
+/// written (so that it can abandon them when it leaves), and asked whether
+/// it is still there before a parked call of its is written.
+pub(crate) trait Caller: Send + Sync + std::fmt::Debug {
+    /// True once the client left: its parked calls are dropped unsent.
+    fn gone(&self) -> bool;
+    /// Set once the client's shutdown grace period is over: the answer to
+    /// its calls still parked (they are never written then).
+    fn closing(&self) -> Option<GatewayError>;
+    /// Its call `token` was written: `receipt` takes it back
+    /// ([`Receipt::abandon`]) should the client leave before its reply.
+    fn written(&self, token: u64, receipt: Receipt);
+    /// Delivers call `token`'s outcome, settled at `now` (the end of its
+    /// request's duration). Returns false when nobody wanted it any more
+    /// (the client left, or its calls were answered already).
+    fn complete(&self, token: u64, reply: ReplyResult, now: std::time::Instant) -> bool;
+}
+
+/// One request to settle in place: what to send, who gets the outcome,
+/// and the client it belongs to. Its fields are the router's to fill: it
+/// builds one per call.
+#[derive(Debug)]
+pub(crate) struct Submission {
+    /// The method, as sent upstream.
+    pub(crate) method: Method,
+    /// Its params, as the client sent them.
+    pub(crate) params: Option<Payload>,
+    /// Its client, which gets the outcome and is told where the call was
+    /// written, and the call's deadline.
+    pub(crate) done: Settle,
+}
+
+/// Where a call settled in place was written: all its client needs to
+/// take it back, without knowing the link. Dropping it does nothing.
+#[derive(Debug)]
+pub(crate) struct Receipt {
+    on: Arc<dyn TakeBack>,
+    gid: u64,
+}
+
+/// What a call was written on (a link): takes a call back by gateway id.
+pub(crate) trait TakeBack: Send + Sync + std::fmt::Debug {
+    /// Gives up on call `gid`: nobody waits for it any more.
+    fn take_back(&self, gid: u64);
+}
+
+// === impl Receipt ===
+
+impl Receipt {
+    /// Call `gid`, written on `on`.
+    pub(super) fn new(on: Arc<dyn TakeBack>, gid: u64) -> Self {
+        Receipt { on, gid }
+    }
+
+    /// Takes the call back: it is answered by nobody, and a late reply is
+    /// counted as stale.
+    pub(crate) fn abandon(self) {
+        self.on.take_back(self.gid);
+    }
+}
+
+// === impl Settle ===
+
+impl Settle {
+    /// Delivers the outcome. Returns false when nobody wanted it any more.
+    pub(crate) fn complete(self, reply: ReplyResult) -> bool {
+        self.complete_at(reply, std::time::Instant::now())
+    }
+
+    /// [`Self::complete`] with the clock read already: `now`.
+    fn complete_at(self, reply: ReplyResult, now: std::time::Instant) -> bool {
+        self.caller.complete(self.token, reply, now)
+    }
+}
+
+impl From<oneshot::Sender<ReplyResult>> for Waiter {
+    fn from(tx: oneshot::Sender<ReplyResult>) -> Self {
+        Waiter::Task(tx)
+    }
+}
+
+// === impl Waiter ===
+
+impl Waiter {
+    /// Hands over the outcome. Returns false when the waiter is gone.
+    pub(crate) fn complete(self, reply: ReplyResult) -> bool {
+        // Timed-out calls have no upstream duration.
+        let timed_out = matches!(&reply, Err(e) if e.kind == ErrorKind::Timeout);
+        self.hand_over(reply, !timed_out)
+    }
+
+    /// Hands over the error of a call whose request was never written:
+    /// the upstream never saw it, so it has no upstream duration. Returns
+    /// false when the waiter is gone.
+    pub(crate) fn unsent(self, error: GatewayError) -> bool {
+        self.hand_over(Err(error), false)
+    }
+
+    fn hand_over(self, reply: ReplyResult, record_duration: bool) -> bool {
+        match self {
+            Waiter::Task(tx) => tx.send(reply).is_ok(),
+            Waiter::Direct(c, mut slots) => {
+                // One clock read ends both the upstream's and the
+                // request's durations.
+                let now = std::time::Instant::now();
+                slots.settled(record_duration, now);
+                let delivered = c.complete_at(reply, now);
+                // The room it leaves goes to the next parked call.
+                drop(slots);
+                delivered
+            }
+        }
+    }
+
+    /// The deadline of a call settled in place (tasks keep their own).
+    pub(crate) fn deadline(&self) -> Option<tokio::time::Instant> {
+        match self {
+            Waiter::Task(_) => None,
+            Waiter::Direct(c, _) => Some(c.deadline),
+        }
+    }
+}
+
+// === the room it holds: Held, Slots ===
+
+/// Where the room a call's slots leave goes (an upstream's admission).
+pub(crate) trait Room: Send + Sync + std::fmt::Debug {
+    /// Slots were given back: place what waits for room, if anything does.
+    fn freed(&self);
+    /// `upstream_in_flight` and `upstream_request_duration` of the upstream.
+    fn calls(&self) -> &(Gauge, Histogram);
+}
+
+/// Slots a call holds (pending, link in-flight). Dropping them places
+/// the next parked calls, if any, in the room they leave.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pending: Option<OwnedSemaphorePermit>,
+    depth: Option<OwnedSemaphorePermit>,
+    /// Told when the slots are dropped; reaches the upstream's metrics.
+    room: Arc<dyn Room>,
+}
+
+/// What a call written to a link holds until it settles (in place or in a
+/// task): its admission slots, and its place in the upstream's
+/// `upstream_in_flight` gauge; a reply also records
+/// `upstream_request_duration`.
+///
+/// The metrics are reached through the room the slots already hold,
+/// rather than through handles of their own: cloning those handles would
+/// write two reference counts that every worker thread shares, per call.
+#[derive(Debug)]
+pub(crate) struct Slots {
+    /// When the call was written (for `upstream_request_duration`).
+    started: std::time::Instant,
+    /// Still counted in `upstream_in_flight`.
+    counted: bool,
+    /// Its pending and link slots; the room goes to the next parked call.
+    held: Held,
+}
+
+// === impl Held ===
+
+impl Held {
+    /// Slots under the pending cap and/or on a link, in `room`.
+    pub(crate) fn new(
+        pending: Option<OwnedSemaphorePermit>,
+        depth: Option<OwnedSemaphorePermit>,
+        room: Arc<dyn Room>,
+    ) -> Self {
+        Held {
+            pending,
+            depth,
+            room,
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        drop(self.pending.take());
+        drop(self.depth.take());
+        self.room.freed();
+    }
+}
+
+// === impl Slots ===
+
+impl Slots {
+    /// Marks a call in flight on the upstream of `held`, from now.
+    pub(crate) fn start(held: Held) -> Self {
+        held.room.calls().0.inc();
+        Slots {
+            started: std::time::Instant::now(),
+            counted: true,
+            held,
+        }
+    }
+
+    /// The call settled, at `now`: no longer in flight. With
+    /// `record_duration` (an outcome of a written request that is not a
+    /// timeout) it also records the upstream-only duration.
+    pub(crate) fn settled(&mut self, record_duration: bool, now: std::time::Instant) {
+        let calls = self.held.room.calls();
+        if record_duration {
+            calls
+                .1
+                .observe_duration(now.saturating_duration_since(self.started));
+        }
+        if std::mem::take(&mut self.counted) {
+            calls.0.dec();
+        }
+    }
+}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        // Abandoned unsettled (the client left, the link closed).
+        if self.counted {
+            self.held.room.calls().0.dec();
         }
     }
 }

@@ -36,12 +36,11 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::correlator::{Correlator, Resolution};
+use super::correlator::{Correlator, ReplyResult, Resolution, TakeBack, Waiter};
 use super::error::LinkError;
 use super::outlet::{LineQueue, Outlet, Refused, Wire, MOVE_BYTES};
 use super::owner::OwnerRef;
 use super::shared::UpstreamShared;
-use super::waiter::{ReplyResult, TakeBack, Waiter};
 use crate::dialect::jsonrpc::{
     finish_request, finish_request_into, render_request_head_into, render_request_into,
     request_len, Style,

@@ -58,14 +58,13 @@ mod redact;
 mod shared;
 mod stream;
 pub mod tls;
-mod waiter;
 mod ws;
 
 use admission::Admission;
+pub(crate) use correlator::{Caller, Receipt, ReplyResult, Settle, Submission};
 pub(crate) use dedicated::{Client, Dedicated};
 pub(crate) use owner::{Owner, OwnerRef, PendingPush};
 use shared::UpstreamShared;
-pub(crate) use waiter::{Caller, Receipt, ReplyResult, Settle, Submission};
 
 /// A named upstream and its connection pool.
 #[derive(Debug)]

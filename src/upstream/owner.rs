@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::envelope::Payload;
 use crate::error::GatewayError;
 
-use super::waiter::ReplyResult;
+use super::correlator::ReplyResult;
 
 /// The client session owning a per-client link. What the upstream
 /// originates is handed over synchronously, in the order it arrived, so a

@@ -334,3 +334,10 @@ fn upstream_replies_decode() {
         Ok(Message::Notification { .. })
     ));
 }
+
+#[test]
+fn a_push_id_answers_its_number() {
+    assert_eq!(push_number(&push_wire_id(42)), Some(42));
+    assert_eq!(push_number(&WireId::string("42")), None);
+    assert_eq!(push_number(&WireId::number(42)), None);
+}

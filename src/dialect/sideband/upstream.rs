@@ -141,8 +141,7 @@ impl SidebandUpstream {
 
     /// `{}` for absent params when configured.
     pub(crate) fn empty_params<'a>(&self) -> Option<Cow<'a, Payload>> {
-        self.fill_empty
-            .then(crate::dialect::jsonrpc::upstream::empty_object)
+        self.fill_empty.then(crate::dialect::jsonrpc::empty_object)
     }
 
     /// One message as a frame.
