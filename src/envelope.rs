@@ -220,6 +220,15 @@ impl Payload {
         RawValue::from_string(text.to_owned()).map(|raw| Payload::Json(raw.into()))
     }
 
+    /// True for a JSON array or object, or a CBOR array or map: what
+    /// JSON-RPC `params` may be.
+    pub fn is_structured(&self) -> bool {
+        match self {
+            Payload::Json(raw) => matches!(raw.get().as_bytes().first(), Some(b'[' | b'{')),
+            Payload::Cbor(bytes) => matches!(bytes.first(), Some(0x80..=0xbf)),
+        }
+    }
+
     /// Its size in its own encoding: JSON text or CBOR bytes.
     pub fn encoded_len(&self) -> usize {
         match self {

@@ -133,15 +133,6 @@ pub fn is_object(p: &Payload) -> bool {
     }
 }
 
-/// True for a JSON array or object, or a CBOR array or map: what JSON-RPC
-/// `params` may be.
-pub fn is_structured(p: &Payload) -> bool {
-    match p {
-        Payload::Json(raw) => matches!(raw.get().as_bytes().first(), Some(b'[' | b'{')),
-        Payload::Cbor(bytes) => matches!(bytes.first(), Some(0x80..=0xbf)),
-    }
-}
-
 /// Wraps params a holon peer cannot carry as `{"value": …}` (notifications).
 pub fn wrap_params(params: &Payload) -> Option<Payload> {
     let raw = match params {

@@ -33,7 +33,6 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use crate::dialect::errors;
-use crate::dialect::holon::is_structured;
 use crate::dialect::json_string::{push_json_string, string_value};
 use crate::dialect::link;
 use crate::envelope::raw_from_string;
@@ -773,7 +772,7 @@ impl JsonRpcUpstream {
         params: Option<&'a Payload>,
     ) -> Result<Option<Cow<'a, Payload>>, GatewayError> {
         match params {
-            Some(p) if !is_structured(p) => Err(GatewayError::with_detail(
+            Some(p) if !p.is_structured() => Err(GatewayError::with_detail(
                 ErrorKind::InvalidParams,
                 "params must be an array or an object for this upstream",
             )),

@@ -210,7 +210,7 @@ impl Upstream {
         let p = params?;
         let fits = match rule {
             NotificationRule::AsRequest => crate::dialect::holon::is_object(p),
-            NotificationRule::Structured => crate::dialect::holon::is_structured(p),
+            NotificationRule::Structured => p.is_structured(),
             NotificationRule::AsIs => true,
         };
         if fits {
