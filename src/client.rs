@@ -24,11 +24,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde_json::value::RawValue;
 use serde_json::Value;
 
+use self::args::{checked_params, parse_url, ws_only, Target};
 use self::exchange::{unix_exchange, ws_exchange, Expect};
 
+mod args;
 mod connect;
 mod error;
 mod exchange;
@@ -55,14 +56,6 @@ pub fn is_error_reply(reply: &str) -> bool {
         }
         _ => false,
     }
-}
-
-/// Where a URL points.
-#[derive(Debug, PartialEq, Eq)]
-enum Target<'a> {
-    Ws(&'a str),
-    Unix(&'a Path),
-    Http(&'a str),
 }
 
 /// Sends one JSON-RPC request and returns the reply text exactly as
@@ -131,78 +124,6 @@ pub async fn call_holon(
         .map_err(|_| ClientError::Timeout(timeout))?
 }
 
-/// Classifies a URL; refuses relative paths, and a CA file for anything
-/// but `wss://`.
-fn parse_url<'a>(url: &'a str, ca_file: Option<&Path>) -> Result<Target<'a>, ClientError> {
-    if ca_file.is_some() && !url.starts_with("wss://") {
-        Err(ClientError::CaFileWithoutTls(url.to_owned()))
-    } else if url.starts_with("ws://") || url.starts_with("wss://") {
-        Ok(Target::Ws(url))
-    } else if url.starts_with("http://") {
-        Ok(Target::Http(url))
-    } else if let Some(path) = url
-        .strip_prefix("unix://")
-        .or(Some(url))
-        .filter(|p| p.starts_with('/'))
-    {
-        Ok(Target::Unix(Path::new(path)))
-    } else {
-        Err(ClientError::UnsupportedUrl(url.to_owned()))
-    }
-}
-
-/// The `ws://` or `wss://` URL of a dialect that only speaks WebSocket.
-fn ws_only<'a>(url: &'a str, ca_file: Option<&Path>) -> Result<&'a str, ClientError> {
-    match parse_url(url, ca_file)? {
-        Target::Ws(ws) => Ok(ws),
-        Target::Unix(_) | Target::Http(_) => Err(ClientError::UnsupportedUrl(url.to_owned())),
-    }
-}
-
-/// Checks that PARAMS is one JSON array or object (only an object for
-/// holon-rpc) and returns it minified, so it fits on one NDJSON line.
-fn checked_params(params: &str, object_only: bool) -> Result<String, ClientError> {
-    let raw: &RawValue = serde_json::from_str(params)
-        .map_err(|e| ClientError::InvalidParams(format!("not valid JSON: {e}")))?;
-    match raw.get().as_bytes().first() {
-        Some(b'{') => {}
-        Some(b'[') if !object_only => {}
-        _ if object_only => {
-            return Err(ClientError::InvalidParams(
-                "holon-rpc params must be a JSON object".into(),
-            ))
-        }
-        _ => {
-            return Err(ClientError::InvalidParams(
-                "params must be a JSON array or object".into(),
-            ))
-        }
-    }
-    Ok(minify(raw.get()))
-}
-
-/// Drops insignificant whitespace from valid JSON; string contents are kept
-/// byte for byte.
-fn minify(json: &str) -> String {
-    let mut out = String::with_capacity(json.len());
-    let (mut in_string, mut escaped) = (false, false);
-    for c in json.chars() {
-        if in_string {
-            out.push(c);
-            match c {
-                _ if escaped => escaped = false,
-                '\\' => escaped = true,
-                '"' => in_string = false,
-                _ => {}
-            }
-        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
-            in_string = c == '"';
-            out.push(c);
-        }
-    }
-    out
-}
-
 fn json_string(s: &str) -> String {
     Value::from(s).to_string()
 }
@@ -210,6 +131,7 @@ fn json_string(s: &str) -> String {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // in tests a panic is the failure report
 mod tests {
+    use super::args::minify;
     use super::*;
     use crate::daemon::{Daemon, DaemonOptions};
     use crate::error::Side;

@@ -14,12 +14,8 @@ use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use super::ClientError;
+use super::error::{ClientError, MAX_REPLY_BYTES};
 use crate::upstream::tls;
-
-/// Largest reply accepted, in bytes (the daemon's line limit): a frame,
-/// message or line of the one-shot client and of `watch`.
-pub(super) const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
 
 /// A client WebSocket.
 pub(super) type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;

@@ -5,9 +5,12 @@ use std::time::Duration;
 
 use tokio_tungstenite::tungstenite;
 
-use super::connect::MAX_REPLY_BYTES;
 use crate::error::{ErrorKind, Side};
 use crate::upstream::tls::TlsSetupError;
+
+/// Largest reply accepted, in bytes (the daemon's line limit): a frame,
+/// message or line of the one-shot client and of `watch`.
+pub(super) const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
 
 /// Why a [`call`](super::call) or [`call_holon`](super::call_holon) failed.
 #[derive(Debug, thiserror::Error)]

@@ -16,8 +16,7 @@ use tokio::net::UnixStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
-use super::connect::MAX_REPLY_BYTES;
-use super::ClientError;
+use super::error::{ClientError, MAX_REPLY_BYTES};
 
 /// Which lines or frames count as the reply to our request.
 #[derive(Debug, Clone, Copy)]

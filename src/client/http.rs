@@ -9,8 +9,7 @@ use hyper::StatusCode;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use super::connect::MAX_REPLY_BYTES;
-use super::error::ClientError;
+use super::error::{ClientError, MAX_REPLY_BYTES};
 
 /// POSTs `request` to `url` (with `token` as a bearer token) and returns
 /// the reply body; a status other than `200` is an error carrying it.

@@ -8,7 +8,8 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 
-use super::{checked_params, ws_only, ClientError};
+use super::args::{checked_params, ws_only};
+use super::error::ClientError;
 use serde_json::value::RawValue;
 
 use crate::dialect::sideband::{

@@ -28,8 +28,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use super::args::{minify, parse_url, ws_only, Target};
 use super::connect::ws_connect;
-use super::{minify, parse_url, ws_only, ClientError, Target};
+use super::error::ClientError;
 
 mod conn;
 mod sideband;

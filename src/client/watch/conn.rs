@@ -12,7 +12,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
-use crate::client::connect::{Ws, MAX_REPLY_BYTES};
+use crate::client::connect::Ws;
+use crate::client::error::MAX_REPLY_BYTES;
 use crate::client::ClientError;
 
 /// Opens the Unix socket of an NDJSON listener.
