@@ -20,8 +20,8 @@ use crate::config::{Config, ListenAddr, UpstreamConfig};
 use crate::pubsub::Broker;
 use crate::router::Router;
 use crate::telemetry::metrics::Metrics;
-use crate::transport::ws::{Entry, Paths};
-use crate::transport::{ws, Listener, ListenerCell, Serve};
+use crate::transport::paths::{Entry, Paths};
+use crate::transport::{address, Listener, ListenerCell, Serve};
 use crate::upstream::Upstream;
 
 /// A group being served.
@@ -157,7 +157,7 @@ impl Live {
                 let served = paths.clone();
                 self.servers.spawn(async move {
                     let _serving = serving;
-                    if let Err(e) = ws::serve(listener, served, ctx, tls).await {
+                    if let Err(e) = address::serve(listener, served, ctx, tls).await {
                         tracing::error!(error = %e, "WebSocket server failed");
                     }
                 });

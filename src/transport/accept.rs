@@ -382,17 +382,16 @@ async fn first_request(started: &CancellationToken, within: Duration) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::collections::HashMap;
-
-    use tokio_util::sync::CancellationToken;
 
     use super::*;
     use crate::config::Config;
     use crate::router::Router;
-    use crate::transport::ListenerCell;
 
-    fn listeners(extra_a: &str, extra_b: &str) -> Vec<Arc<Listener>> {
+    /// Two listeners on one address: `a` (JSON-RPC on `/a`) and `b`
+    /// (holon-rpc on `/b`), each with extra keys.
+    pub(in crate::transport) fn listeners(extra_a: &str, extra_b: &str) -> Vec<Arc<Listener>> {
         let toml = format!(
             "[listeners.a]\ndialect = \"jsonrpc-ws\"\naddress = \"127.0.0.1:0\"\npath = \"/a\"\n{extra_a}\n\
              [listeners.b]\ndialect = \"holon-rpc\"\naddress = \"127.0.0.1:0\"\npath = \"/b\"\n{extra_b}\n"
@@ -431,35 +430,5 @@ mod tests {
         let many: Vec<_> = (0..50).map_while(|_| open.pending.admit(ip)).collect();
         assert_eq!(many.len(), 50);
         assert!(Http::of(&[]).is_none());
-    }
-
-    #[tokio::test]
-    async fn the_listener_prunes_its_per_ip_rate_state() {
-        let served = listeners("ip_rate_per_second = 5", "");
-        let ctx = Serve {
-            shutdown: CancellationToken::new(),
-            grace_over: CancellationToken::new(),
-            sessions: TaskTracker::new(),
-        };
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        assert!(!served[0].rate().is_pruning());
-        let paths = std::sync::Arc::new(super::super::ws::Paths::default());
-        for (listener, path) in served.iter().zip(["/a", "/b"]) {
-            let cell = ListenerCell::new(listener.clone());
-            let entry = super::super::ws::Entry {
-                cell,
-                ctx: ctx.clone(),
-            };
-            paths.insert(path.to_owned(), entry);
-        }
-        let server = tokio::spawn(super::super::ws::serve(listener, paths, ctx.clone(), None));
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while !served[0].rate().is_pruning() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert!(served[0].rate().is_pruning());
-        ctx.shutdown.cancel();
-        let stopped = tokio::time::timeout(Duration::from_secs(20), server).await;
-        assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
     }
 }

@@ -14,9 +14,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub(crate) mod accept;
+pub(crate) mod address;
 pub(crate) mod driver;
 mod http;
 mod listener;
+pub(crate) mod paths;
 pub mod session;
 pub(crate) mod tls;
 pub(crate) mod unix;

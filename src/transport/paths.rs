@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use super::super::{ListenerCell, Serve};
+use super::{ListenerCell, Serve};
 
 /// One listener on the address. Its fields are open to the crate: a pair
 /// the address's router hands to a connection as it is, nothing to keep

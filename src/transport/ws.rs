@@ -1,40 +1,34 @@
-//! WebSocket listeners (axum's WebSocket): the path router of an address
-//! ([`route`], which also hands `jsonrpc-http` requests over) and the
-//! per-connection driver.
+//! WebSocket listeners (axum's WebSocket): the upgrade of a request that
+//! the address's server ([`super::address`]) hands over, and each
+//! connection's frames in and out for the connection driver.
 //!
-//! Listeners that share an address are served by one HTTP server, each on
-//! its own path; the path picks the dialect, never the offered subprotocol,
-//! and an unknown path gets 404. Each connection runs one reader loop (this
-//! task) and one writer task joined by the session's bounded outbox; both
-//! are in `frames`.
+//! The path picks the dialect, never the offered subprotocol. Each
+//! connection runs one reader loop (this task) and one writer task joined by
+//! the session's bounded outbox, both in [`super::driver`].
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket, WebSocketUpgrade};
 use axum::extract::FromRequestParts;
-use axum::http::{HeaderMap, Method, Request, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytestring::ByteString;
 use futures_util::{SinkExt, StreamExt};
-use hyper::body::Incoming as RequestBody;
-use tokio::net::TcpListener;
 use tracing::Instrument;
 
 pub(super) mod admit;
-pub(super) mod paths;
 
 use self::admit::check_upgrade;
-pub(crate) use self::paths::{Entry, Paths};
 use super::accept::Place;
 use super::driver::{self, Fixed, FrameSink, Incoming};
+use super::paths::Entry;
 use super::session::Session;
 use super::{Listener, ListenerCell, Outgoing, Serve};
 use crate::close::CloseCode;
 use crate::dialect::subprotocol;
 use crate::dialect::Dialect;
 use crate::limits::identity::Identity;
-use crate::limits::rate::PRUNE_INTERVAL;
 use crate::telemetry::metrics::RejectReason;
 use crate::telemetry::trace::connection_span;
 use crate::telemetry::Peer;
@@ -52,83 +46,15 @@ const READ_BUFFER: usize = 8 * 1024;
 /// outbox runs empty). The buffer itself grows only as frames arrive.
 const WRITE_THRESHOLD: usize = 64 * 1024;
 
-/// Serves every WebSocket listener bound to `listener` until shutdown,
-/// each on its path in `paths` (a reload may change them; an unknown path
-/// gets 404). With `tls`, every connection is `wss://` (see
-/// [`super::tls`]); caps and timeouts before the upgrade are in
-/// [`super::accept`], from the listeners served at the start. Also prunes
-/// each listener's per-IP rate state.
-pub(crate) async fn serve(
-    listener: TcpListener,
-    paths: Arc<Paths>,
-    ctx: Serve,
-    tls: Option<super::tls::Acceptor>,
-) -> std::io::Result<()> {
-    let served: Vec<Arc<Listener>> = paths.cells().iter().map(|c| c.load()).collect();
-    let Some(http) = super::accept::Http::of(&served) else {
-        return Ok(());
-    };
-    for l in &served {
-        l.rate().start_pruning(PRUNE_INTERVAL, ctx.shutdown.clone());
-    }
-    drop(served);
-    let app = move |req: Request<RequestBody>, peer: SocketAddr, place: Option<Place>| {
-        route(paths.clone(), req, peer, place)
-    };
-    super::accept::serve(listener, app, tls, http, &ctx).await
-}
-
-/// One request to the address: the listener its path names answers it
-/// (`jsonrpc-http`, see [`super::http`]), or it is a WebSocket upgrade;
-/// an unknown path gets 404. Called by [`super::accept`] directly, with
-/// no router in between: the request's parts are moved, never cloned.
-async fn route(
-    paths: Arc<Paths>,
-    req: Request<RequestBody>,
+/// A request for a WebSocket listener's path (see [`super::address`]): a
+/// `GET` with a valid upgrade that passes the listener's Host, Origin and
+/// token checks is upgraded; anything else gets its refusal.
+pub(super) async fn answer(
+    mut parts: axum::http::request::Parts,
+    Entry { cell, ctx }: Entry,
     peer: SocketAddr,
     place: Option<Place>,
 ) -> Response {
-    if req.method() == Method::HEAD {
-        return without_body(answer(paths, req, peer, place).await);
-    }
-    answer(paths, req, peer, place).await
-}
-
-/// The answer to a `HEAD`: its head, with the length the body would have
-/// had, and no body (HTTP/2 does not drop it by itself).
-fn without_body(mut res: Response) -> Response {
-    use axum::body::HttpBody as _;
-    use axum::http::{header::CONTENT_LENGTH, HeaderValue};
-    if !res.headers().contains_key(CONTENT_LENGTH) {
-        if let Some(len) = res.body().size_hint().exact() {
-            res.headers_mut()
-                .insert(CONTENT_LENGTH, HeaderValue::from(len));
-        }
-    }
-    *res.body_mut() = axum::body::Body::empty();
-    res
-}
-
-/// [`route`]'s answer, body included.
-async fn answer(
-    paths: Arc<Paths>,
-    req: Request<RequestBody>,
-    peer: SocketAddr,
-    place: Option<Place>,
-) -> Response {
-    let entry = paths
-        .get(req.uri().path())
-        .or_else(|| super::http::events_entry(&paths, req.uri().path()));
-    let Some(Entry { cell, ctx }) = entry else {
-        return StatusCode::NOT_FOUND.into_response();
-    };
-    let (mut parts, body) = req.into_parts();
-    if cell.load().dialect().is_http() {
-        let entry = Entry { cell, ctx };
-        let (method, headers, uri) = (parts.method, parts.headers, parts.uri);
-        let body = axum::body::Body::new(body);
-        return super::http::handle(entry, method, headers, uri, peer, body, place).await;
-    }
     if parts.method != Method::GET {
         return StatusCode::METHOD_NOT_ALLOWED.into_response();
     }

@@ -31,8 +31,8 @@ use bytestring::ByteString;
 use tokio_util::sync::CancellationToken;
 
 use super::super::accept::Place;
+use super::super::paths::Entry;
 use super::super::session::Session;
-use super::super::ws::paths::Entry;
 use super::super::Outgoing;
 use super::super::{ListenerCell, OpenClientConnection};
 use crate::close::CloseCode;

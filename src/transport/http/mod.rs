@@ -33,8 +33,8 @@ use tracing::Instrument;
 mod events;
 
 use super::accept::Place;
+use super::paths::{Entry, Paths};
 use super::session::Session;
-use super::ws::paths::{Entry, Paths};
 use super::{Listener, ListenerCell, Outgoing};
 use crate::close::CloseCode;
 use crate::config::ListenAddr;
