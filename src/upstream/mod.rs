@@ -127,7 +127,7 @@ impl Upstream {
         );
         let published = metrics.events.published.with_label_values(&[&cfg.name]);
         let tls = tls::for_upstream(&cfg);
-        let processes = process::cap::Processes::new(&cfg, &metrics);
+        let processes = shared::Processes::new(&cfg, &metrics);
         let shared = Arc::new(UpstreamShared {
             processes,
             broker,

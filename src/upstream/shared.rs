@@ -1,12 +1,15 @@
 //! What an upstream's links share: its settings, its metrics handle and
-//! the counting helpers every link reports through.
+//! the counting helpers every link reports through, and, for a `command`
+//! upstream, its process cap ([`Processes`]).
 
 use std::sync::Arc;
 
 use prometheus::IntCounter;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::error::LinkError;
 use super::tls::TlsSetupError;
 use crate::config::UpstreamConfig;
 use crate::dialect::link::Options;
@@ -16,7 +19,7 @@ use crate::error::Side;
 use crate::persist::recorder::{Backlog, Recorder};
 use crate::pubsub::Broker;
 use crate::telemetry::metrics::sharded::{Gauge, Histogram};
-use crate::telemetry::metrics::{DropReason, Metrics, ProtocolError, Quirk, Unmatched};
+use crate::telemetry::metrics::{DropReason, ExitReason, Metrics, ProtocolError, Quirk, Unmatched};
 
 /// Settings and metrics shared by an upstream's links. Its fields are
 /// visible to the whole `upstream` module: every part of it (the doors,
@@ -51,7 +54,7 @@ pub(crate) struct UpstreamShared {
     /// fails with it). `None` for `ws://` and Unix sockets.
     pub(super) tls: Option<Result<Arc<rustls::ClientConfig>, TlsSetupError>>,
     /// `command` upstreams: the `max_processes` cap and process metrics.
-    pub(super) processes: super::process::cap::Processes,
+    pub(super) processes: Processes,
 }
 
 // === impl UpstreamShared ===
@@ -172,4 +175,55 @@ impl UpstreamShared {
 /// reply above the limit can still be read whole and fail only its own call.
 pub(crate) fn hard_cap(max_response_bytes: usize) -> usize {
     max_response_bytes.saturating_mul(2)
+}
+
+// === Processes: the process cap of a `command` upstream ===
+
+/// The process cap of one upstream and its process metrics.
+#[derive(Debug)]
+pub(crate) struct Processes {
+    /// `max_processes` permits; one is held by each process until reaped.
+    permits: Arc<Semaphore>,
+    /// The cap, for the error that says it was reached.
+    max: usize,
+    /// The upstream's name (metric label, log field).
+    name: String,
+    metrics: Metrics,
+}
+
+// === impl Processes ===
+
+impl Processes {
+    /// The cap and metrics of the upstream `cfg`.
+    pub(crate) fn new(cfg: &UpstreamConfig, metrics: &Metrics) -> Self {
+        let max = cfg.max_processes.get();
+        Processes {
+            permits: Arc::new(Semaphore::new(max)),
+            max,
+            name: cfg.name.clone(),
+            metrics: metrics.clone(),
+        }
+    }
+
+    /// Room for one more process: a permit held until it is reaped, or
+    /// [`LinkError::ProcessCap`] at the cap (nothing is forked).
+    pub(super) fn admit(&self) -> Result<OwnedSemaphorePermit, LinkError> {
+        self.permits
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| LinkError::ProcessCap { max: self.max })
+    }
+
+    pub(super) fn started(&self) {
+        let m = &self.metrics.processes;
+        m.started.with_label_values(&[&self.name]).inc();
+        m.alive.with_label_values(&[&self.name]).inc();
+    }
+
+    pub(super) fn ended(&self, reason: ExitReason) {
+        let m = &self.metrics.processes;
+        let labels = [self.name.as_str(), reason.as_str()];
+        m.exits.with_label_values(&labels).inc();
+        m.alive.with_label_values(&[&self.name]).dec();
+    }
 }

@@ -42,7 +42,7 @@ fn sideband_link(tx: mpsc::Sender<Wire>) -> Arc<Link> {
                 .upstream_request_duration
                 .with_label_values(&[&name]),
         ),
-        processes: crate::upstream::process::cap::Processes::new(&cfg, &metrics),
+        processes: crate::upstream::shared::Processes::new(&cfg, &metrics),
         cfg,
         metrics,
         stopping: CancellationToken::new(),

@@ -31,11 +31,10 @@ use tokio_util::sync::CancellationToken;
 use super::error::LinkError;
 use super::link::Link;
 use super::owner::OwnerRef;
-use super::UpstreamShared;
+use super::shared::UpstreamShared;
 use crate::config::ProcessSpec;
 use crate::telemetry::metrics::ExitReason;
 
-pub(super) mod cap;
 mod exit;
 mod stderr;
 
