@@ -261,6 +261,7 @@ fn invalid_request(id: Option<WireId>) -> Message {
 }
 
 pub mod client;
+pub mod scan;
 pub(crate) mod upstream;
 
 // === Rendering ===
