@@ -9,9 +9,10 @@ use serde_json::value::RawValue;
 
 use super::{array, object, Declined, Members, MAX_DEPTH};
 
-/// What serde_json reads, the way the decoders read it.
+/// What serde_json reads, the way the decoders read it (named as the
+/// decoders' struct is: serde_json's error texts name it).
 #[derive(Deserialize)]
-struct Oracle<'a> {
+struct RawItem<'a> {
     #[serde(borrow, default, deserialize_with = "present")]
     jsonrpc: Option<&'a RawValue>,
     #[serde(borrow, default, deserialize_with = "present")]
@@ -42,7 +43,7 @@ fn scanned_ranges(text: &str, m: &Members<'_>) -> Ranges {
     [m.jsonrpc, m.id, m.method, m.params, m.result, m.error].map(|v| v.map(|v| range(text, v)))
 }
 
-fn oracle_ranges(text: &str, o: &Oracle<'_>) -> Ranges {
+fn oracle_ranges(text: &str, o: &RawItem<'_>) -> Ranges {
     [o.jsonrpc, o.id, o.method, o.params, o.result, o.error]
         .map(|v| v.map(|v| range(text, v.get())))
 }
@@ -79,7 +80,7 @@ fn may_be_unsure(text: &str) -> bool {
 /// The scan of one object agrees with serde_json on `text`.
 fn object_agrees(text: &str) -> Result<(), TestCaseError> {
     let scanned = object(text);
-    let oracle = serde_json::from_str::<Oracle<'_>>(text);
+    let oracle = serde_json::from_str::<RawItem<'_>>(text);
     match (&scanned, &oracle) {
         (Ok(m), Ok(o)) => prop_assert_eq!(scanned_ranges(text, m), oracle_ranges(text, o)),
         (Err(Declined::Invalid), Err(_)) => {}
@@ -109,8 +110,39 @@ fn array_agrees(text: &str) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// What the decoders read (the scan, or serde_json for what it declines)
+/// is what serde_json alone reads: the same slices, or the same error,
+/// class and text.
+fn decoders_agree(text: &str) -> Result<(), TestCaseError> {
+    let read = super::super::members(text);
+    let oracle = serde_json::from_str::<RawItem<'_>>(text);
+    match (&read, &oracle) {
+        (Ok(m), Ok(o)) => prop_assert_eq!(scanned_ranges(text, m), oracle_ranges(text, o)),
+        (Err(a), Err(b)) => {
+            prop_assert_eq!(a.classify(), b.classify());
+            prop_assert_eq!(a.to_string(), b.to_string());
+        }
+        _ => prop_assert!(false, "{:?}: decoders {:?}", text, read.map(|_| ())),
+    }
+    let items = super::super::batch_items(text);
+    let oracle = serde_json::from_str::<Vec<&RawValue>>(text);
+    match (&items, &oracle) {
+        (Ok(items), Ok(o)) => {
+            let want: Vec<_> = o.iter().map(|v| range(text, v.get())).collect();
+            let got: Vec<_> = items.iter().map(|v| range(text, v)).collect();
+            prop_assert_eq!(got, want);
+        }
+        (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+        _ => prop_assert!(false, "{:?}: batch {:?}", text, items.map(|_| ())),
+    }
+    Ok(())
+}
+
 fn agrees(text: &str) {
-    if let Err(e) = object_agrees(text).and_then(|()| array_agrees(text)) {
+    let checked = object_agrees(text)
+        .and_then(|()| array_agrees(text))
+        .and_then(|()| decoders_agree(text));
+    if let Err(e) = checked {
         panic!("{e}");
     }
 }
@@ -439,6 +471,7 @@ proptest! {
     #[test]
     fn generated_messages_agree_with_serde_json(text in message()) {
         object_agrees(&text)?;
+        decoders_agree(&text)?;
     }
 
     #[test]
@@ -449,6 +482,7 @@ proptest! {
         let text = mutate(text, &mutations);
         object_agrees(&text)?;
         array_agrees(&text)?;
+        decoders_agree(&text)?;
     }
 
     #[test]
@@ -459,5 +493,6 @@ proptest! {
         let text = mutate(text, &mutations);
         array_agrees(&text)?;
         object_agrees(&text)?;
+        decoders_agree(&text)?;
     }
 }
