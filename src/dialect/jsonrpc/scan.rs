@@ -22,6 +22,11 @@
 //! fills a struct from an array, member by member in order), and nesting
 //! deeper than [`MAX_DEPTH`] (serde_json skips values of any depth).
 //!
+//! A string's first 16 bytes are checked for a quote, a backslash or a
+//! control character by one vector compare (plain code the compiler
+//! vectorises: the crate has no `unsafe`); a longer string by memchr's
+//! SIMD search and a vector minimum.
+//!
 //! Bound: the scan keeps one bit per open array or object on the stack
 //! ([`MAX_DEPTH`] bits, 64 bytes), no allocation; [`array`] pushes one
 //! slice per item into the caller's vector (the batch's item list, which
@@ -33,7 +38,7 @@
 //! skips and values nested deeper than 200, both of which serde_json
 //! accepts, brings nine more crates (bitvec, num-bigint, lexical, ahash…)
 //! and reads strings a byte at a time. This pass is serde_json's grammar
-//! over `memchr`'s SIMD search for a string's quote or backslash.
+//! over `memchr`.
 
 /// Deepest nesting of arrays and objects the scan follows; a text nested
 /// deeper is declined as [`Declined::Unsure`] (serde_json skips any depth).
@@ -96,7 +101,7 @@ pub fn object(text: &str) -> Result<Members<'_>, Declined> {
         }
         cur.ws();
         let start = cur.pos;
-        cur.value()?;
+        cur.member_value()?;
         if let Some(slot) = slot {
             *slot = text.get(start..cur.pos);
         }
@@ -133,6 +138,38 @@ pub fn array<'a>(text: &'a str, items: &mut Vec<&'a str>) -> Result<(), Declined
             _ => return Err(Declined::Invalid),
         }
     }
+}
+
+/// Bytes a string's scan checks at a time: one SSE2 vector.
+const CHUNK: usize = 16;
+
+/// Ends a string's plain run: `"`, `\\` or a control character.
+fn stops(b: u8) -> bool {
+    // Bitwise, not short-circuit: the chunk loop below compiles to vector
+    // compares.
+    (b == b'"') | (b == b'\\') | (b < 0x20)
+}
+
+/// The length of the longest prefix of `bytes` that no byte of [`stops`]
+/// ends. Most strings (names, versions, methods, ids) end within their
+/// first [`CHUNK`] bytes, which one vector compare tells; a longer one is
+/// searched by memchr (AVX2 where the CPU has it) for its quote or
+/// backslash, and the run before it checked for control characters by a
+/// vector minimum.
+fn plain_run(bytes: &[u8]) -> usize {
+    let (chunks, _) = bytes.as_chunks::<CHUNK>();
+    let short = chunks
+        .first()
+        .is_none_or(|first| first.iter().fold(false, |hit, &b| hit | stops(b)));
+    if short {
+        return bytes.iter().position(|&b| stops(b)).unwrap_or(bytes.len());
+    }
+    let end = memchr::memchr2(b'"', b'\\', bytes).unwrap_or(bytes.len());
+    let run = bytes.get(..end).unwrap_or_default();
+    if run.iter().fold(u8::MAX, |low, &b| low.min(b)) < 0x20 {
+        return run.iter().position(|&b| b < 0x20).unwrap_or(end);
+    }
+    end
 }
 
 /// A known member's name.
@@ -219,14 +256,12 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// Consumes `word` if it comes next.
-    fn eat_word(&mut self, word: &[u8]) -> bool {
-        let hit = self
-            .bytes
-            .get(self.pos..)
-            .is_some_and(|rest| rest.starts_with(word));
+    /// Consumes `word` if it comes next (a comparison of a known length,
+    /// which the compiler makes a word compare or two).
+    fn eat_word<const N: usize>(&mut self, word: &[u8; N]) -> bool {
+        let hit = self.bytes.get(self.pos..self.pos + N) == Some(word.as_slice());
         if hit {
-            self.pos += word.len();
+            self.pos += N;
         }
         hit
     }
@@ -236,18 +271,16 @@ impl<'a> Cursor<'a> {
     fn member_name(&mut self) -> Result<Option<Name>, Declined> {
         // The known names hold nothing to escape: one comparison each.
         let known = match self.peek() {
-            Some(b'j') => Some((&b"jsonrpc\""[..], Name::Jsonrpc)),
-            Some(b'i') => Some((&b"id\""[..], Name::Id)),
-            Some(b'm') => Some((&b"method\""[..], Name::Method)),
-            Some(b'p') => Some((&b"params\""[..], Name::Params)),
-            Some(b'r') => Some((&b"result\""[..], Name::Result)),
-            Some(b'e') => Some((&b"error\""[..], Name::Error)),
+            Some(b'j') => self.eat_word(b"jsonrpc\"").then_some(Name::Jsonrpc),
+            Some(b'i') => self.eat_word(b"id\"").then_some(Name::Id),
+            Some(b'm') => self.eat_word(b"method\"").then_some(Name::Method),
+            Some(b'p') => self.eat_word(b"params\"").then_some(Name::Params),
+            Some(b'r') => self.eat_word(b"result\"").then_some(Name::Result),
+            Some(b'e') => self.eat_word(b"error\"").then_some(Name::Error),
             _ => None,
         };
-        if let Some((word, name)) = known {
-            if self.eat_word(word) {
-                return Ok(Some(name));
-            }
+        if known.is_some() {
+            return Ok(known);
         }
         // Any other name without an escape is no known one.
         match self.string()? {
@@ -262,21 +295,17 @@ impl<'a> Cursor<'a> {
         let mut escaped = false;
         loop {
             let rest = self.bytes.get(self.pos..).unwrap_or_default();
-            let Some(stop) = memchr::memchr2(b'"', b'\\', rest) else {
-                return Err(Declined::Invalid);
-            };
-            // Control characters are refused; `min` over the run compiles
-            // to a vector loop, 16 bytes a step.
-            let run = rest.get(..stop).unwrap_or_default();
-            if run.iter().fold(u8::MAX, |m, &b| m.min(b)) < 0x20 {
-                return Err(Declined::Invalid);
-            }
+            let stop = plain_run(rest);
             self.pos += stop + 1;
-            if rest.get(stop) == Some(&b'"') {
-                return Ok(escaped);
+            match rest.get(stop) {
+                Some(b'"') => return Ok(escaped),
+                Some(b'\\') => {
+                    escaped = true;
+                    self.escape()?;
+                }
+                // A control character, or the end of the text.
+                _ => return Err(Declined::Invalid),
             }
-            escaped = true;
-            self.escape()?;
         }
     }
 
@@ -333,6 +362,21 @@ impl<'a> Cursor<'a> {
                 Ok(())
             }
             _ => Err(Declined::Invalid),
+        }
+    }
+
+    /// A member's value: a string or a number read straight (`jsonrpc`,
+    /// `id` and `method` nearly always are), anything else by [`value`].
+    ///
+    /// [`value`]: Cursor::value
+    fn member_value(&mut self) -> Result<(), Declined> {
+        match self.peek() {
+            Some(b'"') => {
+                self.pos += 1;
+                self.string().map(|_| ())
+            }
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            _ => self.value(),
         }
     }
 

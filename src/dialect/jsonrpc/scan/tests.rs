@@ -163,7 +163,27 @@ fn known_members_are_sliced_as_serde_json_slices_them() {
 #[test]
 fn edge_cases_agree_with_serde_json() {
     let deep = |n: usize| format!("{{\"params\":{}1{}}}", "[".repeat(n), "]".repeat(n));
-    let cases = [
+    // Strings longer than one vector compare: searched by memchr, then
+    // checked for control characters.
+    let long = |inner: &str| {
+        format!(
+            "{{\"x\":\"{}{inner}{}\",\"id\":1}}",
+            "a".repeat(40),
+            "b".repeat(20)
+        )
+    };
+    let cases: &[&str] = &[
+        &long(""),
+        &long("\u{1}"),
+        &long("\u{1f}"),
+        &long("\\n"),
+        &long("\\u0041"),
+        &long("\\ud800"),
+        &long("\\q"),
+        &long("\""),
+        &long("é𝄞\u{7f}"),
+        &format!("{{\"x\":\"{}", "a".repeat(40)),
+        &format!("{{\"x\":\"{}\\", "a".repeat(40)),
         "{}",
         "",
         " ",
