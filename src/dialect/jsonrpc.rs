@@ -123,9 +123,8 @@ pub fn decode(text: &ByteString, max_batch_items: usize) -> Inbound {
     if !trimmed.starts_with('[') {
         return Inbound::Single(decode_item(text, text));
     }
-    let items = match batch_items(text) {
-        Ok(items) => items,
-        Err(_) => return Inbound::Rejected(reject(ErrorKind::ParseError, None)),
+    let Ok(items) = batch_items(text) else {
+        return Inbound::Rejected(reject(ErrorKind::ParseError, None));
     };
     if items.is_empty() {
         return Inbound::Rejected(reject(ErrorKind::InvalidRequest, None));
