@@ -25,12 +25,14 @@ from collections import defaultdict
 LAYERS = [
     # Third-party code, by where it was written.
     ("WebSocket codec (tungstenite, axum's WebSocket)", r"/(tungstenite|tokio-tungstenite|axum)-[0-9.]+/", None),
-    ("parsing (serde_json, UTF-8 checks)", r"/serde_json-[0-9.]+/src/(de|read)\.rs$", None),
+    ("parsing (JSON scan, serde_json, UTF-8 checks)", r"/serde_json-[0-9.]+/src/(de|read)\.rs$", None),
     ("rendering (serde_json)", r"/serde_json-[0-9.]+/src/ser\.rs$", None),
     ("spans and log macros (tracing)", r"/(tracing|tracing-core|tracing-subscriber|tracing-opentelemetry|log|opentelemetry[a-z_-]*)-[0-9.]+/", None),
     ("in-flight permit (tokio Semaphore)", r"/tokio-[0-9.]+/src/sync/(batch_semaphore|semaphore)\.rs$", None),
     ("tokio (scheduler, I/O driver, timers, channels)", r"/tokio(-util)?-[0-9.]+/", None),
-    # switchyard, by module.
+    # switchyard, by module. The JSON-RPC decoders' validating pass is
+    # parsing, as serde_json's was.
+    ("parsing (JSON scan, serde_json, UTF-8 checks)", r"src/dialect/jsonrpc/scan\.rs$", None),
     ("metrics", r"src/telemetry/metrics", None),
     ("spans and log macros (tracing)", r"src/telemetry/", None),
     ("outbox (queue, reply encoding, writer)", r"src/outbox/", None),
@@ -48,7 +50,7 @@ LAYERS = [
     # Library code (core, alloc, std, libc, small crates): by the function
     # it runs in.
     ("WebSocket codec (tungstenite, axum's WebSocket)", None, r"tungstenite|axum::extract::ws|transport::ws::incoming|^__mem(set|cpy|move).*"),
-    ("parsing (serde_json, UTF-8 checks)", None, r"serde_json::de|serde_json::read|from_utf8|decode|upstream::ndjson::incoming"),
+    ("parsing (JSON scan, serde_json, UTF-8 checks)", None, r"serde_json::de|serde_json::read|from_utf8|decode|upstream::ndjson::incoming|jsonrpc::scan::"),
     ("rendering (serde_json)", None, r"serde_json::ser|encode|render"),
     ("spans and log macros (tracing)", None, r"tracing|opentelemetry|telemetry::trace|Span"),
     ("metrics", None, r"telemetry::metrics|prometheus"),

@@ -191,7 +191,13 @@ impl fmt::Debug for WireId {
 impl JsonToken {
     /// The token of a JSON value serde_json has read (so valid JSON).
     pub fn from_raw(raw: &RawValue) -> Self {
-        JsonToken(CompactString::new(raw.get()))
+        Self::from_text(raw.get())
+    }
+
+    /// The token of one JSON value's text, which a validating pass has
+    /// read (so valid JSON): the slice `jsonrpc::scan` gives.
+    pub(crate) fn from_text(text: &str) -> Self {
+        JsonToken(CompactString::new(text))
     }
 
     /// The token's text.

@@ -14,7 +14,12 @@ use crate::envelope::Method;
 /// borrowed: the text between its quotes, which the parse that produced
 /// `raw` has checked already, so it is not parsed a second time.
 pub(crate) fn string_text(raw: &RawValue) -> Option<Cow<'_, str>> {
-    let text = raw.get();
+    text_string(raw.get())
+}
+
+/// [`string_text`] of one JSON value's text, which a validating pass has
+/// read (the slice `jsonrpc::scan` gives).
+pub(crate) fn text_string(text: &str) -> Option<Cow<'_, str>> {
     let inner = text.strip_prefix('"')?.strip_suffix('"')?;
     if !inner.contains('\\') {
         return Some(Cow::Borrowed(inner));
@@ -24,7 +29,12 @@ pub(crate) fn string_text(raw: &RawValue) -> Option<Cow<'_, str>> {
 
 /// [`string_text`] as a method name (inline up to 24 bytes).
 pub(crate) fn string_value(raw: &RawValue) -> Option<Method> {
-    string_text(raw).map(|text| Method::from(text.as_ref()))
+    text_method(raw.get())
+}
+
+/// [`string_value`] of one JSON value's text, as [`text_string`].
+pub(crate) fn text_method(text: &str) -> Option<Method> {
+    text_string(text).map(|text| Method::from(text.as_ref()))
 }
 
 /// Eight copies of one byte in a word.

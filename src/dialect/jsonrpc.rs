@@ -5,7 +5,10 @@
 //! texts one per line). Ids and payloads are borrowed as raw JSON: ids are
 //! copied out (inline up to 24 bytes), `params` and `result` are slices of
 //! the text decoded ([`RawJson::within`]); nothing below
-//! `params`/`result`/`error.data` is parsed.
+//! `params`/`result`/`error.data` is parsed. The members are sliced out by
+//! one validating pass ([`scan`]); a text it declines (invalid, or one of
+//! the rare shapes it leaves to serde_json) is read by serde_json, so every
+//! error is serde_json's, class and text.
 //!
 //! ## Rendering
 //!
@@ -33,7 +36,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use crate::dialect::errors;
-use crate::dialect::json_string::{push_json_string, string_value};
+use crate::dialect::json_string::{push_json_string, text_method};
 use crate::dialect::link;
 use crate::envelope::raw_from_string;
 use crate::envelope::{ErrorObject, JsonToken, Message, Outcome, Payload, RawJson, WireId};
@@ -42,6 +45,7 @@ use crate::error::{ErrorKind, GatewayError, Side};
 use super::Dialect;
 
 pub use super::{Inbound, Item};
+use scan::Members;
 
 /// Why an upstream reply could not be decoded as a JSON-RPC message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,8 +68,9 @@ pub enum ReplyError {
     },
 }
 
-/// The members of one JSON-RPC object, borrowed. `Some` means present, even
-/// when the value is `null`.
+/// The members of one JSON-RPC object, borrowed, as serde_json reads them
+/// (for the texts [`scan`] declines). `Some` means present, even when the
+/// value is `null`.
 #[derive(Deserialize)]
 struct RawItem<'a> {
     #[serde(borrow, default, deserialize_with = "present")]
@@ -95,15 +100,42 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::
     <&RawValue>::deserialize(d).map(Some)
 }
 
+/// The members of the JSON-RPC object `text`: [`scan::object`]'s one
+/// pass, or serde_json's reading (and its error) for a text the scan
+/// declines.
+fn members(text: &str) -> Result<Members<'_>, serde_json::Error> {
+    match scan::object(text) {
+        Ok(members) => Ok(members),
+        Err(_) => serde_json::from_str::<RawItem<'_>>(text).map(|raw| Members {
+            jsonrpc: raw.jsonrpc.map(RawValue::get),
+            id: raw.id.map(RawValue::get),
+            method: raw.method.map(RawValue::get),
+            params: raw.params.map(RawValue::get),
+            result: raw.result.map(RawValue::get),
+            error: raw.error.map(RawValue::get),
+        }),
+    }
+}
+
+/// The items of the batch `text`: [`scan::array`]'s one pass, or
+/// serde_json's reading for a text the scan declines.
+fn batch_items(text: &str) -> Result<Vec<&str>, serde_json::Error> {
+    let mut items = Vec::new();
+    match scan::array(text, &mut items) {
+        Ok(()) => Ok(items),
+        Err(_) => serde_json::from_str::<Vec<&RawValue>>(text)
+            .map(|items| items.into_iter().map(RawValue::get).collect()),
+    }
+}
+
 /// Decodes one client text (a WebSocket frame or an NDJSON line).
 pub fn decode(text: &ByteString, max_batch_items: usize) -> Inbound {
     let trimmed = text.trim_start_matches([' ', '\t', '\n', '\r']);
     if !trimmed.starts_with('[') {
         return Inbound::Single(decode_item(text, text));
     }
-    let items: Vec<&RawValue> = match serde_json::from_str(text) {
-        Ok(items) => items,
-        Err(_) => return Inbound::Rejected(reject(ErrorKind::ParseError, None)),
+    let Ok(items) = batch_items(text) else {
+        return Inbound::Rejected(reject(ErrorKind::ParseError, None));
     };
     if items.is_empty() {
         return Inbound::Rejected(reject(ErrorKind::InvalidRequest, None));
@@ -112,18 +144,13 @@ pub fn decode(text: &ByteString, max_batch_items: usize) -> Inbound {
         let detail = format!("Batch size exceeds maximum of {max_batch_items}");
         return Inbound::Rejected(reject(ErrorKind::InvalidRequest, Some(detail)));
     }
-    Inbound::Batch(
-        items
-            .iter()
-            .map(|raw| decode_item(text, raw.get()))
-            .collect(),
-    )
+    Inbound::Batch(items.iter().map(|item| decode_item(text, item)).collect())
 }
 
 /// Decodes one JSON-RPC object (`text`, within `source`), validating it as
 /// a client item.
 fn decode_item(source: &ByteString, text: &str) -> Item {
-    let raw: RawItem<'_> = match serde_json::from_str(text) {
+    let raw = match members(text) {
         Ok(raw) => raw,
         Err(e) if e.is_syntax() || e.is_eof() || e.is_io() => {
             return Item::Invalid(reject(ErrorKind::ParseError, None))
@@ -133,7 +160,7 @@ fn decode_item(source: &ByteString, text: &str) -> Item {
     };
     let id = match raw.id {
         None => None,
-        Some(id) if is_valid_id(id) => Some(WireId::Json(JsonToken::from_raw(id))),
+        Some(id) if is_valid_id(id) => Some(WireId::Json(JsonToken::from_text(id))),
         Some(_) => return Item::Invalid(reject(ErrorKind::InvalidRequest, None)),
     };
     let invalid = |id: Option<WireId>| Item::Invalid(invalid_request(id));
@@ -146,13 +173,13 @@ fn decode_item(source: &ByteString, text: &str) -> Item {
             Err((id, _)) => invalid(id),
         };
     }
-    let Some(method) = raw.method.and_then(string_value) else {
+    let Some(method) = raw.method.and_then(text_method) else {
         return invalid(id);
     };
     let params = match raw.params {
         None => None,
-        Some(p) if matches!(p.get().as_bytes().first(), Some(b'[' | b'{')) => {
-            Some(Payload::Json(RawJson::within(source, p)))
+        Some(p) if matches!(p.as_bytes().first(), Some(b'[' | b'{')) => {
+            Some(Payload::Json(RawJson::text_within(source, p)))
         }
         Some(_) => return invalid(id),
     };
@@ -170,18 +197,17 @@ pub fn decode_upstream(text: &ByteString) -> Result<Message, ReplyError> {
 
 /// [`decode_upstream`] for one item (`text`) of a batch reply (`source`).
 pub fn decode_upstream_in(source: &ByteString, text: &str) -> Result<Message, ReplyError> {
-    let raw: RawItem<'_> =
-        serde_json::from_str(text).map_err(|e| ReplyError::NotJson(e.to_string()))?;
+    let raw = members(text).map_err(|e| ReplyError::NotJson(e.to_string()))?;
     let id = match raw.id {
-        Some(id) if is_valid_id(id) => Some(WireId::Json(JsonToken::from_raw(id))),
+        Some(id) if is_valid_id(id) => Some(WireId::Json(JsonToken::from_text(id))),
         Some(_) => return Err(ReplyError::Invalid("id must be a string, number or null")),
         None => None,
     };
     if let Some(method) = raw.method {
-        let method = string_value(method).ok_or(ReplyError::Invalid("method must be a string"))?;
+        let method = text_method(method).ok_or(ReplyError::Invalid("method must be a string"))?;
         let params = raw
             .params
-            .map(|p| Payload::Json(RawJson::within(source, p)));
+            .map(|p| Payload::Json(RawJson::text_within(source, p)));
         return Ok(match id {
             Some(id) if id.as_json() != Some("null") => Message::Request { id, method, params },
             _ => Message::Notification { method, params },
@@ -205,7 +231,7 @@ pub fn decode_upstream_in(source: &ByteString, text: &str) -> Result<Message, Re
 /// Builds a response or error from a reply-shaped item read from `source`.
 fn reply_from_raw(
     source: &ByteString,
-    raw: &RawItem<'_>,
+    raw: &Members<'_>,
     id: Option<WireId>,
 ) -> Result<Message, (Option<WireId>, &'static str)> {
     match (raw.result, raw.error) {
@@ -213,10 +239,10 @@ fn reply_from_raw(
             let id = id.ok_or((None, "a response needs an id"))?;
             Ok(Message::Response {
                 id,
-                result: Outcome::Value(Payload::Json(RawJson::within(source, result))),
+                result: Outcome::Value(Payload::Json(RawJson::text_within(source, result))),
             })
         }
-        (None, Some(error)) => match parse_error_object(error) {
+        (None, Some(error)) => match parse_error_text(error) {
             Some(error) => Ok(Message::Error { id, error }),
             None => Err((
                 id,
@@ -229,7 +255,12 @@ fn reply_from_raw(
 
 /// Parses an error object; `None` when it breaks the JSON-RPC rules.
 pub fn parse_error_object(raw: &RawValue) -> Option<ErrorObject> {
-    let err: RawError<'_> = serde_json::from_str(raw.get()).ok()?;
+    parse_error_text(raw.get())
+}
+
+/// [`parse_error_object`] of an error object's text.
+fn parse_error_text(text: &str) -> Option<ErrorObject> {
+    let err: RawError<'_> = serde_json::from_str(text).ok()?;
     let code = err.code.as_i64().or_else(|| {
         let f = err.code.as_f64()?;
         (f.fract() == 0.0 && f.abs() < 9.0e15).then_some(f as i64)
@@ -242,15 +273,15 @@ pub fn parse_error_object(raw: &RawValue) -> Option<ErrorObject> {
 }
 
 /// `id` may be a string, a number or `null`.
-fn is_valid_id(id: &RawValue) -> bool {
+fn is_valid_id(id: &str) -> bool {
     matches!(
-        id.get().as_bytes().first(),
+        id.as_bytes().first(),
         Some(b'"' | b'-' | b'0'..=b'9' | b'n')
     )
 }
 
-fn is_version_2(v: &RawValue) -> bool {
-    v.get() == "\"2.0\"" || string_value(v).as_deref() == Some("2.0")
+fn is_version_2(v: &str) -> bool {
+    v == "\"2.0\"" || text_method(v).as_deref() == Some("2.0")
 }
 
 fn reject(kind: ErrorKind, detail: Option<String>) -> Message {
@@ -270,6 +301,8 @@ fn invalid_request(id: Option<WireId>) -> Message {
     );
     Message::error(Some(id.unwrap_or_else(WireId::null)), err)
 }
+
+pub mod scan;
 
 // === Rendering ===
 

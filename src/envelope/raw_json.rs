@@ -37,12 +37,19 @@ impl RawJson {
     /// `raw` as a slice of `source`, the text it was decoded from (a copy
     /// when `raw` does not lie within `source`).
     pub fn within(source: &ByteString, raw: &RawValue) -> Self {
+        Self::text_within(source, raw.get())
+    }
+
+    /// [`within`](RawJson::within) for the text of one JSON value that a
+    /// validating pass has read (so valid JSON): the slice
+    /// `jsonrpc::scan` gives.
+    pub(crate) fn text_within(source: &ByteString, text: &str) -> Self {
         let outer = source.as_bytes().as_ptr_range();
-        let inner = raw.get().as_bytes().as_ptr_range();
+        let inner = text.as_bytes().as_ptr_range();
         if outer.start <= inner.start && inner.end <= outer.end {
-            RawJson(source.slice_ref(raw.get()))
+            RawJson(source.slice_ref(text))
         } else {
-            Self::copy(raw)
+            RawJson(ByteString::from(text))
         }
     }
 

@@ -1,0 +1,492 @@
+//! One validating pass over a JSON-RPC text: the members the decoders use
+//! (`jsonrpc`, `id`, `method`, `params`, `result`, `error`) sliced out of
+//! the text, every other byte validated as JSON and skipped, nothing
+//! decoded, copied or allocated.
+//!
+//! serde_json is the oracle: [`object`] returns members exactly when
+//! `serde_json::from_str` of a struct with those six members (each a
+//! borrowed `&RawValue`) succeeds, with the same slices
+//! (`RawValue::get()`). The rules it follows are serde_json's: JSON
+//! whitespace only (space, `\t`, `\n`, `\r`), control characters refused in
+//! strings, any `\u` followed by four hex digits accepted in a string it
+//! skips (a lone surrogate included, as serde_json's skip does), JSON's
+//! number grammar with no range check, unknown members skipped, a second
+//! known member refused, nothing but whitespace after the value. Whatever
+//! it does not accept it declines ([`Declined`]), and the decoders then ask
+//! serde_json, which gives the error (class and text) they give today:
+//! rejections are rare, so a rejected text pays for two passes and an
+//! accepted one for this one. It also declines, as [`Declined::Unsure`],
+//! three things serde_json may accept, for serde_json to settle: a member
+//! name with an escape (serde_json compares names after unescaping, and
+//! refuses a lone surrogate there), a text that is an array (serde_json
+//! fills a struct from an array, member by member in order), and nesting
+//! deeper than [`MAX_DEPTH`] (serde_json skips values of any depth).
+//!
+//! A string's first 16 bytes are checked for a quote, a backslash or a
+//! control character by one vector compare (plain code the compiler
+//! vectorises: the crate has no `unsafe`); a longer string by memchr's
+//! SIMD search and a vector minimum.
+//!
+//! Bound: the scan keeps one bit per open array or object on the stack
+//! ([`MAX_DEPTH`] bits, 64 bytes), no allocation; [`array`] pushes one
+//! slice per item into the caller's vector (the batch's item list, which
+//! the decoder builds anyway).
+//!
+//! Why not a crate. `sonic-rs` (0.5) accepts `"\u12G4"` in a string it
+//! skips, which serde_json refuses, and overflows its stack on a value
+//! nested 3,000 deep; `jiter` (0.19) refuses lone surrogates in strings it
+//! skips and values nested deeper than 200, both of which serde_json
+//! accepts, brings nine more crates (bitvec, num-bigint, lexical, ahash…)
+//! and reads strings a byte at a time. This pass is serde_json's grammar
+//! over `memchr`.
+
+/// Deepest nesting of arrays and objects the scan follows; a text nested
+/// deeper is declined as [`Declined::Unsure`] (serde_json skips any depth).
+pub const MAX_DEPTH: usize = 512;
+
+/// The members of one JSON-RPC object, as slices of the text scanned.
+/// `Some` means present, even when the value is `null`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Members<'a> {
+    /// `jsonrpc`.
+    pub jsonrpc: Option<&'a str>,
+    /// `id`.
+    pub id: Option<&'a str>,
+    /// `method`.
+    pub method: Option<&'a str>,
+    /// `params`.
+    pub params: Option<&'a str>,
+    /// `result`.
+    pub result: Option<&'a str>,
+    /// `error`.
+    pub error: Option<&'a str>,
+}
+
+/// Why the scan gave no answer; the decoders ask serde_json either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Declined {
+    /// serde_json refuses the text too: not JSON, trailing characters, not
+    /// an object (nor an array), or a known member twice.
+    Invalid,
+    /// serde_json may accept it: a member name with an escape, an array,
+    /// or nesting deeper than [`MAX_DEPTH`].
+    Unsure,
+}
+
+/// Scans `text` as one JSON object and slices its known members.
+pub fn object(text: &str) -> Result<Members<'_>, Declined> {
+    let mut cur = Cursor::new(text);
+    cur.ws();
+    match cur.peek() {
+        Some(b'{') => cur.pos += 1,
+        Some(b'[') => return Err(Declined::Unsure),
+        _ => return Err(Declined::Invalid),
+    }
+    let mut members = Members::default();
+    cur.ws();
+    if cur.eat(b'}') {
+        return cur.end().map(|()| members);
+    }
+    loop {
+        if !cur.eat(b'"') {
+            return Err(Declined::Invalid);
+        }
+        let slot = match cur.member_name()? {
+            Some(name) => Some(members.slot(name).ok_or(Declined::Invalid)?),
+            None => None,
+        };
+        cur.ws();
+        if !cur.eat(b':') {
+            return Err(Declined::Invalid);
+        }
+        cur.ws();
+        let start = cur.pos;
+        cur.member_value()?;
+        if let Some(slot) = slot {
+            *slot = text.get(start..cur.pos);
+        }
+        cur.ws();
+        match cur.next() {
+            Some(b',') => cur.ws(),
+            Some(b'}') => return cur.end().map(|()| members),
+            _ => return Err(Declined::Invalid),
+        }
+    }
+}
+
+/// Scans `text` as one JSON array, pushing each item's slice onto `items`
+/// (what serde_json gives for a `Vec<&RawValue>`). On `Err`, `items` may
+/// hold some of the items.
+pub fn array<'a>(text: &'a str, items: &mut Vec<&'a str>) -> Result<(), Declined> {
+    let mut cur = Cursor::new(text);
+    cur.ws();
+    if !cur.eat(b'[') {
+        return Err(Declined::Invalid);
+    }
+    cur.ws();
+    if cur.eat(b']') {
+        return cur.end();
+    }
+    loop {
+        let start = cur.pos;
+        cur.value()?;
+        items.extend(text.get(start..cur.pos));
+        cur.ws();
+        match cur.next() {
+            Some(b',') => cur.ws(),
+            Some(b']') => return cur.end(),
+            _ => return Err(Declined::Invalid),
+        }
+    }
+}
+
+/// Bytes a string's scan checks at a time: one SSE2 vector.
+const CHUNK: usize = 16;
+
+/// Ends a string's plain run: `"`, `\\` or a control character.
+fn stops(b: u8) -> bool {
+    // Bitwise, not short-circuit: the chunk loop below compiles to vector
+    // compares.
+    (b == b'"') | (b == b'\\') | (b < 0x20)
+}
+
+/// The length of the longest prefix of `bytes` that no byte of [`stops`]
+/// ends. Most strings (names, versions, methods, ids) end within their
+/// first [`CHUNK`] bytes, which one vector compare tells; a longer one is
+/// searched by memchr (AVX2 where the CPU has it) for its quote or
+/// backslash, and the run before it checked for control characters by a
+/// vector minimum.
+fn plain_run(bytes: &[u8]) -> usize {
+    let (chunks, _) = bytes.as_chunks::<CHUNK>();
+    let short = chunks
+        .first()
+        .is_none_or(|first| first.iter().fold(false, |hit, &b| hit | stops(b)));
+    if short {
+        return bytes.iter().position(|&b| stops(b)).unwrap_or(bytes.len());
+    }
+    let end = memchr::memchr2(b'"', b'\\', bytes).unwrap_or(bytes.len());
+    let run = bytes.get(..end).unwrap_or_default();
+    if run.iter().fold(u8::MAX, |low, &b| low.min(b)) < 0x20 {
+        return run.iter().position(|&b| b < 0x20).unwrap_or(end);
+    }
+    end
+}
+
+/// A known member's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Name {
+    Jsonrpc,
+    Id,
+    Method,
+    Params,
+    Result,
+    Error,
+}
+
+/// A position in the text scanned.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+/// Open arrays and objects: one bit per level, set for an object.
+struct Nesting {
+    bits: [u64; MAX_DEPTH / 64],
+    depth: usize,
+}
+
+// === impl Members ===
+
+impl<'a> Members<'a> {
+    /// The slot of a known member; `None` if it is taken already.
+    fn slot(&mut self, name: Name) -> Option<&mut Option<&'a str>> {
+        let slot = match name {
+            Name::Jsonrpc => &mut self.jsonrpc,
+            Name::Id => &mut self.id,
+            Name::Method => &mut self.method,
+            Name::Params => &mut self.params,
+            Name::Result => &mut self.result,
+            Name::Error => &mut self.error,
+        };
+        slot.is_none().then_some(slot)
+    }
+}
+
+// === impl Cursor ===
+
+impl<'a> Cursor<'a> {
+    fn new(text: &'a str) -> Self {
+        Cursor {
+            bytes: text.as_bytes(),
+            pos: 0,
+        }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
+    }
+
+    fn next(&mut self) -> Option<u8> {
+        let b = self.peek()?;
+        self.pos += 1;
+        Some(b)
+    }
+
+    /// Consumes `b` if it comes next.
+    fn eat(&mut self, b: u8) -> bool {
+        let hit = self.peek() == Some(b);
+        self.pos += usize::from(hit);
+        hit
+    }
+
+    /// Skips JSON whitespace.
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    /// Nothing but whitespace is left.
+    fn end(&mut self) -> Result<(), Declined> {
+        self.ws();
+        if self.pos == self.bytes.len() {
+            Ok(())
+        } else {
+            Err(Declined::Invalid)
+        }
+    }
+
+    /// Consumes `word` if it comes next (a comparison of a known length,
+    /// which the compiler makes a word compare or two).
+    fn eat_word<const N: usize>(&mut self, word: &[u8; N]) -> bool {
+        let hit = self.bytes.get(self.pos..self.pos + N) == Some(word.as_slice());
+        if hit {
+            self.pos += N;
+        }
+        hit
+    }
+
+    /// A member name, after its opening quote: the known member it names
+    /// (`None` for any other name).
+    fn member_name(&mut self) -> Result<Option<Name>, Declined> {
+        // The known names hold nothing to escape: one comparison each.
+        let known = match self.peek() {
+            Some(b'j') => self.eat_word(b"jsonrpc\"").then_some(Name::Jsonrpc),
+            Some(b'i') => self.eat_word(b"id\"").then_some(Name::Id),
+            Some(b'm') => self.eat_word(b"method\"").then_some(Name::Method),
+            Some(b'p') => self.eat_word(b"params\"").then_some(Name::Params),
+            Some(b'r') => self.eat_word(b"result\"").then_some(Name::Result),
+            Some(b'e') => self.eat_word(b"error\"").then_some(Name::Error),
+            _ => None,
+        };
+        if known.is_some() {
+            return Ok(known);
+        }
+        // Any other name without an escape is no known one.
+        match self.string()? {
+            false => Ok(None),
+            true => Err(Declined::Unsure),
+        }
+    }
+
+    /// The rest of a string after its opening quote; whether it held an
+    /// escape.
+    fn string(&mut self) -> Result<bool, Declined> {
+        let mut escaped = false;
+        loop {
+            let rest = self.bytes.get(self.pos..).unwrap_or_default();
+            let stop = plain_run(rest);
+            self.pos += stop + 1;
+            match rest.get(stop) {
+                Some(b'"') => return Ok(escaped),
+                Some(b'\\') => {
+                    escaped = true;
+                    self.escape()?;
+                }
+                // A control character, or the end of the text.
+                _ => return Err(Declined::Invalid),
+            }
+        }
+    }
+
+    /// One escape after its backslash: what serde_json's skip accepts
+    /// (`\u` and any four hex digits, a lone surrogate included).
+    fn escape(&mut self) -> Result<(), Declined> {
+        match self.next() {
+            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => Ok(()),
+            Some(b'u') => {
+                let hex = self.bytes.get(self.pos..self.pos + 4);
+                if hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
+                    self.pos += 4;
+                    Ok(())
+                } else {
+                    Err(Declined::Invalid)
+                }
+            }
+            _ => Err(Declined::Invalid),
+        }
+    }
+
+    /// A number, by JSON's grammar (no range check, as serde_json's skip).
+    fn number(&mut self) -> Result<(), Declined> {
+        self.eat(b'-');
+        match self.next() {
+            Some(b'0') => {}
+            Some(b'1'..=b'9') => self.digits(),
+            _ => return Err(Declined::Invalid),
+        }
+        if self.eat(b'.') {
+            self.some_digits()?;
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.pos += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.pos += 1;
+            }
+            self.some_digits()?;
+        }
+        Ok(())
+    }
+
+    fn digits(&mut self) {
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    /// At least one digit.
+    fn some_digits(&mut self) -> Result<(), Declined> {
+        match self.peek() {
+            Some(b'0'..=b'9') => {
+                self.digits();
+                Ok(())
+            }
+            _ => Err(Declined::Invalid),
+        }
+    }
+
+    /// A member's value: a string or a number read straight (`jsonrpc`,
+    /// `id` and `method` nearly always are), anything else by [`value`].
+    ///
+    /// [`value`]: Cursor::value
+    fn member_value(&mut self) -> Result<(), Declined> {
+        match self.peek() {
+            Some(b'"') => {
+                self.pos += 1;
+                self.string().map(|_| ())
+            }
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            _ => self.value(),
+        }
+    }
+
+    /// One value of any kind, validated and skipped; the cursor is on its
+    /// first byte and ends after its last.
+    fn value(&mut self) -> Result<(), Declined> {
+        let mut open = Nesting::new();
+        loop {
+            // A value starts here.
+            match self.peek() {
+                Some(b'{') => {
+                    self.pos += 1;
+                    open.push(true)?;
+                    self.ws();
+                    if !self.eat(b'}') {
+                        self.member_key()?;
+                        continue;
+                    }
+                    open.pop();
+                }
+                Some(b'[') => {
+                    self.pos += 1;
+                    open.push(false)?;
+                    self.ws();
+                    if !self.eat(b']') {
+                        continue;
+                    }
+                    open.pop();
+                }
+                Some(b'"') => {
+                    self.pos += 1;
+                    self.string()?;
+                }
+                Some(b't') if self.eat_word(b"true") => {}
+                Some(b'f') if self.eat_word(b"false") => {}
+                Some(b'n') if self.eat_word(b"null") => {}
+                Some(b'-' | b'0'..=b'9') => self.number()?,
+                _ => return Err(Declined::Invalid),
+            }
+            // A value ended: close what it ends, or go on to the next one.
+            loop {
+                let Some(in_object) = open.top() else {
+                    return Ok(());
+                };
+                self.ws();
+                match self.next() {
+                    Some(b',') => {
+                        self.ws();
+                        if in_object {
+                            self.member_key()?;
+                        }
+                        break;
+                    }
+                    Some(b'}') if in_object => open.pop(),
+                    Some(b']') if !in_object => open.pop(),
+                    _ => return Err(Declined::Invalid),
+                }
+            }
+        }
+    }
+
+    /// A member name and its colon inside a skipped object, up to the
+    /// value.
+    fn member_key(&mut self) -> Result<(), Declined> {
+        if !self.eat(b'"') {
+            return Err(Declined::Invalid);
+        }
+        self.string()?;
+        self.ws();
+        if !self.eat(b':') {
+            return Err(Declined::Invalid);
+        }
+        self.ws();
+        Ok(())
+    }
+}
+
+// === impl Nesting ===
+
+impl Nesting {
+    fn new() -> Self {
+        Nesting {
+            bits: [0; MAX_DEPTH / 64],
+            depth: 0,
+        }
+    }
+
+    fn push(&mut self, object: bool) -> Result<(), Declined> {
+        let word = self.bits.get_mut(self.depth / 64).ok_or(Declined::Unsure)?;
+        let bit = 1u64 << (self.depth % 64);
+        if object {
+            *word |= bit;
+        } else {
+            *word &= !bit;
+        }
+        self.depth += 1;
+        Ok(())
+    }
+
+    fn pop(&mut self) {
+        self.depth = self.depth.saturating_sub(1);
+    }
+
+    /// Whether the innermost open value is an object; `None` at the top.
+    fn top(&self) -> Option<bool> {
+        let at = self.depth.checked_sub(1)?;
+        let word = self.bits.get(at / 64)?;
+        Some(word & (1u64 << (at % 64)) != 0)
+    }
+}
+
+#[cfg(test)]
+mod tests;
