@@ -1,5 +1,5 @@
-//! Heap allocations per request on the gateway's common paths (issue 19,
-//! deliverable 4): a count, not a timing.
+//! Heap allocations per request on the gateway's common paths: a count,
+//! not a timing.
 //!
 //! In one process, each on its own OS thread and tokio runtime:
 //!

@@ -1,4 +1,4 @@
-//! The embedded store survives `kill -9` (issue 15, acceptance): a child
+//! The embedded store survives `kill -9`: a child
 //! switchyard process stores the reference daemon's events on a persistent
 //! topic while a WebSocket client receives and acknowledges them; the child
 //! is killed with SIGKILL mid-stream and a new one is started on the same

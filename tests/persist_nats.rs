@@ -1,4 +1,4 @@
-//! Two switchyard instances on one NATS JetStream (issue 15, acceptance):
+//! Two switchyard instances on one NATS JetStream:
 //! a client subscribes persistently on instance A and acknowledges some of
 //! what it gets; A is killed with SIGKILL while events keep coming; the
 //! client resumes the same `subscription_id` on instance B and gets every

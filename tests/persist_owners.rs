@@ -1,6 +1,7 @@
 //! A persistent subscription belongs to the identity that made it
 //! (`persist::owner`), and caps bound what one identity, one connection
-//! and one topic may take: the probes of issue 37, replayed.
+//! and one topic may take: one identity probing for another's
+//! subscriptions and trying to exhaust the store, replayed.
 //!
 //! The gateway (in process, memory backend) has the harness' `public`
 //! listener (no credential: its own identity) plus `victim` and `intruder`

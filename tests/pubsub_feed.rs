@@ -1,4 +1,4 @@
-//! Pub/sub feeds (issue 14): the reference NDJSON daemon's `Subscribe`
+//! Pub/sub feeds: the reference NDJSON daemon's `Subscribe`
 //! stream configured as a feed of upstream `daemon` under topic
 //! `daemon.events` (harness in `common::feed`), fanned out to subscribers in
 //! every client dialect: one upstream stream for many subscribers, every

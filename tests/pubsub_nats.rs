@@ -1,4 +1,4 @@
-//! NATS core as the pub/sub backbone (issue 38, acceptance), on a real
+//! NATS core as the pub/sub backbone, on a real
 //! `nats-server` (random loopback ports, its monitoring endpoint read for
 //! the server's own view of subscriptions):
 //!

@@ -1,4 +1,4 @@
-//! What an upstream publishes (issue 14, feeds): notifications the
+//! What an upstream publishes (feeds): notifications the
 //! reference JSON-RPC WebSocket daemon sends on switchyard's shared
 //! connection (its `push` method) are published as `<upstream>.<method>`,
 //! under the `topics` rename map's topic instead when the method is in it,

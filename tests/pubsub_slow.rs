@@ -1,4 +1,4 @@
-//! A pub/sub subscriber that never reads its socket (issue 14): its events
+//! A pub/sub subscriber that never reads its socket: its events
 //! are dropped (counted `slow_consumer`) and it is closed after the
 //! slow-consumer timeout, while 99 others get every event of the reference
 //! daemon's `Subscribe` feed (harness in `common::feed`) without a gap, and

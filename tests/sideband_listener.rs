@@ -131,7 +131,7 @@ async fn gateway(
     (gw, url, daemon, dir)
 }
 
-/// Issue 13 item 3: `{"t":"R","cid":…}` without `result` is a valid void
+/// `{"t":"R","cid":…}` without `result` is a valid void
 /// reply; with a cid switchyard never issued it is dropped silently, as a
 /// reply with a result is, in JSON and in CBOR. The next thing the client
 /// hears is the answer to its following request, not an `E` 1100.
@@ -171,7 +171,7 @@ async fn unknown_cid_replies_are_dropped_silently_void_or_not() {
     daemon.stop().await;
 }
 
-/// Issue 13 item 4: with `sideband_legacy_subjects = true`, a request on
+/// With `sideband_legacy_subjects = true`, a request on
 /// `rpc/echo` is answered on `rpc/echo` (sideband.md §5, §10: responses on
 /// the request's own subject), and so is an invalid envelope's `E` 1100;
 /// a request on `rpc` is still answered on `rpc`.

@@ -248,10 +248,10 @@ async fn call(ws: &mut common::Ws, method: &str, id: u32) -> serde_json::Value {
     reply
 }
 
-/// Issue 13 item 8: an invalid `E` (a string `code`) carrying a pending
+/// An invalid `E` (a string `code`) carrying a pending
 /// call's cid settles that call at once as `internal`, quoting the
 /// upstream's envelope in `data`, in JSON and in CBOR; the gateway does not
-/// answer it. Item 3, client side: a void `R` with an unknown cid is
+/// answer it. On the client side, a void `R` with an unknown cid is
 /// dropped silently too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_and_unknown_replies_from_the_upstream() {
@@ -280,7 +280,7 @@ async fn invalid_and_unknown_replies_from_the_upstream() {
     gw.shutdown().await;
 }
 
-/// Issue 13 item 7: a Control Close from the upstream is answered with
+/// A Control Close from the upstream is answered with
 /// WebSocket close 1000 carrying the same reason, and nothing else (no
 /// Control Close back); the call in flight fails `unavailable` at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -309,7 +309,7 @@ async fn an_upstream_control_close_reason_is_echoed() {
     gw.shutdown().await;
 }
 
-/// Issue 13 item 6 (sideband.md §10): after a `negotiation_failed` close
+/// sideband.md §10: after a `negotiation_failed` close
 /// the next attempt waits the maximum backoff, whichever side refused and
 /// whether the upstream's handshake had arrived. With the backoff starting
 /// at 100 ms and capped at 60 s, a two-second window holds several retries
@@ -347,7 +347,7 @@ async fn a_refused_handshake_waits_the_maximum_backoff() {
     gw.shutdown().await;
 }
 
-/// Issue 13 item 5: on SIGTERM every link of a Sideband upstream's pool gets
+/// On SIGTERM every link of a Sideband upstream's pool gets
 /// Control Close `shutdown`, then WebSocket close 1001, as Sideband clients
 /// of the listener do (sideband.md §10 "Closing").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -409,7 +409,7 @@ async fn every_pooled_upstream_link_gets_shutdown_then_1001_on_sigterm() {
     }
 }
 
-/// Issue 13 item 5, per-client links: a client's dedicated link closed by
+/// Per-client links: a client's dedicated link closed by
 /// the shutdown drain says goodbye as a stopping gateway does, and the
 /// shutdown waits for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! The persist scenario (issue 15): the reference daemon's feed at 1,000
+//! The persist scenario: the reference daemon's feed at 1,000
 //! events/s of about 256 B into ONE persistent topic, with
 //! [`SUBSCRIBERS`] persistent subscribers on switchyard's JSON-RPC
 //! WebSocket listener, each acknowledging every message; once per store

@@ -1,4 +1,4 @@
-//! The fanout scenario's table and its verdict: issue 14's target of 1,000
+//! The fanout scenario's table and its verdict: the target of 1,000
 //! subscribers at 1,000 events/s with p99 <= 5 ms and no loss for the
 //! subscribers that keep up.
 

@@ -1,4 +1,4 @@
-//! Issue 19's targets on what the gateway itself adds: latency over
+//! The targets on what the gateway itself adds: latency over
 //! floor C (a byte relay process, so the hop any extra process costs is
 //! not counted against switchyard), CPU per request, and Sideband CBOR
 //! throughput against JSON-RPC's.

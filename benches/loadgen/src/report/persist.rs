@@ -1,4 +1,4 @@
-//! The persist scenario's table (issue 15): stored and delivered events/s,
+//! The persist scenario's table: stored and delivered events/s,
 //! publish → delivery latency and the backlog's resume time, per store
 //! backend. No verdict: the issue asks for the figures, not a target.
 
