@@ -11,11 +11,11 @@ use bytestring::ByteString;
 use serde_json::value::RawValue;
 
 use self::envelope::Envelope;
-use super::jsonrpc::parse_error_object;
+use super::jsonrpc::parse_error_text;
 use super::{Dialect, Inbound, Item};
 use crate::close::CloseCode;
 use crate::dialect::errors;
-use crate::dialect::json_string::string_value;
+use crate::dialect::json_string::text_method;
 use crate::envelope::{raw_from_string, JsonToken, Message, Outcome, Payload, RawJson, WireId};
 use crate::error::{ErrorKind, GatewayError};
 
@@ -39,13 +39,13 @@ pub fn decode(text: &ByteString) -> Inbound {
             Err(_) => Inbound::close(PROTOCOL_ERROR, MALFORMED),
         };
     }
-    let Ok(env) = serde_json::from_str::<Envelope<'_>>(text) else {
+    let Some(env) = Envelope::read(text) else {
         return Inbound::close(PROTOCOL_ERROR, MALFORMED);
     };
     let Some(id) = env.id.filter(|id| is_usable_id(id)) else {
         return Inbound::close(PROTOCOL_ERROR, NO_ID);
     };
-    let id = WireId::Json(JsonToken::from_raw(id));
+    let id = WireId::Json(JsonToken::from_text(id));
     if env.method.is_some() {
         return Inbound::Single(request(text, &env, id));
     }
@@ -64,10 +64,10 @@ fn request(source: &ByteString, env: &Envelope<'_>, id: WireId) -> Item {
     if let Some(key) = &env.unknown {
         return invalid(format!("unknown key {key:?}"));
     }
-    if env.jsonrpc.is_none_or(|v| v.get() != "\"2.0\"") {
+    if env.jsonrpc.is_none_or(|v| v != "\"2.0\"") {
         return invalid(String::from("jsonrpc must be \"2.0\""));
     }
-    let method = env.method.and_then(string_value);
+    let method = env.method.and_then(text_method);
     let Some(method) = method.filter(|m| !m.trim().is_empty()) else {
         return invalid(String::from("method must be a non-empty string"));
     };
@@ -77,8 +77,8 @@ fn request(source: &ByteString, env: &Envelope<'_>, id: WireId) -> Item {
     let params = match env.params {
         None => None,
         // HolonClient sends null when the caller passes null: same as {}.
-        Some(p) if p.get() == "null" => Some(Payload::Json(raw_from_string(String::from("{}")))),
-        Some(p) if p.get().starts_with('{') => Some(Payload::Json(RawJson::within(source, p))),
+        Some("null") => Some(Payload::Json(raw_from_string(String::from("{}")))),
+        Some(p) if p.starts_with('{') => Some(Payload::Json(RawJson::text_within(source, p))),
         Some(_) => return invalid(String::from("params must be an object")),
     };
     Item::Valid(Message::Request { id, method, params })
@@ -88,7 +88,7 @@ fn request(source: &ByteString, env: &Envelope<'_>, id: WireId) -> Item {
 /// result and error: a void reply, as browsers send for `undefined`).
 fn reply(source: &ByteString, env: &Envelope<'_>, id: WireId) -> Item {
     let well_formed = env.unknown.is_none()
-        && env.jsonrpc.is_some_and(|v| v.get() == "\"2.0\"")
+        && env.jsonrpc.is_some_and(|v| v == "\"2.0\"")
         && env.params.is_none();
     match (env.result, env.error) {
         (None, None) if well_formed => Item::Valid(Message::Response {
@@ -97,9 +97,9 @@ fn reply(source: &ByteString, env: &Envelope<'_>, id: WireId) -> Item {
         }),
         (Some(result), None) if well_formed => Item::Valid(Message::Response {
             id,
-            result: Outcome::Value(Payload::Json(RawJson::within(source, result))),
+            result: Outcome::Value(Payload::Json(RawJson::text_within(source, result))),
         }),
-        (None, Some(error)) if well_formed => match parse_error_object(error) {
+        (None, Some(error)) if well_formed => match parse_error_text(error) {
             Some(error) => Item::Valid(Message::Error {
                 id: Some(id),
                 error,
@@ -111,8 +111,8 @@ fn reply(source: &ByteString, env: &Envelope<'_>, id: WireId) -> Item {
 }
 
 /// A string id that is not blank after trimming.
-fn is_usable_id(id: &RawValue) -> bool {
-    string_value(id).is_some_and(|s| !s.trim().is_empty())
+fn is_usable_id(id: &str) -> bool {
+    text_method(id).is_some_and(|s| !s.trim().is_empty())
 }
 
 /// The `params` a holon peer accepts: an object. Absent params become `{}`;

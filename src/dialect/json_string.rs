@@ -1,7 +1,7 @@
 //! JSON string literals, written exactly as serde_json writes them: the
 //! escape scan reads eight bytes at a time, so the long runs that need no
 //! escape (padding, names, messages) are found in a few steps and copied
-//! whole. And read back out of a raw JSON value ([`string_value`]).
+//! whole. And read back out of a raw JSON value ([`text_method`]).
 
 use std::borrow::Cow;
 
@@ -27,12 +27,7 @@ pub(crate) fn text_string(text: &str) -> Option<Cow<'_, str>> {
     serde_json::from_str::<String>(text).ok().map(Cow::Owned)
 }
 
-/// [`string_text`] as a method name (inline up to 24 bytes).
-pub(crate) fn string_value(raw: &RawValue) -> Option<Method> {
-    text_method(raw.get())
-}
-
-/// [`string_value`] of one JSON value's text, as [`text_string`].
+/// [`text_string`] as a method name (inline up to 24 bytes).
 pub(crate) fn text_method(text: &str) -> Option<Method> {
     text_string(text).map(|text| Method::from(text.as_ref()))
 }
@@ -117,7 +112,7 @@ mod tests {
 
     use serde_json::value::RawValue;
 
-    use super::{push_json_string, string_value, unescaped_prefix};
+    use super::{push_json_string, text_method, unescaped_prefix};
 
     proptest::proptest! {
         /// Read back exactly as serde_json reads it, written plainly or
@@ -132,7 +127,7 @@ mod tests {
                 .collect();
             for literal in [plain, format!("\"{escaped}\"")] {
                 let raw: &RawValue = serde_json::from_str(&literal).unwrap();
-                let read = string_value(raw);
+                let read = text_method(raw.get());
                 proptest::prop_assert_eq!(read.as_deref(), Some(text.as_str()));
             }
         }
@@ -197,7 +192,7 @@ mod tests {
             (r#"{"a":"b"}"#, None),
         ] {
             let raw: &RawValue = serde_json::from_str(text).unwrap();
-            assert_eq!(string_value(raw).as_deref(), value, "{text}");
+            assert_eq!(text_method(raw.get()).as_deref(), value, "{text}");
         }
     }
 

@@ -113,6 +113,8 @@ fn members(text: &str) -> Result<Members<'_>, serde_json::Error> {
             params: raw.params.map(RawValue::get),
             result: raw.result.map(RawValue::get),
             error: raw.error.map(RawValue::get),
+            // Not read: JSON-RPC ignores other members.
+            unknown: false,
         }),
     }
 }
@@ -259,7 +261,7 @@ pub fn parse_error_object(raw: &RawValue) -> Option<ErrorObject> {
 }
 
 /// [`parse_error_object`] of an error object's text.
-fn parse_error_text(text: &str) -> Option<ErrorObject> {
+pub(crate) fn parse_error_text(text: &str) -> Option<ErrorObject> {
     let err: RawError<'_> = serde_json::from_str(text).ok()?;
     let code = err.code.as_i64().or_else(|| {
         let f = err.code.as_f64()?;

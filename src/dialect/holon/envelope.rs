@@ -1,6 +1,13 @@
 //! [`Envelope`]: the members of one holon envelope, read from its text in
-//! one pass without a map: the six keys it may carry, borrowed as raw
-//! JSON, and the unknown key to name in an error, if any.
+//! one pass without a map: the six keys it may carry, borrowed as slices of
+//! the text, and the unknown key to name in an error, if any.
+//!
+//! The pass is the JSON-RPC dialect's validating scan
+//! ([`crate::dialect::jsonrpc::scan`]) when the text is an object of those
+//! keys only, each once, none with an escape in its name: then a map would
+//! read the same members. Any other text (an unknown or repeated key, an
+//! escaped name, or no JSON object at all) is read by serde_json as a map,
+//! which keeps a repeated key's last value and names the unknown key.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -9,19 +16,39 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::dialect::jsonrpc::scan;
+
 /// One holon envelope's members. A key given twice keeps its last value,
 /// as a JSON object read into a map does.
 #[derive(Debug, Default)]
 pub(super) struct Envelope<'a> {
-    pub jsonrpc: Option<&'a RawValue>,
-    pub id: Option<&'a RawValue>,
-    pub method: Option<&'a RawValue>,
-    pub params: Option<&'a RawValue>,
-    pub result: Option<&'a RawValue>,
-    pub error: Option<&'a RawValue>,
+    pub jsonrpc: Option<&'a str>,
+    pub id: Option<&'a str>,
+    pub method: Option<&'a str>,
+    pub params: Option<&'a str>,
+    pub result: Option<&'a str>,
+    pub error: Option<&'a str>,
     /// The first unknown key in alphabetical order (the one an error
     /// names); its value is checked as JSON and passed over.
     pub unknown: Option<String>,
+}
+
+impl<'a> Envelope<'a> {
+    /// The envelope `text` holds; `None` when it is no JSON object.
+    pub(super) fn read(text: &'a str) -> Option<Self> {
+        match scan::object(text) {
+            Ok(m) if !m.unknown => Some(Envelope {
+                jsonrpc: m.jsonrpc,
+                id: m.id,
+                method: m.method,
+                params: m.params,
+                result: m.result,
+                error: m.error,
+                unknown: None,
+            }),
+            _ => serde_json::from_str(text).ok(),
+        }
+    }
 }
 
 impl<'de> Deserialize<'de> for Envelope<'de> {
@@ -57,7 +84,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
                     continue;
                 }
             };
-            *slot = Some(map.next_value()?);
+            *slot = Some(map.next_value::<&'de RawValue>()?.get());
         }
         Ok(env)
     }
@@ -112,13 +139,18 @@ mod tests {
         #[test]
         fn an_envelope_reads_as_a_map_of_its_members(text in object()) {
             let map: BTreeMap<String, &RawValue> = serde_json::from_str(&text).unwrap();
-            let env: Envelope<'_> = serde_json::from_str(&text).unwrap();
-            let fields = [env.jsonrpc, env.id, env.method, env.params, env.result, env.error];
-            for (key, field) in KEYS.iter().zip(fields) {
-                prop_assert_eq!(field.map(RawValue::get), map.get(*key).map(|v| v.get()), "{}", key);
-            }
             let unknown = map.keys().find(|k| !KEYS.contains(&k.as_str()));
-            prop_assert_eq!(env.unknown.as_ref(), unknown);
+            // Read as serde_json's map, and as `read` reads it (the scan
+            // when it can): the same members either way.
+            let by_map: Envelope<'_> = serde_json::from_str(&text).unwrap();
+            let read = Envelope::read(&text).unwrap();
+            for env in [by_map, read] {
+                let fields = [env.jsonrpc, env.id, env.method, env.params, env.result, env.error];
+                for (key, field) in KEYS.iter().zip(fields) {
+                    prop_assert_eq!(field, map.get(*key).map(|v| v.get()), "{}", key);
+                }
+                prop_assert_eq!(env.unknown.as_ref(), unknown);
+            }
         }
     }
 
@@ -129,6 +161,7 @@ mod tests {
                 serde_json::from_str::<Envelope<'_>>(text).is_err(),
                 "{text}"
             );
+            assert!(Envelope::read(text).is_none(), "{text}");
         }
     }
 }

@@ -60,6 +60,10 @@ pub struct Members<'a> {
     pub result: Option<&'a str>,
     /// `error`.
     pub error: Option<&'a str>,
+    /// Whether a member other than these six was skipped (JSON-RPC
+    /// ignores them; holon-rpc names one in its error, so it reads such a
+    /// text again).
+    pub unknown: bool,
 }
 
 /// Why the scan gave no answer; the decoders ask serde_json either way.
@@ -93,7 +97,10 @@ pub fn object(text: &str) -> Result<Members<'_>, Declined> {
         }
         let slot = match cur.member_name()? {
             Some(name) => Some(members.slot(name).ok_or(Declined::Invalid)?),
-            None => None,
+            None => {
+                members.unknown = true;
+                None
+            }
         };
         cur.ws();
         if !cur.eat(b':') {
