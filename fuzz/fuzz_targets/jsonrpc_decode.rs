@@ -8,30 +8,8 @@
 use std::ops::Range;
 
 use libfuzzer_sys::fuzz_target;
-use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use switchyard::dialect::jsonrpc::{self, scan};
-
-/// What serde_json reads, the way the decoders read it.
-#[derive(Deserialize)]
-struct RawItem<'a> {
-    #[serde(borrow, default, deserialize_with = "present")]
-    jsonrpc: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    id: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    method: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    params: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    result: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    error: Option<&'a RawValue>,
-}
-
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
-    <&RawValue>::deserialize(d).map(Some)
-}
 
 fn range(text: &str, part: &str) -> Range<usize> {
     let start = part.as_ptr() as usize - text.as_ptr() as usize;
@@ -48,14 +26,14 @@ fn may_be_unsure(text: &str) -> bool {
 
 fn object_agrees(text: &str) {
     let scanned = scan::object(text);
-    match (scanned, serde_json::from_str::<RawItem<'_>>(text)) {
+    match (scanned, jsonrpc::serde_members(text)) {
         (Ok(m), Ok(o)) => {
             let got = [m.jsonrpc, m.id, m.method, m.params, m.result, m.error];
             let want = [o.jsonrpc, o.id, o.method, o.params, o.result, o.error];
             for (g, w) in got.iter().zip(want) {
                 assert_eq!(
                     g.map(|g| range(text, g)),
-                    w.map(|w| range(text, w.get())),
+                    w.map(|w| range(text, w)),
                     "{text:?}"
                 );
             }

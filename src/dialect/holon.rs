@@ -42,11 +42,11 @@ pub fn decode(text: &ByteString) -> Inbound {
     let Some(env) = Envelope::read(text) else {
         return Inbound::close(PROTOCOL_ERROR, MALFORMED);
     };
-    let Some(id) = env.id.filter(|id| is_usable_id(id)) else {
+    let Some(id) = env.members.id.filter(|id| is_usable_id(id)) else {
         return Inbound::close(PROTOCOL_ERROR, NO_ID);
     };
     let id = WireId::Json(JsonToken::from_text(id));
-    if env.method.is_some() {
+    if env.members.method.is_some() {
         return Inbound::Single(request(text, &env, id));
     }
     Inbound::Single(reply(text, &env, id))
@@ -64,17 +64,17 @@ fn request(source: &ByteString, env: &Envelope<'_>, id: WireId) -> Item {
     if let Some(key) = &env.unknown {
         return invalid(format!("unknown key {key:?}"));
     }
-    if env.jsonrpc.is_none_or(|v| v != "\"2.0\"") {
+    if env.members.jsonrpc.is_none_or(|v| v != "\"2.0\"") {
         return invalid(String::from("jsonrpc must be \"2.0\""));
     }
-    let method = env.method.and_then(text_method);
+    let method = env.members.method.and_then(text_method);
     let Some(method) = method.filter(|m| !m.trim().is_empty()) else {
         return invalid(String::from("method must be a non-empty string"));
     };
-    if env.result.is_some() || env.error.is_some() {
+    if env.members.result.is_some() || env.members.error.is_some() {
         return invalid(String::from("a request cannot carry result or error"));
     }
-    let params = match env.params {
+    let params = match env.members.params {
         None => None,
         // HolonClient sends null when the caller passes null: same as {}.
         Some("null") => Some(Payload::Json(raw_from_string(String::from("{}")))),
@@ -88,9 +88,9 @@ fn request(source: &ByteString, env: &Envelope<'_>, id: WireId) -> Item {
 /// result and error: a void reply, as browsers send for `undefined`).
 fn reply(source: &ByteString, env: &Envelope<'_>, id: WireId) -> Item {
     let well_formed = env.unknown.is_none()
-        && env.jsonrpc.is_some_and(|v| v == "\"2.0\"")
-        && env.params.is_none();
-    match (env.result, env.error) {
+        && env.members.jsonrpc.is_some_and(|v| v == "\"2.0\"")
+        && env.members.params.is_none();
+    match (env.members.result, env.members.error) {
         (None, None) if well_formed => Item::Valid(Message::Response {
             id,
             result: Outcome::Void,

@@ -16,18 +16,14 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::dialect::jsonrpc::scan;
+use crate::dialect::jsonrpc::scan::{self, Members};
 
 /// One holon envelope's members. A key given twice keeps its last value,
 /// as a JSON object read into a map does.
 #[derive(Debug, Default)]
 pub(super) struct Envelope<'a> {
-    pub jsonrpc: Option<&'a str>,
-    pub id: Option<&'a str>,
-    pub method: Option<&'a str>,
-    pub params: Option<&'a str>,
-    pub result: Option<&'a str>,
-    pub error: Option<&'a str>,
+    /// The six keys, as slices of the text (`unknown` of it unused).
+    pub members: Members<'a>,
     /// The first unknown key in alphabetical order (the one an error
     /// names); its value is checked as JSON and passed over.
     pub unknown: Option<String>,
@@ -37,13 +33,8 @@ impl<'a> Envelope<'a> {
     /// The envelope `text` holds; `None` when it is no JSON object.
     pub(super) fn read(text: &'a str) -> Option<Self> {
         match scan::object(text) {
-            Ok(m) if !m.unknown => Some(Envelope {
-                jsonrpc: m.jsonrpc,
-                id: m.id,
-                method: m.method,
-                params: m.params,
-                result: m.result,
-                error: m.error,
+            Ok(members) if !members.unknown => Some(Envelope {
+                members,
                 unknown: None,
             }),
             _ => serde_json::from_str(text).ok(),
@@ -69,13 +60,14 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut env = Envelope::default();
         while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            let m = &mut env.members;
             let slot = match key.as_ref() {
-                "jsonrpc" => &mut env.jsonrpc,
-                "id" => &mut env.id,
-                "method" => &mut env.method,
-                "params" => &mut env.params,
-                "result" => &mut env.result,
-                "error" => &mut env.error,
+                "jsonrpc" => &mut m.jsonrpc,
+                "id" => &mut m.id,
+                "method" => &mut m.method,
+                "params" => &mut m.params,
+                "result" => &mut m.result,
+                "error" => &mut m.error,
                 other => {
                     map.next_value::<IgnoredAny>()?;
                     if env.unknown.as_deref().is_none_or(|first| other < first) {
@@ -145,7 +137,8 @@ mod tests {
             let by_map: Envelope<'_> = serde_json::from_str(&text).unwrap();
             let read = Envelope::read(&text).unwrap();
             for env in [by_map, read] {
-                let fields = [env.jsonrpc, env.id, env.method, env.params, env.result, env.error];
+                let m = env.members;
+                let fields = [m.jsonrpc, m.id, m.method, m.params, m.result, m.error];
                 for (key, field) in KEYS.iter().zip(fields) {
                     prop_assert_eq!(field, map.get(*key).map(|v| v.get()), "{}", key);
                 }

@@ -4,32 +4,9 @@
 use std::ops::Range;
 
 use proptest::prelude::*;
-use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use super::{array, object, Declined, Members, MAX_DEPTH};
-
-/// What serde_json reads, the way the decoders read it (named as the
-/// decoders' struct is: serde_json's error texts name it).
-#[derive(Deserialize)]
-struct RawItem<'a> {
-    #[serde(borrow, default, deserialize_with = "present")]
-    jsonrpc: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    id: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    method: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    params: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    result: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    error: Option<&'a RawValue>,
-}
-
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
-    <&RawValue>::deserialize(d).map(Some)
-}
 
 type Ranges = [Option<Range<usize>>; 6];
 
@@ -41,11 +18,6 @@ fn range(text: &str, part: &str) -> Range<usize> {
 
 fn scanned_ranges(text: &str, m: &Members<'_>) -> Ranges {
     [m.jsonrpc, m.id, m.method, m.params, m.result, m.error].map(|v| v.map(|v| range(text, v)))
-}
-
-fn oracle_ranges(text: &str, o: &RawItem<'_>) -> Ranges {
-    [o.jsonrpc, o.id, o.method, o.params, o.result, o.error]
-        .map(|v| v.map(|v| range(text, v.get())))
 }
 
 /// Deepest nesting of brackets outside strings (a coarse reading, enough
@@ -80,9 +52,9 @@ fn may_be_unsure(text: &str) -> bool {
 /// The scan of one object agrees with serde_json on `text`.
 fn object_agrees(text: &str) -> Result<(), TestCaseError> {
     let scanned = object(text);
-    let oracle = serde_json::from_str::<RawItem<'_>>(text);
+    let oracle = super::super::serde_members(text);
     match (&scanned, &oracle) {
-        (Ok(m), Ok(o)) => prop_assert_eq!(scanned_ranges(text, m), oracle_ranges(text, o)),
+        (Ok(m), Ok(o)) => prop_assert_eq!(scanned_ranges(text, m), scanned_ranges(text, o)),
         (Err(Declined::Invalid), Err(_)) => {}
         (Err(Declined::Unsure), _) => prop_assert!(may_be_unsure(text), "unsure: {:?}", text),
         (Ok(_), Err(e)) => prop_assert!(false, "scan accepts, serde_json: {} in {:?}", e, text),
@@ -115,9 +87,9 @@ fn array_agrees(text: &str) -> Result<(), TestCaseError> {
 /// class and text.
 fn decoders_agree(text: &str) -> Result<(), TestCaseError> {
     let read = super::super::members(text);
-    let oracle = serde_json::from_str::<RawItem<'_>>(text);
+    let oracle = super::super::serde_members(text);
     match (&read, &oracle) {
-        (Ok(m), Ok(o)) => prop_assert_eq!(scanned_ranges(text, m), oracle_ranges(text, o)),
+        (Ok(m), Ok(o)) => prop_assert_eq!(scanned_ranges(text, m), scanned_ranges(text, o)),
         (Err(a), Err(b)) => {
             prop_assert_eq!(a.classify(), b.classify());
             prop_assert_eq!(a.to_string(), b.to_string());
