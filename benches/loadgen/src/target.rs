@@ -269,6 +269,25 @@ pub(crate) fn switchyard_jsonrpc() -> TargetSpec {
     }
 }
 
+// === impl Live ===
+
+impl Live {
+    /// A target of processes only, reached at `endpoint`: the first of
+    /// `children` is the server judged, the second (if any) its daemon.
+    fn processes(endpoint: Endpoint, children: Vec<ChildGuard>, dir: tempfile::TempDir) -> Self {
+        Live {
+            endpoint,
+            server_pid: children.first().map(ChildGuard::id),
+            daemon_pid: children.get(1).map(ChildGuard::id),
+            more: Vec::new(),
+            backbone_pid: None,
+            children,
+            _echo: None,
+            _dir: dir,
+        }
+    }
+}
+
 // === impl TargetSpec ===
 
 impl TargetSpec {
@@ -294,58 +313,26 @@ impl TargetSpec {
             }
             Server::WsEchoProcess => {
                 let (echo, endpoint) = launch::echo_process(dir.path()).await?;
-                Ok(Live {
-                    endpoint,
-                    server_pid: Some(echo.id()),
-                    daemon_pid: None,
-                    more: Vec::new(),
-                    backbone_pid: None,
-                    children: vec![echo],
-                    _echo: None,
-                    _dir: dir,
-                })
+                Ok(Live::processes(endpoint, vec![echo], dir))
             }
             Server::HttpEchoProcess => {
                 let (echo, endpoint) = launch::http_echo_process(dir.path()).await?;
-                let mut live = Live {
-                    endpoint,
-                    server_pid: Some(echo.id()),
-                    daemon_pid: None,
-                    more: Vec::new(),
-                    backbone_pid: None,
-                    children: vec![echo],
-                    _echo: None,
-                    _dir: dir,
-                };
+                let mut live = Live::processes(endpoint, vec![echo], dir);
                 probe_echo(&live.endpoint, self.wire, &mut live.children).await?;
                 Ok(live)
             }
             Server::Daemon => {
                 let (daemon, socket) = launch::ndjson_daemon(opts, dir.path()).await?;
-                Ok(Live {
-                    endpoint: Endpoint::Unix(socket),
-                    server_pid: Some(daemon.id()),
-                    daemon_pid: None,
-                    more: Vec::new(),
-                    backbone_pid: None,
-                    children: vec![daemon],
-                    _echo: None,
-                    _dir: dir,
-                })
+                Ok(Live::processes(Endpoint::Unix(socket), vec![daemon], dir))
             }
             Server::Relay => {
                 let (daemon, socket) = launch::ndjson_daemon(opts, dir.path()).await?;
                 let (relay, front) = launch::relay(&socket, dir.path()).await?;
-                Ok(Live {
-                    endpoint: Endpoint::Unix(front),
-                    server_pid: Some(relay.id()),
-                    daemon_pid: Some(daemon.id()),
-                    more: Vec::new(),
-                    backbone_pid: None,
-                    children: vec![relay, daemon],
-                    _echo: None,
-                    _dir: dir,
-                })
+                Ok(Live::processes(
+                    Endpoint::Unix(front),
+                    vec![relay, daemon],
+                    dir,
+                ))
             }
             Server::SwitchyardFeed | Server::SwitchyardPersist(_) => {
                 // The nats backend's server, started first and killed last.
@@ -368,16 +355,7 @@ impl TargetSpec {
                     launch::switchyard_with_feed(opts, &socket, &feed, dir.path())?;
                 let mut children = vec![gateway, daemon];
                 children.extend(nats.map(|(child, _)| child));
-                let mut live = Live {
-                    endpoint,
-                    server_pid: children.first().map(ChildGuard::id),
-                    daemon_pid: children.get(1).map(ChildGuard::id),
-                    more: Vec::new(),
-                    backbone_pid: None,
-                    children,
-                    _echo: None,
-                    _dir: dir,
-                };
+                let mut live = Live::processes(endpoint, children, dir);
                 probe_echo(&live.endpoint, self.wire, &mut live.children).await?;
                 Ok(live)
             }
@@ -399,16 +377,7 @@ impl TargetSpec {
                 let cbor = self.wire == Wire::Sideband(Encoding::Cbor);
                 let (gateway, endpoint) =
                     launch::switchyard(opts, listener, cbor, &upstream, dir.path())?;
-                let mut live = Live {
-                    endpoint,
-                    server_pid: Some(gateway.id()),
-                    daemon_pid: Some(daemon.id()),
-                    more: Vec::new(),
-                    backbone_pid: None,
-                    children: vec![gateway, daemon],
-                    _echo: None,
-                    _dir: dir,
-                };
+                let mut live = Live::processes(endpoint, vec![gateway, daemon], dir);
                 probe_echo(&live.endpoint, self.wire, &mut live.children).await?;
                 Ok(live)
             }
