@@ -303,19 +303,9 @@ async fn keep_alive_and_h2c_with_curl() {
 #[tokio::test]
 async fn an_http2_client_multiplexes_100_calls_on_one_connection() {
     use http_body_util::{BodyExt, Full};
-    use hyper_util::rt::{TokioExecutor, TokioIo};
 
     let stack = HttpStack::start("").await;
-    let uri: hyper::Uri = stack.url.parse().expect("uri");
-    let authority = uri.authority().expect("authority").to_string();
-    let tcp = tokio::net::TcpStream::connect(&authority)
-        .await
-        .expect("connect");
-    let (sender, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-            .await
-            .expect("h2 handshake");
-    tokio::spawn(conn);
+    let (uri, sender) = h2c(&stack.url).await;
     // Every call is sent before any answer is read: all 100 are open at
     // once on the one connection.
     let calls: Vec<_> = (0..100)
@@ -356,19 +346,9 @@ async fn an_http2_client_multiplexes_100_calls_on_one_connection() {
 #[tokio::test]
 async fn head_gets_no_body_over_http2() {
     use http_body_util::{BodyExt, Empty};
-    use hyper_util::rt::{TokioExecutor, TokioIo};
 
     let stack = HttpStack::start("").await;
-    let uri: hyper::Uri = stack.url.parse().expect("uri");
-    let authority = uri.authority().expect("authority").to_string();
-    let tcp = tokio::net::TcpStream::connect(&authority)
-        .await
-        .expect("connect");
-    let (mut sender, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-            .await
-            .expect("h2 handshake");
-    tokio::spawn(conn);
+    let (uri, mut sender) = h2c(&stack.url).await;
     let req = hyper::Request::head(uri.clone())
         .body(Empty::<bytes::Bytes>::new())
         .expect("request");
@@ -634,4 +614,27 @@ async fn switchyard_call_speaks_http() {
             .expect_err("no token");
     assert!(refused.to_string().contains("HTTP 401"), "{refused}");
     stack.gateway.shutdown().await;
+}
+
+/// An HTTP/2 connection by prior knowledge (h2c) to `url`'s address, its
+/// driver spawned: the URL as a URI, and the connection's sender.
+async fn h2c<B>(url: &str) -> (hyper::Uri, hyper::client::conn::http2::SendRequest<B>)
+where
+    B: hyper::body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let uri: hyper::Uri = url.parse().expect("uri");
+    let authority = uri.authority().expect("authority").to_string();
+    let tcp = tokio::net::TcpStream::connect(&authority)
+        .await
+        .expect("connect");
+    let (sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .expect("h2 handshake");
+    tokio::spawn(conn);
+    (uri, sender)
 }
