@@ -636,17 +636,24 @@ async fn from_file_as(
     (gateway, url, file)
 }
 
+/// The reference daemon on a socket in a fresh temp dir: the dir (kept
+/// for the test's files), the socket, the daemon.
+async fn daemon_in_dir() -> (tempfile::TempDir, std::path::PathBuf, Daemon) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("daemon.sock");
+    let daemon = Daemon::start(&socket, DaemonOptions::default())
+        .await
+        .expect("daemon");
+    (dir, socket, daemon)
+}
+
 fn client_table(name: &str, token: &str, extra: &str) -> String {
     format!("[[listeners.ws.clients]]\nname = \"{name}\"\ntoken = \"{token}\"\n{extra}\n")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_closes_only_the_connections_whose_credential_went() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let socket = dir.path().join("daemon.sock");
-    let daemon = Daemon::start(&socket, DaemonOptions::default())
-        .await
-        .expect("daemon");
+    let (dir, socket, daemon) = daemon_in_dir().await;
     let before = format!(
         "{}{}",
         client_table("keeper", "keeper-token", ""),
@@ -711,11 +718,7 @@ async fn a_reload_closes_only_the_connections_whose_credential_went() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_and_their_connections_show_on_the_status_page_and_in_metrics() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let socket = dir.path().join("daemon.sock");
-    let daemon = Daemon::start(&socket, DaemonOptions::default())
-        .await
-        .expect("daemon");
+    let (dir, socket, daemon) = daemon_in_dir().await;
     let clients = format!(
         "{}{}[admin]\naddress = \"127.0.0.1:0\"\n",
         client_table("watcher", "watcher-secret-token", "max_connections = 5"),
@@ -759,11 +762,7 @@ async fn clients_and_their_connections_show_on_the_status_page_and_in_metrics() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_changes_a_clients_rate_for_its_open_connections() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let socket = dir.path().join("daemon.sock");
-    let daemon = Daemon::start(&socket, DaemonOptions::default())
-        .await
-        .expect("daemon");
+    let (dir, socket, daemon) = daemon_in_dir().await;
     let before = client_table(
         "metered",
         "metered-token",
@@ -817,11 +816,7 @@ async fn open_stream(url: &str) -> (u16, hyper::body::Incoming) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_stream_is_a_connection_of_its_client_and_ends_when_revoked() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let socket = dir.path().join("daemon.sock");
-    let daemon = Daemon::start(&socket, DaemonOptions::default())
-        .await
-        .expect("daemon");
+    let (dir, socket, daemon) = daemon_in_dir().await;
     let before = format!(
         "{}{}",
         client_table("keeper", "keeper-token", ""),
