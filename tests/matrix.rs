@@ -618,29 +618,52 @@ async fn upstream_death(pair: &mut Pair, name: &str) {
     // only the upstream's death can end it while the test runs. The
     // upstream is killed once the call is pending there (the late reply
     // of the timeout scenario settled first).
+    // Behind an inner gateway, pending there means held by the inner
+    // gateway for its daemon: a call still unread in the inner
+    // gateway's socket when it shuts down is never answered by it (the
+    // outer link then fails it itself, "upstream connection lost"), so
+    // waiting only for the outer link's entry would race the shutdown.
     // An HTTP upstream correlates nothing (each POST is its own answer):
-    // the call is pending once the inner gateway holds it for its daemon.
-    let pending = || match pair.server.as_ref().and_then(RefServer::inner) {
-        Some(inner) if pair.up == Up::Http => common::metric_value(
-            &inner.gateway,
-            "switchyard_correlator_entries",
-            &[("upstream", "daemon")],
-        ),
-        _ => common::metric_value(
+    // only the inner gateway's count applies.
+    let outer = || {
+        common::metric_value(
             &pair.gateway,
             "switchyard_correlator_entries",
             &[("upstream", "shared")],
-        ),
+        )
+    };
+    let inner = || {
+        pair.server
+            .as_ref()
+            .and_then(RefServer::inner)
+            .map(|inner| {
+                common::metric_value(
+                    &inner.gateway,
+                    "switchyard_correlator_entries",
+                    &[("upstream", "daemon")],
+                )
+            })
+    };
+    let pending = || match (pair.up, inner()) {
+        (Up::Http, Some(inner)) => vec![inner],
+        (_, Some(inner)) => vec![outer(), inner],
+        (_, None) => vec![outer()],
     };
     assert!(
-        common::eventually(Duration::from_secs(30), || pending() == 0.0).await,
+        common::eventually(Duration::from_secs(30), || pending()
+            .iter()
+            .all(|n| *n == 0.0))
+        .await,
         "{name}: calls still pending before the death scenario"
     );
     let mut c = pair.client(&pair.main).await;
     c.send(&request(pair.speak, r#""d""#, "sleep", r#"{"ms":60000}"#))
         .await;
     assert!(
-        common::eventually(Duration::from_secs(30), || pending() >= 1.0).await,
+        common::eventually(Duration::from_secs(30), || pending()
+            .iter()
+            .all(|n| *n >= 1.0))
+        .await,
         "{name}: the call never reached the upstream"
     );
     if let Some(server) = pair.server.take() {
