@@ -16,6 +16,9 @@ mod scaleout;
 mod verdict;
 mod verdicts;
 
+#[cfg(test)]
+mod fixtures;
+
 use std::fmt::Write as _;
 
 use super::measure::{RunResult, ScenarioResult};

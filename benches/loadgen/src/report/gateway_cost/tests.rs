@@ -2,6 +2,7 @@
 //! step beyond it fails, and a missing floor is a failure, not a pass.
 
 use super::*;
+use crate::report::fixtures::{scenario, statuses, C, CBOR, JSON};
 
 fn run(label: &str, role: Role, rps: f64, p50: f64, p99: f64, cpu_s: f64) -> RunResult {
     RunResult {
@@ -13,33 +14,12 @@ fn run(label: &str, role: Role, rps: f64, p50: f64, p99: f64, cpu_s: f64) -> Run
     }
 }
 
-fn scenario(name: &'static str, runs: Vec<RunResult>) -> ScenarioResult {
-    ScenarioResult {
-        name,
-        about: String::new(),
-        runs,
-    }
-}
-
 fn judged(results: &[ScenarioResult]) -> Vec<Verdict> {
     let find = |name: &str| results.iter().find(|s| s.name == name);
     let mut out = Vec::new();
     verdicts(&find, &mut out);
     out
 }
-
-/// The status of each verdict whose target starts with `target`.
-fn statuses(verdicts: &[Verdict], target: &str) -> Vec<Status> {
-    verdicts
-        .iter()
-        .filter(|v| v.target.starts_with(target))
-        .map(|v| v.status)
-        .collect()
-}
-
-const C: &str = "C: byte relay";
-const JSON: &str = "switchyard jsonrpc-ws → ndjson";
-const CBOR: &str = "switchyard sideband cbor → ndjson";
 
 #[test]
 fn latency_and_fixed_rate_are_judged_against_floor_c() {

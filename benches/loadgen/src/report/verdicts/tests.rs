@@ -4,6 +4,7 @@
 use super::*;
 use crate::fanout::Fanout;
 use crate::idle::Idle;
+use crate::report::fixtures::{scenario, statuses, C, CBOR, JSON};
 
 fn run(label: &str, role: Role, rps: f64) -> RunResult {
     RunResult {
@@ -12,27 +13,6 @@ fn run(label: &str, role: Role, rps: f64) -> RunResult {
         ..RunResult::empty(label.to_owned(), role, None)
     }
 }
-
-fn scenario(name: &'static str, runs: Vec<RunResult>) -> ScenarioResult {
-    ScenarioResult {
-        name,
-        about: String::new(),
-        runs,
-    }
-}
-
-/// The status of each verdict whose target starts with `target`.
-fn statuses(verdicts: &[Verdict], target: &str) -> Vec<Status> {
-    verdicts
-        .iter()
-        .filter(|v| v.target.starts_with(target))
-        .map(|v| v.status)
-        .collect()
-}
-
-const C: &str = "C: byte relay";
-const JSON: &str = "switchyard jsonrpc-ws → ndjson";
-const CBOR: &str = "switchyard sideband cbor → ndjson";
 
 #[test]
 fn throughput_and_large_are_judged_against_floor_c() {
