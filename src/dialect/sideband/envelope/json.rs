@@ -282,13 +282,17 @@ impl Fields for Read<'_> {
     }
 
     fn cid(&self) -> Result<Option<Cid>, ()> {
-        match self.members.cid {
-            Some(raw) => text_string(raw)
-                .and_then(|text| hex::decode_cid(&text))
-                .map(Some)
-                .ok_or(()),
-            None => Ok(None),
-        }
+        let Some(raw) = self.members.cid else {
+            return Ok(None);
+        };
+        // The digits between the quotes, nearly always; a string with
+        // escapes (whose backslash is no digit) unescaped first.
+        let plain = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"'));
+        plain
+            .and_then(hex::decode_cid)
+            .or_else(|| text_string(raw).and_then(|text| hex::decode_cid(&text)))
+            .map(Some)
+            .ok_or(())
     }
 
     fn code(&self) -> Result<Option<i64>, CodeError> {
