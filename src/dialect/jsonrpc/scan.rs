@@ -180,6 +180,7 @@ pub fn array<'a>(text: &'a str, items: &mut Vec<&'a str>) -> Result<(), Declined
 /// For [`Names::slot`]: `slot` if `rest` starts with `quoted` (a known
 /// name and its closing quote), with the length to skip. A comparison of a
 /// known length, which the compiler makes a word compare or two.
+#[inline]
 pub(crate) fn name<'s, 'a, const N: usize>(
     rest: &[u8],
     quoted: &[u8; N],
@@ -235,6 +236,9 @@ struct Nesting {
 // === impl Members ===
 
 impl<'a> Names<'a> for Members<'a> {
+    // Inlined into the scan's loop (a call per member otherwise: the
+    // scan is instantiated in its callers' code units, this is not).
+    #[inline]
     fn slot(&mut self, rest: &[u8]) -> Option<(usize, &mut Option<&'a str>)> {
         // One comparison of a known length per name, picked by its first
         // byte.

@@ -248,6 +248,8 @@ impl<'a> JsonMembers<'a> {
 }
 
 impl<'a> Names<'a> for JsonMembers<'a> {
+    // Inlined into the scan's loop, as JSON-RPC's.
+    #[inline]
     fn slot(&mut self, rest: &[u8]) -> Option<(usize, &mut Option<&'a str>)> {
         use scan::name;
         match rest.first()? {
