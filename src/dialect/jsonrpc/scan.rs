@@ -28,7 +28,7 @@
 //! SIMD search and a vector minimum.
 //!
 //! Bound: the scan keeps one bit per open array or object on the stack
-//! ([`MAX_DEPTH`] bits, 64 bytes), no allocation; [`array`] pushes one
+//! ([`MAX_DEPTH`] bits, 64 bytes), no allocation; [`array()`] pushes one
 //! slice per item into the caller's vector (the batch's item list, which
 //! the decoder builds anyway).
 //!
