@@ -5,20 +5,14 @@
 
 use std::borrow::Cow;
 
-use serde_json::value::RawValue;
-
 use crate::envelope::Method;
 
-/// The string a raw JSON value holds, or `None` if it is no string. A
-/// string without escapes (a method name, an id, nearly always) is
-/// borrowed: the text between its quotes, which the parse that produced
-/// `raw` has checked already, so it is not parsed a second time.
-pub(crate) fn string_text(raw: &RawValue) -> Option<Cow<'_, str>> {
-    text_string(raw.get())
-}
-
-/// [`string_text`] of one JSON value's text, which a validating pass has
-/// read (the slice `jsonrpc::scan` gives).
+/// The string one JSON value's text holds, or `None` if it is no string.
+/// The text is one that a validating pass has read (a slice
+/// `jsonrpc::scan` gives, or a `RawValue`'s). A string without escapes (a
+/// method name, an id, nearly always) is borrowed: the text between its
+/// quotes, which that pass has checked already, so it is not parsed a
+/// second time.
 pub(crate) fn text_string(text: &str) -> Option<Cow<'_, str>> {
     let inner = text.strip_prefix('"')?.strip_suffix('"')?;
     if !inner.contains('\\') {

@@ -34,6 +34,12 @@ impl RawJson {
         RawJson(ByteString::from(raw.get()))
     }
 
+    /// A copy of the text of one JSON value that a validating pass has
+    /// read (so valid JSON).
+    pub(crate) fn copy_text(text: &str) -> Self {
+        RawJson(ByteString::from(text))
+    }
+
     /// `raw` as a slice of `source`, the text it was decoded from (a copy
     /// when `raw` does not lie within `source`).
     pub fn within(source: &ByteString, raw: &RawValue) -> Self {

@@ -28,7 +28,7 @@
 //! SIMD search and a vector minimum.
 //!
 //! Bound: the scan keeps one bit per open array or object on the stack
-//! ([`MAX_DEPTH`] bits, 64 bytes), no allocation; [`array`] pushes one
+//! ([`MAX_DEPTH`] bits, 64 bytes), no allocation; [`array()`] pushes one
 //! slice per item into the caller's vector (the batch's item list, which
 //! the decoder builds anyway).
 //!
@@ -79,6 +79,29 @@ pub enum Declined {
 
 /// Scans `text` as one JSON object and slices its known members.
 pub fn object(text: &str) -> Result<Members<'_>, Declined> {
+    let mut members = Members::default();
+    object_of(text, &mut members)?;
+    Ok(members)
+}
+
+/// The member names an object scan slices out: one dialect's envelope
+/// (JSON-RPC's six in [`Members`]; Sideband's ten in its JSON envelope).
+/// Every name is known to hold nothing to escape.
+pub(crate) trait Names<'a> {
+    /// The slot of the known member whose name, then its closing quote,
+    /// `rest` (the text after the name's opening quote) starts with, and
+    /// the length of that name and quote; `None` for any other name.
+    fn slot(&mut self, rest: &[u8]) -> Option<(usize, &mut Option<&'a str>)>;
+
+    /// A member of another name was skipped.
+    fn unknown(&mut self) {}
+}
+
+/// [`object`] for any set of known names: scans `text` as one JSON object
+/// into `names`' slots, by the same rules (a known member twice is
+/// [`Declined::Invalid`], as serde_json refuses a struct field twice). On
+/// `Err`, some slots may be filled.
+pub(crate) fn object_of<'a>(text: &'a str, names: &mut impl Names<'a>) -> Result<(), Declined> {
     let mut cur = Cursor::new(text);
     cur.ws();
     match cur.peek() {
@@ -86,19 +109,26 @@ pub fn object(text: &str) -> Result<Members<'_>, Declined> {
         Some(b'[') => return Err(Declined::Unsure),
         _ => return Err(Declined::Invalid),
     }
-    let mut members = Members::default();
     cur.ws();
     if cur.eat(b'}') {
-        return cur.end().map(|()| members);
+        return cur.end();
     }
     loop {
         if !cur.eat(b'"') {
             return Err(Declined::Invalid);
         }
-        let slot = match cur.member_name()? {
-            Some(name) => Some(members.slot(name).ok_or(Declined::Invalid)?),
+        let slot = match names.slot(cur.rest()) {
+            Some((_, slot)) if slot.is_some() => return Err(Declined::Invalid),
+            Some((len, slot)) => {
+                cur.pos += len;
+                Some(slot)
+            }
             None => {
-                members.unknown = true;
+                // Any other name without an escape is no known one.
+                if cur.string()? {
+                    return Err(Declined::Unsure);
+                }
+                names.unknown();
                 None
             }
         };
@@ -115,7 +145,7 @@ pub fn object(text: &str) -> Result<Members<'_>, Declined> {
         cur.ws();
         match cur.next() {
             Some(b',') => cur.ws(),
-            Some(b'}') => return cur.end().map(|()| members),
+            Some(b'}') => return cur.end(),
             _ => return Err(Declined::Invalid),
         }
     }
@@ -145,6 +175,18 @@ pub fn array<'a>(text: &'a str, items: &mut Vec<&'a str>) -> Result<(), Declined
             _ => return Err(Declined::Invalid),
         }
     }
+}
+
+/// For [`Names::slot`]: `slot` if `rest` starts with `quoted` (a known
+/// name and its closing quote), with the length to skip. A comparison of a
+/// known length, which the compiler makes a word compare or two.
+#[inline]
+pub(crate) fn name<'s, 'a, const N: usize>(
+    rest: &[u8],
+    quoted: &[u8; N],
+    slot: &'s mut Option<&'a str>,
+) -> Option<(usize, &'s mut Option<&'a str>)> {
+    (rest.get(..N) == Some(quoted.as_slice())).then_some((N, slot))
 }
 
 /// Bytes a string's scan checks at a time: one SSE2 vector.
@@ -179,17 +221,6 @@ fn plain_run(bytes: &[u8]) -> usize {
     end
 }
 
-/// A known member's name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Name {
-    Jsonrpc,
-    Id,
-    Method,
-    Params,
-    Result,
-    Error,
-}
-
 /// A position in the text scanned.
 struct Cursor<'a> {
     bytes: &'a [u8],
@@ -204,18 +235,26 @@ struct Nesting {
 
 // === impl Members ===
 
-impl<'a> Members<'a> {
-    /// The slot of a known member; `None` if it is taken already.
-    fn slot(&mut self, name: Name) -> Option<&mut Option<&'a str>> {
-        let slot = match name {
-            Name::Jsonrpc => &mut self.jsonrpc,
-            Name::Id => &mut self.id,
-            Name::Method => &mut self.method,
-            Name::Params => &mut self.params,
-            Name::Result => &mut self.result,
-            Name::Error => &mut self.error,
-        };
-        slot.is_none().then_some(slot)
+impl<'a> Names<'a> for Members<'a> {
+    // Inlined into the scan's loop (a call per member otherwise: the
+    // scan is instantiated in its callers' code units, this is not).
+    #[inline]
+    fn slot(&mut self, rest: &[u8]) -> Option<(usize, &mut Option<&'a str>)> {
+        // One comparison of a known length per name, picked by its first
+        // byte.
+        match rest.first()? {
+            b'j' => name(rest, b"jsonrpc\"", &mut self.jsonrpc),
+            b'i' => name(rest, b"id\"", &mut self.id),
+            b'm' => name(rest, b"method\"", &mut self.method),
+            b'p' => name(rest, b"params\"", &mut self.params),
+            b'r' => name(rest, b"result\"", &mut self.result),
+            b'e' => name(rest, b"error\"", &mut self.error),
+            _ => None,
+        }
+    }
+
+    fn unknown(&mut self) {
+        self.unknown = true;
     }
 }
 
@@ -231,6 +270,11 @@ impl<'a> Cursor<'a> {
 
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.pos).copied()
+    }
+
+    /// The text not yet scanned.
+    fn rest(&self) -> &'a [u8] {
+        self.bytes.get(self.pos..).unwrap_or_default()
     }
 
     fn next(&mut self) -> Option<u8> {
@@ -271,29 +315,6 @@ impl<'a> Cursor<'a> {
             self.pos += N;
         }
         hit
-    }
-
-    /// A member name, after its opening quote: the known member it names
-    /// (`None` for any other name).
-    fn member_name(&mut self) -> Result<Option<Name>, Declined> {
-        // The known names hold nothing to escape: one comparison each.
-        let known = match self.peek() {
-            Some(b'j') => self.eat_word(b"jsonrpc\"").then_some(Name::Jsonrpc),
-            Some(b'i') => self.eat_word(b"id\"").then_some(Name::Id),
-            Some(b'm') => self.eat_word(b"method\"").then_some(Name::Method),
-            Some(b'p') => self.eat_word(b"params\"").then_some(Name::Params),
-            Some(b'r') => self.eat_word(b"result\"").then_some(Name::Result),
-            Some(b'e') => self.eat_word(b"error\"").then_some(Name::Error),
-            _ => None,
-        };
-        if known.is_some() {
-            return Ok(known);
-        }
-        // Any other name without an escape is no known one.
-        match self.string()? {
-            false => Ok(None),
-            true => Err(Declined::Unsure),
-        }
     }
 
     /// The rest of a string after its opening quote; whether it held an
@@ -496,4 +517,4 @@ impl Nesting {
 }
 
 #[cfg(test)]
-mod tests;
+pub(in crate::dialect) mod tests;

@@ -28,6 +28,7 @@ mod error;
 mod json;
 
 pub use error::{EnvelopeError, EnvelopeReply};
+pub use json::{decode_json_by_serde, JsonMembers};
 
 /// A Sideband correlation id: 16 bytes (32 hex characters in JSON).
 pub type Cid = [u8; 16];

@@ -51,8 +51,9 @@ pub(in crate::dialect) mod testutil;
 
 pub use cbor::{CborError, MAX_DEPTH};
 pub use envelope::{
-    decode_envelope, decode_envelope_in, encode_envelope, encode_envelope_into, fits_subject, Cid,
-    Encoding, EnvelopeError, EnvelopeReply, Member, MALFORMED_ENVELOPE,
+    decode_envelope, decode_envelope_in, decode_json_by_serde, encode_envelope,
+    encode_envelope_into, fits_subject, Cid, Encoding, EnvelopeError, EnvelopeReply, JsonMembers,
+    Member, MALFORMED_ENVELOPE,
 };
 pub use frame::{
     decode, decode_with, encode, encode_into, random_id, wrap_message, Body, Control, Frame,

@@ -1,5 +1,7 @@
 //! The scan against its oracle, serde_json: hand-picked edge cases, then
-//! generated JSON-RPC-like texts and their mutations.
+//! generated JSON-RPC-like texts and their mutations. The generators are
+//! shared with the Sideband JSON envelope's tests (the same pass, other
+//! member names).
 
 use std::ops::Range;
 
@@ -11,7 +13,7 @@ use super::{array, object, Declined, Members, MAX_DEPTH};
 type Ranges = [Option<Range<usize>>; 6];
 
 /// Where `part` lies in `text`, as a byte range.
-fn range(text: &str, part: &str) -> Range<usize> {
+pub(in crate::dialect) fn range(text: &str, part: &str) -> Range<usize> {
     let start = part.as_ptr() as usize - text.as_ptr() as usize;
     start..start + part.len()
 }
@@ -41,7 +43,7 @@ fn depth(text: &str) -> usize {
 }
 
 /// The reasons the scan may leave a text serde_json accepts to serde_json.
-fn may_be_unsure(text: &str) -> bool {
+pub(in crate::dialect) fn may_be_unsure(text: &str) -> bool {
     text.contains('\\')
         || text
             .trim_start_matches([' ', '\t', '\n', '\r'])
@@ -260,7 +262,7 @@ fn escaped_member_names_and_arrays_are_left_to_serde_json() {
 // === Generated texts ===
 
 /// JSON whitespace, now and then something that is not.
-fn ws() -> impl Strategy<Value = &'static str> {
+pub(in crate::dialect) fn ws() -> impl Strategy<Value = &'static str> {
     prop_oneof![
         8 => Just(""),
         2 => prop::sample::select(vec![" ", "\t", "\n", "\r", " \r\n\t "]),
@@ -268,7 +270,7 @@ fn ws() -> impl Strategy<Value = &'static str> {
     ]
 }
 
-fn number() -> impl Strategy<Value = String> {
+pub(in crate::dialect) fn number() -> impl Strategy<Value = String> {
     prop_oneof![
         3 => any::<i64>().prop_map(|n| n.to_string()),
         2 => any::<f64>().prop_map(|f| f.to_string()),
@@ -310,11 +312,11 @@ fn string_piece() -> impl Strategy<Value = &'static str> {
     ])
 }
 
-fn string() -> impl Strategy<Value = String> {
+pub(in crate::dialect) fn string() -> impl Strategy<Value = String> {
     prop::collection::vec(string_piece(), 0..6).prop_map(|p| format!("\"{}\"", p.concat()))
 }
 
-fn name() -> impl Strategy<Value = String> {
+pub(in crate::dialect) fn name() -> impl Strategy<Value = String> {
     prop_oneof![
         6 => prop::sample::select(vec!["jsonrpc", "id", "method", "params", "result", "error"])
             .prop_map(|n| format!("\"{n}\"")),
@@ -327,7 +329,7 @@ fn name() -> impl Strategy<Value = String> {
     ]
 }
 
-fn value() -> impl Strategy<Value = String> {
+pub(in crate::dialect) fn value() -> impl Strategy<Value = String> {
     let leaf = prop_oneof![
         Just(String::from("null")),
         Just(String::from("true")),
@@ -377,14 +379,14 @@ fn batch() -> impl Strategy<Value = String> {
 }
 
 #[derive(Debug, Clone)]
-enum Mutation {
+pub(in crate::dialect) enum Mutation {
     Replace(usize, &'static str),
     Insert(usize, &'static str),
     Truncate(usize),
     Nest(usize),
 }
 
-fn mutation() -> impl Strategy<Value = Mutation> {
+pub(in crate::dialect) fn mutation() -> impl Strategy<Value = Mutation> {
     let what = prop::sample::select(vec![
         "\"",
         "\\",
@@ -426,7 +428,7 @@ fn boundary(text: &str, i: usize) -> usize {
     at
 }
 
-fn mutate(mut text: String, mutations: &[Mutation]) -> String {
+pub(in crate::dialect) fn mutate(mut text: String, mutations: &[Mutation]) -> String {
     for m in mutations {
         match *m {
             Mutation::Replace(i, s) => {

@@ -46,7 +46,7 @@ pub enum EnvelopeError {
     #[error("Invalid envelope: cid must be 16 bytes (32 lowercase hex characters in JSON)")]
     BadCid,
     /// `code` is a number but not an integer in the i64 range, which the
-    /// neutral [`ErrorObject`] cannot carry.
+    /// neutral [`ErrorObject`](crate::envelope::ErrorObject) cannot carry.
     #[error("Invalid envelope: code {raw} is not an integer")]
     BadCode {
         /// The code as received (JSON token or float text).

@@ -1,9 +1,17 @@
 //! JSON v1 envelopes (sideband.md §6): compact JSON, absent members
 //! omitted, keys in switchyard's order, `cid` as 32 lowercase hex.
 //!
-//! Members are borrowed as raw JSON and only the scalar ones (`t`, `m`,
-//! `cid`, `code`, `message`, `e`) are parsed; payloads are slices of the
-//! frame read ([`decode_in`]), or copied verbatim.
+//! Members are read as slices of the text ([`JsonMembers`]) and only the
+//! scalar ones (`t`, `m`, `cid`, `code`, `message`, `e`) are parsed;
+//! payloads are slices of the frame read ([`decode_in`]), or copied
+//! verbatim. The reading is the JSON dialects' one validating pass
+//! ([`scan::object_of`]) when the text is an object whose known members
+//! each come once, none with an escape in its name; any other text is
+//! read by serde_json as a struct of ten borrowed `&RawValue`s, which
+//! gives the error (and its text) a malformed envelope is answered with.
+//! serde_json is the scan's oracle: both readings give the same members
+//! wherever the scan answers ([`decode_json_by_serde`], the property tests and
+//! the `sideband_envelope_json` fuzz target).
 
 use bytes::Bytes;
 use bytestring::ByteString;
@@ -11,16 +19,34 @@ use compact_str::CompactString;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
+use crate::dialect::jsonrpc::scan::{self, Declined, Names};
 use crate::envelope::{Message, Outcome, Payload, RawJson};
 
 use super::{
     build, integral_code, outbound_cid, slice_within, Cid, CodeError, EnvelopeError, Fields, Member,
 };
-use crate::dialect::json_string::{push_json_string, string_text};
+use crate::dialect::json_string::{push_json_string, text_string};
 use crate::dialect::sideband::{hex, transcode};
 
-/// The members of one envelope object, borrowed. `Some` means present,
-/// `null` included. Unknown keys are ignored.
+/// The members of one JSON envelope, as slices of its text: each member's
+/// JSON value, `Some` when present (`null` included). Unknown keys are
+/// ignored.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct JsonMembers<'a> {
+    t: Option<&'a str>,
+    m: Option<&'a str>,
+    cid: Option<&'a str>,
+    p: Option<&'a str>,
+    result: Option<&'a str>,
+    code: Option<&'a str>,
+    message: Option<&'a str>,
+    data: Option<&'a str>,
+    e: Option<&'a str>,
+    d: Option<&'a str>,
+}
+
+/// The members as serde_json reads them: the reading for every text the
+/// scan declines.
 #[derive(Deserialize)]
 struct RawEnvelope<'a> {
     #[serde(borrow, default, deserialize_with = "present")]
@@ -43,10 +69,13 @@ struct RawEnvelope<'a> {
     e: Option<&'a RawValue>,
     #[serde(borrow, default, deserialize_with = "present")]
     d: Option<&'a RawValue>,
-    /// The envelope's text as shared bytes, when payloads may be slices
-    /// of it.
-    #[serde(skip)]
-    source: Option<ByteString>,
+}
+
+/// One envelope read: its members, and its text as shared bytes when
+/// payloads may be slices of it.
+struct Read<'a> {
+    members: JsonMembers<'a>,
+    source: Option<&'a ByteString>,
 }
 
 /// Keeps a present member, `null` included, as `Some(raw)`.
@@ -61,6 +90,21 @@ pub(super) fn decode(data: &[u8]) -> Result<Message, EnvelopeError> {
 /// [`decode`] of `data` within the frame `source`: payloads are slices of
 /// `source` (copies when `data` does not lie within it).
 pub(super) fn decode_in(source: Option<&Bytes>, data: &[u8]) -> Result<Message, EnvelopeError> {
+    decode_with(source, data, |text| JsonMembers::read(text))
+}
+
+/// [`decode_envelope`](super::decode_envelope) of a JSON envelope with its
+/// members read by serde_json only: the reading the scan falls back to,
+/// and its oracle (the same result for every input).
+pub fn decode_json_by_serde(data: &[u8]) -> Result<Message, EnvelopeError> {
+    decode_with(None, data, |text| JsonMembers::by_serde(text))
+}
+
+fn decode_with(
+    source: Option<&Bytes>,
+    data: &[u8],
+    read: for<'t> fn(&'t str) -> Result<JsonMembers<'t>, EnvelopeError>,
+) -> Result<Message, EnvelopeError> {
     // Strict UTF-8 first (§10): serde_json does not check skipped strings.
     // Checked once: as the shared text payloads are sliced from, when
     // `data` lies within `source`.
@@ -73,16 +117,10 @@ pub(super) fn decode_in(source: Option<&Bytes>, data: &[u8]) -> Result<Message, 
         Some(text) => text,
         None => std::str::from_utf8(data).map_err(|_| not_utf8())?,
     };
-    // serde would also read a struct from a JSON array, positionally.
-    if !text.trim_start().starts_with('{') {
-        return Err(EnvelopeError::Malformed(
-            "envelope is not a JSON object".to_owned(),
-        ));
-    }
-    let mut raw: RawEnvelope<'_> =
-        serde_json::from_str(text).map_err(|e| EnvelopeError::Malformed(e.to_string()))?;
-    raw.source = shared.clone();
-    build(&raw)
+    build(&Read {
+        members: read(text)?,
+        source: shared.as_ref(),
+    })
 }
 
 /// Appends `msg`'s envelope to `out`; on error, `out` may hold part of it.
@@ -149,10 +187,51 @@ fn push_payload(
     Ok(())
 }
 
-// === impl RawEnvelope ===
+// === impl JsonMembers ===
 
-impl RawEnvelope<'_> {
-    fn get(&self, member: Member) -> Option<&RawValue> {
+impl<'a> JsonMembers<'a> {
+    /// The members of the envelope `text`: the scan's one pass, or
+    /// serde_json's reading of a text the scan declines.
+    pub fn read(text: &'a str) -> Result<Self, EnvelopeError> {
+        Self::scan(text).or_else(|_| Self::by_serde(text))
+    }
+
+    /// The members by the validating scan alone; `Err` for a text it
+    /// declines (left to [`by_serde`](JsonMembers::by_serde)).
+    pub fn scan(text: &'a str) -> Result<Self, Declined> {
+        let mut members = JsonMembers::default();
+        scan::object_of(text, &mut members)?;
+        Ok(members)
+    }
+
+    /// The members by serde_json, or the error a malformed envelope is
+    /// answered with.
+    pub fn by_serde(text: &'a str) -> Result<Self, EnvelopeError> {
+        // serde would also read a struct from a JSON array, positionally.
+        if !text.trim_start().starts_with('{') {
+            return Err(EnvelopeError::Malformed(
+                "envelope is not a JSON object".to_owned(),
+            ));
+        }
+        let raw: RawEnvelope<'a> =
+            serde_json::from_str(text).map_err(|e| EnvelopeError::Malformed(e.to_string()))?;
+        let get = |raw: Option<&'a RawValue>| raw.map(RawValue::get);
+        Ok(JsonMembers {
+            t: get(raw.t),
+            m: get(raw.m),
+            cid: get(raw.cid),
+            p: get(raw.p),
+            result: get(raw.result),
+            code: get(raw.code),
+            message: get(raw.message),
+            data: get(raw.data),
+            e: get(raw.e),
+            d: get(raw.d),
+        })
+    }
+
+    /// One member's JSON value, if present.
+    pub fn get(&self, member: Member) -> Option<&'a str> {
         match member {
             Member::T => self.t,
             Member::M => self.m,
@@ -168,11 +247,36 @@ impl RawEnvelope<'_> {
     }
 }
 
-impl Fields for RawEnvelope<'_> {
+impl<'a> Names<'a> for JsonMembers<'a> {
+    // Inlined into the scan's loop, as JSON-RPC's.
+    #[inline]
+    fn slot(&mut self, rest: &[u8]) -> Option<(usize, &mut Option<&'a str>)> {
+        use scan::name;
+        match rest.first()? {
+            b't' => name(rest, b"t\"", &mut self.t),
+            b'm' => name(rest, b"m\"", &mut self.m)
+                .or_else(|| name(rest, b"message\"", &mut self.message)),
+            b'c' => name(rest, b"cid\"", &mut self.cid)
+                .or_else(|| name(rest, b"code\"", &mut self.code)),
+            b'p' => name(rest, b"p\"", &mut self.p),
+            b'r' => name(rest, b"result\"", &mut self.result),
+            b'd' => {
+                name(rest, b"d\"", &mut self.d).or_else(|| name(rest, b"data\"", &mut self.data))
+            }
+            b'e' => name(rest, b"e\"", &mut self.e),
+            _ => None,
+        }
+    }
+}
+
+// === impl Read ===
+
+impl Fields for Read<'_> {
     fn text(&self, member: Member) -> Result<Option<CompactString>, ()> {
-        self.get(member)
+        self.members
+            .get(member)
             .map(|raw| {
-                string_text(raw)
+                text_string(raw)
                     .map(|t| CompactString::from(t.as_ref()))
                     .ok_or(())
             })
@@ -180,20 +284,23 @@ impl Fields for RawEnvelope<'_> {
     }
 
     fn cid(&self) -> Result<Option<Cid>, ()> {
-        match self.cid {
-            Some(raw) => string_text(raw)
-                .and_then(|text| hex::decode_cid(&text))
-                .map(Some)
-                .ok_or(()),
-            None => Ok(None),
-        }
+        let Some(raw) = self.members.cid else {
+            return Ok(None);
+        };
+        // The digits between the quotes, nearly always; a string with
+        // escapes (whose backslash is no digit) unescaped first.
+        let plain = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"'));
+        plain
+            .and_then(hex::decode_cid)
+            .or_else(|| text_string(raw).and_then(|text| hex::decode_cid(&text)))
+            .map(Some)
+            .ok_or(())
     }
 
     fn code(&self) -> Result<Option<i64>, CodeError> {
-        let Some(raw) = self.code else {
+        let Some(token) = self.members.code else {
             return Ok(None);
         };
-        let token = raw.get();
         if !token.starts_with(|c: char| c == '-' || c.is_ascii_digit()) {
             return Err(CodeError::WrongType);
         }
@@ -208,10 +315,10 @@ impl Fields for RawEnvelope<'_> {
     }
 
     fn payload(&self, member: Member) -> Option<Payload> {
-        self.get(member).map(|raw| {
-            Payload::Json(match &self.source {
-                Some(source) => RawJson::within(source, raw),
-                None => RawJson::copy(raw),
+        self.members.get(member).map(|raw| {
+            Payload::Json(match self.source {
+                Some(source) => RawJson::text_within(source, raw),
+                None => RawJson::copy_text(raw),
             })
         })
     }

@@ -10,6 +10,7 @@ use crate::dialect::sideband::testutil::{tohex, unhex, CID_HEX};
 use crate::dialect::sideband::transcode::{json_to_cbor, TranscodeError};
 
 mod invalid;
+mod oracle;
 mod props;
 mod slices;
 
