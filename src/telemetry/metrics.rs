@@ -65,7 +65,7 @@ mod register;
 pub mod sharded;
 
 pub use backbone::BackboneMetrics;
-pub use cache::FrameCounter;
+pub use cache::{FrameCounter, FrameTally, MessageCounter};
 pub use events::{EventDrop, EventMetrics};
 pub use labels::{close_code, Direction, Limit, Quirk, RejectReason, RequestOutcome, Unmatched};
 pub use persistent::PersistMetrics;
