@@ -252,6 +252,89 @@ async fn metrics_move_by_exactly_the_traffic_sent() {
     stack.gateway.shutdown().await;
 }
 
+/// Scrapes until `done` holds for the scrape (the counts a connection's
+/// tasks hold are published once they run out of work), at most `STEP`;
+/// returns the last scrape either way.
+async fn scrape_until(addr: SocketAddr, done: impl Fn(&Scrape) -> bool) -> Scrape {
+    let deadline = tokio::time::Instant::now() + STEP;
+    loop {
+        let s = scrape(addr).await;
+        if done(&s) || tokio::time::Instant::now() > deadline {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_burst_on_one_connection_is_counted_exactly_once() {
+    // Requests sent back to back, so that the connection's writer writes
+    // many replies per flush: every frame is counted once, the frames
+    // written between two flushes included, none twice.
+    const BURST: usize = 300;
+    let stack = AdminStack::start().await;
+    let before = scrape(stack.admin).await;
+    let mut ws = connect(&stack.url).await;
+    for id in 0..BURST {
+        let pad = "x".repeat(id % 700);
+        let req = format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{pad}"],"id":{id}}}"#);
+        send(&mut ws, &req).await;
+    }
+    let mut received = 0usize;
+    for _ in 0..BURST {
+        received += recv(&mut ws).await.len();
+    }
+    let out = [
+        ("dialect", "jsonrpc-ws"),
+        ("side", "client"),
+        ("direction", "out"),
+    ];
+    let sizes = "switchyard_message_size_bytes";
+    let (n0, sum0) = histogram(&before, sizes, &out);
+    let want = BURST as f64;
+    // The connection stays open: its writer publishes when it runs empty.
+    let after = scrape_until(stack.admin, |s| histogram(s, sizes, &out).0 - n0 >= want).await;
+    let (n1, sum1) = histogram(&after, sizes, &out);
+    let bytes = value(&after, "switchyard_bytes_total", &out)
+        - value(&before, "switchyard_bytes_total", &out);
+    assert_eq!(n1 - n0, want, "client frames out");
+    assert_eq!(sum1 - sum0, received as f64, "client frame sizes out");
+    assert_eq!(bytes, received as f64, "client bytes out");
+    let delta = |metric: &str, labels: &[(&str, &str)]| {
+        value(&after, metric, labels) - value(&before, metric, labels)
+    };
+    let msgs = "switchyard_messages_total";
+    let response = [out[0], out[1], out[2], ("kind", "response")];
+    assert_eq!(delta(msgs, &response), want, "client responses out");
+    let request = [out[0], out[1], ("direction", "in"), ("kind", "request")];
+    assert_eq!(delta(msgs, &request), want, "client requests in");
+    let up = |direction, kind| {
+        [
+            ("dialect", "ndjson"),
+            ("side", "upstream"),
+            ("direction", direction),
+            ("kind", kind),
+        ]
+    };
+    assert_eq!(
+        delta(msgs, &up("out", "request")),
+        want,
+        "upstream requests"
+    );
+    assert_eq!(delta(msgs, &up("in", "response")), want, "upstream replies");
+    let ok = [PUBLIC, DAEMON, ("outcome", "ok")];
+    assert_eq!(delta("switchyard_requests_total", &ok), want);
+    let durations = "switchyard_request_duration_seconds";
+    let (d0, _) = histogram(&before, durations, &[PUBLIC, DAEMON]);
+    let (d1, _) = histogram(&after, durations, &[PUBLIC, DAEMON]);
+    assert_eq!(d1 - d0, want, "request durations");
+    let upstream = "switchyard_upstream_request_duration_seconds";
+    let (u0, _) = histogram(&before, upstream, &[DAEMON]);
+    let (u1, _) = histogram(&after, upstream, &[DAEMON]);
+    assert_eq!(u1 - u0, want, "upstream durations");
+    stack.gateway.shutdown().await;
+}
+
 #[tokio::test]
 async fn probes_follow_the_required_upstream_and_shutdown() {
     let mut stack = AdminStack::start().await;

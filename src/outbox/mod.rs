@@ -72,7 +72,7 @@ use crate::close::CloseCode;
 use crate::dialect::{ClientCodec, Encoded, Frame};
 use crate::envelope::Message;
 use crate::error::{ErrorKind, GatewayError, Side};
-use crate::telemetry::metrics::{Direction, Metrics};
+use crate::telemetry::metrics::{Direction, MessageCounter, Metrics};
 
 pub(crate) mod arena;
 mod budget;
@@ -567,18 +567,18 @@ impl Inner {
 #[derive(Debug)]
 pub(crate) struct OutCodec {
     codec: ClientCodec,
-    metrics: Arc<Metrics>,
+    /// `messages` of the client's dialect, side `client`, direction `out`
+    /// (resolved once).
+    counted: MessageCounter,
 }
 
 // === impl OutCodec ===
 
 impl OutCodec {
     /// Writes through `codec`, counting into `metrics`.
-    pub(crate) fn new(codec: ClientCodec, metrics: Metrics) -> Self {
-        OutCodec {
-            codec,
-            metrics: Arc::new(metrics),
-        }
+    pub(crate) fn new(codec: ClientCodec, metrics: &Metrics) -> Self {
+        let counted = metrics.message_counter(codec.dialect(), Side::Client, Direction::Out);
+        OutCodec { codec, counted }
     }
 
     /// The client's codec.
@@ -605,10 +605,8 @@ impl OutCodec {
 
     /// Encodes a batch reply (text dialects only).
     fn encode_batch(&self, msgs: &[Message]) -> Option<Outgoing> {
-        let dialect = self.codec.dialect();
         for m in msgs {
-            self.metrics
-                .count_message(dialect, Side::Client, Direction::Out, m.kind());
+            self.counted.count(m.kind());
         }
         if let Ok(text) = self.codec.encode_batch(msgs)? {
             return Some(Outgoing::Text(text.into()));
@@ -630,12 +628,7 @@ impl OutCodec {
             Encoded::Taken(out) => out,
             Encoded::Text(text) => Outgoing::Text(Utf8Bytes::from(text)),
         };
-        self.metrics.count_message(
-            self.codec.dialect(),
-            Side::Client,
-            Direction::Out,
-            msg.kind(),
-        );
+        self.counted.count(msg.kind());
         Some(out)
     }
 }

@@ -56,7 +56,7 @@ fn outbox(patience: Duration) -> (Outbox, OutboxReader, prometheus::IntGauge) {
         bytes: prometheus::IntGauge::new("b", "b").unwrap(),
     };
     let bytes = gauges.bytes.clone();
-    let codec = OutCodec::new(ClientCodec::JsonRpc(JsonRpcClient::WS), metrics);
+    let codec = OutCodec::new(ClientCodec::JsonRpc(JsonRpcClient::WS), &metrics);
     let (o, r) = Outbox::channel(CAPACITY, BUDGET, codec, patience, gauges);
     (o, r, bytes)
 }
@@ -225,7 +225,7 @@ async fn queued_replies_share_the_frame_buffer_and_a_waiting_one_holds_none() {
             messages: prometheus::IntGauge::new("m", "m").unwrap(),
             bytes: prometheus::IntGauge::new("b", "b").unwrap(),
         };
-        let codec = OutCodec::new(codec, Metrics::new().unwrap());
+        let codec = OutCodec::new(codec, &Metrics::new().unwrap());
         let (outbox, mut reader) =
             Outbox::channel(CAPACITY, BUDGET, codec, Duration::from_secs(60), gauges);
         let reply = |n: u64| Message::Response {
@@ -292,7 +292,7 @@ async fn a_never_reading_client_holds_few_frame_buffers() {
     };
     let codec = OutCodec::new(
         ClientCodec::JsonRpc(JsonRpcClient::WS),
-        Metrics::new().unwrap(),
+        &Metrics::new().unwrap(),
     );
     let (outbox, mut reader) =
         Outbox::channel(MANY, 1 << 20, codec, Duration::from_secs(60), gauges);

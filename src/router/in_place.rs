@@ -185,6 +185,7 @@ impl InPlace {
                 token,
                 deadline: now + router.cfg.request_timeout,
             },
+            placed: now.into_std(),
         };
         if let Err(back) = upstream.submit(submission) {
             // `settles_in_place` said yes a moment ago.

@@ -15,11 +15,17 @@
 //! names):
 //!
 //! - transport (`transport::ws`, `transport::unix`) and upstream links
-//!   (`upstream::ndjson`, `upstream::ws`): [`Metrics::count_frame`] per frame
-//!   or line read or written; [`Metrics::count_rejected_connection`] when an
-//!   accept or upgrade is refused.
-//! - sessions and the router: [`Metrics::count_message`] per decoded or
-//!   encoded item; [`Metrics::observe_batch`] per client batch;
+//!   (`upstream::ndjson`, `upstream::ws`): a frame or line read or written,
+//!   through a [`FrameCounter`] resolved once per connection or upstream
+//!   ([`Metrics::count_frame`] elsewhere); a client connection's writer
+//!   counts in a [`FrameTally`], published whenever it runs out of frames
+//!   to write (before it flushes them) and when it stops;
+//!   [`Metrics::count_rejected_connection`] when an accept or upgrade is
+//!   refused.
+//! - sessions, client outboxes and upstream links: a decoded or encoded
+//!   item, through a [`MessageCounter`] resolved once
+//!   ([`Metrics::count_message`] elsewhere); [`Metrics::observe_batch`] per
+//!   client batch;
 //!   [`Metrics::count_limit`] whenever a configured limit refuses something;
 //!   [`Metrics::count_error`] for every error answered (`Router::error_reply`).
 //! - upstream admission (`upstream::admission::Slots`): `upstream_in_flight`
@@ -65,7 +71,7 @@ mod register;
 pub mod sharded;
 
 pub use backbone::BackboneMetrics;
-pub use cache::FrameCounter;
+pub use cache::{FrameCounter, FrameTally, MessageCounter};
 pub use events::{EventDrop, EventMetrics};
 pub use labels::{close_code, Direction, Limit, Quirk, RejectReason, RequestOutcome, Unmatched};
 pub use persistent::PersistMetrics;

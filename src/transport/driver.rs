@@ -285,9 +285,13 @@ pub(crate) async fn write_loop<K: FrameSink>(
     mut rx: OutboxReader,
     sent: FrameCounter,
 ) {
+    // Frames are counted here and published when the outbox runs empty,
+    // before the flush, and when the loop ends (the tally's drop).
+    let mut sent = sent.tally();
     while let Some(out) = rx.recv().await {
         let result = match out {
             Outgoing::Close(..) => {
+                sent.publish();
                 sink.close(out).await;
                 return;
             }
@@ -304,10 +308,14 @@ pub(crate) async fn write_loop<K: FrameSink>(
         if result.is_err() {
             return;
         }
-        if rx.is_empty() && sink.flush().await.is_err() {
-            return;
+        if rx.is_empty() {
+            sent.publish();
+            if sink.flush().await.is_err() {
+                return;
+            }
         }
     }
+    sent.publish();
     // Every handle is gone without a close: best effort.
     let _ = sink.flush().await;
 }

@@ -319,7 +319,10 @@ impl Admission {
         // Parked calls came first: a new one only jumps in when none waits.
         let why = if self.parked_len.load(std::sync::atomic::Ordering::Acquire) == 0 {
             match self.try_room() {
-                Ok((link, held)) => return self.place(link, held, call),
+                Ok((link, held)) => {
+                    let placed = call.placed;
+                    return self.place(link, held, call, placed);
+                }
                 Err(why) => why,
             }
         } else {
@@ -328,17 +331,19 @@ impl Admission {
         self.park(call, why);
     }
 
-    /// Writes `call` on `link`, in the room `held`.
-    fn place(&self, link: Arc<Link>, held: Held, call: Submission) {
+    /// Writes `call` on `link`, in the room `held`, at `now` (when its
+    /// upstream duration starts).
+    fn place(&self, link: Arc<Link>, held: Held, call: Submission, now: std::time::Instant) {
         let Submission {
             method,
             params,
             done,
+            placed: _,
         } = call;
         let (caller, token) = (done.caller.clone(), done.token);
         // Held inline (about 64 bytes in the correlator's entry) rather than
         // boxed: one allocation per call fewer.
-        let slots = Slots::start(held);
+        let slots = Slots::start_at(held, now);
         match link.send_request(&method, params.as_ref(), Waiter::Direct(done, slots)) {
             Ok(gid) => caller.written(token, Receipt::new(link, gid)),
             Err((e, Some(waiter))) => {
@@ -421,13 +426,15 @@ impl Admission {
                     p.call.done.complete(Err(err));
                     continue;
                 }
-                if p.call.done.deadline <= Instant::now() {
+                // One clock read: the deadline's check and the write's start.
+                let now = Instant::now();
+                if p.call.done.deadline <= now {
                     p.call
                         .done
                         .complete(Err(GatewayError::new(ErrorKind::Timeout)));
                     continue;
                 }
-                self.place(link, held, p.call);
+                self.place(link, held, p.call, now.into_std());
                 break;
             }
         }

@@ -319,6 +319,10 @@ pub(crate) struct Submission {
     /// Its client, which gets the outcome and is told where the call was
     /// written, and the call's deadline.
     pub(crate) done: Settle,
+    /// When it was placed (the client's request started then): a call
+    /// written at once counts its upstream duration from here, with no
+    /// clock read of its own (the write follows within the same call).
+    pub(crate) placed: std::time::Instant,
 }
 
 /// Where a call settled in place was written: all its client needs to
@@ -480,9 +484,14 @@ impl Drop for Held {
 impl Slots {
     /// Marks a call in flight on the upstream of `held`, from now.
     pub(crate) fn start(held: Held) -> Self {
+        Slots::start_at(held, std::time::Instant::now())
+    }
+
+    /// [`Self::start`] with the clock read already: `now`.
+    pub(crate) fn start_at(held: Held, now: std::time::Instant) -> Self {
         held.room.calls().0.inc();
         Slots {
-            started: std::time::Instant::now(),
+            started: now,
             counted: true,
             held,
         }

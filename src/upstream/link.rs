@@ -50,7 +50,7 @@ use crate::dialect::UpstreamCodec;
 use crate::envelope::{ErrorObject, Kind, Message, Method, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::persist::recorder::Backlog;
-use crate::telemetry::metrics::{Direction, DropReason, ProtocolError, Unmatched};
+use crate::telemetry::metrics::{DropReason, ProtocolError, Unmatched};
 
 /// Longest sleep of a link's deadline sweeper while calls are pending, so a
 /// call with an earlier deadline than the ones seen is late by at most this.
@@ -323,10 +323,7 @@ impl Link {
     /// Handles one inbound text (a message or a batch reply). Returns false
     /// when the link must close.
     pub(super) fn on_text(self: &Arc<Self>, text: &ByteString) -> bool {
-        let d = self.shared.cfg.dialect;
-        self.shared
-            .metrics
-            .count_frame(d, Side::Upstream, Direction::In, text.len());
+        self.shared.traffic.frames_in.count(text.len());
         if text.len() > self.shared.cfg.max_response_bytes {
             return self.too_large(text);
         }
@@ -336,10 +333,7 @@ impl Link {
     /// Handles one inbound binary frame (Sideband). Returns false when the
     /// link must close.
     pub(super) fn on_binary(self: &Arc<Self>, bytes: &bytes::Bytes) -> bool {
-        let d = self.shared.cfg.dialect;
-        self.shared
-            .metrics
-            .count_frame(d, Side::Upstream, Direction::In, bytes.len());
+        self.shared.traffic.frames_in.count(bytes.len());
         self.codec.on_binary(bytes, |event| self.on_event(event))
     }
 
@@ -366,12 +360,7 @@ impl Link {
 
     /// Acts on what the codec read. Returns false when the link must close.
     fn on_event(self: &Arc<Self>, event: Event) -> bool {
-        let d = self.shared.cfg.dialect;
-        let count = |kind| {
-            self.shared
-                .metrics
-                .count_message(d, Side::Upstream, Direction::In, kind)
-        };
+        let count = |kind| self.shared.traffic.messages_in.count(kind);
         match event {
             Event::Reply { gid, reply } => {
                 count(reply.kind());
@@ -968,12 +957,11 @@ impl Link {
     /// Counts what is about to be written to the upstream: messages of
     /// `kinds` in one frame of `len` bytes.
     fn count_out(&self, kinds: impl IntoIterator<Item = Kind>, len: usize) {
-        let m = &self.shared.metrics;
-        let d = self.shared.cfg.dialect;
+        let traffic = &self.shared.traffic;
         for kind in kinds {
-            m.count_message(d, Side::Upstream, Direction::Out, kind);
+            traffic.messages_out.count(kind);
         }
-        m.count_frame(d, Side::Upstream, Direction::Out, len);
+        traffic.frames_out.count(len);
     }
 
     /// Refuses a text of `len` bytes the upstream would not accept (a

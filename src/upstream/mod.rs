@@ -128,7 +128,9 @@ impl Upstream {
         let published = metrics.events.published.with_label_values(&[&cfg.name]);
         let tls = tls::for_upstream(&cfg);
         let processes = shared::Processes::new(&cfg, &metrics);
+        let traffic = shared::Traffic::new(&metrics, cfg.dialect);
         let shared = Arc::new(UpstreamShared {
+            traffic,
             processes,
             broker,
             recorder,

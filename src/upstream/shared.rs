@@ -13,13 +13,17 @@ use super::error::LinkError;
 use super::tls::TlsSetupError;
 use crate::config::UpstreamConfig;
 use crate::dialect::link::Options;
+use crate::dialect::Dialect;
 use crate::dialect::UpstreamCodec;
 use crate::envelope::{raw_from_string, Payload};
 use crate::error::Side;
 use crate::persist::recorder::{Backlog, Recorder};
 use crate::pubsub::Broker;
 use crate::telemetry::metrics::sharded::{Gauge, Histogram};
-use crate::telemetry::metrics::{DropReason, ExitReason, Metrics, ProtocolError, Quirk, Unmatched};
+use crate::telemetry::metrics::{
+    Direction, DropReason, ExitReason, FrameCounter, MessageCounter, Metrics, ProtocolError, Quirk,
+    Unmatched,
+};
 
 /// Settings and metrics shared by an upstream's links. Its fields are
 /// visible to the whole `upstream` module: every part of it (the doors,
@@ -33,6 +37,8 @@ pub(crate) struct UpstreamShared {
     pub(super) entries: Gauge,
     /// `upstream_in_flight` and `upstream_request_duration` of this upstream.
     pub(super) calls: (Gauge, Histogram),
+    /// The links' frames and messages, resolved once.
+    pub(super) traffic: Traffic,
     /// Cancelled when switchyard starts to stop: links closed from then on
     /// say goodbye as at shutdown (Sideband: Control Close `shutdown`, 1001).
     pub(super) stopping: CancellationToken,
@@ -55,6 +61,32 @@ pub(crate) struct UpstreamShared {
     pub(super) tls: Option<Result<Arc<rustls::ClientConfig>, TlsSetupError>>,
     /// `command` upstreams: the `max_processes` cap and process metrics.
     pub(super) processes: Processes,
+}
+
+/// The `bytes`, `message_size` and `messages` series of an upstream's
+/// dialect, side `upstream`, each way: every link counts every frame and
+/// message it reads or writes into them.
+#[derive(Debug)]
+pub(crate) struct Traffic {
+    pub(super) frames_in: FrameCounter,
+    pub(super) frames_out: FrameCounter,
+    pub(super) messages_in: MessageCounter,
+    pub(super) messages_out: MessageCounter,
+}
+
+// === impl Traffic ===
+
+impl Traffic {
+    /// The series of `dialect`'s upstream side.
+    pub(crate) fn new(metrics: &Metrics, dialect: Dialect) -> Self {
+        let (side, r#in, out) = (Side::Upstream, Direction::In, Direction::Out);
+        Traffic {
+            frames_in: metrics.frame_counter(dialect, side, r#in),
+            frames_out: metrics.frame_counter(dialect, side, out),
+            messages_in: metrics.message_counter(dialect, side, r#in),
+            messages_out: metrics.message_counter(dialect, side, out),
+        }
+    }
 }
 
 // === impl UpstreamShared ===

@@ -7,7 +7,7 @@
 
 use std::sync::OnceLock;
 
-use super::sharded::{Counter, CounterVec, Histogram, HistogramVec};
+use super::sharded::{Counter, CounterVec, Histogram, HistogramVec, LocalHistogram};
 
 use super::{Direction, Metrics};
 use crate::dialect::Dialect;
@@ -38,14 +38,97 @@ pub struct FrameCounter {
     sizes: Histogram,
 }
 
+/// A [`FrameCounter`]'s counts kept by the one task that writes a
+/// connection's frames (its writer) and added to the shared series by
+/// [`publish`](Self::publish): the writer publishes whenever it runs out
+/// of frames to write, before it flushes them to the socket, and when it
+/// stops (on drop). Between two publishes a scrape does not see the
+/// frames counted since the first; once the writer is idle it sees every
+/// one. Fixed size: a byte count and a [`LocalHistogram`].
+#[derive(Debug)]
+pub struct FrameTally {
+    bytes: Counter,
+    /// Bytes counted since the last publish.
+    pending: u64,
+    sizes: LocalHistogram,
+}
+
+/// The resolved `messages` counters of one (dialect, side, direction),
+/// one per kind: whoever counts every message it reads or writes (a
+/// session, a client's outbox, an upstream's links) keeps one, resolved
+/// once, instead of a lookup per message. Resolving it touches nothing
+/// that [`Metrics::init_labels`] does not touch for a configured listener
+/// or upstream.
+#[derive(Debug, Clone)]
+pub struct MessageCounter {
+    /// By [`kind_index`].
+    kinds: [Counter; KINDS],
+}
+
 // === impl FrameCounter ===
 
 impl FrameCounter {
     /// Counts one frame or line of `bytes` (payload, without the NDJSON
     /// `\n`), like [`Metrics::count_frame`].
+    #[inline]
     pub fn count(&self, bytes: usize) {
         self.bytes.inc_by(bytes as u64);
         self.sizes.observe(bytes as u64);
+    }
+
+    /// A tally of this counter for the one task that writes these frames.
+    pub fn tally(&self) -> FrameTally {
+        FrameTally {
+            bytes: self.bytes.clone(),
+            pending: 0,
+            sizes: self.sizes.local(),
+        }
+    }
+}
+
+// === impl FrameTally ===
+
+impl FrameTally {
+    /// Counts one frame or line of `bytes`, like [`FrameCounter::count`],
+    /// until the next publish.
+    #[inline]
+    pub fn count(&mut self, bytes: usize) {
+        let bytes = bytes as u64;
+        if self.pending.checked_add(bytes).is_none() {
+            self.publish();
+        }
+        self.pending += bytes;
+        self.sizes.observe(bytes);
+    }
+
+    /// Adds what was counted since the last publish to the shared series.
+    #[inline]
+    pub fn publish(&mut self) {
+        let bytes = std::mem::take(&mut self.pending);
+        if bytes != 0 {
+            self.bytes.inc_by(bytes);
+        }
+        self.sizes.publish();
+    }
+}
+
+impl Drop for FrameTally {
+    fn drop(&mut self) {
+        // The histogram publishes on its own drop.
+        let bytes = std::mem::take(&mut self.pending);
+        if bytes != 0 {
+            self.bytes.inc_by(bytes);
+        }
+    }
+}
+
+// === impl MessageCounter ===
+
+impl MessageCounter {
+    /// Counts one message of `kind`, like [`Metrics::count_message`].
+    #[inline]
+    pub fn count(&self, kind: Kind) {
+        self.kinds[kind_index(kind)].inc();
     }
 }
 
@@ -67,6 +150,22 @@ impl Metrics {
             bytes: bytes.clone(),
             sizes: sizes.clone(),
         }
+    }
+
+    /// The counters of messages travelling `direction` on `side` in
+    /// `dialect`, every kind.
+    pub fn message_counter(
+        &self,
+        dialect: Dialect,
+        side: Side,
+        direction: Direction,
+    ) -> MessageCounter {
+        let kinds = ALL_KINDS.map(|kind| {
+            self.traffic
+                .message(&self.messages, (dialect, side, direction), kind)
+                .clone()
+        });
+        MessageCounter { kinds }
     }
 }
 
@@ -128,6 +227,14 @@ fn frame_slot(d: usize, side: Side, direction: Direction) -> usize {
     (d * SIDES + s) * DIRECTIONS + r
 }
 
+/// Every kind, in [`kind_index`] order.
+const ALL_KINDS: [Kind; KINDS] = [
+    Kind::Request,
+    Kind::Notification,
+    Kind::Response,
+    Kind::Error,
+];
+
 fn kind_index(kind: Kind) -> usize {
     match kind {
         Kind::Request => 0,
@@ -149,17 +256,15 @@ mod tests {
                 for r in [Direction::In, Direction::Out] {
                     let f = frame_slot(d, s, r);
                     assert!(f < FRAME_SLOTS);
-                    for k in [
-                        Kind::Request,
-                        Kind::Notification,
-                        Kind::Response,
-                        Kind::Error,
-                    ] {
+                    for k in ALL_KINDS {
                         assert!(seen.insert(f * KINDS + kind_index(k)));
                     }
                 }
             }
         }
         assert_eq!(seen.len(), MESSAGE_SLOTS);
+        for (i, k) in ALL_KINDS.into_iter().enumerate() {
+            assert_eq!(kind_index(k), i);
+        }
     }
 }

@@ -49,7 +49,7 @@ mod histogram;
 
 pub use counter::{Counter, Gauge};
 pub use family::{CounterVec, Family, GaugeVec, HistogramVec};
-pub use histogram::{Histogram, Snapshot, Unit};
+pub use histogram::{Histogram, LocalHistogram, Snapshot, Unit, LOCAL_BUCKETS};
 
 /// How many copies of each series' cells exist: a power of two, more than
 /// the worker threads of a sidecar's runtime, so that each counting

@@ -49,7 +49,9 @@ use crate::limits::rate::{ConnectionRate, Limited, Verdict as RateVerdict};
 use crate::outbox::{Gauges, OutCodec, Outbox, OutboxReader, Outgoing};
 use crate::router::in_place::{InPlace, NotPlaced};
 use crate::router::{ClientLinks, Pusher, Router, Starts};
-use crate::telemetry::metrics::{Direction, DropReason, Limit, ProtocolError};
+use crate::telemetry::metrics::{
+    Direction, DropReason, FrameCounter, Limit, MessageCounter, ProtocolError,
+};
 use crate::telemetry::Peer;
 use crate::transport::{Listener, ListenerCell};
 
@@ -83,6 +85,9 @@ pub struct Session {
     rate: Mutex<Option<ConnectionRate>>,
     /// Requests settled in place (the fast path) and where they reply.
     in_place: Arc<InPlace>,
+    /// What the client sends, counted per frame and per message
+    /// (resolved once: the dialect is the connection's).
+    counted_in: (FrameCounter, MessageCounter),
 }
 
 /// What the transport must do after an inbound text.
@@ -125,7 +130,7 @@ impl Session {
         let (outbox, reader) = Outbox::channel(
             cfg.outbox_capacity,
             cfg.outbox_max_bytes,
-            OutCodec::new(codec, metrics.clone()),
+            OutCodec::new(codec, metrics),
             cfg.protection.slow_consumer_timeout,
             gauges,
         );
@@ -135,7 +140,12 @@ impl Session {
             cfg.request_timeout,
             metrics.clone(),
         );
+        let counted_in = (
+            metrics.frame_counter(cfg.dialect, Side::Client, Direction::In),
+            metrics.message_counter(cfg.dialect, Side::Client, Direction::In),
+        );
         let session = Session {
+            counted_in,
             in_flight: Arc::new(Semaphore::new(cfg.max_in_flight)),
             max_in_flight: cfg.max_in_flight,
             peer,
@@ -262,17 +272,19 @@ impl Session {
 
     /// Counts an inbound frame and its messages (and a batch's size).
     fn count_in(&self, listener: &Listener, bytes: usize, inbound: &Inbound) {
-        let (m, d) = (listener.metrics(), self.dialect());
-        m.count_frame(d, Side::Client, Direction::In, bytes);
+        let (frames, messages) = &self.counted_in;
+        frames.count(bytes);
         let count = |item: &Item| {
             if let Item::Valid(msg) = item {
-                m.count_message(d, Side::Client, Direction::In, msg.kind());
+                messages.count(msg.kind());
             }
         };
         match inbound {
             Inbound::Single(item) => count(item),
             Inbound::Batch(items) => {
-                m.observe_batch(listener.name(), items.len());
+                listener
+                    .metrics()
+                    .observe_batch(listener.name(), items.len());
                 items.iter().for_each(count);
             }
             Inbound::Rejected(_)

@@ -43,6 +43,7 @@ fn sideband_link(tx: mpsc::Sender<Wire>) -> Arc<Link> {
                 .with_label_values(&[&name]),
         ),
         processes: crate::upstream::shared::Processes::new(&cfg, &metrics),
+        traffic: crate::upstream::shared::Traffic::new(&metrics, cfg.dialect),
         cfg,
         metrics,
         stopping: CancellationToken::new(),

@@ -25,6 +25,33 @@ pub struct Histogram {
     core: Arc<Core>,
 }
 
+/// Buckets a [`LocalHistogram`] holds: families with more than this many
+/// (bounds and the one above them) are observed straight into the series.
+pub const LOCAL_BUCKETS: usize = 16;
+
+/// Observations of one histogram series that one task (a connection's
+/// writer) makes and keeps to itself, without atomics, until it
+/// [`publish`](Self::publish)es them into the series: at the end of each
+/// batch of its work, and when it is dropped. A scrape sees them from the
+/// publish on, all at once. Fixed size: [`LOCAL_BUCKETS`] counts and a
+/// sum (an observation that would overflow the sum is published first).
+#[derive(Debug)]
+pub struct LocalHistogram {
+    series: Histogram,
+    local: Local,
+}
+
+/// A local histogram's counts since its last publish.
+#[derive(Debug)]
+struct Local {
+    /// By bucket, as the series' cells (non-cumulative).
+    counts: [u64; LOCAL_BUCKETS],
+    /// Their sum, in recorded units.
+    sum: u64,
+    /// Something was observed since the last publish.
+    pending: bool,
+}
+
 /// The folded state of a histogram at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
@@ -44,6 +71,12 @@ pub(super) struct Buckets {
     /// The same bounds in recorded units; an observation `v` falls in the
     /// first bucket whose limit is `>= v`, as in Prometheus (`le`).
     limits: Vec<u64>,
+    /// Where the search for `v`'s bucket starts, by `v`'s bit length
+    /// (0 to 64): the buckets below are those whose limit is below every
+    /// value of that length. [`Buckets::bucket`] steps on from there past
+    /// the few limits of that length: one or two for bounds a factor of
+    /// two or more apart, instead of a binary search over all of them.
+    start: [u16; 65],
     /// Recorded units per exported unit.
     scale: f64,
     /// Cells per shard, whole lines: the buckets, the one above the
@@ -90,15 +123,48 @@ impl Histogram {
     pub fn observe(&self, v: u64) {
         let b = &self.core.buckets;
         let base = shard() * b.stride;
-        let bucket = b.limits.partition_point(|&limit| limit < v);
+        let bucket = b.bucket(v);
         self.cell(base + bucket).fetch_add(1, Ordering::Relaxed);
-        let sum = base + b.limits.len() + 1;
+        self.add_sum(base, v);
+    }
+
+    /// Adds `v` to the sum in the shard at `base`.
+    #[inline]
+    fn add_sum(&self, base: usize, v: u64) {
+        let sum = base + self.core.buckets.limits.len() + 1;
         let before = self.cell(sum).fetch_add(v, Ordering::Relaxed);
         if before.checked_add(v).is_none() {
             // The low word wrapped: carry into the high one. A fold that
             // runs between the two adds reads 2^64 too little, once per
             // 2^64 recorded units (584 years of summed durations).
             self.cell(sum + 1).fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Adds what `local` observed since it was last published, and
+    /// empties it.
+    fn publish(&self, local: &mut Local) {
+        let b = &self.core.buckets;
+        let base = shard() * b.stride;
+        for (i, count) in local.counts.iter_mut().enumerate() {
+            if *count != 0 {
+                self.cell(base + i).fetch_add(*count, Ordering::Relaxed);
+                *count = 0;
+            }
+        }
+        self.add_sum(base, std::mem::take(&mut local.sum));
+    }
+
+    /// A local count of this series' observations, for one task (see
+    /// [`LocalHistogram`]).
+    pub fn local(&self) -> LocalHistogram {
+        LocalHistogram {
+            series: self.clone(),
+            local: Local {
+                counts: [0; LOCAL_BUCKETS],
+                sum: 0,
+                pending: false,
+            },
         }
     }
 
@@ -169,6 +235,44 @@ impl Histogram {
     }
 }
 
+// === impl LocalHistogram ===
+
+impl LocalHistogram {
+    /// Records `v` locally (see [`Histogram::observe`]).
+    #[inline]
+    pub fn observe(&mut self, v: u64) {
+        let bucket = self.series.core.buckets.bucket(v);
+        let local = &mut self.local;
+        match (local.counts.get_mut(bucket), local.sum.checked_add(v)) {
+            (Some(count), Some(sum)) => {
+                *count += 1;
+                local.sum = sum;
+                local.pending = true;
+            }
+            // Too many buckets to hold, or a sum about to overflow: into
+            // the series, after what is held.
+            _ => {
+                self.publish();
+                self.series.observe(v);
+            }
+        }
+    }
+
+    /// Adds what was observed since the last publish to the series.
+    #[inline]
+    pub fn publish(&mut self) {
+        if std::mem::take(&mut self.local.pending) {
+            self.series.publish(&mut self.local);
+        }
+    }
+}
+
+impl Drop for LocalHistogram {
+    fn drop(&mut self) {
+        self.publish();
+    }
+}
+
 // === impl Snapshot ===
 
 impl Snapshot {
@@ -215,12 +319,46 @@ impl Buckets {
             }
             limits.push(limit);
         }
+        if limits.len() >= usize::from(u16::MAX) {
+            let msg = format!("{} bucket bounds are too many", limits.len());
+            return Err(prometheus::Error::Msg(msg));
+        }
+        // Below `u16::MAX`, checked just above.
+        #[allow(clippy::cast_possible_truncation)]
+        let start = std::array::from_fn(|bits| {
+            // The smallest value `bits` long: 0, then 2^(bits - 1).
+            let lowest = match bits {
+                0 => 0,
+                _ => 1u64 << (bits - 1),
+            };
+            limits.partition_point(|&limit| limit < lowest) as u16
+        });
         let cells = bounds.len() + 3;
         Ok(Buckets {
             bounds: bounds.to_vec(),
+            start,
             limits,
             scale,
             stride: cells.div_ceil(CELLS) * CELLS,
         })
+    }
+
+    /// The limits in recorded units, for tests.
+    #[cfg(test)]
+    pub(super) fn limits(&self) -> &[u64] {
+        &self.limits
+    }
+
+    /// The bucket of `v`: the first whose limit is `>= v`, or the one past
+    /// the highest bound. The same as a binary search of `limits`
+    /// (`partition_point`), from the start its bit length gives.
+    #[inline]
+    pub(super) fn bucket(&self, v: u64) -> usize {
+        let bits = (u64::BITS - v.leading_zeros()) as usize;
+        let mut i = usize::from(self.start[bits]);
+        while self.limits.get(i).is_some_and(|&limit| limit < v) {
+            i += 1;
+        }
+        i
     }
 }

@@ -263,3 +263,95 @@ fn threads_take_shards_in_turn() {
     assert!(picked.len() >= 2, "{picked:?}");
     assert!(picked.iter().all(|&s| s < SHARDS));
 }
+
+/// Bound sets the bucket search must get right: the gateway's latency and
+/// size buckets, bounds on both sides of powers of two, several bounds of
+/// one bit length, and one at `u64::MAX`.
+fn bound_sets() -> Vec<(Unit, Vec<f64>)> {
+    vec![
+        (
+            Unit::Seconds,
+            vec![
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                1.0, 2.5, 5.0, 10.0, 30.0,
+            ],
+        ),
+        (
+            Unit::Bytes,
+            vec![
+                64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0,
+                16777216.0,
+            ],
+        ),
+        (
+            Unit::Bytes,
+            vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 7.0, 8.0, 9.0],
+        ),
+        (Unit::Bytes, vec![127.0, 128.0, 129.0, 255.0, 256.0, 1e19]),
+        (Unit::Bytes, vec![]),
+    ]
+}
+
+#[test]
+fn the_bucket_search_agrees_with_a_binary_search_at_every_edge() {
+    for (unit, bounds) in bound_sets() {
+        let b = histogram::Buckets::new(unit, &bounds).unwrap();
+        let mut values = vec![0, 1, u64::MAX - 1, u64::MAX];
+        for k in 0..64 {
+            let p = 1u64 << k;
+            values.extend([p - 1, p, p + 1]);
+        }
+        for &limit in b.limits() {
+            values.extend([limit.saturating_sub(1), limit, limit.saturating_add(1)]);
+        }
+        for v in values {
+            let want = b.limits().partition_point(|&limit| limit < v);
+            assert_eq!(b.bucket(v), want, "{v} in {bounds:?}");
+        }
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn the_bucket_search_agrees_with_a_binary_search(v: u64, shift in 0u32..64) {
+        // Values of every bit length, not only the long ones.
+        let v = v >> shift;
+        for (unit, bounds) in bound_sets() {
+            let b = histogram::Buckets::new(unit, &bounds).unwrap();
+            let want = b.limits().partition_point(|&limit| limit < v);
+            proptest::prop_assert_eq!(b.bucket(v), want);
+        }
+    }
+}
+
+#[test]
+fn a_local_histogram_shows_its_counts_from_its_publish_on_once() {
+    let many: Vec<f64> = (1..=20).map(f64::from).collect();
+    let values = [0, 1, 3, 64, 65, 1000, 5000, u64::MAX - 2, 7];
+    for bounds in [&BOUNDS[..], &many[..]] {
+        let family = HistogramVec::new(("t_bytes", "t"), Unit::Bytes, bounds, ["l"]).unwrap();
+        let (direct, series) = (
+            family.with_label_values(&["direct"]),
+            family.with_label_values(&["local"]),
+        );
+        let mut local = series.local();
+        for v in values {
+            direct.observe(v);
+            local.observe(v);
+        }
+        if bounds.len() < LOCAL_BUCKETS {
+            // Held but for the sum's overflow, which published the seven
+            // before it and then went straight into the series; the last
+            // one is held.
+            assert_eq!(series.get_sample_count(), 8, "{bounds:?}");
+        }
+        local.publish();
+        assert_eq!(series.snapshot(), direct.snapshot(), "{bounds:?}");
+        local.publish();
+        assert_eq!(series.snapshot(), direct.snapshot(), "twice: {bounds:?}");
+        local.observe(9);
+        direct.observe(9);
+        drop(local);
+        assert_eq!(series.snapshot(), direct.snapshot(), "dropped: {bounds:?}");
+    }
+}
