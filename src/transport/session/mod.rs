@@ -33,7 +33,6 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use arc_swap::Guard;
-use bytestring::ByteString;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -42,7 +41,7 @@ use tracing::Instrument;
 use crate::close::CloseCode;
 use crate::dialect::sideband::client::Options as SidebandOptions;
 use crate::dialect::{ClientCodec, Dialect, Inbound, Item, Oversize};
-use crate::envelope::{Message, WireId};
+use crate::envelope::{Message, Text, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::limits::cap::{Cap, Taken};
 use crate::limits::rate::{ConnectionRate, Limited, Verdict as RateVerdict};
@@ -199,7 +198,7 @@ impl Session {
 
     /// Handles one inbound text frame or line; what it carries is decoded
     /// as slices of it.
-    pub async fn on_text(&self, text: &ByteString) -> Verdict {
+    pub async fn on_text(&self, text: &Text) -> Verdict {
         // One read of the listener for the decode's limit and the counts
         // (not held across the await below).
         let inbound = {
