@@ -7,7 +7,7 @@
 //! wait as entries of that queue ([`Queue`]), with no task, channel or
 //! timer of their own (the in-place path, below). The task path
 //! (batches, notifications sent as requests, per-client links) waits on
-//! the pending semaphore itself; it counts against the same `max_queued`.
+//! the pending cap itself; it counts against the same `max_queued`.
 //! Whoever frees a slot ([`Held`] dropped) places the next parked calls.
 //!
 //! ## The in-place path

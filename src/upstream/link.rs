@@ -2,7 +2,7 @@
 //! dialect: the state the link driver (`driver`) runs.
 //!
 //! A `Link` owns the connection's [`Correlator`], its write queue
-//! ([`Outlet`]), the per-connection in-flight semaphore and its dialect's
+//! ([`Outlet`]), the per-connection in-flight cap and its dialect's
 //! codec ([`UpstreamCodec`], with what the dialect keeps per link). The
 //! driver's reader hands each inbound frame to [`Link::on_text`] or
 //! [`Link::on_binary`]: the codec says what it means ([`Event`]) and the
