@@ -144,7 +144,7 @@ fn bytes(g: &mut BenchmarkGroup<'_, WallTime>, text: &str) {
 
 /// Decodes a fixture known to be one valid message.
 fn message(text: &str) -> Message {
-    match jsonrpc::decode(&text.into(), BATCH) {
+    match jsonrpc::decode(&ByteString::from(text), BATCH) {
         Inbound::Single(Item::Valid(msg)) => msg,
         other => panic!("fixture is one valid message, got {other:?}"),
     }

@@ -28,7 +28,7 @@ LAYERS = [
     ("parsing (JSON scan, serde_json, UTF-8 checks)", r"/serde_json-[0-9.]+/src/(de|read)\.rs$", None),
     ("rendering (serde_json)", r"/serde_json-[0-9.]+/src/ser\.rs$", None),
     ("spans and log macros (tracing)", r"/(tracing|tracing-core|tracing-subscriber|tracing-opentelemetry|log|opentelemetry[a-z_-]*)-[0-9.]+/", None),
-    ("in-flight permit (tokio Semaphore)", r"/tokio-[0-9.]+/src/sync/(batch_semaphore|semaphore)\.rs$", None),
+    ("in-flight caps (limits::cap, tokio Semaphore)", r"/tokio-[0-9.]+/src/sync/(batch_semaphore|semaphore)\.rs$", None),
     ("tokio (scheduler, I/O driver, timers, channels)", r"/tokio(-util)?-[0-9.]+/", None),
     # switchyard, by module. The JSON-RPC decoders' validating pass is
     # parsing, as serde_json's was.
@@ -36,6 +36,7 @@ LAYERS = [
     ("metrics", r"src/telemetry/metrics", None),
     ("spans and log macros (tracing)", r"src/telemetry/", None),
     ("outbox (queue, reply encoding, writer)", r"src/outbox/", None),
+    ("in-flight caps (limits::cap, tokio Semaphore)", r"src/limits/cap", None),
     ("limits and method policy", r"src/limits/|src/router/policy", None),
     # A call's waiter and the slots it holds share correlator.rs with the
     # table of gateway ids: counted as admission by the function they run in
@@ -54,7 +55,7 @@ LAYERS = [
     ("rendering (serde_json)", None, r"serde_json::ser|encode|render"),
     ("spans and log macros (tracing)", None, r"tracing|opentelemetry|telemetry::trace|Span"),
     ("metrics", None, r"telemetry::metrics|prometheus"),
-    ("in-flight permit (tokio Semaphore)", None, r"batch_semaphore|Semaphore"),
+    ("in-flight caps (limits::cap, tokio Semaphore)", None, r"batch_semaphore|Semaphore|limits::cap"),
     ("outbox (queue, reply encoding, writer)", None, r"outbox"),
     ("upstream admission (room, slots, queue)", None, r"upstream::(admission|slots|outlet)"),
     ("upstream link (correlator, send, read)", None, r"switchyard::upstream"),

@@ -13,8 +13,10 @@ use compact_str::{format_compact, CompactString, ToCompactString};
 use serde_json::value::RawValue;
 
 mod raw_json;
+mod text;
 
 pub use raw_json::RawJson;
+pub use text::{Source, Text};
 
 /// An id exactly as it arrived on the wire. Never parsed for meaning.
 /// Equality is byte equality of the raw token.

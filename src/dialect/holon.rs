@@ -7,7 +7,6 @@
 //! is [`render`](super::jsonrpc::render) with [`Style::Holon`](super::jsonrpc::Style):
 //! the same JSON-RPC 2.0 shapes with string ids and a void result as `{}`.
 
-use bytestring::ByteString;
 use serde_json::value::RawValue;
 
 use self::envelope::Envelope;
@@ -16,7 +15,9 @@ use super::{Dialect, Inbound, Item};
 use crate::close::CloseCode;
 use crate::dialect::errors;
 use crate::dialect::json_string::text_method;
-use crate::envelope::{raw_from_string, JsonToken, Message, Outcome, Payload, RawJson, WireId};
+use crate::envelope::{
+    raw_from_string, JsonToken, Message, Outcome, Payload, RawJson, Source, WireId,
+};
 use crate::error::{ErrorKind, GatewayError};
 
 /// The close for an unusable message: 1002, protocol error.
@@ -30,16 +31,17 @@ pub const NOT_OBJECT: &str = "invalid envelope: message must be an object";
 pub const NO_ID: &str = "invalid envelope: id must be a non-empty string";
 
 /// Decodes one text frame from a holon client.
-pub fn decode(text: &ByteString) -> Inbound {
+pub fn decode<'a>(text: impl Into<Source<'a>>) -> Inbound {
+    let text = text.into();
     // One pass over the text: an object is read straight into its members;
     // anything else is only checked for being JSON at all.
     if !text.trim_start().starts_with('{') {
-        return match serde_json::from_str::<&RawValue>(text) {
+        return match serde_json::from_str::<&RawValue>(&text) {
             Ok(_) => Inbound::close(PROTOCOL_ERROR, NOT_OBJECT),
             Err(_) => Inbound::close(PROTOCOL_ERROR, MALFORMED),
         };
     }
-    let Some(env) = Envelope::read(text) else {
+    let Some(env) = Envelope::read(&text) else {
         return Inbound::close(PROTOCOL_ERROR, MALFORMED);
     };
     let Some(id) = env.members.id.filter(|id| is_usable_id(id)) else {
@@ -53,7 +55,7 @@ pub fn decode(text: &ByteString) -> Inbound {
 }
 
 /// A request: valid, or answered -32600 with the reason in `data`.
-fn request(source: &ByteString, env: &Envelope<'_>, id: WireId) -> Item {
+fn request(source: Source<'_>, env: &Envelope<'_>, id: WireId) -> Item {
     let invalid = |reason: String| {
         let err = GatewayError::with_detail(ErrorKind::InvalidRequest, reason);
         Item::Invalid(Message::error(
@@ -86,7 +88,7 @@ fn request(source: &ByteString, env: &Envelope<'_>, id: WireId) -> Item {
 
 /// A reply to one of switchyard's pushes (or a frame with none of method,
 /// result and error: a void reply, as browsers send for `undefined`).
-fn reply(source: &ByteString, env: &Envelope<'_>, id: WireId) -> Item {
+fn reply(source: Source<'_>, env: &Envelope<'_>, id: WireId) -> Item {
     let well_formed = env.unknown.is_none()
         && env.members.jsonrpc.is_some_and(|v| v == "\"2.0\"")
         && env.members.params.is_none();

@@ -39,7 +39,7 @@ use crate::dialect::errors;
 use crate::dialect::json_string::{push_json_string, text_method};
 use crate::dialect::link;
 use crate::envelope::raw_from_string;
-use crate::envelope::{ErrorObject, JsonToken, Message, Outcome, Payload, RawJson, WireId};
+use crate::envelope::{ErrorObject, JsonToken, Message, Outcome, Payload, RawJson, Source, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 
 use super::Dialect;
@@ -139,12 +139,13 @@ fn batch_items(text: &str) -> Result<Vec<&str>, serde_json::Error> {
 }
 
 /// Decodes one client text (a WebSocket frame or an NDJSON line).
-pub fn decode(text: &ByteString, max_batch_items: usize) -> Inbound {
+pub fn decode<'a>(text: impl Into<Source<'a>>, max_batch_items: usize) -> Inbound {
+    let text = text.into();
     let trimmed = text.trim_start_matches([' ', '\t', '\n', '\r']);
     if !trimmed.starts_with('[') {
-        return Inbound::Single(decode_item(text, text));
+        return Inbound::Single(decode_item(text, &text));
     }
-    let Ok(items) = batch_items(text) else {
+    let Ok(items) = batch_items(&text) else {
         return Inbound::Rejected(reject(ErrorKind::ParseError, None));
     };
     if items.is_empty() {
@@ -159,7 +160,7 @@ pub fn decode(text: &ByteString, max_batch_items: usize) -> Inbound {
 
 /// Decodes one JSON-RPC object (`text`, within `source`), validating it as
 /// a client item.
-fn decode_item(source: &ByteString, text: &str) -> Item {
+fn decode_item(source: Source<'_>, text: &str) -> Item {
     let raw = match members(text) {
         Ok(raw) => raw,
         Err(e) if e.is_syntax() || e.is_eof() || e.is_io() => {
@@ -207,6 +208,7 @@ pub fn decode_upstream(text: &ByteString) -> Result<Message, ReplyError> {
 
 /// [`decode_upstream`] for one item (`text`) of a batch reply (`source`).
 pub fn decode_upstream_in(source: &ByteString, text: &str) -> Result<Message, ReplyError> {
+    let source = Source::from(source);
     let raw = members(text).map_err(|e| ReplyError::NotJson(e.to_string()))?;
     let id = match raw.id {
         Some(id) if is_valid_id(id) => Some(WireId::Json(JsonToken::from_text(id))),
@@ -240,7 +242,7 @@ pub fn decode_upstream_in(source: &ByteString, text: &str) -> Result<Message, Re
 
 /// Builds a response or error from a reply-shaped item read from `source`.
 fn reply_from_raw(
-    source: &ByteString,
+    source: Source<'_>,
     raw: &Members<'_>,
     id: Option<WireId>,
 ) -> Result<Message, (Option<WireId>, &'static str)> {
@@ -722,7 +724,7 @@ impl JsonRpcClient {
 
     /// Decodes one text frame or line; a batch holds at most
     /// `max_batch_items`.
-    pub fn decode(self, text: &ByteString, max_batch_items: usize) -> Inbound {
+    pub fn decode<'a>(self, text: impl Into<Source<'a>>, max_batch_items: usize) -> Inbound {
         decode(text, max_batch_items)
     }
 

@@ -74,7 +74,7 @@ use bytestring::ByteString;
 use serde_json::value::RawValue;
 
 use crate::close::CloseCode;
-use crate::envelope::{ErrorObject, Message, Payload, WireId};
+use crate::envelope::{ErrorObject, Message, Payload, Text, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
 
 use holon::client::HolonClient;
@@ -447,13 +447,13 @@ impl ClientCodec {
 
     /// Decodes one text frame or line; a JSON-RPC batch holds at most
     /// `max_batch_items`.
-    pub fn decode_text(&self, text: &ByteString, max_batch_items: usize) -> Inbound {
+    pub fn decode_text(&self, text: &Text, max_batch_items: usize) -> Inbound {
         match self {
             ClientCodec::JsonRpc(json)
             | ClientCodec::Ndjson(json)
             | ClientCodec::JsonRpcHttp(json) => json.decode(text, max_batch_items),
             ClientCodec::Holon(holon) => holon.decode(text),
-            ClientCodec::Sideband(sb) => sb.decode_text(text, max_batch_items),
+            ClientCodec::Sideband(sb) => sb.decode_text(&text.to_line(), max_batch_items),
         }
     }
 

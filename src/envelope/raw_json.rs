@@ -3,9 +3,12 @@
 
 use std::fmt;
 
+use axum::extract::ws::Utf8Bytes;
 use bytestring::ByteString;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
+
+use super::text::Source;
 
 /// One raw JSON value, known to be valid JSON, held in shared bytes.
 ///
@@ -20,59 +23,91 @@ use serde_json::value::RawValue;
 /// written (a call waiting for room at its upstream keeps its request's);
 /// whatever keeps a payload longer (a subscription, a retained event, a
 /// store) keeps a [`detach`](RawJson::detach)ed copy.
-#[derive(Clone, PartialEq, Eq)]
-pub struct RawJson(ByteString);
+#[derive(Clone)]
+pub struct RawJson(Shared);
+
+/// The bytes a [`RawJson`] is held in.
+#[derive(Clone)]
+enum Shared {
+    /// Its own, or a slice of a line.
+    Line(ByteString),
+    /// A slice (`start..end`) of a WebSocket text frame, kept as the
+    /// library's `Utf8Bytes`, so that its bytes are not checked again.
+    Frame {
+        frame: Utf8Bytes,
+        start: usize,
+        end: usize,
+    },
+}
 
 impl RawJson {
     /// The JSON text.
     pub fn get(&self) -> &str {
-        &self.0
+        match &self.0 {
+            Shared::Line(line) => line,
+            // In bounds and on character boundaries (a slice of the
+            // frame's `str`): never `""`.
+            Shared::Frame { frame, start, end } => frame.get(*start..*end).unwrap_or_default(),
+        }
     }
 
     /// A copy of `raw`.
     pub fn copy(raw: &RawValue) -> Self {
-        RawJson(ByteString::from(raw.get()))
+        RawJson::line(ByteString::from(raw.get()))
     }
 
     /// A copy of the text of one JSON value that a validating pass has
     /// read (so valid JSON).
     pub(crate) fn copy_text(text: &str) -> Self {
-        RawJson(ByteString::from(text))
+        RawJson::line(ByteString::from(text))
     }
 
     /// `raw` as a slice of `source`, the text it was decoded from (a copy
     /// when `raw` does not lie within `source`).
-    pub fn within(source: &ByteString, raw: &RawValue) -> Self {
-        Self::text_within(source, raw.get())
+    pub fn within<'a>(source: impl Into<Source<'a>>, raw: &RawValue) -> Self {
+        Self::text_within(source.into(), raw.get())
     }
 
     /// [`within`](RawJson::within) for the text of one JSON value that a
     /// validating pass has read (so valid JSON): the slice
     /// `jsonrpc::scan` gives.
-    pub(crate) fn text_within(source: &ByteString, text: &str) -> Self {
+    pub(crate) fn text_within(source: Source<'_>, text: &str) -> Self {
         let outer = source.as_bytes().as_ptr_range();
         let inner = text.as_bytes().as_ptr_range();
-        if outer.start <= inner.start && inner.end <= outer.end {
-            RawJson(source.slice_ref(text))
-        } else {
-            RawJson(ByteString::from(text))
+        if !(outer.start <= inner.start && inner.end <= outer.end) {
+            return RawJson::line(ByteString::from(text));
         }
+        match source {
+            Source::Line(line) => RawJson::line(line.slice_ref(text)),
+            Source::Frame(frame) => {
+                let start = inner.start as usize - outer.start as usize;
+                RawJson(Shared::Frame {
+                    frame: frame.clone(),
+                    start,
+                    end: start + text.len(),
+                })
+            }
+        }
+    }
+
+    fn line(line: ByteString) -> Self {
+        RawJson(Shared::Line(line))
     }
 
     /// Text switchyard itself produced and knows to be valid JSON (`null`
     /// if it is not, which only a bug in a caller can cause).
     pub(crate) fn from_string(text: String) -> Self {
         if serde_json::from_str::<&RawValue>(&text).is_ok() {
-            RawJson(ByteString::from(text))
+            RawJson::line(ByteString::from(text))
         } else {
-            RawJson(ByteString::from_static("null"))
+            RawJson::line(ByteString::from_static("null"))
         }
     }
 
     /// A copy that shares nothing with the buffer this was read from, for
     /// whatever keeps the value beyond its request or reply.
     pub fn detach(&self) -> Self {
-        RawJson(ByteString::from(self.get()))
+        RawJson::line(ByteString::from(self.get()))
     }
 
     /// The value as serde_json's raw value (read again, without copying).
@@ -85,9 +120,17 @@ impl From<Box<RawValue>> for RawJson {
     /// Takes over the text (no copy).
     fn from(raw: Box<RawValue>) -> Self {
         let text: Box<str> = raw.into();
-        RawJson(ByteString::from(String::from(text)))
+        RawJson::line(ByteString::from(String::from(text)))
     }
 }
+
+impl PartialEq for RawJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Eq for RawJson {}
 
 impl fmt::Debug for RawJson {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -141,6 +184,33 @@ mod tests {
             .as_bytes()
             .as_ptr_range()
             .contains(&detached.get().as_ptr()));
+    }
+
+    /// A value read from a WebSocket text frame is a slice of the frame as
+    /// the library handed it over, not of a copy, and equals the same
+    /// text held anywhere else.
+    #[test]
+    fn within_a_frame_slices_the_frame() {
+        let frame = Utf8Bytes::from(r#"{"params":["é",{"a":1}]}"#);
+        let text = &frame[10..frame.len() - 1];
+        let sliced = RawJson::text_within(Source::from(&frame), text);
+        assert_eq!(sliced.get(), r#"["é",{"a":1}]"#);
+        assert!(matches!(sliced.0, Shared::Frame { .. }));
+        assert_eq!(sliced.get().as_ptr(), text.as_ptr(), "no copy");
+        assert_eq!(
+            sliced,
+            RawJson::copy(&RawValue::from_string(text.into()).expect("json"))
+        );
+        let detached = sliced.detach();
+        assert_eq!(detached, sliced);
+        assert!(!frame
+            .as_bytes()
+            .as_ptr_range()
+            .contains(&detached.get().as_ptr()));
+        let elsewhere = String::from("[1]");
+        let copied = RawJson::text_within(Source::from(&frame), &elsewhere);
+        assert_eq!(copied.get(), "[1]");
+        assert_ne!(copied.get().as_ptr(), elsewhere.as_ptr());
     }
 
     #[test]

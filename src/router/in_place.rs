@@ -25,12 +25,12 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::{record_outcome, Router};
 use crate::envelope::{Message, Method, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
+use crate::limits::cap::Taken;
 use crate::outbox::Outbox;
 use crate::upstream::{Caller, Receipt, ReplyResult, Settle, Submission, Upstream};
 
@@ -95,7 +95,7 @@ pub(crate) struct NotPlaced {
     pub(crate) id: WireId,
     pub(crate) method: Method,
     pub(crate) params: Option<Payload>,
-    pub(crate) permit: OwnedSemaphorePermit,
+    pub(crate) permit: Taken,
 }
 
 /// What one call settled in place needs for its reply.
@@ -106,7 +106,7 @@ struct Call {
     upstream: Arc<Upstream>,
     started: std::time::Instant,
     /// The client's in-flight slot (`max_in_flight`).
-    permit: OwnedSemaphorePermit,
+    permit: Taken,
     /// Closed (ended) when the call settles.
     span: tracing::Span,
     client_span: tracing::Span,
@@ -254,7 +254,7 @@ impl InPlace {
     /// Queues a settled reply without waiting (see `Outbox::settle`); the
     /// request's in-flight slot is freed once the reply is queued, as on
     /// the waiting path. Returns false when the client is gone.
-    fn deliver(&self, msg: &Message, permit: OwnedSemaphorePermit) -> bool {
+    fn deliver(&self, msg: &Message, permit: Taken) -> bool {
         self.outbox.settle(msg, permit)
     }
 }

@@ -15,13 +15,13 @@
 use std::future::Future;
 use std::time::Duration;
 
-use bytestring::ByteString;
 use futures_util::{Stream, StreamExt};
 use tokio::time::Instant;
 
 use super::session::{Session, Verdict};
 use super::{Listener, ListenerCell, Serve};
 use crate::close::CloseCode;
+use crate::envelope::Text;
 use crate::outbox::{OutboxReader, Outgoing};
 use crate::telemetry::metrics::{FrameCounter, Limit, ProtocolError};
 
@@ -36,7 +36,7 @@ pub(crate) const WRITER_TIMEOUT: Duration = Duration::from_secs(2);
 pub(crate) enum Incoming {
     /// A text frame or an NDJSON line (UTF-8), in the bytes it was read
     /// into: what is decoded from it is sliced out of them, not copied.
-    Text(ByteString),
+    Text(Text),
     /// A binary frame.
     Binary(bytes::Bytes),
     /// An NDJSON line that is not UTF-8.

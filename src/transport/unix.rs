@@ -187,7 +187,7 @@ fn incoming(line: Result<bytes::Bytes, AnyDelimiterCodecError>) -> Incoming {
                 line.truncate(line.len() - 1);
             }
             match ByteString::try_from(line) {
-                Ok(line) => Incoming::Text(line),
+                Ok(line) => Incoming::Text(line.into()),
                 Err(_) => Incoming::NotUtf8,
             }
         }

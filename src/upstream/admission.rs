@@ -7,7 +7,7 @@
 //! wait as entries of that queue ([`Queue`]), with no task, channel or
 //! timer of their own (the in-place path, below). The task path
 //! (batches, notifications sent as requests, per-client links) waits on
-//! the pending semaphore itself; it counts against the same `max_queued`.
+//! the pending cap itself; it counts against the same `max_queued`.
 //! Whoever frees a slot ([`Held`] dropped) places the next parked calls.
 //!
 //! ## The in-place path
@@ -50,7 +50,7 @@ use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -58,6 +58,7 @@ use super::correlator::{Caller, Held, Receipt, Room, Settle, Slots, Submission, 
 use super::link::Link;
 use super::shared::UpstreamShared;
 use crate::error::{ErrorKind, GatewayError, Side};
+use crate::limits::cap::{Cap, Taken};
 use crate::telemetry::metrics::sharded::{Gauge, Histogram};
 
 use lot::{Lot, Parked};
@@ -77,7 +78,7 @@ pub(crate) struct Admission {
     /// Bumped whenever any slot changes, so callers can wait for a link.
     changed: watch::Receiver<u64>,
     /// Upstream-wide cap on calls in flight (`max_pending`).
-    pending: Arc<Semaphore>,
+    pending: Cap,
     /// Calls waiting for room, parked or in a task (bounded by
     /// `max_queued`).
     queued: AtomicUsize,
@@ -145,7 +146,7 @@ impl Admission {
         links: Vec<watch::Receiver<Option<Arc<Link>>>>,
         changed: watch::Receiver<u64>,
     ) -> Arc<Self> {
-        let pending = Arc::new(Semaphore::new(shared.cfg.max_pending.get()));
+        let pending = Cap::new(shared.cfg.max_pending.get());
         Arc::new_cyclic(|me| Admission {
             me: me.clone(),
             shared,
@@ -183,38 +184,37 @@ impl Admission {
         // A slot taken here and given back at once needs no wake-up: the
         // caller parks its call and places parked calls next (or is the
         // one placing them).
-        let Ok(pending) = self.pending.clone().try_acquire_owned() else {
+        if !self.pending.try_take() {
             return Err(NoRoom::Full);
+        }
+        let Some(link) = self.best_link() else {
+            self.pending.give_back(1);
+            return Err(NoRoom::NoLink);
         };
-        let link = self.best_link().ok_or(NoRoom::NoLink)?;
-        let depth = link
-            .depth()
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| NoRoom::Full)?;
-        let held = Held::new(Some(pending), Some(depth), self.clone());
+        if !link.depth().try_take() {
+            self.pending.give_back(1);
+            return Err(NoRoom::Full);
+        }
+        let held = Held::new(1, Some(Taken::new(link.depth().clone(), 1)), self.clone());
         Ok((link, held))
     }
 
     /// Takes `n` slots under the pending cap, waiting (a task) in the
     /// bounded queue when the cap is reached.
     pub(crate) async fn admit_many(self: &Arc<Self>, n: u32) -> Result<Held, GatewayError> {
-        let held = |permit| Held::new(Some(permit), None, self.clone());
+        let held = || Held::new(n, None, self.clone());
         // Parked calls came first: only join them when none waits.
-        if self.parked_len.load(Ordering::Acquire) == 0 {
-            if let Ok(permit) = self.pending.clone().try_acquire_many_owned(n) {
-                return Ok(held(permit));
-            }
+        if self.parked_len.load(Ordering::Acquire) == 0 && self.pending.try_take_many(n) {
+            return Ok(held());
         }
         if !self.enqueue() {
             return Err(queue_full());
         }
         let patience = self.shared.cfg.queue_timeout;
-        let permit =
-            tokio::time::timeout(patience, self.pending.clone().acquire_many_owned(n)).await;
+        let taken = tokio::time::timeout(patience, self.pending.take_many(n)).await;
         self.queued.fetch_sub(1, Ordering::AcqRel);
-        match permit {
-            Ok(Ok(permit)) => Ok(held(permit)),
+        match taken {
+            Ok(Ok(())) => Ok(held()),
             Ok(Err(_)) => Err(queue_full()),
             Err(_) => Err(queue_timeout(patience)),
         }
@@ -250,19 +250,24 @@ impl Admission {
         link: &Link,
         n: u32,
     ) -> Result<Held, GatewayError> {
-        let depth = link
-            .depth()
-            .clone()
-            .acquire_many_owned(n)
+        let depth = link.depth();
+        depth
+            .take_many(n)
             .await
             .map_err(|_| GatewayError::new(ErrorKind::Unavailable))?;
-        Ok(Held::new(None, Some(depth), self.clone()))
+        Ok(Held::new(
+            0,
+            Some(Taken::new(depth.clone(), n)),
+            self.clone(),
+        ))
     }
 }
 
 impl Room for Admission {
-    /// Places parked calls in the room freed, unless none waits.
-    fn freed(&self) {
+    /// Takes `pending` slots back and places parked calls in the room
+    /// freed, unless none waits.
+    fn freed(&self, pending: u32) {
+        self.pending.give_back(pending as usize);
         // Pairs with the fence in `park`: either this thread sees the
         // parked call, or the parking thread sees the room freed here.
         fence(Ordering::SeqCst);

@@ -34,10 +34,11 @@ use std::sync::Arc;
 // Keys are gateway ids switchyard issues itself: a fast non-keyed hash is
 // safe (no attacker chooses them) and is touched on every request.
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
-use tokio::sync::{oneshot, OwnedSemaphorePermit};
+use tokio::sync::oneshot;
 
 use crate::envelope::{Message, Method, Payload};
 use crate::error::{ErrorKind, GatewayError};
+use crate::limits::cap::Taken;
 use crate::telemetry::metrics::sharded::{Gauge, Histogram};
 
 // === the table: gateway ids ===
@@ -420,8 +421,10 @@ impl Waiter {
 
 /// Where the room a call's slots leave goes (an upstream's admission).
 pub(crate) trait Room: Send + Sync + std::fmt::Debug {
-    /// Slots were given back: place what waits for room, if anything does.
-    fn freed(&self);
+    /// Slots were given back (`pending` of them under the upstream's
+    /// pending cap, which the room keeps): place what waits for room, if
+    /// anything does.
+    fn freed(&self, pending: u32);
     /// `upstream_in_flight` and `upstream_request_duration` of the upstream.
     fn calls(&self) -> &(Gauge, Histogram);
 }
@@ -430,8 +433,10 @@ pub(crate) trait Room: Send + Sync + std::fmt::Debug {
 /// the next parked calls, if any, in the room they leave.
 #[derive(Debug)]
 pub(crate) struct Held {
-    pending: Option<OwnedSemaphorePermit>,
-    depth: Option<OwnedSemaphorePermit>,
+    /// Slots under the pending cap of `room`.
+    pending: u32,
+    /// Slots under a link's in-flight cap.
+    depth: Option<Taken>,
     /// Told when the slots are dropped; reaches the upstream's metrics.
     room: Arc<dyn Room>,
 }
@@ -457,12 +462,9 @@ pub(crate) struct Slots {
 // === impl Held ===
 
 impl Held {
-    /// Slots under the pending cap and/or on a link, in `room`.
-    pub(crate) fn new(
-        pending: Option<OwnedSemaphorePermit>,
-        depth: Option<OwnedSemaphorePermit>,
-        room: Arc<dyn Room>,
-    ) -> Self {
+    /// `pending` slots under the pending cap of `room`, and `depth` slots
+    /// under a link's in-flight cap, taken already.
+    pub(crate) fn new(pending: u32, depth: Option<Taken>, room: Arc<dyn Room>) -> Self {
         Held {
             pending,
             depth,
@@ -473,9 +475,9 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        drop(self.pending.take());
+        // Both caps' room back before the next parked calls are placed.
         drop(self.depth.take());
-        self.room.freed();
+        self.room.freed(self.pending);
     }
 }
 

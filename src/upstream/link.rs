@@ -2,7 +2,7 @@
 //! dialect: the state the link driver (`driver`) runs.
 //!
 //! A `Link` owns the connection's [`Correlator`], its write queue
-//! ([`Outlet`]), the per-connection in-flight semaphore and its dialect's
+//! ([`Outlet`]), the per-connection in-flight cap and its dialect's
 //! codec ([`UpstreamCodec`], with what the dialect keeps per link). The
 //! driver's reader hands each inbound frame to [`Link::on_text`] or
 //! [`Link::on_binary`]: the codec says what it means ([`Event`]) and the
@@ -32,7 +32,6 @@ use std::time::Duration;
 
 use bytestring::ByteString;
 use parking_lot::Mutex;
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -49,6 +48,7 @@ use crate::dialect::link::{not_json, Event, Farewell, Fault, Frame, Scratch};
 use crate::dialect::UpstreamCodec;
 use crate::envelope::{ErrorObject, Kind, Message, Method, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
+use crate::limits::cap::Cap;
 use crate::persist::recorder::Backlog;
 use crate::telemetry::metrics::{DropReason, ProtocolError, Unmatched};
 
@@ -61,11 +61,11 @@ const SWEEP_AT_LEAST_EVERY: Duration = Duration::from_millis(50);
 pub(crate) struct Link {
     /// Gateway ids in flight on this connection.
     correlator: Mutex<Correlator<Waiter>>,
-    /// Lines/frames to write, in order. Bounded: the in-flight semaphore
+    /// Lines/frames to write, in order. Bounded: the in-flight cap (`depth`)
     /// keeps requests below its capacity.
     out: Outlet,
     /// Requests in flight on this connection (`max_in_flight_per_connection`).
-    depth: Arc<Semaphore>,
+    depth: Arc<Cap>,
     /// Cancelled when the connection is gone (or must go).
     closed: CancellationToken,
     /// Set with `closed` (read without the token's lock).
@@ -118,7 +118,7 @@ impl Link {
         Arc::new(Link {
             correlator: Mutex::new(Correlator::new(shared.cfg.ordered_replies)),
             out,
-            depth: Arc::new(Semaphore::new(depth)),
+            depth: Arc::new(Cap::new(depth)),
             closed: CancellationToken::new(),
             down: AtomicBool::new(false),
             retiring: AtomicBool::new(false),
@@ -145,7 +145,7 @@ impl Link {
     }
 
     /// The link's in-flight slots.
-    pub(super) fn depth(&self) -> &Arc<Semaphore> {
+    pub(super) fn depth(&self) -> &Arc<Cap> {
         &self.depth
     }
 
@@ -182,13 +182,9 @@ impl Link {
     }
 
     /// Calls in flight (for least-loaded selection), read without a lock
-    /// from the in-flight semaphore.
+    /// from the in-flight cap.
     pub(crate) fn in_flight(&self) -> usize {
-        self.shared
-            .cfg
-            .max_in_flight_per_connection
-            .get()
-            .saturating_sub(self.depth.available_permits())
+        self.depth.held()
     }
 
     /// Notes that the upstream was heard from.

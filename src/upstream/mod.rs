@@ -287,6 +287,9 @@ impl Upstream {
     /// Settles `call` in place: written now if there is room, else parked
     /// until there is (see `admission`). Given back when it
     /// must take the task path ([`request`](Self::request)) instead.
+    // The call comes back as it came, by value: boxing it would cost an
+    // allocation per request.
+    #[allow(clippy::result_large_err)]
     pub(crate) fn submit(&self, call: Submission) -> Result<(), Submission> {
         if !self.settles_in_place(&call.method) {
             return Err(call);

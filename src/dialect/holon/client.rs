@@ -1,10 +1,8 @@
 //! The listener half of holon-rpc. No per-connection state. Pure: no
 //! sockets, no tokio.
 
-use bytestring::ByteString;
-
 use crate::dialect::{Inbound, Oversize};
-use crate::envelope::{raw_from_string, Message, Outcome, Payload};
+use crate::envelope::{raw_from_string, Message, Outcome, Payload, Source};
 use crate::error::{ErrorKind, GatewayError};
 
 /// The subprotocol a holon-rpc client offers (holon-rpc.md §1).
@@ -35,7 +33,7 @@ pub fn subprotocol<'a>(offered: impl IntoIterator<Item = &'a str>) -> Option<&'a
 
 impl HolonClient {
     /// Decodes one text frame.
-    pub fn decode(self, text: &ByteString) -> Inbound {
+    pub fn decode<'a>(self, text: impl Into<Source<'a>>) -> Inbound {
         super::decode(text)
     }
 

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::dialect::jsonrpc::{render, Style};
+use bytestring::ByteString;
 
 /// The codec on a copy of `text` in shared bytes.
 fn decode(text: &str) -> Inbound {

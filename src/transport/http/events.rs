@@ -27,7 +27,6 @@ use axum::body::Body;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use bytestring::ByteString;
 use tokio_util::sync::CancellationToken;
 
 use super::super::accept::Place;
@@ -37,6 +36,7 @@ use super::super::Outgoing;
 use super::super::{ListenerCell, OpenClientConnection};
 use crate::close::CloseCode;
 use crate::dialect::jsonrpc_http::{self as wire, sse};
+use crate::envelope::Text;
 use crate::error::ErrorKind;
 use crate::limits::identity::{ClientPermit, Identity};
 use crate::outbox::OutboxReader;
@@ -92,7 +92,7 @@ pub(super) async fn stream(
         "id": 0,
     });
     session
-        .on_text(&ByteString::from(subscribe.to_string()))
+        .on_text(&Text::Line(subscribe.to_string().into()))
         .await;
     let wait = cell.load().cfg().request_timeout;
     // The stream opens with a comment: the head and a first chunk go out

@@ -226,7 +226,7 @@ async fn dispatch(
     // The named client's method and topic policy apply to the request.
     session.identify(who);
     match ByteString::try_from(body) {
-        Ok(text) => session.on_text(&text).await,
+        Ok(text) => session.on_text(&text.into()).await,
         Err(_) => session.not_utf8().await,
     };
     session.drain().await;

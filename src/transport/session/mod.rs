@@ -33,9 +33,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use arc_swap::Guard;
-use bytestring::ByteString;
 use parking_lot::Mutex;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -43,8 +41,9 @@ use tracing::Instrument;
 use crate::close::CloseCode;
 use crate::dialect::sideband::client::Options as SidebandOptions;
 use crate::dialect::{ClientCodec, Dialect, Inbound, Item, Oversize};
-use crate::envelope::{Message, WireId};
+use crate::envelope::{Message, Text, WireId};
 use crate::error::{ErrorKind, GatewayError, Side};
+use crate::limits::cap::{Cap, Taken};
 use crate::limits::rate::{ConnectionRate, Limited, Verdict as RateVerdict};
 use crate::outbox::{Gauges, OutCodec, Outbox, OutboxReader, Outgoing};
 use crate::router::in_place::{InPlace, NotPlaced};
@@ -69,7 +68,7 @@ pub struct Session {
     /// The only way anything is written to the client.
     outbox: Outbox,
     /// Requests in flight for this client (`max_in_flight`).
-    in_flight: Arc<Semaphore>,
+    in_flight: Arc<Cap>,
     tasks: TaskTracker,
     /// Cancelled when the client is gone: tasks stop without replying.
     gone: CancellationToken,
@@ -146,7 +145,7 @@ impl Session {
         );
         let session = Session {
             counted_in,
-            in_flight: Arc::new(Semaphore::new(cfg.max_in_flight)),
+            in_flight: Arc::new(Cap::new(cfg.max_in_flight)),
             max_in_flight: cfg.max_in_flight,
             peer,
             in_place: InPlace::new(outbox.clone(), grace_over.clone()),
@@ -209,7 +208,7 @@ impl Session {
 
     /// Handles one inbound text frame or line; what it carries is decoded
     /// as slices of it.
-    pub async fn on_text(&self, text: &ByteString) -> Verdict {
+    pub async fn on_text(&self, text: &Text) -> Verdict {
         // One read of the listener for the decode's limit and the counts
         // (not held across the await below).
         let inbound = {
@@ -389,7 +388,11 @@ impl Session {
         // Every in-flight slot back means every request answered.
         let all = u32::try_from(self.max_in_flight).unwrap_or(u32::MAX);
         tokio::select! {
-            _ = self.in_flight.acquire_many(all) => {}
+            taken = self.in_flight.take_many(all) => {
+                if taken.is_ok() {
+                    self.in_flight.give_back(all as usize);
+                }
+            }
             () = self.grace_over.cancelled() => self.in_place.fail_all(),
         }
         self.tasks.wait().await;
@@ -398,7 +401,7 @@ impl Session {
 
     /// Requests in flight right now.
     pub fn in_flight(&self) -> usize {
-        self.max_in_flight - self.in_flight.available_permits()
+        self.in_flight.held()
     }
 }
 
@@ -478,7 +481,7 @@ impl Session {
     }
 
     /// Runs one item in a task of its own (the task path).
-    fn spawn(&self, item: Item, permit: Option<OwnedSemaphorePermit>) -> Verdict {
+    fn spawn(&self, item: Item, permit: Option<Taken>) -> Verdict {
         let (router, client, outbox) = (self.router(), self.client.clone(), self.outbox.clone());
         let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
         let task = async move {
@@ -566,15 +569,16 @@ impl Session {
     /// `n` in-flight slots. At the connection's cap the reader waits here,
     /// so the client is no longer read (TCP back-pressure) until a reply
     /// frees a slot.
-    async fn permits(&self, n: usize) -> Result<OwnedSemaphorePermit, NoSlot> {
+    async fn permits(&self, n: usize) -> Result<Taken, NoSlot> {
         let n = u32::try_from(n).unwrap_or(u32::MAX);
-        if let Ok(permit) = self.in_flight.clone().try_acquire_many_owned(n) {
-            return Ok(permit);
+        let taken = || Taken::new(self.in_flight.clone(), n);
+        if self.in_flight.try_take_many(n) {
+            return Ok(taken());
         }
         self.listener().count_limit(Limit::MaxInFlight);
         tokio::select! {
-            permit = self.in_flight.clone().acquire_many_owned(n) => {
-                permit.map_err(|_| NoSlot::ShuttingDown)
+            got = self.in_flight.take_many(n) => {
+                got.map(|()| taken()).map_err(|_| NoSlot::ShuttingDown)
             }
             () = self.grace_over.cancelled() => Err(NoSlot::ShuttingDown),
             () = self.outbox.slow().cancelled() => Err(NoSlot::Slow),

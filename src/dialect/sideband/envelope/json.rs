@@ -317,7 +317,7 @@ impl Fields for Read<'_> {
     fn payload(&self, member: Member) -> Option<Payload> {
         self.members.get(member).map(|raw| {
             Payload::Json(match self.source {
-                Some(source) => RawJson::text_within(source, raw),
+                Some(source) => RawJson::text_within(source.into(), raw),
                 None => RawJson::copy_text(raw),
             })
         })
