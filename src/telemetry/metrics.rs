@@ -17,14 +17,14 @@
 //! - transport (`transport::ws`, `transport::unix`) and upstream links
 //!   (`upstream::ndjson`, `upstream::ws`): a frame or line read or written,
 //!   through a [`FrameCounter`] resolved once per connection or upstream
-//!   ([`Metrics::count_frame`] elsewhere); a client connection's writer
+//!   ([`Metrics::frame_counter`]); a client connection's writer
 //!   counts in a [`FrameTally`], published whenever it runs out of frames
 //!   to write (before it flushes them) and when it stops;
 //!   [`Metrics::count_rejected_connection`] when an accept or upgrade is
 //!   refused.
 //! - sessions, client outboxes and upstream links: a decoded or encoded
 //!   item, through a [`MessageCounter`] resolved once
-//!   ([`Metrics::count_message`] elsewhere); [`Metrics::observe_batch`] per
+//!   ([`Metrics::message_counter`]); [`Metrics::observe_batch`] per
 //!   client batch;
 //!   [`Metrics::count_limit`] whenever a configured limit refuses something;
 //!   [`Metrics::count_error`] for every error answered (`Router::error_reply`).
@@ -56,7 +56,6 @@
 use prometheus::{HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
 use crate::dialect::Dialect;
-use crate::envelope::Kind;
 use crate::error::{GatewayError, Side};
 
 mod backbone;
@@ -118,10 +117,10 @@ pub struct Metrics {
     /// Upstream connections established after the first, by upstream.
     pub upstream_reconnects: IntCounterVec,
     /// Messages (single items; a batch counts each item), by dialect, side,
-    /// direction and kind. See [`Metrics::count_message`].
+    /// direction and kind. See [`Metrics::message_counter`].
     pub messages: sharded::CounterVec<4>,
     /// Bytes of frames or lines, by dialect, side and direction. See
-    /// [`Metrics::count_frame`].
+    /// [`Metrics::frame_counter`].
     pub bytes: sharded::CounterVec<3>,
     /// Size of frames or lines, by dialect, side and direction.
     pub message_size: sharded::HistogramVec<3>,
@@ -182,26 +181,6 @@ impl Metrics {
     pub fn counter_value(vec: &IntCounterVec, labels: &[&str]) -> u64 {
         vec.get_metric_with_label_values(labels)
             .map_or(0, |c| c.get())
-    }
-
-    /// Counts one message (a single item) of `kind`. Called by whoever
-    /// decodes (`In`) or encodes (`Out`) it: sessions for clients, upstream
-    /// links for upstreams.
-    pub fn count_message(&self, dialect: Dialect, side: Side, direction: Direction, kind: Kind) {
-        self.traffic
-            .message(&self.messages, (dialect, side, direction), kind)
-            .inc();
-    }
-
-    /// Counts one frame or line of `bytes` (payload bytes, without the
-    /// NDJSON `\n`). Called by the transport and upstream framing layers.
-    pub fn count_frame(&self, dialect: Dialect, side: Side, direction: Direction, bytes: usize) {
-        let (total, sizes) = self.traffic.frame(
-            (&self.bytes, &self.message_size),
-            (dialect, side, direction),
-        );
-        total.inc_by(bytes as u64);
-        sizes.observe(bytes as u64);
     }
 
     /// Counts a client connection refused by `listener`.

@@ -69,7 +69,7 @@ pub struct MessageCounter {
 
 impl FrameCounter {
     /// Counts one frame or line of `bytes` (payload, without the NDJSON
-    /// `\n`), like [`Metrics::count_frame`].
+    /// `\n`).
     #[inline]
     pub fn count(&self, bytes: usize) {
         self.bytes.inc_by(bytes as u64);
@@ -125,7 +125,7 @@ impl Drop for FrameTally {
 // === impl MessageCounter ===
 
 impl MessageCounter {
-    /// Counts one message of `kind`, like [`Metrics::count_message`].
+    /// Counts one message of `kind`.
     #[inline]
     pub fn count(&self, kind: Kind) {
         self.kinds[kind_index(kind)].inc();
