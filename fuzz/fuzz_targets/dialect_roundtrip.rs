@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use switchyard::dialect::render::{minify_into, render, Style};
+use switchyard::dialect::jsonrpc::{minify_into, render, Style};
 use bytestring::ByteString;
 use switchyard::dialect::sideband::{decode_envelope, encode_envelope, Encoding};
 use switchyard::dialect::{holon, jsonrpc, Inbound, Item};
