@@ -14,26 +14,13 @@ use switchyard::dialect::sideband::{
     decode_envelope, decode_json_by_serde, Encoding, JsonMembers, Member,
 };
 
-const MEMBERS: [Member; 10] = [
-    Member::T,
-    Member::M,
-    Member::Cid,
-    Member::P,
-    Member::Result,
-    Member::Code,
-    Member::Message,
-    Member::Data,
-    Member::E,
-    Member::D,
-];
-
 fn range(text: &str, part: &str) -> Range<usize> {
     let start = part.as_ptr() as usize - text.as_ptr() as usize;
     start..start + part.len()
 }
 
 fn ranges(text: &str, m: &JsonMembers<'_>) -> [Option<Range<usize>>; 10] {
-    MEMBERS.map(|member| m.get(member).map(|v| range(text, v)))
+    Member::ALL.map(|member| m.get(member).map(|v| range(text, v)))
 }
 
 /// The reasons the scan may leave a text serde_json accepts to serde_json

@@ -164,6 +164,20 @@ impl Encoding {
 // === impl Member ===
 
 impl Member {
+    /// Every member, in declaration order.
+    pub const ALL: [Member; 10] = [
+        Member::T,
+        Member::M,
+        Member::Cid,
+        Member::P,
+        Member::Result,
+        Member::Code,
+        Member::Message,
+        Member::Data,
+        Member::E,
+        Member::D,
+    ];
+
     /// The key on the wire.
     pub const fn as_str(self) -> &'static str {
         match self {

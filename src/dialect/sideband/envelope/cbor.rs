@@ -24,19 +24,6 @@ struct RawEnvelope<'a> {
     source: Option<&'a Bytes>,
 }
 
-const ORDER: [Member; 10] = [
-    Member::T,
-    Member::M,
-    Member::Cid,
-    Member::P,
-    Member::Result,
-    Member::Code,
-    Member::Message,
-    Member::Data,
-    Member::E,
-    Member::D,
-];
-
 /// One pass over the data: each member's value is validated by the skip
 /// that finds its end, the envelope map's own keys are checked here
 /// (text, no duplicates), and nothing may follow the map. That is all
@@ -72,7 +59,9 @@ pub(super) fn decode_in(source: Option<&Bytes>, data: &[u8]) -> Result<Message, 
         }
         let key = reader.string(key).map_err(malformed)?;
         let value = reader.skip(1, wire::MAX_DEPTH).map_err(malformed)?;
-        let slot = ORDER.iter().position(|m| m.as_str().as_bytes() == &*key);
+        let slot = Member::ALL
+            .iter()
+            .position(|m| m.as_str().as_bytes() == &*key);
         if !keys.insert(KeyId::Text(key)) {
             return Err(malformed(wire::CborError::DuplicateKey));
         }
@@ -166,7 +155,7 @@ fn pair_payload(
 impl<'a> RawEnvelope<'a> {
     /// The member's item, read from its head.
     fn item(&self, member: Member) -> Option<(wire::Head, Reader<'a>)> {
-        let slot = ORDER.iter().position(|m| *m == member)?;
+        let slot = Member::ALL.iter().position(|m| *m == member)?;
         let mut reader = Reader::new(self.members[slot]?);
         let head = reader.head().ok()?;
         Some((head, reader))
@@ -219,7 +208,7 @@ impl Fields for RawEnvelope<'_> {
     }
 
     fn payload(&self, member: Member) -> Option<Payload> {
-        let slot = ORDER.iter().position(|m| *m == member)?;
+        let slot = Member::ALL.iter().position(|m| *m == member)?;
         let raw = self.members[slot]?;
         let within = self.source.and_then(|source| slice_within(source, raw));
         Some(Payload::Cbor(

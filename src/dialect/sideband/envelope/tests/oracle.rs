@@ -14,21 +14,8 @@ use crate::dialect::jsonrpc::scan::Declined;
 
 use super::*;
 
-const MEMBERS: [Member; 10] = [
-    Member::T,
-    Member::M,
-    Member::Cid,
-    Member::P,
-    Member::Result,
-    Member::Code,
-    Member::Message,
-    Member::Data,
-    Member::E,
-    Member::D,
-];
-
 fn ranges(text: &str, m: &JsonMembers<'_>) -> [Option<Range<usize>>; 10] {
-    MEMBERS.map(|member| m.get(member).map(|v| range(text, v)))
+    Member::ALL.map(|member| m.get(member).map(|v| range(text, v)))
 }
 
 /// The scan's members agree with serde_json's: the same slices, or both
@@ -174,7 +161,7 @@ fn the_vectors_are_read_by_the_scan() {
          \"code\":-1.5e3,\"cid\":\"{CID_HEX}\",\"p\":[],\"result\":null,\"t\":\"E\"}} "
     );
     let m = JsonMembers::scan(&text).expect("the scan reads it");
-    let got = MEMBERS.map(|member| m.get(member));
+    let got = Member::ALL.map(|member| m.get(member));
     let cid = format!("\"{CID_HEX}\"");
     let want = [
         "\"E\"", "\"m\"", &cid, "[]", "null", "-1.5e3", "\"s\"", "2", "\"e\"", "1",
