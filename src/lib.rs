@@ -56,6 +56,11 @@
 //! - [`client`]: a tiny client for `switchyard call` and `switchyard watch`, speaking each listener dialect.
 //! - [`demo`]: `switchyard demo`, every dialect in front of the reference daemon, and the browser playground.
 
+// The crate's documentation is for its developers, read with
+// `cargo doc --document-private-items`: module docs name the private
+// items they are built from.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod admin;
 pub mod app;
 pub mod client;

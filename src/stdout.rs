@@ -2,7 +2,7 @@
 //!
 //! `println!` panics when stdout is closed (`switchyard check … | head`:
 //! Rust ignores SIGPIPE, so the write fails with EPIPE). Every command
-//! writes through [`line`] instead and treats [`is_closed`] as a clean end:
+//! writes through [`line()`] instead and treats [`is_closed`] as a clean end:
 //! nobody is left to read the rest.
 
 use std::io::{self, Write};

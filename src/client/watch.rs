@@ -15,7 +15,7 @@
 //!   line is written, so what a crash or `| head` cut off comes again on
 //!   the next watch with the same id.
 //!
-//! Bounds: one message of at most [`MAX_REPLY_BYTES`] at a time; nothing
+//! Bounds: one message of at most [`MAX_REPLY_BYTES`](super::error::MAX_REPLY_BYTES) at a time; nothing
 //! is queued (a line is written before the next message is read, so a slow
 //! stdout slows the reading, and the gateway's outbox does the rest).
 

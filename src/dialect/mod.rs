@@ -1,4 +1,4 @@
-//! Pure, synchronous wire codecs: bytes ⇄ [`Message`](crate::envelope::Message).
+//! Pure, synchronous wire codecs: bytes ⇄ [`Message`].
 //!
 //! Nothing in this module touches a socket or tokio: every codec can be
 //! tested with byte literals alone. Transports (`crate::transport`,

@@ -74,7 +74,7 @@ pub struct Limits {
     pub max_subscriptions: usize,
     /// Tokens per pattern (wildcards included).
     pub max_pattern_tokens: usize,
-    /// Bytes of index ([`index::cost`]) per connection.
+    /// Bytes of index ([`index::cost`](crate::pubsub::index::cost)) per connection.
     pub index_bytes_per_connection: usize,
     /// Bytes of index over the connections of one client address (Unix
     /// socket clients have none, and only count in the total).
@@ -345,7 +345,7 @@ impl Broker {
         self.state.read().conns.len()
     }
 
-    /// The bytes of index ([`index::cost`]) all subscriptions account for.
+    /// The bytes of index ([`index::cost`](crate::pubsub::index::cost)) all subscriptions account for.
     pub fn index_bytes(&self) -> usize {
         self.state.read().total
     }

@@ -11,7 +11,7 @@
 //! Each reads its socket in a task of its own and checks every event: the
 //! topic, and the daemon's `seq`, which must grow by exactly one (a jump is
 //! lost events, a step back or a repeat is out of order). The delivery
-//! latency is taken as [`feed`](super::feed) describes.
+//! latency is taken as [`feed`] describes.
 //!
 //! After the window, every subscriber still open reads on until it has the
 //! highest `seq` any subscriber saw by the end of the window (or the grace

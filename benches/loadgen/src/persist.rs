@@ -13,7 +13,7 @@
 //! recorder's queue overflowed) are counted as `not stored`.
 //!
 //! Then the resume time: one more subscription was created at the start
-//! and detached at once; when [`backlog`] messages have been stored after
+//! and detached at once; when [`BACKLOG`] messages have been stored after
 //! it, it is resumed and the time until it has received (and acknowledged)
 //! all of them is taken.
 //!

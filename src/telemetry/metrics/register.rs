@@ -273,7 +273,7 @@ fn process(registry: &Registry) -> Result<(), prometheus::Error> {
     Ok(())
 }
 
-/// Registers a sharded family (see [`sharded`](super::sharded)): the
+/// Registers a sharded family (see [`sharded`]): the
 /// families every request touches.
 fn register_sharded<F>(
     registry: &Registry,

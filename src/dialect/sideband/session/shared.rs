@@ -62,8 +62,9 @@ thread_local! {
     pub(super) static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// [`Sbp::encode`] for a shared session. The frame is encoded in a
-/// per-thread buffer (at most [`SCRATCH_KEPT`] bytes kept) and copied
+/// Encodes `msg` as a Message frame of the session `lock` gives (shared
+/// between tasks), as `Sbp::encode` does for the tests' one-owner
+/// sessions. The frame is encoded in a per-thread buffer (at most [`SCRATCH_KEPT`] bytes kept) and copied
 /// into an allocation of exactly its length: handed to the WebSocket
 /// library, it becomes `Bytes` without a second allocation (a buffer with
 /// spare capacity needs a shared header), and it holds no spare capacity
