@@ -37,7 +37,7 @@
 //!   the store contract and its backends (the local engine over a memory or
 //!   embedded log; NATS JetStream), the hub of subscription holders, the six
 //!   methods, and the hand-off from the broker's publishers to the store.
-//! - [`limits`]: rate limits, browser-safety checks (Host, Origin, token) and the method policy.
+//! - [`limits`]: rate limits, the in-flight caps (`cap`), browser-safety checks (Host, Origin, token) and the method policy.
 //! - [`outbox`]: the one way anything is written to a client: queue bounded in messages and bytes, codec, frame buffer, slow-consumer policy.
 //! - [`router`]: a listener's `Router`: route table, method policy, reply delivery, the pub/sub
 //!   and persistent methods and event delivery.
