@@ -91,6 +91,18 @@ impl Cap {
         }
     }
 
+    /// [`try_take_many`](Self::try_take_many), the room held as a
+    /// [`Taken`] that gives it back when dropped.
+    pub(crate) fn try_hold(self: &Arc<Self>, n: u32) -> Option<Taken> {
+        self.try_take_many(n).then(|| Taken::new(self.clone(), n))
+    }
+
+    /// [`take_many`](Self::take_many), the room held as a [`Taken`].
+    pub(crate) async fn hold(self: &Arc<Self>, n: u32) -> Result<Taken, AcquireError> {
+        self.take_many(n).await?;
+        Ok(Taken::new(self.clone(), n))
+    }
+
     /// Room held now (read without a lock: exact while nothing moves).
     pub(crate) fn held(&self) -> usize {
         let free = self.sem.available_permits() + self.spare.load(Ordering::Acquire);

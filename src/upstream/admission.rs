@@ -58,7 +58,7 @@ use super::correlator::{Caller, Held, Receipt, Room, Settle, Slots, Submission, 
 use super::link::Link;
 use super::shared::UpstreamShared;
 use crate::error::{ErrorKind, GatewayError, Side};
-use crate::limits::cap::{Cap, Taken};
+use crate::limits::cap::Cap;
 use crate::telemetry::metrics::sharded::{Gauge, Histogram};
 
 use lot::{Lot, Parked};
@@ -191,11 +191,11 @@ impl Admission {
             self.pending.give_back(1);
             return Err(NoRoom::NoLink);
         };
-        if !link.depth().try_take() {
+        let Some(depth) = link.depth().try_hold(1) else {
             self.pending.give_back(1);
             return Err(NoRoom::Full);
-        }
-        let held = Held::new(1, Some(Taken::new(link.depth().clone(), 1)), self.clone());
+        };
+        let held = Held::new(1, Some(depth), self.clone());
         Ok((link, held))
     }
 
@@ -250,16 +250,12 @@ impl Admission {
         link: &Link,
         n: u32,
     ) -> Result<Held, GatewayError> {
-        let depth = link.depth();
-        depth
-            .take_many(n)
+        let depth = link
+            .depth()
+            .hold(n)
             .await
             .map_err(|_| GatewayError::new(ErrorKind::Unavailable))?;
-        Ok(Held::new(
-            0,
-            Some(Taken::new(depth.clone(), n)),
-            self.clone(),
-        ))
+        Ok(Held::new(0, Some(depth), self.clone()))
     }
 }
 

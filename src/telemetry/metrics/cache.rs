@@ -114,11 +114,7 @@ impl FrameTally {
 
 impl Drop for FrameTally {
     fn drop(&mut self) {
-        // The histogram publishes on its own drop.
-        let bytes = std::mem::take(&mut self.pending);
-        if bytes != 0 {
-            self.bytes.inc_by(bytes);
-        }
+        self.publish();
     }
 }
 

@@ -571,15 +571,12 @@ impl Session {
     /// frees a slot.
     async fn permits(&self, n: usize) -> Result<Taken, NoSlot> {
         let n = u32::try_from(n).unwrap_or(u32::MAX);
-        let taken = || Taken::new(self.in_flight.clone(), n);
-        if self.in_flight.try_take_many(n) {
-            return Ok(taken());
+        if let Some(taken) = self.in_flight.try_hold(n) {
+            return Ok(taken);
         }
         self.listener().count_limit(Limit::MaxInFlight);
         tokio::select! {
-            got = self.in_flight.take_many(n) => {
-                got.map(|()| taken()).map_err(|_| NoSlot::ShuttingDown)
-            }
+            got = self.in_flight.hold(n) => got.map_err(|_| NoSlot::ShuttingDown),
             () = self.grace_over.cancelled() => Err(NoSlot::ShuttingDown),
             () = self.outbox.slow().cancelled() => Err(NoSlot::Slow),
         }
