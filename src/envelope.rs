@@ -15,6 +15,7 @@ use serde_json::value::RawValue;
 mod raw_json;
 mod text;
 
+pub(crate) use raw_json::Flat;
 pub use raw_json::RawJson;
 pub use text::{Source, Text};
 

@@ -80,7 +80,11 @@ fn request(source: Source<'_>, env: &Envelope<'_>, id: WireId) -> Item {
         None => None,
         // HolonClient sends null when the caller passes null: same as {}.
         Some("null") => Some(Payload::Json(raw_from_string(String::from("{}")))),
-        Some(p) if p.starts_with('{') => Some(Payload::Json(RawJson::text_within(source, p))),
+        Some(p) if p.starts_with('{') => Some(Payload::Json(RawJson::text_within_flat(
+            source,
+            p,
+            env.members.flat,
+        ))),
         Some(_) => return invalid(String::from("params must be an object")),
     };
     Item::Valid(Message::Request { id, method, params })
@@ -99,7 +103,11 @@ fn reply(source: Source<'_>, env: &Envelope<'_>, id: WireId) -> Item {
         }),
         (Some(result), None) if well_formed => Item::Valid(Message::Response {
             id,
-            result: Outcome::Value(Payload::Json(RawJson::text_within(source, result))),
+            result: Outcome::Value(Payload::Json(RawJson::text_within_flat(
+                source,
+                result,
+                env.members.flat,
+            ))),
         }),
         (None, Some(error)) if well_formed => match parse_error_text(error) {
             Some(error) => Item::Valid(Message::Error {

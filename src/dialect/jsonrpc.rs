@@ -39,7 +39,9 @@ use crate::dialect::errors;
 use crate::dialect::json_string::{push_json_string, text_method};
 use crate::dialect::link;
 use crate::envelope::raw_from_string;
-use crate::envelope::{ErrorObject, JsonToken, Message, Outcome, Payload, RawJson, Source, WireId};
+use crate::envelope::{
+    ErrorObject, Flat, JsonToken, Message, Outcome, Payload, RawJson, Source, WireId,
+};
 use crate::error::{ErrorKind, GatewayError, Side};
 
 use super::Dialect;
@@ -124,6 +126,7 @@ pub fn serde_members(text: &str) -> Result<Members<'_>, serde_json::Error> {
         result: raw.result.map(RawValue::get),
         error: raw.error.map(RawValue::get),
         unknown: false,
+        flat: Flat::No,
     })
 }
 
@@ -189,9 +192,9 @@ fn decode_item(source: Source<'_>, text: &str) -> Item {
     };
     let params = match raw.params {
         None => None,
-        Some(p) if matches!(p.as_bytes().first(), Some(b'[' | b'{')) => {
-            Some(Payload::Json(RawJson::text_within(source, p)))
-        }
+        Some(p) if matches!(p.as_bytes().first(), Some(b'[' | b'{')) => Some(Payload::Json(
+            RawJson::text_within_flat(source, p, raw.flat),
+        )),
         Some(_) => return invalid(id),
     };
     Item::Valid(match id {
@@ -219,7 +222,7 @@ pub fn decode_upstream_in(source: &ByteString, text: &str) -> Result<Message, Re
         let method = text_method(method).ok_or(ReplyError::Invalid("method must be a string"))?;
         let params = raw
             .params
-            .map(|p| Payload::Json(RawJson::text_within(source, p)));
+            .map(|p| Payload::Json(RawJson::text_within_flat(source, p, raw.flat)));
         return Ok(match id {
             Some(id) if id.as_json() != Some("null") => Message::Request { id, method, params },
             _ => Message::Notification { method, params },
@@ -251,7 +254,9 @@ fn reply_from_raw(
             let id = id.ok_or((None, "a response needs an id"))?;
             Ok(Message::Response {
                 id,
-                result: Outcome::Value(Payload::Json(RawJson::text_within(source, result))),
+                result: Outcome::Value(Payload::Json(RawJson::text_within_flat(
+                    source, result, raw.flat,
+                ))),
             })
         }
         (None, Some(error)) => match parse_error_text(error) {
@@ -581,8 +586,12 @@ fn push_payload(out: &mut String, payload: &Payload, style: Style) -> Result<(),
         Payload::Json(raw) => {
             let text = raw.get();
             // Valid JSON has raw line breaks only between tokens (never in
-            // a string); one SIMD pass finds either.
-            if style == Style::Line && memchr::memchr2(b'\n', b'\r', text.as_bytes()).is_some() {
+            // a string); one SIMD pass finds either, unless the scan that
+            // sliced the value saw none.
+            if style == Style::Line
+                && !raw.is_flat()
+                && memchr::memchr2(b'\n', b'\r', text.as_bytes()).is_some()
+            {
                 minify_into(text, out);
             } else {
                 out.push_str(text);

@@ -26,28 +26,50 @@ use super::text::Source;
 #[derive(Clone)]
 pub struct RawJson(Shared);
 
-/// The bytes a [`RawJson`] is held in.
+/// Whether a [`RawJson`] is known to hold no raw line break (`\n` or
+/// `\r`, which valid JSON has only as whitespace between tokens): the
+/// validating pass that sliced it saw none in the text it read, so an
+/// NDJSON line copies it without searching for one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Flat {
+    /// No raw line break, as a validating pass saw.
+    Yes,
+    /// Not known.
+    #[default]
+    No,
+}
+
+/// The bytes a [`RawJson`] is held in, and whether it is [`Flat`]: kept
+/// in the 48 bytes the frame's slice takes anyway, so that a message is
+/// no larger for it (every hand-off moves one).
 #[derive(Clone)]
 enum Shared {
     /// Its own, or a slice of a line.
-    Line(ByteString),
+    Line(ByteString, Flat),
     /// A slice (`start..end`) of a WebSocket text frame, kept as the
     /// library's `Utf8Bytes`, so that its bytes are not checked again.
     Frame {
         frame: Utf8Bytes,
         start: usize,
+        /// The end, with [`FLAT_BIT`] set for a [`Flat`] value.
         end: usize,
     },
 }
+
+/// The bit of [`Shared::Frame`]'s `end` that marks a [`Flat`] value: no
+/// slice reaches `isize::MAX` bytes, so an offset never has it set.
+const FLAT_BIT: usize = 1 << (usize::BITS - 1);
 
 impl RawJson {
     /// The JSON text.
     pub fn get(&self) -> &str {
         match &self.0 {
-            Shared::Line(line) => line,
+            Shared::Line(line, _) => line,
             // In bounds and on character boundaries (a slice of the
             // frame's `str`): never `""`.
-            Shared::Frame { frame, start, end } => frame.get(*start..*end).unwrap_or_default(),
+            Shared::Frame { frame, start, end } => {
+                frame.get(*start..*end & !FLAT_BIT).unwrap_or_default()
+            }
         }
     }
 
@@ -72,26 +94,41 @@ impl RawJson {
     /// validating pass has read (so valid JSON): the slice
     /// `jsonrpc::scan` gives.
     pub(crate) fn text_within(source: Source<'_>, text: &str) -> Self {
+        Self::text_within_flat(source, text, Flat::No)
+    }
+
+    /// [`text_within`](RawJson::text_within), marked [`Flat`] as the pass
+    /// that read the text saw it.
+    pub(crate) fn text_within_flat(source: Source<'_>, text: &str, flat: Flat) -> Self {
         let outer = source.as_bytes().as_ptr_range();
         let inner = text.as_bytes().as_ptr_range();
         if !(outer.start <= inner.start && inner.end <= outer.end) {
-            return RawJson::line(ByteString::from(text));
+            return RawJson(Shared::Line(ByteString::from(text), flat));
         }
         match source {
-            Source::Line(line) => RawJson::line(line.slice_ref(text)),
+            Source::Line(line) => RawJson(Shared::Line(line.slice_ref(text), flat)),
             Source::Frame(frame) => {
                 let start = inner.start as usize - outer.start as usize;
+                let mark = if flat == Flat::Yes { FLAT_BIT } else { 0 };
                 RawJson(Shared::Frame {
                     frame: frame.clone(),
                     start,
-                    end: start + text.len(),
+                    end: (start + text.len()) | mark,
                 })
             }
         }
     }
 
     fn line(line: ByteString) -> Self {
-        RawJson(Shared::Line(line))
+        RawJson(Shared::Line(line, Flat::No))
+    }
+
+    /// Whether the value is known to hold no raw line break.
+    pub(crate) fn is_flat(&self) -> bool {
+        match &self.0 {
+            Shared::Line(_, flat) => *flat == Flat::Yes,
+            Shared::Frame { end, .. } => end & FLAT_BIT != 0,
+        }
     }
 
     /// Text switchyard itself produced and knows to be valid JSON (`null`

@@ -194,3 +194,43 @@ fn params_helpers() {
         Some(r#"{"value":[1,2]}"#)
     );
 }
+
+/// Params and results go onto an NDJSON line minified when their text
+/// held a line break, and are marked flat (copied without a search) only
+/// when the scan saw none: read by the scan, or by serde_json (a key
+/// given twice).
+#[test]
+fn payloads_are_marked_flat_only_from_a_text_without_line_breaks() {
+    use crate::dialect::jsonrpc::render_request;
+
+    for brk in ["", "\n", "\r\n"] {
+        for repeat in ["", r#""id":"0","#] {
+            let request = format!(
+                "{{{repeat}\"jsonrpc\":\"2.0\",\"id\":\"1\",\"method\":\"m\",\
+                 \"params\":{{\"a\":[1,{brk}2]}}}}"
+            );
+            let Inbound::Single(Item::Valid(Message::Request {
+                params: Some(Payload::Json(raw)),
+                ..
+            })) = decode(&request)
+            else {
+                panic!("a request: {request:?}");
+            };
+            assert_eq!(raw.is_flat(), brk.is_empty() && repeat.is_empty());
+            let line = render_request(1, "m", Some(&Payload::Json(raw)), Style::Line);
+            assert_eq!(
+                line.expect("json"),
+                r#"{"jsonrpc":"2.0","method":"m","params":{"a":[1,2]},"id":1}"#
+            );
+
+            let reply =
+                format!("{{\"jsonrpc\":\"2.0\",{repeat}\"id\":\"s1\",\"result\":[1,{brk}2]}}");
+            let Inbound::Single(Item::Valid(msg @ Message::Response { .. })) = decode(&reply)
+            else {
+                panic!("a reply: {reply:?}");
+            };
+            let line = render(&msg, Style::Line).expect("json");
+            assert!(line.contains(r#""result":[1,2]"#), "{line:?}");
+        }
+    }
+}

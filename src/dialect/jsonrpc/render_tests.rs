@@ -124,3 +124,72 @@ fn render_exact_is_render_without_spare_capacity() {
         assert!(kept <= SCRATCH_KEPT, "{len}: scratch keeps {kept} bytes");
     }
 }
+
+/// Params and results decoded by the scan from a text without line
+/// breaks are marked so and copied onto a line without a search; from a
+/// text with one (anywhere: before, inside or after the value), they are
+/// minified onto the line, whichever decoder read them.
+#[test]
+fn decoded_payloads_go_onto_a_line_minified_unless_the_scan_saw_no_break() {
+    use bytestring::ByteString;
+
+    use crate::dialect::{Inbound, Item};
+    use crate::envelope::Outcome;
+
+    for brk in ["", "\n", "\r", "\r\n"] {
+        let params = format!("{{\"a\":[1,{brk}2],{brk}\"s\":\"x y\"}}");
+        for (request, reply) in [
+            (
+                format!(r#"{{"jsonrpc":"2.0","method":"m","params":{params},"id":7}}"#),
+                format!(r#"{{"jsonrpc":"2.0","result":{params},"id":7}}"#),
+            ),
+            (
+                format!("{{{brk}\"jsonrpc\":\"2.0\",\"method\":\"m\",\"params\":[1],\"id\":7}}"),
+                format!("{{\"jsonrpc\":\"2.0\",\"result\":[1],{brk}\"id\":7}}"),
+            ),
+            (
+                format!("{{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"params\":[1],\"id\":7}}{brk}"),
+                format!("{{\"jsonrpc\":\"2.0\",\"result\":[1],\"id\":7}} {brk}"),
+            ),
+        ] {
+            let source = ByteString::from(request.as_str());
+            let Inbound::Single(Item::Valid(Message::Request {
+                params: Some(Payload::Json(raw)),
+                ..
+            })) = super::decode(&source, 10)
+            else {
+                panic!("a request: {request:?}");
+            };
+            assert_eq!(raw.is_flat(), brk.is_empty(), "{request:?}");
+            let line = render_request(1, "m", Some(&Payload::Json(raw.clone())), Style::Line);
+            let mut expected = String::new();
+            super::minify_into(raw.get(), &mut expected);
+            assert!(!expected.contains(['\n', '\r']));
+            assert_eq!(
+                line.unwrap(),
+                format!(r#"{{"jsonrpc":"2.0","method":"m","params":{expected},"id":1}}"#)
+            );
+
+            let source = ByteString::from(reply.as_str());
+            let Ok(
+                msg @ Message::Response {
+                    result: Outcome::Value(Payload::Json(_)),
+                    ..
+                },
+            ) = super::decode_upstream(&source)
+            else {
+                panic!("a response: {reply:?}");
+            };
+            let Message::Response {
+                result: Outcome::Value(Payload::Json(raw)),
+                ..
+            } = &msg
+            else {
+                unreachable!()
+            };
+            assert_eq!(raw.is_flat(), brk.is_empty(), "{reply:?}");
+            let line = render(&msg, Style::Line).unwrap();
+            assert!(!line.contains(['\n', '\r']), "{line:?}");
+        }
+    }
+}

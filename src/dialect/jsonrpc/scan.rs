@@ -22,10 +22,17 @@
 //! fills a struct from an array, member by member in order), and nesting
 //! deeper than [`MAX_DEPTH`] (serde_json skips values of any depth).
 //!
-//! A string's first 16 bytes are checked for a quote, a backslash or a
-//! control character by one vector compare (plain code the compiler
-//! vectorises: the crate has no `unsafe`); a longer string by memchr's
-//! SIMD search and a vector minimum.
+//! A string is checked for a quote, a backslash or a control character
+//! eight bytes at a time by word arithmetic for its first 16 bytes (most
+//! names, versions, methods and ids end there: a few operations each, no
+//! vector set-up, the exact position); the rest of a longer one by
+//! memchr's SIMD search for the quote or backslash and a vector minimum
+//! (plain code the compiler vectorises: the crate has no `unsafe`).
+//!
+//! The scan also tells whether the text holds a raw line break
+//! ([`Members::flat`]): valid JSON has one only as whitespace between
+//! tokens, which the scan skips anyway, so an NDJSON line copies a value
+//! from a text without one and need not search it.
 //!
 //! Bound: the scan keeps one bit per open array or object on the stack
 //! ([`MAX_DEPTH`] bits, 64 bytes), no allocation; [`array()`] pushes one
@@ -38,7 +45,9 @@
 //! skips and values nested deeper than 200, both of which serde_json
 //! accepts, brings nine more crates (bitvec, num-bigint, lexical, ahash…)
 //! and reads strings a byte at a time. This pass is serde_json's grammar
-//! over `memchr`.
+//! over word compares and `memchr`.
+
+use crate::envelope::Flat;
 
 /// Deepest nesting of arrays and objects the scan follows; a text nested
 /// deeper is declined as [`Declined::Unsure`] (serde_json skips any depth).
@@ -64,6 +73,10 @@ pub struct Members<'a> {
     /// ignores them; holon-rpc names one in its error, so it reads such a
     /// text again).
     pub unknown: bool,
+    /// Whether the text holds no raw line break (`\n`, `\r`: whitespace
+    /// between tokens, the only place valid JSON has one), so neither do
+    /// its members: an NDJSON line copies them without a search.
+    pub(crate) flat: Flat,
 }
 
 /// Why the scan gave no answer; the decoders ask serde_json either way.
@@ -95,6 +108,10 @@ pub(crate) trait Names<'a> {
 
     /// A member of another name was skipped.
     fn unknown(&mut self) {}
+
+    /// The text scanned holds no raw line break (told once the scan
+    /// succeeds).
+    fn flat(&mut self) {}
 }
 
 /// [`object`] for any set of known names: scans `text` as one JSON object
@@ -103,6 +120,21 @@ pub(crate) trait Names<'a> {
 /// `Err`, some slots may be filled.
 pub(crate) fn object_of<'a>(text: &'a str, names: &mut impl Names<'a>) -> Result<(), Declined> {
     let mut cur = Cursor::new(text);
+    members_of(text, &mut cur, names)?;
+    if !cur.breaks {
+        names.flat();
+    }
+    Ok(())
+}
+
+/// [`object_of`]'s scan, with `cur` at the start of `text` (inlined: the
+/// cursor stays in registers).
+#[inline(always)]
+fn members_of<'a>(
+    text: &'a str,
+    cur: &mut Cursor<'a>,
+    names: &mut impl Names<'a>,
+) -> Result<(), Declined> {
     cur.ws();
     match cur.peek() {
         Some(b'{') => cur.pos += 1,
@@ -189,42 +221,76 @@ pub(crate) fn name<'s, 'a, const N: usize>(
     (rest.get(..N) == Some(quoted.as_slice())).then_some((N, slot))
 }
 
-/// Bytes a string's scan checks at a time: one SSE2 vector.
-const CHUNK: usize = 16;
+/// Words a string's scan reads one by one before it searches the rest.
+const FIRST_WORDS: usize = 2;
 
 /// Ends a string's plain run: `"`, `\\` or a control character.
 fn stops(b: u8) -> bool {
-    // Bitwise, not short-circuit: the chunk loop below compiles to vector
-    // compares.
     (b == b'"') | (b == b'\\') | (b < 0x20)
+}
+
+/// Eight copies of `byte` in a word.
+const fn splat(byte: u8) -> u64 {
+    u64::from_le_bytes([byte; 8])
+}
+
+/// The high bit of every byte of `word` (read little-endian) that
+/// [`stops`] a run, by the classic word tricks: a byte below `n` (n <=
+/// 0x80) sets its bit in `(x - splat(n)) & !x`, and a byte equal to `b` is
+/// a byte below 1 in `x ^ splat(b)`. The subtraction's borrow can set a
+/// bit above a true one, never below it: the lowest set bit is exact,
+/// which is all the scan reads.
+fn stop_bits(word: u64) -> u64 {
+    let below = |x: u64, n: u8| x.wrapping_sub(splat(n)) & !x;
+    let quote = word ^ splat(b'"');
+    let backslash = word ^ splat(b'\\');
+    (below(word, 0x20) | below(quote, 1) | below(backslash, 1)) & splat(0x80)
+}
+
+/// The index of the first byte of `word` that stops a run, if any.
+fn first_stop(word: &[u8; 8]) -> Option<usize> {
+    let bits = stop_bits(u64::from_le_bytes(*word));
+    // At most 63 / 8: the cast cannot truncate.
+    (bits != 0).then(|| (bits.trailing_zeros() / 8) as usize)
 }
 
 /// The length of the longest prefix of `bytes` that no byte of [`stops`]
 /// ends. Most strings (names, versions, methods, ids) end within their
-/// first [`CHUNK`] bytes, which one vector compare tells; a longer one is
-/// searched by memchr (AVX2 where the CPU has it) for its quote or
-/// backslash, and the run before it checked for control characters by a
-/// vector minimum.
+/// first [`FIRST_WORDS`] eight-byte words, which a few word operations
+/// each tell (no vector set-up, the exact position); in a longer one,
+/// memchr (AVX2 where the CPU has it) searches for the quote or backslash,
+/// and a vector minimum checks the run before it for control characters.
 fn plain_run(bytes: &[u8]) -> usize {
-    let (chunks, _) = bytes.as_chunks::<CHUNK>();
-    let short = chunks
-        .first()
-        .is_none_or(|first| first.iter().fold(false, |hit, &b| hit | stops(b)));
-    if short {
-        return bytes.iter().position(|&b| stops(b)).unwrap_or(bytes.len());
+    let mut at = 0;
+    for _ in 0..FIRST_WORDS {
+        let Some(word) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) else {
+            return at + tail_run(bytes.get(at..).unwrap_or_default());
+        };
+        if let Some(i) = first_stop(word) {
+            return at + i;
+        }
+        at += 8;
     }
-    let end = memchr::memchr2(b'"', b'\\', bytes).unwrap_or(bytes.len());
-    let run = bytes.get(..end).unwrap_or_default();
+    let rest = bytes.get(at..).unwrap_or_default();
+    let end = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
+    let run = rest.get(..end).unwrap_or_default();
     if run.iter().fold(u8::MAX, |low, &b| low.min(b)) < 0x20 {
-        return run.iter().position(|&b| b < 0x20).unwrap_or(end);
+        return at + run.iter().position(|&b| b < 0x20).unwrap_or(end);
     }
-    end
+    at + end
+}
+
+/// [`plain_run`] of fewer than eight bytes (a text's last ones).
+fn tail_run(bytes: &[u8]) -> usize {
+    bytes.iter().position(|&b| stops(b)).unwrap_or(bytes.len())
 }
 
 /// A position in the text scanned.
 struct Cursor<'a> {
     bytes: &'a [u8],
     pos: usize,
+    /// A raw line break was skipped as whitespace.
+    breaks: bool,
 }
 
 /// Open arrays and objects: one bit per level, set for an object.
@@ -256,6 +322,10 @@ impl<'a> Names<'a> for Members<'a> {
     fn unknown(&mut self) {
         self.unknown = true;
     }
+
+    fn flat(&mut self) {
+        self.flat = Flat::Yes;
+    }
 }
 
 // === impl Cursor ===
@@ -265,6 +335,7 @@ impl<'a> Cursor<'a> {
         Cursor {
             bytes: text.as_bytes(),
             pos: 0,
+            breaks: false,
         }
     }
 
@@ -290,9 +361,20 @@ impl<'a> Cursor<'a> {
         hit
     }
 
-    /// Skips JSON whitespace.
+    /// Skips JSON whitespace, noting a line break. Most texts have none
+    /// between their tokens: one compare, inlined, tells that.
+    #[inline(always)]
     fn ws(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+        if let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.skip_ws();
+        }
+    }
+
+    /// [`ws`](Cursor::ws) where there is some.
+    #[inline(never)]
+    fn skip_ws(&mut self) {
+        while let Some(b @ (b' ' | b'\t' | b'\n' | b'\r')) = self.peek() {
+            self.breaks |= matches!(b, b'\n' | b'\r');
             self.pos += 1;
         }
     }

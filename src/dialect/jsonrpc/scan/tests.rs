@@ -8,7 +8,8 @@ use std::ops::Range;
 use proptest::prelude::*;
 use serde_json::value::RawValue;
 
-use super::{array, object, Declined, Members, MAX_DEPTH};
+use super::{array, object, plain_run, Declined, Members, MAX_DEPTH};
+use crate::envelope::Flat;
 
 type Ranges = [Option<Range<usize>>; 6];
 
@@ -51,12 +52,17 @@ pub(in crate::dialect) fn may_be_unsure(text: &str) -> bool {
         || depth(text) > MAX_DEPTH
 }
 
-/// The scan of one object agrees with serde_json on `text`.
+/// The scan of one object agrees with serde_json on `text`, and calls it
+/// flat exactly when it holds no raw line break.
 fn object_agrees(text: &str) -> Result<(), TestCaseError> {
     let scanned = object(text);
     let oracle = super::super::serde_members(text);
     match (&scanned, &oracle) {
-        (Ok(m), Ok(o)) => prop_assert_eq!(scanned_ranges(text, m), scanned_ranges(text, o)),
+        (Ok(m), Ok(o)) => {
+            prop_assert_eq!(scanned_ranges(text, m), scanned_ranges(text, o));
+            let flat = !text.contains(['\n', '\r']);
+            prop_assert_eq!(m.flat == Flat::Yes, flat, "flat: {:?}", text);
+        }
         (Err(Declined::Invalid), Err(_)) => {}
         (Err(Declined::Unsure), _) => prop_assert!(may_be_unsure(text), "unsure: {:?}", text),
         (Ok(_), Err(e)) => prop_assert!(false, "scan accepts, serde_json: {} in {:?}", e, text),
@@ -235,6 +241,72 @@ fn edge_cases_agree_with_serde_json() {
     ];
     for case in cases {
         agrees(case);
+    }
+}
+
+/// A string's plain run as a byte-by-byte loop reads it.
+fn plain_run_by_bytes(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+        .unwrap_or(bytes.len())
+}
+
+/// Bytes that end a plain run, and bytes that do not (each stop's
+/// neighbours, non-ASCII bytes), for the word and chunk checks.
+const STOPS: [u8; 6] = [b'"', b'\\', 0x00, 0x01, 0x1f, 0x0a];
+const PLAIN: [u8; 10] = [b'a', b' ', b'!', b'#', b'[', b']', 0x7f, 0x80, 0xa2, 0xff];
+
+/// Every length up to past three chunks, a stop at every position (with
+/// another right after it, which a word's borrow could flag), over every
+/// plain byte: the run ends exactly at the first stop.
+#[test]
+fn a_plain_run_ends_at_its_first_stop_at_every_length_and_position() {
+    for len in 0..=110 {
+        for filler in PLAIN {
+            let plain = vec![filler; len];
+            assert_eq!(plain_run(&plain), len, "{len} × {filler:#x}");
+            for at in 0..len {
+                for stop in STOPS {
+                    let mut bytes = plain.clone();
+                    bytes[at] = stop;
+                    assert_eq!(plain_run(&bytes), at, "{stop:#x} at {at} of {len}");
+                    for next in STOPS {
+                        if let Some(b) = bytes.get_mut(at + 1) {
+                            *b = next;
+                        }
+                        assert_eq!(plain_run(&bytes), at, "{stop:#x}{next:#x} at {at}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Strings of the lengths around the word and chunk bounds, with an
+/// escape, a control character, a quote or non-ASCII text at every
+/// position, closed or cut off by the text's end: the scan and the
+/// decoders agree with serde_json.
+#[test]
+fn strings_around_word_and_chunk_bounds_agree_with_serde_json() {
+    let inserts = [
+        "\\n", "\\u00e9", "\\q", "\u{1}", "\u{1f}", "\"", "é", "𝄞", "\u{7f}",
+    ];
+    for len in [
+        0, 1, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32, 33, 47, 48, 49, 63, 64, 65,
+    ] {
+        for at in 0..=len {
+            for insert in inserts {
+                let inner = format!("{}{insert}{}", "a".repeat(at), "b".repeat(len - at));
+                agrees(&format!("{{\"x\":\"{inner}\",\"id\":1}}"));
+                agrees(&format!("{{\"id\":\"{inner}\"}}"));
+                agrees(&format!("{{\"params\":{{\"{inner}\":[\"{inner}\"]}}}}"));
+                agrees(&format!("{{\"x\":\"{inner}"));
+            }
+        }
+        let plain = "c".repeat(len);
+        agrees(&format!("{{\"method\":\"{plain}\"}}"));
+        agrees(&format!("{{\"method\":\"{plain}"));
     }
 }
 
@@ -461,6 +533,21 @@ pub(in crate::dialect) fn mutate(mut text: String, mutations: &[Mutation]) -> St
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// Any bytes: the run ends where a byte-by-byte loop ends it.
+    #[test]
+    fn a_plain_run_ends_where_a_byte_loop_ends_it(
+        bytes in prop::collection::vec(
+            prop_oneof![
+                8 => prop::sample::select(PLAIN.to_vec()),
+                1 => prop::sample::select(STOPS.to_vec()),
+                1 => any::<u8>(),
+            ],
+            0..120,
+        ),
+    ) {
+        prop_assert_eq!(plain_run(&bytes), plain_run_by_bytes(&bytes));
+    }
 
     #[test]
     fn generated_messages_agree_with_serde_json(text in message()) {

@@ -20,7 +20,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use crate::dialect::jsonrpc::scan::{self, Declined, Names};
-use crate::envelope::{Message, Outcome, Payload, RawJson};
+use crate::envelope::{Flat, Message, Outcome, Payload, RawJson};
 
 use super::{
     build, integral_code, outbound_cid, slice_within, Cid, CodeError, EnvelopeError, Fields, Member,
@@ -43,6 +43,9 @@ pub struct JsonMembers<'a> {
     data: Option<&'a str>,
     e: Option<&'a str>,
     d: Option<&'a str>,
+    /// Whether the text holds no raw line break, so neither do its
+    /// members: a payload goes onto an NDJSON line without a search.
+    flat: Flat,
 }
 
 /// The members as serde_json reads them: the reading for every text the
@@ -227,6 +230,12 @@ impl<'a> JsonMembers<'a> {
             data: get(raw.data),
             e: get(raw.e),
             d: get(raw.d),
+            // What the scan tells, found by a search: valid JSON has a raw
+            // line break only as whitespace.
+            flat: match memchr::memchr2(b'\n', b'\r', text.as_bytes()) {
+                None => Flat::Yes,
+                Some(_) => Flat::No,
+            },
         })
     }
 
@@ -266,6 +275,10 @@ impl<'a> Names<'a> for JsonMembers<'a> {
             b'e' => name(rest, b"e\"", &mut self.e),
             _ => None,
         }
+    }
+
+    fn flat(&mut self) {
+        self.flat = Flat::Yes;
     }
 }
 
@@ -317,7 +330,7 @@ impl Fields for Read<'_> {
     fn payload(&self, member: Member) -> Option<Payload> {
         self.members.get(member).map(|raw| {
             Payload::Json(match self.source {
-                Some(source) => RawJson::text_within(source.into(), raw),
+                Some(source) => RawJson::text_within_flat(source.into(), raw, self.members.flat),
                 None => RawJson::copy_text(raw),
             })
         })

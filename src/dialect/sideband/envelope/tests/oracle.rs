@@ -24,7 +24,11 @@ fn members_agree(text: &str) -> Result<(), TestCaseError> {
     let scanned = JsonMembers::scan(text);
     let oracle = JsonMembers::by_serde(text);
     match (&scanned, &oracle) {
-        (Ok(s), Ok(o)) => prop_assert_eq!(ranges(text, s), ranges(text, o)),
+        (Ok(s), Ok(o)) => {
+            prop_assert_eq!(ranges(text, s), ranges(text, o));
+            // And both tell the same about line breaks.
+            prop_assert_eq!(s, o);
+        }
         (Err(Declined::Invalid), Err(_)) => {}
         (Err(Declined::Unsure), _) => prop_assert!(may_be_unsure(text), "unsure: {:?}", text),
         (Ok(_), Err(e)) => prop_assert!(false, "scan accepts, serde_json: {} in {:?}", e, text),

@@ -93,3 +93,36 @@ fn json_payloads_are_slices_of_the_frame_they_were_read_from() {
     let decoded = decode_envelope_in(&elsewhere, &data, Encoding::Json).expect("decodes");
     assert_eq!(decoded, msg);
 }
+
+/// A JSON payload sliced out of its frame is marked flat (it goes onto
+/// an NDJSON line without a search) exactly when the envelope's text held
+/// no raw line break, whether the scan or serde_json (a text the scan
+/// declines: an escaped member name) read it; and onto a line it goes
+/// minified either way.
+#[test]
+fn json_payloads_are_marked_flat_only_from_a_text_without_line_breaks() {
+    use crate::dialect::jsonrpc::{render_request, Style};
+
+    for brk in ["", "\n", "\r", "\r\n"] {
+        for name in ["\"p\"", "\"\\u0070\""] {
+            let text = format!(
+                "{{\"t\":\"r\",\"m\":\"echo\",\"cid\":\"{CID_HEX}\",{name}:{{\"a\":[1,{brk}2]}}}}"
+            );
+            let frame = Bytes::from(text.clone().into_bytes());
+            let msg = decode_envelope_in(&frame, &frame, Encoding::Json).expect("decodes");
+            let Message::Request {
+                params: Some(Payload::Json(raw)),
+                ..
+            } = msg
+            else {
+                panic!("a request with JSON params: {msg:?}");
+            };
+            assert_eq!(raw.is_flat(), brk.is_empty(), "{text:?}");
+            let line = render_request(1, "echo", Some(&Payload::Json(raw)), Style::Line);
+            assert_eq!(
+                line.expect("json"),
+                r#"{"jsonrpc":"2.0","method":"echo","params":{"a":[1,2]},"id":1}"#
+            );
+        }
+    }
+}
