@@ -2,7 +2,8 @@
 //! unfinished HTTP requests are timed out and count against the connection
 //! caps, unparsable Origin/Host headers are refused, tokens are
 //! percent-decoded and the `Bearer` scheme is case-insensitive, and holon
-//! heartbeats never count against rate limits.
+//! heartbeats never count against rate limits. The handshake itself is
+//! checked too: its `101`, and the refusal of each kind of bad upgrade.
 
 mod common;
 
@@ -243,6 +244,110 @@ async fn an_unparsable_origin_or_host_is_refused() {
         403,
         "non-ASCII Host"
     );
+    stack.gateway.shutdown().await;
+}
+
+/// Sends `head` (the request line and headers, without the blank line)
+/// and returns the answer's head and body (read up to its
+/// `Content-Length`).
+async fn raw_answer(url: &str, head: &str) -> (String, String) {
+    let (authority, _) = authority_and_path(url);
+    let mut tcp = TcpStream::connect(&authority).await.expect("connect");
+    tcp.write_all(format!("{head}\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if body.len() >= length {
+                return (head.to_owned(), body.to_owned());
+            }
+        }
+        let n = tokio::time::timeout(STEP, tcp.read(&mut buf))
+            .await
+            .expect("timed out waiting for the answer")
+            .expect("read");
+        assert!(n > 0, "closed without a whole answer: {text}");
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// The WebSocket handshake: a valid upgrade gets its `101` with the
+/// RFC 6455 accept key and the subprotocol as offered; a request that is
+/// not a valid upgrade gets the status and body of its refusal.
+#[tokio::test]
+async fn the_handshake_answers_and_refuses_as_rfc_6455_asks() {
+    let stack = Stack::start("", "", DaemonOptions::default()).await;
+    let (authority, path) = authority_and_path(&stack.url);
+    let base = format!("GET {path} HTTP/1.1\r\nHost: {authority}");
+    let key = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==";
+    let upgrade = "Connection: keep-alive, Upgrade\r\nUpgrade: WebSocket";
+    let (head, _) = raw_answer(
+        &stack.url,
+        &format!(
+            "{base}\r\n{upgrade}\r\n{key}\r\nSec-WebSocket-Version: 13\r\n\
+             Sec-WebSocket-Protocol: chat, jsonrpc"
+        ),
+    )
+    .await;
+    let head = head.to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    // RFC 6455 §1.3's example key and its accept value.
+    assert!(
+        head.contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo="),
+        "{head}"
+    );
+    assert!(
+        head.lines().any(|l| l == "sec-websocket-protocol: jsonrpc"),
+        "{head}"
+    );
+    assert!(head.contains("upgrade: websocket"), "{head}");
+
+    let refusals = [
+        (
+            format!("{base}\r\nUpgrade: websocket\r\n{key}\r\nSec-WebSocket-Version: 13"),
+            "400",
+            "Connection header did not include 'upgrade'",
+        ),
+        (
+            format!("{base}\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n{key}\r\nSec-WebSocket-Version: 13"),
+            "400",
+            "`Upgrade` header did not include 'websocket'",
+        ),
+        (
+            format!("{base}\r\n{upgrade}\r\nSec-WebSocket-Version: 13"),
+            "400",
+            "`Sec-WebSocket-Key` header missing",
+        ),
+        (
+            format!("{base}\r\n{upgrade}\r\n{key}\r\nSec-WebSocket-Version: 8"),
+            "400",
+            "`Sec-WebSocket-Version` header did not include '13'",
+        ),
+        (
+            format!("POST {path} HTTP/1.1\r\nHost: {authority}\r\n{upgrade}\r\n{key}\r\nContent-Length: 0"),
+            "405",
+            "",
+        ),
+    ];
+    for (request, status, body) in refusals {
+        let (head, got) = raw_answer(&stack.url, &request).await;
+        assert!(
+            head.starts_with(&format!("HTTP/1.1 {status}")),
+            "{request}: {head}"
+        );
+        assert_eq!(got, body, "{request}");
+    }
     stack.gateway.shutdown().await;
 }
 

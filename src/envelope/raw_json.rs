@@ -3,10 +3,10 @@
 
 use std::fmt;
 
-use axum::extract::ws::Utf8Bytes;
 use bytestring::ByteString;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::text::Source;
 

@@ -13,8 +13,8 @@
 use std::fmt;
 use std::ops::Deref;
 
-use axum::extract::ws::Utf8Bytes;
 use bytestring::ByteString;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 /// A text frame or line as read (shared bytes, UTF-8).
 #[derive(Clone, PartialEq, Eq)]

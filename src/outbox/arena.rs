@@ -22,8 +22,8 @@
 //! (`upstream::outlet`): there nothing waits for room (a full queue
 //! refuses the request), so the same bound holds over the link's queue.
 
-use axum::extract::ws::Utf8Bytes;
 use bytes::{Bytes, BytesMut};
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::outgoing::Outgoing;
 
@@ -44,11 +44,10 @@ pub(crate) struct Arena {
 
 impl Arena {
     /// `text` as a frame in the buffer, or `None` when it is larger than
-    /// [`SMALL`] (the caller gives it an allocation of its own).
-    pub(super) fn text(&mut self, text: &str) -> Option<Utf8Bytes> {
-        // Copied from a `str`: the check cannot fail (no `unsafe` here).
+    /// [`SMALL`] (the caller gives it an allocation of its own). The bytes
+    /// are copied from a `str`: UTF-8, and not checked again.
+    pub(super) fn text(&mut self, text: &str) -> Option<Bytes> {
         self.frame(text.as_bytes())
-            .and_then(|bytes| Utf8Bytes::try_from(bytes).ok())
     }
 
     /// `bytes` as a frame in the buffer, or `None` when it is larger than
@@ -83,6 +82,9 @@ impl Arena {
     pub(super) fn detach(out: Outgoing) -> Outgoing {
         match out {
             Outgoing::Text(t) if t.len() <= SMALL => Outgoing::Text(Utf8Bytes::from(t.as_str())),
+            Outgoing::Rendered(b) if b.len() <= SMALL => {
+                Outgoing::Rendered(Bytes::copy_from_slice(&b))
+            }
             Outgoing::Binary(b) if b.len() <= SMALL => Outgoing::Binary(Bytes::copy_from_slice(&b)),
             other => other,
         }
@@ -115,8 +117,8 @@ mod tests {
             base.wrapping_add(1000),
             "split off the same buffer"
         );
-        assert_eq!(first.as_str(), text);
-        assert_eq!(second.as_str(), text);
+        assert_eq!(first, text.as_bytes());
+        assert_eq!(second, text.as_bytes());
 
         // Fill the buffer to its end while the frames are alive.
         let mut held = vec![first, second];
@@ -130,7 +132,10 @@ mod tests {
             !(base..base.wrapping_add(CHUNK)).contains(&fresh_base),
             "a held buffer is not written over"
         );
-        assert!(held.iter().all(|f| f.as_str() == text), "frames unchanged");
+        assert!(
+            held.iter().all(|f| f == text.as_bytes()),
+            "frames unchanged"
+        );
         drop(held);
         // Every frame of the fresh buffer gone too: it is reused in place.
         while arena.room() >= text.len() {
@@ -158,9 +163,9 @@ mod tests {
         assert!(arena.room() > 0, "used since the last tidy: kept");
         arena.tidy();
         assert_eq!(arena.room(), 0, "quiet for a tidy: let go");
-        assert_eq!(held.as_str(), "[1]");
+        assert_eq!(&held[..], b"[1]");
         let again = arena.text("[2]").expect("small");
-        assert_eq!(again.as_str(), "[2]");
+        assert_eq!(&again[..], b"[2]");
         assert!(arena.room() >= CHUNK - 3, "a fresh buffer");
     }
 
@@ -168,7 +173,7 @@ mod tests {
     fn a_detached_frame_holds_no_buffer() {
         let mut arena = Arena::default();
         let frame = arena.text("{\"id\":1}").expect("small");
-        let Outgoing::Text(copy) = Arena::detach(Outgoing::Text(frame.clone())) else {
+        let Outgoing::Rendered(copy) = Arena::detach(Outgoing::Rendered(frame.clone())) else {
             panic!("a text frame");
         };
         assert_eq!(copy, frame);

@@ -58,7 +58,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::Utf8Bytes;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::mpsc::{
@@ -66,6 +65,7 @@ use tokio::sync::mpsc::{
     error::{SendTimeoutError, TrySendError},
 };
 use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_util::sync::CancellationToken;
 
 use crate::close::CloseCode;
@@ -638,9 +638,15 @@ impl OutCodec {
 /// allocation of its own.
 fn take(frame: Frame<'_>, arena: Option<&mut Arena>) -> Outgoing {
     match (frame, arena) {
-        (Frame::Text(text), Some(arena)) => {
-            Outgoing::Text(arena.text(text).unwrap_or_else(|| Utf8Bytes::from(text)))
-        }
+        // Split off the arena: bytes copied from the rendered `str`, so
+        // UTF-8 without a check (see `Outgoing::Rendered`).
+        (Frame::Text(text), Some(arena)) => match arena.text(text) {
+            Some(bytes) => {
+                debug_assert!(std::str::from_utf8(&bytes).is_ok());
+                Outgoing::Rendered(bytes)
+            }
+            None => Outgoing::Text(Utf8Bytes::from(text)),
+        },
         (Frame::Text(text), None) => Outgoing::Text(Utf8Bytes::from(text)),
         (Frame::Binary(bytes), Some(arena)) => Outgoing::Binary(
             arena

@@ -43,7 +43,7 @@ fn op() -> impl Strategy<Value = Op> {
 /// What the writer does with a frame: release it, and keep its tag.
 fn take(reader: &OutboxReader, out: Outgoing) -> String {
     reader.inner.taken(out.size());
-    match out {
+    match out.checked() {
         Outgoing::Text(t) => t.split_inclusive(':').next().unwrap_or_default().to_owned(),
         other => format!("{other:?}"),
     }
@@ -248,6 +248,10 @@ async fn queued_replies_share_the_frame_buffer_and_a_waiting_one_holds_none() {
                     at.push(t.as_ptr());
                     frames.push(t.as_bytes().to_vec());
                 }
+                Outgoing::Rendered(b) => {
+                    at.push(b.as_ptr());
+                    frames.push(b.to_vec());
+                }
                 Outgoing::Binary(b) => {
                     at.push(b.as_ptr());
                     frames.push(b.to_vec());
@@ -308,8 +312,8 @@ async fn a_never_reading_client_holds_few_frame_buffers() {
     let mut frames = Vec::new();
     for _ in 0..MANY {
         match reader.recv().await.unwrap() {
-            Outgoing::Text(t) => frames.push(t),
-            other => panic!("a text frame, got {other:?}"),
+            Outgoing::Rendered(t) => frames.push(t),
+            other => panic!("a rendered text frame, got {other:?}"),
         }
     }
     assert!(frames.iter().all(|f| f.len() <= arena::SMALL));
@@ -324,4 +328,22 @@ async fn a_never_reading_client_holds_few_frame_buffers() {
         "{buffers} buffers for {bytes} bytes (bound {bound})"
     );
     assert!(buffers > 1, "{bytes} bytes cannot fit one buffer");
+}
+
+/// A reply split off the connection's arena is queued as its bytes,
+/// unchecked: they are the rendered text, UTF-8, non-ASCII included.
+#[tokio::test]
+async fn a_rendered_reply_is_queued_as_its_utf8_text() {
+    use crate::envelope::{Outcome, Payload, WireId};
+    let (outbox, mut reader, _) = outbox(Duration::from_secs(5));
+    let reply = Message::Response {
+        id: WireId::number(1),
+        result: Outcome::Value(Payload::json("\"é→😀\"").unwrap()),
+    };
+    assert!(outbox.settle(&reply, ()));
+    let Outgoing::Rendered(bytes) = reader.recv().await.unwrap() else {
+        panic!("a rendered frame");
+    };
+    let text = std::str::from_utf8(&bytes).expect("UTF-8");
+    assert!(text.contains("é→😀"), "{text}");
 }

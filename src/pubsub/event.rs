@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use axum::extract::ws::Utf8Bytes;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use crate::dialect::sideband::envelope::{encode_envelope, Encoding, EnvelopeError};
 use crate::dialect::sideband::transcode::{self, TranscodeError};

@@ -299,6 +299,10 @@ pub(crate) async fn write_loop<K: FrameSink>(
                 sent.count(text.len());
                 sink.feed(out).await
             }
+            Outgoing::Rendered(ref bytes) => {
+                sent.count(bytes.len());
+                sink.feed(out).await
+            }
             Outgoing::Binary(ref bytes) => {
                 sent.count(bytes.len());
                 sink.feed(out).await

@@ -207,10 +207,12 @@ struct LineSink(BufWriter<OwnedWriteHalf>);
 impl FrameSink for LineSink {
     async fn feed(&mut self, out: Outgoing) -> Result<(), ()> {
         // NDJSON has no binary frames and no pings.
-        let Outgoing::Text(line) = out else {
-            return Ok(());
+        let line = match &out {
+            Outgoing::Text(line) => line.as_bytes(),
+            Outgoing::Rendered(line) => line,
+            _ => return Ok(()),
         };
-        self.0.write_all(line.as_bytes()).await.map_err(drop)?;
+        self.0.write_all(line).await.map_err(drop)?;
         self.0.write_all(b"\n").await.map_err(drop)
     }
 

@@ -1,22 +1,39 @@
-//! WebSocket listeners (axum's WebSocket): the upgrade of a request that
-//! the address's server ([`super::address`]) hands over, and each
-//! connection's frames in and out for the connection driver.
+//! WebSocket listeners: the upgrade of a request that the address's
+//! server ([`super::address`]) hands over, and each connection's frames in
+//! and out for the connection driver.
 //!
 //! The path picks the dialect, never the offered subprotocol. Each
 //! connection runs one reader loop (this task) and one writer task joined by
 //! the session's bounded outbox, both in [`super::driver`].
+//!
+//! The handshake is done here ([`upgrade`]) on hyper's upgrade, and the
+//! socket is tokio-tungstenite's over a [`BufReader`] of [`READ_CHUNK`]
+//! bytes: system calls read up to that much at once into a buffer
+//! allocated (and zeroed) once, and the library, which zero-fills its own
+//! read buffer before every read, is given only [`LIBRARY_READ`] bytes per
+//! read. Read buffers per connection: `READ_CHUNK + LIBRARY_READ` = 8 KiB.
+//! A message larger than `LIBRARY_READ` is read in pieces of that size out
+//! of the chunk (one copy more of its bytes than a direct read).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket, WebSocketUpgrade};
-use axum::extract::FromRequestParts;
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
+use hyper_util::rt::TokioIo;
+use tokio::io::BufReader;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{
+    CloseCode as WsCloseCode, Data, OpCode,
+};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{self, Message as WsMessage};
+use tokio_tungstenite::WebSocketStream;
 use tracing::Instrument;
 
 pub(super) mod admit;
+mod upgrade;
 
 use self::admit::check_upgrade;
 use super::accept::Place;
@@ -37,13 +54,21 @@ use crate::telemetry::Peer;
 /// the dialect before closing with 1009.
 const LIBRARY_HEADROOM: usize = 64 * 1024;
 
-/// WebSocket read chunk per connection (allocated up front: an idle
-/// connection's main cost).
-const READ_BUFFER: usize = 8 * 1024;
+/// The read buffer under the library per connection (allocated up front
+/// with the connection: with [`LIBRARY_READ`], an idle connection's main
+/// cost).
+const READ_CHUNK: usize = 7 * 1024;
+
+/// The library's own read buffer, and the most it asks for (and zero-fills)
+/// per read; it grows to hold a larger message while it is read.
+const LIBRARY_READ: usize = 1024;
 
 /// Frames are written to the socket once this much is buffered (or the
 /// outbox runs empty). The buffer itself grows only as frames arrive.
 const WRITE_THRESHOLD: usize = 64 * 1024;
+
+/// A client's upgraded connection.
+type Socket = WebSocketStream<BufReader<TokioIo<hyper::upgrade::Upgraded>>>;
 
 /// A request for a WebSocket listener's path (see [`super::address`]): a
 /// `GET` with a valid upgrade that passes the listener's Host, Origin and
@@ -57,9 +82,9 @@ pub(super) async fn answer(
     if parts.method != Method::GET {
         return StatusCode::METHOD_NOT_ALLOWED.into_response();
     }
-    let ws = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+    let ws = match upgrade::check(&mut parts) {
         Ok(ws) => ws,
-        Err(rejection) => return rejection.into_response(),
+        Err(refused) => return refused.into_response(),
     };
     let listener = cell.load();
     let who = match check_upgrade(&listener, &parts.headers, &parts.uri, peer.ip()) {
@@ -71,13 +96,13 @@ pub(super) async fn answer(
     if let Some(place) = place {
         place.release();
     }
-    upgrade(ws, &parts.headers, &listener, cell, ctx, (peer.ip(), who))
+    accept(ws, &parts.headers, &listener, cell, ctx, (peer.ip(), who))
 }
 
 /// Accepts the upgrade; the connection runs in a span whose OpenTelemetry
 /// parent is the request's `traceparent`, if any (see `telemetry::trace`).
-fn upgrade(
-    ws: WebSocketUpgrade,
+fn accept(
+    ws: upgrade::Upgrade,
     headers: &HeaderMap,
     listener: &Listener,
     cell: Arc<ListenerCell>,
@@ -90,39 +115,39 @@ fn upgrade(
         .saturating_add(LIBRARY_HEADROOM);
     // Small initial buffers (they grow on demand): an idle connection then
     // costs a few KiB instead of the library's 128 KiB read buffer.
-    let ws = ws
-        .max_message_size(limit)
-        .max_frame_size(limit)
-        .read_buffer_size(READ_BUFFER)
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(limit))
+        .max_frame_size(Some(limit))
+        .read_buffer_size(LIBRARY_READ)
         .write_buffer_size(WRITE_THRESHOLD);
-    let ws = select_subprotocol(ws, listener.dialect());
+    let chosen = select_subprotocol(headers, listener.dialect());
+    let response = ws.switching(chosen);
     let span = connection_span(headers, listener.name(), listener.dialect().as_str());
     span.record("switchyard.client", who.label());
     let sessions = ctx.sessions.clone();
-    ws.on_upgrade(move |socket| {
-        sessions.track_future(run(socket, cell, ctx, peer, who).instrument(span))
-    })
+    let on_upgrade = ws.on_upgrade;
+    tokio::spawn(async move {
+        // The client went away before the upgrade: nothing to run.
+        let Ok(upgraded) = on_upgrade.await else {
+            return;
+        };
+        let io = BufReader::with_capacity(READ_CHUNK, TokioIo::new(upgraded));
+        let socket = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
+        sessions
+            .track_future(run(socket, cell, ctx, peer, who).instrument(span))
+            .await;
+    });
+    response
 }
 
-/// Selects the listener's subprotocol when the client offers it (no
-/// offer is fine too), spelled as offered: see [`subprotocol`].
-fn select_subprotocol(mut ws: WebSocketUpgrade, dialect: Dialect) -> WebSocketUpgrade {
-    let offered: Vec<_> = ws.requested_protocols().cloned().collect();
-    let chosen = subprotocol(dialect, offered.iter().filter_map(|p| p.to_str().ok()));
-    if let Some(chosen) = chosen.and_then(|c| offered.iter().find(|p| p.to_str().ok() == Some(c))) {
-        ws.set_selected_protocol(chosen.clone());
-    }
-    ws
+/// The listener's subprotocol when the client offers it (no offer is fine
+/// too), spelled as offered: see [`subprotocol`].
+fn select_subprotocol(headers: &HeaderMap, dialect: Dialect) -> Option<&str> {
+    subprotocol(dialect, upgrade::offered(headers))
 }
 
 /// Drives one client connection to its end.
-async fn run(
-    mut socket: WebSocket,
-    cell: Arc<ListenerCell>,
-    ctx: Serve,
-    peer: IpAddr,
-    who: Identity,
-) {
+async fn run(mut socket: Socket, cell: Arc<ListenerCell>, ctx: Serve, peer: IpAddr, who: Identity) {
     // Read once for what is fixed for the connection's life (its outbox,
     // its counters); requests read the cell themselves.
     let listener = cell.load();
@@ -132,7 +157,7 @@ async fn run(
         let reason = "max connections exceeded";
         listener.log_closed(CloseCode::PolicyViolation, reason, Peer(Some(peer)));
         let frame = CloseFrame {
-            code: CloseCode::PolicyViolation.as_u16(),
+            code: WsCloseCode::from(CloseCode::PolicyViolation.as_u16()),
             reason: reason.into(),
         };
         // The peer may be gone already; it is refused either way.
@@ -145,7 +170,7 @@ async fn run(
         let reason = "max connections exceeded";
         listener.log_closed(CloseCode::PolicyViolation, reason, Peer(Some(peer)));
         let frame = CloseFrame {
-            code: CloseCode::PolicyViolation.as_u16(),
+            code: WsCloseCode::from(CloseCode::PolicyViolation.as_u16()),
             reason: reason.into(),
         };
         // The peer may be gone already; it is refused either way.
@@ -224,13 +249,14 @@ async fn run(
 }
 
 /// A WebSocket message as the driver sees it.
-fn incoming(msg: Result<WsMessage, axum::Error>) -> Incoming {
+fn incoming(msg: Result<WsMessage, tungstenite::Error>) -> Incoming {
     match msg {
         // Checked as UTF-8 by the library: kept as its `Utf8Bytes`.
         Ok(WsMessage::Text(text)) => Incoming::Text(text.into()),
         Ok(WsMessage::Binary(bytes)) => Incoming::Binary(bytes),
-        Ok(WsMessage::Ping(_) | WsMessage::Pong(_)) => Incoming::Control,
-        Ok(WsMessage::Close(frame)) => Incoming::Close(frame.map_or(1005, |f| f.code)),
+        // A raw frame is never read (the library hands over messages).
+        Ok(WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Frame(_)) => Incoming::Control,
+        Ok(WsMessage::Close(frame)) => Incoming::Close(frame.map_or(1005, |f| u16::from(f.code))),
         Err(e) if library_too_large(&e) => Incoming::TooLarge,
         Err(e) => match broken(&e) {
             Some((code, reason)) => {
@@ -245,22 +271,18 @@ fn incoming(msg: Result<WsMessage, axum::Error>) -> Incoming {
     }
 }
 
-/// True when the library refused a message above even its (larger) limit:
-/// tungstenite's capacity error, under axum's error.
-fn library_too_large(e: &axum::Error) -> bool {
+/// True when the library refused a message above even its (larger) limit.
+fn library_too_large(e: &tungstenite::Error) -> bool {
     use tokio_tungstenite::tungstenite::error::{CapacityError, Error};
-    std::error::Error::source(e)
-        .and_then(|inner| inner.downcast_ref::<Error>())
-        .is_some_and(|inner| matches!(inner, Error::Capacity(CapacityError::MessageTooLong { .. })))
+    matches!(e, Error::Capacity(CapacityError::MessageTooLong { .. }))
 }
 
 /// The close code and reason for a read error that is the peer breaking
-/// the WebSocket protocol (tungstenite's error, under axum's): 1007 for a
-/// text message that is not UTF-8, 1002 for any other violation.
-fn broken(e: &axum::Error) -> Option<(CloseCode, &'static str)> {
+/// the WebSocket protocol: 1007 for a text message that is not UTF-8,
+/// 1002 for any other violation.
+fn broken(e: &tungstenite::Error) -> Option<(CloseCode, &'static str)> {
     use tokio_tungstenite::tungstenite::error::Error;
-    let inner = std::error::Error::source(e)?.downcast_ref::<Error>()?;
-    match inner {
+    match e {
         Error::Utf8(_) => Some((CloseCode::InvalidPayload, "invalid UTF-8")),
         Error::Protocol(_) => Some((CloseCode::ProtocolError, "protocol error")),
         _ => None,
@@ -269,12 +291,18 @@ fn broken(e: &axum::Error) -> Option<(CloseCode, &'static str)> {
 
 /// The client's socket, written frame by frame (coalesced by the library
 /// up to its write buffer, flushed when the outbox runs empty).
-struct WsSink(futures_util::stream::SplitSink<WebSocket, WsMessage>);
+struct WsSink(futures_util::stream::SplitSink<Socket, WsMessage>);
 
 impl FrameSink for WsSink {
     async fn feed(&mut self, out: Outgoing) -> Result<(), ()> {
         let msg = match out {
             Outgoing::Text(text) => WsMessage::Text(text),
+            // switchyard's own rendering, UTF-8 by construction (see
+            // `Outgoing::Rendered`): a text frame of those bytes as they
+            // are, not checked again.
+            Outgoing::Rendered(bytes) => {
+                WsMessage::Frame(Frame::message(bytes, OpCode::Data(Data::Text), true))
+            }
             Outgoing::Binary(bytes) => WsMessage::Binary(bytes),
             Outgoing::Ping => WsMessage::Ping(Default::default()),
             Outgoing::Close(..) => return Ok(()),
@@ -291,7 +319,7 @@ impl FrameSink for WsSink {
             return;
         };
         let frame = CloseFrame {
-            code: code.as_u16(),
+            code: WsCloseCode::from(code.as_u16()),
             reason: reason.into_owned().into(),
         };
         // The peer may be gone already; we are closing either way. After
@@ -305,7 +333,7 @@ impl FrameSink for WsSink {
 
 #[cfg(test)]
 mod tests {
-    use axum::extract::ws::Utf8Bytes;
+    use tokio_tungstenite::tungstenite::Utf8Bytes;
 
     use super::*;
     use crate::envelope::Text;

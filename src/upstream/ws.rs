@@ -9,20 +9,30 @@
 //! no message frame may go out before it). `wss://` URLs are dialed over
 //! TLS with the upstream's client configuration (`tls.rs`: its `ca_file`,
 //! else the system's roots).
+//!
+//! The link's socket is read through a [`BufReader`] of [`READ_CHUNK`]
+//! bytes (under TLS, when there is TLS), and the library asks for at most
+//! [`LIBRARY_READ`] bytes per read: the library zero-fills what it asks
+//! for before every read, so a small ask keeps that fill small while
+//! system calls still read up to `READ_CHUNK` at once. Read buffers per
+//! link: `READ_CHUNK + LIBRARY_READ` = 16 KiB.
 
 use std::sync::Arc;
 
 use bytestring::ByteString;
 use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
+use tokio::io::BufReader;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::error::UrlError;
+use tokio_tungstenite::tungstenite::handshake::client::Request;
 use tokio_tungstenite::tungstenite::http::header::{ORIGIN, SEC_WEBSOCKET_PROTOCOL};
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode as WsCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
-use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::tungstenite::{self, Message as WsMessage};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 
@@ -35,13 +45,17 @@ use super::shared::{hard_cap, UpstreamShared};
 use crate::dialect::link::{Farewell, Handshake};
 use crate::dialect::UpstreamCodec;
 
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+type Ws = WebSocketStream<MaybeTlsStream<BufReader<TcpStream>>>;
 
-/// Most a link reads from its socket at once. The WebSocket library
-/// zero-fills this much before every read, so its 128 KiB default costs
-/// more than the read itself when replies are small; a longer frame still
-/// arrives whole (the buffer grows to the frame's length).
-const READ_BUFFER: usize = 16 * 1024;
+/// Most a link reads from its socket at once: the buffer under the
+/// library (and under TLS), allocated once with the link.
+const READ_CHUNK: usize = 15 * 1024;
+
+/// The library's own read buffer, and the most it asks for (and
+/// zero-fills) per read. A longer frame still arrives whole: the buffer
+/// grows to the frame's length, read in pieces of this size out of
+/// [`READ_CHUNK`] (one copy more of its bytes than a direct read).
+const LIBRARY_READ: usize = 1024;
 
 /// Connects, negotiates, and starts the link's driver.
 pub(super) async fn connect(
@@ -67,14 +81,15 @@ pub(super) async fn connect(
     let config = WebSocketConfig::default()
         .max_message_size(Some(limit))
         .max_frame_size(Some(limit))
-        .read_buffer_size(READ_BUFFER);
+        .read_buffer_size(LIBRARY_READ);
     let connector = match &shared.tls {
         Some(Ok(tls)) => Some(super::tls::connector(tls)),
         Some(Err(e)) => return Err(LinkError::TlsSetup(e.clone())),
         None => None,
     };
+    let socket = dial(&request).await.map_err(LinkError::dial)?;
     let (mut ws, response) =
-        tokio_tungstenite::connect_async_tls_with_config(request, Some(config), true, connector)
+        tokio_tungstenite::client_async_tls_with_config(request, socket, Some(config), connector)
             .await
             .map_err(LinkError::dial)?;
     if let Some((token, reason)) = codec.required_subprotocol() {
@@ -97,6 +112,34 @@ pub(super) async fn connect(
     let incoming = stream.map(move |frame| incoming(frame, limit));
     driver::spawn(&link, incoming, WsSink(sink), Source::Frames(rx), shutdown);
     Ok(link)
+}
+
+/// The TCP connection to `request`'s host and port (80 for `ws://`, 443
+/// for `wss://`, when the URL names none), without Nagle's delay, under
+/// its read buffer; as tokio-tungstenite's `connect_async` dials, with the
+/// same errors.
+async fn dial(request: &Request) -> Result<BufReader<TcpStream>, tungstenite::Error> {
+    let uri = request.uri();
+    let domain = match uri.host() {
+        // As the library passes it on to rustls: an IPv6 address without
+        // its brackets.
+        Some(d) if d.starts_with('[') && d.ends_with(']') => &d[1..d.len() - 1],
+        Some(d) => d,
+        None => return Err(tungstenite::Error::Url(UrlError::NoHostName)),
+    };
+    let port = uri
+        .port_u16()
+        .or(match uri.scheme_str() {
+            Some("wss") => Some(443),
+            Some("ws") => Some(80),
+            _ => None,
+        })
+        .ok_or(tungstenite::Error::Url(UrlError::UnsupportedUrlScheme))?;
+    let socket = TcpStream::connect(format!("{domain}:{port}"))
+        .await
+        .map_err(tungstenite::Error::Io)?;
+    socket.set_nodelay(true)?;
+    Ok(BufReader::with_capacity(READ_CHUNK, socket))
 }
 
 /// One WebSocket message as the driver sees it.

@@ -99,13 +99,16 @@ pub(super) async fn stream(
     // at once, so the client knows it is subscribed before any event.
     let mut early = VecDeque::from([sse::OPENED.to_owned()]);
     let reply = loop {
-        match tokio::time::timeout(wait, rx.recv()).await {
+        match tokio::time::timeout(wait, rx.recv())
+            .await
+            .map(|f| f.map(Outgoing::checked))
+        {
             Ok(Some(Outgoing::Text(text))) => match sse::frame(&text) {
                 sse::Frame::Reply => break Some(text),
                 sse::Frame::Event(e) => early.push_back(e),
                 sse::Frame::Other => {}
             },
-            Ok(Some(Outgoing::Binary(_) | Outgoing::Ping)) => {}
+            Ok(Some(Outgoing::Rendered(_) | Outgoing::Binary(_) | Outgoing::Ping)) => {}
             Ok(Some(Outgoing::Close(..)) | None) | Err(_) => break None,
         }
     };
@@ -274,13 +277,13 @@ impl Feed {
                     let last = sse::error_event(ErrorKind::Unauthorized, reason);
                     return Some((Ok(Bytes::from(last)), self));
                 }
-                frame = self.rx.recv() => match frame {
+                frame = self.rx.recv() => match frame.map(Outgoing::checked) {
                     Some(Outgoing::Text(text)) => {
                         if let sse::Frame::Event(e) = sse::frame(&text) {
                             return Some((Ok(Bytes::from(e)), self));
                         }
                     }
-                    Some(Outgoing::Binary(_) | Outgoing::Ping) => {}
+                    Some(Outgoing::Rendered(_) | Outgoing::Binary(_) | Outgoing::Ping) => {}
                     Some(Outgoing::Close(..)) | None => return None,
                 },
                 _ = self.tick.tick() => {

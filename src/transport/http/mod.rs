@@ -250,10 +250,10 @@ fn answer(out: Vec<Outgoing>) -> Response {
     let mut reply = None;
     let mut closed = None;
     for frame in out {
-        match frame {
+        match frame.checked() {
             Outgoing::Text(text) if reply.is_none() => reply = Some(text),
             Outgoing::Close(code, _) => closed = Some(code),
-            Outgoing::Text(_) | Outgoing::Binary(_) | Outgoing::Ping => {}
+            Outgoing::Text(_) | Outgoing::Rendered(_) | Outgoing::Binary(_) | Outgoing::Ping => {}
         }
     }
     match (reply, closed) {
