@@ -219,7 +219,12 @@ impl Session {
             self.count_in(&listener, text.len(), &inbound);
             inbound
         };
-        self.on_inbound(inbound).await
+        // A single message goes straight to `single`: one future (and one
+        // copy of the message into it) fewer.
+        match inbound {
+            Inbound::Single(item) => self.single(item).await,
+            inbound => self.on_inbound(inbound).await,
+        }
     }
 
     /// Handles one inbound binary frame (Sideband); what it carries is
@@ -227,7 +232,10 @@ impl Session {
     pub async fn on_binary(&self, bytes: &bytes::Bytes) -> Verdict {
         let inbound = self.codec().decode_binary(bytes);
         self.count_in(&self.listener(), bytes.len(), &inbound);
-        self.on_inbound(inbound).await
+        match inbound {
+            Inbound::Single(item) => self.single(item).await,
+            inbound => self.on_inbound(inbound).await,
+        }
     }
 
     /// Does what one inbound frame asks, as the codec decoded it.
@@ -410,7 +418,7 @@ impl Session {
 /// An item after the rate limits.
 enum Checked {
     /// Within the limits.
-    Pass(Item),
+    Pass,
     /// A request over a limit: answer it with this error.
     Limited(Message),
     /// A notification over a limit: dropped (counted).
@@ -433,8 +441,9 @@ impl Session {
                 return Verdict::Continue;
             }
         }
-        let item = match self.rate_check(item) {
-            Ok(Checked::Pass(item)) => item,
+        // The item is looked at, not moved (a move copies the whole message).
+        match self.rate_check(&item) {
+            Ok(Checked::Pass) => {}
             Ok(Checked::Limited(reply)) => {
                 // Answered at once, in order with what follows.
                 self.send(&reply).await;
@@ -442,10 +451,16 @@ impl Session {
             }
             Ok(Checked::Dropped) => return Verdict::Continue,
             Err(verdict) => return verdict,
-        };
+        }
         match item {
             Item::Valid(Message::Request { id, method, params }) => {
-                let permit = match self.permits(1).await {
+                // A free slot is taken without building the wait's future.
+                let free = self.in_flight.try_hold(1).ok_or(());
+                let permit = match free {
+                    Ok(permit) => Ok(permit),
+                    Err(()) => self.permits(1).await,
+                };
+                let permit = match permit {
                     Ok(permit) => permit,
                     Err(NoSlot::ShuttingDown) => {
                         self.send(&self.router().error_reply(id, &shutting_down()))
@@ -506,8 +521,8 @@ impl Session {
         let mut checked = Vec::with_capacity(items.len());
         for item in items {
             // Every batch item counts against the rate limits.
-            match self.rate_check(item) {
-                Ok(Checked::Pass(item)) => checked.push(item),
+            match self.rate_check(&item) {
+                Ok(Checked::Pass) => checked.push(item),
                 Ok(Checked::Limited(reply)) => checked.push(Item::Invalid(reply)),
                 Ok(Checked::Dropped) => {}
                 Err(verdict) => return verdict,
@@ -586,15 +601,15 @@ impl Session {
     /// limit, a request becomes its `rate_limited` error reply and a
     /// notification is dropped (`Ok(None)`), counted; past the abuse
     /// threshold the connection is closed (1008).
-    fn rate_check(&self, item: Item) -> Result<Checked, Verdict> {
+    fn rate_check(&self, item: &Item) -> Result<Checked, Verdict> {
         let (Item::Valid(Message::Request { method, .. })
-        | Item::Valid(Message::Notification { method, .. })) = &item
+        | Item::Valid(Message::Notification { method, .. })) = item
         else {
-            return Ok(Checked::Pass(item));
+            return Ok(Checked::Pass);
         };
         let listener = self.listener();
         if listener.rate().is_off() {
-            return Ok(Checked::Pass(item));
+            return Ok(Checked::Pass);
         }
         let verdict = {
             let mut rate = self.rate.lock();
@@ -610,7 +625,7 @@ impl Session {
             rate.check(method)
         };
         let limited = match verdict {
-            RateVerdict::Allow => return Ok(Checked::Pass(item)),
+            RateVerdict::Allow => return Ok(Checked::Pass),
             RateVerdict::Limit(l) | RateVerdict::Abuse(l) => l,
         };
         listener.count_limit(limit_label(limited));
@@ -626,7 +641,9 @@ impl Session {
         match item {
             Item::Valid(Message::Request { id, .. }) => {
                 let err = GatewayError::with_detail(ErrorKind::RateLimited, limited.as_str());
-                Ok(Checked::Limited(listener.router().error_reply(id, &err)))
+                Ok(Checked::Limited(
+                    listener.router().error_reply(id.clone(), &err),
+                ))
             }
             _ => {
                 listener.count_dropped(DropReason::RateLimited);
