@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 // Keys are gateway ids switchyard issues itself: a fast non-keyed hash is
 // safe (no attacker chooses them) and is touched on every request.
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use rustc_hash::FxHashMap as HashMap;
 use tokio::sync::oneshot;
 
 use crate::envelope::{Message, Method, Payload};
@@ -89,12 +89,16 @@ pub struct Correlator<T> {
     settled: Remembered,
     /// Set once the connection is gone: no new entries.
     closed: bool,
+    /// Set once the ids wrapped around: from then on an id may still be
+    /// pending when it comes up again (2^53 requests later).
+    wrapped: bool,
 }
 
-/// A bounded FIFO set of ids.
+/// The last [`REMEMBERED_IDS`] ids, oldest first. Remembering one is a
+/// push (no hashing, on every call); looking one up scans them, which only
+/// a reply that matches no pending call does.
 #[derive(Debug, Default)]
 struct Remembered {
-    set: HashSet<u64>,
     fifo: VecDeque<u64>,
 }
 
@@ -110,6 +114,7 @@ impl<T> Correlator<T> {
             abandoned: Remembered::default(),
             settled: Remembered::default(),
             closed: false,
+            wrapped: false,
         }
     }
 
@@ -121,10 +126,11 @@ impl<T> Correlator<T> {
         }
         let mut id = self.next_id;
         // Skip ids still pending after a wrap-around (2^53 requests later).
-        while self.pending.contains_key(&id) {
+        while self.wrapped && self.pending.contains_key(&id) {
             id = next(id);
         }
         self.next_id = next(id);
+        self.wrapped |= self.next_id == 1;
         self.pending.insert(id, waiter);
         if let Some(order) = &mut self.order {
             order.push_back(id);
@@ -227,9 +233,9 @@ impl<T> Correlator<T> {
     }
 
     fn classify(&self, id: u64) -> Resolution<T> {
-        if self.abandoned.set.contains(&id) {
+        if self.abandoned.contains(id) {
             Resolution::Stale
-        } else if self.settled.set.contains(&id) {
+        } else if self.settled.contains(id) {
             Resolution::Duplicate
         } else {
             Resolution::Unknown
@@ -248,15 +254,20 @@ fn next(id: u64) -> u64 {
 // === impl Remembered ===
 
 impl Remembered {
+    /// Remembers `id`, forgetting the oldest beyond [`REMEMBERED_IDS`]. An
+    /// id leaves the pending table once, so it is remembered once (until
+    /// the ids wrap around).
     fn remember(&mut self, id: u64) {
-        if self.set.insert(id) {
-            self.fifo.push_back(id);
-            if self.fifo.len() > REMEMBERED_IDS {
-                if let Some(old) = self.fifo.pop_front() {
-                    self.set.remove(&old);
-                }
-            }
+        if self.fifo.len() == REMEMBERED_IDS {
+            self.fifo.pop_front();
         }
+        self.fifo.push_back(id);
+    }
+
+    /// True when `id` is one of the ids remembered.
+    fn contains(&self, id: u64) -> bool {
+        let (a, b) = self.fifo.as_slices();
+        a.contains(&id) || b.contains(&id)
     }
 }
 
@@ -302,10 +313,40 @@ pub(crate) trait Caller: Send + Sync + std::fmt::Debug {
     /// Its call `token` was written: `receipt` takes it back
     /// ([`Receipt::abandon`]) should the client leave before its reply.
     fn written(&self, token: u64, receipt: Receipt);
-    /// Delivers call `token`'s outcome, settled at `now` (the end of its
+    /// Delivers call `token`'s outcome, settled `at` (the end of its
     /// request's duration). Returns false when nobody wanted it any more
     /// (the client left, or its calls were answered already).
-    fn complete(&self, token: u64, reply: ReplyResult, now: std::time::Instant) -> bool;
+    fn complete(&self, token: u64, reply: ReplyResult, at: Settled) -> bool;
+}
+
+/// When a call settled in place settled: the clock read that ends its
+/// request's duration, and the upstream's duration measured from that
+/// read, if it was (a call written at once starts both at one instant,
+/// so one subtraction gives both).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settled {
+    /// When it settled.
+    pub(crate) now: std::time::Instant,
+    /// When it was written, and how long before `now`.
+    written: Option<(std::time::Instant, std::time::Duration)>,
+}
+
+// === impl Settled ===
+
+impl Settled {
+    /// Settled at `now`.
+    pub(crate) fn at(now: std::time::Instant) -> Self {
+        Settled { now, written: None }
+    }
+
+    /// How long before it settled `start` was: the upstream's duration
+    /// when it started then, with no subtraction of its own.
+    pub(crate) fn since(&self, start: std::time::Instant) -> std::time::Duration {
+        match self.written {
+            Some((written, elapsed)) if written == start => elapsed,
+            _ => self.now.saturating_duration_since(start),
+        }
+    }
 }
 
 /// One request to settle in place: what to send, who gets the outcome,
@@ -360,12 +401,12 @@ impl Receipt {
 impl Settle {
     /// Delivers the outcome. Returns false when nobody wanted it any more.
     pub(crate) fn complete(self, reply: ReplyResult) -> bool {
-        self.complete_at(reply, std::time::Instant::now())
+        self.complete_at(reply, Settled::at(std::time::Instant::now()))
     }
 
-    /// [`Self::complete`] with the clock read already: `now`.
-    fn complete_at(self, reply: ReplyResult, now: std::time::Instant) -> bool {
-        self.caller.complete(self.token, reply, now)
+    /// [`Self::complete`] with the clock read already.
+    fn complete_at(self, reply: ReplyResult, at: Settled) -> bool {
+        self.caller.complete(self.token, reply, at)
     }
 }
 
@@ -399,8 +440,8 @@ impl Waiter {
                 // One clock read ends both the upstream's and the
                 // request's durations.
                 let now = std::time::Instant::now();
-                slots.settled(record_duration, now);
-                let delivered = c.complete_at(reply, now);
+                let at = slots.settled_at(record_duration, now);
+                let delivered = c.complete_at(reply, at);
                 // The room it leaves goes to the next parked call.
                 drop(slots);
                 delivered
@@ -503,14 +544,23 @@ impl Slots {
     /// `record_duration` (an outcome of a written request that is not a
     /// timeout) it also records the upstream-only duration.
     pub(crate) fn settled(&mut self, record_duration: bool, now: std::time::Instant) {
+        self.settled_at(record_duration, now);
+    }
+
+    /// [`Self::settled`], saying when: the upstream's duration goes with
+    /// it, for a request's duration that started at the same instant.
+    fn settled_at(&mut self, record_duration: bool, now: std::time::Instant) -> Settled {
         let calls = self.held.room.calls();
+        let elapsed = now.saturating_duration_since(self.started);
         if record_duration {
-            calls
-                .1
-                .observe_duration(now.saturating_duration_since(self.started));
+            calls.1.observe_duration(elapsed);
         }
         if std::mem::take(&mut self.counted) {
             calls.0.dec();
+        }
+        Settled {
+            now,
+            written: Some((self.started, elapsed)),
         }
     }
 }
