@@ -92,8 +92,7 @@ fn wraps_below_two_to_the_53() {
     assert_eq!(c.insert(()), Ok(1));
 }
 
-/// Once the ids wrapped around, an id still pending is skipped (before,
-/// no id can be: they are issued in order).
+/// Once the ids wrapped around, an id still pending is skipped.
 #[test]
 fn after_a_wrap_ids_still_pending_are_skipped() {
     let mut c = Correlator::new(false);
@@ -103,6 +102,41 @@ fn after_a_wrap_ids_still_pending_are_skipped() {
     assert_eq!(c.insert("b"), Ok(2), "id 1 is still pending");
     assert_eq!(c.resolve(1), Resolution::Pending("old"));
     assert_eq!(c.resolve(2), Resolution::Pending("b"));
+}
+
+/// A call pending while many others come and go keeps its slot: the ids
+/// that would share it are skipped, and it is still its own call's.
+#[test]
+fn a_call_pending_long_keeps_its_slot() {
+    let mut c = Correlator::new(false);
+    assert_eq!(c.insert(usize::MAX), Ok(1));
+    let mut issued = Vec::new();
+    for n in 0..4 * RING_MIN {
+        let id = c.insert(n).expect("open");
+        issued.push(id);
+        assert_eq!(c.resolve(id), Resolution::Pending(n));
+    }
+    assert!(!issued.contains(&1));
+    assert!(
+        issued.windows(2).all(|w| w[0] < w[1]),
+        "ids still go up: {issued:?}"
+    );
+    assert_eq!(c.resolve(1), Resolution::Pending(usize::MAX));
+    assert!(c.is_empty());
+}
+
+/// The ring doubles as calls pile up, and every call stays its own.
+#[test]
+fn the_ring_grows_with_the_calls_pending() {
+    let mut c = Correlator::new(false);
+    let ids: Vec<u64> = (0..5 * RING_MIN)
+        .map(|n| c.insert(n).expect("open"))
+        .collect();
+    assert_eq!(c.len(), 5 * RING_MIN);
+    for (n, id) in ids.into_iter().enumerate().rev() {
+        assert_eq!(c.resolve(id), Resolution::Pending(n));
+    }
+    assert!(c.is_empty());
 }
 
 /// The last `REMEMBERED_IDS` settled and abandoned ids are remembered,
