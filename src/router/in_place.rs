@@ -16,15 +16,21 @@
 //! once (late replies count as stale; parked calls are dropped unsent),
 //! and a shutdown answers what is left with `unavailable`.
 //!
+//! The table is a slab: a call's token names its slot (and the call, so
+//! that a slot used again is never taken for an earlier call's), and
+//! recording, finding and taking a call out hash nothing.
+//!
 //! Bound: a session holds at most `max_in_flight` calls; its table keeps
-//! room for [`CALLS_KEPT`] of them once it runs empty (about 200 bytes
-//! each).
+//! room for [`CALLS_KEPT`] of them once it runs empty after a burst of
+//! more than twice as many, and for at most twice as many otherwise (about
+//! 200 bytes each): a table that runs empty now and then under a steady
+//! load is not made again each time.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use rustc_hash::FxHashMap as HashMap;
+use slab::Slab;
 use tokio_util::sync::CancellationToken;
 
 use super::{record_outcome, Router};
@@ -32,7 +38,7 @@ use crate::envelope::{Message, Method, Payload, WireId};
 use crate::error::{ErrorKind, GatewayError};
 use crate::limits::cap::Taken;
 use crate::outbox::Outbox;
-use crate::upstream::{Caller, Receipt, ReplyResult, Settle, Submission, Upstream};
+use crate::upstream::{Caller, Receipt, ReplyResult, Settle, Settled, Submission, Upstream};
 
 /// Where a session's in-place replies go, and the calls still out.
 #[derive(Debug)]
@@ -56,10 +62,10 @@ pub(crate) struct InPlace {
 /// larger than this gives its room back at its end.
 const CALLS_KEPT: usize = 16;
 
-/// A session's calls out, and whether it ended.
+/// A session's calls out (each with its token), and whether it ended.
 #[derive(Debug, Default)]
 struct Calls {
-    out: HashMap<u64, Out>,
+    out: Slab<(u64, Out)>,
     ended: Option<Ended>,
 }
 
@@ -68,6 +74,20 @@ struct Calls {
 struct Out {
     at: At,
     call: Call,
+}
+
+/// A call's token: its slot in the table (low 32 bits) and the low 32
+/// bits of the session's count of calls (high 32 bits), so that a token
+/// names one call, not only its slot: a slot used again 2^32 calls later
+/// while a settle of its first call is still out (at most a request
+/// timeout) would be needed to mistake one for the other.
+fn token_of(slot: usize, count: u64) -> u64 {
+    (count << 32) | (slot as u64 & u64::from(u32::MAX))
+}
+
+/// The slot a token names.
+fn slot_of(token: u64) -> usize {
+    (token & u64::from(u32::MAX)) as usize
 }
 
 /// Where one call is.
@@ -103,7 +123,9 @@ pub(crate) struct NotPlaced {
 struct Call {
     id: WireId,
     router: Arc<Router>,
-    upstream: Arc<Upstream>,
+    /// Its upstream, as the router finds it ([`Router::upstream_at`]):
+    /// the router the call holds keeps it.
+    upstream: usize,
     started: std::time::Instant,
     /// The client's in-flight slot (`max_in_flight`).
     permit: Taken,
@@ -143,7 +165,7 @@ impl InPlace {
         req: NotPlaced,
     ) -> Result<(), NotPlaced> {
         let who = self.who.get().and_then(|w| w.client());
-        let Some(upstream) = router.routed(&req.method, who) else {
+        let Some((series, upstream)) = router.routed_at(&req.method, who) else {
             return Err(req);
         };
         if !upstream.settles_in_place(&req.method) {
@@ -165,18 +187,24 @@ impl InPlace {
             span.record("switchyard.upstream", upstream.name());
             upstream.client_span_under(&span, &method)
         };
-        let token = self.next.fetch_add(1, Ordering::Relaxed);
+        let count = self.next.fetch_add(1, Ordering::Relaxed);
         let call = Call {
             id,
             router: router.clone(),
-            upstream: upstream.clone(),
+            upstream: series,
             started: now.into_std(),
             permit,
             span,
             client_span,
         };
         let at = At::Waiting;
-        self.calls.lock().out.insert(token, Out { at, call });
+        let token = {
+            let mut calls = self.calls.lock();
+            let entry = calls.out.vacant_entry();
+            let token = token_of(entry.key(), count);
+            entry.insert((token, Out { at, call }));
+            token
+        };
         let submission = Submission {
             method,
             params,
@@ -204,7 +232,7 @@ impl InPlace {
             calls.ended = Some(Ended::Gone);
             std::mem::take(&mut calls.out)
         };
-        for out in out.into_values() {
+        for (_, (_, out)) in out {
             if let At::Written(receipt) = out.at {
                 // Dropped unanswered: nobody is there to read it.
                 receipt.abandon();
@@ -227,13 +255,15 @@ impl InPlace {
         let mut parked_on: Vec<Arc<Upstream>> = Vec::new();
         let mut written = Vec::new();
         let mut calls = Vec::with_capacity(out.len());
-        for out in out.into_values() {
+        for (_, (_, out)) in out {
             match out.at {
                 At::Written(receipt) => written.push(receipt),
                 At::Waiting => {
-                    let up = &out.call.upstream;
-                    if !parked_on.iter().any(|u| Arc::ptr_eq(u, up)) {
-                        parked_on.push(up.clone());
+                    let call = &out.call;
+                    if let Some(up) = call.router.upstream_at(call.upstream) {
+                        if !parked_on.iter().any(|u| Arc::ptr_eq(u, up)) {
+                            parked_on.push(up.clone());
+                        }
                     }
                 }
             }
@@ -247,7 +277,11 @@ impl InPlace {
             receipt.abandon();
         }
         for call in calls {
-            call.finish(self, Err(shutting_down()), std::time::Instant::now());
+            call.finish(
+                self,
+                Err(shutting_down()),
+                Settled::at(std::time::Instant::now()),
+            );
         }
     }
 
@@ -271,9 +305,11 @@ impl Caller for InPlace {
     fn written(&self, token: u64, receipt: Receipt) {
         let ended = {
             let mut calls = self.calls.lock();
-            if let Some(entry) = calls.out.get_mut(&token) {
-                entry.at = At::Written(receipt);
-                return;
+            if let Some((of, entry)) = calls.out.get_mut(slot_of(token)) {
+                if *of == token {
+                    entry.at = At::Written(receipt);
+                    return;
+                }
             }
             calls.ended
         };
@@ -284,7 +320,7 @@ impl Caller for InPlace {
         }
     }
 
-    fn complete(&self, token: u64, reply: ReplyResult, now: std::time::Instant) -> bool {
+    fn complete(&self, token: u64, reply: ReplyResult, settled: Settled) -> bool {
         let out = take(&mut self.calls.lock().out, token);
         // Answered by the session already (it ended), or never its call.
         let Some(Out { at, call }) = out else {
@@ -293,16 +329,21 @@ impl Caller for InPlace {
         // Dropped after the lock: a last link handle may free room, which
         // writes parked calls (and tells their sessions).
         drop(at);
-        call.finish(self, reply, now)
+        call.finish(self, reply, settled)
     }
 }
 
 /// Takes call `token` out of a session's table; a table left empty keeps
-/// room for [`CALLS_KEPT`] calls at most.
-fn take<V>(out: &mut HashMap<u64, V>, token: u64) -> Option<V> {
-    let taken = out.remove(&token);
-    if out.is_empty() && out.capacity() > CALLS_KEPT {
-        out.shrink_to(CALLS_KEPT);
+/// room for `2 * CALLS_KEPT` calls at most (for `CALLS_KEPT` once it held
+/// more).
+fn take<V>(out: &mut Slab<(u64, V)>, token: u64) -> Option<V> {
+    let slot = slot_of(token);
+    if out.get(slot)?.0 != token {
+        return None;
+    }
+    let taken = out.try_remove(slot).map(|(_, v)| v);
+    if out.is_empty() && out.capacity() > 2 * CALLS_KEPT {
+        *out = Slab::with_capacity(CALLS_KEPT);
     }
     taken
 }
@@ -316,8 +357,8 @@ fn shutting_down() -> GatewayError {
 
 impl Call {
     /// Renders the reply into `to`'s outbox, records its outcome (settled
-    /// at `now`) and ends its spans. Returns false when the client is gone.
-    fn finish(self, to: &InPlace, reply: ReplyResult, now: std::time::Instant) -> bool {
+    /// `at`) and ends its spans. Returns false when the client is gone.
+    fn finish(self, to: &InPlace, reply: ReplyResult, at: Settled) -> bool {
         let Call {
             id,
             router,
@@ -328,7 +369,7 @@ impl Call {
             client_span,
         } = self;
         drop(client_span);
-        let msg = router.finish(id, &upstream, started, now, reply);
+        let msg = router.finish_at(id, upstream, at.since(started), reply);
         if !span.is_disabled() {
             record_outcome(&span, &msg);
         }
@@ -338,35 +379,76 @@ impl Call {
 
 #[cfg(test)]
 mod tests {
-    use super::{take, HashMap, CALLS_KEPT};
+    use super::{take, token_of, Slab, CALLS_KEPT};
+
+    /// Records `v` as call number `count`, as `InPlace::place` does.
+    fn record(out: &mut Slab<(u64, [u8; 200])>, count: u64, v: [u8; 200]) -> u64 {
+        let entry = out.vacant_entry();
+        let token = token_of(entry.key(), count);
+        entry.insert((token, v));
+        token
+    }
 
     /// A table that ran empty after a burst keeps room for `CALLS_KEPT`
     /// calls, not for the burst; one that never held more keeps its room
     /// (taking calls out of it allocates nothing).
     #[test]
     fn an_empty_table_keeps_room_for_a_few_calls_only() {
-        let mut out: HashMap<u64, [u8; 200]> = HashMap::default();
-        for token in 0..256 {
-            out.insert(token, [0; 200]);
-        }
+        let mut out = Slab::new();
+        let tokens: Vec<u64> = (0..256).map(|n| record(&mut out, n, [0; 200])).collect();
         assert!(out.capacity() >= 256);
-        for token in 0..256 {
-            assert!(take(&mut out, token).is_some());
-            if token < 255 {
+        for (n, token) in tokens.iter().enumerate() {
+            assert!(take(&mut out, *token).is_some());
+            if n < 255 {
                 assert!(out.capacity() >= 256, "shrunk before it ran empty");
             }
         }
         let kept = out.capacity();
         assert!((CALLS_KEPT..2 * CALLS_KEPT).contains(&kept), "{kept}");
         for round in 0..3 {
-            for token in 0..CALLS_KEPT as u64 {
-                out.insert(token, [round; 200]);
-            }
-            for token in 0..CALLS_KEPT as u64 {
+            let tokens: Vec<u64> = (0..CALLS_KEPT as u64)
+                .map(|n| record(&mut out, 1000 + n, [round; 200]))
+                .collect();
+            for token in tokens {
                 assert_eq!(take(&mut out, token).map(|v| v[0]), Some(round));
             }
             assert_eq!(out.capacity(), kept);
         }
         assert!(take(&mut out, 7).is_none());
+    }
+
+    /// A table that never held more than `2 * CALLS_KEPT` calls keeps its
+    /// room when it runs empty: it is not made again at each lull.
+    #[test]
+    fn a_table_of_a_steady_load_keeps_its_room() {
+        let mut out = Slab::new();
+        for round in 0..3 {
+            let tokens: Vec<u64> = (0..2 * CALLS_KEPT as u64)
+                .map(|n| record(&mut out, n, [round; 200]))
+                .collect();
+            let room = out.capacity();
+            assert!((2 * CALLS_KEPT..=4 * CALLS_KEPT).contains(&room), "{room}");
+            for token in tokens {
+                assert!(take(&mut out, token).is_some());
+            }
+            if round == 0 {
+                assert!(room <= 2 * CALLS_KEPT, "{room}");
+            }
+            assert_eq!(out.capacity(), room, "kept when it ran empty");
+        }
+    }
+
+    /// A token names its call, not only its slot: once the slot holds a
+    /// later call, the earlier call's token takes nothing out.
+    #[test]
+    fn a_token_takes_out_its_own_call_only() {
+        let mut out = Slab::new();
+        let first = record(&mut out, 0, [1; 200]);
+        assert_eq!(take(&mut out, first).map(|v| v[0]), Some(1));
+        let second = record(&mut out, 1, [2; 200]);
+        assert_ne!(first, second);
+        assert!(take(&mut out, first).is_none(), "an earlier call's token");
+        assert_eq!(take(&mut out, second).map(|v| v[0]), Some(2));
+        assert!(take(&mut out, second).is_none(), "taken once");
     }
 }

@@ -323,7 +323,8 @@ impl Router {
         let result = upstream
             .request(&id, method, params, deadline, client)
             .await;
-        self.finish(id, upstream, started, Instant::now(), result)
+        let elapsed = Instant::now().saturating_duration_since(started);
+        self.finish(id, upstream, elapsed, result)
     }
 
     /// Serves one of the pub/sub or persistent methods (switchyard's own,
@@ -430,38 +431,67 @@ impl Router {
         }
     }
 
-    /// Records a request's duration (`started` to `now`) and outcome and
+    /// Records a request's duration (`elapsed`) and outcome and
     /// returns the client's reply, with the client's id.
     pub(crate) fn finish(
         &self,
         id: WireId,
         upstream: &Upstream,
-        started: Instant,
-        now: Instant,
+        elapsed: std::time::Duration,
         result: Result<Message, GatewayError>,
     ) -> Message {
-        let series = self
+        let at = self
             .series
             .iter()
-            .find(|(u, _)| std::ptr::eq(Arc::as_ptr(u), upstream))
-            .map(|(_, s)| s);
-        let elapsed = now.saturating_duration_since(started);
-        match series {
-            Some(s) => s.duration.observe_duration(elapsed),
-            None => {
-                let labels = [self.cfg.name.as_str(), upstream.name()];
-                self.metrics
-                    .request_duration
-                    .with_label_values(&labels)
-                    .observe_duration(elapsed);
-            }
+            .position(|(u, _)| std::ptr::eq(Arc::as_ptr(u), upstream));
+        if let Some(at) = at {
+            return self.finish_at(id, at, elapsed, result);
         }
-        match (series, result) {
-            (Some(s), Ok(Message::Response { result, .. })) => {
+        let labels = [self.cfg.name.as_str(), upstream.name()];
+        self.metrics
+            .request_duration
+            .with_label_values(&labels)
+            .observe_duration(elapsed);
+        self.reply_for(id, upstream, result)
+    }
+
+    /// The upstream serving `method` for client `who` (see
+    /// [`Self::routed`]) and where its series are: what a call settled in
+    /// place keeps to be finished ([`Self::finish_at`]), rather than a
+    /// handle of the upstream's own.
+    pub(crate) fn routed_at(&self, method: &str, who: Option<&str>) -> Option<(usize, &Upstream)> {
+        let up = self.routed(method, who)?;
+        self.series
+            .iter()
+            .position(|(u, _)| Arc::ptr_eq(u, up))
+            .map(|at| (at, &**up))
+    }
+
+    /// The upstream whose series are at `at` (see [`Self::routed_at`]).
+    pub(crate) fn upstream_at(&self, at: usize) -> Option<&Arc<Upstream>> {
+        self.series.get(at).map(|(u, _)| u)
+    }
+
+    /// [`Self::finish`] of a call to the upstream whose series are at `at`
+    /// (see [`Self::routed_at`]).
+    pub(crate) fn finish_at(
+        &self,
+        id: WireId,
+        at: usize,
+        elapsed: std::time::Duration,
+        result: Result<Message, GatewayError>,
+    ) -> Message {
+        let Some((upstream, s)) = self.series.get(at) else {
+            // Not one of this router's: never, `at` came from it.
+            return self.error_reply(id, &GatewayError::new(ErrorKind::Internal));
+        };
+        s.duration.observe_duration(elapsed);
+        match result {
+            Ok(Message::Response { result, .. }) => {
                 s.ok.inc();
                 Message::Response { id, result }
             }
-            (_, result) => self.reply_for(id, upstream, result),
+            result => self.reply_for(id, upstream, result),
         }
     }
 

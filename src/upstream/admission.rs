@@ -162,12 +162,22 @@ impl Admission {
         })
     }
 
-    /// The least-loaded live link, if any.
+    /// The least-loaded live link, if any (the first of them on a tie).
+    /// Only a link less loaded than those before it is cloned: on every
+    /// call, each clone writes a count that every worker thread shares.
     fn best_link(&self) -> Option<Arc<Link>> {
-        self.links
-            .iter()
-            .filter_map(|s| s.borrow().as_ref().filter(|l| l.usable()).cloned())
-            .min_by_key(|l| l.in_flight())
+        let mut best: Option<(Arc<Link>, usize)> = None;
+        for slot in &self.links {
+            let slot = slot.borrow();
+            let Some(link) = slot.as_ref().filter(|l| l.usable()) else {
+                continue;
+            };
+            let load = link.in_flight();
+            if best.as_ref().is_none_or(|(_, least)| load < *least) {
+                best = Some((link.clone(), load));
+            }
+        }
+        best.map(|(link, _)| link)
     }
 
     /// Live links right now.

@@ -5,8 +5,12 @@
 //! synchronous data structure (`&mut self`, no locks, no I/O): the link
 //! wraps it in a mutex with short critical sections. Gateway ids are
 //! integers from 1, below 2^53 (so they survive a float64 round trip
-//! through daemons such as hld), never the client's id. Every id that
-//! leaves the pending table is remembered in a bounded FIFO, so that a
+//! through daemons such as hld), never the client's id. The pending
+//! waiters sit in a ring of slots found by the id's low bits (no hashing
+//! per call); an id whose slot still holds a call is skipped when ids are
+//! issued, so ids go up by one, but for the slots of calls still pending.
+//! Every id that leaves the pending table is remembered in a bounded FIFO,
+//! so that a
 //! reply arriving for it later is classified as *stale* (timed out or
 //! abandoned) or *duplicate* (already answered) instead of *unknown*.
 //!
@@ -31,9 +35,6 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-// Keys are gateway ids switchyard issues itself: a fast non-keyed hash is
-// safe (no attacker chooses them) and is touched on every request.
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use tokio::sync::oneshot;
 
 use crate::envelope::{Message, Method, Payload};
@@ -79,7 +80,7 @@ pub struct Correlator<T> {
     /// Next id to issue.
     next_id: u64,
     /// Waiters by gateway id.
-    pending: HashMap<u64, T>,
+    pending: Ring<T>,
     /// Ids in the order they were written, when replies must come in order
     /// (hld). Abandoned ids stay here until their late reply arrives.
     order: Option<VecDeque<u64>>,
@@ -91,10 +92,25 @@ pub struct Correlator<T> {
     closed: bool,
 }
 
-/// A bounded FIFO set of ids.
+/// Pending waiters by id: slot `id % len` holds the waiter of `id`, if it
+/// is pending. At most half the slots are used (the ring doubles before),
+/// so a free slot for a new id comes soon; `len` is a power of two, at
+/// least [`RING_MIN`] and at most four times the most calls pending at
+/// once. It never shrinks (as a hash table would not).
+#[derive(Debug)]
+struct Ring<T> {
+    slots: Vec<Option<(u64, T)>>,
+    used: usize,
+}
+
+/// Slots of a ring when its first call comes.
+const RING_MIN: usize = 16;
+
+/// The last [`REMEMBERED_IDS`] ids, oldest first. Remembering one is a
+/// push (no hashing, on every call); looking one up scans them, which only
+/// a reply that matches no pending call does.
 #[derive(Debug, Default)]
 struct Remembered {
-    set: HashSet<u64>,
     fifo: VecDeque<u64>,
 }
 
@@ -105,7 +121,7 @@ impl<T> Correlator<T> {
     pub fn new(ordered: bool) -> Self {
         Correlator {
             next_id: 1,
-            pending: HashMap::default(),
+            pending: Ring::new(),
             order: ordered.then(VecDeque::new),
             abandoned: Remembered::default(),
             settled: Remembered::default(),
@@ -119,13 +135,15 @@ impl<T> Correlator<T> {
         if self.closed {
             return Err(waiter);
         }
+        self.pending.make_room();
         let mut id = self.next_id;
-        // Skip ids still pending after a wrap-around (2^53 requests later).
-        while self.pending.contains_key(&id) {
+        // Skip ids whose slot holds a call still pending (an id itself
+        // still pending after a wrap-around, 2^53 requests later, is one).
+        while !self.pending.is_free(id) {
             id = next(id);
         }
         self.next_id = next(id);
-        self.pending.insert(id, waiter);
+        self.pending.put(id, waiter);
         if let Some(order) = &mut self.order {
             order.push_back(id);
         }
@@ -158,7 +176,7 @@ impl<T> Correlator<T> {
             .pending
             .iter()
             .filter(|(_, w)| due(w))
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id)
             .collect();
         ids.into_iter()
             .filter_map(|id| self.abandon(id).map(|w| (id, w)))
@@ -167,7 +185,7 @@ impl<T> Correlator<T> {
 
     /// The waiters currently pending, in no particular order.
     pub fn pending_values(&self) -> impl Iterator<Item = &T> {
-        self.pending.values()
+        self.pending.iter().map(|(_, w)| w)
     }
 
     /// Settles a reply by id (unordered connections).
@@ -202,17 +220,17 @@ impl<T> Correlator<T> {
         if let Some(order) = &mut self.order {
             order.clear();
         }
-        self.pending.drain().map(|(_, w)| w).collect()
+        self.pending.drain()
     }
 
     /// Waiters currently pending.
     pub fn len(&self) -> usize {
-        self.pending.len()
+        self.pending.used
     }
 
     /// True when nothing is pending.
     pub fn is_empty(&self) -> bool {
-        self.pending.is_empty()
+        self.pending.used == 0
     }
 
     /// Ids written and not yet answered, abandoned ones included (ordered
@@ -227,9 +245,9 @@ impl<T> Correlator<T> {
     }
 
     fn classify(&self, id: u64) -> Resolution<T> {
-        if self.abandoned.set.contains(&id) {
+        if self.abandoned.contains(id) {
             Resolution::Stale
-        } else if self.settled.set.contains(&id) {
+        } else if self.settled.contains(id) {
             Resolution::Duplicate
         } else {
             Resolution::Unknown
@@ -245,18 +263,100 @@ fn next(id: u64) -> u64 {
     }
 }
 
+// === impl Ring ===
+
+impl<T> Ring<T> {
+    fn new() -> Self {
+        Ring {
+            slots: Vec::new(),
+            used: 0,
+        }
+    }
+
+    /// The slot of `id` (the ring has slots).
+    fn slot(&self, id: u64) -> usize {
+        // The mask is below the ring's length: a `usize`.
+        (id & (self.slots.len() as u64 - 1)) as usize
+    }
+
+    /// Doubles the ring, if need be, so that one more call leaves at most
+    /// half its slots used. Ids distinct modulo the old length are distinct
+    /// modulo the new one: every call finds its slot free.
+    fn make_room(&mut self) {
+        if (self.used + 1) * 2 <= self.slots.len() {
+            return;
+        }
+        let len = (self.slots.len() * 2).max(RING_MIN);
+        let old = std::mem::replace(&mut self.slots, Vec::with_capacity(len));
+        self.slots.resize_with(len, || None);
+        for (id, waiter) in old.into_iter().flatten() {
+            let at = self.slot(id);
+            if let Some(slot) = self.slots.get_mut(at) {
+                *slot = Some((id, waiter));
+            }
+        }
+    }
+
+    /// True when `id`'s slot is free (after [`Self::make_room`]).
+    fn is_free(&self, id: u64) -> bool {
+        self.slots.get(self.slot(id)).is_some_and(Option::is_none)
+    }
+
+    /// Puts `waiter` in `id`'s slot, free (see [`Self::is_free`]).
+    fn put(&mut self, id: u64, waiter: T) {
+        let at = self.slot(id);
+        if let Some(slot) = self.slots.get_mut(at) {
+            *slot = Some((id, waiter));
+            self.used += 1;
+        }
+    }
+
+    /// Takes out the waiter of `id`, if it is pending.
+    fn remove(&mut self, id: &u64) -> Option<T> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let at = self.slot(*id);
+        let slot = self.slots.get_mut(at)?;
+        if !matches!(slot, Some((of, _)) if of == id) {
+            return None;
+        }
+        self.used -= 1;
+        slot.take().map(|(_, waiter)| waiter)
+    }
+
+    /// The pending ids and their waiters, in no particular order.
+    fn iter(&self) -> impl Iterator<Item = (u64, &T)> {
+        self.slots.iter().flatten().map(|(id, w)| (*id, w))
+    }
+
+    /// Takes every waiter out.
+    fn drain(&mut self) -> Vec<T> {
+        self.used = 0;
+        self.slots
+            .iter_mut()
+            .filter_map(|slot| slot.take().map(|(_, w)| w))
+            .collect()
+    }
+}
+
 // === impl Remembered ===
 
 impl Remembered {
+    /// Remembers `id`, forgetting the oldest beyond [`REMEMBERED_IDS`]. An
+    /// id leaves the pending table once, so it is remembered once (until
+    /// the ids wrap around).
     fn remember(&mut self, id: u64) {
-        if self.set.insert(id) {
-            self.fifo.push_back(id);
-            if self.fifo.len() > REMEMBERED_IDS {
-                if let Some(old) = self.fifo.pop_front() {
-                    self.set.remove(&old);
-                }
-            }
+        if self.fifo.len() == REMEMBERED_IDS {
+            self.fifo.pop_front();
         }
+        self.fifo.push_back(id);
+    }
+
+    /// True when `id` is one of the ids remembered.
+    fn contains(&self, id: u64) -> bool {
+        let (a, b) = self.fifo.as_slices();
+        a.contains(&id) || b.contains(&id)
     }
 }
 
@@ -302,10 +402,40 @@ pub(crate) trait Caller: Send + Sync + std::fmt::Debug {
     /// Its call `token` was written: `receipt` takes it back
     /// ([`Receipt::abandon`]) should the client leave before its reply.
     fn written(&self, token: u64, receipt: Receipt);
-    /// Delivers call `token`'s outcome, settled at `now` (the end of its
+    /// Delivers call `token`'s outcome, settled `at` (the end of its
     /// request's duration). Returns false when nobody wanted it any more
     /// (the client left, or its calls were answered already).
-    fn complete(&self, token: u64, reply: ReplyResult, now: std::time::Instant) -> bool;
+    fn complete(&self, token: u64, reply: ReplyResult, at: Settled) -> bool;
+}
+
+/// When a call settled in place settled: the clock read that ends its
+/// request's duration, and the upstream's duration measured from that
+/// read, if it was (a call written at once starts both at one instant,
+/// so one subtraction gives both).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settled {
+    /// When it settled.
+    pub(crate) now: std::time::Instant,
+    /// When it was written, and how long before `now`.
+    written: Option<(std::time::Instant, std::time::Duration)>,
+}
+
+// === impl Settled ===
+
+impl Settled {
+    /// Settled at `now`.
+    pub(crate) fn at(now: std::time::Instant) -> Self {
+        Settled { now, written: None }
+    }
+
+    /// How long before it settled `start` was: the upstream's duration
+    /// when it started then, with no subtraction of its own.
+    pub(crate) fn since(&self, start: std::time::Instant) -> std::time::Duration {
+        match self.written {
+            Some((written, elapsed)) if written == start => elapsed,
+            _ => self.now.saturating_duration_since(start),
+        }
+    }
 }
 
 /// One request to settle in place: what to send, who gets the outcome,
@@ -360,12 +490,12 @@ impl Receipt {
 impl Settle {
     /// Delivers the outcome. Returns false when nobody wanted it any more.
     pub(crate) fn complete(self, reply: ReplyResult) -> bool {
-        self.complete_at(reply, std::time::Instant::now())
+        self.complete_at(reply, Settled::at(std::time::Instant::now()))
     }
 
-    /// [`Self::complete`] with the clock read already: `now`.
-    fn complete_at(self, reply: ReplyResult, now: std::time::Instant) -> bool {
-        self.caller.complete(self.token, reply, now)
+    /// [`Self::complete`] with the clock read already.
+    fn complete_at(self, reply: ReplyResult, at: Settled) -> bool {
+        self.caller.complete(self.token, reply, at)
     }
 }
 
@@ -399,8 +529,8 @@ impl Waiter {
                 // One clock read ends both the upstream's and the
                 // request's durations.
                 let now = std::time::Instant::now();
-                slots.settled(record_duration, now);
-                let delivered = c.complete_at(reply, now);
+                let at = slots.settled_at(record_duration, now);
+                let delivered = c.complete_at(reply, at);
                 // The room it leaves goes to the next parked call.
                 drop(slots);
                 delivered
@@ -503,14 +633,23 @@ impl Slots {
     /// `record_duration` (an outcome of a written request that is not a
     /// timeout) it also records the upstream-only duration.
     pub(crate) fn settled(&mut self, record_duration: bool, now: std::time::Instant) {
+        self.settled_at(record_duration, now);
+    }
+
+    /// [`Self::settled`], saying when: the upstream's duration goes with
+    /// it, for a request's duration that started at the same instant.
+    fn settled_at(&mut self, record_duration: bool, now: std::time::Instant) -> Settled {
         let calls = self.held.room.calls();
+        let elapsed = now.saturating_duration_since(self.started);
         if record_duration {
-            calls
-                .1
-                .observe_duration(now.saturating_duration_since(self.started));
+            calls.1.observe_duration(elapsed);
         }
         if std::mem::take(&mut self.counted) {
             calls.0.dec();
+        }
+        Settled {
+            now,
+            written: Some((self.started, elapsed)),
         }
     }
 }

@@ -61,7 +61,7 @@ pub mod tls;
 mod ws;
 
 use admission::Admission;
-pub(crate) use correlator::{Caller, Receipt, ReplyResult, Settle, Submission};
+pub(crate) use correlator::{Caller, Receipt, ReplyResult, Settle, Settled, Submission};
 pub(crate) use dedicated::{Client, Dedicated};
 pub(crate) use owner::{Owner, OwnerRef, PendingPush};
 use shared::UpstreamShared;

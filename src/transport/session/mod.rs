@@ -209,25 +209,76 @@ impl Session {
     /// Handles one inbound text frame or line; what it carries is decoded
     /// as slices of it.
     pub async fn on_text(&self, text: &Text) -> Verdict {
-        // One read of the listener for the decode's limit and the counts
-        // (not held across the await below).
-        let inbound = {
+        // One read of the listener for the decode's limit, the counts and
+        // a request settled in place (not held across the awaits below).
+        let later = {
             let listener = self.listener();
             let inbound = self
                 .codec()
                 .decode_text(text, listener.cfg().max_batch_items);
             self.count_in(&listener, text.len(), &inbound);
-            inbound
+            match self.now(&listener, inbound) {
+                Ok(verdict) => return verdict,
+                Err(later) => later,
+            }
         };
-        self.on_inbound(inbound).await
+        self.later(later).await
     }
 
     /// Handles one inbound binary frame (Sideband); what it carries is
     /// decoded as slices of it.
     pub async fn on_binary(&self, bytes: &bytes::Bytes) -> Verdict {
-        let inbound = self.codec().decode_binary(bytes);
-        self.count_in(&self.listener(), bytes.len(), &inbound);
-        self.on_inbound(inbound).await
+        let later = {
+            let listener = self.listener();
+            let inbound = self.codec().decode_binary(bytes);
+            self.count_in(&listener, bytes.len(), &inbound);
+            match self.now(&listener, inbound) {
+                Ok(verdict) => return verdict,
+                Err(later) => later,
+            }
+        };
+        self.later(later).await
+    }
+
+    /// The fast path of a request: within the rate limits, with a free
+    /// in-flight slot, settled in place (or handed to a task), all under
+    /// one read of the listener and without an await. Gives back what is
+    /// left to do otherwise.
+    fn now(&self, listener: &Listener, inbound: Inbound) -> Result<Verdict, Later> {
+        let item = match inbound {
+            Inbound::Single(item @ Item::Valid(Message::Request { .. })) => item,
+            inbound => return Err(Later::Inbound(inbound)),
+        };
+        if let Item::Valid(msg) = &item {
+            // holon-rpc's heartbeat (see `single`).
+            if let Some(reply) = self.codec().local_reply(msg, false) {
+                return Err(Later::Send(reply));
+            }
+        }
+        match self.rate_check(listener, &item) {
+            Ok(Checked::Pass) => {}
+            Ok(Checked::Limited(reply)) => return Err(Later::Send(reply)),
+            Ok(Checked::Dropped) => return Ok(Verdict::Continue),
+            Err(verdict) => return Ok(verdict),
+        }
+        match self.in_flight.try_hold(1) {
+            Some(permit) => Ok(self.admit(listener, item, permit)),
+            None => Err(Later::Admitted(item)),
+        }
+    }
+
+    /// Does what the fast path ([`Self::now`]) left.
+    async fn later(&self, later: Later) -> Verdict {
+        match later {
+            Later::Inbound(Inbound::Single(item)) => self.single(item).await,
+            Later::Inbound(inbound) => self.on_inbound(inbound).await,
+            Later::Admitted(item) => self.admitted(item).await,
+            Later::Send(reply) => {
+                // Answered at once, in order with what follows.
+                self.send(&reply).await;
+                Verdict::Continue
+            }
+        }
     }
 
     /// Does what one inbound frame asks, as the codec decoded it.
@@ -407,10 +458,21 @@ impl Session {
 
 // === Dispatch ===
 
+/// What the fast path of an inbound frame ([`Session::now`]) left to do.
+enum Later {
+    /// The frame, as decoded.
+    Inbound(Inbound),
+    /// A request within the rate limits that waits for an in-flight slot.
+    Admitted(Item),
+    /// A reply to queue (a request over a rate limit, holon-rpc's
+    /// heartbeat).
+    Send(Message),
+}
+
 /// An item after the rate limits.
 enum Checked {
     /// Within the limits.
-    Pass(Item),
+    Pass,
     /// A request over a limit: answer it with this error.
     Limited(Message),
     /// A notification over a limit: dropped (counted).
@@ -433,8 +495,11 @@ impl Session {
                 return Verdict::Continue;
             }
         }
-        let item = match self.rate_check(item) {
-            Ok(Checked::Pass(item)) => item,
+        // The item is looked at, not moved (a move copies the whole
+        // message); the listener's read ends before any await.
+        let checked = self.rate_check(&self.listener(), &item);
+        match checked {
+            Ok(Checked::Pass) => {}
             Ok(Checked::Limited(reply)) => {
                 // Answered at once, in order with what follows.
                 self.send(&reply).await;
@@ -442,41 +507,51 @@ impl Session {
             }
             Ok(Checked::Dropped) => return Verdict::Continue,
             Err(verdict) => return verdict,
+        }
+        self.admitted(item).await
+    }
+
+    /// An item within the rate limits: a request once it has an in-flight
+    /// slot, anything else in a task.
+    async fn admitted(&self, item: Item) -> Verdict {
+        let Item::Valid(Message::Request { id, .. }) = &item else {
+            return self.spawn(item, None);
         };
-        match item {
-            Item::Valid(Message::Request { id, method, params }) => {
-                let permit = match self.permits(1).await {
-                    Ok(permit) => permit,
-                    Err(NoSlot::ShuttingDown) => {
-                        self.send(&self.router().error_reply(id, &shutting_down()))
-                            .await;
-                        return Verdict::Continue;
-                    }
-                    // Being closed: nobody reads the answer.
-                    Err(NoSlot::Slow) => return Verdict::Continue,
-                };
-                let req = NotPlaced {
-                    id,
-                    method,
-                    params,
-                    permit,
-                };
-                match self
-                    .in_place
-                    .place(self.listener().router(), &self.parent, req)
-                {
-                    Ok(()) => Verdict::Continue,
-                    Err(req) => self.spawn(
-                        Item::Valid(Message::Request {
-                            id: req.id,
-                            method: req.method,
-                            params: req.params,
-                        }),
-                        Some(req.permit),
-                    ),
-                }
+        let permit = match self.permits(1).await {
+            Ok(permit) => permit,
+            Err(NoSlot::ShuttingDown) => {
+                let reply = self.router().error_reply(id.clone(), &shutting_down());
+                self.send(&reply).await;
+                return Verdict::Continue;
             }
-            item => self.spawn(item, None),
+            // Being closed: nobody reads the answer.
+            Err(NoSlot::Slow) => return Verdict::Continue,
+        };
+        self.admit(&self.listener(), item, permit)
+    }
+
+    /// A request with its in-flight slot: settled in place, else in a task.
+    fn admit(&self, listener: &Listener, item: Item, permit: Taken) -> Verdict {
+        let (id, method, params) = match item {
+            Item::Valid(Message::Request { id, method, params }) => (id, method, params),
+            item => return self.spawn(item, Some(permit)),
+        };
+        let req = NotPlaced {
+            id,
+            method,
+            params,
+            permit,
+        };
+        match self.in_place.place(listener.router(), &self.parent, req) {
+            Ok(()) => Verdict::Continue,
+            Err(req) => self.spawn(
+                Item::Valid(Message::Request {
+                    id: req.id,
+                    method: req.method,
+                    params: req.params,
+                }),
+                Some(req.permit),
+            ),
         }
     }
 
@@ -506,8 +581,9 @@ impl Session {
         let mut checked = Vec::with_capacity(items.len());
         for item in items {
             // Every batch item counts against the rate limits.
-            match self.rate_check(item) {
-                Ok(Checked::Pass(item)) => checked.push(item),
+            let rated = self.rate_check(&self.listener(), &item);
+            match rated {
+                Ok(Checked::Pass) => checked.push(item),
                 Ok(Checked::Limited(reply)) => checked.push(Item::Invalid(reply)),
                 Ok(Checked::Dropped) => {}
                 Err(verdict) => return verdict,
@@ -586,15 +662,14 @@ impl Session {
     /// limit, a request becomes its `rate_limited` error reply and a
     /// notification is dropped (`Ok(None)`), counted; past the abuse
     /// threshold the connection is closed (1008).
-    fn rate_check(&self, item: Item) -> Result<Checked, Verdict> {
+    fn rate_check(&self, listener: &Listener, item: &Item) -> Result<Checked, Verdict> {
         let (Item::Valid(Message::Request { method, .. })
-        | Item::Valid(Message::Notification { method, .. })) = &item
+        | Item::Valid(Message::Notification { method, .. })) = item
         else {
-            return Ok(Checked::Pass(item));
+            return Ok(Checked::Pass);
         };
-        let listener = self.listener();
         if listener.rate().is_off() {
-            return Ok(Checked::Pass(item));
+            return Ok(Checked::Pass);
         }
         let verdict = {
             let mut rate = self.rate.lock();
@@ -610,7 +685,7 @@ impl Session {
             rate.check(method)
         };
         let limited = match verdict {
-            RateVerdict::Allow => return Ok(Checked::Pass(item)),
+            RateVerdict::Allow => return Ok(Checked::Pass),
             RateVerdict::Limit(l) | RateVerdict::Abuse(l) => l,
         };
         listener.count_limit(limit_label(limited));
@@ -626,7 +701,9 @@ impl Session {
         match item {
             Item::Valid(Message::Request { id, .. }) => {
                 let err = GatewayError::with_detail(ErrorKind::RateLimited, limited.as_str());
-                Ok(Checked::Limited(listener.router().error_reply(id, &err)))
+                Ok(Checked::Limited(
+                    listener.router().error_reply(id.clone(), &err),
+                ))
             }
             _ => {
                 listener.count_dropped(DropReason::RateLimited);

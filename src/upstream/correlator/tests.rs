@@ -92,6 +92,71 @@ fn wraps_below_two_to_the_53() {
     assert_eq!(c.insert(()), Ok(1));
 }
 
+/// Once the ids wrapped around, an id still pending is skipped.
+#[test]
+fn after_a_wrap_ids_still_pending_are_skipped() {
+    let mut c = Correlator::new(false);
+    assert_eq!(c.insert("old"), Ok(1));
+    c.next_id = MAX_GATEWAY_ID;
+    assert_eq!(c.insert("a"), Ok(MAX_GATEWAY_ID));
+    assert_eq!(c.insert("b"), Ok(2), "id 1 is still pending");
+    assert_eq!(c.resolve(1), Resolution::Pending("old"));
+    assert_eq!(c.resolve(2), Resolution::Pending("b"));
+}
+
+/// A call pending while many others come and go keeps its slot: the ids
+/// that would share it are skipped, and it is still its own call's.
+#[test]
+fn a_call_pending_long_keeps_its_slot() {
+    let mut c = Correlator::new(false);
+    assert_eq!(c.insert(usize::MAX), Ok(1));
+    let mut issued = Vec::new();
+    for n in 0..4 * RING_MIN {
+        let id = c.insert(n).expect("open");
+        issued.push(id);
+        assert_eq!(c.resolve(id), Resolution::Pending(n));
+    }
+    assert!(!issued.contains(&1));
+    assert!(
+        issued.windows(2).all(|w| w[0] < w[1]),
+        "ids still go up: {issued:?}"
+    );
+    assert_eq!(c.resolve(1), Resolution::Pending(usize::MAX));
+    assert!(c.is_empty());
+}
+
+/// The ring doubles as calls pile up, and every call stays its own.
+#[test]
+fn the_ring_grows_with_the_calls_pending() {
+    let mut c = Correlator::new(false);
+    let ids: Vec<u64> = (0..5 * RING_MIN)
+        .map(|n| c.insert(n).expect("open"))
+        .collect();
+    assert_eq!(c.len(), 5 * RING_MIN);
+    for (n, id) in ids.into_iter().enumerate().rev() {
+        assert_eq!(c.resolve(id), Resolution::Pending(n));
+    }
+    assert!(c.is_empty());
+}
+
+/// The last `REMEMBERED_IDS` settled and abandoned ids are remembered,
+/// each kind on its own: older ones are unknown again.
+#[test]
+fn remembers_the_last_ids_of_each_kind_only() {
+    let mut c = Correlator::new(false);
+    let stale = c.insert(0).expect("open");
+    assert_eq!(c.abandon(stale), Some(0));
+    let first = c.insert(0).expect("open");
+    assert_eq!(c.resolve(first), Resolution::Pending(0));
+    for n in 0..REMEMBERED_IDS {
+        let id = c.insert(n).expect("open");
+        assert_eq!(c.resolve(id), Resolution::Pending(n));
+    }
+    assert_eq!(c.resolve(first), Resolution::Unknown, "forgotten");
+    assert_eq!(c.resolve(first + 1), Resolution::Duplicate);
+    assert_eq!(c.resolve(stale), Resolution::Stale, "other kind");
+}
+
 #[test]
 fn parses_float_spellings() {
     assert_eq!(parse_gateway_id("3"), Some(3));
@@ -125,4 +190,25 @@ proptest! {
         }
         prop_assert_eq!(c.len(), live.len());
     }
+}
+
+/// A call's request duration is the upstream's when both started at one
+/// instant (no second subtraction), else it is measured from its start.
+#[test]
+fn settled_gives_the_upstream_duration_to_a_request_started_with_it() {
+    let written = std::time::Instant::now();
+    let now = written + std::time::Duration::from_millis(5);
+    // Not `now - written`: the duration given is the one used, as is.
+    let given = std::time::Duration::from_millis(3);
+    let at = Settled {
+        now,
+        written: Some((written, given)),
+    };
+    assert_eq!(at.since(written), given);
+    let earlier = written - std::time::Duration::from_millis(2);
+    assert_eq!(at.since(earlier), std::time::Duration::from_millis(7));
+    assert_eq!(
+        Settled::at(now).since(written),
+        std::time::Duration::from_millis(5)
+    );
 }
