@@ -7,13 +7,14 @@
 //! the session's bounded outbox, both in [`super::driver`].
 //!
 //! The handshake is done here ([`upgrade`]) on hyper's upgrade, and the
-//! socket is tokio-tungstenite's over a [`BufReader`] of [`READ_CHUNK`]
-//! bytes: system calls read up to that much at once into a buffer
-//! allocated (and zeroed) once, and the library, which zero-fills its own
-//! read buffer before every read, is given only [`LIBRARY_READ`] bytes per
-//! read. Read buffers per connection: `READ_CHUNK + LIBRARY_READ` = 8 KiB.
-//! A message larger than `LIBRARY_READ` is read in pieces of that size out
-//! of the chunk (one copy more of its bytes than a direct read).
+//! socket is tokio-tungstenite's, with a read buffer of [`READ_BUFFER`]
+//! bytes per connection (allocated with the connection: an idle
+//! connection's main cost). The library zero-fills what is left of that
+//! buffer before every read; a smaller read size with a buffer of
+//! switchyard's own under it would shrink the fill, but frames still held
+//! (a call parked at a busy upstream keeps its request's bytes) then make
+//! the library allocate a new buffer every few requests, where an 8 KiB one
+//! lasts a dozen.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -22,7 +23,6 @@ use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
 use hyper_util::rt::TokioIo;
-use tokio::io::BufReader;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{
     CloseCode as WsCloseCode, Data, OpCode,
 };
@@ -54,21 +54,17 @@ use crate::telemetry::Peer;
 /// the dialect before closing with 1009.
 const LIBRARY_HEADROOM: usize = 64 * 1024;
 
-/// The read buffer under the library per connection (allocated up front
-/// with the connection: with [`LIBRARY_READ`], an idle connection's main
-/// cost).
-const READ_CHUNK: usize = 7 * 1024;
-
-/// The library's own read buffer, and the most it asks for (and zero-fills)
-/// per read; it grows to hold a larger message while it is read.
-const LIBRARY_READ: usize = 1024;
+/// The library's read buffer per connection, and the most it reads (and
+/// zero-fills) at once; it grows to hold a larger message while it is
+/// read.
+const READ_BUFFER: usize = 8 * 1024;
 
 /// Frames are written to the socket once this much is buffered (or the
 /// outbox runs empty). The buffer itself grows only as frames arrive.
 const WRITE_THRESHOLD: usize = 64 * 1024;
 
 /// A client's upgraded connection.
-type Socket = WebSocketStream<BufReader<TokioIo<hyper::upgrade::Upgraded>>>;
+type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
 /// A request for a WebSocket listener's path (see [`super::address`]): a
 /// `GET` with a valid upgrade that passes the listener's Host, Origin and
@@ -118,7 +114,7 @@ fn accept(
     let config = WebSocketConfig::default()
         .max_message_size(Some(limit))
         .max_frame_size(Some(limit))
-        .read_buffer_size(LIBRARY_READ)
+        .read_buffer_size(READ_BUFFER)
         .write_buffer_size(WRITE_THRESHOLD);
     let chosen = select_subprotocol(headers, listener.dialect());
     let response = ws.switching(chosen);
@@ -131,7 +127,7 @@ fn accept(
         let Ok(upgraded) = on_upgrade.await else {
             return;
         };
-        let io = BufReader::with_capacity(READ_CHUNK, TokioIo::new(upgraded));
+        let io = TokioIo::new(upgraded);
         let socket = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
         sessions
             .track_future(run(socket, cell, ctx, peer, who).instrument(span))
