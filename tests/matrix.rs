@@ -404,8 +404,8 @@ async fn ids_round_trip(pair: &Pair, name: &str) {
 }
 
 /// A request and reply many times larger than what any socket read takes
-/// at once (7 KiB on WebSocket listeners, 15 KiB on upstream WebSocket
-/// links, and 1 KiB per read of the WebSocket library above them) cross
+/// at once (8 KiB on WebSocket listeners; 15 KiB on upstream WebSocket
+/// links, 1 KiB per read of the WebSocket library above them) cross
 /// whole, several in a row on one connection.
 async fn large_round_trip(pair: &Pair, name: &str) {
     let mut c = pair.client(&pair.main).await;
