@@ -209,7 +209,24 @@ impl Farewell {
 
 /// Reads a gateway id back from a reply's raw id token. Accepts the float
 /// spellings a float64 round trip produces (`3.0`, `3e0`).
+///
+/// The ids switchyard writes come back as plain digits, read by one loop
+/// over at most 19 of them (below 10^19 < 2^64: no overflow, the value
+/// `u64`'s parse gives); any other token takes the parses.
 pub fn parse_gateway_id(token: &str) -> Option<u64> {
+    let bytes = token.as_bytes();
+    if (1..=19).contains(&bytes.len()) {
+        let mut n = 0u64;
+        let mut digits = true;
+        for &b in bytes {
+            let d = b.wrapping_sub(b'0');
+            digits &= d < 10;
+            n = n.wrapping_mul(10).wrapping_add(u64::from(d));
+        }
+        if digits {
+            return Some(n);
+        }
+    }
     if let Ok(n) = token.parse::<u64>() {
         return Some(n);
     }
@@ -220,4 +237,61 @@ pub fn parse_gateway_id(token: &str) -> Option<u64> {
 /// Params that cannot be rendered as JSON.
 pub(crate) fn not_json() -> GatewayError {
     GatewayError::with_detail(ErrorKind::InvalidParams, "params cannot be carried as JSON")
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::{parse_gateway_id, MAX_GATEWAY_ID};
+
+    /// The parses alone: what [`parse_gateway_id`] gave before its digit
+    /// loop, its oracle.
+    fn by_parse(token: &str) -> Option<u64> {
+        if let Ok(n) = token.parse::<u64>() {
+            return Some(n);
+        }
+        let f: f64 = token.parse().ok()?;
+        (f.fract() == 0.0 && f >= 1.0 && f <= MAX_GATEWAY_ID as f64).then_some(f as u64)
+    }
+
+    #[test]
+    fn gateway_ids_at_the_digit_loops_edges() {
+        for token in [
+            "",
+            "0",
+            "7",
+            "+7",
+            "-7",
+            "07",
+            "3.0",
+            "3e0",
+            " 3",
+            "3 ",
+            "/",
+            ":",
+            "9999999999999999999",
+            "18446744073709551615",
+            "18446744073709551616",
+            "00000000000000000001",
+            "9007199254740991",
+            "9007199254740992.0",
+        ] {
+            assert_eq!(parse_gateway_id(token), by_parse(token), "{token:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn gateway_ids_read_as_the_parses_read_them(
+            token in "[0-9]{1,21}|[-+0-9./:eE ]{0,22}|\\PC{0,8}",
+        ) {
+            prop_assert_eq!(parse_gateway_id(&token), by_parse(&token));
+        }
+
+        #[test]
+        fn every_u64_reads_back(n in any::<u64>()) {
+            prop_assert_eq!(parse_gateway_id(&n.to_string()), Some(n));
+        }
+    }
 }

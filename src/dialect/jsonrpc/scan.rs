@@ -136,9 +136,9 @@ fn members_of<'a>(
     names: &mut impl Names<'a>,
 ) -> Result<(), Declined> {
     cur.ws();
-    match cur.peek() {
-        Some(b'{') => cur.pos += 1,
-        Some(b'[') => return Err(Declined::Unsure),
+    match cur.rest.split_first() {
+        Some((b'{', tail)) => cur.rest = tail,
+        Some((b'[', _)) => return Err(Declined::Unsure),
         _ => return Err(Declined::Invalid),
     }
     cur.ws();
@@ -149,10 +149,10 @@ fn members_of<'a>(
         if !cur.eat(b'"') {
             return Err(Declined::Invalid);
         }
-        let slot = match names.slot(cur.rest()) {
+        let slot = match names.slot(cur.rest) {
             Some((_, slot)) if slot.is_some() => return Err(Declined::Invalid),
             Some((len, slot)) => {
-                cur.pos += len;
+                cur.skip(len);
                 Some(slot)
             }
             None => {
@@ -169,10 +169,10 @@ fn members_of<'a>(
             return Err(Declined::Invalid);
         }
         cur.ws();
-        let start = cur.pos;
+        let start = cur.pos();
         cur.member_value()?;
         if let Some(slot) = slot {
-            *slot = text.get(start..cur.pos);
+            *slot = text.get(start..cur.pos());
         }
         cur.ws();
         match cur.next() {
@@ -197,9 +197,9 @@ pub fn array<'a>(text: &'a str, items: &mut Vec<&'a str>) -> Result<(), Declined
         return cur.end();
     }
     loop {
-        let start = cur.pos;
+        let start = cur.pos();
         cur.value()?;
-        items.extend(text.get(start..cur.pos));
+        items.extend(text.get(start..cur.pos()));
         cur.ws();
         match cur.next() {
             Some(b',') => cur.ws(),
@@ -285,10 +285,13 @@ fn tail_run(bytes: &[u8]) -> usize {
     bytes.iter().position(|&b| stops(b)).unwrap_or(bytes.len())
 }
 
-/// A position in the text scanned.
+/// A position in the text scanned: the text not yet scanned, a slice
+/// that shrinks from the front (its first byte is read and dropped with no
+/// index to check against the text's length).
 struct Cursor<'a> {
-    bytes: &'a [u8],
-    pos: usize,
+    rest: &'a [u8],
+    /// The whole text's length: the position is `len - rest.len()`.
+    len: usize,
     /// A raw line break was skipped as whitespace.
     breaks: bool,
 }
@@ -333,32 +336,42 @@ impl<'a> Names<'a> for Members<'a> {
 impl<'a> Cursor<'a> {
     fn new(text: &'a str) -> Self {
         Cursor {
-            bytes: text.as_bytes(),
-            pos: 0,
+            rest: text.as_bytes(),
+            len: text.len(),
             breaks: false,
         }
     }
 
-    fn peek(&self) -> Option<u8> {
-        self.bytes.get(self.pos).copied()
+    /// How many bytes of the text were scanned (`rest` is a suffix of
+    /// the text: no underflow).
+    fn pos(&self) -> usize {
+        self.len - self.rest.len()
     }
 
-    /// The text not yet scanned.
-    fn rest(&self) -> &'a [u8] {
-        self.bytes.get(self.pos..).unwrap_or_default()
+    fn peek(&self) -> Option<u8> {
+        self.rest.first().copied()
     }
 
     fn next(&mut self) -> Option<u8> {
-        let b = self.peek()?;
-        self.pos += 1;
+        let (&b, tail) = self.rest.split_first()?;
+        self.rest = tail;
         Some(b)
+    }
+
+    /// Drops the next `n` bytes (all that is left if fewer).
+    fn skip(&mut self, n: usize) {
+        self.rest = self.rest.get(n..).unwrap_or_default();
     }
 
     /// Consumes `b` if it comes next.
     fn eat(&mut self, b: u8) -> bool {
-        let hit = self.peek() == Some(b);
-        self.pos += usize::from(hit);
-        hit
+        match self.rest.split_first() {
+            Some((&first, tail)) if first == b => {
+                self.rest = tail;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Skips JSON whitespace, noting a line break. Most texts have none
@@ -373,16 +386,16 @@ impl<'a> Cursor<'a> {
     /// [`ws`](Cursor::ws) where there is some.
     #[inline(never)]
     fn skip_ws(&mut self) {
-        while let Some(b @ (b' ' | b'\t' | b'\n' | b'\r')) = self.peek() {
+        while let [b @ (b' ' | b'\t' | b'\n' | b'\r'), tail @ ..] = self.rest {
             self.breaks |= matches!(b, b'\n' | b'\r');
-            self.pos += 1;
+            self.rest = tail;
         }
     }
 
     /// Nothing but whitespace is left.
     fn end(&mut self) -> Result<(), Declined> {
         self.ws();
-        if self.pos == self.bytes.len() {
+        if self.rest.is_empty() {
             Ok(())
         } else {
             Err(Declined::Invalid)
@@ -392,11 +405,13 @@ impl<'a> Cursor<'a> {
     /// Consumes `word` if it comes next (a comparison of a known length,
     /// which the compiler makes a word compare or two).
     fn eat_word<const N: usize>(&mut self, word: &[u8; N]) -> bool {
-        let hit = self.bytes.get(self.pos..self.pos + N) == Some(word.as_slice());
-        if hit {
-            self.pos += N;
+        match self.rest.split_first_chunk::<N>() {
+            Some((head, tail)) if head == word => {
+                self.rest = tail;
+                true
+            }
+            _ => false,
         }
-        hit
     }
 
     /// The rest of a string after its opening quote; whether it held an
@@ -404,12 +419,14 @@ impl<'a> Cursor<'a> {
     fn string(&mut self) -> Result<bool, Declined> {
         let mut escaped = false;
         loop {
-            let rest = self.bytes.get(self.pos..).unwrap_or_default();
-            let stop = plain_run(rest);
-            self.pos += stop + 1;
-            match rest.get(stop) {
-                Some(b'"') => return Ok(escaped),
-                Some(b'\\') => {
+            let stop = plain_run(self.rest);
+            match self.rest.get(stop..).and_then(<[u8]>::split_first) {
+                Some((b'"', tail)) => {
+                    self.rest = tail;
+                    return Ok(escaped);
+                }
+                Some((b'\\', tail)) => {
+                    self.rest = tail;
                     escaped = true;
                     self.escape()?;
                 }
@@ -424,15 +441,13 @@ impl<'a> Cursor<'a> {
     fn escape(&mut self) -> Result<(), Declined> {
         match self.next() {
             Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => Ok(()),
-            Some(b'u') => {
-                let hex = self.bytes.get(self.pos..self.pos + 4);
-                if hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
-                    self.pos += 4;
+            Some(b'u') => match self.rest.split_first_chunk::<4>() {
+                Some((hex, tail)) if hex.iter().all(u8::is_ascii_hexdigit) => {
+                    self.rest = tail;
                     Ok(())
-                } else {
-                    Err(Declined::Invalid)
                 }
-            }
+                _ => Err(Declined::Invalid),
+            },
             _ => Err(Declined::Invalid),
         }
     }
@@ -448,10 +463,10 @@ impl<'a> Cursor<'a> {
         if self.eat(b'.') {
             self.some_digits()?;
         }
-        if let Some(b'e' | b'E') = self.peek() {
-            self.pos += 1;
-            if let Some(b'+' | b'-') = self.peek() {
-                self.pos += 1;
+        if let [b'e' | b'E', tail @ ..] = self.rest {
+            self.rest = tail;
+            if let [b'+' | b'-', tail @ ..] = self.rest {
+                self.rest = tail;
             }
             self.some_digits()?;
         }
@@ -459,8 +474,8 @@ impl<'a> Cursor<'a> {
     }
 
     fn digits(&mut self) {
-        while let Some(b'0'..=b'9') = self.peek() {
-            self.pos += 1;
+        while let [b'0'..=b'9', tail @ ..] = self.rest {
+            self.rest = tail;
         }
     }
 
@@ -480,12 +495,12 @@ impl<'a> Cursor<'a> {
     ///
     /// [`value`]: Cursor::value
     fn member_value(&mut self) -> Result<(), Declined> {
-        match self.peek() {
-            Some(b'"') => {
-                self.pos += 1;
+        match self.rest.split_first() {
+            Some((b'"', tail)) => {
+                self.rest = tail;
                 self.string().map(|_| ())
             }
-            Some(b'-' | b'0'..=b'9') => self.number(),
+            Some((b'-' | b'0'..=b'9', _)) => self.number(),
             _ => self.value(),
         }
     }
@@ -496,9 +511,9 @@ impl<'a> Cursor<'a> {
         let mut open = Nesting::new();
         loop {
             // A value starts here.
-            match self.peek() {
-                Some(b'{') => {
-                    self.pos += 1;
+            match self.rest.split_first() {
+                Some((b'{', tail)) => {
+                    self.rest = tail;
                     open.push(true)?;
                     self.ws();
                     if !self.eat(b'}') {
@@ -507,8 +522,8 @@ impl<'a> Cursor<'a> {
                     }
                     open.pop();
                 }
-                Some(b'[') => {
-                    self.pos += 1;
+                Some((b'[', tail)) => {
+                    self.rest = tail;
                     open.push(false)?;
                     self.ws();
                     if !self.eat(b']') {
@@ -516,14 +531,14 @@ impl<'a> Cursor<'a> {
                     }
                     open.pop();
                 }
-                Some(b'"') => {
-                    self.pos += 1;
+                Some((b'"', tail)) => {
+                    self.rest = tail;
                     self.string()?;
                 }
-                Some(b't') if self.eat_word(b"true") => {}
-                Some(b'f') if self.eat_word(b"false") => {}
-                Some(b'n') if self.eat_word(b"null") => {}
-                Some(b'-' | b'0'..=b'9') => self.number()?,
+                Some((b't', _)) if self.eat_word(b"true") => {}
+                Some((b'f', _)) if self.eat_word(b"false") => {}
+                Some((b'n', _)) if self.eat_word(b"null") => {}
+                Some((b'-' | b'0'..=b'9', _)) => self.number()?,
                 _ => return Err(Declined::Invalid),
             }
             // A value ended: close what it ends, or go on to the next one.
