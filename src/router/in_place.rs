@@ -215,10 +215,14 @@ impl InPlace {
             },
             placed: now.into_std(),
         };
-        if let Err(back) = upstream.submit(submission) {
+        match upstream.submit(submission) {
+            Ok(Some(receipt)) => self.record_written(token, receipt),
+            Ok(None) => {}
             // `settles_in_place` said yes a moment ago.
-            back.done
-                .complete(Err(GatewayError::new(ErrorKind::Internal)));
+            Err(back) => {
+                back.done
+                    .complete(Err(GatewayError::new(ErrorKind::Internal)));
+            }
         }
         Ok(())
     }
@@ -285,6 +289,26 @@ impl InPlace {
         }
     }
 
+    /// Records where call `token` was written, unless it settled already
+    /// or the session ended (then the call is taken back unanswered).
+    fn record_written(&self, token: u64, receipt: Receipt) {
+        let ended = {
+            let mut calls = self.calls.lock();
+            if let Some((of, entry)) = calls.out.get_mut(slot_of(token)) {
+                if *of == token {
+                    entry.at = At::Written(receipt);
+                    return;
+                }
+            }
+            calls.ended
+        };
+        // Settled already, or the session ended while it was being written
+        // (and answered it, if it failed its calls): taken back unanswered.
+        if ended.is_some() {
+            receipt.abandon();
+        }
+    }
+
     /// Queues a settled reply without waiting (see `Outbox::settle`); the
     /// request's in-flight slot is freed once the reply is queued, as on
     /// the waiting path. Returns false when the client is gone.
@@ -303,21 +327,7 @@ impl Caller for InPlace {
     }
 
     fn written(&self, token: u64, receipt: Receipt) {
-        let ended = {
-            let mut calls = self.calls.lock();
-            if let Some((of, entry)) = calls.out.get_mut(slot_of(token)) {
-                if *of == token {
-                    entry.at = At::Written(receipt);
-                    return;
-                }
-            }
-            calls.ended
-        };
-        // Settled already, or the session ended while it was being written
-        // (and answered it, if it failed its calls): taken back unanswered.
-        if ended.is_some() {
-            receipt.abandon();
-        }
+        self.record_written(token, receipt);
     }
 
     fn complete(&self, token: u64, reply: ReplyResult, settled: Settled) -> bool {

@@ -325,8 +325,10 @@ fn not_connected(name: &str) -> GatewayError {
 impl Admission {
     /// Writes `call` on a link with room now, or parks it until there is
     /// room (behind the calls parked before it), or refuses it when the
-    /// queue is full.
-    pub(crate) fn submit(self: &Arc<Self>, call: Submission) {
+    /// queue is full. Returns the receipt of a call written now: its
+    /// caller records it itself ([`Caller::written`] is for calls written
+    /// later), so the call's client is not shared once more to be told.
+    pub(crate) fn submit(self: &Arc<Self>, call: Submission) -> Option<Receipt> {
         // Parked calls came first: a new one only jumps in when none waits.
         let why = if self.parked_len.load(std::sync::atomic::Ordering::Acquire) == 0 {
             match self.try_room() {
@@ -340,31 +342,39 @@ impl Admission {
             NoRoom::Full
         };
         self.park(call, why);
+        None
     }
 
     /// Writes `call` on `link`, in the room `held`, at `now` (when its
-    /// upstream duration starts).
-    fn place(&self, link: Arc<Link>, held: Held, call: Submission, now: std::time::Instant) {
+    /// upstream duration starts). Returns where it was written, if it was.
+    fn place(
+        &self,
+        link: Arc<Link>,
+        held: Held,
+        call: Submission,
+        now: std::time::Instant,
+    ) -> Option<Receipt> {
         let Submission {
             method,
             params,
             done,
             placed: _,
         } = call;
-        let (caller, token) = (done.caller.clone(), done.token);
         // Held inline (about 64 bytes in the correlator's entry) rather than
         // boxed: one allocation per call fewer.
         let slots = Slots::start_at(held, now);
         match link.send_request(&method, params.as_ref(), Waiter::Direct(done, slots)) {
-            Ok(gid) => caller.written(token, Receipt::new(link, gid)),
+            Ok(gid) => Some(Receipt::new(link, gid)),
             Err((e, Some(waiter))) => {
                 waiter.unsent(e);
+                None
             }
             Err((e, None)) => {
                 // Abandoned (its client left, or the link failed) between
                 // its registration and the failed write: whoever abandoned
                 // it has settled it already.
                 tracing::debug!(upstream = %self.shared.cfg.name, error = %e, "in-place call abandoned before it was written");
+                None
             }
         }
     }
@@ -445,7 +455,10 @@ impl Admission {
                         .complete(Err(GatewayError::new(ErrorKind::Timeout)));
                     continue;
                 }
-                self.place(link, held, p.call, now.into_std());
+                let (caller, token) = (p.call.done.caller.clone(), p.call.done.token);
+                if let Some(receipt) = self.place(link, held, p.call, now.into_std()) {
+                    caller.written(token, receipt);
+                }
                 break;
             }
         }

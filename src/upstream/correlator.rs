@@ -399,8 +399,10 @@ pub(crate) trait Caller: Send + Sync + std::fmt::Debug {
     /// Set once the client's shutdown grace period is over: the answer to
     /// its calls still parked (they are never written then).
     fn closing(&self) -> Option<GatewayError>;
-    /// Its call `token` was written: `receipt` takes it back
-    /// ([`Receipt::abandon`]) should the client leave before its reply.
+    /// Its call `token`, parked first, was written: `receipt` takes it
+    /// back ([`Receipt::abandon`]) should the client leave before its
+    /// reply. (A call written at once gives its receipt back from
+    /// `Upstream::submit` instead.)
     fn written(&self, token: u64, receipt: Receipt);
     /// Delivers call `token`'s outcome, settled `at` (the end of its
     /// request's duration). Returns false when nobody wanted it any more

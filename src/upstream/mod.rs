@@ -287,15 +287,16 @@ impl Upstream {
     /// Settles `call` in place: written now if there is room, else parked
     /// until there is (see `admission`). Given back when it
     /// must take the task path ([`request`](Self::request)) instead.
+    /// Returns the receipt of a call written at once: the caller records
+    /// it (a call written later is recorded by [`Caller::written`]).
     // The call comes back as it came, by value: boxing it would cost an
     // allocation per request.
     #[allow(clippy::result_large_err)]
-    pub(crate) fn submit(&self, call: Submission) -> Result<(), Submission> {
+    pub(crate) fn submit(&self, call: Submission) -> Result<Option<Receipt>, Submission> {
         if !self.settles_in_place(&call.method) {
             return Err(call);
         }
-        self.admission.submit(call);
-        Ok(())
+        Ok(self.admission.submit(call))
     }
 
     /// Takes out the calls `caller` has parked here (its shutdown grace
