@@ -9,6 +9,10 @@ use prometheus::proto;
 
 use super::{shard, Line, CELLS, SHARDS};
 
+/// Cells at the start of each shard that hold the sum (low and high
+/// words); the bucket counts follow.
+const SUM_CELLS: usize = 2;
+
 /// What a histogram's observations are recorded in and exported as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {
@@ -79,8 +83,8 @@ pub(super) struct Buckets {
     start: [u16; 65],
     /// Recorded units per exported unit.
     scale: f64,
-    /// Cells per shard, whole lines: the buckets, the one above the
-    /// highest bound, and the sum's low and high words.
+    /// Cells per shard, whole lines: the sum's low and high words, then
+    /// the buckets and the one above the highest bound.
     stride: usize,
 }
 
@@ -121,38 +125,39 @@ impl Histogram {
     /// [`observe_duration`](Self::observe_duration) for those).
     #[inline]
     pub fn observe(&self, v: u64) {
-        let b = &self.core.buckets;
-        let base = shard() * b.stride;
-        let bucket = b.bucket(v);
-        self.cell(base + bucket).fetch_add(1, Ordering::Relaxed);
-        self.add_sum(base, v);
-    }
-
-    /// Adds `v` to the sum in the shard at `base`.
-    #[inline]
-    fn add_sum(&self, base: usize, v: u64) {
-        let sum = base + self.core.buckets.limits.len() + 1;
-        let before = self.cell(sum).fetch_add(v, Ordering::Relaxed);
-        if before.checked_add(v).is_none() {
-            // The low word wrapped: carry into the high one. A fold that
-            // runs between the two adds reads 2^64 too little, once per
-            // 2^64 recorded units (584 years of summed durations).
-            self.cell(sum + 1).fetch_add(1, Ordering::Relaxed);
+        let core = &*self.core;
+        let b = &*core.buckets;
+        // The shard's first line holds the sum (cells 0 and 1) and the
+        // first buckets; its lines are found once, the bucket's cell from
+        // them.
+        let shard = core.shard(shard(), b);
+        let cell = SUM_CELLS + b.bucket(v);
+        if let Some(line) = shard.get(cell / CELLS) {
+            line.0[cell % CELLS].fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(first) = shard.first() {
+            add_sum(first, v);
         }
     }
 
     /// Adds what `local` observed since it was last published, and
     /// empties it.
     fn publish(&self, local: &mut Local) {
-        let b = &self.core.buckets;
-        let base = shard() * b.stride;
+        let core = &*self.core;
+        let shard = core.shard(shard(), &core.buckets);
         for (i, count) in local.counts.iter_mut().enumerate() {
             if *count != 0 {
-                self.cell(base + i).fetch_add(*count, Ordering::Relaxed);
+                let cell = SUM_CELLS + i;
+                if let Some(line) = shard.get(cell / CELLS) {
+                    line.0[cell % CELLS].fetch_add(*count, Ordering::Relaxed);
+                }
                 *count = 0;
             }
         }
-        self.add_sum(base, std::mem::take(&mut local.sum));
+        let sum = std::mem::take(&mut local.sum);
+        if let Some(first) = shard.first() {
+            add_sum(first, sum);
+        }
     }
 
     /// A local count of this series' observations, for one task (see
@@ -182,10 +187,10 @@ impl Histogram {
         for s in 0..SHARDS {
             let base = s * b.stride;
             for (i, count) in counts.iter_mut().enumerate() {
-                *count = count.wrapping_add(self.load(base + i));
+                *count = count.wrapping_add(self.load(base + SUM_CELLS + i));
             }
-            let low = u128::from(self.load(base + counts.len()));
-            let high = u128::from(self.load(base + counts.len() + 1));
+            let low = u128::from(self.load(base));
+            let high = u128::from(self.load(base + 1));
             sum = sum.wrapping_add(high << 64 | low);
         }
         Snapshot { counts, sum }
@@ -232,6 +237,30 @@ impl Histogram {
 
     fn load(&self, i: usize) -> u64 {
         self.cell(i).load(Ordering::Relaxed)
+    }
+}
+
+// === impl Core ===
+
+impl Core {
+    /// The lines of shard `i` (`b` is this series' buckets).
+    #[inline]
+    fn shard(&self, i: usize, b: &Buckets) -> &[Line] {
+        let per = b.stride / CELLS;
+        self.lines.get(i * per..(i + 1) * per).unwrap_or(&[])
+    }
+}
+
+/// Adds `v` to the sum held in cells 0 (low word) and 1 (high word) of a
+/// shard's first line.
+#[inline]
+fn add_sum(first: &Line, v: u64) {
+    let before = first.0[0].fetch_add(v, Ordering::Relaxed);
+    if before.checked_add(v).is_none() {
+        // The low word wrapped: carry into the high one. A fold that
+        // runs between the two adds reads 2^64 too little, once per
+        // 2^64 recorded units (584 years of summed durations).
+        first.0[1].fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -355,3 +355,38 @@ fn a_local_histogram_shows_its_counts_from_its_publish_on_once() {
         assert_eq!(series.snapshot(), direct.snapshot(), "dropped: {bounds:?}");
     }
 }
+
+/// A family with more buckets than one line holds (two lines per shard):
+/// every bucket, in every shard, counts in its own cell, and none of
+/// them in the sum's.
+#[test]
+fn buckets_past_the_first_line_count_in_every_shard() {
+    let bounds: Vec<f64> = (0..20).map(|i| f64::from(1u32 << i)).collect();
+    let h = HistogramVec::new(("w_bytes", "w"), Unit::Bytes, &bounds, ["l"]).unwrap();
+    let h = h.with_label_values(&["a"]);
+    // One value per bucket, the last above the highest bound.
+    let values: Vec<u64> = (0..=20).map(|i| 1u64 << i).collect();
+    std::thread::scope(|scope| {
+        for s in 0..SHARDS {
+            let (h, values) = (&h, &values);
+            scope.spawn(move || {
+                pin_shard(s);
+                for (i, &v) in values.iter().enumerate() {
+                    // Bucket i takes i + 1 observations per shard.
+                    for _ in 0..=i {
+                        h.observe(v);
+                    }
+                }
+            });
+        }
+    });
+    let snap = h.snapshot();
+    let want: Vec<u64> = (1..=21).map(|n| n * SHARDS as u64).collect();
+    assert_eq!(snap.counts, want);
+    let per_shard: u128 = values
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| u128::from(v) * (i as u128 + 1))
+        .sum();
+    assert_eq!(snap.sum, per_shard * SHARDS as u128);
+}
