@@ -24,7 +24,7 @@ from collections import defaultdict
 # function pattern matches the function the code runs in. First match wins.
 LAYERS = [
     # Third-party code, by where it was written.
-    ("WebSocket codec (tungstenite, axum's WebSocket)", r"/(tungstenite|tokio-tungstenite|axum)-[0-9.]+/", None),
+    ("WebSocket codec (tungstenite)", r"/(tungstenite|tokio-tungstenite|axum)-[0-9.]+/", None),
     ("parsing (JSON scan, serde_json, UTF-8 checks)", r"/serde_json-[0-9.]+/src/(de|read)\.rs$", None),
     ("rendering (serde_json)", r"/serde_json-[0-9.]+/src/ser\.rs$", None),
     ("spans and log macros (tracing)", r"/(tracing|tracing-core|tracing-subscriber|tracing-opentelemetry|log|opentelemetry[a-z_-]*)-[0-9.]+/", None),
@@ -50,7 +50,7 @@ LAYERS = [
     ("connection driver and WebSocket glue", r"src/transport/", None),
     # Library code (core, alloc, std, libc, small crates): by the function
     # it runs in.
-    ("WebSocket codec (tungstenite, axum's WebSocket)", None, r"tungstenite|axum::extract::ws|transport::ws::incoming|^__mem(set|cpy|move).*"),
+    ("WebSocket codec (tungstenite)", None, r"tungstenite|axum::extract::ws|transport::ws::incoming|^__mem(set|cpy|move).*"),
     ("parsing (JSON scan, serde_json, UTF-8 checks)", None, r"serde_json::de|serde_json::read|from_utf8|decode|upstream::ndjson::incoming|jsonrpc::scan::"),
     ("rendering (serde_json)", None, r"serde_json::ser|encode|render"),
     ("spans and log macros (tracing)", None, r"tracing|opentelemetry|telemetry::trace|Span"),

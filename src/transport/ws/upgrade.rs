@@ -1,6 +1,8 @@
 //! The HTTP/1.1 WebSocket handshake (RFC 6455 §4.2), done here rather
-//! than by axum's `WebSocketUpgrade` so that the upgraded socket can be
-//! read through a buffer of switchyard's choosing (see the parent module).
+//! than by axum's `WebSocketUpgrade` so that the connection is
+//! tokio-tungstenite's own socket: replies go out as raw text frames of
+//! bytes switchyard rendered (no UTF-8 check of each reply, which axum's
+//! text messages need), without axum's message conversions in between.
 //!
 //! Refusals are those axum's extractor gives, status and body alike, in
 //! the same order: a request that is not HTTP/1.1 `405` ("Request method
