@@ -26,25 +26,42 @@ pub(crate) fn text_method(text: &str) -> Option<Method> {
     text_string(text).map(|text| Method::from(text.as_ref()))
 }
 
-/// Eight copies of one byte in a word.
+/// Eight copies of `byte` in a word.
 const fn splat(byte: u8) -> u64 {
-    u64::from_ne_bytes([byte; 8])
+    u64::from_le_bytes([byte; 8])
+}
+
+/// The high bit of every byte of `word` (read little-endian) that JSON
+/// must escape (`"`, `\\`, a control byte below 0x20), by the classic
+/// word tricks: a byte below `n` (n <= 0x80) sets its bit in
+/// `(x - splat(n)) & !x`, and a byte equal to `b` is a byte below 1 in
+/// `x ^ splat(b)`. The subtraction's borrow can set a bit above a true
+/// one, never below it: the lowest set bit is exact, which is all the
+/// callers read.
+fn stop_bits(word: u64) -> u64 {
+    let below = |x: u64, n: u8| x.wrapping_sub(splat(n)) & !x;
+    let quote = word ^ splat(b'"');
+    let backslash = word ^ splat(b'\\');
+    (below(word, 0x20) | below(quote, 1) | below(backslash, 1)) & splat(0x80)
+}
+
+/// The index of the first byte of `word` that JSON must escape (which
+/// also ends a string's plain run when reading one), if any.
+pub(crate) fn first_stop(word: &[u8; 8]) -> Option<usize> {
+    let bits = stop_bits(u64::from_le_bytes(*word));
+    // At most 63 / 8: the cast cannot truncate.
+    (bits != 0).then(|| (bits.trailing_zeros() / 8) as usize)
 }
 
 /// The length of the longest prefix of `bytes` holding nothing JSON must
 /// escape: no `"`, no `\` and no control byte below 0x20.
 pub(crate) fn unescaped_prefix(bytes: &[u8]) -> usize {
-    // A word has a byte below `n` (n <= 0x80) exactly when
-    // (x - splat(n)) & !x & splat(0x80) is non-zero; a byte equal to `b`
-    // is a byte below 1 in x ^ splat(b).
-    let below = |x: u64, n: u8| x.wrapping_sub(splat(n)) & !x & splat(0x80);
     let mut clean = 0;
     for chunk in bytes.chunks_exact(8) {
         let mut word = [0; 8];
         word.copy_from_slice(chunk);
-        let x = u64::from_ne_bytes(word);
-        if below(x, 0x20) | below(x ^ splat(b'"'), 1) | below(x ^ splat(b'\\'), 1) != 0 {
-            break;
+        if let Some(at) = first_stop(&word) {
+            return clean + at;
         }
         clean += 8;
     }

@@ -47,6 +47,7 @@
 //! and reads strings a byte at a time. This pass is serde_json's grammar
 //! over word compares and `memchr`.
 
+use crate::dialect::json_string::first_stop;
 use crate::envelope::Flat;
 
 /// Deepest nesting of arrays and objects the scan follows; a text nested
@@ -227,31 +228,6 @@ const FIRST_WORDS: usize = 2;
 /// Ends a string's plain run: `"`, `\\` or a control character.
 fn stops(b: u8) -> bool {
     (b == b'"') | (b == b'\\') | (b < 0x20)
-}
-
-/// Eight copies of `byte` in a word.
-const fn splat(byte: u8) -> u64 {
-    u64::from_le_bytes([byte; 8])
-}
-
-/// The high bit of every byte of `word` (read little-endian) that
-/// [`stops`] a run, by the classic word tricks: a byte below `n` (n <=
-/// 0x80) sets its bit in `(x - splat(n)) & !x`, and a byte equal to `b` is
-/// a byte below 1 in `x ^ splat(b)`. The subtraction's borrow can set a
-/// bit above a true one, never below it: the lowest set bit is exact,
-/// which is all the scan reads.
-fn stop_bits(word: u64) -> u64 {
-    let below = |x: u64, n: u8| x.wrapping_sub(splat(n)) & !x;
-    let quote = word ^ splat(b'"');
-    let backslash = word ^ splat(b'\\');
-    (below(word, 0x20) | below(quote, 1) | below(backslash, 1)) & splat(0x80)
-}
-
-/// The index of the first byte of `word` that stops a run, if any.
-fn first_stop(word: &[u8; 8]) -> Option<usize> {
-    let bits = stop_bits(u64::from_le_bytes(*word));
-    // At most 63 / 8: the cast cannot truncate.
-    (bits != 0).then(|| (bits.trailing_zeros() / 8) as usize)
 }
 
 /// The length of the longest prefix of `bytes` that no byte of [`stops`]
