@@ -1,7 +1,8 @@
 //! JSON string literals, written exactly as serde_json writes them: the
-//! escape scan reads eight bytes at a time, so the long runs that need no
-//! escape (padding, names, messages) are found in a few steps and copied
-//! whole. And read back out of a raw JSON value ([`text_method`]).
+//! escape scan ([`unescaped_prefix`], which the validating pass
+//! `jsonrpc::scan` also reads strings with) finds the long runs that need
+//! no escape (padding, names, messages) in a few steps, and they are
+//! copied whole. And read back out of a raw JSON value ([`text_method`]).
 
 use std::borrow::Cow;
 
@@ -47,34 +48,54 @@ fn stop_bits(word: u64) -> u64 {
 
 /// The index of the first byte of `word` that JSON must escape (which
 /// also ends a string's plain run when reading one), if any.
-pub(crate) fn first_stop(word: &[u8; 8]) -> Option<usize> {
+fn first_stop(word: &[u8; 8]) -> Option<usize> {
     let bits = stop_bits(u64::from_le_bytes(*word));
     // At most 63 / 8: the cast cannot truncate.
     (bits != 0).then(|| (bits.trailing_zeros() / 8) as usize)
 }
 
+/// Words read one by one before the rest is searched.
+const FIRST_WORDS: usize = 2;
+
 /// The length of the longest prefix of `bytes` holding nothing JSON must
-/// escape: no `"`, no `\` and no control byte below 0x20.
+/// escape: no `"`, no `\` and no control byte below 0x20. That is also a
+/// string's plain run when reading one: what ends it is its closing quote,
+/// an escape, or a control character JSON refuses. Most strings (names,
+/// versions, methods, ids) end within their first [`FIRST_WORDS`]
+/// eight-byte words, which a few word operations each tell (no vector
+/// set-up, the exact position); in a longer one, memchr (AVX2 where the
+/// CPU has it) searches for the quote or backslash, and a vector minimum
+/// checks the run before it for control characters.
+// Inlined into the validating pass's string loop, as it was when it was
+// the pass's own.
+#[inline]
 pub(crate) fn unescaped_prefix(bytes: &[u8]) -> usize {
-    let mut clean = 0;
-    for chunk in bytes.chunks_exact(8) {
-        let mut word = [0; 8];
-        word.copy_from_slice(chunk);
-        if let Some(at) = first_stop(&word) {
-            return clean + at;
+    let mut at = 0;
+    for _ in 0..FIRST_WORDS {
+        let Some(word) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) else {
+            let tail = bytes.get(at..).unwrap_or_default();
+            return at
+                + tail
+                    .iter()
+                    .position(|&b| needs_escape(b))
+                    .unwrap_or(tail.len());
+        };
+        if let Some(i) = first_stop(word) {
+            return at + i;
         }
-        clean += 8;
+        at += 8;
     }
-    let rest = bytes.get(clean..).unwrap_or_default();
-    clean
-        + rest
-            .iter()
-            .position(|&b| needs_escape(b))
-            .unwrap_or(rest.len())
+    let rest = bytes.get(at..).unwrap_or_default();
+    let end = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
+    let run = rest.get(..end).unwrap_or_default();
+    if run.iter().fold(u8::MAX, |low, &b| low.min(b)) < 0x20 {
+        return at + run.iter().position(|&b| b < 0x20).unwrap_or(end);
+    }
+    at + end
 }
 
 fn needs_escape(byte: u8) -> bool {
-    byte < 0x20 || byte == b'"' || byte == b'\\'
+    (byte < 0x20) | (byte == b'"') | (byte == b'\\')
 }
 
 /// Appends `text` as a JSON string literal, escaped as serde_json escapes
@@ -165,6 +186,60 @@ mod tests {
             let mut out = String::new();
             push_json_string(&mut out, &text);
             proptest::prop_assert_eq!(out, serde_json::to_string(&text).unwrap());
+        }
+
+        /// Any bytes: the run ends where a byte-by-byte loop ends it.
+        #[test]
+        fn a_plain_run_ends_where_a_byte_loop_ends_it(
+            bytes in proptest::prelude::prop::collection::vec(
+                proptest::prop_oneof![
+                    8 => proptest::prelude::prop::sample::select(PLAIN.to_vec()),
+                    1 => proptest::prelude::prop::sample::select(STOPS.to_vec()),
+                    1 => proptest::prelude::any::<u8>(),
+                ],
+                0..120,
+            ),
+        ) {
+            proptest::prop_assert_eq!(unescaped_prefix(&bytes), plain_run_by_bytes(&bytes));
+        }
+    }
+
+    /// A string's plain run as a byte-by-byte loop reads it.
+    fn plain_run_by_bytes(bytes: &[u8]) -> usize {
+        bytes
+            .iter()
+            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+            .unwrap_or(bytes.len())
+    }
+
+    /// Bytes that end a plain run, and bytes that do not (each stop's
+    /// neighbours, non-ASCII bytes), for the word and chunk checks.
+    const STOPS: [u8; 6] = [b'"', b'\\', 0x00, 0x01, 0x1f, 0x0a];
+    const PLAIN: [u8; 10] = [b'a', b' ', b'!', b'#', b'[', b']', 0x7f, 0x80, 0xa2, 0xff];
+
+    /// Every length up to past three chunks, a stop at every position (with
+    /// another right after it, which a word's borrow could flag), over every
+    /// plain byte: the run ends exactly at the first stop.
+    #[test]
+    fn a_plain_run_ends_at_its_first_stop_at_every_length_and_position() {
+        for len in 0..=110 {
+            for filler in PLAIN {
+                let plain = vec![filler; len];
+                assert_eq!(unescaped_prefix(&plain), len, "{len} × {filler:#x}");
+                for at in 0..len {
+                    for stop in STOPS {
+                        let mut bytes = plain.clone();
+                        bytes[at] = stop;
+                        assert_eq!(unescaped_prefix(&bytes), at, "{stop:#x} at {at} of {len}");
+                        for next in STOPS {
+                            if let Some(b) = bytes.get_mut(at + 1) {
+                                *b = next;
+                            }
+                            assert_eq!(unescaped_prefix(&bytes), at, "{stop:#x}{next:#x} at {at}");
+                        }
+                    }
+                }
+            }
         }
     }
 

@@ -47,7 +47,7 @@
 //! and reads strings a byte at a time. This pass is serde_json's grammar
 //! over word compares and `memchr`.
 
-use crate::dialect::json_string::first_stop;
+use crate::dialect::json_string::unescaped_prefix;
 use crate::envelope::Flat;
 
 /// Deepest nesting of arrays and objects the scan follows; a text nested
@@ -222,45 +222,6 @@ pub(crate) fn name<'s, 'a, const N: usize>(
     (rest.get(..N) == Some(quoted.as_slice())).then_some((N, slot))
 }
 
-/// Words a string's scan reads one by one before it searches the rest.
-const FIRST_WORDS: usize = 2;
-
-/// Ends a string's plain run: `"`, `\\` or a control character.
-fn stops(b: u8) -> bool {
-    (b == b'"') | (b == b'\\') | (b < 0x20)
-}
-
-/// The length of the longest prefix of `bytes` that no byte of [`stops`]
-/// ends. Most strings (names, versions, methods, ids) end within their
-/// first [`FIRST_WORDS`] eight-byte words, which a few word operations
-/// each tell (no vector set-up, the exact position); in a longer one,
-/// memchr (AVX2 where the CPU has it) searches for the quote or backslash,
-/// and a vector minimum checks the run before it for control characters.
-fn plain_run(bytes: &[u8]) -> usize {
-    let mut at = 0;
-    for _ in 0..FIRST_WORDS {
-        let Some(word) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) else {
-            return at + tail_run(bytes.get(at..).unwrap_or_default());
-        };
-        if let Some(i) = first_stop(word) {
-            return at + i;
-        }
-        at += 8;
-    }
-    let rest = bytes.get(at..).unwrap_or_default();
-    let end = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
-    let run = rest.get(..end).unwrap_or_default();
-    if run.iter().fold(u8::MAX, |low, &b| low.min(b)) < 0x20 {
-        return at + run.iter().position(|&b| b < 0x20).unwrap_or(end);
-    }
-    at + end
-}
-
-/// [`plain_run`] of fewer than eight bytes (a text's last ones).
-fn tail_run(bytes: &[u8]) -> usize {
-    bytes.iter().position(|&b| stops(b)).unwrap_or(bytes.len())
-}
-
 /// A position in the text scanned: the text not yet scanned, a slice
 /// that shrinks from the front (its first byte is read and dropped with no
 /// index to check against the text's length).
@@ -395,7 +356,7 @@ impl<'a> Cursor<'a> {
     fn string(&mut self) -> Result<bool, Declined> {
         let mut escaped = false;
         loop {
-            let stop = plain_run(self.rest);
+            let stop = unescaped_prefix(self.rest);
             match self.rest.get(stop..).and_then(<[u8]>::split_first) {
                 Some((b'"', tail)) => {
                     self.rest = tail;

@@ -8,7 +8,7 @@ use std::ops::Range;
 use proptest::prelude::*;
 use serde_json::value::RawValue;
 
-use super::{array, object, plain_run, Declined, Members, MAX_DEPTH};
+use super::{array, object, Declined, Members, MAX_DEPTH};
 use crate::envelope::Flat;
 
 type Ranges = [Option<Range<usize>>; 6];
@@ -241,45 +241,6 @@ fn edge_cases_agree_with_serde_json() {
     ];
     for case in cases {
         agrees(case);
-    }
-}
-
-/// A string's plain run as a byte-by-byte loop reads it.
-fn plain_run_by_bytes(bytes: &[u8]) -> usize {
-    bytes
-        .iter()
-        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-        .unwrap_or(bytes.len())
-}
-
-/// Bytes that end a plain run, and bytes that do not (each stop's
-/// neighbours, non-ASCII bytes), for the word and chunk checks.
-const STOPS: [u8; 6] = [b'"', b'\\', 0x00, 0x01, 0x1f, 0x0a];
-const PLAIN: [u8; 10] = [b'a', b' ', b'!', b'#', b'[', b']', 0x7f, 0x80, 0xa2, 0xff];
-
-/// Every length up to past three chunks, a stop at every position (with
-/// another right after it, which a word's borrow could flag), over every
-/// plain byte: the run ends exactly at the first stop.
-#[test]
-fn a_plain_run_ends_at_its_first_stop_at_every_length_and_position() {
-    for len in 0..=110 {
-        for filler in PLAIN {
-            let plain = vec![filler; len];
-            assert_eq!(plain_run(&plain), len, "{len} × {filler:#x}");
-            for at in 0..len {
-                for stop in STOPS {
-                    let mut bytes = plain.clone();
-                    bytes[at] = stop;
-                    assert_eq!(plain_run(&bytes), at, "{stop:#x} at {at} of {len}");
-                    for next in STOPS {
-                        if let Some(b) = bytes.get_mut(at + 1) {
-                            *b = next;
-                        }
-                        assert_eq!(plain_run(&bytes), at, "{stop:#x}{next:#x} at {at}");
-                    }
-                }
-            }
-        }
     }
 }
 
@@ -533,21 +494,6 @@ pub(in crate::dialect) fn mutate(mut text: String, mutations: &[Mutation]) -> St
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
-
-    /// Any bytes: the run ends where a byte-by-byte loop ends it.
-    #[test]
-    fn a_plain_run_ends_where_a_byte_loop_ends_it(
-        bytes in prop::collection::vec(
-            prop_oneof![
-                8 => prop::sample::select(PLAIN.to_vec()),
-                1 => prop::sample::select(STOPS.to_vec()),
-                1 => any::<u8>(),
-            ],
-            0..120,
-        ),
-    ) {
-        prop_assert_eq!(plain_run(&bytes), plain_run_by_bytes(&bytes));
-    }
 
     #[test]
     fn generated_messages_agree_with_serde_json(text in message()) {
