@@ -48,7 +48,10 @@ pub(super) fn decode_in(source: Option<&Bytes>, data: &[u8]) -> Result<Message, 
         source,
         ..RawEnvelope::default()
     };
-    let mut keys = MapKeys::new();
+    // A known member's key is found by its slot (one bit each); only the
+    // keys of unknown members, rare, are kept to compare.
+    let mut seen = 0u16;
+    let mut unknown = MapKeys::new();
     let mut left = head.arg;
     while reader.more(head, &mut left).map_err(malformed)? {
         let key = reader.head().map_err(malformed)?;
@@ -62,7 +65,16 @@ pub(super) fn decode_in(source: Option<&Bytes>, data: &[u8]) -> Result<Message, 
         let slot = Member::ALL
             .iter()
             .position(|m| m.as_str().as_bytes() == &*key);
-        if !keys.insert(KeyId::Text(key)) {
+        let fresh = match slot {
+            Some(slot) => {
+                let bit = 1 << slot;
+                let fresh = seen & bit == 0;
+                seen |= bit;
+                fresh
+            }
+            None => unknown.insert(KeyId::Text(key)),
+        };
+        if !fresh {
             return Err(malformed(wire::CborError::DuplicateKey));
         }
         if let (Some(slot), false) = (slot, value == [wire::UNDEFINED]) {

@@ -140,18 +140,27 @@ fn cbor_decode_rules() {
     let malformed = [
         format!("{c1}00"),                                          // trailing bytes
         "a2617461526174615280".to_owned(),                          // duplicate envelope key
-        format!("a3617461526363696450{CID_HEX}01f6"),               // non-text envelope key
+        format!("a36174f7617461526363696450{CID_HEX}"), // duplicate key, the first undefined
+        format!("a4617801617802617461526363696450{CID_HEX}"), // duplicate unknown key
+        format!("a3617461526363696450{CID_HEX}01f6"),   // non-text envelope key
         format!("a3617461526363696450{CID_HEX}6170a2616101616102"), // duplicate key in a payload
-        "80".to_owned(),                                            // not a map
-        "a1617462ff".to_owned(), // invalid UTF-8 in a text string
-        "a2".to_owned(),         // truncated
-        "bf6174".to_owned(),     // unterminated indefinite map
+        "80".to_owned(),                                // not a map
+        "a1617462ff".to_owned(),                        // invalid UTF-8 in a text string
+        "a2".to_owned(),                                // truncated
+        "bf6174".to_owned(),                            // unterminated indefinite map
     ];
     for hex in malformed {
         assert!(
             matches!(decode_cbor(&hex), Err(EnvelopeError::Malformed(_))),
             "{hex}"
         );
+    }
+    // Without their duplicates, the two envelopes above are fine.
+    for hex in [
+        format!("a2617461526363696450{CID_HEX}"),
+        format!("a3617802617461526363696450{CID_HEX}"),
+    ] {
+        assert!(decode_cbor(&hex).is_ok(), "{hex}");
     }
     // Equal keys in different encodings are duplicates too.
     assert!(matches!(
