@@ -22,7 +22,7 @@
 //! (the binary uses mimalloc; this bench counts calls into the system
 //! allocator). A `realloc` counts as one allocation of the new size.
 //!
-//! Eight cases:
+//! Nine cases:
 //!
 //! - **in place**: the defaults; the upstream has room (pool 2, 4,096
 //!   pending per connection), so every call is written at once;
@@ -45,7 +45,11 @@
 //!   transcoded to CBOR and each result back to JSON;
 //! - **Sideband CBOR, in place**: the defaults with a Sideband listener;
 //!   the client negotiates CBOR envelopes, so each request's params are
-//!   transcoded to JSON for the daemon and each result back to CBOR.
+//!   transcoded to JSON for the daemon and each result back to CBOR;
+//! - **minimal gateway (reference)**: not switchyard but floor M
+//!   (`benches/minimal/gateway.rs`, the minimal multiplexing gateway of
+//!   issue #34) on thread G, with the in-place case's client and daemon:
+//!   what a straightforward correct design costs, counted the same way.
 //!
 //! Each case: a warm-up of `WARMUP` requests on the same connection (not
 //! counted: connection setup, first-use growth of buffers and tables),
@@ -63,6 +67,9 @@
 //! failing export runs on the exporter's own thread). Unset, no subscriber
 //! is installed (spans and debug lines then cost what `tracing` does
 //! without one).
+
+#[path = "minimal/gateway.rs"]
+mod minimal;
 
 use std::collections::HashSet;
 use std::error::Error;
@@ -104,6 +111,10 @@ struct Case {
     peer: Peer,
     /// TOML lines added to the default upstream table.
     upstream_extra: &'static str,
+    /// Floor M (`benches/minimal/gateway.rs`) on thread G instead of
+    /// switchyard: the reference for the in-place case (same client, same
+    /// daemon; `upstream_extra` unused).
+    minimal: bool,
 }
 
 /// What the gateway forwards to.
@@ -140,54 +151,69 @@ impl Wire {
     }
 }
 
-const CASES: [Case; 8] = [
+const CASES: [Case; 9] = [
     Case {
         name: "in place (defaults)",
         wire: Wire::JsonRpc,
         peer: Peer::Ndjson,
         upstream_extra: "",
+        minimal: false,
     },
     Case {
         name: "waiting (pool_size 1, max_pending 1)",
         wire: Wire::JsonRpc,
         peer: Peer::Ndjson,
         upstream_extra: "pool_size = 1\nmax_pending = 1\n",
+        minimal: false,
     },
     Case {
         name: "holon-rpc, in place (defaults)",
         wire: Wire::Holon,
         peer: Peer::Ndjson,
         upstream_extra: "",
+        minimal: false,
     },
     Case {
         name: "Sideband JSON, in place (defaults)",
         wire: Wire::SidebandJson,
         peer: Peer::Ndjson,
         upstream_extra: "",
+        minimal: false,
     },
     Case {
         name: "Sideband CBOR, in place (defaults)",
         wire: Wire::SidebandCbor,
         peer: Peer::Ndjson,
         upstream_extra: "",
+        minimal: false,
     },
     Case {
         name: "NDJSON → JSON-RPC WebSocket, in place (defaults)",
         wire: Wire::Ndjson,
         peer: Peer::Ws(WsDialect::JsonRpc),
         upstream_extra: "",
+        minimal: false,
     },
     Case {
         name: "NDJSON → holon-rpc WebSocket, in place (defaults)",
         wire: Wire::Ndjson,
         peer: Peer::Ws(WsDialect::Holon),
         upstream_extra: "",
+        minimal: false,
     },
     Case {
         name: "NDJSON → Sideband, in place (defaults)",
         wire: Wire::Ndjson,
         peer: Peer::Sideband,
         upstream_extra: "",
+        minimal: false,
+    },
+    Case {
+        name: "minimal gateway (reference): JSON-RPC WebSocket → NDJSON",
+        wire: Wire::JsonRpc,
+        peer: Peer::Ndjson,
+        upstream_extra: "",
+        minimal: true,
     },
 ];
 
@@ -322,7 +348,11 @@ fn run_case(case: &Case, requests: usize) -> Res<Row> {
          [[routes]]\nlistener = \"public\"\nupstream = \"daemon\"\n",
         case.upstream_extra
     );
-    let gw = start_gateway(toml)?;
+    let gw = if case.minimal {
+        start_minimal(socket.clone())?
+    } else {
+        start_gateway(toml)?
+    };
 
     let client_rt = Builder::new_current_thread().enable_all().build()?;
     let row = client_rt.block_on(async {
@@ -486,6 +516,61 @@ fn start_gateway(toml: String) -> Res<Gateway> {
             let _ = counted_tx.send(info);
             let _ = rt.block_on(closed_rx);
             rt.block_on(running.shutdown());
+        })?;
+    let (url, handle) = ready_rx.recv()??;
+    Ok(Gateway {
+        url,
+        handle,
+        start,
+        stop,
+        counted,
+        closed,
+        thread,
+    })
+}
+
+/// Starts floor M, the minimal multiplexing gateway, on thread G in front
+/// of the NDJSON daemon at `daemon`, counted as [`start_gateway`] counts
+/// switchyard: the same signals, the same `measured_requests` span.
+fn start_minimal(daemon: std::path::PathBuf) -> Res<Gateway> {
+    let (start, start_rx) = oneshot::channel();
+    let (stop, stop_rx) = oneshot::channel::<()>();
+    let (closed, closed_rx) = oneshot::channel::<()>();
+    let (counted_tx, counted) = std_mpsc::channel();
+    let (ready_tx, ready_rx) = std_mpsc::channel::<Res<(String, Handle)>>();
+    let thread = thread::Builder::new()
+        .name("gateway".into())
+        .spawn(move || {
+            let rt = match Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e.into()));
+                    return;
+                }
+            };
+            let bound = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"));
+            let url = match bound.and_then(|l| Ok((l.local_addr()?, l))) {
+                Ok((addr, listener)) => {
+                    rt.spawn(async move {
+                        if let Err(e) = minimal::serve(listener, daemon).await {
+                            eprintln!("the minimal gateway stopped: {e}");
+                        }
+                    });
+                    format!("ws://{addr}/rpc")
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e.into()));
+                    return;
+                }
+            };
+            let _ = ready_tx.send(Ok((url, rt.handle().clone())));
+            // Warm-up: served, not counted.
+            let _ = rt.block_on(start_rx);
+            let info = allocation_counter::measure(|| measured_requests(&rt, stop_rx));
+            // The client waits for the count: ignore its going away.
+            let _ = counted_tx.send(info);
+            let _ = rt.block_on(closed_rx);
+            // Dropping the runtime ends every task and closes its sockets.
         })?;
     let (url, handle) = ready_rx.recv()??;
     Ok(Gateway {

@@ -5,6 +5,8 @@
 #   scripts/instructions.sh                      # every path
 #   INSTR_CASES='in place,holon' scripts/instructions.sh
 #   INSTR_REQUESTS=2000 scripts/instructions.sh  # fewer measured requests
+#   INSTR_CASES=minimal scripts/instructions.sh  # floor M, the minimal gateway
+#                                                # (benches/minimal/gateway.rs), not run by default
 #   ALLOCS_TELEMETRY=logs scripts/instructions.sh  # with the binary's log subscriber
 #   ALLOCS_TELEMETRY=otel scripts/instructions.sh  # and span export on
 #

@@ -48,6 +48,10 @@ LAYERS = [
     ("parsing and rendering (switchyard codecs)", r"src/dialect/|src/lines\.rs|src/envelope\.rs", None),
     ("session (admission of a frame, dispatch)", r"src/transport/session/", None),
     ("connection driver and WebSocket glue", r"src/transport/", None),
+    # Floor M, the minimal gateway of benches/minimal/gateway.rs (the
+    # allocation bench's "minimal" case): its own code, by file, and
+    # library code inlined into it, by function (below).
+    ("minimal gateway's own code (benches/minimal)", r"benches/minimal/", None),
     # Library code (core, alloc, std, libc, small crates): by the function
     # it runs in.
     ("WebSocket codec (tungstenite)", None, r"tungstenite|axum::extract::ws|transport::ws::incoming|^__mem(set|cpy|move).*"),
@@ -63,6 +67,7 @@ LAYERS = [
     ("limits and method policy", None, r"switchyard::limits"),
     ("session (admission of a frame, dispatch)", None, r"transport::session"),
     ("connection driver and WebSocket glue", None, r"switchyard::transport"),
+    ("minimal gateway's own code (benches/minimal)", None, r"(^|::)minimal::"),
     ("parsing and rendering (switchyard codecs)", None, r"switchyard::(dialect|envelope|lines)|memchr|compact_str"),
     ("call tables (hashbrown)", None, r"hashbrown"),
     ("buffers (bytes)", None, r"^bytes::"),

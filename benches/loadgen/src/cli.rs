@@ -88,6 +88,14 @@ pub(crate) struct Cli {
     /// Internal: the daemon socket floor C relays to.
     #[arg(long, hide = true, requires = "relay_listen")]
     pub(crate) relay_to: Option<PathBuf>,
+    /// Internal: run as floor M, the minimal multiplexing gateway,
+    /// listening for WebSocket clients on this loopback address (loadgen
+    /// starts itself this way).
+    #[arg(long, hide = true, requires = "minimal_to")]
+    pub(crate) minimal_listen: Option<std::net::SocketAddr>,
+    /// Internal: the daemon socket floor M forwards to.
+    #[arg(long, hide = true, requires = "minimal_listen")]
+    pub(crate) minimal_to: Option<PathBuf>,
     /// Internal: run as floor B2, a WebSocket echo listening on this
     /// loopback address (loadgen starts itself this way).
     #[arg(long, hide = true)]

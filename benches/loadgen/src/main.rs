@@ -4,7 +4,8 @@
 //! `idle`, `fan-in`, `fanout`, `scaleout`, `persist`, `http`) against fresh instances of its targets: floor A (the
 //! reference daemon over NDJSON, no gateway), floor B (a bare in-process
 //! WebSocket echo), floor B2 (the same echo in a process of its own), floor C (a byte relay process in front of the daemon:
-//! the cost of one more process hop, see `relay`) and five switchyard gateways: the JSON-RPC, holon-rpc,
+//! the cost of one more process hop, see `relay`), floor M (a minimal multiplexing gateway process in front of the
+//! daemon, `benches/minimal/gateway.rs`: what a straightforward correct design costs) and five switchyard gateways: the JSON-RPC, holon-rpc,
 //! Sideband JSON and Sideband CBOR WebSocket listeners in front of the
 //! NDJSON daemon, and an NDJSON listener in front of the JSON-RPC WebSocket
 //! daemon (`idle` and `fan-in` run the JSON-RPC gateway only; `fanout`
@@ -46,6 +47,8 @@ mod http;
 mod http_echo;
 mod idle;
 mod measure;
+#[path = "../../minimal/gateway.rs"]
+mod minimal;
 mod persist;
 mod procs;
 mod received;
@@ -82,6 +85,19 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("loadgen relay: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if let (Some(addr), Some(to)) = (cli.minimal_listen, cli.minimal_to.clone()) {
+        let serve = async move {
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            minimal::serve(listener, to).await
+        };
+        return match runtime.block_on(serve) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("loadgen minimal gateway: {e:#}");
                 ExitCode::FAILURE
             }
         };

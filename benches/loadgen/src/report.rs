@@ -4,7 +4,8 @@
 //! target's req/s by floor B's (the bare WebSocket echo: what the client's
 //! own WebSocket work allows), `xB2` by floor B2's (the same echo as a
 //! process of its own, as a gateway is), `xC` by floor C's (a byte relay
-//! process), `xA` by floor A's (the daemon over NDJSON with no gateway),
+//! process), `xM` by floor M's (the minimal multiplexing gateway
+//! process: what a straightforward correct gateway reaches), `xA` by floor A's (the daemon over NDJSON with no gateway),
 //! and `p99-B` is the extra p99 latency over floor B. The http scenario
 //! compares with floor H instead (`report/http.rs`).
 
@@ -54,11 +55,11 @@ pub(crate) fn table(sc: &ScenarioResult) -> String {
 
 fn traffic_table(sc: &ScenarioResult, out: &mut String) {
     out.push_str(
-        "| target | load | req/s | xB | xB2 | xC | xA | p50 µs | p90 µs | p99 µs | p99.9 µs | p99-B µs \
+        "| target | load | req/s | xB | xB2 | xC | xM | xA | p50 µs | p90 µs | p99 µs | p99.9 µs | p99-B µs \
          | errors | mismatched | lost | server CPU s | CPU µs/req | daemon CPU s | loadgen CPU s \
          | other CPU s | server peak RSS MiB |\n",
     );
-    out.push_str(&"|---".repeat(21));
+    out.push_str(&"|---".repeat(22));
     out.push_str("|\n");
     let floor = |role| {
         sc.runs
@@ -67,6 +68,7 @@ fn traffic_table(sc: &ScenarioResult, out: &mut String) {
     };
     let (a, b) = (floor(Role::FloorA), floor(Role::FloorB));
     let (b2, c) = (floor(Role::FloorB2), floor(Role::FloorC));
+    let m = floor(Role::FloorM);
     for r in &sc.runs {
         let [p50, p90, p99, p999, _] = r.latency_us;
         let per_req = cpu_us_per_request(r);
@@ -77,6 +79,7 @@ fn traffic_table(sc: &ScenarioResult, out: &mut String) {
             ratio(r.rps, b.map(|b| b.rps)),
             ratio(r.rps, b2.map(|b| b.rps)),
             ratio(r.rps, c.map(|c| c.rps)),
+            ratio(r.rps, m.map(|m| m.rps)),
             ratio(r.rps, a.map(|a| a.rps)),
             format!("{p50:.1}"),
             format!("{p90:.1}"),

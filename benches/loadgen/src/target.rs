@@ -44,6 +44,10 @@ pub(crate) enum Role {
     FloorB2,
     /// Floor C: a byte relay process in front of the daemon.
     FloorC,
+    /// Floor M: the minimal multiplexing gateway process in front of the
+    /// daemon (`benches/minimal/gateway.rs`), the yardstick for what a
+    /// straightforward correct gateway costs.
+    FloorM,
     /// Floor H: a bare hyper echo process (the HTTP rows' floor).
     FloorH,
     /// A switchyard listener in front of a reference daemon.
@@ -61,6 +65,9 @@ pub(crate) enum Server {
     WsEchoProcess,
     /// loadgen's byte relay process in front of the NDJSON daemon.
     Relay,
+    /// loadgen's minimal multiplexing gateway process (JSON-RPC WebSocket
+    /// clients) in front of the NDJSON daemon.
+    Minimal,
     /// A bare hyper HTTP echo as its own process (loadgen re-executed).
     HttpEchoProcess,
     /// A switchyard process with one listener of the first dialect, in
@@ -162,6 +169,12 @@ pub(crate) fn standard() -> Vec<TargetSpec> {
             name: "C: byte relay → daemon (NDJSON)",
             role: Role::FloorC,
             server: Server::Relay,
+            wire: Wire::JsonRpc,
+        },
+        TargetSpec {
+            name: "M: minimal gateway → daemon (NDJSON)",
+            role: Role::FloorM,
+            server: Server::Minimal,
             wire: Wire::JsonRpc,
         },
         switchyard_jsonrpc(),
@@ -333,6 +346,13 @@ impl TargetSpec {
                     vec![relay, daemon],
                     dir,
                 ))
+            }
+            Server::Minimal => {
+                let (daemon, socket) = launch::ndjson_daemon(opts, dir.path()).await?;
+                let (minimal, endpoint) = launch::minimal(&socket, dir.path()).await?;
+                let mut live = Live::processes(endpoint, vec![minimal, daemon], dir);
+                probe_echo(&live.endpoint, self.wire, &mut live.children).await?;
+                Ok(live)
             }
             Server::SwitchyardFeed | Server::SwitchyardPersist(_) => {
                 // The nats backend's server, started first and killed last.

@@ -37,6 +37,7 @@ const EVERY_TARGET: &[&str] = &[
     "B: WebSocket echo",
     "B2: WebSocket echo process",
     "C: byte relay → daemon (NDJSON)",
+    "M: minimal gateway → daemon (NDJSON)",
     "switchyard jsonrpc-ws → ndjson",
     "switchyard holon-rpc → ndjson",
     "switchyard sideband json → ndjson",

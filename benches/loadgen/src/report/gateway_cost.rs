@@ -80,7 +80,7 @@ fn cpu_per_request(sc: Option<&ScenarioResult>, out: &mut Vec<Verdict>) {
         let us = cpu_us_per_request(g)?;
         let ok = us <= MAX_CPU_US_PER_REQUEST;
         let detail = format!(
-            "{us:.2} µs of switchyard CPU per request (limit {MAX_CPU_US_PER_REQUEST} µs, {} by \
+            "{us:.2} µs of the server's CPU per request (limit {MAX_CPU_US_PER_REQUEST} µs, {} by \
              {:.2} µs)",
             if ok { "under" } else { "over" },
             (MAX_CPU_US_PER_REQUEST - us).abs(),
@@ -91,7 +91,8 @@ fn cpu_per_request(sc: Option<&ScenarioResult>, out: &mut Vec<Verdict>) {
 
 /// One verdict per gateway row of `sc` that ran: `judge` says whether
 /// it met `target` and why, or `None` when there is nothing to compare
-/// (a failed floor, no CPU measurement): a failure, not a pass.
+/// (a failed floor, no CPU measurement): a failure, not a pass. Floor M,
+/// the minimal gateway, is judged by the same rule for reference.
 fn per_gateway(
     sc: Option<&ScenarioResult>,
     target: &str,
@@ -116,6 +117,19 @@ fn per_gateway(
             status,
             detail,
         });
+    }
+    let minimal = sc
+        .runs
+        .iter()
+        .filter(|r| r.role == Role::FloorM && r.failure.is_none());
+    for m in minimal {
+        if let Some((_, detail)) = judge(sc, m) {
+            out.push(Verdict {
+                target: format!("{target} [{}]", m.label),
+                status: Status::Reference,
+                detail,
+            });
+        }
     }
 }
 

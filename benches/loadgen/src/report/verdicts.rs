@@ -74,11 +74,11 @@ fn vs_floor(
         });
     }
     // Floor C beside the floor judged against, for reference (not against
-    // itself).
+    // itself), and floor M, the minimal gateway, judged by the same rule.
     for c in sc
         .runs
         .iter()
-        .filter(|r| r.role == Role::FloorC && floor != Role::FloorC)
+        .filter(|r| (r.role == Role::FloorC && floor != Role::FloorC) || r.role == Role::FloorM)
     {
         out.push(Verdict {
             target: format!("{target} [{}]", c.label),
@@ -119,6 +119,7 @@ fn all_ratios(rps: f64, sc: &ScenarioResult) -> String {
         (Role::FloorB, "xB"),
         (Role::FloorB2, "xB2"),
         (Role::FloorC, "xC"),
+        (Role::FloorM, "xM"),
     ]
     .into_iter()
     .filter_map(|(role, name)| {

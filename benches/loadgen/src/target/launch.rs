@@ -1,5 +1,5 @@
 //! Starting the processes a target needs: the reference daemons (NDJSON on
-//! a Unix socket, or JSON-RPC over WebSocket), floor C's relay and switchyard with a
+//! a Unix socket, or JSON-RPC over WebSocket), floor C's relay, floor M's minimal gateway and switchyard with a
 //! generated configuration (see `gateway_config`), each waited for until it
 //! accepts connections.
 
@@ -46,6 +46,22 @@ pub(super) async fn relay(daemon: &Path, dir: &Path) -> anyhow::Result<(ChildGua
     let mut relay = ChildGuard::spawn("relay", cmd, &dir.join("relay.log"))?;
     until_accepting(&mut relay, &socket).await?;
     Ok((relay, socket))
+}
+
+/// Floor M: this loadgen executable as the minimal multiplexing gateway
+/// on a free loopback port in front of the daemon's socket, once it
+/// accepts.
+pub(super) async fn minimal(daemon: &Path, dir: &Path) -> anyhow::Result<(ChildGuard, Endpoint)> {
+    let addr = free_port().context("picking a free port")?;
+    let exe = std::env::current_exe().context("locating the loadgen executable")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--minimal-listen")
+        .arg(addr.to_string())
+        .arg("--minimal-to")
+        .arg(daemon);
+    let mut minimal = ChildGuard::spawn("minimal gateway", cmd, &dir.join("minimal.log"))?;
+    until_tcp(&mut minimal, addr).await?;
+    Ok((minimal, ws_endpoint(addr, "/rpc")))
 }
 
 /// Floor B2: this loadgen executable as a WebSocket echo on a free
