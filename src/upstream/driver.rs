@@ -213,6 +213,9 @@ async fn write<K: FrameSink>(link: Arc<Link>, mut sink: K, mut source: Source) {
         tokio::time::interval((a.interval.min(a.timeout) / 4).max(Duration::from_millis(10)))
     });
     let mut batch = Segments::new();
+    // Made once: it stays registered with the token between wake-ups.
+    let closed = link.closed().cancelled();
+    tokio::pin!(closed);
     let farewell = loop {
         let ticked = async {
             match &mut tick {
@@ -222,10 +225,13 @@ async fn write<K: FrameSink>(link: Arc<Link>, mut sink: K, mut source: Source) {
                 None => std::future::pending().await,
             }
         };
+        // The close first, so that a busy queue never hides it; then what
+        // is queued; the tick last.
         let step = tokio::select! {
+            biased;
+            () = &mut closed => Step::Closed,
             more = next(&mut source, &mut batch) => Step::Next(more),
             () = ticked => Step::Tick,
-            () = link.closed().cancelled() => Step::Closed,
         };
         match step {
             Step::Closed => break Some(link.farewell()),

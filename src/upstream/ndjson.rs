@@ -3,7 +3,10 @@
 //!
 //! Reads are framed on `\n` with the upstream's response limit (a longer
 //! line closes the connection and fails its calls); the read buffer holds
-//! at most one line and shrinks back after a long one ([`crate::lines`]). A line that is not
+//! at most one line and shrinks back after a long one ([`crate::lines`]).
+//! [`LineReader`] takes the lines straight out of that buffer, which it
+//! fills from the socket itself (no `FramedRead` and stream adaptors
+//! between the socket and the driver). A line that is not
 //! UTF-8 leaves the framing intact: the driver counts it as a protocol
 //! error and drops it, like a line that is not JSON, and the connection
 //! lives on. Writes go through the link's one writer, so lines never
@@ -13,14 +16,16 @@
 
 use std::io::IoSlice;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use bytestring::ByteString;
-use futures_util::StreamExt;
+use futures_util::Stream;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::UnixStream;
-use tokio_util::codec::{AnyDelimiterCodecError, FramedRead};
+use tokio_util::codec::{AnyDelimiterCodecError, Decoder};
 use tokio_util::sync::CancellationToken;
 
 use super::driver::{self, FrameSink, Incoming, Outgoing, Source};
@@ -64,13 +69,99 @@ where
     // fails only its own call; longer ones close the connection.
     let limit = hard_cap(shared.cfg.max_response_bytes);
     // A long reply's buffer is not kept for the link's life: `crate::lines`.
-    let lines = FramedRead::new(read, Lines::new(limit))
-        .filter_map(move |line| std::future::ready(incoming(line, limit)));
+    let lines = LineReader::new(read, limit);
     let codec = shared.codec();
     let link = Link::new(Outlet::Lines(queue.clone()), codec, shared, owner);
     let sink = LineSink(write);
-    driver::spawn(&link, Box::pin(lines), sink, Source::Lines(queue), shutdown);
+    driver::spawn(&link, lines, sink, Source::Lines(queue), shutdown);
     link
+}
+
+/// The lines of an NDJSON upstream as the driver reads them: the framing
+/// of `FramedRead` over [`Lines`] (the same read buffer, its bound and
+/// every error), with each line turned into [`Incoming`] and blank lines
+/// skipped, in one `poll_next`.
+///
+/// Bound: the read buffer is [`Lines`]'s (at most `limit + 1` bytes while a
+/// line is read, back to [`crate::lines::INITIAL`] after a long one).
+/// After an error (a line over the limit, a failed read) the stream ends.
+struct LineReader<R> {
+    read: R,
+    buf: BytesMut,
+    lines: Lines,
+    limit: usize,
+    /// The buffer may hold a line: decode before reading more.
+    readable: bool,
+    /// The socket reached EOF: what is left is the last line.
+    eof: bool,
+    /// EOF or an error was returned: nothing more comes.
+    done: bool,
+}
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    fn new(read: R, limit: usize) -> Self {
+        LineReader {
+            read,
+            buf: BytesMut::with_capacity(crate::lines::INITIAL),
+            lines: Lines::new(limit),
+            limit,
+            readable: false,
+            eof: false,
+            done: false,
+        }
+    }
+}
+
+impl<R: AsyncRead + Unpin> Stream for LineReader<R> {
+    type Item = Incoming;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Incoming>> {
+        let this = self.get_mut();
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            if this.readable {
+                let line = match this.eof {
+                    false => this.lines.decode(&mut this.buf),
+                    true => this.lines.decode_eof(&mut this.buf),
+                };
+                match line {
+                    Ok(Some(line)) => match incoming(Ok(line), this.limit) {
+                        Some(next) => return Poll::Ready(Some(next)),
+                        // A blank line: the next one.
+                        None => continue,
+                    },
+                    Ok(None) if this.eof => {
+                        this.done = true;
+                        return Poll::Ready(None);
+                    }
+                    Ok(None) => this.readable = false,
+                    Err(e) => {
+                        this.done = true;
+                        return Poll::Ready(incoming(Err(e), this.limit));
+                    }
+                }
+            }
+            // Room for at least one byte, so that a read of 0 means EOF.
+            this.buf.reserve(1);
+            let read = ready!(tokio_util::io::poll_read_buf(
+                Pin::new(&mut this.read),
+                cx,
+                &mut this.buf
+            ));
+            match read {
+                Ok(n) => {
+                    this.eof = n == 0;
+                    this.readable = true;
+                }
+                Err(e) => {
+                    this.done = true;
+                    return Poll::Ready(incoming(Err(e.into()), this.limit));
+                }
+            }
+        }
+    }
 }
 
 /// One line as the driver sees it, a trailing `\r` stripped; `None` for

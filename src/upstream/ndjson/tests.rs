@@ -1,12 +1,15 @@
-//! The batch writer, on a real socket pair.
+//! The batch writer and the line reader, on a real socket pair.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use futures_util::StreamExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::UnixStream;
 
-use super::{write_segments, SLICES};
+use super::{write_segments, LineReader, SLICES};
+use crate::upstream::driver::Incoming;
+use crate::upstream::error::LinkError;
 use crate::upstream::outlet::Segments;
 
 /// A socket that counts the write calls made on it.
@@ -127,4 +130,71 @@ async fn an_empty_batch_writes_nothing() {
         .await
         .expect("written");
     assert_eq!(out.writes, 0);
+}
+
+/// The next line's text, or what came instead.
+async fn text(lines: &mut LineReader<UnixStream>) -> String {
+    match lines.next().await {
+        Some(Incoming::Text(text)) => text.to_string(),
+        other => panic!("expected a line, got {other:?}"),
+    }
+}
+
+/// Lines come out as the framing had them: without `\r`, blank and
+/// whitespace-only lines skipped, a line that is not UTF-8 reported and
+/// the framing intact after it, a line that arrives in two reads whole,
+/// and the last line without its `\n` at EOF, then the end.
+#[tokio::test]
+async fn the_line_reader_frames_lines_as_they_arrive() {
+    let (mut a, b) = UnixStream::pair().expect("socket pair");
+    let mut lines = LineReader::new(b, 64);
+    a.write_all(b"one\r\n\n \t\r\n\xff\xfe\npar")
+        .await
+        .expect("write");
+    assert_eq!(text(&mut lines).await, "one");
+    assert!(matches!(lines.next().await, Some(Incoming::NotUtf8)));
+    a.write_all(b"tial\nlast").await.expect("write");
+    assert_eq!(text(&mut lines).await, "partial");
+    a.shutdown().await.expect("shutdown");
+    assert_eq!(text(&mut lines).await, "last");
+    assert!(lines.next().await.is_none());
+    assert!(lines.next().await.is_none());
+}
+
+/// A line of exactly the limit is read; a longer one fails the link with
+/// `TooLarge`, and nothing is read after it.
+#[tokio::test]
+async fn a_line_over_the_limit_fails_and_ends_the_lines() {
+    let (mut a, b) = UnixStream::pair().expect("socket pair");
+    let mut lines = LineReader::new(b, 8);
+    a.write_all(b"12345678\n123456789\nafter\n")
+        .await
+        .expect("write");
+    assert_eq!(text(&mut lines).await, "12345678");
+    assert!(matches!(
+        lines.next().await,
+        Some(Incoming::Failed(LinkError::TooLarge { limit: 8 }))
+    ));
+    assert!(lines.next().await.is_none());
+}
+
+/// A line longer than the initial read buffer, written in pieces, arrives
+/// whole, and the line after it too.
+#[tokio::test]
+async fn a_long_line_grows_the_buffer_and_arrives_whole() {
+    let (mut a, b) = UnixStream::pair().expect("socket pair");
+    let mut lines = LineReader::new(b, 200_000);
+    let long = "x".repeat(150_000);
+    let sent = long.clone();
+    let writer = tokio::spawn(async move {
+        for piece in sent.as_bytes().chunks(10_000) {
+            a.write_all(piece).await.expect("write");
+        }
+        a.write_all(b"\nnext\n").await.expect("write");
+        a
+    });
+    assert_eq!(text(&mut lines).await, long);
+    assert_eq!(text(&mut lines).await, "next");
+    drop(writer.await.expect("writer"));
+    assert!(lines.next().await.is_none());
 }
