@@ -47,8 +47,8 @@
 //!   the client negotiates CBOR envelopes, so each request's params are
 //!   transcoded to JSON for the daemon and each result back to CBOR;
 //! - **minimal gateway (reference)**: not switchyard but floor M
-//!   (`benches/minimal/gateway.rs`, the minimal multiplexing gateway of
-//!   issue #34) on thread G, with the in-place case's client and daemon:
+//!   (`benches/minimal/gateway.rs`, the minimal multiplexing gateway the
+//!   performance targets are set against) on thread G, with the in-place case's client and daemon:
 //!   what a straightforward correct design costs, counted the same way.
 //!
 //! Each case: a warm-up of `WARMUP` requests on the same connection (not

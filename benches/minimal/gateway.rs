@@ -1,4 +1,5 @@
-//! Floor M: a minimal multiplexing gateway, the yardstick of issue #34.
+//! Floor M: a minimal multiplexing gateway, the yardstick the performance
+//! targets (docs/performance.md) are set against.
 //!
 //! What a straightforward correct design costs: WebSocket JSON-RPC clients
 //! onto a pool of [`POOL`] shared NDJSON connections to one daemon, ids

@@ -18,6 +18,7 @@ const GRACE: Duration = Duration::from_secs(3);
 #[derive(Debug, Clone, Copy)]
 struct CpuSnap {
     server: Option<Duration>,
+    server_activity: Option<procs::Activity>,
     daemon: Option<Duration>,
     loadgen: Option<Duration>,
     machine: Option<Duration>,
@@ -32,6 +33,9 @@ pub(crate) struct CpuUse {
     /// Everything else on the machine (other processes, the kernel's
     /// unattributed work): noise when it is large.
     other: Option<Duration>,
+    /// The server's kernel time, read and write calls and context
+    /// switches.
+    server_activity: Option<procs::Activity>,
 }
 
 /// Warm-up of a fifth of the duration (at most 1 s), then the window.
@@ -51,6 +55,7 @@ pub(crate) fn timing(duration: Duration) -> Timing {
 pub(crate) async fn sample_cpu(pids: [Option<u32>; 2], timing: Timing) -> CpuUse {
     let snap = || CpuSnap {
         server: pids[0].and_then(procs::cpu_time),
+        server_activity: pids[0].and_then(procs::activity),
         daemon: pids[1].and_then(procs::cpu_time),
         loadgen: procs::cpu_time(std::process::id()),
         machine: procs::machine_busy(),
@@ -66,11 +71,20 @@ pub(crate) async fn sample_cpu(pids: [Option<u32>; 2], timing: Timing) -> CpuUse
         .into_iter()
         .flatten()
         .sum::<Duration>();
+    let server_activity = a
+        .server_activity
+        .zip(b.server_activity)
+        .map(|(a, b)| procs::Activity {
+            kernel: b.kernel.saturating_sub(a.kernel),
+            rw_calls: b.rw_calls.saturating_sub(a.rw_calls),
+            switches: b.switches.saturating_sub(a.switches),
+        });
     CpuUse {
         server,
         daemon,
         loadgen,
         other: delta(a.machine, b.machine).map(|m| m.saturating_sub(ours)),
+        server_activity,
     }
 }
 
@@ -95,6 +109,12 @@ impl CpuUse {
     /// else, in that order.
     pub(crate) fn secs(&self) -> [Option<f64>; 4] {
         [self.server, self.daemon, self.loadgen, self.other].map(|d| d.map(|d| d.as_secs_f64()))
+    }
+
+    /// The server's kernel time, read and write calls and context
+    /// switches in the window.
+    pub(crate) fn server_activity(&self) -> Option<procs::Activity> {
+        self.server_activity
     }
 
     /// The server's CPU seconds.

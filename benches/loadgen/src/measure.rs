@@ -52,6 +52,13 @@ pub(crate) struct RunResult {
     /// CPU seconds used by everything else on the machine in the window
     /// (other processes: a noisy machine shows here).
     pub(crate) other_cpu_s: Option<f64>,
+    /// The measured server's CPU seconds in the kernel in the window.
+    pub(crate) server_kernel_s: Option<f64>,
+    /// The measured server's read and write system calls in the window.
+    pub(crate) server_rw_calls: Option<u64>,
+    /// The measured server's context switches (every thread's) in the
+    /// window.
+    pub(crate) server_switches: Option<u64>,
     /// Peak RSS (VmHWM) of the measured server process, KiB.
     pub(crate) server_peak_rss_kib: Option<u64>,
     /// Idle-scenario measurements.
@@ -188,6 +195,9 @@ impl RunResult {
             daemon_cpu_s: None,
             loadgen_cpu_s: None,
             other_cpu_s: None,
+            server_kernel_s: None,
+            server_rw_calls: None,
+            server_switches: None,
             server_peak_rss_kib: None,
             idle: None,
             fanout: None,
@@ -246,5 +256,9 @@ impl RunResult {
             self.loadgen_cpu_s,
             self.other_cpu_s,
         ] = cpu.secs();
+        let activity = cpu.server_activity();
+        self.server_kernel_s = activity.map(|a| a.kernel.as_secs_f64());
+        self.server_rw_calls = activity.map(|a| a.rw_calls);
+        self.server_switches = activity.map(|a| a.switches);
     }
 }

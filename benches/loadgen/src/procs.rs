@@ -130,6 +130,58 @@ pub(crate) fn cpu_time(pid: u32) -> Option<Duration> {
     Some(Duration::from_secs_f64(ticks as f64 / clock_ticks() as f64))
 }
 
+/// What a process has done so far besides its CPU time: its CPU time in
+/// the kernel, its read and write system calls (`syscr` + `syscw` of
+/// `/proc/PID/io`: read, readv, recvmsg, write, writev, sendmsg and their
+/// kin; not epoll or futex) and its threads' context switches, voluntary
+/// or not (`/proc/PID/task/*/status`). Together with the CPU time they
+/// tell where a process's time per request goes besides instructions.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Activity {
+    pub(crate) kernel: Duration,
+    pub(crate) rw_calls: u64,
+    pub(crate) switches: u64,
+}
+
+/// [`Activity`] of `pid` so far.
+pub(crate) fn activity(pid: u32) -> Option<Activity> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let stime: u64 = rest.split_whitespace().nth(12)?.parse().ok()?;
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    let rw_calls = ["syscr:", "syscw:"]
+        .iter()
+        .map(|key| field(&io, key))
+        .sum::<Option<u64>>()?;
+    let mut switches = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        // A thread that ended since the listing is left out.
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        for key in ["voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"] {
+            switches += field(&status, key).unwrap_or(0);
+        }
+    }
+    Some(Activity {
+        kernel: Duration::from_secs_f64(stime as f64 / clock_ticks() as f64),
+        rw_calls,
+        switches,
+    })
+}
+
+/// The number after `key` on its own line of a `/proc` file.
+fn field(text: &str, key: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(key))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// CPU time all processes on the machine have used so far (busy time of
 /// every core, from `/proc/stat`): with the per-process times it shows how
 /// much of the machine something else was using during a run.
@@ -249,4 +301,36 @@ pub(crate) fn locate_switchyard(explicit: Option<PathBuf>) -> anyhow::Result<Pat
 pub(crate) fn age(path: &Path) -> Option<Duration> {
     let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok()?;
     modified.elapsed().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::{activity, field};
+
+    #[test]
+    fn a_field_is_the_number_on_its_line() {
+        let io = "rchar: 10\nsyscr: 7\nsyscw: 3\n";
+        assert_eq!(field(io, "syscr:"), Some(7));
+        assert_eq!(field(io, "syscw:"), Some(3));
+        assert_eq!(field(io, "read_bytes:"), None);
+    }
+
+    /// This process's own reads count: each read of a file is a read call.
+    #[test]
+    fn reads_count_as_read_calls() {
+        let me = std::process::id();
+        let before = activity(me).unwrap();
+        for _ in 0..10 {
+            std::fs::read("/proc/self/stat").unwrap();
+        }
+        let after = activity(me).unwrap();
+        assert!(
+            after.rw_calls >= before.rw_calls + 10,
+            "{before:?} → {after:?}"
+        );
+        assert!(after.kernel >= before.kernel);
+        assert!(after.switches >= before.switches);
+    }
 }

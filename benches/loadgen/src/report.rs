@@ -56,10 +56,10 @@ pub(crate) fn table(sc: &ScenarioResult) -> String {
 fn traffic_table(sc: &ScenarioResult, out: &mut String) {
     out.push_str(
         "| target | load | req/s | xB | xB2 | xC | xM | xA | p50 µs | p90 µs | p99 µs | p99.9 µs | p99-B µs \
-         | errors | mismatched | lost | server CPU s | CPU µs/req | daemon CPU s | loadgen CPU s \
-         | other CPU s | server peak RSS MiB |\n",
+         | errors | mismatched | lost | server CPU s | CPU µs/req | kernel % | r/w calls/req \
+         | switches/req | daemon CPU s | loadgen CPU s | other CPU s | server peak RSS MiB |\n",
     );
-    out.push_str(&"|---".repeat(22));
+    out.push_str(&"|---".repeat(25));
     out.push_str("|\n");
     let floor = |role| {
         sc.runs
@@ -91,6 +91,9 @@ fn traffic_table(sc: &ScenarioResult, out: &mut String) {
             r.lost.to_string(),
             opt(r.server_cpu_s, 2),
             opt(per_req, 1),
+            opt(kernel_share(r), 0),
+            opt(per_request(r, r.server_rw_calls), 2),
+            opt(per_request(r, r.server_switches), 2),
             opt(r.daemon_cpu_s, 2),
             opt(r.loadgen_cpu_s, 2),
             opt(r.other_cpu_s, 2),
@@ -105,6 +108,18 @@ fn cpu_us_per_request(r: &RunResult) -> Option<f64> {
     r.server_cpu_s
         .filter(|_| r.rps > 0.0 && r.window_secs > 0.0)
         .map(|s| s * 1e6 / (r.rps * r.window_secs))
+}
+
+/// The share of the measured server's CPU time spent in the kernel, %.
+fn kernel_share(r: &RunResult) -> Option<f64> {
+    let cpu = r.server_cpu_s.filter(|&s| s > 0.0)?;
+    Some(r.server_kernel_s? * 100.0 / cpu)
+}
+
+/// A count of the measured server's in the window per verified reply.
+fn per_request(r: &RunResult, count: Option<u64>) -> Option<f64> {
+    let replies = r.rps * r.window_secs;
+    (replies > 0.0).then(|| count.map(|c| c as f64 / replies))?
 }
 
 fn idle_table(sc: &ScenarioResult, out: &mut String) {
