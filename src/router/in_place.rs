@@ -330,16 +330,21 @@ impl InPlace {
             receipt.abandon();
         }
         for call in calls {
-            let Some(router) = routers.get(call.router) else {
+            let Call {
+                id,
+                router,
+                upstream,
+                started,
+                permit,
+                spans,
+            } = call;
+            let Some(router) = routers.get(router) else {
                 // Never: the table kept the router of each of its calls.
                 continue;
             };
-            call.answer(
-                router,
-                Err(shutting_down()),
-                Settled::at(std::time::Instant::now()),
-            )
-            .deliver(self);
+            let at = Settled::at(std::time::Instant::now());
+            let msg = router.finish_at(id, upstream, at.since(started), Err(shutting_down()));
+            self.answer(&msg, permit, spans);
         }
     }
 
@@ -363,10 +368,17 @@ impl InPlace {
         }
     }
 
-    /// Queues a settled reply without waiting (see `Outbox::settle`); the
-    /// request's in-flight slot is freed once the reply is queued, as on
-    /// the waiting path. Returns false when the client is gone.
-    fn deliver(&self, msg: &Message, permit: Taken) -> bool {
+    /// Queues a call's reply without waiting (see `Outbox::settle`) and
+    /// ends its spans, if it has any; the request's in-flight slot is
+    /// freed once the reply is queued, as on the waiting path. Returns
+    /// false when the client is gone.
+    fn answer(&self, msg: &Message, permit: Taken, spans: Option<Box<Spans>>) -> bool {
+        let Some(spans) = spans else {
+            return self.outbox.settle(msg, permit);
+        };
+        let Spans { span, client_span } = *spans;
+        drop(client_span);
+        record_outcome(&span, msg);
         self.outbox.settle(msg, permit)
     }
 }
@@ -385,30 +397,36 @@ impl Caller for InPlace {
     }
 
     fn complete(&self, token: u64, reply: ReplyResult, settled: Settled) -> bool {
-        let (at, answer, unused) = {
-            let mut calls = self.calls.lock();
-            let Calls { out, routers, .. } = &mut *calls;
-            // Answered by the session already (it ended), or never its call.
-            let Some(Out { at, call }) = take(out, token) else {
-                return false;
-            };
-            let number = call.router;
-            let Some(router) = routers.get(number) else {
-                // Never: the table keeps the router of each of its calls.
-                return false;
-            };
-            // The reply is made under the lock, with the router the table
-            // keeps (a handle of its own would be a shared count written
-            // twice); it is rendered and queued after.
-            let answer = call.answer(router, reply, settled);
-            (at, answer, routers.release(number))
+        let mut calls = self.calls.lock();
+        let Calls { out, routers, .. } = &mut *calls;
+        // Answered by the session already (it ended), or never its call.
+        let Some(Out { at, call }) = take(out, token) else {
+            return false;
         };
+        let Call {
+            id,
+            router: number,
+            upstream,
+            started,
+            permit,
+            spans,
+        } = call;
+        let Some(router) = routers.get(number) else {
+            // Never: the table keeps the router of each of its calls.
+            return false;
+        };
+        // The reply is made under the lock, with the router the table keeps
+        // (a handle of its own would be a shared count written twice per
+        // call), where it stays; it is rendered and queued after.
+        let msg = router.finish_at(id, upstream, settled.since(started), reply);
+        let unused = routers.release(number);
+        drop(calls);
         // Dropped after the lock: a last link handle may free room, which
         // writes parked calls (and tells their sessions); a router no call
         // needs any more is let go.
         drop(at);
         drop(unused);
-        answer.deliver(self)
+        self.answer(&msg, permit, spans)
     }
 }
 
@@ -489,47 +507,6 @@ impl<R> Routers<R> {
             return None;
         }
         Some(self.list.remove(at).router)
-    }
-}
-
-// === impl Call ===
-
-/// A call's reply, made and not yet queued.
-struct Answer {
-    msg: Message,
-    permit: Taken,
-    spans: Option<Box<Spans>>,
-}
-
-impl Call {
-    /// The client's reply to the call as `router` (the one it was placed
-    /// through) makes it, settled `at`; its outcome is recorded.
-    fn answer(self, router: &Router, reply: ReplyResult, at: Settled) -> Answer {
-        let Call {
-            id,
-            router: _,
-            upstream,
-            started,
-            permit,
-            spans,
-        } = self;
-        let msg = router.finish_at(id, upstream, at.since(started), reply);
-        Answer { msg, permit, spans }
-    }
-}
-
-impl Answer {
-    /// Renders the reply into `to`'s outbox and ends the call's spans.
-    /// Returns false when the client is gone.
-    fn deliver(self, to: &InPlace) -> bool {
-        let Answer { msg, permit, spans } = self;
-        let Some(spans) = spans else {
-            return to.deliver(&msg, permit);
-        };
-        let Spans { span, client_span } = *spans;
-        drop(client_span);
-        record_outcome(&span, &msg);
-        to.deliver(&msg, permit)
     }
 }
 
