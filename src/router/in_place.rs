@@ -23,8 +23,10 @@
 //! Bound: a session holds at most `max_in_flight` calls; its table keeps
 //! room for [`CALLS_KEPT`] of them once it runs empty after a burst of
 //! more than twice as many, and for at most twice as many otherwise (about
-//! 200 bytes each): a table that runs empty now and then under a steady
-//! load is not made again each time.
+//! 112 bytes each): a table that runs empty now and then under a steady
+//! load is not made again each time. It keeps one handle on each router
+//! its calls went through (a reload makes a new one): at most one per
+//! call out, and the newest.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -62,11 +64,34 @@ pub(crate) struct InPlace {
 /// larger than this gives its room back at its end.
 const CALLS_KEPT: usize = 16;
 
-/// A session's calls out (each with its token), and whether it ended.
+/// A session's calls out (each with its token), the routers they were
+/// placed through, and whether it ended.
 #[derive(Debug, Default)]
 struct Calls {
     out: Slab<(u64, Out)>,
+    routers: Routers<Router>,
     ended: Option<Ended>,
+}
+
+/// The routers a session's calls out were placed through, the newest
+/// last (a reload gives the listener a new one), each with its number and
+/// its count of calls out. A call names its router by number: it holds no
+/// handle of its own, so placing and settling it writes no reference
+/// count that every session of the listener shares. A router no call
+/// needs any more is let go, but for the newest one; usually there is one.
+#[derive(Debug)]
+struct Routers<R> {
+    list: Vec<Through<R>>,
+    /// The number of the next router added.
+    next: u64,
+}
+
+/// One router of [`Routers`].
+#[derive(Debug)]
+struct Through<R> {
+    number: u64,
+    router: Arc<R>,
+    calls: usize,
 }
 
 /// One call out: where it is, and what its reply needs.
@@ -122,14 +147,24 @@ pub(crate) struct NotPlaced {
 #[derive(Debug)]
 struct Call {
     id: WireId,
-    router: Arc<Router>,
-    /// Its upstream, as the router finds it ([`Router::upstream_at`]):
-    /// the router the call holds keeps it.
+    /// The number of the router it was placed through ([`Routers`]).
+    router: u64,
+    /// Its upstream, as that router finds it ([`Router::upstream_at`]):
+    /// the session's table keeps the router while the call is out.
     upstream: usize,
     started: std::time::Instant,
     /// The client's in-flight slot (`max_in_flight`).
     permit: Taken,
-    /// Closed (ended) when the call settles.
+    /// Closed (ended) when the call settles; none while spans are not
+    /// exported.
+    spans: Option<Box<Spans>>,
+}
+
+/// The spans of a call settled in place, while spans are exported: boxed,
+/// so that the call (moved into the session's table and out of it) stays
+/// small when they are not, which is when nothing else allocates per call.
+#[derive(Debug)]
+struct Spans {
     span: tracing::Span,
     client_span: tracing::Span,
 }
@@ -180,31 +215,35 @@ impl InPlace {
         } = req;
         let span = router.server_span(parent, &id, &method);
         // Spans exist only while they are exported: a disabled one gets no
-        // fields and no child (each would cost a call into `tracing`).
-        let client_span = if span.is_disabled() {
-            tracing::Span::none()
+        // fields and no child (each would cost a call into `tracing`), and
+        // the call does not keep it.
+        let spans = if span.is_disabled() {
+            None
         } else {
             span.record("switchyard.upstream", upstream.name());
-            upstream.client_span_under(&span, &method)
+            let client_span = upstream.client_span_under(&span, &method);
+            Some(Box::new(Spans { span, client_span }))
         };
         let count = self.next.fetch_add(1, Ordering::Relaxed);
-        let call = Call {
+        let mut call = Call {
             id,
-            router: router.clone(),
+            router: 0,
             upstream: series,
             started: now.into_std(),
             permit,
-            span,
-            client_span,
+            spans,
         };
         let at = At::Waiting;
-        let token = {
+        let (token, unused) = {
             let mut calls = self.calls.lock();
+            let (number, unused) = calls.routers.hold(router);
+            call.router = number;
             let entry = calls.out.vacant_entry();
             let token = token_of(entry.key(), count);
             entry.insert((token, Out { at, call }));
-            token
+            (token, unused)
         };
+        drop(unused);
         let submission = Submission {
             method,
             params,
@@ -231,11 +270,15 @@ impl InPlace {
     /// parked calls are dropped unsent when their upstream comes to them).
     pub(crate) fn abandon_all(&self) {
         self.gone.store(true, Ordering::Release);
-        let out = {
+        let (out, routers) = {
             let mut calls = self.calls.lock();
             calls.ended = Some(Ended::Gone);
-            std::mem::take(&mut calls.out)
+            (
+                std::mem::take(&mut calls.out),
+                std::mem::take(&mut calls.routers),
+            )
         };
+        drop(routers);
         for (_, (_, out)) in out {
             if let At::Written(receipt) = out.at {
                 // Dropped unanswered: nobody is there to read it.
@@ -247,10 +290,13 @@ impl InPlace {
     /// Shutdown grace is over: answer every call out with `unavailable`,
     /// parked ones included.
     pub(crate) fn fail_all(self: &Arc<Self>) {
-        let out = {
+        let (out, routers) = {
             let mut calls = self.calls.lock();
             calls.ended = Some(Ended::Failed);
-            std::mem::take(&mut calls.out)
+            (
+                std::mem::take(&mut calls.out),
+                std::mem::take(&mut calls.routers),
+            )
         };
         // Taken out of the upstreams first, parked calls before written
         // ones: the room that abandoning written calls frees must not
@@ -264,7 +310,10 @@ impl InPlace {
                 At::Written(receipt) => written.push(receipt),
                 At::Waiting => {
                     let call = &out.call;
-                    if let Some(up) = call.router.upstream_at(call.upstream) {
+                    let up = routers
+                        .get(call.router)
+                        .and_then(|r| r.upstream_at(call.upstream));
+                    if let Some(up) = up {
                         if !parked_on.iter().any(|u| Arc::ptr_eq(u, up)) {
                             parked_on.push(up.clone());
                         }
@@ -281,11 +330,21 @@ impl InPlace {
             receipt.abandon();
         }
         for call in calls {
-            call.finish(
-                self,
-                Err(shutting_down()),
-                Settled::at(std::time::Instant::now()),
-            );
+            let Call {
+                id,
+                router,
+                upstream,
+                started,
+                permit,
+                spans,
+            } = call;
+            let Some(router) = routers.get(router) else {
+                // Never: the table kept the router of each of its calls.
+                continue;
+            };
+            let at = Settled::at(std::time::Instant::now());
+            let msg = router.finish_at(id, upstream, at.since(started), Err(shutting_down()));
+            self.answer(&msg, permit, spans);
         }
     }
 
@@ -309,10 +368,17 @@ impl InPlace {
         }
     }
 
-    /// Queues a settled reply without waiting (see `Outbox::settle`); the
-    /// request's in-flight slot is freed once the reply is queued, as on
-    /// the waiting path. Returns false when the client is gone.
-    fn deliver(&self, msg: &Message, permit: Taken) -> bool {
+    /// Queues a call's reply without waiting (see `Outbox::settle`) and
+    /// ends its spans, if it has any; the request's in-flight slot is
+    /// freed once the reply is queued, as on the waiting path. Returns
+    /// false when the client is gone.
+    fn answer(&self, msg: &Message, permit: Taken, spans: Option<Box<Spans>>) -> bool {
+        let Some(spans) = spans else {
+            return self.outbox.settle(msg, permit);
+        };
+        let Spans { span, client_span } = *spans;
+        drop(client_span);
+        record_outcome(&span, msg);
         self.outbox.settle(msg, permit)
     }
 }
@@ -331,15 +397,36 @@ impl Caller for InPlace {
     }
 
     fn complete(&self, token: u64, reply: ReplyResult, settled: Settled) -> bool {
-        let out = take(&mut self.calls.lock().out, token);
+        let mut calls = self.calls.lock();
+        let Calls { out, routers, .. } = &mut *calls;
         // Answered by the session already (it ended), or never its call.
-        let Some(Out { at, call }) = out else {
+        let Some(Out { at, call }) = take(out, token) else {
             return false;
         };
+        let Call {
+            id,
+            router: number,
+            upstream,
+            started,
+            permit,
+            spans,
+        } = call;
+        let Some(router) = routers.get(number) else {
+            // Never: the table keeps the router of each of its calls.
+            return false;
+        };
+        // The reply is made under the lock, with the router the table keeps
+        // (a handle of its own would be a shared count written twice per
+        // call), where it stays; it is rendered and queued after.
+        let msg = router.finish_at(id, upstream, settled.since(started), reply);
+        let unused = routers.release(number);
+        drop(calls);
         // Dropped after the lock: a last link handle may free room, which
-        // writes parked calls (and tells their sessions).
+        // writes parked calls (and tells their sessions); a router no call
+        // needs any more is let go.
         drop(at);
-        call.finish(self, reply, settled)
+        drop(unused);
+        self.answer(&msg, permit, spans)
     }
 }
 
@@ -363,33 +450,118 @@ fn shutting_down() -> GatewayError {
         .on(crate::error::Side::Internal)
 }
 
-// === impl Call ===
+// === impl Routers ===
 
-impl Call {
-    /// Renders the reply into `to`'s outbox, records its outcome (settled
-    /// `at`) and ends its spans. Returns false when the client is gone.
-    fn finish(self, to: &InPlace, reply: ReplyResult, at: Settled) -> bool {
-        let Call {
-            id,
-            router,
-            upstream,
-            started,
-            permit,
-            span,
-            client_span,
-        } = self;
-        drop(client_span);
-        let msg = router.finish_at(id, upstream, at.since(started), reply);
-        if !span.is_disabled() {
-            record_outcome(&span, &msg);
+impl<R> Default for Routers<R> {
+    fn default() -> Self {
+        Routers {
+            list: Vec::new(),
+            next: 0,
         }
-        to.deliver(&msg, permit)
+    }
+}
+
+impl<R> Routers<R> {
+    /// Counts one more call placed through `router`; returns its number,
+    /// and the router it replaces if no call needs that one any more (to
+    /// be dropped after the table's lock).
+    fn hold(&mut self, router: &Arc<R>) -> (u64, Option<Arc<R>>) {
+        if let Some(last) = self.list.last_mut() {
+            if Arc::ptr_eq(&last.router, router) {
+                last.calls += 1;
+                return (last.number, None);
+            }
+        }
+        // A new router (a reload): the newest before it goes unless a call
+        // still needs it (the others went when their last call did).
+        let unused = match self.list.last() {
+            Some(last) if last.calls == 0 => self.list.pop().map(|r| r.router),
+            _ => None,
+        };
+        let number = self.next;
+        self.next += 1;
+        self.list.push(Through {
+            number,
+            router: router.clone(),
+            calls: 1,
+        });
+        (number, unused)
+    }
+
+    /// The router numbered `number`, while a call placed through it is out.
+    fn get(&self, number: u64) -> Option<&Arc<R>> {
+        self.list
+            .iter()
+            .find(|r| r.number == number)
+            .map(|r| &r.router)
+    }
+
+    /// Counts one call through router `number` less; gives back that
+    /// router when no call needs it any more and a newer one is there (to
+    /// be dropped after the table's lock).
+    fn release(&mut self, number: u64) -> Option<Arc<R>> {
+        let at = self.list.iter().position(|r| r.number == number)?;
+        let through = self.list.get_mut(at)?;
+        through.calls = through.calls.saturating_sub(1);
+        if through.calls > 0 || at + 1 == self.list.len() {
+            return None;
+        }
+        Some(self.list.remove(at).router)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{take, token_of, Slab, CALLS_KEPT};
+    use std::sync::Arc;
+
+    use super::{take, token_of, Out, Routers, Slab, CALLS_KEPT};
+
+    /// A call is moved into the session's table and out of it by value:
+    /// it holds no span while spans are not exported (nor a router of its
+    /// own), which keeps it within 128 bytes, a size copied without a call
+    /// to `memcpy`.
+    #[test]
+    fn a_call_in_the_table_is_small() {
+        let size = std::mem::size_of::<(u64, Out)>();
+        assert!(size <= 128, "{size} bytes");
+    }
+
+    /// Calls name their router by number: the table keeps each router
+    /// while a call placed through it is out, and lets an older one go
+    /// with its last call (the newest stays for the calls to come).
+    #[test]
+    fn the_table_keeps_a_router_while_its_calls_are_out() {
+        let (old, new) = (Arc::new("old"), Arc::new("new"));
+        let mut routers = Routers::default();
+        let (a, gone) = routers.hold(&old);
+        assert!(gone.is_none());
+        let (b, _) = routers.hold(&old);
+        assert_eq!(a, b, "one number per router");
+        assert_eq!(Arc::strong_count(&old), 2, "one handle for both calls");
+        // A reload: calls placed now go through the new router.
+        let (c, gone) = routers.hold(&new);
+        assert!(gone.is_none(), "the old router's calls are still out");
+        assert_ne!(a, c);
+        assert_eq!(routers.get(a).map(|r| **r), Some("old"));
+        assert_eq!(routers.get(c).map(|r| **r), Some("new"));
+        assert!(routers.release(a).is_none(), "one call through it is out");
+        assert_eq!(routers.get(b).map(|r| **r), Some("old"));
+        let last = routers.release(b);
+        assert_eq!(last.map(|r| *r), Some("old"), "let go with its last call");
+        assert!(routers.get(a).is_none());
+        assert_eq!(Arc::strong_count(&old), 1);
+        // The newest stays when its calls are done, and goes at the next
+        // reload.
+        assert!(routers.release(c).is_none());
+        assert_eq!(routers.get(c).map(|r| **r), Some("new"));
+        let (d, gone) = routers.hold(&new);
+        assert_eq!((c, gone), (d, None));
+        assert!(routers.release(d).is_none());
+        let (e, gone) = routers.hold(&old);
+        assert_ne!(e, a, "a router placed again gets a new number");
+        assert_eq!(gone.map(|r| *r), Some("new"));
+        assert_eq!(routers.list.len(), 1);
+    }
 
     /// Records `v` as call number `count`, as `InPlace::place` does.
     fn record(out: &mut Slab<(u64, [u8; 200])>, count: u64, v: [u8; 200]) -> u64 {
