@@ -24,6 +24,8 @@
 //! The WebSocket is tokio-tungstenite's with the default `WebSocketConfig`
 //! a new user takes: its read buffer is 128 KiB per connection, and each
 //! read first zero-fills the part of it that the read may use.
+//! `MINIMAL_READ_BUFFER=BYTES` in the environment sets another read size
+//! (8192 is switchyard's), to compare the designs with the same buffer.
 //!
 //! One file, shared by two benches: `loadgen` runs it as a process of its
 //! own (`--minimal-listen`, floor M) and `benches/allocs.rs` runs it on its
@@ -45,6 +47,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
@@ -110,6 +113,13 @@ struct Link {
 /// Serves WebSocket clients on `listener`, forwarding to the NDJSON daemon
 /// at `daemon`, until accepting fails.
 pub(crate) async fn serve(listener: TcpListener, daemon: PathBuf) -> io::Result<()> {
+    let mut config = WebSocketConfig::default();
+    if let Some(bytes) = std::env::var("MINIMAL_READ_BUFFER")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        config = config.read_buffer_size(bytes);
+    }
     let mut links = Vec::with_capacity(POOL);
     for _ in 0..POOL {
         links.push(connect(&daemon).await?);
@@ -118,8 +128,11 @@ pub(crate) async fn serve(listener: TcpListener, daemon: PathBuf) -> io::Result<
     let mut clients = 0u64;
     loop {
         let (stream, _) = listener.accept().await?;
+        // As any gateway does (switchyard too): replies go out at once,
+        // not held back by Nagle's algorithm until the last one is acked.
+        stream.set_nodelay(true)?;
         clients += 1;
-        tokio::spawn(client(stream, clients, Arc::clone(&links)));
+        tokio::spawn(client(stream, clients, Arc::clone(&links), config));
     }
 }
 
@@ -194,8 +207,8 @@ async fn read_replies(read: OwnedReadHalf, link: Arc<Link>) {
 }
 
 /// One WebSocket client, until it leaves.
-async fn client(stream: TcpStream, me: u64, links: Arc<[Arc<Link>]>) {
-    let Ok(ws) = tokio_tungstenite::accept_async(stream).await else {
+async fn client(stream: TcpStream, me: u64, links: Arc<[Arc<Link>]>, config: WebSocketConfig) {
+    let Ok(ws) = tokio_tungstenite::accept_async_with_config(stream, Some(config)).await else {
         return;
     };
     let (sink, mut stream) = ws.split();

@@ -33,8 +33,7 @@ pub(crate) struct CpuUse {
     /// Everything else on the machine (other processes, the kernel's
     /// unattributed work): noise when it is large.
     other: Option<Duration>,
-    /// The server's kernel time, read and write calls and context
-    /// switches.
+    /// The server's kernel time and context switches.
     server_activity: Option<procs::Activity>,
 }
 
@@ -76,7 +75,6 @@ pub(crate) async fn sample_cpu(pids: [Option<u32>; 2], timing: Timing) -> CpuUse
         .zip(b.server_activity)
         .map(|(a, b)| procs::Activity {
             kernel: b.kernel.saturating_sub(a.kernel),
-            rw_calls: b.rw_calls.saturating_sub(a.rw_calls),
             switches: b.switches.saturating_sub(a.switches),
         });
     CpuUse {
@@ -111,8 +109,7 @@ impl CpuUse {
         [self.server, self.daemon, self.loadgen, self.other].map(|d| d.map(|d| d.as_secs_f64()))
     }
 
-    /// The server's kernel time, read and write calls and context
-    /// switches in the window.
+    /// The server's kernel time and context switches in the window.
     pub(crate) fn server_activity(&self) -> Option<procs::Activity> {
         self.server_activity
     }

@@ -54,8 +54,6 @@ pub(crate) struct RunResult {
     pub(crate) other_cpu_s: Option<f64>,
     /// The measured server's CPU seconds in the kernel in the window.
     pub(crate) server_kernel_s: Option<f64>,
-    /// The measured server's read and write system calls in the window.
-    pub(crate) server_rw_calls: Option<u64>,
     /// The measured server's context switches (every thread's) in the
     /// window.
     pub(crate) server_switches: Option<u64>,
@@ -196,7 +194,6 @@ impl RunResult {
             loadgen_cpu_s: None,
             other_cpu_s: None,
             server_kernel_s: None,
-            server_rw_calls: None,
             server_switches: None,
             server_peak_rss_kib: None,
             idle: None,
@@ -258,7 +255,6 @@ impl RunResult {
         ] = cpu.secs();
         let activity = cpu.server_activity();
         self.server_kernel_s = activity.map(|a| a.kernel.as_secs_f64());
-        self.server_rw_calls = activity.map(|a| a.rw_calls);
         self.server_switches = activity.map(|a| a.switches);
     }
 }

@@ -56,10 +56,10 @@ pub(crate) fn table(sc: &ScenarioResult) -> String {
 fn traffic_table(sc: &ScenarioResult, out: &mut String) {
     out.push_str(
         "| target | load | req/s | xB | xB2 | xC | xM | xA | p50 µs | p90 µs | p99 µs | p99.9 µs | p99-B µs \
-         | errors | mismatched | lost | server CPU s | CPU µs/req | kernel % | r/w calls/req \
-         | switches/req | daemon CPU s | loadgen CPU s | other CPU s | server peak RSS MiB |\n",
+         | errors | mismatched | lost | server CPU s | CPU µs/req | kernel % | switches/req \
+         | daemon CPU s | loadgen CPU s | other CPU s | server peak RSS MiB |\n",
     );
-    out.push_str(&"|---".repeat(25));
+    out.push_str(&"|---".repeat(24));
     out.push_str("|\n");
     let floor = |role| {
         sc.runs
@@ -92,7 +92,6 @@ fn traffic_table(sc: &ScenarioResult, out: &mut String) {
             opt(r.server_cpu_s, 2),
             opt(per_req, 1),
             opt(kernel_share(r), 0),
-            opt(per_request(r, r.server_rw_calls), 2),
             opt(per_request(r, r.server_switches), 2),
             opt(r.daemon_cpu_s, 2),
             opt(r.loadgen_cpu_s, 2),
