@@ -82,7 +82,7 @@ use switchyard::daemon::ws::{WsDaemon, WsDialect};
 use switchyard::daemon::{Daemon, DaemonOptions};
 use switchyard::dialect::sideband::Encoding;
 use tokio::net::TcpStream;
-use tokio::runtime::{Builder, Handle};
+use tokio::runtime::{Builder, Handle, Runtime};
 use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::header::{HeaderValue, SEC_WEBSOCKET_PROTOCOL};
@@ -476,6 +476,44 @@ fn send_signal(tx: oneshot::Sender<()>) -> Res<()> {
 /// between the `start` and `stop` signals.
 fn start_gateway(toml: String) -> Res<Gateway> {
     let cfg = switchyard::config::Config::from_toml(&toml).map_err(|e| format!("{e}\n{toml}"))?;
+    on_thread_g(move |rt| {
+        let running = rt.block_on(async {
+            let bound = switchyard::app::bind(cfg).await?;
+            // An NDJSON listener has no URL: its client dials the socket.
+            let url = bound.ws_url("public").unwrap_or_default();
+            Res::Ok((url, bound.spawn()))
+        })?;
+        let (url, running) = running;
+        Ok((url, move |rt: &Runtime| rt.block_on(running.shutdown())))
+    })
+}
+
+/// Starts floor M, the minimal multiplexing gateway, on thread G in front
+/// of the NDJSON daemon at `daemon`, counted as [`start_gateway`] counts
+/// switchyard: the same signals, the same `measured_requests` span.
+fn start_minimal(daemon: std::path::PathBuf) -> Res<Gateway> {
+    on_thread_g(move |rt| {
+        let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+        let addr = listener.local_addr()?;
+        rt.spawn(async move {
+            if let Err(e) = minimal::serve(listener, daemon).await {
+                eprintln!("the minimal gateway stopped: {e}");
+            }
+        });
+        // Dropping the runtime ends every task and closes its sockets.
+        Ok((format!("ws://{addr}/rpc"), |_: &Runtime| ()))
+    })
+}
+
+/// Thread G: a current-thread runtime on which `serve` starts a server
+/// (its URL, and what ends it); the warm-up is served uncounted, then
+/// `measured_requests` runs between the `start` and `stop` signals and
+/// its allocations are counted.
+fn on_thread_g<S, E>(serve: S) -> Res<Gateway>
+where
+    S: FnOnce(&Runtime) -> Res<(String, E)> + Send + 'static,
+    E: FnOnce(&Runtime),
+{
     let (start, start_rx) = oneshot::channel();
     let (stop, stop_rx) = oneshot::channel::<()>();
     let (closed, closed_rx) = oneshot::channel::<()>();
@@ -491,18 +529,11 @@ fn start_gateway(toml: String) -> Res<Gateway> {
                     return;
                 }
             };
-            let running = rt.block_on(async {
-                let bound = switchyard::app::bind(cfg).await?;
-                // An NDJSON listener has no URL: its client dials the socket.
-                let url = bound.ws_url("public").unwrap_or_default();
-                let running = bound.spawn();
-                Res::Ok((url, running))
-            });
-            let running = match running {
-                Ok((url, running)) => {
+            let end = match serve(&rt) {
+                Ok((url, end)) => {
                     // The client waits for this before it connects.
                     let _ = ready_tx.send(Ok((url, rt.handle().clone())));
-                    running
+                    end
                 }
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
@@ -515,62 +546,7 @@ fn start_gateway(toml: String) -> Res<Gateway> {
             // The client waits for the count: ignore its going away.
             let _ = counted_tx.send(info);
             let _ = rt.block_on(closed_rx);
-            rt.block_on(running.shutdown());
-        })?;
-    let (url, handle) = ready_rx.recv()??;
-    Ok(Gateway {
-        url,
-        handle,
-        start,
-        stop,
-        counted,
-        closed,
-        thread,
-    })
-}
-
-/// Starts floor M, the minimal multiplexing gateway, on thread G in front
-/// of the NDJSON daemon at `daemon`, counted as [`start_gateway`] counts
-/// switchyard: the same signals, the same `measured_requests` span.
-fn start_minimal(daemon: std::path::PathBuf) -> Res<Gateway> {
-    let (start, start_rx) = oneshot::channel();
-    let (stop, stop_rx) = oneshot::channel::<()>();
-    let (closed, closed_rx) = oneshot::channel::<()>();
-    let (counted_tx, counted) = std_mpsc::channel();
-    let (ready_tx, ready_rx) = std_mpsc::channel::<Res<(String, Handle)>>();
-    let thread = thread::Builder::new()
-        .name("gateway".into())
-        .spawn(move || {
-            let rt = match Builder::new_current_thread().enable_all().build() {
-                Ok(rt) => rt,
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e.into()));
-                    return;
-                }
-            };
-            let bound = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"));
-            let url = match bound.and_then(|l| Ok((l.local_addr()?, l))) {
-                Ok((addr, listener)) => {
-                    rt.spawn(async move {
-                        if let Err(e) = minimal::serve(listener, daemon).await {
-                            eprintln!("the minimal gateway stopped: {e}");
-                        }
-                    });
-                    format!("ws://{addr}/rpc")
-                }
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e.into()));
-                    return;
-                }
-            };
-            let _ = ready_tx.send(Ok((url, rt.handle().clone())));
-            // Warm-up: served, not counted.
-            let _ = rt.block_on(start_rx);
-            let info = allocation_counter::measure(|| measured_requests(&rt, stop_rx));
-            // The client waits for the count: ignore its going away.
-            let _ = counted_tx.send(info);
-            let _ = rt.block_on(closed_rx);
-            // Dropping the runtime ends every task and closes its sockets.
+            end(&rt);
         })?;
     let (url, handle) = ready_rx.recv()??;
     Ok(Gateway {
@@ -589,7 +565,7 @@ fn start_minimal(daemon: std::path::PathBuf) -> Res<Gateway> {
 /// only what runs inside this function (`--toggle-collect`), that is
 /// thread G's work for the measured requests.
 #[inline(never)]
-fn measured_requests(rt: &tokio::runtime::Runtime, stop: oneshot::Receiver<()>) {
+fn measured_requests(rt: &Runtime, stop: oneshot::Receiver<()>) {
     let _ = rt.block_on(stop);
 }
 
