@@ -345,10 +345,11 @@ impl FromStr for Dialect {
 
 /// One client connection's dialect: its codec, and the state the dialect
 /// keeps per connection.
+///
+/// One per connection, in the outbox's shared state: the Sideband session
+/// (hundreds of bytes) is boxed, so that a connection of another dialect
+/// does not hold room for it.
 #[derive(Debug)]
-// One per connection, built in place in the outbox's shared state and never
-// moved after: the Sideband variant's size costs nothing a box would save.
-#[allow(clippy::large_enum_variant)]
 pub enum ClientCodec {
     /// JSON-RPC 2.0 in WebSocket text frames.
     JsonRpc(JsonRpcClient),
@@ -359,7 +360,7 @@ pub enum ClientCodec {
     /// holon-rpc envelopes in WebSocket text frames.
     Holon(HolonClient),
     /// Sideband binary frames, with the connection's SBP session.
-    Sideband(SidebandClient),
+    Sideband(Box<SidebandClient>),
 }
 
 /// A frame as a codec rendered it, lent to the caller to copy where it
@@ -408,7 +409,7 @@ impl ClientCodec {
             Dialect::Ndjson => ClientCodec::Ndjson(JsonRpcClient::LINES),
             Dialect::JsonRpcHttp => ClientCodec::JsonRpcHttp(JsonRpcClient::HTTP),
             Dialect::Holon => ClientCodec::Holon(HolonClient),
-            Dialect::Sideband => ClientCodec::Sideband(SidebandClient::new(sideband)),
+            Dialect::Sideband => ClientCodec::Sideband(Box::new(SidebandClient::new(sideband))),
         }
     }
 
@@ -1116,6 +1117,15 @@ mod tests {
             assert_eq!(d.index(), i, "{d}");
         }
         assert_eq!(COUNT, Dialect::ALL.len());
+    }
+
+    /// Every connection holds a `ClientCodec`: the Sideband session is
+    /// boxed, so that a connection of another dialect holds two words for
+    /// it, not the session's hundreds of bytes.
+    #[test]
+    fn a_client_codec_is_two_words() {
+        let size = std::mem::size_of::<ClientCodec>();
+        assert!(size <= 16, "ClientCodec is {size} bytes");
     }
 }
 

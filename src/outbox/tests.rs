@@ -217,7 +217,7 @@ async fn queued_replies_share_the_frame_buffer_and_a_waiting_one_holds_none() {
     assert!(!sideband.negotiating(), "CBOR negotiated");
     let codecs = [
         ClientCodec::JsonRpc(JsonRpcClient::WS),
-        ClientCodec::Sideband(sideband),
+        ClientCodec::Sideband(Box::new(sideband)),
     ];
     for codec in codecs {
         let binary = codec.reads_binary();

@@ -103,6 +103,13 @@ impl ClientLinks {
         f(slot.get_or_insert_with(register))
     }
 
+    /// Cancelled when the client is gone (by [`close`](Self::close), or
+    /// earlier by its session): its links, push tasks and the session's
+    /// own tasks stop.
+    pub fn on_gone(&self) -> &CancellationToken {
+        &self.gone
+    }
+
     /// Fires when a dedicated upstream link of this client dropped.
     pub fn lost(&self) -> &CancellationToken {
         self.links.lost()

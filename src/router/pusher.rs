@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use prometheus::IntCounterVec;
 use tokio::sync::oneshot;
 
 use crate::dialect::ClientCodec;
@@ -23,13 +24,24 @@ pub struct Pusher {
     /// The client's outbox, which holds its codec (and so the ids of the
     /// pushes it has not answered, where its dialect needs a map).
     outbox: Outbox,
-    pushes: Arc<Mutex<Correlator<Option<oneshot::Sender<ReplyResult>>>>>,
-    /// Woken when a push is answered or abandoned: room in the window for
-    /// a delivery that waits for it ([`Pusher::push_waiting`]).
-    room: Arc<tokio::sync::Notify>,
+    /// One allocation per client for what its pushes share.
+    shared: Arc<Shared>,
     max_unanswered: usize,
     timeout: Duration,
-    metrics: Metrics,
+}
+
+/// What a client's pushes share: made once per connection.
+#[derive(Debug)]
+struct Shared {
+    pushes: Mutex<Correlator<Option<oneshot::Sender<ReplyResult>>>>,
+    /// Woken when a push is answered or abandoned: room in the window for
+    /// a delivery that waits for it ([`Pusher::push_waiting`]).
+    room: tokio::sync::Notify,
+    /// The three series a pusher counts into (`unmatched_responses`,
+    /// `dropped_messages`, `peer_quirks`), not a copy of every one.
+    unmatched: IntCounterVec,
+    dropped: IntCounterVec,
+    quirks: IntCounterVec,
 }
 
 /// Why a push could not be queued.
@@ -84,15 +96,20 @@ impl Pusher {
         outbox: Outbox,
         max_unanswered: usize,
         timeout: Duration,
-        metrics: Metrics,
+        metrics: &Metrics,
     ) -> Self {
+        let shared = Shared {
+            pushes: Mutex::new(Correlator::new(false)),
+            room: tokio::sync::Notify::new(),
+            unmatched: metrics.unmatched_responses.clone(),
+            dropped: metrics.dropped_messages.clone(),
+            quirks: metrics.peer_quirks.clone(),
+        };
         Pusher {
             outbox,
-            pushes: Arc::new(Mutex::new(Correlator::new(false))),
-            room: Arc::new(tokio::sync::Notify::new()),
+            shared: Arc::new(shared),
             max_unanswered,
             timeout,
-            metrics,
         }
     }
 
@@ -157,11 +174,11 @@ impl Pusher {
             return Offer::Untranslatable;
         };
         loop {
-            let room = self.room.notified();
+            let room = self.shared.room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
             let claimed = {
-                let mut table = self.pushes.lock();
+                let mut table = self.shared.pushes.lock();
                 if table.len() >= self.max_unanswered {
                     None
                 } else {
@@ -182,8 +199,8 @@ impl Pusher {
             };
             let offer = self.outbox.deliver(&msg).await;
             if offer != Offer::Queued {
-                self.pushes.lock().cancel(gid);
-                self.room.notify_waiters();
+                self.shared.pushes.lock().cancel(gid);
+                self.shared.room.notify_waiters();
                 return offer;
             }
             let this = self.clone();
@@ -218,7 +235,7 @@ impl Pusher {
             .push_request_params(method, params)
             .map_err(Refused::Other)?;
         let (tx, rx) = oneshot::channel();
-        let mut table = self.pushes.lock();
+        let mut table = self.shared.pushes.lock();
         if table.len() >= self.max_unanswered {
             self.count_dropped(DropReason::PushWindow);
             return Err(Refused::Window);
@@ -248,8 +265,8 @@ impl Pusher {
             Ok(Ok(reply)) => reply,
             Ok(Err(_)) => Err(GatewayError::new(ErrorKind::Unavailable).on(Side::Client)),
             Err(_) => {
-                self.pushes.lock().abandon(gid);
-                self.room.notify_waiters();
+                self.shared.pushes.lock().abandon(gid);
+                self.shared.room.notify_waiters();
                 self.codec().forget_push(gid);
                 Err(GatewayError::new(ErrorKind::Timeout).on(Side::Client))
             }
@@ -260,10 +277,12 @@ impl Pusher {
     /// when the id was not pending.
     pub fn settle(&self, id: &WireId, reply: ReplyResult) -> bool {
         let gid = self.codec().push_number(id);
-        let resolution = gid.map_or(Resolution::Unknown, |gid| self.pushes.lock().resolve(gid));
+        let resolution = gid.map_or(Resolution::Unknown, |gid| {
+            self.shared.pushes.lock().resolve(gid)
+        });
         let kind = match resolution {
             Resolution::Pending(waiter) => {
-                self.room.notify_waiters();
+                self.shared.room.notify_waiters();
                 if let Some(waiter) = waiter {
                     // The pushing task may have given up meanwhile.
                     let _ = waiter.send(reply);
@@ -274,8 +293,8 @@ impl Pusher {
             Resolution::Duplicate => Unmatched::Duplicate,
             Resolution::Unknown => Unmatched::Unknown,
         };
-        self.metrics
-            .unmatched_responses
+        self.shared
+            .unmatched
             .with_label_values(&[
                 self.codec().dialect().as_str(),
                 Side::Client.as_str(),
@@ -290,14 +309,19 @@ impl Pusher {
         self.count_dropped(reason);
     }
 
+    /// As `Metrics::count_dropped`, for this client's side.
     fn count_dropped(&self, reason: DropReason) {
-        self.metrics
-            .count_dropped(self.codec().dialect(), Side::Client, reason);
+        let labels = [
+            self.codec().dialect().as_str(),
+            Side::Client.as_str(),
+            reason.as_str(),
+        ];
+        self.shared.dropped.with_label_values(&labels).inc();
     }
 
     fn count_quirk(&self, quirk: Quirk) {
-        self.metrics
-            .peer_quirks
+        self.shared
+            .quirks
             .with_label_values(&[self.codec().dialect().as_str(), quirk.as_str()])
             .inc();
     }

@@ -77,7 +77,6 @@ pub(crate) enum End {
 /// new connections): its message limit and its timers.
 #[derive(Debug, Clone)]
 pub(crate) struct Fixed {
-    name: String,
     max_message_bytes: usize,
     idle_timeout: Option<Duration>,
     max_connection_lifetime: Option<Duration>,
@@ -93,7 +92,6 @@ impl Fixed {
     pub(crate) fn of(listener: &Listener, ping: Option<(Duration, Duration)>) -> Self {
         let cfg = listener.cfg();
         Fixed {
-            name: cfg.name.clone(),
             max_message_bytes: cfg.max_message_bytes,
             idle_timeout: cfg.protection.idle_timeout,
             max_connection_lifetime: cfg.protection.max_connection_lifetime,
@@ -118,6 +116,11 @@ pub(crate) trait FrameSink: Send {
 ///
 /// The listener is read from `cell` only where it is needed, never held (a
 /// reload may replace it); what is fixed for the connection is in `cfg`.
+///
+/// Its future is most of what an idle connection holds, so what waits on
+/// the outbox here (a close, an oversize answer, the echo listener's
+/// echo) is boxed when it happens, and a request's slow path is boxed by
+/// the session: the loop's own state is what every frame needs.
 pub(crate) async fn read_loop<S>(
     mut frames: S,
     session: &Session,
@@ -159,7 +162,7 @@ where
                     Check::Ping => outbox.try_ping(),
                     Check::Drop => return End::Gone,
                     Check::Close(code, reason) => {
-                        outbox.close(code, reason).await;
+                        Box::pin(outbox.close(code, reason)).await;
                         return End::Closing;
                     }
                 }
@@ -170,35 +173,30 @@ where
         clock.seen = true;
         let verdict = match frame {
             Incoming::Text(text) if cfg.echo && text.len() <= cfg.max_message_bytes => {
-                outbox
-                    .send_frame(Outgoing::Text(text.to_string().into()))
-                    .await;
+                Box::pin(outbox.send_frame(Outgoing::Text(text.to_string().into()))).await;
                 Verdict::Continue
             }
             Incoming::Binary(bytes) if cfg.echo && bytes.len() <= cfg.max_message_bytes => {
-                outbox.send_frame(Outgoing::Binary(bytes)).await;
+                Box::pin(outbox.send_frame(Outgoing::Binary(bytes))).await;
                 Verdict::Continue
             }
             Incoming::Text(_) if session.binary() => {
                 cell.load().count_protocol_error(ProtocolError::TextFrame);
-                outbox
-                    .close(CloseCode::Unsupported, "Text frames not supported")
-                    .await;
+                Box::pin(outbox.close(CloseCode::Unsupported, "Text frames not supported")).await;
                 return End::Closing;
             }
             Incoming::Binary(_) if !session.binary() => {
                 cell.load().count_protocol_error(ProtocolError::BinaryFrame);
-                outbox
-                    .close(CloseCode::Unsupported, "binary frames are not supported")
-                    .await;
+                let close = outbox.close(CloseCode::Unsupported, "binary frames are not supported");
+                Box::pin(close).await;
                 return End::Closing;
             }
             Incoming::Text(text) if text.len() > cfg.max_message_bytes => {
-                session.too_large(cfg.max_message_bytes).await;
+                Box::pin(session.too_large(cfg.max_message_bytes)).await;
                 return End::Closing;
             }
             Incoming::Binary(bytes) if bytes.len() > cfg.max_message_bytes => {
-                session.too_large(cfg.max_message_bytes).await;
+                Box::pin(session.too_large(cfg.max_message_bytes)).await;
                 return End::Closing;
             }
             Incoming::Broken(code, reason) => {
@@ -211,12 +209,12 @@ where
             Incoming::TooLarge => {
                 // The transport stopped at the frame header: answer like any
                 // oversize message, and let the writer send it all.
-                session.too_large(cfg.max_message_bytes).await;
+                Box::pin(session.too_large(cfg.max_message_bytes)).await;
                 return End::Closing;
             }
             Incoming::Text(text) => session.on_text(&text).await,
             Incoming::Binary(bytes) => session.on_binary(&bytes).await,
-            Incoming::NotUtf8 => session.not_utf8().await,
+            Incoming::NotUtf8 => Box::pin(session.not_utf8()).await,
             Incoming::Control => Verdict::Continue,
             Incoming::Close(code) => {
                 session.count_close(code);
@@ -242,6 +240,9 @@ where
 /// Ends the session as `end` says, then lets the writer send what is
 /// queued (the close frame last) within [`WRITER_TIMEOUT`]; a client that
 /// does not read is cut off then.
+///
+/// The transports box its future when the read loop ends, so that a
+/// connection's task does not carry room for it while it reads.
 pub(crate) async fn finish(end: End, session: Session, mut writer: tokio::task::JoinHandle<()>) {
     let outbox = session.outbox().clone();
     match end {
@@ -292,7 +293,8 @@ pub(crate) async fn write_loop<K: FrameSink>(
         let result = match out {
             Outgoing::Close(..) => {
                 sent.publish();
-                sink.close(out).await;
+                // Boxed: the writer's task keeps no room for the close.
+                Box::pin(sink.close(out)).await;
                 return;
             }
             Outgoing::Text(ref text) => {
@@ -395,7 +397,8 @@ impl Clock {
             return Check::Fine;
         };
         if self.ping_sent.is_some_and(|t| t.elapsed() >= wait) {
-            tracing::debug!(listener = %cfg.name, "peer missed its pong; dropping it");
+            let name = session.listener_name();
+            tracing::debug!(listener = %name, "peer missed its pong; dropping it");
             return Check::Drop;
         }
         if self.ping_sent.is_none() && self.last_rx.elapsed() >= every {

@@ -176,7 +176,8 @@ async fn run(stream: UnixStream, cell: Arc<ListenerCell>, ctx: Serve) {
     let fixed = Fixed::of(&listener, None);
     drop(listener);
     let end = driver::read_loop(lines, &session, &cell, &ctx, &fixed).await;
-    driver::finish(end, session, writer).await;
+    // Boxed when the connection ends: see `driver::finish`.
+    Box::pin(driver::finish(end, session, writer)).await;
 }
 
 /// A line as the driver sees it (without its `\r`).

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use hyper_util::rt::TokioIo;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{
@@ -128,9 +129,13 @@ fn accept(
             return;
         };
         let io = TokioIo::new(upgraded);
-        let socket = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
+        // Split at once: the connection's task holds its two halves (the
+        // socket itself is shared behind them), never the socket inline.
+        let (sink, stream) = WebSocketStream::from_raw_socket(io, Role::Server, Some(config))
+            .await
+            .split();
         sessions
-            .track_future(run(socket, cell, ctx, peer, who).instrument(span))
+            .track_future(run((WsSink(sink), stream), cell, ctx, peer, who).instrument(span))
             .await;
     });
     response
@@ -143,35 +148,28 @@ fn select_subprotocol(headers: &HeaderMap, dialect: Dialect) -> Option<&str> {
 }
 
 /// Drives one client connection to its end.
-async fn run(mut socket: Socket, cell: Arc<ListenerCell>, ctx: Serve, peer: IpAddr, who: Identity) {
+///
+/// Its future is the connection task's state for the connection's life:
+/// what only an opening or a closing connection awaits (a refusal, the
+/// Sideband greeting, [`driver::finish`]) is boxed when it comes, so that
+/// an idle connection does not carry room for it.
+async fn run(
+    (sink, stream): (WsSink, SplitStream<Socket>),
+    cell: Arc<ListenerCell>,
+    ctx: Serve,
+    peer: IpAddr,
+    who: Identity,
+) {
     // Read once for what is fixed for the connection's life (its outbox,
     // its counters); requests read the cell themselves.
     let listener = cell.load();
     let Some(_permit) = listener.conns().admit(peer) else {
         // Upgraded first, so that a browser can read the reason.
-        listener.count_rejected(RejectReason::Limit);
-        let reason = "max connections exceeded";
-        listener.log_closed(CloseCode::PolicyViolation, reason, Peer(Some(peer)));
-        let frame = CloseFrame {
-            code: WsCloseCode::from(CloseCode::PolicyViolation.as_u16()),
-            reason: reason.into(),
-        };
-        // The peer may be gone already; it is refused either way.
-        let _ = socket.send(WsMessage::Close(Some(frame))).await;
-        return;
+        return Box::pin(refuse(sink, &listener, peer)).await;
     };
     let Ok(_client_permit) = listener.admit_client(&who) else {
         // A named client at its own `max_connections`.
-        listener.count_rejected(RejectReason::Limit);
-        let reason = "max connections exceeded";
-        listener.log_closed(CloseCode::PolicyViolation, reason, Peer(Some(peer)));
-        let frame = CloseFrame {
-            code: WsCloseCode::from(CloseCode::PolicyViolation.as_u16()),
-            reason: reason.into(),
-        };
-        // The peer may be gone already; it is refused either way.
-        let _ = socket.send(WsMessage::Close(Some(frame))).await;
-        return;
+        return Box::pin(refuse(sink, &listener, peer)).await;
     };
     let _open = super::OpenConnection::count(&listener);
     let _client_open = who.client().map(|name| {
@@ -182,7 +180,6 @@ async fn run(mut socket: Socket, cell: Arc<ListenerCell>, ctx: Serve, peer: IpAd
         gauge.inc();
         super::OpenClientConnection(gauge)
     });
-    let (sink, stream) = socket.split();
     let sent = listener.metrics().frame_counter(
         listener.dialect(),
         crate::error::Side::Client,
@@ -193,11 +190,12 @@ async fn run(mut socket: Socket, cell: Arc<ListenerCell>, ctx: Serve, peer: IpAd
     session.identify(who);
     // Closes the connection (1008) if a reload revokes its credential
     // ("credential revoked") or when its JWT expires ("credential
-    // expired"); stops with the connection.
-    let done = tokio_util::sync::CancellationToken::new();
-    let _done = done.clone().drop_guard();
+    // expired"); stops with the connection (a connection with neither
+    // has no such task, nor its token).
     let revoked = _client_permit.as_ref().map(|p| p.revoked().clone());
-    if revoked.is_some() || expires.is_some() {
+    let _done = (revoked.is_some() || expires.is_some()).then(|| {
+        let done = tokio_util::sync::CancellationToken::new();
+        let guard = done.clone().drop_guard();
         let outbox = session.outbox().clone();
         // The cell, not this generation's listener: that one is not kept
         // for the connection's life.
@@ -229,11 +227,12 @@ async fn run(mut socket: Socket, cell: Arc<ListenerCell>, ctx: Serve, peer: IpAd
                 .log_closed(CloseCode::PolicyViolation, reason, Peer(Some(peer)));
             outbox.try_close(CloseCode::PolicyViolation, reason);
         });
-    }
-    let writer = tokio::spawn(driver::write_loop(WsSink(sink), rx, sent));
+        guard
+    });
+    let writer = tokio::spawn(driver::write_loop(sink, rx, sent));
     if let Some(hello) = session.greeting() {
         // Sideband: both sides send their handshake at once.
-        session.outbox().send_frame(hello).await;
+        Box::pin(session.outbox().send_frame(hello)).await;
     }
     let cfg = listener.cfg();
     let fixed = Fixed::of(&listener, Some((cfg.ping_interval, cfg.pong_timeout)));
@@ -241,7 +240,18 @@ async fn run(mut socket: Socket, cell: Arc<ListenerCell>, ctx: Serve, peer: IpAd
     // past generation goes as soon as its last request is answered.
     drop(listener);
     let end = driver::read_loop(stream.map(incoming), &session, &cell, &ctx, &fixed).await;
-    driver::finish(end, session, writer).await;
+    Box::pin(driver::finish(end, session, writer)).await;
+}
+
+/// Refuses a connection over `max_connections` (the listener's, per IP,
+/// or its named client's): counted, logged, closed 1008.
+async fn refuse(mut sink: WsSink, listener: &Listener, peer: IpAddr) {
+    listener.count_rejected(RejectReason::Limit);
+    let reason = "max connections exceeded";
+    listener.log_closed(CloseCode::PolicyViolation, reason, Peer(Some(peer)));
+    // The peer may be gone already; it is refused either way.
+    sink.close(Outgoing::Close(CloseCode::PolicyViolation, reason.into()))
+        .await;
 }
 
 /// A WebSocket message as the driver sees it.
@@ -287,7 +297,7 @@ fn broken(e: &tungstenite::Error) -> Option<(CloseCode, &'static str)> {
 
 /// The client's socket, written frame by frame (coalesced by the library
 /// up to its write buffer, flushed when the outbox runs empty).
-struct WsSink(futures_util::stream::SplitSink<Socket, WsMessage>);
+struct WsSink(SplitSink<Socket, WsMessage>);
 
 impl FrameSink for WsSink {
     async fn feed(&mut self, out: Outgoing) -> Result<(), ()> {
@@ -333,6 +343,26 @@ mod tests {
 
     use super::*;
     use crate::envelope::Text;
+
+    /// The size of the future `f` returns, without calling it.
+    fn returned_size<A, B, C, D, E, F>(_: impl FnOnce(A, B, C, D, E) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// A connection's task keeps `run`'s future for the connection's life,
+    /// most of what an idle connection holds: only what every frame needs
+    /// is inline, and what a closing connection or a request's slow path
+    /// awaits is boxed when it comes. (In the test build it is about
+    /// 1.3 KiB; with the session's slow path inline it was 3.4 KiB, and
+    /// with the connection's finish inline about 2 KiB.)
+    #[test]
+    fn a_connection_keeps_no_room_for_its_slow_paths() {
+        let size = returned_size(run);
+        assert!(size <= RUN_FUTURE_MAX, "run's future is {size} bytes");
+    }
+
+    /// See [`a_connection_keeps_no_room_for_its_slow_paths`].
+    const RUN_FUTURE_MAX: usize = 1536;
 
     /// A client's text frame goes on as the library's `Utf8Bytes`, which
     /// the library checked as UTF-8: its bytes are not checked again.

@@ -70,18 +70,20 @@ pub struct Session {
     /// Requests in flight for this client (`max_in_flight`).
     in_flight: Arc<Cap>,
     tasks: TaskTracker,
-    /// Cancelled when the client is gone: tasks stop without replying.
-    gone: CancellationToken,
     /// Cancelled when the shutdown grace period is over.
     grace_over: CancellationToken,
-    /// Dedicated upstream links and pushes of this client.
+    /// Dedicated upstream links and pushes of this client; its token
+    /// ([`ClientLinks::on_gone`]) is cancelled when the client is gone,
+    /// and the session's tasks stop then too, without replying.
     client: Arc<ClientLinks>,
     /// The connection's span (it may carry a `traceparent` from the
     /// upgrade request): the parent of every request span.
     parent: tracing::Span,
     /// This connection's rate limits (`None` until first used), rebuilt
-    /// when a reload changes the listener's rates.
-    rate: Mutex<Option<ConnectionRate>>,
+    /// when a reload changes the listener's rates; boxed, so that a
+    /// connection whose listener has no rate limits holds no room for
+    /// them.
+    rate: Mutex<Option<Box<ConnectionRate>>>,
     /// Requests settled in place (the fast path) and where they reply.
     in_place: Arc<InPlace>,
     /// What the client sends, counted per frame and per message
@@ -137,7 +139,7 @@ impl Session {
             outbox.clone(),
             cfg.max_unanswered_pushes,
             cfg.request_timeout,
-            metrics.clone(),
+            metrics,
         );
         let counted_in = (
             metrics.frame_counter(cfg.dialect, Side::Client, Direction::In),
@@ -152,7 +154,6 @@ impl Session {
             cell,
             outbox,
             tasks: TaskTracker::new(),
-            gone: CancellationToken::new(),
             grace_over,
             client: Arc::new(ClientLinks::new(pusher, peer)),
             parent: tracing::Span::current(),
@@ -208,6 +209,10 @@ impl Session {
 
     /// Handles one inbound text frame or line; what it carries is decoded
     /// as slices of it.
+    ///
+    /// What the fast path ([`Self::now`]) leaves is done in a boxed future
+    /// ([`Self::later`]): the reader's own future, which a connection keeps
+    /// for its whole life, then has no room for the slow paths' state.
     pub async fn on_text(&self, text: &Text) -> Verdict {
         // One read of the listener for the decode's limit, the counts and
         // a request settled in place (not held across the awaits below).
@@ -222,7 +227,7 @@ impl Session {
                 Err(later) => later,
             }
         };
-        self.later(later).await
+        Box::pin(self.later(later)).await
     }
 
     /// Handles one inbound binary frame (Sideband); what it carries is
@@ -237,7 +242,7 @@ impl Session {
                 Err(later) => later,
             }
         };
-        self.later(later).await
+        Box::pin(self.later(later)).await
     }
 
     /// The fast path of a request: within the rate limits, with a free
@@ -247,7 +252,7 @@ impl Session {
     fn now(&self, listener: &Listener, inbound: Inbound) -> Result<Verdict, Later> {
         let item = match inbound {
             Inbound::Single(item @ Item::Valid(Message::Request { .. })) => item,
-            inbound => return Err(Later::Inbound(inbound)),
+            inbound => return self.quiet(listener, inbound).map_err(Later::Inbound),
         };
         if let Item::Valid(msg) = &item {
             // holon-rpc's heartbeat (see `single`).
@@ -281,6 +286,22 @@ impl Session {
         }
     }
 
+    /// What an inbound frame that sends nothing asks (a Sideband frame
+    /// that needs no answer, a dropped one, the client's error frame),
+    /// done at once; any other frame is given back.
+    fn quiet(&self, listener: &Listener, inbound: Inbound) -> Result<Verdict, Inbound> {
+        match inbound {
+            Inbound::Nothing => {}
+            Inbound::Dropped(reason) => listener.count_dropped(DropReason::Sideband(reason)),
+            Inbound::PeerError { code, message } => {
+                tracing::debug!(listener = %listener.name(), code, message, "ErrorFrame from client");
+                listener.count_protocol_error(ProtocolError::PeerErrorFrame);
+            }
+            inbound => return Err(inbound),
+        }
+        Ok(Verdict::Continue)
+    }
+
     /// Does what one inbound frame asks, as the codec decoded it.
     async fn on_inbound(&self, inbound: Inbound) -> Verdict {
         // The listener is read per use, never held across an await (a
@@ -293,15 +314,13 @@ impl Session {
                     .count_protocol_error(ProtocolError::RejectedMessage);
                 self.send(&reply).await;
             }
-            Inbound::Nothing => {}
             Inbound::Answer(frame) => {
                 self.outbox.send_frame(Outgoing::Binary(frame.into())).await;
             }
-            Inbound::Dropped(reason) => self.listener().count_dropped(DropReason::Sideband(reason)),
-            Inbound::PeerError { code, message } => {
-                let listener = self.listener();
-                tracing::debug!(listener = %listener.name(), code, message, "ErrorFrame from client");
-                listener.count_protocol_error(ProtocolError::PeerErrorFrame);
+            inbound @ (Inbound::Nothing | Inbound::Dropped(_) | Inbound::PeerError { .. }) => {
+                // Not reached from the reader (its fast path does these),
+                // but handled the same way if it were.
+                let _ = self.quiet(&self.listener(), inbound);
             }
             Inbound::Close { last, code, reason } => {
                 let fatal = if self.codec().reads_binary() {
@@ -426,7 +445,7 @@ impl Session {
 
     /// The client is gone: stop every task without replying.
     pub async fn abort(&self) {
-        self.gone.cancel();
+        self.client.on_gone().cancel();
         self.tasks.close();
         self.in_place.abandon_all();
         self.client.close().await;
@@ -558,10 +577,11 @@ impl Session {
     /// Runs one item in a task of its own (the task path).
     fn spawn(&self, item: Item, permit: Option<Taken>) -> Verdict {
         let (router, client, outbox) = (self.router(), self.client.clone(), self.outbox.clone());
-        let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
+        let grace_over = self.grace_over.clone();
         let task = async move {
             let starts = Starts::default();
-            let Some(reply) = settle(&router, item, &client, &starts, &gone, &grace_over).await
+            let gone = client.on_gone();
+            let Some(reply) = settle(&router, item, &client, &starts, gone, &grace_over).await
             else {
                 return;
             };
@@ -618,13 +638,13 @@ impl Session {
             }
         };
         let (router, client, outbox) = (self.router(), self.client.clone(), self.outbox.clone());
-        let (gone, grace_over) = (self.gone.clone(), self.grace_over.clone());
+        let grace_over = self.grace_over.clone();
         let span = tracing::debug_span!(target: crate::telemetry::trace::RPC_TARGET, parent: &self.parent, "rpc.batch", otel.kind = "server", rpc.batch.size = request_ids.len());
         let task = async move {
             let starts = Starts::default();
             let replies = tokio::select! {
                 replies = router.handle_batch(items, &client, &starts) => replies,
-                () = gone.cancelled() => return,
+                () = client.on_gone().cancelled() => return,
                 () = grace_over.cancelled() => {
                     let err = shutting_down();
                     request_ids.into_iter().map(|id| router.error_reply(id, &err)).collect()
@@ -677,10 +697,10 @@ impl Session {
             // connection's own bucket starts over under the new ones.
             let rate = match &mut *rate {
                 Some(r) if r.follows(listener.rate()) => r,
-                slot => slot.insert(listener.rate().connection_of(
+                slot => slot.insert(Box::new(listener.rate().connection_of(
                     self.peer.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
                     self.client.client_name(),
-                )),
+                ))),
             };
             rate.check(method)
         };
